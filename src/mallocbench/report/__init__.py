@@ -1,0 +1,1 @@
+"""Reports: terminal tables, Markdown, CSV/JSON exports (one module per format)."""

@@ -1,0 +1,151 @@
+"""The result model shared by the store, the analysis and every report.
+
+`results.json` is `RunResult.to_dict()`; reports read it back with `RunResult.from_dict()`,
+so a report can be made again from the file alone, without the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+STATUS_OK = "ok"
+STATUS_CRASHED = "crashed"
+STATUS_OOM = "oom"
+STATUS_FAILED = "failed"
+STATUSES = (STATUS_OK, STATUS_CRASHED, STATUS_OOM, STATUS_FAILED)
+
+
+@dataclass
+class Sample:
+    """One probe sample, taken every second while a cell runs (t: seconds since the epoch)."""
+
+    t: float
+    rss_bytes: int | None = None
+    vsz_bytes: int | None = None
+    qps: float | None = None
+    tps: float | None = None
+    latency_ms: float | None = None  # the per-interval percentile sysbench reports (p99)
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Cell:
+    """setup x engine x step x threads x repeat: one measured result."""
+
+    setup: str
+    engine: str
+    step: str
+    threads: int
+    repeat: int
+    group: str = ""
+    status: str = STATUS_OK
+    qps: float | None = None
+    tps: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    avg_ms: float | None = None
+    errors: int = 0
+    peak_rss_bytes: int | None = None
+    peak_vsz_bytes: int | None = None
+    allocator_path: str | None = None
+    cache_bytes: int | None = None
+    session: str = ""
+    started_at: float | None = None
+    duration_s: float | None = None
+    error: str | None = None
+    exit_signal: str | None = None
+    log_tail: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    samples: list[Sample] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, str, str, int, int]:
+        return (self.setup, self.engine, self.step, self.threads, self.repeat)
+
+    def to_dict(self, with_samples: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        if not with_samples:
+            data.pop("samples")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Cell:
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["samples"] = [Sample(**s) for s in data.get("samples") or []]
+        return cls(**values)
+
+
+@dataclass
+class SetupInfo:
+    """A setup as it actually ran: the allocator resolved to a file and version."""
+
+    name: str
+    allocator: str
+    allocator_version: str | None = None
+    allocator_library: str | None = None
+    knobs: dict[str, str] = field(default_factory=dict)
+    config: dict[str, str] = field(default_factory=dict)
+    server: str | None = None
+    server_version: str | None = None
+    cpus: str | None = None
+    description: str = ""
+
+
+@dataclass
+class SessionInfo:
+    """One server lifetime: its peak memory covers every cell it ran."""
+
+    id: str
+    setup: str
+    engine: str
+    repeat: int
+    started_at: float | None = None
+    ended_at: float | None = None
+    peak_rss_bytes: int | None = None
+    peak_vsz_bytes: int | None = None
+    status: str = STATUS_OK
+    pid: int | None = None
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    experiment: str
+    base_setup: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    setups: list[SetupInfo] = field(default_factory=list)
+    sessions: list[SessionInfo] = field(default_factory=list)
+    cells: list[Cell] = field(default_factory=list)
+    experiment_text: str = ""
+    schema: int = SCHEMA_VERSION
+
+    def to_dict(self, with_samples: bool = True) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "run_id": self.run_id,
+            "experiment": self.experiment,
+            "base_setup": self.base_setup,
+            "metadata": self.metadata,
+            "setups": [asdict(s) for s in self.setups],
+            "sessions": [asdict(s) for s in self.sessions],
+            "cells": [c.to_dict(with_samples) for c in self.cells],
+            "experiment_text": self.experiment_text,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        return cls(
+            run_id=data["run_id"],
+            experiment=data.get("experiment", ""),
+            base_setup=data["base_setup"],
+            metadata=data.get("metadata") or {},
+            setups=[SetupInfo(**s) for s in data.get("setups") or []],
+            sessions=[SessionInfo(**s) for s in data.get("sessions") or []],
+            cells=[Cell.from_dict(c) for c in data.get("cells") or []],
+            experiment_text=data.get("experiment_text", ""),
+            schema=data.get("schema", SCHEMA_VERSION),
+        )

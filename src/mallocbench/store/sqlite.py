@@ -1,0 +1,265 @@
+"""SQLite store: runs, setups, sessions, cells and per-second samples.
+
+Cells are written in their own transaction as each finishes, so a killed run keeps every
+cell it measured and `run --resume` can skip them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    experiment TEXT NOT NULL,
+    base_setup TEXT NOT NULL,
+    experiment_text TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    status TEXT NOT NULL DEFAULT 'running'
+);
+CREATE TABLE IF NOT EXISTS setups (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    name TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, name)
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    id TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, id)
+);
+CREATE TABLE IF NOT EXISTS cells (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES runs(run_id),
+    setup TEXT NOT NULL,
+    engine TEXT NOT NULL,
+    step TEXT NOT NULL,
+    threads INTEGER NOT NULL,
+    repeat INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    qps REAL,
+    p95_ms REAL,
+    p99_ms REAL,
+    peak_rss_bytes INTEGER,
+    peak_vsz_bytes INTEGER,
+    data TEXT NOT NULL,
+    UNIQUE (run_id, setup, engine, step, threads, repeat)
+);
+CREATE TABLE IF NOT EXISTS samples (
+    cell_id INTEGER NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
+    t REAL NOT NULL,
+    rss_bytes INTEGER,
+    vsz_bytes INTEGER,
+    qps REAL,
+    tps REAL,
+    latency_ms REAL,
+    extra TEXT
+);
+CREATE INDEX IF NOT EXISTS samples_cell ON samples(cell_id);
+"""
+
+
+class Store:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(str(self.path), timeout=30)
+        except (OSError, sqlite3.Error) as exc:
+            raise MallocbenchError(
+                f"cannot open the results store {self.path}: {exc}; "
+                "choose a writable path with --store"
+            ) from exc
+        self.db.execute("PRAGMA foreign_keys = ON")
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.executescript(SCHEMA)
+        self.db.commit()
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- runs -----------------------------------------------------------------------------
+
+    def create_run(self, result: RunResult) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT INTO runs (run_id, experiment, base_setup, experiment_text, metadata,"
+                " started_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    result.run_id,
+                    result.experiment,
+                    result.base_setup,
+                    result.experiment_text,
+                    json.dumps(result.metadata),
+                    time.time(),
+                ),
+            )
+
+    def run_exists(self, run_id: str) -> bool:
+        row = self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        return row is not None
+
+    def update_metadata(self, run_id: str, metadata: dict[str, Any]) -> None:
+        with self.db:
+            self.db.execute(
+                "UPDATE runs SET metadata = ? WHERE run_id = ?", (json.dumps(metadata), run_id)
+            )
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        with self.db:
+            self.db.execute(
+                "UPDATE runs SET finished_at = ?, status = ? WHERE run_id = ?",
+                (time.time(), status, run_id),
+            )
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        rows = self.db.execute(
+            "SELECT r.run_id, r.experiment, r.started_at, r.finished_at, r.status,"
+            " (SELECT count(*) FROM cells c WHERE c.run_id = r.run_id)"
+            " FROM runs r ORDER BY r.started_at"
+        ).fetchall()
+        keys = ("run_id", "experiment", "started_at", "finished_at", "status", "cells")
+        return [dict(zip(keys, row, strict=True)) for row in rows]
+
+    def latest_run_id(self) -> str | None:
+        row = self.db.execute(
+            "SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1"
+        ).fetchone()
+        return row[0] if row else None
+
+    # --- setups and sessions --------------------------------------------------------------
+
+    def save_setup(self, run_id: str, setup: SetupInfo) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT OR REPLACE INTO setups (run_id, name, data) VALUES (?, ?, ?)",
+                (run_id, setup.name, json.dumps(asdict(setup))),
+            )
+
+    def save_session(self, run_id: str, session: SessionInfo) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT OR REPLACE INTO sessions (run_id, id, data) VALUES (?, ?, ?)",
+                (run_id, session.id, json.dumps(asdict(session))),
+            )
+
+    # --- cells ----------------------------------------------------------------------------
+
+    def save_cell(self, run_id: str, cell: Cell) -> None:
+        """Commit one finished cell with its samples (replacing an earlier failed attempt)."""
+        data = cell.to_dict(with_samples=False)
+        with self.db:
+            self.db.execute(
+                "DELETE FROM cells WHERE run_id = ? AND setup = ? AND engine = ? AND step = ?"
+                " AND threads = ? AND repeat = ?",
+                (run_id, *cell.key),
+            )
+            cur = self.db.execute(
+                "INSERT INTO cells (run_id, setup, engine, step, threads, repeat, status, qps,"
+                " p95_ms, p99_ms, peak_rss_bytes, peak_vsz_bytes, data)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    *cell.key,
+                    cell.status,
+                    cell.qps,
+                    cell.p95_ms,
+                    cell.p99_ms,
+                    cell.peak_rss_bytes,
+                    cell.peak_vsz_bytes,
+                    json.dumps(data),
+                ),
+            )
+            self.db.executemany(
+                "INSERT INTO samples (cell_id, t, rss_bytes, vsz_bytes, qps, tps, latency_ms,"
+                " extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        cur.lastrowid,
+                        s.t,
+                        s.rss_bytes,
+                        s.vsz_bytes,
+                        s.qps,
+                        s.tps,
+                        s.latency_ms,
+                        json.dumps(s.extra) if s.extra else None,
+                    )
+                    for s in cell.samples
+                ],
+            )
+
+    def finished_cell_keys(self, run_id: str) -> set[tuple[str, str, str, int, int]]:
+        """Cells that need no re-run: measured, or a server crash/OOM (itself a result)."""
+        rows = self.db.execute(
+            "SELECT setup, engine, step, threads, repeat FROM cells"
+            " WHERE run_id = ? AND status != 'failed'",
+            (run_id,),
+        ).fetchall()
+        return {(r[0], r[1], r[2], int(r[3]), int(r[4])) for r in rows}
+
+    def load_run(self, run_id: str | None = None, with_samples: bool = True) -> RunResult:
+        run_id = run_id or self.latest_run_id()
+        if run_id is None:
+            raise MallocbenchError(f"the store {self.path} holds no runs yet: run an experiment")
+        row = self.db.execute(
+            "SELECT run_id, experiment, base_setup, experiment_text, metadata FROM runs"
+            " WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            known = ", ".join(r["run_id"] for r in self.list_runs()[-5:]) or "none"
+            raise MallocbenchError(f"no run {run_id!r} in {self.path} (latest: {known})")
+        result = RunResult(
+            run_id=row[0],
+            experiment=row[1],
+            base_setup=row[2],
+            experiment_text=row[3],
+            metadata=json.loads(row[4]),
+        )
+        for (data,) in self.db.execute(
+            "SELECT data FROM setups WHERE run_id = ? ORDER BY rowid", (run_id,)
+        ):
+            result.setups.append(SetupInfo(**json.loads(data)))
+        for (data,) in self.db.execute(
+            "SELECT data FROM sessions WHERE run_id = ? ORDER BY rowid", (run_id,)
+        ):
+            result.sessions.append(SessionInfo(**json.loads(data)))
+        for cell_id, data in self.db.execute(
+            "SELECT id, data FROM cells WHERE run_id = ? ORDER BY id", (run_id,)
+        ).fetchall():
+            cell = Cell.from_dict(json.loads(data))
+            if with_samples:
+                cell.samples = [
+                    Sample(
+                        t=s[0],
+                        rss_bytes=s[1],
+                        vsz_bytes=s[2],
+                        qps=s[3],
+                        tps=s[4],
+                        latency_ms=s[5],
+                        extra=json.loads(s[6]) if s[6] else {},
+                    )
+                    for s in self.db.execute(
+                        "SELECT t, rss_bytes, vsz_bytes, qps, tps, latency_ms, extra"
+                        " FROM samples WHERE cell_id = ? ORDER BY t",
+                        (cell_id,),
+                    )
+                ]
+            result.cells.append(cell)
+        return result
+
+
+def open_store(path: str | os.PathLike[str]) -> Store:
+    return Store(path)
