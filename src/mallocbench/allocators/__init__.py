@@ -131,9 +131,7 @@ def knob_allocator_mismatch(allocator: Allocator, knobs: dict[str, str]) -> list
     foreign = []
     for key in knobs:
         owners = [
-            a.name
-            for a in builtin_allocators()
-            if any(key.startswith(p) for p in a.knob_prefixes)
+            a.name for a in builtin_allocators() if any(key.startswith(p) for p in a.knob_prefixes)
         ]
         if owners and allocator.name not in owners and allocator.custom_path is None:
             foreign.append(f"{key} (a {'/'.join(owners)} knob)")

@@ -134,9 +134,7 @@ class Store:
         return [dict(zip(keys, row, strict=True)) for row in rows]
 
     def latest_run_id(self) -> str | None:
-        row = self.db.execute(
-            "SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1"
-        ).fetchone()
+        row = self.db.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
         return row[0] if row else None
 
     # --- setups and sessions --------------------------------------------------------------

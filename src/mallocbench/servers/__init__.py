@@ -1,0 +1,1 @@
+"""Private database servers: datadir, config, start under an allocator, verify, stop."""
