@@ -1,0 +1,101 @@
+"""The shared statistics: checked against values computed by hand and against identities."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from mallocbench.analysis import stats
+
+
+def test_mean_ci_matches_hand_computation() -> None:
+    # mean 2, sd 1, t(0.975, 2) = 4.302653
+    m, low, high = stats.mean_ci([1, 2, 3])
+    half = 4.302653 / math.sqrt(3)
+    assert m == pytest.approx(2.0)
+    assert low == pytest.approx(2 - half, rel=1e-5)
+    assert high == pytest.approx(2 + half, rel=1e-5)
+
+
+def test_mean_ci_degenerate_inputs() -> None:
+    assert all(math.isnan(x) for x in stats.mean_ci([]))
+    m, low, high = stats.mean_ci([5.0])
+    assert m == 5.0 and math.isnan(low) and math.isnan(high)
+    assert stats.mean_ci([1, None, 3])[0] == pytest.approx(2.0)
+    assert stats.mean_ci([4, 4, 4]) == (4.0, 4.0, 4.0)
+
+
+def test_wider_confidence_gives_wider_interval() -> None:
+    values = [10, 12, 11, 13]
+    _, l95, h95 = stats.mean_ci(values, 0.95)
+    _, l99, h99 = stats.mean_ci(values, 0.99)
+    assert l99 < l95 and h99 > h95
+
+
+def test_ratio_ci_with_constant_denominator_is_scaled_mean_ci() -> None:
+    a = [9.0, 10.0, 11.5, 10.5]
+    r, low, high = stats.ratio_ci(a, [5.0, 5.0, 5.0])
+    m, ml, mh = stats.mean_ci(a)
+    assert r == pytest.approx(m / 5)
+    assert low == pytest.approx(ml / 5)
+    assert high == pytest.approx(mh / 5)
+
+
+def test_ratio_ci_inverts_exactly() -> None:
+    a, b = [100, 104, 98, 101], [80, 85, 79, 83]
+    r, low, high = stats.ratio_ci(a, b)
+    ri, lowi, highi = stats.ratio_ci(b, a)
+    assert r == pytest.approx(1 / ri)
+    assert low == pytest.approx(1 / highi)
+    assert high == pytest.approx(1 / lowi)
+    assert low < r < high
+
+
+def test_ratio_significance() -> None:
+    clear = stats.relative([100, 101, 99], [80, 81, 79])
+    assert clear.significant and clear.mark() == "+"
+    slower = stats.relative([80, 81, 79], [100, 101, 99])
+    assert slower.significant and slower.mark() == "-"
+    noisy = stats.relative([100, 60, 140], [90, 120, 95])
+    assert not noisy.significant and noisy.mark() == ""
+    assert "*" in clear.text() and "*" not in noisy.text()
+
+
+def test_ratio_ci_unbounded_when_denominator_may_be_zero() -> None:
+    r, low, high = stats.ratio_ci([10, 11, 12], [1, -1, 0.5])
+    assert math.isinf(low) and math.isinf(high)
+    assert not stats.significant(low, high)
+
+
+def test_ratio_ci_single_values_and_missing() -> None:
+    r, low, high = stats.ratio_ci([2.0], [1.0])
+    assert r == 2.0 and math.isnan(low) and math.isnan(high)
+    assert not stats.relative([2.0], [1.0]).significant
+    assert math.isnan(stats.ratio_ci([], [1.0])[0])
+    assert math.isnan(stats.ratio_ci([1.0], [0.0])[0])
+
+
+def test_ratio_ci_coverage_is_close_to_nominal() -> None:
+    # Normal samples with true ratio 1.25: the 95% interval should cover it ~95% of the time.
+    rng = random.Random(12345)
+    trials, covered = 2000, 0
+    for _ in range(trials):
+        a = [rng.gauss(125, 10) for _ in range(5)]
+        b = [rng.gauss(100, 15) for _ in range(5)]
+        _, low, high = stats.ratio_ci(a, b)
+        covered += low <= 1.25 <= high
+    assert 0.92 < covered / trials < 0.98
+
+
+def test_geomean() -> None:
+    assert stats.geomean([1, 4, 16]) == pytest.approx(4.0)
+    assert math.isnan(stats.geomean([]))
+    with pytest.raises(ValueError):
+        stats.geomean([1, 0])
+
+
+def test_t_quantile_rejects_bad_confidence() -> None:
+    with pytest.raises(ValueError):
+        stats.t_quantile(1.5, 3)
