@@ -1,0 +1,78 @@
+"""Live progress for `mallocbench run`: current cell, phase, QPS and RSS, elapsed, ETA."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from mallocbench.experiment import PlannedCell
+from mallocbench.results import STATUS_OK, Cell
+from mallocbench.workloads.sysbench import Interval
+
+
+class RichProgress:
+    def __init__(self, console: Console, seconds_per_cell: float) -> None:
+        self.console = console
+        self.seconds_per_cell = seconds_per_cell
+        # Time-based progress: the bar advances with seconds of work so the ETA is honest
+        # even though cells take the same time whatever their QPS.
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("cells"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self.task = self.progress.add_task("starting", total=1)
+        self.cells_done = 0
+
+    def __enter__(self) -> RichProgress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def start(self, total_cells: int, skipped: int) -> None:
+        self.progress.update(self.task, total=total_cells, completed=skipped)
+        if skipped:
+            self.console.print(f"resuming: {skipped} of {total_cells} cells already measured")
+
+    def status(self, text: str) -> None:
+        self.progress.update(self.task, description=text)
+
+    def cell_started(self, cell: PlannedCell, phase: str) -> None:
+        self.progress.update(self.task, description=f"{_name(cell)} [dim]{phase}[/]")
+
+    def interval(self, cell: PlannedCell, interval: Interval, rss_bytes: int | None) -> None:
+        rss = f"RSS {rss_bytes / (1 << 20):,.0f} MiB" if rss_bytes else ""
+        self.progress.update(self.task, description=f"{_name(cell)} {interval.qps:,.0f} qps {rss}")
+
+    def cell_finished(self, cell: Cell) -> None:
+        self.progress.advance(self.task)
+        if cell.status == STATUS_OK:
+            self.console.print(
+                f"  {cell.setup:>12} {cell.engine:<8} {cell.step:<28} {cell.threads:>3}t "
+                f"{cell.qps or 0:>10,.0f} qps  p99 {cell.p99_ms or 0:7.2f} ms  "
+                f"peak RSS {(cell.peak_rss_bytes or 0) / (1 << 20):,.0f} MiB"
+            )
+        else:
+            self.console.print(
+                f"  {cell.setup:>12} {cell.engine:<8} {cell.step:<28} {cell.threads:>3}t "
+                f"[red]{cell.status}[/]: {cell.error}"
+            )
+
+
+def _name(cell: PlannedCell) -> str:
+    return f"{cell.setup}/{cell.engine} {cell.step.label} {cell.threads}t r{cell.repeat}"

@@ -1,0 +1,255 @@
+"""`mallocbench run`, `report`, `runs` and `steps`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from mallocbench import experiment as experiment_mod
+from mallocbench.errors import MallocbenchError
+from mallocbench.report import export, markdown, terminal
+from mallocbench.results import RunResult
+from mallocbench.runner import Pipeline, RunOptions, write_results_json
+from mallocbench.store import Store
+from mallocbench.workloads.catalogue import CATALOGUE, GROUPS
+
+
+def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
+    """results.json, report.md and CSVs next to each other in the output directory."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    path = out_dir / "results.json"
+    write_results_json(result, path)
+    written.append(path)
+    for name, text in (
+        ("report.md", markdown.render(result)),
+        ("cells.csv", export.cells_csv(result)),
+        ("relative.csv", export.relative_csv(result)),
+    ):
+        target = out_dir / name
+        target.write_text(text)
+        written.append(target)
+    return written
+
+
+@click.command("run")
+@click.argument("experiment_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out"),
+    show_default=True,
+    help="Directory for results.json, report.md, CSVs, the store and server logs.",
+)
+@click.option(
+    "--store",
+    "store_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SQLite results store (default: OUT/results.sqlite). Several runs can share one.",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the latest run of this experiment: skip finished cells.",
+)
+@click.option("--keep-datadirs", is_flag=True, help="Keep each session's datadir for inspection.")
+@click.option("--quiet", "-q", is_flag=True, help="No live progress; print the report only.")
+@click.option("--dry-run", is_flag=True, help="Validate the experiment and print the plan.")
+def run_cmd(
+    experiment_file: Path,
+    out_dir: Path,
+    store_path: Path | None,
+    resume: bool,
+    keep_datadirs: bool,
+    quiet: bool,
+    dry_run: bool,
+) -> None:
+    """Run an experiment: every setup on every engine, step and thread count.
+
+    \b
+    Each session starts a private server (own datadir, socket, 127.0.0.1 and a free
+    port) from a copy of the loaded dataset, under the setup's allocator and knobs,
+    checks that allocator is really mapped, then runs the steps with sysbench while
+    probes sample RSS/VSZ, QPS and latency every second. Every cell is committed to
+    the store as it finishes: Ctrl-C keeps what was measured, --resume continues.
+
+    \b
+    Example:
+      mallocbench run examples/quick.toml --out out
+      mallocbench run examples/quick.toml --out out --resume
+    """
+    experiment = experiment_mod.load(experiment_file)
+    sessions = experiment_mod.plan(experiment)
+    cells = sum(len(s.cells) for s in sessions)
+    per_cell = experiment.warmup_s + experiment.duration_s + 1
+    console = Console(stderr=True)
+    if dry_run:
+        click.echo(
+            f"{experiment.name}: {len(experiment.setups)} setups x {len(experiment.engines)} "
+            f"engines x {len(experiment.steps)} steps x {len(experiment.threads)} thread counts "
+            f"x {experiment.repeats} repeats = {cells} cells, {len(sessions)} sessions, "
+            f"about {cells * per_cell / 60:.1f} min of measuring"
+        )
+        for session in sessions:
+            click.echo(
+                f"  session {session.id}: "
+                + ", ".join(f"{c.step.label}@{c.threads}" for c in session.cells)
+            )
+        return
+    options = RunOptions(
+        out_dir=out_dir, store_path=store_path, resume=resume, keep_datadirs=keep_datadirs
+    )
+    interrupted = {"flag": False}
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if interrupted["flag"]:
+            raise KeyboardInterrupt
+        interrupted["flag"] = True
+        console.print(
+            "[yellow]stopping after the current cell's data is saved (Ctrl-C again to abort)[/]"
+        )
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        if quiet:
+            outcome = Pipeline(
+                experiment, options, stop_requested=lambda: interrupted["flag"]
+            ).execute()
+        else:
+            from mallocbench.commands.progress import RichProgress
+
+            console.print(
+                f"[bold]{experiment.name}[/]: {cells} cells in {len(sessions)} sessions, "
+                f"about {cells * per_cell / 60:.1f} min; results in {out_dir}"
+            )
+            with RichProgress(console, per_cell) as progress:
+                outcome = Pipeline(
+                    experiment, options, progress, stop_requested=lambda: interrupted["flag"]
+                ).execute()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+    written = write_reports(outcome.result, out_dir)
+    terminal.print_run(outcome.result, Console())
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    if outcome.aborted == "interrupted":
+        console.print(
+            f"[yellow]interrupted[/]: {len(outcome.result.cells)} cells kept in "
+            f"{options.store_file}; continue with --resume"
+        )
+        sys.exit(130)
+    if outcome.aborted:
+        click.echo(f"mallocbench: error: {outcome.aborted.splitlines()[0]}", err=True)
+        for line in outcome.aborted.splitlines()[1:6]:
+            click.echo(f"  {line}", err=True)
+        click.echo(
+            f"  ({len(outcome.result.cells)} cells measured so far are kept in "
+            f"{options.store_file})",
+            err=True,
+        )
+        sys.exit(1)
+
+
+def _load_result(source: Path | None, run_id: str | None) -> RunResult:
+    if source is None:
+        source = Path("out")
+    if source.is_dir():
+        if (source / "results.sqlite").is_file():
+            source = source / "results.sqlite"
+        elif (source / "results.json").is_file():
+            source = source / "results.json"
+        else:
+            raise MallocbenchError(f"{source} holds no results.sqlite or results.json")
+    if not source.exists():
+        raise MallocbenchError(
+            f"{source} does not exist: give an output directory, store or results.json"
+        )
+    if source.suffix == ".json":
+        try:
+            return RunResult.from_dict(json.loads(source.read_text()))
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise MallocbenchError(f"{source} is not a mallocbench results.json ({exc})") from exc
+    store = Store(source)
+    try:
+        return store.load_run(run_id)
+    finally:
+        store.close()
+
+
+@click.command("report")
+@click.argument("source", required=False, type=click.Path(path_type=Path))
+@click.option("--run", "run_id", help="Run id in the store (default: the latest).")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["terminal", "markdown", "csv", "relative-csv", "json"]),
+    default="terminal",
+    show_default=True,
+    help="What to print on standard output.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also write results.json, report.md and CSVs into this directory.",
+)
+def report_cmd(source: Path | None, run_id: str | None, fmt: str, out_dir: Path | None) -> None:
+    """Report a run from an output directory, a store (.sqlite) or a results.json.
+
+    \b
+    Examples:
+      mallocbench report out                       the latest run in out/
+      mallocbench report out --format csv > cells.csv
+      mallocbench report out/results.json --format markdown
+    """
+    result = _load_result(source, run_id)
+    if out_dir is not None:
+        write_reports(result, out_dir)
+    if fmt == "terminal":
+        terminal.print_run(result, Console())
+    elif fmt == "markdown":
+        click.echo(markdown.render(result))
+    elif fmt == "csv":
+        click.echo(export.cells_csv(result), nl=False)
+    elif fmt == "relative-csv":
+        click.echo(export.relative_csv(result), nl=False)
+    else:
+        click.echo(export.results_json(result))
+
+
+@click.command("runs")
+@click.argument("store", required=False, type=click.Path(path_type=Path), default=Path("out"))
+def runs_cmd(store: Path) -> None:
+    """List the runs in a store (an output directory or a .sqlite file)."""
+    path = store / "results.sqlite" if store.is_dir() else store
+    if not path.is_file():
+        raise MallocbenchError(f"no results store at {path}")
+    db = Store(path)
+    try:
+        for run in db.list_runs():
+            click.echo(
+                f"{run['run_id']}  {run['status']:<11} {run['cells']:>4} cells  {run['experiment']}"
+            )
+    finally:
+        db.close()
+
+
+@click.command("steps")
+def steps_cmd() -> None:
+    """List the microbenchmark steps, their groups, ranges and SQL."""
+    for group, title in GROUPS.items():
+        click.echo(f"{group}: {title}")
+        for step in CATALOGUE:
+            if step.group == group:
+                ranges = "/".join(str(r) for r in step.ranges)
+                kind = "write" if step.writes else "read"
+                click.echo(f"  {step.name:<22} range={ranges:<14} {kind:<5}  {step.sql}")
+
+
+commands = [run_cmd, report_cmd, runs_cmd, steps_cmd]

@@ -1,0 +1,114 @@
+"""Golden datadirs: the sysbench tables loaded once per (server build, engine, shape).
+
+Every session starts from a copy, so writes of one session never leak into the next
+and a session is ready in seconds instead of a reload.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from mallocbench import allocators
+from mallocbench.errors import MallocbenchError
+from mallocbench.experiment import Dataset
+from mallocbench.servers.engines import Engine
+from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig
+from mallocbench.workloads.catalogue import lua_dir
+from mallocbench.workloads.sysbench import Sysbench
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("MALLOCBENCH_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "mallocbench"
+
+
+def _schema_hash() -> str:
+    # The loader lives in mb_common.lua: a changed schema must not reuse old datadirs.
+    return hashlib.sha256((lua_dir() / "mb_common.lua").read_bytes()).hexdigest()[:10]
+
+
+def dataset_key(build: ServerBuild, engine: Engine, dataset: Dataset) -> str:
+    version = "".join(c if c.isalnum() or c in ".-" else "_" for c in build.version)
+    return (
+        f"{build.flavor}-{version}-{engine.name}-{dataset.tables}x{dataset.rows}-{_schema_hash()}"
+    )
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def golden_datadir(
+    build: ServerBuild,
+    engine: Engine,
+    dataset: Dataset,
+    root: Path | None = None,
+    on_status: Callable[[str], None] | None = None,
+) -> Path:
+    """The loaded datadir for this shape, building it first when it is not cached."""
+    root = root or cache_root()
+    key = dataset_key(build, engine, dataset)
+    final = root / "datasets" / key
+    try:
+        with _locked(root / "datasets" / f".{key}.lock"):
+            if (final / "READY").is_file():
+                return final / "data"
+            if on_status:
+                on_status(f"loading dataset {key} (once; later runs reuse it)")
+            work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root / "datasets"))
+            try:
+                _load(build, engine, dataset, work)
+                if final.exists():
+                    shutil.rmtree(final)
+                (work / "data").rename(work / "data.loaded")
+                final.mkdir(parents=True)
+                (work / "data.loaded").rename(final / "data")
+                (final / "READY").write_text(key + "\n")
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    except PermissionError as exc:
+        raise MallocbenchError(
+            f"cannot write the dataset cache {root}: set MALLOCBENCH_CACHE to a writable directory"
+        ) from exc
+    return final / "data"
+
+
+def _load(build: ServerBuild, engine: Engine, dataset: Dataset, workdir: Path) -> None:
+    config = ServerConfig(
+        engine=engine, cache_bytes=dataset.cache_bytes, allocator=allocators.get("glibc")
+    )
+    server = PrivateServer(build, workdir, config)
+    server.initialize_datadir()
+    with server:
+        server.start()
+        server.query("CREATE DATABASE IF NOT EXISTS sbtest")
+        loader = Sysbench(
+            socket=str(server.socket),
+            tables=dataset.tables,
+            table_size=dataset.rows,
+            engine_sql=engine.sql_engine,
+        )
+        loader.prepare(threads=min(dataset.tables, os.cpu_count() or 1))
+        # Persist everything so a copy needs no crash recovery at its first start.
+        if engine.name == "innodb":
+            server.query("SET GLOBAL innodb_fast_shutdown = 0")
+    for leftover in ("mysqld.sock", "mysqld.pid"):
+        with contextlib.suppress(FileNotFoundError):
+            (workdir / leftover).unlink()

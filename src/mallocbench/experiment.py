@@ -1,0 +1,317 @@
+"""Experiment files: TOML -> validated model -> plan of cells in interleaved order.
+
+Every validation error names the key and how to fix it, in one line.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mallocbench import allocators
+from mallocbench.allocators.base import Allocator
+from mallocbench.errors import MallocbenchError
+from mallocbench.servers import engines
+from mallocbench.servers.engines import Engine
+from mallocbench.workloads.catalogue import Step, parse_steps
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+
+
+def parse_size(value: object, key: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    match = _SIZE.match(str(value))
+    if match is None or float(match.group(1)) <= 0:
+        raise MallocbenchError(f"{key} = {value!r} is not a size: write e.g. 256M, 2G or bytes")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+@dataclass
+class Setup:
+    """server build + config overrides + allocator + knobs, under a short name."""
+
+    name: str
+    allocator: Allocator
+    allocator_spec: str
+    knobs: dict[str, str] = field(default_factory=dict)
+    config: dict[str, str] = field(default_factory=dict)
+    basedir: str | None = None
+    cpus: str | None = None
+    description: str = ""
+
+
+@dataclass
+class Dataset:
+    tables: int = 4
+    rows: int = 10000
+    cache_bytes: int = 256 << 20
+
+
+@dataclass
+class Experiment:
+    name: str
+    text: str
+    setups: list[Setup]
+    base: str
+    engines: list[Engine]
+    steps: list[Step]
+    threads: list[int]
+    dataset: Dataset
+    warmup_s: float = 2.0
+    duration_s: float = 10.0
+    repeats: int = 1
+    server_config: dict[str, str] = field(default_factory=dict)
+    basedir: str | None = None
+    port: int | None = None
+    source: str = ""
+
+    def setup(self, name: str) -> Setup:
+        return next(s for s in self.setups if s.name == name)
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    setup: str
+    engine: str
+    step: Step
+    threads: int
+    repeat: int
+
+    @property
+    def key(self) -> tuple[str, str, str, int, int]:
+        return (self.setup, self.engine, self.step.label, self.threads, self.repeat)
+
+
+@dataclass(frozen=True)
+class PlannedSession:
+    """One server lifetime: a setup on an engine for one repeat, running its cells."""
+
+    setup: str
+    engine: str
+    repeat: int
+    cells: tuple[PlannedCell, ...]
+
+    @property
+    def id(self) -> str:
+        return f"{self.setup}.{self.engine}.r{self.repeat}"
+
+
+def plan(experiment: Experiment) -> list[PlannedSession]:
+    """Sessions in interleaved order: setups A B C, then C B A, ... so drift cancels."""
+    sessions = []
+    for repeat in range(experiment.repeats):
+        order = experiment.setups if repeat % 2 == 0 else list(reversed(experiment.setups))
+        for engine in experiment.engines:
+            for setup in order:
+                cells = tuple(
+                    PlannedCell(setup.name, engine.name, step, threads, repeat)
+                    for step in experiment.steps
+                    for threads in experiment.threads
+                )
+                sessions.append(PlannedSession(setup.name, engine.name, repeat, cells))
+    return sessions
+
+
+# --- loading and validation -----------------------------------------------------------------
+
+_TOP_KEYS = {
+    "name",
+    "description",
+    "base",
+    "engines",
+    "steps",
+    "threads",
+    "repeats",
+    "dataset",
+    "durations",
+    "server",
+    "setup",
+}
+
+
+def _expect(value: object, kind: type | tuple[type, ...], key: str, hint: str) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise MallocbenchError(f"{key} = {value!r} is invalid: {hint}")
+    return value
+
+
+def _string_map(value: object, key: str) -> dict[str, str]:
+    _expect(value, dict, key, "write a table of NAME = value")
+    result = {}
+    for k, v in value.items():  # type: ignore[union-attr]
+        if isinstance(v, dict | list):
+            raise MallocbenchError(f"{key}.{k} must be a single value, not {type(v).__name__}")
+        result[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
+    return result
+
+
+def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise MallocbenchError(
+            f"unknown key {extra[0]!r} in {where}: allowed keys are {', '.join(sorted(allowed))}"
+        )
+
+
+def load(path: str | Path) -> Experiment:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError as exc:
+        raise MallocbenchError(f"experiment file {path} does not exist") from exc
+    except OSError as exc:
+        raise MallocbenchError(f"cannot read experiment file {path}: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MallocbenchError(f"{path} is not valid TOML: {exc}") from exc
+    experiment = from_dict(data, text, default_name=path.stem)
+    experiment.source = str(path)
+    return experiment
+
+
+def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experiment") -> Experiment:
+    _unknown(data, _TOP_KEYS, "the experiment")
+    name = str(data.get("name", default_name))
+
+    server = _expect(data.get("server", {}), dict, "server", "write a [server] table")
+    _unknown(server, {"basedir", "port", "config"}, "[server]")
+    basedir = server.get("basedir") or None
+    port = server.get("port")
+    if port is not None:
+        _expect(port, int, "server.port", "give a TCP port number, e.g. 33060")
+        if not 1024 <= port <= 65535:
+            raise MallocbenchError(f"server.port = {port} is out of range: use 1024-65535")
+    server_config = _string_map(server.get("config", {}), "server.config")
+
+    raw_setups = data.get("setup")
+    if not raw_setups:
+        raise MallocbenchError(
+            "the experiment has no setups: add [[setup]] tables with name and allocator"
+        )
+    _expect(raw_setups, list, "setup", "write [[setup]] tables")
+    setups: list[Setup] = []
+    for index, raw in enumerate(raw_setups):
+        where = f"setup #{index + 1}"
+        _expect(raw, dict, where, "write a [[setup]] table")
+        _unknown(
+            raw,
+            {"name", "allocator", "knobs", "config", "basedir", "cpus", "description"},
+            f"[[setup]] {raw.get('name', index + 1)}",
+        )
+        spec = raw.get("allocator")
+        if not spec:
+            raise MallocbenchError(f'{where} has no allocator: set allocator = "jemalloc" etc.')
+        allocator = allocators.get(str(spec))
+        setup_name = str(raw.get("name") or allocator.name)
+        if not _NAME.match(setup_name):
+            raise MallocbenchError(
+                f"setup name {setup_name!r} is invalid: use letters, digits, '-', '_' and '.'"
+            )
+        if any(s.name == setup_name for s in setups):
+            raise MallocbenchError(f"setup name {setup_name!r} is used twice: names must differ")
+        knobs = _string_map(raw.get("knobs", {}), f"setup {setup_name}.knobs")
+        foreign = allocators.knob_allocator_mismatch(allocator, knobs)
+        if foreign:
+            raise MallocbenchError(
+                f"setup {setup_name}: knob {foreign[0]} has no effect on {allocator.name}: "
+                "remove it or change the allocator"
+            )
+        cpus = raw.get("cpus")
+        if cpus is not None and not re.fullmatch(r"[0-9,\-]+", str(cpus)):
+            raise MallocbenchError(
+                f'setup {setup_name}.cpus = {cpus!r} is not a CPU list: write e.g. "0-3" or "0,2"'
+            )
+        setups.append(
+            Setup(
+                name=setup_name,
+                allocator=allocator,
+                allocator_spec=str(spec),
+                knobs=knobs,
+                config=_string_map(raw.get("config", {}), f"setup {setup_name}.config"),
+                basedir=raw.get("basedir") or basedir,
+                cpus=str(cpus) if cpus is not None else None,
+                description=str(raw.get("description", "")),
+            )
+        )
+
+    base = str(data.get("base", setups[0].name))
+    if base not in {s.name for s in setups}:
+        raise MallocbenchError(
+            f"base = {base!r} is not a setup: use one of {', '.join(s.name for s in setups)}"
+        )
+
+    engine_names = data.get("engines", ["innodb"])
+    if isinstance(engine_names, str):
+        engine_names = [engine_names]
+    _expect(engine_names, list, "engines", 'write a list, e.g. ["innodb", "myrocks"]')
+    engine_list = [engines.get(str(e)) for e in engine_names]
+    if not engine_list:
+        raise MallocbenchError('engines is empty: write e.g. engines = ["innodb"]')
+
+    step_specs = data.get("steps", ["point-query"])
+    if isinstance(step_specs, str):
+        step_specs = [step_specs]
+    _expect(step_specs, list, "steps", 'write a list of steps or groups, e.g. ["point", "scan"]')
+    steps = parse_steps([str(s) for s in step_specs])
+    if not steps:
+        raise MallocbenchError("steps is empty: name at least one step or group")
+
+    threads = data.get("threads", [1])
+    if isinstance(threads, int):
+        threads = [threads]
+    _expect(threads, list, "threads", "write a list of client counts, e.g. [1, 8]")
+    for t in threads:
+        if not isinstance(t, int) or isinstance(t, bool) or not 1 <= t <= 4096:
+            raise MallocbenchError(f"threads contains {t!r}: use whole numbers from 1 to 4096")
+
+    repeats = data.get("repeats", 1)
+    _expect(repeats, int, "repeats", "give a whole number of repeats, e.g. 3")
+    if repeats < 1:
+        raise MallocbenchError(f"repeats = {repeats} must be at least 1")
+
+    raw_dataset = _expect(data.get("dataset", {}), dict, "dataset", "write a [dataset] table")
+    _unknown(raw_dataset, {"tables", "rows", "cache"}, "[dataset]")
+    dataset = Dataset()
+    if "tables" in raw_dataset:
+        dataset.tables = _expect(raw_dataset["tables"], int, "dataset.tables", "a whole number")
+    if "rows" in raw_dataset:
+        dataset.rows = _expect(raw_dataset["rows"], int, "dataset.rows", "a whole number")
+    if "cache" in raw_dataset:
+        dataset.cache_bytes = parse_size(raw_dataset["cache"], "dataset.cache")
+    if dataset.tables < 1 or dataset.rows < 1:
+        raise MallocbenchError("dataset.tables and dataset.rows must be at least 1")
+
+    durations = _expect(data.get("durations", {}), dict, "durations", "write a [durations] table")
+    _unknown(durations, {"warmup", "step"}, "[durations]")
+    warmup = durations.get("warmup", 2)
+    duration = durations.get("step", 10)
+    for key, value in (("durations.warmup", warmup), ("durations.step", duration)):
+        _expect(value, int | float, key, "give seconds as a number")
+    if duration < 1:
+        raise MallocbenchError(f"durations.step = {duration} must be at least 1 second")
+    if warmup < 0:
+        raise MallocbenchError(f"durations.warmup = {warmup} cannot be negative")
+
+    return Experiment(
+        name=name,
+        text=text,
+        setups=setups,
+        base=base,
+        engines=engine_list,
+        steps=steps,
+        threads=sorted(set(threads)),
+        dataset=dataset,
+        warmup_s=float(warmup),
+        duration_s=float(duration),
+        repeats=repeats,
+        server_config=server_config,
+        basedir=basedir,
+        port=port,
+    )

@@ -1,0 +1,123 @@
+"""Per-process probes from /proc: memory now and at peak, CPU, context switches, I/O."""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Memory:
+    rss_bytes: int
+    vsz_bytes: int
+    hwm_bytes: int  # peak RSS over the process's life, kept by the kernel
+    peak_vsz_bytes: int
+
+
+def read_memory(pid: int) -> Memory | None:
+    """VmRSS/VmSize/VmHWM/VmPeak of a process, or None once it is gone."""
+    values: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                key, _, rest = line.partition(":")
+                if key in ("VmRSS", "VmSize", "VmHWM", "VmPeak"):
+                    values[key] = int(rest.split()[0]) * 1024
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+    if "VmRSS" not in values:  # a zombie has no memory lines
+        return None
+    return Memory(values["VmRSS"], values["VmSize"], values["VmHWM"], values["VmPeak"])
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Cumulative counters of a process; per-operation costs are deltas of two readings."""
+
+    user_s: float
+    system_s: float
+    voluntary_cs: int
+    involuntary_cs: int
+    read_bytes: int | None
+    write_bytes: int | None
+    read_syscalls: int | None
+
+
+def read_counters(pid: int) -> Counters | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            # The command name may contain spaces; fields resume after its closing paren.
+            fields = stat.read().rsplit(")", 1)[1].split()
+        user_s = int(fields[11]) / _CLK_TCK
+        system_s = int(fields[12]) / _CLK_TCK
+        voluntary = involuntary = 0
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("voluntary_ctxt_switches:"):
+                    voluntary = int(line.split()[1])
+                elif line.startswith("nonvoluntary_ctxt_switches:"):
+                    involuntary = int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return None
+    read_bytes = write_bytes = syscr = None
+    try:
+        with open(f"/proc/{pid}/io", encoding="ascii") as io:
+            io_values = {k: int(v) for k, v in (line.split(": ") for line in io)}
+        read_bytes = io_values.get("read_bytes")
+        write_bytes = io_values.get("write_bytes")
+        syscr = io_values.get("syscr")
+    except (OSError, ValueError):
+        pass
+    return Counters(user_s, system_s, voluntary, involuntary, read_bytes, write_bytes, syscr)
+
+
+def system_context_switches() -> int | None:
+    """Context switches of the whole machine (the vmstat `cs` column, cumulative)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            for line in stat:
+                if line.startswith("ctxt "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+class PeakSampler:
+    """Samples a process's RSS and VSZ several times a second in a background thread.
+
+    The kernel's VmHWM gives the lifetime peak RSS; a cell needs the peak within its own
+    window, and VSZ has no per-window peak at all, so both are sampled here.
+    """
+
+    def __init__(self, pid: int, interval_s: float = 0.25) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.peak_rss = 0
+        self.peak_vsz = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="peak-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.interval_s)
+
+    def sample(self) -> Memory | None:
+        memory = read_memory(self.pid)
+        if memory is not None:
+            self.peak_rss = max(self.peak_rss, memory.rss_bytes)
+            self.peak_vsz = max(self.peak_vsz, memory.vsz_bytes)
+        return memory
+
+    def __enter__(self) -> PeakSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()

@@ -1,0 +1,521 @@
+"""The compare pipeline: plan -> dataset -> server -> workload + probes -> store.
+
+Each cell is committed to the store the moment it finishes; a crashed or OOM-killed
+server is recorded as the cell's result and the next cell gets a fresh server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from mallocbench import dataset
+from mallocbench.errors import MallocbenchError
+from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, plan
+from mallocbench.probes import process as proc_probe
+from mallocbench.probes.system import host_metadata
+from mallocbench.results import (
+    STATUS_FAILED,
+    STATUS_OK,
+    Cell,
+    RunResult,
+    Sample,
+    SessionInfo,
+    SetupInfo,
+)
+from mallocbench.servers import engines
+from mallocbench.servers.mariadb import (
+    PrivateServer,
+    ServerBuild,
+    ServerConfig,
+    ServerStartError,
+    find_build,
+)
+from mallocbench.store import Store
+from mallocbench.workloads.sysbench import Interval, Sysbench
+
+
+class Progress(Protocol):
+    """What the pipeline tells whoever watches it (the CLI draws it with rich)."""
+
+    def start(self, total_cells: int, skipped: int) -> None: ...
+    def status(self, text: str) -> None: ...
+    def cell_started(self, cell: PlannedCell, phase: str) -> None: ...
+    def interval(self, cell: PlannedCell, interval: Interval, rss_bytes: int | None) -> None: ...
+    def cell_finished(self, cell: Cell) -> None: ...
+
+
+class SilentProgress:
+    def start(self, total_cells: int, skipped: int) -> None:
+        pass
+
+    def status(self, text: str) -> None:
+        pass
+
+    def cell_started(self, cell: PlannedCell, phase: str) -> None:
+        pass
+
+    def interval(self, cell: PlannedCell, interval: Interval, rss_bytes: int | None) -> None:
+        pass
+
+    def cell_finished(self, cell: Cell) -> None:
+        pass
+
+
+@dataclass
+class RunOptions:
+    out_dir: Path
+    store_path: Path | None = None
+    resume: bool = False
+    keep_datadirs: bool = False
+
+    @property
+    def store_file(self) -> Path:
+        return self.store_path or self.out_dir / "results.sqlite"
+
+
+@dataclass
+class RunOutcome:
+    result: RunResult
+    aborted: str | None = None  # why the run stopped early, if it did
+    skipped: int = 0
+    measured: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def _check_writable(directory: Path) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".mallocbench-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise MallocbenchError(
+            f"output directory {directory} is not writable ({exc.strerror}): "
+            "choose another with --out"
+        ) from exc
+
+
+def _setup_infos(experiment: Experiment, builds: dict[str | None, ServerBuild]) -> list[SetupInfo]:
+    infos = []
+    for setup in experiment.setups:
+        build = builds[setup.basedir]
+        infos.append(
+            SetupInfo(
+                name=setup.name,
+                allocator=setup.allocator.name,
+                allocator_version=setup.allocator.version,
+                allocator_library=setup.allocator.preload() or setup.allocator.path,
+                knobs=dict(setup.knobs),
+                config={**experiment.server_config, **setup.config},
+                server=build.mysqld,
+                server_version=build.version,
+                cpus=setup.cpus,
+                description=setup.description,
+            )
+        )
+    return infos
+
+
+def _resolve_builds(experiment: Experiment) -> dict[str | None, ServerBuild]:
+    builds: dict[str | None, ServerBuild] = {}
+    for setup in experiment.setups:
+        if setup.basedir not in builds:
+            builds[setup.basedir] = find_build(setup.basedir)
+    return builds
+
+
+def _new_run_id(experiment: Experiment) -> str:
+    return f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _resume_run_id(store: Store, experiment: Experiment) -> str:
+    for run in reversed(store.list_runs()):
+        if run["experiment"] == experiment.name:
+            existing = store.load_run(run["run_id"], with_samples=False)
+            if existing.experiment_text != experiment.text:
+                raise MallocbenchError(
+                    f"cannot resume {run['run_id']}: the experiment file changed since; "
+                    "run without --resume to start a new run"
+                )
+            return str(run["run_id"])
+    raise MallocbenchError(
+        f"nothing to resume: {store.path} has no run of experiment {experiment.name!r}; "
+        "run without --resume"
+    )
+
+
+class Pipeline:
+    def __init__(
+        self,
+        experiment: Experiment,
+        options: RunOptions,
+        progress: Progress | None = None,
+        stop_requested: Callable[[], bool] | None = None,
+    ) -> None:
+        self.experiment = experiment
+        self.options = options
+        self.progress = progress or SilentProgress()
+        self.stop_requested = stop_requested or (lambda: False)
+
+    def execute(self) -> RunOutcome:
+        experiment, options = self.experiment, self.options
+        _check_writable(options.out_dir)
+        builds = _resolve_builds(experiment)
+        store = Store(options.store_file)
+        try:
+            return self._execute(store, builds)
+        finally:
+            store.close()
+
+    def _execute(self, store: Store, builds: dict[str | None, ServerBuild]) -> RunOutcome:
+        experiment, options = self.experiment, self.options
+        run_id = _resume_run_id(store, experiment) if options.resume else _new_run_id(experiment)
+        setups = _setup_infos(experiment, builds)
+        metadata = host_metadata()
+        metadata.update(
+            {
+                "experiment_file": experiment.source,
+                "server_versions": sorted({b.label for b in builds.values()}),
+                "allocators": {
+                    s.name: {"version": s.allocator.version, "library": s.allocator.path}
+                    for s in experiment.setups
+                },
+                "dataset": {
+                    "tables": experiment.dataset.tables,
+                    "rows": experiment.dataset.rows,
+                    "cache_bytes": experiment.dataset.cache_bytes,
+                },
+                "durations": {"warmup_s": experiment.warmup_s, "step_s": experiment.duration_s},
+                "threads": experiment.threads,
+                "engines": [e.name for e in experiment.engines],
+                "steps": [s.label for s in experiment.steps],
+                "repeats": experiment.repeats,
+            }
+        )
+        result = RunResult(
+            run_id=run_id,
+            experiment=experiment.name,
+            base_setup=experiment.base,
+            metadata=metadata,
+            setups=setups,
+            experiment_text=experiment.text,
+        )
+        if not options.resume:
+            store.create_run(result)
+        for info in setups:
+            store.save_setup(run_id, info)
+
+        done = store.finished_cell_keys(run_id)
+        sessions = plan(experiment)
+        total = sum(len(s.cells) for s in sessions)
+        skipped = sum(1 for s in sessions for c in s.cells if c.key in done)
+        self.progress.start(total, skipped)
+        outcome = RunOutcome(result=result, skipped=skipped)
+        status = "finished"
+        try:
+            for session in sessions:
+                pending = [c for c in session.cells if c.key not in done]
+                if not pending:
+                    continue
+                if self.stop_requested():
+                    raise KeyboardInterrupt
+                self._run_session(store, run_id, session, pending, builds, outcome)
+        except KeyboardInterrupt:
+            status = "interrupted"
+            outcome.aborted = "interrupted"
+        except ServerStartError as exc:
+            status = "failed"
+            outcome.aborted = str(exc)
+        finally:
+            store.finish_run(run_id, status)
+        outcome.result = store.load_run(run_id)
+        return outcome
+
+    # --- sessions and cells ---------------------------------------------------------------
+
+    def _server_config(self, planned: PlannedSession) -> ServerConfig:
+        experiment = self.experiment
+        setup = experiment.setup(planned.setup)
+        return ServerConfig(
+            engine=engines.get(planned.engine),
+            cache_bytes=experiment.dataset.cache_bytes,
+            allocator=setup.allocator,
+            knobs=setup.knobs,
+            overrides={**experiment.server_config, **setup.config},
+            cpus=setup.cpus,
+            port=experiment.port,
+            max_connections=max(200, 2 * max(experiment.threads) + 50),
+        )
+
+    def _run_session(
+        self,
+        store: Store,
+        run_id: str,
+        planned: PlannedSession,
+        pending: list[PlannedCell],
+        builds: dict[str | None, ServerBuild],
+        outcome: RunOutcome,
+    ) -> None:
+        """Run the pending cells on fresh servers; a server that dies is replaced."""
+        experiment = self.experiment
+        setup = experiment.setup(planned.setup)
+        build = builds[setup.basedir]
+        engine = engines.get(planned.engine)
+        golden = dataset.golden_datadir(
+            build, engine, experiment.dataset, on_status=self.progress.status
+        )
+        attempt = 0
+        while pending:
+            session_id = planned.id if attempt == 0 else f"{planned.id}.{attempt + 1}"
+            attempt += 1
+            rundir = self.options.out_dir / "servers" / session_id
+            server = PrivateServer(build, rundir, self._server_config(planned))
+            self.progress.status(f"starting {setup.name} on {engine.name} ({session_id})")
+            server.copy_datadir_from(golden)
+            info = SessionInfo(
+                id=session_id, setup=planned.setup, engine=planned.engine, repeat=planned.repeat
+            )
+            try:
+                try:
+                    server.start()
+                except ServerStartError as exc:
+                    raise ServerStartError(
+                        f"the server for setup {setup.name} on {engine.name} did not start: {exc}"
+                    ) from exc
+                except MallocbenchError as exc:
+                    # The allocator was not mapped: nothing measured is trustworthy.
+                    raise ServerStartError(f"setup {setup.name}: {exc}") from exc
+                info.pid = server.pid
+                info.started_at = time.time()
+                store.save_session(run_id, info)
+                sysbench = Sysbench(
+                    socket=str(server.socket),
+                    tables=experiment.dataset.tables,
+                    table_size=experiment.dataset.rows,
+                    engine_sql=engine.sql_engine,
+                )
+                while pending:
+                    planned_cell = pending[0]
+                    cell = self._run_cell(server, sysbench, planned_cell, session_id)
+                    store.save_cell(run_id, cell)
+                    pending.pop(0)
+                    outcome.measured += 1
+                    self.progress.cell_finished(cell)
+                    if cell.status != STATUS_OK:
+                        outcome.failures.append(
+                            f"{cell.setup}/{cell.engine}/{cell.step}/{cell.threads}t: "
+                            f"{cell.status} ({cell.error})"
+                        )
+                    if not server.alive():
+                        info.status = cell.status
+                        break
+                    if self.stop_requested():
+                        raise KeyboardInterrupt
+            finally:
+                memory = proc_probe.read_memory(server.pid) if server.alive() else None
+                if memory is not None:
+                    info.peak_rss_bytes = memory.hwm_bytes
+                    info.peak_vsz_bytes = memory.peak_vsz_bytes
+                server.stop()
+                info.ended_at = time.time()
+                if info.peak_rss_bytes is None:
+                    info.peak_rss_bytes = _max_cell_value(store, run_id, session_id, "rss")
+                    info.peak_vsz_bytes = _max_cell_value(store, run_id, session_id, "vsz")
+                if info.started_at is not None:
+                    store.save_session(run_id, info)
+                if not self.options.keep_datadirs:
+                    _remove_datadir(server)
+
+    def _run_cell(
+        self, server: PrivateServer, sysbench: Sysbench, planned: PlannedCell, session_id: str
+    ) -> Cell:
+        experiment = self.experiment
+        cell = Cell(
+            setup=planned.setup,
+            engine=planned.engine,
+            step=planned.step.label,
+            threads=planned.threads,
+            repeat=planned.repeat,
+            group=planned.step.group,
+            session=session_id,
+            allocator_path=server.allocator_path,
+            cache_bytes=experiment.dataset.cache_bytes,
+            started_at=time.time(),
+        )
+        if experiment.warmup_s > 0:
+            self.progress.cell_started(planned, "warmup")
+            warm = sysbench.run(
+                planned.step, planned.threads, experiment.warmup_s, should_stop=self.stop_requested
+            )
+            if self.stop_requested():
+                raise KeyboardInterrupt
+            if not server.alive():
+                return _dead_server_cell(cell, server, "during warmup")
+            if not warm.ok:
+                cell.status = STATUS_FAILED
+                cell.error = f"warmup failed: {warm.output_tail.splitlines()[-1:] or 'no output'}"
+                return cell
+
+        self.progress.cell_started(planned, "measure")
+        before = proc_probe.read_counters(server.pid)
+        system_cs_before = proc_probe.system_context_switches()
+        samples: list[Sample] = []
+
+        def on_interval(interval: Interval) -> None:
+            memory = proc_probe.read_memory(server.pid)
+            samples.append(
+                Sample(
+                    t=interval.t,
+                    rss_bytes=memory.rss_bytes if memory else None,
+                    vsz_bytes=memory.vsz_bytes if memory else None,
+                    qps=interval.qps,
+                    tps=interval.tps,
+                    latency_ms=interval.latency_ms,
+                )
+            )
+            self.progress.interval(planned, interval, memory.rss_bytes if memory else None)
+
+        with proc_probe.PeakSampler(server.pid) as peaks:
+            output = sysbench.run(
+                planned.step,
+                planned.threads,
+                experiment.duration_s,
+                on_interval=on_interval,
+                should_stop=self.stop_requested,
+            )
+        after = proc_probe.read_counters(server.pid)
+        system_cs_after = proc_probe.system_context_switches()
+        cell.samples = samples
+        cell.duration_s = output.seconds or (time.time() - cell.started_at)
+        cell.peak_rss_bytes = peaks.peak_rss or None
+        cell.peak_vsz_bytes = peaks.peak_vsz or None
+        if self.stop_requested():
+            raise KeyboardInterrupt
+        if not server.alive():
+            return _dead_server_cell(cell, server, "while measuring")
+        if not output.ok:
+            cell.status = STATUS_FAILED
+            cell.error = (
+                "sysbench failed: " + (output.output_tail.splitlines() or ["no output"])[-1]
+            )
+            return cell
+        cell.qps = output.qps
+        cell.tps = output.tps
+        cell.p95_ms = output.p95_ms
+        cell.p99_ms = output.p99_ms
+        cell.avg_ms = output.avg_ms
+        cell.errors = output.errors
+        cell.metrics = _per_op_metrics(
+            output.queries, output.client_cpu_s, before, after, system_cs_before, system_cs_after
+        )
+        cell.metrics.update(output.metrics)
+        cell.metrics.update(_server_memory(server))
+        return cell
+
+
+def _per_op_metrics(
+    operations: int,
+    client_cpu_s: float,
+    before: proc_probe.Counters | None,
+    after: proc_probe.Counters | None,
+    system_cs_before: int | None,
+    system_cs_after: int | None,
+) -> dict[str, float]:
+    """Per-operation costs as in the seeds' cpu/o and cs/o, from /proc deltas."""
+    if operations <= 0 or before is None or after is None:
+        return {}
+    user = after.user_s - before.user_s
+    system = after.system_s - before.system_s
+    metrics = {
+        "server_cpu_us_per_op": (user + system) * 1e6 / operations,
+        "server_user_us_per_op": user * 1e6 / operations,
+        "server_sys_us_per_op": system * 1e6 / operations,
+        "voluntary_cs_per_op": (after.voluntary_cs - before.voluntary_cs) / operations,
+        "involuntary_cs_per_op": (after.involuntary_cs - before.involuntary_cs) / operations,
+        "client_cpu_s": client_cpu_s,
+        "server_cpu_s": user + system,
+    }
+    total_cpu = user + system + client_cpu_s
+    if total_cpu > 0:
+        metrics["client_cpu_share"] = client_cpu_s / total_cpu
+    if before.read_bytes is not None and after.read_bytes is not None:
+        metrics["read_kb_per_op"] = (after.read_bytes - before.read_bytes) / 1024 / operations
+    if before.write_bytes is not None and after.write_bytes is not None:
+        metrics["write_kb_per_op"] = (after.write_bytes - before.write_bytes) / 1024 / operations
+    if before.read_syscalls is not None and after.read_syscalls is not None:
+        metrics["reads_per_op"] = (after.read_syscalls - before.read_syscalls) / operations
+    if system_cs_before is not None and system_cs_after is not None:
+        metrics["system_cs_per_op"] = (system_cs_after - system_cs_before) / operations
+    return metrics
+
+
+_SERVER_MEMORY_STATUS = {
+    "memory_used": "server_memory_used_bytes",
+    "innodb_buffer_pool_bytes_data": "innodb_buffer_pool_data_bytes",
+    "rocksdb_block_cache_usage": "rocksdb_block_cache_usage_bytes",
+    "rocksdb_block_cache_pinned_usage": "rocksdb_block_cache_pinned_bytes",
+}
+
+
+def _server_memory(server: PrivateServer) -> dict[str, float]:
+    """What the server says it uses, to set beside the RSS the kernel reports."""
+    names = ", ".join(f"'{n}'" for n in _SERVER_MEMORY_STATUS)
+    try:
+        rows = server.query(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
+    except Exception:  # noqa: BLE001 - a status query must never cost a measured cell
+        return {}
+    metrics = {}
+    for name, value in rows:
+        key = _SERVER_MEMORY_STATUS.get(str(name).lower())
+        with contextlib.suppress(TypeError, ValueError):
+            if key:
+                metrics[key] = float(value)  # type: ignore[arg-type]
+    return metrics
+
+
+def _dead_server_cell(cell: Cell, server: PrivateServer, when: str) -> Cell:
+    exit_info = server.exit_info()
+    assert exit_info is not None
+    cell.status = exit_info.status
+    cell.exit_signal = exit_info.signal
+    cell.log_tail = exit_info.log_tail
+    cell.error = f"{exit_info.describe()} {when}"
+    return cell
+
+
+def _max_cell_value(store: Store, run_id: str, session_id: str, kind: str) -> int | None:
+    column = "peak_rss_bytes" if kind == "rss" else "peak_vsz_bytes"
+    row = store.db.execute(
+        f"SELECT max({column}) FROM cells WHERE run_id = ? AND json_extract(data, '$.session') = ?",
+        (run_id, session_id),
+    ).fetchone()
+    return int(row[0]) if row and row[0] is not None else None
+
+
+def _remove_datadir(server: PrivateServer) -> None:
+    import shutil
+
+    shutil.rmtree(server.datadir, ignore_errors=True)
+
+
+def write_results_json(result: RunResult, path: Path) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result.to_dict(), indent=1))
+    os.replace(tmp, path)
+
+
+__all__ = [
+    "Pipeline",
+    "Progress",
+    "RunOptions",
+    "RunOutcome",
+    "SilentProgress",
+    "write_results_json",
+]

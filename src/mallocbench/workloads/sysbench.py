@@ -1,0 +1,258 @@
+"""Drive sysbench with the packaged Lua scripts and read its JSON report lines.
+
+sysbench (C + LuaJIT) generates the load; Python only reads one line per second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.workloads.catalogue import Step, lua_dir
+
+# Errors a write step may hit under concurrency; sysbench retries the event and counts them.
+IGNORED_WRITE_ERRORS = "1213,1205,1020,1062,1180"
+_HISTOGRAM_ROW = re.compile(r"^\s*([0-9.]+)\s+\|[* ]*\s(\d+)\s*$")
+
+
+@dataclass
+class Interval:
+    """One per-second sysbench report."""
+
+    t: float  # wall clock when the line arrived
+    seconds: float
+    events: int
+    queries: int
+    errors: int
+    latency_ms: float
+
+    @property
+    def qps(self) -> float:
+        return self.queries / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tps(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class RunOutput:
+    returncode: int
+    seconds: float = 0.0
+    events: int = 0
+    queries: int = 0
+    errors: int = 0
+    reconnects: int = 0
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    avg_ms: float | None = None
+    client_cpu_s: float = 0.0
+    intervals: list[Interval] = field(default_factory=list)
+    output_tail: str = ""
+    # Step-specific numbers a script reports with `mb.report_metric` (summed over threads).
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and self.seconds > 0
+
+    @property
+    def qps(self) -> float:
+        return self.queries / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def tps(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def percentiles_from_histogram(
+    rows: list[tuple[float, int]], wanted: tuple[float, ...] = (95.0, 99.0)
+) -> tuple[dict[float, float], float | None]:
+    """Percentiles (ms) and mean (ms) from sysbench's latency histogram rows."""
+    total = sum(count for _, count in rows)
+    if total == 0:
+        return {}, None
+    result: dict[float, float] = {}
+    ordered = sorted(rows)
+    for pct in wanted:
+        threshold = total * pct / 100.0
+        running = 0
+        for value, count in ordered:
+            running += count
+            if running >= threshold:
+                result[pct] = value
+                break
+    mean = sum(value * count for value, count in rows) / total
+    return result, mean
+
+
+def sysbench_binary() -> str:
+    binary = shutil.which("sysbench")
+    if binary is None:
+        raise MallocbenchError(
+            "sysbench is not installed: run `make setup` (apt-get install sysbench)"
+        )
+    return binary
+
+
+@dataclass
+class Sysbench:
+    """sysbench bound to one server socket and one dataset shape."""
+
+    socket: str
+    tables: int
+    table_size: int
+    engine_sql: str
+    user: str = "root"
+    database: str = "sbtest"
+    rand_seed: int = 0
+
+    def _command(self, step: Step | None, script: str, threads: int) -> list[str]:
+        cmd = [
+            sysbench_binary(),
+            str(lua_dir() / script),
+            f"--mysql-socket={self.socket}",
+            f"--mysql-user={self.user}",
+            f"--mysql-db={self.database}",
+            f"--tables={self.tables}",
+            f"--table-size={self.table_size}",
+            f"--engine={self.engine_sql}",
+            f"--threads={threads}",
+            "--rand-type=uniform",
+            f"--rand-seed={self.rand_seed}",
+        ]
+        if step is not None:
+            cmd.append(f"--range={step.range}")
+            if step.definition.writes:
+                cmd.append(f"--mysql-ignore-errors={IGNORED_WRITE_ERRORS}")
+            cmd.extend(step.definition.sysbench_args)
+            cmd.extend(f"--{k}={v}" for k, v in step.options.items())
+        return cmd
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # The step scripts `require` their shared modules from the package's lua folder.
+        env["LUA_PATH"] = f"{lua_dir()}/?.lua;;"
+        # sysbench must not inherit a setup's allocator: only the server is under test.
+        for key in list(env):
+            if key == "LD_PRELOAD" or key.startswith(("MALLOC_", "MIMALLOC_", "TCMALLOC_")):
+                env.pop(key)
+        return env
+
+    def prepare(self, threads: int, timeout: float = 3600) -> None:
+        cmd = [*self._command(None, "point-query.lua", max(1, threads)), "prepare"]
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, env=self._env(), timeout=timeout, check=False
+        )
+        if out.returncode != 0:
+            tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-5:])
+            raise MallocbenchError(f"loading the dataset with sysbench failed: {tail}")
+
+    def run(
+        self,
+        step: Step,
+        threads: int,
+        seconds: float,
+        on_interval: Callable[[Interval], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> RunOutput:
+        """Run one step for `seconds`, calling `on_interval` as each second is reported."""
+        cmd = [
+            *self._command(step, step.definition.script_name, threads),
+            f"--time={max(1, round(seconds))}",
+            "--report-interval=1",
+            "--histogram=on",
+            "--percentile=99",
+            # Past its time limit sysbench waits for in-flight events; do not wait forever
+            # on a server that stopped answering.
+            "--forced-shutdown=15",
+            "run",
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self._env(),
+            text=True,
+            bufsize=1,
+        )
+        watchdog = threading.Timer(seconds + 60, _kill_quietly, args=(proc,))
+        watchdog.daemon = True
+        watchdog.start()
+        result = RunOutput(returncode=-1)
+        histogram: list[tuple[float, int]] = []
+        tail: list[str] = []
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                if line.startswith("MBSTAT "):
+                    interval = _interval(_first_json(line[7:]))
+                    result.intervals.append(interval)
+                    if on_interval is not None:
+                        on_interval(interval)
+                    if should_stop is not None and should_stop():
+                        _kill_quietly(proc)
+                elif line.startswith("MBFINAL "):
+                    final = _first_json(line[8:])
+                    result.seconds = float(final["total"])
+                    result.events = int(final["events"])
+                    result.queries = int(final["reads"] + final["writes"] + final["other"])
+                    result.errors = int(final["errors"])
+                    result.reconnects = int(final["reconnects"])
+                elif line.startswith("MBMETRIC "):
+                    for name, value in _first_json(line[9:]).items():
+                        result.metrics[name] = result.metrics.get(name, 0.0) + float(value)
+                else:
+                    row = _HISTOGRAM_ROW.match(line)
+                    if row:
+                        histogram.append((float(row.group(1)), int(row.group(2))))
+                    elif line.strip():
+                        tail = [*tail[-19:], line.rstrip()]
+        finally:
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            watchdog.cancel()
+        result.returncode = proc.returncode
+        result.client_cpu_s = usage.ru_utime + usage.ru_stime
+        pcts, mean = percentiles_from_histogram(histogram)
+        result.p95_ms, result.p99_ms, result.avg_ms = pcts.get(95.0), pcts.get(99.0), mean
+        result.output_tail = "\n".join(tail[-8:])
+        return result
+
+
+def _first_json(text: str) -> dict[str, float]:
+    # The report thread prints while workers may print too; read the object and no more.
+    value, _ = json.JSONDecoder().raw_decode(text.strip())
+    return value  # type: ignore[no-any-return]
+
+
+def _interval(data: dict[str, float]) -> Interval:
+    return Interval(
+        t=time.time(),
+        seconds=float(data["interval"]),
+        events=int(data["events"]),
+        queries=int(data["reads"] + data["writes"] + data["other"]),
+        errors=int(data["errors"]),
+        latency_ms=float(data["latency_pct_s"]) * 1000.0,
+    )
+
+
+def _kill_quietly(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+
+
+def script_exists(step: Step) -> bool:
+    return (Path(lua_dir()) / step.definition.script_name).is_file()
