@@ -193,6 +193,7 @@ class PrivateServer:
         self.cnf_path = self.rundir / "my.cnf"
         self.error_log = self.rundir / "error.log"
         self.stdout_log = self.rundir / "server.out"
+        self.tmpdir = self.rundir / "tmp"
         self.socket = self._socket_path()
         self.port = config.port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -219,6 +220,8 @@ class PrivateServer:
             "bind-address": "127.0.0.1",
             "pid-file": str(self.rundir / "mysqld.pid"),
             "log-error": str(self.error_log),
+            # A private tmpdir: concurrent servers sharing /tmp collide on temp-table names.
+            "tmpdir": str(self.tmpdir),
             "skip-name-resolve": "ON",
             "skip-log-bin": "ON",
             "max_connections": str(self.config.max_connections),
@@ -266,6 +269,7 @@ class PrivateServer:
         try:
             self.rundir.mkdir(parents=True, exist_ok=True)
             os.chmod(self.rundir, 0o700)
+            self.tmpdir.mkdir(exist_ok=True)
             self.cnf_path.write_text(self.render_config())
         except OSError as exc:
             raise MallocbenchError(
@@ -286,6 +290,7 @@ class PrivateServer:
                 "--auth-root-authentication-method=normal",
                 "--skip-test-db",
                 "--skip-name-resolve",
+                f"--tmpdir={self.tmpdir}",
             ]
             if self.build.basedir:
                 cmd.append(f"--basedir={self.build.basedir}")

@@ -1,0 +1,110 @@
+"""Bad input: one clear line naming the problem, a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+GOOD = """
+name = "e"
+engines = ["innodb"]
+steps = ["point-query"]
+threads = [1]
+[dataset]
+tables = 1
+rows = 500
+cache = "32M"
+[durations]
+warmup = 0
+step = 1
+{extra}
+[[setup]]
+name = "a"
+allocator = "{allocator}"
+{setup_extra}
+"""
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mallocbench.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("mallocbench: error:")]
+    assert len(errors) == 1, result.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+def experiment(
+    tmp_path: Path, allocator: str = "glibc", extra: str = "", setup_extra: str = ""
+) -> Path:
+    path = tmp_path / "e.toml"
+    path.write_text(GOOD.format(allocator=allocator, extra=extra, setup_extra=setup_extra))
+    return path
+
+
+def test_unknown_allocator(tmp_path: Path) -> None:
+    result = run_cli("run", str(experiment(tmp_path, "hoard")), "--out", str(tmp_path / "o"))
+    assert_one_line_error(result, "unknown allocator 'hoard'", "jemalloc")
+
+
+def test_library_path_that_does_not_exist(tmp_path: Path) -> None:
+    result = run_cli("run", str(experiment(tmp_path, "/opt/none/libx.so")), "--out", str(tmp_path))
+    assert_one_line_error(result, "/opt/none/libx.so", "does not exist")
+
+
+def test_invalid_toml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("steps = [\n")
+    assert_one_line_error(run_cli("run", str(path)), "not valid TOML")
+
+
+def test_unknown_step(tmp_path: Path) -> None:
+    path = experiment(tmp_path)
+    path.write_text(path.read_text().replace('"point-query"', '"point-qurey"'))
+    assert_one_line_error(run_cli("run", str(path)), "unknown step 'point-qurey'")
+
+
+def test_unwritable_output_directory(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run_cli("run", str(experiment(tmp_path)), "--out", str(blocker / "out"))
+    assert_one_line_error(result, "not writable", "--out")
+
+
+@pytest.mark.server
+def test_port_in_use(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        path = experiment(tmp_path, extra=f"[server]\nport = {port}")
+        result = run_cli("run", str(path), "--out", str(tmp_path / "o"), "-q")
+    assert_one_line_error(result, f"port {port} is in use")
+
+
+@pytest.mark.server
+def test_server_that_fails_to_start(tmp_path: Path) -> None:
+    path = experiment(tmp_path, setup_extra='config = { innodb_no_such_knob = "1" }')
+    result = run_cli("run", str(path), "--out", str(tmp_path / "o"), "-q")
+    assert_one_line_error(result, "setup a", "did not start")
+    assert "innodb_no_such_knob" in result.stderr  # the error log line that says why
+
+
+def test_report_of_a_missing_directory(tmp_path: Path) -> None:
+    assert_one_line_error(run_cli("report", str(tmp_path / "nothing")), "does not exist")
