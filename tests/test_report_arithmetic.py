@@ -96,8 +96,25 @@ def test_summaries_keep_failed_repeats_out_of_the_mean() -> None:
 
 def test_markdown_and_csv_render_the_tables() -> None:
     text = markdown.render(sample_run())
-    assert "| point-query range=100 | 2,000 | 1.25 |" in text
+    assert "| point-query range=100 | 2,000 | 1.25 (" in text  # 2 repeats: an interval
     assert "CRASHED" in text and "| innodb | glibc | 8.00 | 3.00 | 3.00 |" in text
     csv_text = export.relative_csv(sample_run())
     assert "innodb,8,point-query range=100,point,je,2500.0,2000.0,1.25" in csv_text
     assert export.cells_csv(sample_run()).count("\n") == 9
+
+
+def test_intervals_appear_with_repeats_and_mark_real_differences() -> None:
+    cells = [cell("glibc", "scan range=100", q, i) for i, q in enumerate([100, 101, 99])]
+    cells += [cell("je", "scan range=100", q, i) for i, q in enumerate([150, 151, 149])]
+    cells += [cell("glibc", "point-query range=100", q, i) for i, q in enumerate([100, 90, 110])]
+    cells += [cell("je", "point-query range=100", q, i) for i, q in enumerate([95, 112, 101])]
+    run = RunResult("r", "t", "glibc", setups=[SetupInfo("glibc", "glibc"), SetupInfo("je", "x")])
+    run.cells = cells
+    (table,) = relative_tables(run)
+    rows = {r.step: r for r in table.rows}
+    assert rows["scan range=100"].significant("je")
+    interval = rows["point-query range=100"].intervals["je"]
+    assert interval.low < 1.0 < interval.high and not rows["point-query range=100"].significant(
+        "je"
+    )
+    assert "* marks a difference" in markdown.render(run)

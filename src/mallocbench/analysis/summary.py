@@ -11,6 +11,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from mallocbench.analysis import stats
 from mallocbench.results import STATUS_OK, Cell, RunResult
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
 
@@ -89,6 +90,12 @@ class RelativeRow:
     values: dict[str, float | None]  # setup -> relative QPS
     absolute: dict[str, float | None]  # setup -> QPS
     problems: dict[str, str]  # setup -> status when not ok
+    # setup -> relative QPS with its 95% interval; only when both sides have 2+ repeats
+    intervals: dict[str, stats.Relative] = field(default_factory=dict)
+
+    def significant(self, setup: str) -> bool:
+        interval = self.intervals.get(setup)
+        return interval is not None and interval.significant
 
 
 @dataclass
@@ -149,6 +156,7 @@ def relative_tables(result: RunResult) -> list[RelativeTable]:
                 values: dict[str, float | None] = {}
                 absolute: dict[str, float | None] = {}
                 problems: dict[str, str] = {}
+                intervals: dict[str, stats.Relative] = {}
                 if base and base.problem:
                     problems[result.base_setup] = base.problem
                 for setup in others:
@@ -158,7 +166,13 @@ def relative_tables(result: RunResult) -> list[RelativeTable]:
                     values[setup] = qps / base_qps if qps and base_qps else None
                     if summary and summary.problem:
                         problems[setup] = summary.problem
-                rows.append(RelativeRow(step, group_of(step), base_qps, values, absolute, problems))
+                    if summary and base and min(len(summary.qps_values), len(base.qps_values)) > 1:
+                        intervals[setup] = stats.relative(summary.qps_values, base.qps_values)
+                rows.append(
+                    RelativeRow(
+                        step, group_of(step), base_qps, values, absolute, problems, intervals
+                    )
+                )
             if rows:
                 tables.append(RelativeTable(engine, threads, result.base_setup, others, rows))
     return tables

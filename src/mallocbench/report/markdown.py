@@ -38,7 +38,13 @@ def render(result: RunResult) -> str:
         out.append("")
         out.append(
             f"QPS(setup) / QPS({table.base}); above 1.0 the setup is faster. "
-            f"`{table.base} QPS` is the base's absolute queries per second."
+            f"`{table.base} QPS` is the base's absolute queries per second. "
+            + (
+                "With repeats, (low-high) is the 95% interval and * marks a difference whose "
+                "interval excludes 1.0."
+                if any(r.intervals for r in table.rows)
+                else "One repeat: no confidence intervals; add repeats to tell noise from effect."
+            )
         )
         out.append("")
         header = ["step", f"{table.base} QPS", *table.setups]
@@ -53,7 +59,16 @@ def render(result: RunResult) -> str:
                 cells = []
                 for setup in table.setups:
                     problem = row.problems.get(setup)
-                    cells.append(problem.upper() if problem else fmt.ratio(row.values[setup]))
+                    if problem:
+                        cells.append(problem.upper())
+                    elif setup in row.intervals:
+                        iv = row.intervals[setup]
+                        mark = " **\\***" if iv.significant else ""
+                        cells.append(
+                            f"{fmt.ratio(row.values[setup])} ({iv.low:.2f}-{iv.high:.2f}){mark}"
+                        )
+                    else:
+                        cells.append(fmt.ratio(row.values[setup]))
                 base_text = row.problems.get(table.base, "").upper() or fmt.qps(row.base_qps)
                 rows.append([row.step, base_text, *cells])
             rows.append(

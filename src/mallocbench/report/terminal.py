@@ -45,7 +45,8 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
     for rel in relative_tables(result):
         table = Table(
             title=f"Relative QPS vs {rel.base}: {rel.engine}, {rel.threads} thread(s)",
-            caption="QPS(setup)/QPS(base): red <= 0.95, green >= 1.05",
+            caption="QPS(setup)/QPS(base): red <= 0.95, green >= 1.05"
+            + (", * significant at 95%" if any(r.intervals for r in rel.rows) else ""),
         )
         table.add_column("step")
         table.add_column(f"{rel.base} QPS", justify="right")
