@@ -1,0 +1,1000 @@
+"""The self-contained HTML report: verdict first, colored relative-QPS tables, charts.
+
+One file per run, viewable offline: the CSS, the page's own script and plotly.js (from
+the `plotly` Python package, so no npm and no CDN) are inlined. Charts are built here as
+plain Plotly figure dicts and drawn by the page; a `data-charts-rendered` attribute on
+<body> tells tests (and anyone curious) that every chart was drawn.
+
+Confidence intervals come from `analysis.stats`: a relative value is the ratio of two
+means over repeats with Fieller's 95% interval, significant when it excludes 1.0. One
+repeat gives no interval and the page says so instead of inventing one.
+"""
+
+from __future__ import annotations
+
+import html as html_mod
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+
+from mallocbench.analysis import stats
+from mallocbench.analysis.summary import (
+    CellSummary,
+    memory_rows,
+    setup_order,
+    summarize,
+)
+from mallocbench.report import formatting as fmt
+from mallocbench.results import STATUS_OK, Cell, RunResult
+from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
+
+if TYPE_CHECKING:
+    from mallocbench.commands.compare import Comparison
+
+_HERE = Path(__file__).parent
+# The thresholds of the published tables: within 5% is noise on most machines.
+SLOWER_AT = 0.95
+FASTER_AT = 1.05
+# Colorblind-safe (Okabe-Ito) so setups stay distinguishable in every chart.
+PALETTE = (
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#CC79A7",
+    "#56B4E9",
+    "#D55E00",
+    "#F0E442",
+    "#000000",
+)
+
+
+def ratio_class(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "none"
+    if value <= SLOWER_AT:
+        return "slower"
+    if value >= FASTER_AT:
+        return "faster"
+    return "same"
+
+
+def _nan(x: float | None) -> bool:
+    return x is None or math.isnan(x)
+
+
+@dataclass
+class RatioCell:
+    """One relative value (B over A) with what a reader needs to trust it."""
+
+    ratio: float | None
+    low: float = math.nan
+    high: float = math.nan
+    value: float | None = None  # absolute QPS of the compared side
+    reference: float | None = None  # absolute QPS of the reference side
+    repeats: tuple[int, int] = (0, 0)  # (compared, reference)
+    problem: str | None = None
+    reference_label: str = "base"
+
+    @property
+    def css(self) -> str:
+        return "problem" if self.problem else ratio_class(self.ratio)
+
+    @property
+    def significant(self) -> bool:
+        return stats.significant(self.low, self.high)
+
+    @property
+    def has_interval(self) -> bool:
+        return not _nan(self.low) and not _nan(self.high)
+
+    @property
+    def text(self) -> str:
+        if self.problem:
+            return self.problem.upper()
+        return fmt.ratio(self.ratio)
+
+    @property
+    def interval_text(self) -> str:
+        if self.problem or self.ratio is None:
+            return ""
+        if self.has_interval:
+            if math.isinf(self.high):
+                return "unbounded: too noisy"
+            # QPS ratios cannot be negative; Fieller's bound can be, with noisy bases.
+            return f"[{_bound(max(self.low, 0.0))}, {_bound(self.high)}]"
+        if min(self.repeats) <= 1:
+            return "1 repeat: no interval"
+        return "no interval"
+
+    @property
+    def title(self) -> str:
+        if self.problem:
+            return f"this cell did not measure: {self.problem}"
+        parts = [
+            f"{fmt.qps(self.value)} QPS vs {fmt.qps(self.reference)} QPS ({self.reference_label})"
+        ]
+        if self.ratio is not None:
+            parts.append(f"ratio {self.ratio:.3f}")
+        if self.has_interval:
+            parts.append(
+                f"95% interval {_bound(self.low)} to {_bound(self.high)}"
+                + (" (significant)" if self.significant else " (not significant)")
+            )
+        elif self.ratio is not None:
+            parts.append(self.interval_text)
+        parts.append(f"repeats {self.repeats[0]} / {self.repeats[1]}")
+        return "; ".join(parts)
+
+
+def _bound(x: float) -> str:
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.2f}"
+
+
+def ratio_cell(
+    values: list[float],
+    reference: list[float],
+    problem: str | None = None,
+    reference_label: str = "base",
+) -> RatioCell:
+    if problem or not values or not reference:
+        return RatioCell(
+            None,
+            value=stats.mean(values) if values else None,
+            reference=stats.mean(reference) if reference else None,
+            repeats=(len(values), len(reference)),
+            problem=problem,
+            reference_label=reference_label,
+        )
+    r, low, high = stats.ratio_ci(values, reference)
+    return RatioCell(
+        None if _nan(r) else r,
+        low,
+        high,
+        stats.mean(values),
+        stats.mean(reference),
+        (len(values), len(reference)),
+        reference_label=reference_label,
+    )
+
+
+@dataclass
+class RatioRow:
+    step: str
+    group: str
+    reference_qps: float | None
+    reference_problem: str | None
+    cells: dict[str, RatioCell]
+
+
+@dataclass
+class RatioTable:
+    """Steps x columns of relative values, grouped like the published tables."""
+
+    key: str
+    title: str
+    caption: str
+    columns: list[str]
+    rows: list[RatioRow]
+    reference_header: str | None = None  # column of absolute reference QPS, if any
+
+    def groups(self) -> list[tuple[str, str, list[RatioRow], dict[str, float | None]]]:
+        """(group, title, rows, geomean per column) in the catalogue's group order."""
+        out = []
+        for group, title in GROUPS.items():
+            rows = [r for r in self.rows if r.group == group]
+            if rows:
+                out.append((group, title, rows, self.geomeans(rows)))
+        return out
+
+    def geomeans(self, rows: list[RatioRow]) -> dict[str, float | None]:
+        result: dict[str, float | None] = {}
+        for column in self.columns:
+            values = [r.cells[column].ratio for r in rows if column in r.cells]
+            g = stats.geomean([v for v in values if v])
+            result[column] = None if _nan(g) else g
+        return result
+
+
+def relative_ratio_tables(
+    result: RunResult, summaries: dict[tuple[str, str, str, int], CellSummary] | None = None
+) -> list[RatioTable]:
+    """Relative QPS versus the base per engine and thread count, with intervals."""
+    summaries = summaries if summaries is not None else summarize(result.cells)
+    base = result.base_setup
+    others = [s for s in setup_order(result) if s != base]
+    engines = list(dict.fromkeys(c.engine for c in result.cells))
+    threads_list = sorted({c.threads for c in result.cells})
+    steps = sorted({c.step for c in result.cells}, key=label_order)
+    tables = []
+    for engine in engines:
+        for threads in threads_list:
+            rows = []
+            for step in steps:
+                base_summary = summaries.get((base, engine, step, threads))
+                if base_summary is None and not any(
+                    (s, engine, step, threads) in summaries for s in others
+                ):
+                    continue
+                base_values = base_summary.qps_values if base_summary else []
+                base_problem = base_summary.problem if base_summary else None
+                cells = {}
+                for setup in others:
+                    summary = summaries.get((setup, engine, step, threads))
+                    values = summary.qps_values if summary else []
+                    problem = summary.problem if summary else None
+                    if summary is None:
+                        problem = "missing"
+                    cells[setup] = ratio_cell(values, base_values, problem, base)
+                rows.append(
+                    RatioRow(
+                        step,
+                        base_summary.group if base_summary else group_of(step),
+                        stats.mean(base_values) if base_values else None,
+                        base_problem,
+                        cells,
+                    )
+                )
+            if rows:
+                tables.append(
+                    RatioTable(
+                        key=f"rel-{_slug(engine)}-{threads}",
+                        title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
+                        caption=f"QPS(setup) / QPS({base}), 95% interval below",
+                        columns=others,
+                        rows=rows,
+                        reference_header=f"{base} QPS",
+                    )
+                )
+    return tables
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+
+
+# ---------------------------------------------------------------- verdict
+
+
+@dataclass
+class VerdictRow:
+    engine: str
+    setup: str
+    group_geomeans: dict[str, RatioCell]  # group -> geomean over steps and thread counts
+    group_details: dict[str, str]  # group -> per-thread-count geomeans, for hover
+    rss_ratio: float | None
+    rss_text: str
+    faster: list[str]  # significant differences, already worded
+    slower: list[str]
+    problems: list[str]
+    note: str
+
+
+def verdict_rows(result: RunResult, tables: list[RatioTable]) -> list[VerdictRow]:
+    base = result.base_setup
+    memory = {(m.engine, m.setup): m for m in memory_rows(result)}
+    by_engine: dict[str, list[RatioTable]] = defaultdict(list)
+    for table in tables:
+        by_engine[table.key.rsplit("-", 1)[0]].append(table)
+    rows = []
+    for engine in dict.fromkeys(c.engine for c in result.cells):
+        engine_tables = by_engine.get(f"rel-{_slug(engine)}", [])
+        if not engine_tables:
+            continue
+        base_mem = memory.get((engine, base))
+        for setup in engine_tables[0].columns:
+            geomeans: dict[str, RatioCell] = {}
+            details: dict[str, str] = {}
+            faster: list[str] = []
+            slower: list[str] = []
+            problems: list[str] = []
+            any_interval = False
+            for group in GROUPS:
+                values = []
+                parts = []
+                for table in engine_tables:
+                    threads = table.key.rsplit("-", 1)[1]
+                    group_values = [
+                        r.cells[setup].ratio
+                        for r in table.rows
+                        if r.group == group and r.cells[setup].ratio
+                    ]
+                    values += group_values
+                    if group_values:
+                        parts.append(f"{threads} thr: {stats.geomean(group_values):.2f}")
+                if values:
+                    geomeans[group] = RatioCell(stats.geomean(values))
+                    details[group] = f"geomean of {len(values)} cells; " + ", ".join(parts)
+            for table in engine_tables:
+                threads = table.key.rsplit("-", 1)[1]
+                for row in table.rows:
+                    cell = row.cells[setup]
+                    where = f"{row.step} @{threads}"
+                    if cell.problem:
+                        problems.append(f"{where}: {cell.problem}")
+                    if cell.has_interval:
+                        any_interval = True
+                    if cell.significant and cell.ratio is not None:
+                        text = f"{where} {cell.ratio:.2f}x {cell.interval_text}"
+                        (faster if cell.ratio > 1 else slower).append(text)
+            mem = memory.get((engine, setup))
+            rss_ratio = None
+            if mem and base_mem and mem.peak_rss_bytes and base_mem.peak_rss_bytes:
+                rss_ratio = mem.peak_rss_bytes / base_mem.peak_rss_bytes
+            rss_text = (
+                f"{fmt.gb(mem.peak_rss_bytes)} GiB vs {fmt.gb(base_mem.peak_rss_bytes)} GiB"
+                if mem and base_mem
+                else ""
+            )
+            if any_interval:
+                note = "" if faster or slower else "no significant difference"
+            else:
+                note = "1 repeat: no interval, so no significance can be claimed"
+            rows.append(
+                VerdictRow(
+                    engine, setup, geomeans, details, rss_ratio, rss_text,
+                    faster, slower, problems, note,
+                )
+            )  # fmt: skip
+    return rows
+
+
+# ---------------------------------------------------------------- memory table
+
+
+@dataclass
+class MemoryView:
+    engine: str
+    setup: str
+    is_base: bool
+    vsz: str
+    rss: str
+    rss_per_cache: str
+    rss_vs_base: float | None
+    vsz_per_rss: str
+    cache: str
+
+
+def memory_view(result: RunResult) -> list[MemoryView]:
+    rows = memory_rows(result)
+    base_rss = {r.engine: r.peak_rss_bytes for r in rows if r.setup == result.base_setup}
+    out = []
+    for r in rows:
+        base = base_rss.get(r.engine)
+        out.append(
+            MemoryView(
+                r.engine,
+                r.setup,
+                r.setup == result.base_setup,
+                fmt.gb(r.peak_vsz_bytes),
+                fmt.gb(r.peak_rss_bytes),
+                fmt.ratio(r.rss_per_cache),
+                r.peak_rss_bytes / base if r.peak_rss_bytes and base else None,
+                fmt.ratio(r.peak_vsz_bytes / r.peak_rss_bytes)
+                if r.peak_vsz_bytes and r.peak_rss_bytes
+                else "-",
+                fmt.mib(r.cache_bytes),
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------- charts
+
+
+@dataclass
+class Chart:
+    id: str
+    title: str
+    data: list[dict[str, Any]]
+    layout: dict[str, Any]
+    note: str = ""
+    wide: bool = False
+
+    def spec(self) -> dict[str, Any]:
+        layout = {
+            "margin": {"l": 60, "r": 20, "t": 30, "b": 60},
+            "height": 360,
+            "font": {"size": 12},
+            "legend": {"orientation": "h", "y": -0.25},
+            "hovermode": "closest",
+            **self.layout,
+        }
+        return {"id": self.id, "data": self.data, "layout": layout}
+
+
+def _colors(result: RunResult) -> dict[str, str]:
+    return {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(setup_order(result))}
+
+
+def _x_categories(steps: list[str]) -> list[list[str]]:
+    """Plotly multicategory x: the group on the outer row, the step on the inner one."""
+    return [[group_of(s) for s in steps], list(steps)]
+
+
+def short_labels(steps: list[str]) -> list[str]:
+    """Step names without their range where the run used only one range of that step.
+
+    Half-width charts cannot fit "read-only-order range=1000" under each bar.
+    """
+    names = [s.split(" ", 1)[0] for s in steps]
+    return [
+        name if names.count(name) == 1 else step.replace(" range=", " r=")
+        for name, step in zip(names, steps, strict=True)
+    ]
+
+
+def relative_chart(table: RatioTable, colors: dict[str, str]) -> Chart:
+    ordered = [r for _, _, rows, _ in table.groups() for r in rows]
+    x = _x_categories([r.step for r in ordered])
+    ratios = [r.cells[s].ratio for r in ordered for s in table.columns]
+    top = max([v for v in ratios if v] + [1.0]) * 1.25
+    data = []
+    for setup in table.columns:
+        cells = [r.cells[setup] for r in ordered]
+        ys = [c.ratio for c in cells]
+        # Fieller's interval can be unbounded or reach below zero with few noisy repeats;
+        # such whiskers are drawn to the chart's edge rather than stretching its axis.
+        up = [min(c.high, top) - c.ratio if c.has_interval and c.ratio else None for c in cells]
+        down = [c.ratio - max(c.low, 0) if c.has_interval and c.ratio else None for c in cells]
+        trace: dict[str, Any] = {
+            "type": "bar",
+            "name": setup,
+            "x": x,
+            "y": ys,
+            "marker": {"color": colors.get(setup)},
+            "hovertext": [c.title for c in cells],
+            "hoverinfo": "text+name",
+        }
+        if any(v is not None and math.isfinite(v) for v in up):
+            trace["error_y"] = {
+                "type": "data",
+                "array": [v if v is not None and math.isfinite(v) else 0 for v in up],
+                "arrayminus": [v if v is not None and math.isfinite(v) else 0 for v in down],
+                "thickness": 1,
+                "width": 3,
+            }
+        data.append(trace)
+    layout = {
+        "barmode": "group",
+        "yaxis": {"title": {"text": "relative QPS (1.0 = base)"}, "range": [0, top]},
+        "shapes": [
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": 1,
+                "y1": 1,
+                "line": {"color": "#555", "dash": "dot", "width": 1},
+            }
+        ],
+    }
+    return Chart(
+        f"chart-{table.key}",
+        f"Relative QPS, {table.title}",
+        data,
+        layout,
+        "Bars: mean QPS over repeats divided by the base's; whiskers: 95% interval "
+        "(none with one repeat; cut at the chart's edge when unbounded).",
+    )
+
+
+def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]:
+    """RSS and VSZ over each session's lifetime, one line per session, per engine."""
+    charts = []
+    engines = list(dict.fromkeys(c.engine for c in result.cells))
+    sessions = {s.id: s for s in result.sessions}
+    for engine in engines:
+        by_session: dict[str, list[Cell]] = defaultdict(list)
+        for cell in result.cells:
+            if cell.engine == engine and cell.samples:
+                by_session[cell.session].append(cell)
+        if not by_session:
+            continue
+        rss_traces = []
+        vsz_traces = []
+        boundaries: list[tuple[float, str]] = []
+        for index, (session_id, cells) in enumerate(by_session.items()):
+            cells.sort(key=lambda c: c.started_at or (c.samples[0].t if c.samples else 0))
+            info = sessions.get(session_id)
+            start = (
+                info.started_at
+                if info and info.started_at
+                else min(c.started_at or c.samples[0].t for c in cells)
+            )
+            xs: list[float | None] = []
+            rss: list[float | None] = []
+            vsz: list[float | None] = []
+            labels: list[str | None] = []
+            for cell in cells:
+                for sample in cell.samples:
+                    xs.append(round(sample.t - start, 2))
+                    rss.append(sample.rss_bytes / fmt.GB if sample.rss_bytes else None)
+                    vsz.append(sample.vsz_bytes / fmt.GB if sample.vsz_bytes else None)
+                    labels.append(f"{cell.step} @{cell.threads}")
+                # A gap between cells (warmup, restarts) must not be drawn as a line.
+                xs.append(None)
+                rss.append(None)
+                vsz.append(None)
+                labels.append(None)
+                if index == 0 and cell.started_at:
+                    boundaries.append((cell.started_at - start, f"{cell.step} @{cell.threads}"))
+            setup = cells[0].setup
+            repeat = cells[0].repeat
+            style = {
+                "color": colors.get(setup),
+                "dash": ("solid", "dash", "dot", "dashdot")[repeat % 4],
+                "width": 1.5,
+            }
+            common = {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "marker": {"size": 3},
+                "name": session_id,
+                "x": xs,
+                "line": style,
+                "customdata": labels,
+                "legendgroup": setup,
+            }
+            rss_traces.append(
+                {**common, "y": rss, "hovertemplate": "%{y:.3f} GiB, %{customdata}<extra>"
+                 + html_mod.escape(session_id) + "</extra>"}
+            )  # fmt: skip
+            vsz_traces.append(
+                {**common, "y": vsz, "hovertemplate": "%{y:.2f} GiB, %{customdata}<extra>"
+                 + html_mod.escape(session_id) + "</extra>"}
+            )  # fmt: skip
+        first = next(iter(by_session))
+        shapes = [
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": x,
+                "x1": x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": "#999", "width": 1, "dash": "dot"},
+            }
+            for x, _ in boundaries
+        ]
+        annotations = [
+            {
+                "x": x,
+                "y": 1,
+                "xref": "x",
+                "yref": "paper",
+                "text": label.split(" range=")[0] + label[label.rfind(" @") :],
+                "showarrow": False,
+                "textangle": -90,
+                "xanchor": "left",
+                "yanchor": "top",
+                "font": {"size": 9, "color": "#777"},
+            }
+            for x, label in boundaries
+        ]
+        for kind, traces in (("RSS", rss_traces), ("VSZ", vsz_traces)):
+            charts.append(
+                Chart(
+                    f"chart-{kind.lower()}-{_slug(engine)}",
+                    f"{kind} over time, {engine}",
+                    traces,
+                    {
+                        "xaxis": {"title": {"text": "seconds since the server started"}},
+                        "yaxis": {"title": {"text": f"{kind} (GiB)"}, "rangemode": "tozero"},
+                        "shapes": shapes,
+                        "annotations": annotations,
+                    },
+                    f"One line per session (color: setup, dash: repeat). Dotted verticals: "
+                    f"step starts in session {first}; hover a line for the step it ran.",
+                )
+            )
+    return charts
+
+
+def _threads_dropdown(threads_list: list[int], traces_per: int) -> list[dict[str, Any]]:
+    buttons = []
+    for i, threads in enumerate(threads_list):
+        visible = [j // traces_per == i for j in range(traces_per * len(threads_list))]
+        buttons.append(
+            {"label": f"{threads} thread{'s' if threads != 1 else ''}", "method": "restyle",
+             "args": [{"visible": visible}]}
+        )  # fmt: skip
+    return [
+        {"buttons": buttons, "direction": "down", "x": 1, "xanchor": "right", "y": 1.12,
+         "yanchor": "top", "showactive": True}
+    ]  # fmt: skip
+
+
+def per_step_charts(
+    result: RunResult,
+    summaries: dict[tuple[str, str, str, int], CellSummary],
+    colors: dict[str, str],
+) -> list[Chart]:
+    """Bars per step and setup of p99 latency and per-op costs; threads in a dropdown."""
+    setups = setup_order(result)
+    engines = list(dict.fromkeys(c.engine for c in result.cells))
+    threads_list = sorted({c.threads for c in result.cells})
+    steps = sorted({c.step for c in result.cells}, key=label_order)
+    has = {name for s in summaries.values() for name in s.metrics}
+
+    def cs_per_op(s: CellSummary) -> float | None:
+        if "system_cs_per_op" in s.metrics:
+            return s.metrics["system_cs_per_op"]
+        parts = [s.metrics.get("voluntary_cs_per_op"), s.metrics.get("involuntary_cs_per_op")]
+        return sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+
+    measures: list[tuple[str, str, str, Any, str]] = [
+        ("p99", "Latency p99 per step", "p99 latency (ms)", lambda s: s.p99_ms,
+         "Median over repeats of the cells' p99 latency."),
+    ]  # fmt: skip
+    if "server_cpu_us_per_op" in has:
+        measures.append(
+            ("cpu", "Server CPU per operation (cpu/o)", "server CPU µs per operation",
+             lambda s: s.metrics.get("server_cpu_us_per_op"),
+             "Server process CPU time (user + system) per query, mean over repeats.")
+        )  # fmt: skip
+    if has & {"system_cs_per_op", "voluntary_cs_per_op", "involuntary_cs_per_op"}:
+        cs_note = (
+            "System-wide context switches per query (vmstat cs / queries), as the published "
+            "studies count them; mean over repeats."
+            if "system_cs_per_op" in has
+            else "Voluntary + involuntary context switches of the server per query."
+        )
+        measures.append(
+            ("cs", "Context switches per operation (cs/o)", "context switches per op",
+             cs_per_op, cs_note)
+        )  # fmt: skip
+    charts = []
+    for engine in engines:
+        for key, title, ytitle, getter, note in measures:
+            data = []
+            engine_steps = [
+                s for s in steps if any(k[1] == engine and k[2] == s for k in summaries)
+            ]
+            x = short_labels(engine_steps)
+            for t_index, threads in enumerate(threads_list):
+                for setup in setups:
+                    ys = []
+                    for step in engine_steps:
+                        summary = summaries.get((setup, engine, step, threads))
+                        value = getter(summary) if summary and summary.qps_values else None
+                        ys.append(value)
+                    data.append(
+                        {"type": "bar", "name": setup, "x": x, "y": ys,
+                         "marker": {"color": colors.get(setup)}, "visible": t_index == 0,
+                         "customdata": engine_steps,
+                         "hovertemplate": f"%{{customdata}}: %{{y:.3g}}<extra>"
+                         f"{html_mod.escape(setup)}, {threads} thr</extra>"}
+                    )  # fmt: skip
+            if not any(v is not None for trace in data for v in trace["y"]):
+                continue
+            layout: dict[str, Any] = {
+                "barmode": "group",
+                "yaxis": {"title": {"text": ytitle}, "rangemode": "tozero"},
+            }
+            if len(threads_list) > 1:
+                layout["updatemenus"] = _threads_dropdown(threads_list, len(setups))
+                layout["margin"] = {"l": 60, "r": 20, "t": 45, "b": 60}
+                note = note + " Choose the thread count at the top right."
+            else:
+                note = note + f" {threads_list[0]} client thread(s)."
+            charts.append(Chart(f"chart-{key}-{_slug(engine)}", f"{title}, {engine}", data,
+                                layout, note))  # fmt: skip
+    return charts
+
+
+def scalability_charts(
+    result: RunResult,
+    summaries: dict[tuple[str, str, str, int], CellSummary],
+    colors: dict[str, str],
+) -> list[Chart]:
+    """QPS versus client threads per setup; the step is chosen in a dropdown."""
+    threads_list = sorted({c.threads for c in result.cells})
+    if len(threads_list) < 2:
+        return []
+    setups = setup_order(result)
+    charts = []
+    for engine in dict.fromkeys(c.engine for c in result.cells):
+        steps = sorted({k[2] for k in summaries if k[1] == engine}, key=label_order)
+        data = []
+        for s_index, step in enumerate(steps):
+            for setup in setups:
+                ys: list[float | None] = []
+                err: list[float] = []
+                err_minus: list[float] = []
+                for threads in threads_list:
+                    summary = summaries.get((setup, engine, step, threads))
+                    if summary and summary.qps_values:
+                        m, low, high = stats.mean_ci(summary.qps_values)
+                        ys.append(m)
+                        err.append(0 if math.isnan(low) else high - m)
+                        err_minus.append(0 if math.isnan(low) else m - max(low, 0.0))
+                    else:
+                        ys.append(None)
+                        err.append(0)
+                        err_minus.append(0)
+                trace: dict[str, Any] = {
+                    "type": "scatter",
+                    "mode": "lines+markers",
+                    "name": setup,
+                    "x": threads_list,
+                    "y": ys,
+                    "line": {"color": colors.get(setup)},
+                    "visible": s_index == 0,
+                    "hovertemplate": "%{y:,.0f} QPS at %{x} threads<extra>"
+                    + html_mod.escape(setup)
+                    + "</extra>",
+                }
+                if any(err):
+                    trace["error_y"] = {
+                        "type": "data", "array": err, "arrayminus": err_minus, "thickness": 1
+                    }  # fmt: skip
+                data.append(trace)
+        buttons = []
+        for s_index, step in enumerate(steps):
+            visible = [i // len(setups) == s_index for i in range(len(data))]
+            buttons.append({"label": step, "method": "restyle", "args": [{"visible": visible}]})
+        charts.append(
+            Chart(
+                f"chart-threads-{_slug(engine)}",
+                f"QPS versus client threads, {engine}",
+                data,
+                {
+                    "xaxis": {"title": {"text": "client threads"}, "tickvals": threads_list},
+                    "yaxis": {"title": {"text": "QPS"}, "rangemode": "tozero"},
+                    "updatemenus": [
+                        {
+                            "buttons": buttons,
+                            "direction": "down",
+                            "x": 1,
+                            "xanchor": "right",
+                            "y": 1.12,
+                            "yanchor": "top",
+                        }
+                    ],  # fmt: skip
+                    "margin": {"l": 60, "r": 20, "t": 45, "b": 60},
+                },
+                "Mean QPS over repeats with 95% interval whiskers. Choose the step at the top "
+                "right.",
+            )
+        )
+    return charts
+
+
+# ---------------------------------------------------------------- metadata
+
+
+def run_facts(meta: dict[str, Any]) -> list[tuple[str, str]]:
+    facts: list[tuple[str, str]] = []
+
+    def add(label: str, value: Any) -> None:
+        if value not in (None, "", [], {}):
+            facts.append((label, str(value)))
+
+    add("host", meta.get("host"))
+    add("OS", meta.get("os"))
+    if meta.get("cpu_model") or meta.get("cpus"):
+        add("CPU", f"{meta.get('cpus', '?')} x {meta.get('cpu_model', 'unknown model')}")
+    if meta.get("memory_bytes"):
+        add("memory", f"{fmt.gb(meta['memory_bytes'])} GiB")
+    add("kernel", meta.get("kernel"))
+    add("glibc", meta.get("glibc"))
+    if meta.get("thp"):
+        add("transparent huge pages", f"{meta['thp']} (defrag: {meta.get('thp_defrag', '?')})")
+    add("server", ", ".join(meta.get("server_versions") or []))
+    add("sysbench", meta.get("sysbench"))
+    add("mallocbench", meta.get("mallocbench"))
+    add("python", meta.get("python"))
+    dataset = meta.get("dataset")
+    if isinstance(dataset, dict):
+        add(
+            "dataset",
+            f"{dataset.get('tables')} table(s) x {dataset.get('rows', 0):,} rows, cache "
+            f"{fmt.mib(dataset.get('cache_bytes'))}",
+        )
+    durations = meta.get("durations")
+    if isinstance(durations, dict):
+        add(
+            "durations",
+            f"{durations.get('warmup_s', 0):g} s warmup + {durations.get('step_s', 0):g} s "
+            "per cell",
+        )
+    add("repeats", meta.get("repeats"))
+    add("client threads", ", ".join(str(t) for t in meta.get("threads") or []))
+    add("experiment file", meta.get("experiment_file"))
+    known = {
+        "host", "os", "cpus", "cpu_model", "memory_bytes", "kernel", "glibc", "thp",
+        "thp_defrag", "server_versions", "sysbench", "mallocbench", "python", "dataset",
+        "durations", "repeats", "threads", "experiment_file", "allocators", "engines", "steps",
+    }  # fmt: skip
+    for key, value in meta.items():
+        if key not in known and isinstance(value, str | int | float):
+            add(key, value)
+    return facts
+
+
+def setup_differences(result: RunResult) -> list[tuple[str, dict[str, str]]]:
+    """Only what differs between setups: the reader's question is 'what did we change?'."""
+    setups = result.setups
+    if len(setups) < 2:
+        return []
+    fields: dict[str, dict[str, str]] = {}
+
+    def put(name: str, setup: str, value: str | None) -> None:
+        fields.setdefault(name, {})[setup] = value if value not in (None, "") else "-"
+
+    for s in setups:
+        put("allocator", s.name, s.allocator)
+        put("allocator version", s.name, s.allocator_version)
+        put("allocator library", s.name, s.allocator_library)
+        put("server", s.name, s.server)
+        put("server version", s.name, s.server_version)
+        put("CPU set", s.name, s.cpus)
+    knob_names = sorted({k for s in setups for k in s.knobs})
+    config_names = sorted({k for s in setups for k in s.config})
+    for s in setups:
+        for k in knob_names:
+            put(f"knob {k}", s.name, s.knobs.get(k))
+        for k in config_names:
+            put(f"config {k}", s.name, s.config.get(k))
+    return [
+        (name, values)
+        for name, values in fields.items()
+        if len({values.get(s.name, "-") for s in setups}) > 1
+    ]
+
+
+# ---------------------------------------------------------------- rendering
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_HERE / "templates")),
+        autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["ratio"] = fmt.ratio
+    env.filters["ratio_class"] = ratio_class
+    env.filters["qps"] = fmt.qps
+    return env
+
+
+@cache
+def _static(name: str) -> str:
+    return (_HERE / "static" / name).read_text()
+
+
+@cache
+def plotly_js() -> str:
+    """plotly.js from the Python package, so the page needs no network to draw."""
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def _charts_json(charts: list[Chart]) -> str:
+    # "</" inside a <script> block would end it early; "<\/" is the same JSON string.
+    text = json.dumps([c.spec() for c in charts], separators=(",", ":"), allow_nan=False,
+                      default=str)  # fmt: skip
+    return text.replace("</", "<\\/")
+
+
+def _clean_nan(value: Any) -> Any:
+    """JSON has no NaN: missing values become null, which Plotly leaves as gaps."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean_nan(v) for v in value]
+    return value
+
+
+def _page(template: str, charts: list[Chart], **context: Any) -> str:
+    for chart in charts:
+        chart.data = _clean_nan(chart.data)
+        chart.layout = _clean_nan(chart.layout)
+    return (
+        _environment()
+        .get_template(template)
+        .render(
+            charts=charts,
+            charts_json=jinja2.utils.markupsafe.Markup(_charts_json(charts)),
+            css=jinja2.utils.markupsafe.Markup(_static("report.css")),
+            page_js=jinja2.utils.markupsafe.Markup(_static("report.js")),
+            plotly_js=jinja2.utils.markupsafe.Markup(plotly_js()),
+            groups=GROUPS,
+            **context,
+        )
+    )
+
+
+@dataclass
+class ReportContext:
+    """Everything the run page shows, computed once (tests inspect it too)."""
+
+    result: RunResult
+    tables: list[RatioTable]
+    verdict: list[VerdictRow]
+    memory: list[MemoryView]
+    charts: list[Chart]
+    relative_charts: dict[str, Chart]
+    facts: list[tuple[str, str]]
+    differences: list[tuple[str, dict[str, str]]]
+    problems: list[Cell] = field(default_factory=list)
+
+
+def build_context(result: RunResult) -> ReportContext:
+    summaries = summarize(result.cells)
+    tables = relative_ratio_tables(result, summaries)
+    colors = _colors(result)
+    relative = {t.key: relative_chart(t, colors) for t in tables}
+    charts = (
+        list(relative.values())
+        + memory_time_charts(result, colors)
+        + scalability_charts(result, summaries, colors)
+        + per_step_charts(result, summaries, colors)
+    )
+    return ReportContext(
+        result=result,
+        tables=tables,
+        verdict=verdict_rows(result, tables),
+        memory=memory_view(result),
+        charts=charts,
+        relative_charts=relative,
+        facts=run_facts(result.metadata),
+        differences=setup_differences(result),
+        problems=[c for c in result.cells if c.status != STATUS_OK],
+    )
+
+
+def render_html(result: RunResult) -> str:
+    ctx = build_context(result)
+    beside_tables = {c.id for c in ctx.relative_charts.values()}
+    other_charts = [c for c in ctx.charts if c.id not in beside_tables]
+    return _page(
+        "report.html.j2",
+        ctx.charts,
+        ctx=ctx,
+        result=result,
+        other_charts=other_charts,
+        title=f"mallocbench: {result.experiment}",
+    )
+
+
+def write_html(result: RunResult, path: Path) -> Path:
+    """Write the report as one self-contained file; returns its path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_html(result), encoding="utf-8")
+    return path
+
+
+def render_compare_html(comparison: Comparison) -> str:
+    colors = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(comparison.setups)}
+    charts = [relative_chart(t, colors) for t in comparison.tables]
+    for chart in charts:
+        chart.title = chart.title.replace("Relative QPS", "B / A QPS")
+        chart.note = "Bars: mean QPS of run B over run A's; whiskers: 95% interval."
+        chart.layout["yaxis"] = {"title": {"text": "QPS(B) / QPS(A)"}}
+    return _page(
+        "compare.html.j2",
+        charts,
+        cmp=comparison,
+        chart_by_key={t.key: c for t, c in zip(comparison.tables, charts, strict=True)},
+        facts_a=dict(run_facts(comparison.a.metadata)),
+        facts_b=dict(run_facts(comparison.b.metadata)),
+        title=f"mallocbench compare: {comparison.a.run_id} vs {comparison.b.run_id}",
+    )
