@@ -29,12 +29,12 @@ demo: setup
 	@echo "Report: $(OUT)/report.md  (results: $(OUT)/results.json)"
 
 test: setup
-	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/ruff check src tests bench
 	$(PY) -m pytest -q tests
 
 lint: venv
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
 
 clean:
 	rm -rf $(VENV) $(OUT) native/build .pytest_cache

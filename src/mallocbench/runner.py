@@ -38,7 +38,8 @@ from mallocbench.servers.mariadb import (
     find_build,
 )
 from mallocbench.store import Store
-from mallocbench.workloads.sysbench import Interval, Sysbench
+from mallocbench.workloads.catalogue import Step
+from mallocbench.workloads.sysbench import Interval, RunOutput, Sysbench
 
 
 class Progress(Protocol):
@@ -366,36 +367,22 @@ class Pipeline:
         self.progress.cell_started(planned, "measure")
         before = proc_probe.read_counters(server.pid)
         system_cs_before = proc_probe.system_context_switches()
-        samples: list[Sample] = []
-
-        def on_interval(interval: Interval) -> None:
-            memory = proc_probe.read_memory(server.pid)
-            samples.append(
-                Sample(
-                    t=interval.t,
-                    rss_bytes=memory.rss_bytes if memory else None,
-                    vsz_bytes=memory.vsz_bytes if memory else None,
-                    qps=interval.qps,
-                    tps=interval.tps,
-                    latency_ms=interval.latency_ms,
-                )
-            )
-            self.progress.interval(planned, interval, memory.rss_bytes if memory else None)
-
-        with proc_probe.PeakSampler(server.pid) as peaks:
-            output = sysbench.run(
-                planned.step,
-                planned.threads,
-                experiment.duration_s,
-                on_interval=on_interval,
-                should_stop=self.stop_requested,
-            )
+        measured = measure(
+            server.pid,
+            sysbench,
+            planned.step,
+            planned.threads,
+            experiment.duration_s,
+            on_interval=lambda i, rss: self.progress.interval(planned, i, rss),
+            should_stop=self.stop_requested,
+        )
+        output, samples = measured.output, measured.samples
         after = proc_probe.read_counters(server.pid)
         system_cs_after = proc_probe.system_context_switches()
         cell.samples = samples
         cell.duration_s = output.seconds or (time.time() - cell.started_at)
-        cell.peak_rss_bytes = peaks.peak_rss or None
-        cell.peak_vsz_bytes = peaks.peak_vsz or None
+        cell.peak_rss_bytes = measured.peak_rss_bytes
+        cell.peak_vsz_bytes = measured.peak_vsz_bytes
         if self.stop_requested():
             raise KeyboardInterrupt
         if not server.alive():
@@ -418,6 +405,54 @@ class Pipeline:
         cell.metrics.update(output.metrics)
         cell.metrics.update(_server_memory(server))
         return cell
+
+
+@dataclass
+class Measured:
+    output: RunOutput
+    samples: list[Sample]
+    peak_rss_bytes: int | None
+    peak_vsz_bytes: int | None
+
+
+def measure(
+    server_pid: int,
+    sysbench: Sysbench,
+    step: Step,
+    threads: int,
+    seconds: float,
+    probes: bool = True,
+    on_interval: Callable[[Interval, int | None], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Measured:
+    """One measured sysbench run with the memory probes around it.
+
+    `probes=False` exists for the harness-overhead benchmark, which must run the very
+    same code path with and without sampling.
+    """
+    samples: list[Sample] = []
+
+    def record(interval: Interval) -> None:
+        memory = proc_probe.read_memory(server_pid) if probes else None
+        samples.append(
+            Sample(
+                t=interval.t,
+                rss_bytes=memory.rss_bytes if memory else None,
+                vsz_bytes=memory.vsz_bytes if memory else None,
+                qps=interval.qps,
+                tps=interval.tps,
+                latency_ms=interval.latency_ms,
+            )
+        )
+        if on_interval is not None:
+            on_interval(interval, memory.rss_bytes if memory else None)
+
+    if not probes:
+        output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
+        return Measured(output, samples, None, None)
+    with proc_probe.PeakSampler(server_pid) as peaks:
+        output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
+    return Measured(output, samples, peaks.peak_rss or None, peaks.peak_vsz or None)
 
 
 def _per_op_metrics(

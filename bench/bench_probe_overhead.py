@@ -1,0 +1,85 @@
+"""Harness overhead: QPS with the memory probes on versus off, in one run.
+
+One private server, one step; runs alternate on/off (on off off on on off ...) so machine
+drift cancels, and the verdict is the ratio of medians, QPS(probes on) / QPS(off), with
+the target at 0.99 or better. Absolute QPS on a shared 2-core machine means little;
+the ratio within one run is what this measures.
+
+    .venv/bin/python bench/bench_probe_overhead.py [--rounds 6] [--seconds 5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from mallocbench import allocators
+from mallocbench.dataset import golden_datadir
+from mallocbench.experiment import Dataset
+from mallocbench.runner import measure
+from mallocbench.servers import engines
+from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
+from mallocbench.workloads.catalogue import step_from_label
+from mallocbench.workloads.sysbench import Sysbench
+
+TARGET = 0.99
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=6, help="runs per mode")
+    parser.add_argument("--seconds", type=float, default=5.0, help="seconds per run")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--step", default="point-query", help="a cheap step shows overhead most")
+    args = parser.parse_args()
+
+    build = find_build()
+    engine = engines.get("innodb")
+    dataset = Dataset(tables=2, rows=10000, cache_bytes=128 << 20)
+    golden = golden_datadir(build, engine, dataset)
+    step = step_from_label(args.step)
+    qps: dict[bool, list[float]] = {True: [], False: []}
+    with tempfile.TemporaryDirectory(prefix="mb-bench-") as tmp:
+        config = ServerConfig(engine, dataset.cache_bytes, allocators.get("glibc"))
+        with PrivateServer(build, Path(tmp), config) as server:
+            server.copy_datadir_from(golden)
+            server.start()
+            sysbench = Sysbench(str(server.socket), dataset.tables, dataset.rows, "InnoDB")
+            sysbench.run(step, args.threads, 2)  # warm the buffer pool
+            order = [i % 4 in (0, 3) for i in range(2 * args.rounds)]
+            for probes in order:
+                out = measure(server.pid, sysbench, step, args.threads, args.seconds, probes)
+                qps[probes].append(out.output.qps)
+                print(
+                    f"probes {'on ' if probes else 'off'}  {out.output.qps:10.0f} qps", flush=True
+                )
+    ratio = statistics.median(qps[True]) / statistics.median(qps[False])
+    spread = statistics.pstdev(qps[False]) / statistics.mean(qps[False])
+    # A 1% target cannot be judged on a machine whose own run-to-run noise is larger.
+    if ratio >= TARGET:
+        verdict = "ok"
+    elif spread > 1 - TARGET:
+        verdict = "inconclusive: run-to-run noise exceeds the target; rerun on a quiet machine"
+    else:
+        verdict = "overhead above target"
+    print(
+        json.dumps(
+            {
+                "benchmark": "probe_overhead",
+                "ratio_on_over_off": round(ratio, 4),
+                "target": TARGET,
+                "noise_cv_off": round(spread, 4),
+                "rounds": args.rounds,
+                "verdict": verdict,
+            }
+        )
+    )
+    return 1 if verdict == "overhead above target" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
