@@ -1,0 +1,158 @@
+"""`mallocbench patterns`: database-shaped allocation patterns under each allocator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.patterns import experiment as pexp
+from mallocbench.patterns import report, runner
+from mallocbench.patterns.driver import PATTERNS
+
+
+@click.command("patterns")
+@click.argument("experiment_file", required=False, type=click.Path(dir_okay=False))
+@click.option("-p", "--pattern", "patterns", multiple=True, type=click.Choice(PATTERNS),
+              help="Pattern to run (repeatable; default: all four).")
+@click.option("-a", "--allocator", "allocator_flags", multiple=True, metavar="SPEC",
+              help="Allocator as NAME, NAME:KNOB=VALUE[,KNOB=VALUE] or a .so path "
+              "(repeatable; default: every installed one). The first is the base.")
+@click.option("-t", "--threads", multiple=True, type=click.IntRange(1, 1024),
+              help="Worker threads (repeatable; default: the number of CPUs).")
+@click.option("-s", "--seconds", type=click.FloatRange(0.001, 86400, min_open=False),
+              help="Seconds per run (default 1).")
+@click.option("--ops", type=click.IntRange(1), help="Operations per thread instead of seconds.")
+@click.option("-r", "--repeats", type=click.IntRange(1, 1000),
+              help="Runs per cell, interleaved across setups (default 3).")
+@click.option("-o", "--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="Driver option for the patterns that take it, e.g. size=32M, init=calloc, "
+              "capacity=256M (repeatable).")
+@click.option("--base", help="Setup the others are compared with (default: the first).")
+@click.option("--seed", type=click.IntRange(0), default=1, show_default=True,
+              help="Random seed; repeat i uses seed + i.")
+@click.option("--out", "out_dir", default="patterns-out", show_default=True,
+              type=click.Path(file_okay=False),
+              help="Directory for patterns.json, patterns.csv, patterns.md and the store.")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False),
+              help="Results store (default: OUT/results.sqlite).")
+@click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
+@click.option("--report", "report_run", is_flag=False, flag_value="latest", default=None,
+              metavar="[RUN_ID]", help="Print the report of a stored run (default the latest) "
+              "again and rewrite the exports, without running anything.")
+def patterns(
+    experiment_file: str | None,
+    patterns: tuple[str, ...],
+    allocator_flags: tuple[str, ...],
+    threads: tuple[int, ...],
+    seconds: float | None,
+    ops: int | None,
+    repeats: int | None,
+    options: tuple[str, ...],
+    base: str | None,
+    seed: int,
+    out_dir: str,
+    store_path: str | None,
+    dry_run: bool,
+    report_run: str | None,
+) -> None:
+    """Replay database-shaped allocation patterns under each allocator, in seconds.
+
+    No database needed: a small native driver (native/build/mbpatterns) allocates the way
+    servers do and reports ops/s, peak RSS and RSS per live byte requested.
+
+    \b
+    Patterns:
+      sortbuf     per-query buffer: malloc SIZE + memset (or calloc), use, free.
+                  32M is above glibc's mmap threshold: try MALLOC_MMAP_MAX_=0
+      blockcache  LRU block cache (4-64 KB blocks, capacity in bytes), misses
+                  allocate, evictions free, some blocks pinned long: RSS bloat
+      oltp        many 16-512 B allocations per query plus long-lived ones
+      xthread     blocks allocated in one thread and freed in another
+
+    \b
+    Examples:
+      mallocbench patterns --pattern blockcache -a glibc -a jemalloc -t 2 -s 2
+      mallocbench patterns -p sortbuf -o size=32M -a glibc -a glibc:MALLOC_MMAP_MAX_=0
+      mallocbench patterns -p sortbuf -o init=calloc -a jemalloc
+      mallocbench patterns examples/patterns.toml --out out
+      mallocbench patterns --report --out out
+
+    Every run is checked to really use the allocator it names. Results go to
+    OUT/results.sqlite; the table compares each setup with the base: ratios with a 95%
+    interval, * where the interval excludes 1. See `native/build/mbpatterns --help` for
+    every driver option.
+    """
+    out = Path(out_dir)
+    store = Path(store_path) if store_path else out / "results.sqlite"
+    console = Console()
+
+    if report_run is not None:
+        run = runner.load(store, None if report_run == "latest" else report_run)
+        _show(run, out, store, console)
+        return
+
+    if experiment_file is not None:
+        adhoc = {
+            "--pattern": patterns, "--allocator": allocator_flags, "--option": options,
+            "--base": base, "--ops": ops,
+        }
+        given = [name for name, value in adhoc.items() if value]
+        if given:
+            raise MallocbenchError(
+                f"{', '.join(given)} cannot be combined with an experiment file: edit "
+                f"{experiment_file} instead (--threads, --seconds and --repeats do override it)"
+            )
+        experiment = pexp.load(experiment_file)
+        _override(experiment, threads, seconds, repeats)
+    else:
+        experiment = pexp.from_flags(
+            list(patterns), list(allocator_flags), list(threads), seconds, ops,
+            repeats or 3, list(options), base, seed,
+        )
+
+    plan = experiment.plan()
+    if dry_run:
+        for planned in plan:
+            console.print(
+                f"{planned.case.name:<32} threads={planned.threads:<3} "
+                f"setup={planned.setup.name:<24} repeat={planned.repeat + 1}"
+            )
+        console.print(f"{len(plan)} runs")
+        return
+    run = runner.execute(experiment, store)
+    _show(run, out, store, console)
+    if run["status"] != "finished":
+        raise MallocbenchError(f"the run ended {run['status']}")
+
+
+def _override(
+    experiment: pexp.PatternExperiment,
+    threads: tuple[int, ...],
+    seconds: float | None,
+    repeats: int | None,
+) -> None:
+    """Command-line overrides of a file's values, for a quicker or longer pass."""
+    for case in experiment.cases:
+        if threads:
+            case.threads = list(threads)
+        if seconds is not None:
+            case.seconds, case.ops = seconds, None
+    if repeats is not None:
+        experiment.repeats = repeats
+
+
+def _show(run: dict, out: Path, store: Path, console: Console) -> None:
+    rows = report.summarize(run["model"], run["results"])
+    report.print_table(rows, f"Allocation patterns: {run['experiment']} ({run['run_id']})",
+                       console)
+    paths = report.write_exports(out, run, rows)
+    console.print(
+        f"Wrote {paths['md']}, {paths['csv']}, {paths['json']}; "
+        f"store {store} (run {run['run_id']})"
+    )
+
+
+commands = [patterns]

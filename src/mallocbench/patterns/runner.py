@@ -1,0 +1,179 @@
+"""Execute a pattern experiment: check every case, run the plan, store each result."""
+
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from mallocbench import allocators
+from mallocbench.allocators.base import glibc_version
+from mallocbench.errors import MallocbenchError
+from mallocbench.patterns import store as pstore
+from mallocbench.patterns.driver import binary_path, driver_args, run_driver
+from mallocbench.patterns.experiment import PatternExperiment, PlannedRun
+
+METRICS = (
+    "ops_per_sec",
+    "peak_rss_bytes",
+    "final_rss_bytes",
+    "live_bytes",
+    "peak_live_bytes",
+    "rss_per_live",
+    "peak_rss_per_live",
+    "baseline_rss_bytes",
+    "peak_vsz_bytes",
+)
+
+
+def new_run_id() -> str:
+    return time.strftime("p%Y%m%d-%H%M%S-") + secrets.token_hex(2)
+
+
+def metadata(binary: Path) -> dict[str, Any]:
+    return {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "glibc": glibc_version(),
+        "python": platform.python_version(),
+        "driver": str(binary),
+        "command": sys.argv,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+    }
+
+
+def precheck(experiment: PatternExperiment, binary: Path) -> None:
+    """Run each distinct case/option combination once, for one operation, so a bad value
+    fails in a second with the key named, not halfway through the experiment."""
+    glibc = allocators.get("glibc")
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    for run in experiment.plan():
+        options = run.options()
+        key = (run.case.pattern, tuple(sorted((k, str(v)) for k, v in options.items())))
+        if key in seen:
+            continue
+        seen.add(key)
+        args = driver_args(run.case.pattern, options, 1, None, 1, run.case.seed)
+        try:
+            run_driver(glibc, {}, args, timeout=120, binary=binary, verify=False)
+        except MallocbenchError as exc:
+            where = f"case {run.case.name!r}"
+            if run.setup.options:
+                where += f" with setup {run.setup.name!r}"
+            raise MallocbenchError(f"{where}: {exc}") from None
+
+
+def result_record(planned: PlannedRun, status: str, data: dict[str, Any], error: str | None,
+                  command: list[str]) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "case": planned.case.name,
+        "pattern": planned.case.pattern,
+        "setup": planned.setup.name,
+        "threads": planned.threads,
+        "repeat": planned.repeat,
+        "status": status,
+        "error": error,
+        "allocator": planned.setup.allocator.name,
+        "allocator_library": data.get("malloc_library"),
+        "knobs": dict(planned.setup.knobs),
+        "options": planned.options(),
+        "command": command,
+        "finished_at": time.time(),
+    }
+    record.update({m: data.get(m) for m in METRICS})
+    record["driver"] = data
+    return record
+
+
+def execute(
+    experiment: PatternExperiment,
+    store_path: Path,
+    console: Console | None = None,
+) -> dict[str, Any]:
+    """Run every planned cell and return the stored run (model, metadata, results)."""
+    console = console or Console(stderr=True)
+    binary = binary_path()
+    precheck(experiment, binary)
+    plan = experiment.plan()
+    store = pstore.open_pattern_store(str(store_path))
+    run_id = new_run_id()
+    meta = metadata(binary)
+    model = experiment.to_dict()
+    pstore.create_run(store, run_id, experiment.name, experiment.base, experiment.text,
+                      model, meta)
+    status = "failed"
+    results: list[dict[str, Any]] = []
+    try:
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("patterns", total=len(plan))
+            for planned in plan:
+                progress.update(
+                    task,
+                    description=f"{planned.case.name} · {planned.threads} thr · "
+                    f"{planned.setup.name} · repeat {planned.repeat + 1}",
+                )
+                case = planned.case
+                args = driver_args(case.pattern, planned.options(), planned.threads,
+                                   case.seconds, case.ops, case.seed + planned.repeat)
+                timeout = 600.0 if case.ops else (case.seconds or 1.0) * 5 + 60
+                outcome = run_driver(planned.setup.allocator, planned.setup.knobs, args,
+                                     timeout=timeout, binary=binary)
+                record = result_record(planned, outcome.status, outcome.data, outcome.error,
+                                       outcome.command)
+                pstore.save_result(store, run_id, record)
+                results.append(record)
+                if outcome.status != "ok":
+                    progress.console.print(
+                        f"[red]{case.name} / {planned.setup.name} / {planned.threads} threads "
+                        f"{outcome.status}:[/] {outcome.error}"
+                    )
+                progress.advance(task)
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        pstore.finish_run(store, run_id, status)
+        store.close()
+    return {
+        "run_id": run_id,
+        "experiment": experiment.name,
+        "base_setup": experiment.base,
+        "experiment_text": experiment.text,
+        "model": model,
+        "metadata": meta,
+        "status": status,
+        "results": results,
+    }
+
+
+def load(store_path: Path, run_id: str | None) -> dict[str, Any]:
+    if not store_path.is_file():
+        raise MallocbenchError(
+            f"no results store at {store_path}: run `mallocbench patterns` first"
+        )
+    store = pstore.open_pattern_store(str(store_path))
+    try:
+        run_id = run_id or pstore.latest_run_id(store)
+        if run_id is None:
+            raise MallocbenchError(f"{store_path} holds no pattern runs yet")
+        run = pstore.load_run(store, run_id)
+        if run is None:
+            raise MallocbenchError(f"no pattern run {run_id!r} in {store_path}")
+        return run
+    finally:
+        store.close()

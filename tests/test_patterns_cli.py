@@ -1,0 +1,135 @@
+"""`mallocbench patterns`: experiment validation, plan order, a short end-to-end run."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mallocbench.cli import main
+from mallocbench.errors import MallocbenchError
+from mallocbench.patterns import experiment as pexp
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "patterns.toml"
+
+
+def base_doc() -> dict:
+    return {
+        "setups": {"glibc": {"allocator": "glibc"}, "glibc-a1": {
+            "allocator": "glibc", "knobs": {"MALLOC_ARENA_MAX": "1"}}},
+        "patterns": [{"pattern": "blockcache", "capacity": "8M"}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where"),
+    [
+        (lambda d: d["patterns"][0].update(capacty="8M"), "patterns[0].capacty"),
+        (lambda d: d["patterns"][0].update(pattern="heap"), "patterns[0].pattern"),
+        (lambda d: d["patterns"][0].update(threads=0), "patterns[0].threads"),
+        (lambda d: d["patterns"][0].update(setups=["nope"]), "patterns[0].setups"),
+        (lambda d: d["setups"]["glibc"].update(knobs={"MALLOC_CONF": "x"}),
+         "setups.glibc.knobs"),
+        (lambda d: d["setups"]["glibc"].update(allocator="nomalloc"), "setups.glibc.allocator"),
+        (lambda d: d["setups"]["glibc"].update(options={"init": "calloc"}),
+         "patterns[0].setups"),
+        (lambda d: d.update(base="je"), "base"),
+        (lambda d: d.update(repeats=0), "repeats"),
+        (lambda d: d.update(colour="red"), "experiment.colour"),
+    ],
+)
+def test_experiment_errors_name_the_key(mutate, where: str) -> None:
+    doc = base_doc()
+    mutate(doc)
+    with pytest.raises(MallocbenchError) as info:
+        pexp.from_dict(doc, "t")
+    assert str(info.value).startswith(where)
+
+
+def test_plan_interleaves_setups_in_alternating_order() -> None:
+    doc = base_doc()
+    doc["repeats"] = 3
+    doc["threads"] = [1]
+    doc["setups"]["c"] = {"allocator": "glibc"}
+    plan = pexp.from_dict(doc, "t").plan()
+    order = [p.setup.name for p in plan]
+    assert order == ["glibc", "glibc-a1", "c", "c", "glibc-a1", "glibc", "glibc", "glibc-a1", "c"]
+
+
+def test_setup_options_apply_as_a_variant() -> None:
+    doc = {
+        "setups": {"m": {"allocator": "glibc"},
+                   "c": {"allocator": "glibc", "options": {"init": "calloc"}}},
+        "patterns": [{"pattern": "sortbuf", "size": "2M", "init": "memset"}],
+    }
+    plan = pexp.from_dict(doc, "t").plan()
+    by_setup = {p.setup.name: p.options() for p in plan}
+    assert by_setup["m"] == {"size": "2M", "init": "memset"}
+    assert by_setup["c"] == {"size": "2M", "init": "calloc"}
+
+
+def test_example_experiment_is_valid() -> None:
+    exp = pexp.load(EXAMPLE)
+    assert {c.pattern for c in exp.cases} >= {"blockcache", "sortbuf"}
+    assert len(exp.plan()) > 0
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["patterns", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-a", "nomalloc"], "unknown allocator 'nomalloc'"),
+        (["-p", "sortbuf", "-o", "capacity=1M"], "--option capacity: no chosen pattern"),
+        (["-p", "sortbuf", "-o", "size"], "expected KEY=VALUE"),
+        (["-p", "sortbuf", "-o", "size=12Q", "-a", "glibc"], "--size expects a size"),
+        (["-a", "glibc:MALLOC_CONF=x"], "does not tune glibc"),
+        ([str(EXAMPLE), "-p", "oltp"], "cannot be combined with an experiment file"),
+        (["/nonexistent/x.toml"], "cannot read experiment file"),
+        (["--report", "--out", "/nonexistent/out"], "no results store"),
+    ],
+)
+def test_cli_bad_input_gives_one_line(args: list[str], message: str) -> None:
+    code, out, err = run_cli(*args)
+    assert code == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mallocbench: error: "), err
+    assert message in lines[0]
+
+
+def test_end_to_end_short_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, stdout, stderr = run_cli(
+        "-p", "oltp", "-p", "sortbuf", "-a", "glibc", "-a", "jemalloc", "-t", "1",
+        "-s", "0.2", "-r", "2", "-o", "size=64K", "--out", str(out),
+    )
+    assert code == 0, stdout + stderr
+    assert "oltp" in stdout and "vs base" in stdout
+    doc = json.loads((out / "patterns.json").read_text())
+    assert len(doc["results"]) == 2 * 2 * 2
+    assert all(r["status"] == "ok" for r in doc["results"])
+    assert {r["allocator_library"].rsplit("/", 1)[-1].split(".so")[0]
+            for r in doc["results"]} == {"libc", "libjemalloc"}
+    rows = {(r["case"], r["setup"]): r for r in doc["summary"]}
+    assert rows[("oltp", "glibc")]["rel_ops"] == pytest.approx(1.0)
+    assert rows[("oltp", "jemalloc")]["rel_ops"] > 0
+    assert (out / "patterns.csv").read_text().startswith("case,pattern,threads,setup")
+    assert "| oltp | 1 | jemalloc |" in (out / "patterns.md").read_text()
+    db = sqlite3.connect(out / "results.sqlite")
+    assert db.execute("SELECT count(*) FROM pattern_results").fetchone()[0] == 8
+    assert db.execute("SELECT status FROM pattern_runs").fetchone()[0] == "finished"
+    # the report can be printed again from the store alone
+    code, stdout, _ = run_cli("--report", "--out", str(out))
+    assert code == 0 and "jemalloc" in stdout
+
+
+def test_dry_run_lists_the_plan() -> None:
+    code, stdout, _ = run_cli(str(EXAMPLE), "--dry-run", "--repeats", "1")
+    assert code == 0
+    assert "runs" in stdout.splitlines()[-1]
