@@ -18,8 +18,10 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "patterns.toml"
 
 def base_doc() -> dict:
     return {
-        "setups": {"glibc": {"allocator": "glibc"}, "glibc-a1": {
-            "allocator": "glibc", "knobs": {"MALLOC_ARENA_MAX": "1"}}},
+        "setups": {
+            "glibc": {"allocator": "glibc"},
+            "glibc-a1": {"allocator": "glibc", "knobs": {"MALLOC_ARENA_MAX": "1"}},
+        },
         "patterns": [{"pattern": "blockcache", "capacity": "8M"}],
     }
 
@@ -31,11 +33,9 @@ def base_doc() -> dict:
         (lambda d: d["patterns"][0].update(pattern="heap"), "patterns[0].pattern"),
         (lambda d: d["patterns"][0].update(threads=0), "patterns[0].threads"),
         (lambda d: d["patterns"][0].update(setups=["nope"]), "patterns[0].setups"),
-        (lambda d: d["setups"]["glibc"].update(knobs={"MALLOC_CONF": "x"}),
-         "setups.glibc.knobs"),
+        (lambda d: d["setups"]["glibc"].update(knobs={"MALLOC_CONF": "x"}), "setups.glibc.knobs"),
         (lambda d: d["setups"]["glibc"].update(allocator="nomalloc"), "setups.glibc.allocator"),
-        (lambda d: d["setups"]["glibc"].update(options={"init": "calloc"}),
-         "patterns[0].setups"),
+        (lambda d: d["setups"]["glibc"].update(options={"init": "calloc"}), "patterns[0].setups"),
         (lambda d: d.update(base="je"), "base"),
         (lambda d: d.update(repeats=0), "repeats"),
         (lambda d: d.update(colour="red"), "experiment.colour"),
@@ -61,8 +61,10 @@ def test_plan_interleaves_setups_in_alternating_order() -> None:
 
 def test_setup_options_apply_as_a_variant() -> None:
     doc = {
-        "setups": {"m": {"allocator": "glibc"},
-                   "c": {"allocator": "glibc", "options": {"init": "calloc"}}},
+        "setups": {
+            "m": {"allocator": "glibc"},
+            "c": {"allocator": "glibc", "options": {"init": "calloc"}},
+        },
         "patterns": [{"pattern": "sortbuf", "size": "2M", "init": "memset"}],
     }
     plan = pexp.from_dict(doc, "t").plan()
@@ -106,16 +108,34 @@ def test_cli_bad_input_gives_one_line(args: list[str], message: str) -> None:
 def test_end_to_end_short_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     code, stdout, stderr = run_cli(
-        "-p", "oltp", "-p", "sortbuf", "-a", "glibc", "-a", "jemalloc", "-t", "1",
-        "-s", "0.2", "-r", "2", "-o", "size=64K", "--out", str(out),
+        "-p",
+        "oltp",
+        "-p",
+        "sortbuf",
+        "-a",
+        "glibc",
+        "-a",
+        "jemalloc",
+        "-t",
+        "1",
+        "-s",
+        "0.2",
+        "-r",
+        "2",
+        "-o",
+        "size=64K",
+        "--out",
+        str(out),
     )
     assert code == 0, stdout + stderr
     assert "oltp" in stdout and "vs base" in stdout
     doc = json.loads((out / "patterns.json").read_text())
     assert len(doc["results"]) == 2 * 2 * 2
     assert all(r["status"] == "ok" for r in doc["results"])
-    assert {r["allocator_library"].rsplit("/", 1)[-1].split(".so")[0]
-            for r in doc["results"]} == {"libc", "libjemalloc"}
+    assert {r["allocator_library"].rsplit("/", 1)[-1].split(".so")[0] for r in doc["results"]} == {
+        "libc",
+        "libjemalloc",
+    }
     rows = {(r["case"], r["setup"]): r for r in doc["summary"]}
     assert rows[("oltp", "glibc")]["rel_ops"] == pytest.approx(1.0)
     assert rows[("oltp", "jemalloc")]["rel_ops"] > 0

@@ -47,8 +47,9 @@ def test_live_bytes_match_an_independent_malloc_count(
     if pattern == "blockcache":
         extra = ["--capacity", "2M"]
     env = {"LD_PRELOAD": str(built / "libmbcount.so")}
-    data = drive(built, pattern, "--threads", str(threads), "--ops", "3000", "--seed", "5",
-                 *extra, env=env)
+    data = drive(
+        built, pattern, "--threads", str(threads), "--ops", "3000", "--seed", "5", *extra, env=env
+    )
     assert data["malloc_library"].endswith("libmbcount.so")
     assert data["interposer_live_bytes"] == data["live_bytes"]
     assert data["leaked_bytes"] == 0

@@ -15,33 +15,85 @@ from mallocbench.patterns.driver import PATTERNS
 
 @click.command("patterns")
 @click.argument("experiment_file", required=False, type=click.Path(dir_okay=False))
-@click.option("-p", "--pattern", "patterns", multiple=True, type=click.Choice(PATTERNS),
-              help="Pattern to run (repeatable; default: all four).")
-@click.option("-a", "--allocator", "allocator_flags", multiple=True, metavar="SPEC",
-              help="Allocator as NAME, NAME:KNOB=VALUE[,KNOB=VALUE] or a .so path "
-              "(repeatable; default: every installed one). The first is the base.")
-@click.option("-t", "--threads", multiple=True, type=click.IntRange(1, 1024),
-              help="Worker threads (repeatable; default: the number of CPUs).")
-@click.option("-s", "--seconds", type=click.FloatRange(0.001, 86400, min_open=False),
-              help="Seconds per run (default 1).")
+@click.option(
+    "-p",
+    "--pattern",
+    "patterns",
+    multiple=True,
+    type=click.Choice(PATTERNS),
+    help="Pattern to run (repeatable; default: all four).",
+)
+@click.option(
+    "-a",
+    "--allocator",
+    "allocator_flags",
+    multiple=True,
+    metavar="SPEC",
+    help="Allocator as NAME, NAME:KNOB=VALUE[,KNOB=VALUE] or a .so path "
+    "(repeatable; default: every installed one). The first is the base.",
+)
+@click.option(
+    "-t",
+    "--threads",
+    multiple=True,
+    type=click.IntRange(1, 1024),
+    help="Worker threads (repeatable; default: the number of CPUs).",
+)
+@click.option(
+    "-s",
+    "--seconds",
+    type=click.FloatRange(0.001, 86400, min_open=False),
+    help="Seconds per run (default 1).",
+)
 @click.option("--ops", type=click.IntRange(1), help="Operations per thread instead of seconds.")
-@click.option("-r", "--repeats", type=click.IntRange(1, 1000),
-              help="Runs per cell, interleaved across setups (default 3).")
-@click.option("-o", "--option", "options", multiple=True, metavar="KEY=VALUE",
-              help="Driver option for the patterns that take it, e.g. size=32M, init=calloc, "
-              "capacity=256M (repeatable).")
+@click.option(
+    "-r",
+    "--repeats",
+    type=click.IntRange(1, 1000),
+    help="Runs per cell, interleaved across setups (default 3).",
+)
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Driver option for the patterns that take it, e.g. size=32M, init=calloc, "
+    "capacity=256M (repeatable).",
+)
 @click.option("--base", help="Setup the others are compared with (default: the first).")
-@click.option("--seed", type=click.IntRange(0), default=1, show_default=True,
-              help="Random seed; repeat i uses seed + i.")
-@click.option("--out", "out_dir", default="patterns-out", show_default=True,
-              type=click.Path(file_okay=False),
-              help="Directory for patterns.json, patterns.csv, patterns.md and the store.")
-@click.option("--store", "store_path", type=click.Path(dir_okay=False),
-              help="Results store (default: OUT/results.sqlite).")
+@click.option(
+    "--seed",
+    type=click.IntRange(0),
+    default=1,
+    show_default=True,
+    help="Random seed; repeat i uses seed + i.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    default="patterns-out",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Directory for patterns.json, patterns.csv, patterns.md and the store.",
+)
+@click.option(
+    "--store",
+    "store_path",
+    type=click.Path(dir_okay=False),
+    help="Results store (default: OUT/results.sqlite).",
+)
 @click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
-@click.option("--report", "report_run", is_flag=False, flag_value="latest", default=None,
-              metavar="[RUN_ID]", help="Print the report of a stored run (default the latest) "
-              "again and rewrite the exports, without running anything.")
+@click.option(
+    "--report",
+    "report_run",
+    is_flag=False,
+    flag_value="latest",
+    default=None,
+    metavar="[RUN_ID]",
+    help="Print the report of a stored run (default the latest) "
+    "again and rewrite the exports, without running anything.",
+)
 def patterns(
     experiment_file: str | None,
     patterns: tuple[str, ...],
@@ -96,8 +148,11 @@ def patterns(
 
     if experiment_file is not None:
         adhoc = {
-            "--pattern": patterns, "--allocator": allocator_flags, "--option": options,
-            "--base": base, "--ops": ops,
+            "--pattern": patterns,
+            "--allocator": allocator_flags,
+            "--option": options,
+            "--base": base,
+            "--ops": ops,
         }
         given = [name for name, value in adhoc.items() if value]
         if given:
@@ -109,8 +164,15 @@ def patterns(
         _override(experiment, threads, seconds, repeats)
     else:
         experiment = pexp.from_flags(
-            list(patterns), list(allocator_flags), list(threads), seconds, ops,
-            repeats or 3, list(options), base, seed,
+            list(patterns),
+            list(allocator_flags),
+            list(threads),
+            seconds,
+            ops,
+            repeats or 3,
+            list(options),
+            base,
+            seed,
         )
 
     plan = experiment.plan()
@@ -146,12 +208,10 @@ def _override(
 
 def _show(run: dict, out: Path, store: Path, console: Console) -> None:
     rows = report.summarize(run["model"], run["results"])
-    report.print_table(rows, f"Allocation patterns: {run['experiment']} ({run['run_id']})",
-                       console)
+    report.print_table(rows, f"Allocation patterns: {run['experiment']} ({run['run_id']})", console)
     paths = report.write_exports(out, run, rows)
     console.print(
-        f"Wrote {paths['md']}, {paths['csv']}, {paths['json']}; "
-        f"store {store} (run {run['run_id']})"
+        f"Wrote {paths['md']}, {paths['csv']}, {paths['json']}; store {store} (run {run['run_id']})"
     )
 
 

@@ -200,8 +200,9 @@ def print_table(rows: list[SummaryRow], title: str, console: Console | None = No
     for row in rows:
         groups.setdefault((row.case, row.threads), []).append(row)
     for (case, threads), group in groups.items():
-        table = Table(title=f"{case} · {threads} thread{'s' if threads != 1 else ''}",
-                      title_justify="left")
+        table = Table(
+            title=f"{case} · {threads} thread{'s' if threads != 1 else ''}", title_justify="left"
+        )
         for i, column in enumerate(TERMINAL_COLUMNS):
             table.add_column(column, justify="left" if i == 0 else "right", no_wrap=True)
         for row in group:

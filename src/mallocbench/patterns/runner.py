@@ -71,8 +71,9 @@ def precheck(experiment: PatternExperiment, binary: Path) -> None:
             raise MallocbenchError(f"{where}: {exc}") from None
 
 
-def result_record(planned: PlannedRun, status: str, data: dict[str, Any], error: str | None,
-                  command: list[str]) -> dict[str, Any]:
+def result_record(
+    planned: PlannedRun, status: str, data: dict[str, Any], error: str | None, command: list[str]
+) -> dict[str, Any]:
     record: dict[str, Any] = {
         "case": planned.case.name,
         "pattern": planned.case.pattern,
@@ -107,8 +108,7 @@ def execute(
     run_id = new_run_id()
     meta = metadata(binary)
     model = experiment.to_dict()
-    pstore.create_run(store, run_id, experiment.name, experiment.base, experiment.text,
-                      model, meta)
+    pstore.create_run(store, run_id, experiment.name, experiment.base, experiment.text, model, meta)
     status = "failed"
     results: list[dict[str, Any]] = []
     try:
@@ -127,13 +127,25 @@ def execute(
                     f"{planned.setup.name} · repeat {planned.repeat + 1}",
                 )
                 case = planned.case
-                args = driver_args(case.pattern, planned.options(), planned.threads,
-                                   case.seconds, case.ops, case.seed + planned.repeat)
+                args = driver_args(
+                    case.pattern,
+                    planned.options(),
+                    planned.threads,
+                    case.seconds,
+                    case.ops,
+                    case.seed + planned.repeat,
+                )
                 timeout = 600.0 if case.ops else (case.seconds or 1.0) * 5 + 60
-                outcome = run_driver(planned.setup.allocator, planned.setup.knobs, args,
-                                     timeout=timeout, binary=binary)
-                record = result_record(planned, outcome.status, outcome.data, outcome.error,
-                                       outcome.command)
+                outcome = run_driver(
+                    planned.setup.allocator,
+                    planned.setup.knobs,
+                    args,
+                    timeout=timeout,
+                    binary=binary,
+                )
+                record = result_record(
+                    planned, outcome.status, outcome.data, outcome.error, outcome.command
+                )
                 pstore.save_result(store, run_id, record)
                 results.append(record)
                 if outcome.status != "ok":
