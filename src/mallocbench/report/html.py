@@ -184,6 +184,8 @@ class RatioTable:
     columns: list[str]
     rows: list[RatioRow]
     reference_header: str | None = None  # column of absolute reference QPS, if any
+    engine: str = ""
+    threads: int = 0
 
     def groups(self) -> list[tuple[str, str, list[RatioRow], dict[str, float | None]]]:
         """(group, title, rows, geomean per column) in the catalogue's group order."""
@@ -251,6 +253,8 @@ def relative_ratio_tables(
                         columns=others,
                         rows=rows,
                         reference_header=f"{base} QPS",
+                        engine=engine,
+                        threads=threads,
                     )
                 )
     return tables
@@ -277,72 +281,65 @@ class VerdictRow:
     note: str
 
 
+def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRow:
+    """Summarize one column (setup) of an engine's tables: geomeans and significant cells."""
+    engine_tables = [t for t in tables if t.engine == engine and column in t.columns]
+    geomeans: dict[str, RatioCell] = {}
+    details: dict[str, str] = {}
+    faster: list[str] = []
+    slower: list[str] = []
+    problems: list[str] = []
+    any_interval = False
+    for group in GROUPS:
+        values: list[float] = []
+        parts = []
+        for table in engine_tables:
+            group_values = [
+                r.cells[column].ratio
+                for r in table.rows
+                if r.group == group and column in r.cells and r.cells[column].ratio
+            ]
+            values += [v for v in group_values if v is not None]
+            if group_values:
+                parts.append(f"{table.threads} thr: {stats.geomean(group_values):.2f}")
+        if values:
+            geomeans[group] = RatioCell(stats.geomean(values))
+            details[group] = f"geomean of {len(values)} cells; " + ", ".join(parts)
+    for table in engine_tables:
+        for row in table.rows:
+            cell = row.cells.get(column)
+            if cell is None:
+                continue
+            where = f"{row.step} @{table.threads}"
+            if cell.problem:
+                problems.append(f"{where}: {cell.problem}")
+            any_interval = any_interval or cell.has_interval
+            if cell.significant and cell.ratio is not None:
+                text = f"{where} {cell.ratio:.2f}x {cell.interval_text}"
+                (faster if cell.ratio > 1 else slower).append(text)
+    if any_interval:
+        note = "" if faster or slower else "no significant difference"
+    else:
+        note = "1 repeat: no interval, so no significance can be claimed"
+    return VerdictRow(engine, column, geomeans, details, None, "", faster, slower, problems, note)
+
+
 def verdict_rows(result: RunResult, tables: list[RatioTable]) -> list[VerdictRow]:
     base = result.base_setup
     memory = {(m.engine, m.setup): m for m in memory_rows(result)}
-    by_engine: dict[str, list[RatioTable]] = defaultdict(list)
-    for table in tables:
-        by_engine[table.key.rsplit("-", 1)[0]].append(table)
     rows = []
-    for engine in dict.fromkeys(c.engine for c in result.cells):
-        engine_tables = by_engine.get(f"rel-{_slug(engine)}", [])
-        if not engine_tables:
-            continue
+    for engine in dict.fromkeys(t.engine for t in tables):
         base_mem = memory.get((engine, base))
-        for setup in engine_tables[0].columns:
-            geomeans: dict[str, RatioCell] = {}
-            details: dict[str, str] = {}
-            faster: list[str] = []
-            slower: list[str] = []
-            problems: list[str] = []
-            any_interval = False
-            for group in GROUPS:
-                values = []
-                parts = []
-                for table in engine_tables:
-                    threads = table.key.rsplit("-", 1)[1]
-                    group_values = [
-                        r.cells[setup].ratio
-                        for r in table.rows
-                        if r.group == group and r.cells[setup].ratio
-                    ]
-                    values += group_values
-                    if group_values:
-                        parts.append(f"{threads} thr: {stats.geomean(group_values):.2f}")
-                if values:
-                    geomeans[group] = RatioCell(stats.geomean(values))
-                    details[group] = f"geomean of {len(values)} cells; " + ", ".join(parts)
-            for table in engine_tables:
-                threads = table.key.rsplit("-", 1)[1]
-                for row in table.rows:
-                    cell = row.cells[setup]
-                    where = f"{row.step} @{threads}"
-                    if cell.problem:
-                        problems.append(f"{where}: {cell.problem}")
-                    if cell.has_interval:
-                        any_interval = True
-                    if cell.significant and cell.ratio is not None:
-                        text = f"{where} {cell.ratio:.2f}x {cell.interval_text}"
-                        (faster if cell.ratio > 1 else slower).append(text)
+        columns = next(t.columns for t in tables if t.engine == engine)
+        for setup in columns:
+            row = verdict_for(engine, setup, tables)
             mem = memory.get((engine, setup))
-            rss_ratio = None
             if mem and base_mem and mem.peak_rss_bytes and base_mem.peak_rss_bytes:
-                rss_ratio = mem.peak_rss_bytes / base_mem.peak_rss_bytes
-            rss_text = (
-                f"{fmt.gb(mem.peak_rss_bytes)} GiB vs {fmt.gb(base_mem.peak_rss_bytes)} GiB"
-                if mem and base_mem
-                else ""
-            )
-            if any_interval:
-                note = "" if faster or slower else "no significant difference"
-            else:
-                note = "1 repeat: no interval, so no significance can be claimed"
-            rows.append(
-                VerdictRow(
-                    engine, setup, geomeans, details, rss_ratio, rss_text,
-                    faster, slower, problems, note,
+                row.rss_ratio = mem.peak_rss_bytes / base_mem.peak_rss_bytes
+                row.rss_text = (
+                    f"{fmt.mib(mem.peak_rss_bytes)} vs {fmt.mib(base_mem.peak_rss_bytes)}"
                 )
-            )  # fmt: skip
+            rows.append(row)
     return rows
 
 
@@ -902,6 +899,12 @@ def _clean_nan(value: Any) -> Any:
     return value
 
 
+def _verdict_groups(rows: list[VerdictRow]) -> list[str]:
+    """Only groups that ran get a verdict column; the catalogue has more than most runs."""
+    present = {g for r in rows for g in r.group_geomeans}
+    return [g for g in GROUPS if g in present]
+
+
 def _page(template: str, charts: list[Chart], **context: Any) -> str:
     for chart in charts:
         chart.data = _clean_nan(chart.data)
@@ -969,6 +972,7 @@ def render_html(result: RunResult) -> str:
         ctx.charts,
         ctx=ctx,
         result=result,
+        verdict_groups=_verdict_groups(ctx.verdict),
         other_charts=other_charts,
         title=f"mallocbench: {result.experiment}",
     )
@@ -993,6 +997,7 @@ def render_compare_html(comparison: Comparison) -> str:
         "compare.html.j2",
         charts,
         cmp=comparison,
+        verdict_groups=_verdict_groups(comparison.verdict),
         chart_by_key={t.key: c for t, c in zip(comparison.tables, charts, strict=True)},
         facts_a=dict(run_facts(comparison.a.metadata)),
         facts_b=dict(run_facts(comparison.b.metadata)),

@@ -1,0 +1,124 @@
+"""`mallocbench compare`: two runs matched cell by cell, B over A."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mallocbench.commands import compare as cmp_mod
+from mallocbench.results import RunResult
+from mallocbench.store import Store
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"
+
+
+def _runs() -> tuple[RunResult, RunResult]:
+    """A and B from the recorded run; in B, je on InnoDB lost 20%, all else is unchanged."""
+    a = RunResult.from_dict(json.loads(FIXTURE.read_text()))
+    for cell in a.cells:
+        cell.qps = 1000.0 * (1 + 0.01 * cell.repeat)
+    b = copy.deepcopy(a)
+    b.run_id = a.run_id + "-b"
+    for cell in b.cells:
+        if cell.setup == "je" and cell.engine == "innodb":
+            cell.qps = (cell.qps or 0) * 0.8
+    # B did not run MyRocks with glibc: that pair is reported as unmatched, not compared.
+    b.cells = [c for c in b.cells if not (c.setup == "glibc" and c.engine == "myrocks")]
+    return a, b
+
+
+@pytest.fixture()
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    a, b = _runs()
+    pa, pb = tmp_path / "a" / "results.json", tmp_path / "b" / "results.json"
+    for path, run in ((pa, a), (pb, b)):
+        path.parent.mkdir()
+        path.write_text(json.dumps(run.to_dict()))
+    return pa, pb
+
+
+def test_compare_matches_cells_and_finds_the_regression() -> None:
+    a, b = _runs()
+    result = cmp_mod.compare(a, b)
+    assert {(t.engine, t.threads) for t in result.tables} == {
+        ("innodb", 1), ("innodb", 2), ("myrocks", 1), ("myrocks", 2)
+    }  # fmt: skip
+    verdict = {(v.engine, v.setup): v for v in result.verdict}
+    je = verdict[("innodb", "je")]
+    assert je.slower and not je.faster
+    assert je.group_geomeans["write"].ratio == pytest.approx(0.8)
+    assert verdict[("innodb", "glibc")].note == "no significant difference"
+    assert ("myrocks", "glibc") not in verdict
+    assert any("glibc/myrocks (only in A)" in u for u in result.unmatched)
+
+
+def test_cli_formats(files: tuple[Path, Path], tmp_path: Path) -> None:
+    pa, pb = files
+    runner = CliRunner()
+    out = runner.invoke(cmp_mod.compare_cmd, [str(pa), str(pb), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    je = [c for c in data["cells"] if c["setup"] == "je" and c["engine"] == "innodb"]
+    assert je and all(c["ratio"] == pytest.approx(0.8) and c["significant"] for c in je)
+
+    out = runner.invoke(cmp_mod.compare_cmd, [str(pa.parent), str(pb.parent), "--format", "csv"])
+    rows = list(csv.DictReader(io.StringIO(out.output)))
+    assert {r["engine"] for r in rows} == {"innodb", "myrocks"}
+
+    out = runner.invoke(cmp_mod.compare_cmd, [str(pa), str(pb), "--format", "markdown"])
+    assert "| **point queries** |" in out.output and "0.80\\*" in out.output
+
+    page = tmp_path / "cmp.html"
+    out = runner.invoke(cmp_mod.compare_cmd, [str(pa), str(pb), "--html", str(page)])
+    assert out.exit_code == 0, out.output
+    assert "QPS(B) / QPS(A)" in out.output
+    text = page.read_text()
+    assert 'class="r slower sig"' in text and "data-charts-expected" in text
+
+
+def test_cli_run_ids_in_one_store(tmp_path: Path) -> None:
+    a, b = _runs()
+    store_path = tmp_path / "results.sqlite"
+    store = Store(store_path)
+    try:
+        for run in (a, b):
+            store.create_run(run)
+            for setup in run.setups:
+                store.save_setup(run.run_id, setup)
+            for session in run.sessions:
+                store.save_session(run.run_id, session)
+            for cell in run.cells:
+                store.save_cell(run.run_id, cell)
+    finally:
+        store.close()
+    out = CliRunner().invoke(
+        cmp_mod.compare_cmd,
+        ["--store", str(store_path), a.run_id, b.run_id, "--format", "json"],
+    )
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["b"] == b.run_id
+
+
+def test_nothing_in_common_is_an_error(files: tuple[Path, Path]) -> None:
+    a, b = _runs()
+    b.cells = [c for c in b.cells if c.engine == "myrocks"]
+    a.cells = [c for c in a.cells if c.engine == "innodb"]
+    with pytest.raises(cmp_mod.MallocbenchError, match="share no cell"):
+        cmp_mod.compare(a, b)
+
+
+def test_compare_page_renders_in_headless_chromium(tmp_path: Path) -> None:
+    from test_report_html import check_in_browser
+
+    a, b = _runs()
+    check_in_browser(
+        cmp_mod.render_compare_html(cmp_mod.compare(a, b)),
+        tmp_path,
+        Path(__file__).resolve().parents[1] / "test-artifacts" / "compare.png",
+    )

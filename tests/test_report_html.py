@@ -1,0 +1,185 @@
+"""The HTML report, rendered from a recorded run and drawn by a real headless Chromium.
+
+tests/fixtures/results-small.json is the results.json of a real run: 2 setups (glibc,
+je with a knob and a config override) x InnoDB and MyRocks x 3 steps x 1 and 2 threads x
+2 repeats, 2-second cells.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mallocbench.report import html
+from mallocbench.results import RunResult
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="module")
+def result() -> RunResult:
+    return RunResult.from_dict(json.loads(FIXTURE.read_text()))
+
+
+@pytest.fixture(scope="module")
+def page(result: RunResult) -> str:
+    return html.render_html(result)
+
+
+def test_ratio_colors_follow_the_published_thresholds() -> None:
+    assert html.ratio_class(0.95) == "slower"
+    assert html.ratio_class(0.951) == "same"
+    assert html.ratio_class(1.0) == "same"
+    assert html.ratio_class(1.05) == "faster"
+    assert html.ratio_class(None) == "none"
+
+
+def test_page_has_verdict_tables_memory_and_metadata(result: RunResult, page: str) -> None:
+    # Verdict first: before any relative table.
+    assert page.index('id="verdict"') < page.index('id="relative"') < page.index('id="memory"')
+    # One relative table per engine and thread count.
+    for key in ("rel-innodb-1", "rel-innodb-2", "rel-myrocks-1", "rel-myrocks-2"):
+        assert f'<table class="ratios" id="{key}"' in page
+    assert 'data-kind="verdict"' in page and 'data-kind="memory"' in page
+    assert "RSS / cache" in page
+    # Colored cells carry the absolute QPS on hover.
+    assert re.search(r'<td class="r (slower|same|faster)[^"]*" title="[\d,.]+ QPS vs', page)
+    # Metadata: host facts, what differs between setups, the experiment file itself.
+    for text in ("AMD EPYC", "glibc</th><td>2.36", "transparent huge pages"):
+        assert text in page
+    assert "knob MALLOC_CONF" in page and "background_thread:true" in page
+    assert "config table_open_cache" in page
+    assert "[[setup]]" in page
+
+
+def test_page_is_self_contained(page: str) -> None:
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=\"?(https?:)?//", page)
+    assert "Plotly" in page  # inlined, not fetched
+
+
+def test_charts_cover_each_kind(result: RunResult) -> None:
+    ctx = html.build_context(result)
+    ids = [c.id for c in ctx.charts]
+    assert len(ids) == len(set(ids))
+    for prefix in ("chart-rel-", "chart-rss-", "chart-vsz-", "chart-threads-", "chart-p99-",
+                   "chart-cpu-", "chart-cs-"):  # fmt: skip
+        assert any(i.startswith(prefix) for i in ids), prefix
+    rss = next(c for c in ctx.charts if c.id == "chart-rss-innodb")
+    assert len(rss.data) == 4  # one line per session: 2 setups x 2 repeats
+    assert rss.layout["shapes"], "step boundaries are marked"
+
+
+def test_one_repeat_says_there_is_no_interval(result: RunResult) -> None:
+    single = copy.deepcopy(result)
+    single.cells = [c for c in single.cells if c.repeat == 0]
+    page = html.render_html(single)
+    assert "1 repeat: no interval" in page
+    assert "<sup>*</sup>" not in page
+
+
+def test_clear_difference_is_significant(result: RunResult) -> None:
+    made = copy.deepcopy(result)
+    for cell in made.cells:
+        level = 1000.0 if cell.setup == "glibc" else 700.0
+        cell.qps = level * (1 + 0.01 * cell.repeat)
+    ctx = html.build_context(made)
+    verdict = {(v.engine, v.setup): v for v in ctx.verdict}
+    row = verdict[("innodb", "je")]
+    assert row.slower and not row.faster
+    assert row.group_geomeans["point"].ratio == pytest.approx(0.7, rel=0.01)
+    assert "<sup>*</sup>" in html.render_html(made)
+
+
+def test_write_html(result: RunResult, tmp_path: Path) -> None:
+    path = html.write_html(result, tmp_path / "sub" / "report.html")
+    assert path.is_file() and path.read_text().startswith("<!DOCTYPE html>")
+
+
+# ---------------------------------------------------------------- headless Chromium
+
+
+def chromium_binary() -> str:
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    install = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install-deps.sh"), "chromium"],
+        capture_output=True,
+        text=True,
+    )
+    found = shutil.which("chromium")
+    if not found:
+        pytest.skip(
+            "chromium is not installed and `scripts/install-deps.sh chromium` could not "
+            f"install it: {install.stderr.strip()[-300:]}"
+        )
+    return found
+
+
+def run_chromium(page: Path, profile: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            chromium_binary(),
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            "--v=0",
+            # Any attempt to reach the network fails to resolve: the page must not need it.
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--virtual-time-budget=15000",
+            "--window-size=1280,2400",
+            *extra,
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def console_messages(stderr: str) -> list[str]:
+    """The page logs nothing when all is well: every console line is a failure."""
+    return [line for line in stderr.splitlines() if ":CONSOLE" in line]
+
+
+def check_in_browser(page_html: str, tmp_path: Path, screenshot: Path) -> str:
+    page = tmp_path / "page.html"
+    page.write_text(page_html, encoding="utf-8")
+    dom = run_chromium(page, tmp_path / "profile", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert console_messages(dom.stderr) == []
+    body = re.search(r"<body([^>]*)>", dom.stdout)
+    assert body, dom.stdout[:500]
+    expected = int(re.search(r'data-charts-expected="(\d+)"', body.group(1)).group(1))
+    rendered = re.search(r'data-charts-rendered="(\d+)"', body.group(1))
+    assert "data-charts-error" not in body.group(1), body.group(1)
+    assert expected > 0 and rendered and int(rendered.group(1)) == expected
+    containers = re.findall(r'<div class="plot[^"]*" id="chart-[^"]+" data-chart', dom.stdout)
+    assert len(containers) == expected
+    # Plotly drew into every container: each holds its SVG.
+    assert dom.stdout.count('class="main-svg"') >= expected
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    shot = run_chromium(page, tmp_path / "profile", f"--screenshot={screenshot}")
+    assert shot.returncode == 0 and screenshot.stat().st_size > 10_000, shot.stderr[-2000:]
+    return dom.stdout
+
+
+def test_report_renders_in_headless_chromium(page: str, tmp_path: Path) -> None:
+    dom = check_in_browser(page, tmp_path, ARTIFACTS / "report.png")
+    assert dom.count('class="ratios"') == 4
+    assert 'data-kind="verdict"' in dom and 'data-kind="memory"' in dom
