@@ -183,3 +183,25 @@ def test_report_renders_in_headless_chromium(page: str, tmp_path: Path) -> None:
     dom = check_in_browser(page, tmp_path, ARTIFACTS / "report.png")
     assert dom.count('class="ratios"') == 4
     assert 'data-kind="verdict"' in dom and 'data-kind="memory"' in dom
+
+
+def test_crashed_cells_are_shown_not_hidden(result: RunResult) -> None:
+    made = copy.deepcopy(result)
+    for cell in made.cells:
+        if cell.setup == "je" and cell.engine == "myrocks" and cell.group == "write":
+            cell.status, cell.qps = "oom", None
+            cell.error, cell.exit_signal, cell.log_tail = "OOM-killed", "SIGKILL", "Killed"
+    page = html.render_html(made)
+    assert 'class="r problem"' in page and ">OOM<" in page
+    assert 'id="problems"' in page and "server log tail" in page
+    row = next(v for v in html.build_context(made).verdict if v.engine == "myrocks")
+    assert row.problems and "write" not in row.group_geomeans
+
+
+def test_base_only_and_empty_runs_still_render(result: RunResult) -> None:
+    base_only = copy.deepcopy(result)
+    base_only.cells = [c for c in base_only.cells if c.setup == "glibc"]
+    base_only.setups = base_only.setups[:1]
+    assert "Only the base setup ran" in html.render_html(base_only)
+    base_only.cells, base_only.sessions = [], []
+    assert 'data-charts-expected="0"' in html.render_html(base_only)
