@@ -26,9 +26,10 @@ native:
 demo: setup
 	$(VENV)/bin/mallocbench run examples/quick.toml --out $(OUT)
 	@echo
-	@echo "Report: $(OUT)/report.md  (results: $(OUT)/results.json)"
+	@echo "Report: $(OUT)/report.html and $(OUT)/report.md  (results: $(OUT)/results.json)"
 
 test: setup
+	@bash scripts/install-deps.sh chromium
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) -m pytest -q tests
 

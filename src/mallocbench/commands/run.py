@@ -12,7 +12,7 @@ from rich.console import Console
 
 from mallocbench import experiment as experiment_mod
 from mallocbench.errors import MallocbenchError
-from mallocbench.report import export, markdown, terminal
+from mallocbench.report import export, html, markdown, terminal
 from mallocbench.results import RunResult
 from mallocbench.runner import Pipeline, RunOptions, write_results_json
 from mallocbench.store import Store
@@ -34,6 +34,7 @@ def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
         target = out_dir / name
         target.write_text(text)
         written.append(target)
+    written.append(html.write_html(result, out_dir / "report.html"))
     return written
 
 
