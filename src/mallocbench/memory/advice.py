@@ -1,0 +1,165 @@
+"""What to change, each piece with the numbers that led to it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mallocbench.memory.report import MemoryReport
+
+MiB = 1024 * 1024
+
+
+@dataclass
+class Advice:
+    level: str  # "warning" or "info"
+    title: str
+    advice: str
+    evidence: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _mb(n: float) -> str:
+    if abs(n) >= 1024**4:
+        return f"{n / 1024**4:,.1f} TiB"
+    if abs(n) >= 10 * 1024**3:
+        return f"{n / 1024**3:,.1f} GiB"
+    return f"{n / MiB:,.0f} MiB"
+
+
+def advise(report: MemoryReport) -> list[Advice]:
+    out: list[Advice] = []
+    proc, server, bd, fp = report.process, report.server, report.breakdown, report.footprint
+    allocator = report.allocator["name"] if report.allocator else None
+    cpus = os.cpu_count() or 1
+
+    if fp is not None and report.memory_limit:
+        limit, source = report.memory_limit
+        if fp.worst_case > limit:
+            out.append(
+                Advice(
+                    "warning",
+                    "worst-case footprint exceeds the memory limit",
+                    "lower max_connections or the per-connection buffers (sort_buffer_size, "
+                    "join_buffer_size, tmp_table_size), or cap connections with a pool",
+                    f"global buffers {_mb(fp.global_total)} + {fp.max_connections} connections x "
+                    f"{_mb(fp.per_connection_total)} = {_mb(fp.worst_case)} > {_mb(limit)} "
+                    f"({source})",
+                )
+            )
+        elif fp.peak_so_far > 0.85 * limit:
+            out.append(
+                Advice(
+                    "warning",
+                    "peak footprint so far is above 85% of the memory limit",
+                    "the connections seen so far could use nearly all memory at once",
+                    f"{_mb(fp.peak_so_far)} with Max_used_connections={fp.max_used_connections} "
+                    f"vs {_mb(limit)} ({source})",
+                )
+            )
+    if proc is not None and report.memory_limit and proc.rss > 0.8 * report.memory_limit[0]:
+        out.append(
+            Advice(
+                "warning",
+                "RSS is close to the memory limit: OOM kill risk",
+                "reduce the caches or move to a larger host before the next peak",
+                f"RSS {_mb(proc.rss)} vs limit {_mb(report.memory_limit[0])}",
+            )
+        )
+    if allocator == "glibc" and server is not None and server.rocksdb is not None:
+        out.append(
+            Advice(
+                "warning",
+                "MyRocks runs on glibc malloc",
+                "start the server with jemalloc (LD_PRELOAD=libjemalloc.so.2, or malloc-lib in "
+                "[mysqld_safe]); published runs saw peak RSS 3.6x the block cache with glibc "
+                "against 1.2x with jemalloc",
+                "allocator glibc, rocksdb_block_cache_size "
+                f"{_mb(server.var('rocksdb_block_cache_size') or 0)}"
+                + (f", heap ratio {bd.heap_ratio:.2f}" if bd and bd.heap_ratio else ""),
+            )
+        )
+    if allocator == "glibc" and proc is not None and proc.arenas and proc.arenas > 2 * cpus:
+        knob = (proc.knobs or {}).get("MALLOC_ARENA_MAX")
+        out.append(
+            Advice(
+                "warning" if bd and bd.unaccounted > 256 * MiB else "info",
+                f"{proc.arenas} glibc arenas on {cpus} CPUs",
+                "each arena keeps its own free memory; MALLOC_ARENA_MAX=4 (or 2x CPUs) bounds that "
+                "at some cost in throughput, jemalloc or tcmalloc avoid it",
+                f"arenas {proc.arenas} ({proc.arena_source}), MALLOC_ARENA_MAX "
+                f"{knob or 'not set (default 8 per CPU)'}"
+                + (f", unaccounted heap {_mb(bd.unaccounted)}" if bd else ""),
+            )
+        )
+    if bd is not None and bd.heap_accounted > 0:
+        gap = bd.unaccounted
+        ratio = bd.heap_ratio or 0
+        if ratio > 1.1 and gap > 10 * MiB:
+            fix = (
+                "jemalloc or tcmalloc usually return freed memory better than glibc; "
+                "MALLOC_ARENA_MAX and MALLOC_TRIM_THRESHOLD_ help glibc"
+                if allocator == "glibc"
+                else "lower the allocator's retention (jemalloc: MALLOC_CONF="
+                "dirty_decay_ms:5000,muzzy_decay_ms:5000)"
+            )
+            out.append(
+                Advice(
+                    "warning" if ratio > 1.4 else "info",
+                    "heap holds more than the server accounts for",
+                    fix,
+                    f"heap RSS {_mb(bd.heap_rss)} / accounted {_mb(bd.heap_accounted)} = "
+                    f"{ratio:.2f} (gap {_mb(gap)}; Redis's doctor flags > 1.1 with > 10 MiB)",
+                )
+            )
+    thp = report.thp
+    if allocator == "jemalloc" and thp == "always":
+        out.append(
+            Advice(
+                "warning",
+                "transparent huge pages are 'always' with jemalloc",
+                "set THP to madvise (echo madvise > /sys/kernel/mm/transparent_hugepage/enabled) "
+                "or MALLOC_CONF=thp:never: huge pages keep freed memory resident",
+                "THP mode always, AnonHugePages "
+                f"{_mb(proc.rollup.get('AnonHugePages', 0)) if proc else '?'}",
+            )
+        )
+    elif thp == "always" and proc is not None and proc.rollup.get("AnonHugePages", 0) > 64 * MiB:
+        out.append(
+            Advice(
+                "info",
+                "transparent huge pages are 'always'",
+                "THP can inflate RSS of a fragmented heap; madvise is the safer mode for databases",
+                f"AnonHugePages {_mb(proc.rollup['AnonHugePages'])}",
+            )
+        )
+    if proc is not None and proc.vsz > 4 * max(proc.rss, 1):
+        out.append(
+            Advice(
+                "info",
+                "VSZ is far above RSS",
+                "harmless: address space reserved but not backed by memory (buffer pool resize "
+                "reservation, glibc arena heaps, jemalloc extents); watch RSS, not VSZ",
+                f"VSZ {_mb(proc.vsz)} vs RSS {_mb(proc.rss)}",
+            )
+        )
+    if (
+        server is not None
+        and server.pfs_total
+        and proc is not None
+        and server.pfs_total > 0.2 * proc.rss
+    ):
+        out.append(
+            Advice(
+                "info",
+                "performance_schema holds a large share of memory",
+                "size its history tables down (performance_schema_events_*_history_long_size) "
+                "if you do not use them",
+                f"performance_schema {_mb(server.pfs_total)} of RSS {_mb(proc.rss)}",
+            )
+        )
+    return out

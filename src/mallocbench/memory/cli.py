@@ -1,0 +1,313 @@
+"""`mallocbench memory` and `mallocbench profile`: thin click wrappers."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from mallocbench.errors import MallocbenchError
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
+
+
+def parse_size(text: str) -> int:
+    match = _SIZE.match(text)
+    if not match:
+        raise MallocbenchError(f"cannot read size {text!r}: write e.g. 64M, 1G or 65536")
+    factor = 1024 ** " kmgt".index((match.group(2) or " ").lower())
+    return int(float(match.group(1)) * factor)
+
+
+@click.command("memory")
+@click.option("--socket", "-S", metavar="PATH", help="Unix socket of a local server.")
+@click.option("--host", metavar="HOST", help="Server host (TCP).")
+@click.option("--port", "-P", type=int, default=3306, show_default=True, help="Server TCP port.")
+@click.option(
+    "--user", "-u", metavar="USER", help="User (default: from the option file, else root)."
+)
+@click.option(
+    "--defaults-file",
+    metavar="FILE",
+    help="Option file with [client] user=/password= (default: ~/.my.cnf if present).",
+)
+@click.option("--ask-password", "-p", is_flag=True, help="Prompt for the password (not echoed).")
+@click.option("--pid", type=int, help="The server's pid, when it cannot be found by itself.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON (one object per sample with --watch)."
+)
+@click.option(
+    "--watch",
+    type=float,
+    metavar="SECONDS",
+    help="Sample every SECONDS until Ctrl-C, writing a CSV and an SVG chart.",
+)
+@click.option("--count", type=int, metavar="N", help="With --watch: stop after N samples.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("memory-watch"),
+    show_default=True,
+    help="With --watch: directory for memory.csv and memory.svg.",
+)
+def memory(
+    socket: str | None,
+    host: str | None,
+    port: int,
+    user: str | None,
+    defaults_file: str | None,
+    ask_password: bool,
+    pid: int | None,
+    as_json: bool,
+    watch: float | None,
+    count: int | None,
+    out: Path,
+) -> None:
+    """Explain where a running MariaDB/MySQL server's memory goes, adding up to its RSS.
+
+    Connects read-only (SELECT and SHOW only), finds the server's process when it runs on
+    this host, and prints:
+
+    \b
+      - the process: RSS, VSZ, anonymous / file-backed / shared, threads, stacks;
+      - the allocator mapped in it, glibc arenas, and the allocator knobs in force;
+      - the configured footprint: global buffers + per-connection buffers x
+        max_connections (worst case), x Max_used_connections, x connections now;
+      - what the server accounts for: buffer pool, RocksDB cache and memtables,
+        Memory_used and its sessions, performance_schema and its top consumers;
+      - RSS split into parts that add up to it exactly: binary, libraries, buffer pool
+        (resident pages), stacks, and the heap divided by what the server accounts
+        there; the rest is allocator overhead and fragmentation, with the ratios
+        RSS/accounted and heap/accounted (as Redis reports them);
+      - advice, each with the numbers behind it.
+
+    \b
+    Examples:
+      mallocbench memory --socket /run/mysqld/mysqld.sock
+      mallocbench memory --host 127.0.0.1 --port 3307 -u monitor -p
+      mallocbench memory -S /run/mysqld/mysqld.sock --watch 5 --out rss-night
+      mallocbench memory -S /run/mysqld/mysqld.sock --json | jq .breakdown
+
+    The password is never taken on the command line (it would show in `ps`): put it in
+    an option file ([client] password=...) or use --ask-password. Reading the process
+    needs the server's user or root; the user needs PROCESS for SHOW ENGINE ... STATUS.
+    """
+    from mallocbench.memory import report as report_mod
+    from mallocbench.memory import server as server_mod
+
+    password = None
+    if ask_password:
+        password = click.prompt("Password", hide_input=True, default="", show_default=False)
+    opts = server_mod.resolve_options(
+        server_mod.ConnectOptions(socket, host, port, user, password, defaults_file)
+    )
+    if count is not None and watch is None:
+        raise MallocbenchError("--count only applies with --watch SECONDS")
+    if watch is None:
+        report = report_mod.take(opts, pid)
+        if as_json:
+            click.echo(json.dumps(report.to_dict(), indent=2, default=str))
+        else:
+            from mallocbench.memory.render import render
+
+            render(report)
+        return
+
+    from mallocbench.memory import watch as watch_mod
+
+    conn = server_mod.connect(opts)
+    first = report_mod.take(opts, pid, conn=conn)
+    pid = first.process.pid if first.process else pid
+    if pid is None:
+        conn.close()
+        raise MallocbenchError(
+            f"--watch needs the server's process, which was not found: {first.pid_source}"
+        )
+    samples = iter([first])
+
+    def sample() -> report_mod.MemoryReport:
+        return next(samples, None) or report_mod.take(opts, pid, conn=conn, pid_checked=True)
+
+    def show(row: dict[str, object]) -> None:
+        if as_json:
+            click.echo(json.dumps(row, default=str))
+            return
+        mib = 1024 * 1024
+        click.echo(
+            f"{row['time']}  rss {_mib(row['rss'], mib)}  heap {_mib(row['heap_rss'], mib)}  "
+            f"bp {_mib(row['buffer_pool'], mib)}  unaccounted {_mib(row['unaccounted'], mib)}  "
+            f"ratio {row['ratio'] or '-'}  threads {row['threads']}"
+        )
+
+    csv_path, chart_path = out / "memory.csv", out / "memory.svg"
+    if not as_json:
+        click.echo(f"sampling pid {pid} every {watch:g}s; Ctrl-C stops (writing {csv_path})")
+    try:
+        rows = watch_mod.watch(sample, watch, csv_path, chart_path, count=count, on_row=show)
+    finally:
+        conn.close()
+    click.echo(f"{len(rows)} samples: {csv_path}, chart {chart_path}", err=as_json)
+
+
+def _mib(value: object, mib: int) -> str:
+    return f"{value / mib:,.0f}M" if isinstance(value, int | float) else "-"
+
+
+@click.command("profile")
+@click.argument("file", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--tool",
+    type=click.Choice(["auto", "heaptrack", "massif"]),
+    default="auto",
+    show_default=True,
+    help="Profiler: heaptrack (fast, ~2x slower server) or valgrind massif (~20x).",
+)
+@click.option("--sql", metavar="SQL", help="Statements to run (';'-separated) as the step.")
+@click.option(
+    "--step",
+    metavar="NAME",
+    default="sorts",
+    show_default=True,
+    help="Built-in step when --sql is not given: sorts, point-select, insert.",
+)
+@click.option("--repeat", type=int, default=5, show_default=True, help="Rounds per connection.")
+@click.option(
+    "--connections", type=int, default=2, show_default=True, help="Concurrent connections."
+)
+@click.option(
+    "--rows", type=int, default=20000, show_default=True, help="Rows in the built-in table."
+)
+@click.option(
+    "--engine", type=click.Choice(["innodb", "myrocks"]), default="innodb", show_default=True
+)
+@click.option("--cache", default="64M", show_default=True, help="Buffer pool / block cache size.")
+@click.option(
+    "--set", "sets", multiple=True, metavar="VAR=VALUE", help="A my.cnf override (repeatable)."
+)
+@click.option(
+    "--basedir", metavar="DIR", help="Server installation to use (default: packaged MariaDB)."
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("profile-out"),
+    show_default=True,
+    help="Directory for the private server and the profiler's file.",
+)
+@click.option("--top", type=int, default=15, show_default=True, help="How many sites to print.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def profile(
+    file: Path | None,
+    tool: str,
+    sql: str | None,
+    step: str,
+    repeat: int,
+    connections: int,
+    rows: int,
+    engine: str,
+    cache: str,
+    sets: tuple[str, ...],
+    basedir: str | None,
+    out: Path,
+    top: int,
+    as_json: bool,
+) -> None:
+    """Top allocation sites by peak bytes, from a private server under a heap profiler.
+
+    Starts a private server (own datadir, socket and port) under heaptrack or valgrind
+    massif, runs one step on it, shuts it down and prints where the heap peak was
+    allocated. Sites are attributed past the server's allocation wrappers (my_malloc,
+    alloc_root, ut_allocator, operator new), so they name the code that asked.
+
+    Given FILE (a massif.out, or a heaptrack .zst/.gz data file), only parses it.
+
+    \b
+    Examples:
+      mallocbench profile --tool massif --step sorts --connections 4
+      mallocbench profile --sql "SELECT ... ORDER BY ..." --repeat 20 --set sort_buffer_size=32M
+      mallocbench profile massif.out.12345
+
+    The profilers see malloc-family calls only: the InnoDB buffer pool and other
+    mmap'd areas are not in these numbers (`mallocbench memory` accounts for them).
+    """
+    from mallocbench.memory import profile as profile_mod
+
+    if file is not None:
+        result = profile_mod.parse_file(file)
+    else:
+        overrides = {}
+        for item in sets:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise MallocbenchError(f"--set takes VAR=VALUE, got {item!r}")
+            overrides[key.strip()] = value.strip()
+        if sql:
+            chosen = profile_mod.sql_step(sql)
+        else:
+            steps = profile_mod.builtin_steps(rows)
+            if step not in steps:
+                raise MallocbenchError(
+                    f"unknown step {step!r}: use one of {', '.join(steps)} or give --sql"
+                )
+            chosen = steps[step]
+        if repeat < 1 or connections < 1:
+            raise MallocbenchError("--repeat and --connections must be at least 1")
+        result = profile_mod.profile_server(
+            tool,
+            out,
+            chosen,
+            repeat,
+            connections,
+            engine=engine,
+            cache_bytes=parse_size(cache),
+            overrides=overrides,
+            basedir=basedir,
+            log=(lambda msg: click.echo(f"mallocbench: {msg}", err=True)),
+        )
+    if as_json:
+        click.echo(json.dumps(result.to_dict(top), indent=2))
+        return
+    _print_profile(result, top)
+
+
+def _print_profile(result: object, top: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from mallocbench.memory.massif import Profile
+
+    assert isinstance(result, Profile)
+    mib = 1024 * 1024
+    console = Console()
+    extra = (
+        f", allocator overhead {result.peak_extra_bytes / mib:,.1f} MiB"
+        if result.peak_extra_bytes
+        else ""
+    )
+    table = Table(
+        title=f"top allocation sites at the heap peak ({result.tool}, peak "
+        f"{result.peak_bytes / mib:,.1f} MiB{extra})",
+        title_justify="left",
+    )
+    table.add_column("#", justify="right")
+    table.add_column("peak bytes", justify="right")
+    table.add_column("of peak", justify="right")
+    table.add_column("site")
+    table.add_column("called from", style="dim")
+    for i, site in enumerate(result.sites[:top], 1):
+        share = f"{100 * site.bytes / result.peak_bytes:.1f}%" if result.peak_bytes else "-"
+        where = f"{site.function}" + (f" ({site.location})" if site.location else "")
+        table.add_row(
+            str(i), f"{site.bytes / mib:,.2f} MiB", share, where, " < ".join(site.stack[:3])
+        )
+    console.print(table)
+    if result.command:
+        console.print(f"[dim]profiled: {result.command}[/]")
+    console.print(f"[dim]data: {result.source}[/]")
+    sys.stdout.flush()
+
+
+commands = [memory, profile]
