@@ -337,3 +337,20 @@ def test_watch_stops_cleanly_on_ctrl_c(glibc_server: mariadb.PrivateServer, tmp_
     assert len(rows) >= 3
     assert f"{len(rows) - 1} samples" in stdout
     assert (out / "memory.svg").read_text().count("<polyline") >= 3
+
+
+def test_server_without_its_process(
+    glibc_server: mariadb.PrivateServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remote server: the account still gives settings and server numbers, and says why
+    there is no breakdown."""
+    from mallocbench.memory import server as server_mod
+
+    monkeypatch.setattr(server_mod, "find_pid", lambda srv, opts: (None, "runs elsewhere"))
+    code, out, err = _cli("memory", "--socket", str(glibc_server.socket))
+    assert code == 0, err
+    assert "process not inspected: runs elsewhere" in out
+    assert "configured footprint" in out
+    code, out, err = _cli("memory", "--socket", str(glibc_server.socket), "--json")
+    data = json.loads(out)
+    assert "breakdown" not in data and data["configured_footprint"]["worst_case"] > 0

@@ -206,3 +206,18 @@ def test_memory_used_version_rule_and_sizes() -> None:
     assert parse_size("64M") == 64 * 2**20 and parse_size("1g") == 2**30
     with pytest.raises(MallocbenchError):
         parse_size("lots")
+
+
+def test_resident_pages_from_pagemap() -> None:
+    import mmap
+
+    page = os.sysconf("SC_PAGE_SIZE")
+    area = mmap.mmap(-1, 8 * 2**20)
+    try:
+        area[: 3 * 2**20] = b"\1" * (3 * 2**20)
+        import ctypes
+
+        start = ctypes.addressof(ctypes.c_char.from_buffer(area))
+        assert process.resident_pages(os.getpid(), start, start + 8 * 2**20) == 3 * 2**20 // page
+    finally:
+        area.close()

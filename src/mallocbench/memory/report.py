@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,8 +111,6 @@ def jemalloc_arenas(knobs: dict[str, str] | None, pid: int) -> str:
         if part.startswith("narenas:"):
             return f"{part.split(':', 1)[1]} (MALLOC_CONF narenas)"
     try:
-        import os
-
         cpus = len(os.sched_getaffinity(pid))
     except OSError:
         cpus = 0
