@@ -57,6 +57,7 @@ class RunOutput:
     p99_ms: float | None = None
     avg_ms: float | None = None
     client_cpu_s: float = 0.0
+    threads: int = 0  # what sysbench ran with: a step may fix its own thread count
     intervals: list[Interval] = field(default_factory=list)
     output_tail: str = ""
     # Step-specific numbers a script reports with `mb.report_metric` (summed over threads).
@@ -94,6 +95,45 @@ def percentiles_from_histogram(
                 break
     mean = sum(value * count for value, count in rows) / total
     return result, mean
+
+
+@dataclass
+class Explained:
+    """One statement of a step's event with the server's EXPLAIN rows for it."""
+
+    sql: str
+    rows: list[dict[str, str | None]]
+
+    @property
+    def keys(self) -> list[str | None]:
+        return [row.get("key") for row in self.rows]
+
+    @property
+    def extras(self) -> list[str]:
+        return [row.get("Extra") or "" for row in self.rows]
+
+
+# MariaDB's EXPLAIN columns, in order.
+EXPLAIN_COLUMNS = (
+    "id",
+    "select_type",
+    "table",
+    "type",
+    "possible_keys",
+    "key",
+    "key_len",
+    "ref",
+    "rows",
+    "Extra",
+)
+# A step that does a fixed amount of work may take long on a big dataset; this only
+# guards against a server that stopped answering.
+UNTIL_DONE_LIMIT_S = 6 * 3600
+
+
+def threads_for(step: Step, threads: int) -> int:
+    """The thread count a step really runs with (some steps fix their own)."""
+    return step.definition.threads or threads
 
 
 def sysbench_binary() -> str:
@@ -166,10 +206,17 @@ class Sysbench:
         on_interval: Callable[[Interval], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
     ) -> RunOutput:
-        """Run one step for `seconds`, calling `on_interval` as each second is reported."""
+        """Run one step for `seconds`, calling `on_interval` as each second is reported.
+
+        A step with a fixed amount of work (`until_done`) ignores `seconds` and ends when
+        its work is done; a step that fixes its thread count ignores `threads`.
+        """
+        threads = threads_for(step, threads)
+        until_done = step.definition.until_done
+        limit_s = UNTIL_DONE_LIMIT_S if until_done else seconds
         cmd = [
             *self._command(step, step.definition.script_name, threads),
-            f"--time={max(1, round(seconds))}",
+            "--time=0" if until_done else f"--time={max(1, round(seconds))}",
             "--report-interval=1",
             "--histogram=on",
             "--percentile=99",
@@ -187,10 +234,10 @@ class Sysbench:
             text=True,
             bufsize=1,
         )
-        watchdog = threading.Timer(seconds + 60, _kill_quietly, args=(proc,))
+        watchdog = threading.Timer(limit_s + 60, _kill_quietly, args=(proc,))
         watchdog.daemon = True
         watchdog.start()
-        result = RunOutput(returncode=-1)
+        result = RunOutput(returncode=-1, threads=threads)
         histogram: list[tuple[float, int]] = []
         tail: list[str] = []
         assert proc.stdout is not None
@@ -229,6 +276,27 @@ class Sysbench:
         result.p95_ms, result.p99_ms, result.avg_ms = pcts.get(95.0), pcts.get(99.0), mean
         result.output_tail = "\n".join(tail[-8:])
         return result
+
+    def explain(self, step: Step, timeout: float = 120) -> list[Explained]:
+        """EXPLAIN every statement of one event of `step`, exactly as the script sends it.
+
+        Steps that build their own table (the insert benchmark) build it first, so this
+        is not side-effect free for them.
+        """
+        cmd = [*self._command(step, step.definition.script_name, 1), "explain"]
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, env=self._env(), timeout=timeout, check=False
+        )
+        explained = []
+        for line in out.stdout.splitlines():
+            if line.startswith("MBEXPLAIN "):
+                data = json.loads(line[10:])
+                rows = [dict(zip(EXPLAIN_COLUMNS, row, strict=False)) for row in data["rows"]]
+                explained.append(Explained(sql=data["sql"], rows=rows))
+        if out.returncode != 0 or not explained:
+            tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-5:])
+            raise MallocbenchError(f"explaining {step.label} with sysbench failed: {tail}")
+        return explained
 
 
 def _first_json(text: str) -> dict[str, float]:

@@ -25,6 +25,14 @@ function mb.range() return sysbench.opt.range end
 function mb.random_table() return sysbench.rand.uniform(1, sysbench.opt.tables) end
 function mb.random_id() return sysbench.rand.default(1, sysbench.opt.table_size) end
 function mb.random_c() return sysbench.rand.string(C_PATTERN) end
+-- The loader draws k uniformly from 1..table_size, so a random k has the id's domain.
+mb.random_k = mb.random_id
+
+function mb.random_ids(count)
+  local ids = {}
+  for i = 1, count do ids[i] = mb.random_id() end
+  return ids
+end
 function mb.random_pad() return sysbench.rand.string(PAD_PATTERN) end
 
 -- Loading ------------------------------------------------------------------------------
@@ -68,8 +76,21 @@ function mb.cmd_prepare()
   con:disconnect()
 end
 
+-- `explain` runs one event on one connection with every statement replaced by its
+-- EXPLAIN, so tests (and users) see the plans of exactly the SQL a step sends.
+function mb.cmd_explain()
+  if init then init() end
+  if thread_init then thread_init() end
+  mb.explaining = true
+  event(0)
+  mb.explaining = false
+  if thread_done then thread_done() end
+  if done then done() end
+end
+
 sysbench.cmdline.commands = {
   prepare = {mb.cmd_prepare, sysbench.cmdline.PARALLEL_COMMAND},
+  explain = {mb.cmd_explain},
 }
 
 -- Statements ---------------------------------------------------------------------------
@@ -97,7 +118,56 @@ function mb.placeholders(count)
   return string.rep("?, ", count - 1) .. "?"
 end
 
+-- print() writes its arguments and the newline in separate calls, so lines from two
+-- threads can interleave; one write of the whole line is atomic under stdio's lock.
+function mb.emit(line)
+  io.stdout:write(line .. "\n")
+  io.stdout:flush()
+end
+
+function mb.json_string(text)
+  return '"' .. text:gsub('[%c"\\]', function(ch)
+    return string.format("\\u%04x", ch:byte())
+  end) .. '"'
+end
+
+local EXPLAINABLE = {select = true, update = true, delete = true, insert = true}
+
+local function explain(sql)
+  local verb = sql:match("^%s*(%a+)")
+  if verb == nil or not EXPLAINABLE[verb:lower()] then return end
+  local rs = mb.con:query("EXPLAIN " .. sql)
+  local rows = {}
+  for _ = 1, rs.nrows do
+    local row = rs:fetch_row()
+    local cells = {}
+    for i = 1, rs.nfields do
+      cells[i] = row[i] == nil and "null" or mb.json_string(tostring(row[i]))
+    end
+    rows[#rows + 1] = "[" .. table.concat(cells, ",") .. "]"
+  end
+  mb.emit("MBEXPLAIN {\"sql\":" .. mb.json_string(sql) .. ',"rows":[' ..
+    table.concat(rows, ",") .. "]}")
+end
+
+-- Parameters are bound by position, so putting the values in the text in order gives the
+-- statement the server would run.
+local function inline(sql, values)
+  local i = 0
+  return (sql:gsub("%?", function()
+    i = i + 1
+    local v = values[i]
+    if type(v) == "number" then
+      return v == math.floor(v) and string.format("%d", v) or string.format("%.6f", v)
+    end
+    return "'" .. tostring(v):gsub("['\\]", "\\%0") .. "'"
+  end))
+end
+
 function mb.execute(name, table_no, values)
+  if mb.explaining then
+    return explain(inline(statements[name].sql(table_no), values))
+  end
   local by_table = prepared[name]
   if by_table == nil then
     by_table = {}
@@ -124,7 +194,10 @@ end
 function mb.char_param(len) return {CHAR, len} end
 mb.INT = {INT}
 
-function mb.query(sql) mb.con:query(sql) end
+function mb.query(sql)
+  if mb.explaining then return explain(sql) end
+  mb.con:query(sql)
+end
 
 -- Thread lifecycle -----------------------------------------------------------------------
 
@@ -154,7 +227,7 @@ function mb.report_metrics(values)
   for name, value in pairs(values) do
     parts[#parts + 1] = string.format('"%s":%.6f', name, value)
   end
-  print("MBMETRIC {" .. table.concat(parts, ",") .. "}")
+  mb.emit("MBMETRIC {" .. table.concat(parts, ",") .. "}")
 end
 
 -- Reporting ------------------------------------------------------------------------------
@@ -168,11 +241,11 @@ local function stat_json(stat)
 end
 
 function sysbench.hooks.report_intermediate(stat)
-  print("MBSTAT " .. stat_json(stat))
+  mb.emit("MBSTAT " .. stat_json(stat))
 end
 
 function sysbench.hooks.report_cumulative(stat)
-  print("MBFINAL " .. stat_json(stat))
+  mb.emit("MBFINAL " .. stat_json(stat))
 end
 
 return mb

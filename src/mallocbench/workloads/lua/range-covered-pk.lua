@@ -1,11 +1,7 @@
 -- range-covered-pk: a primary-key range of `range` rows, returning only the key.
 require("mb_common")
+require("mb_keys")
 
-mb.statement("range", function(n)
-  return string.format("SELECT id FROM sbtest%d WHERE id BETWEEN ? AND ?", n)
-end, mb.int_params(2))
+mb.between_statement("range", "id", "id")
 
-function event()
-  local first = mb.random_id()
-  mb.execute("range", mb.random_table(), {first, first + mb.range()})
-end
+function event() mb.between_event("range") end
