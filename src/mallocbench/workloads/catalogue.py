@@ -56,21 +56,15 @@ class StepDef:
         return bool(self.ranges)
 
 
-_IB_COLUMNS = "transactionid, dateandtime, cashregisterid, customerid, productid, price, data"
-
-
 def _ibench_query(rate: int, kind: str) -> StepDef:
+    background = f"; + {rate} rows/s inserted and deleted in the background"
     if kind == "qr":
         sql = (
-            "SELECT <3 cols of a random secondary index> FROM purchases_index FORCE INDEX "
-            "(<it>) WHERE <first col> >= ? ORDER BY <its cols> LIMIT 10; "
-            f"+ {rate} rows/s inserted and {rate} rows/s deleted in the background"
+            "SELECT <index cols> FROM purchases_index FORCE INDEX (<1 of 3>) "
+            "WHERE <col 1> >= ? ORDER BY <index cols> LIMIT 10" + background
         )
     else:
-        sql = (
-            f"SELECT {_IB_COLUMNS} FROM purchases_index WHERE transactionid IN (10 random); "
-            f"+ {rate} rows/s inserted and {rate} rows/s deleted in the background"
-        )
+        sql = "SELECT * FROM purchases_index WHERE transactionid IN (10 random)" + background
     return StepDef(
         f"{kind}{rate}",
         "insert-benchmark",
@@ -171,9 +165,8 @@ CATALOGUE: tuple[StepDef, ...] = (
     StepDef(
         "l.i0",
         "insert-benchmark",
-        "DROP + CREATE purchases_index; INSERT INTO purchases_index (dateandtime, "
-        "cashregisterid, customerid, productid, price, data) VALUES (1000 rows), "
-        "tables x table-size rows in PK order",
+        "CREATE purchases_index; INSERT INTO purchases_index VALUES (1000 rows) in PK order "
+        "up to tables x table-size rows",
         (),
         writes=True,
         script="ibench-load.lua",
@@ -183,9 +176,7 @@ CATALOGUE: tuple[StepDef, ...] = (
     StepDef(
         "l.x",
         "insert-benchmark",
-        "ALTER TABLE purchases_index ADD INDEX marketsegment (productid, customerid, price); "
-        "... registersegment (cashregisterid, customerid, price); "
-        "... pdc (price, dateandtime, customerid)",
+        "ALTER TABLE purchases_index ADD INDEX marketsegment / registersegment / pdc, 3 statements",
         (),
         writes=True,
         script="ibench-index.lua",
@@ -195,7 +186,7 @@ CATALOGUE: tuple[StepDef, ...] = (
     StepDef(
         "l.i1",
         "insert-benchmark",
-        "BEGIN; INSERT 50 rows; DELETE the 50 oldest (ORDER BY transactionid LIMIT 50); COMMIT",
+        "BEGIN; INSERT 50 rows; DELETE ... ORDER BY transactionid LIMIT 50; COMMIT",
         (),
         writes=True,
         script="ibench-churn.lua",
@@ -205,7 +196,7 @@ CATALOGUE: tuple[StepDef, ...] = (
     StepDef(
         "l.i2",
         "insert-benchmark",
-        "BEGIN; INSERT 5 rows; DELETE the 5 oldest (ORDER BY transactionid LIMIT 5); COMMIT",
+        "BEGIN; INSERT 5 rows; DELETE ... ORDER BY transactionid LIMIT 5; COMMIT",
         (),
         writes=True,
         script="ibench-churn.lua",
