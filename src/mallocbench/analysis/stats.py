@@ -13,8 +13,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scipy import stats as _scipy_stats
-
 
 def _clean(values: Sequence[float | int | None]) -> list[float]:
     return [float(v) for v in values if v is not None and not math.isnan(float(v))]
@@ -24,7 +22,10 @@ def t_quantile(confidence: float, df: float) -> float:
     """Two-sided Student's t critical value (e.g. 4.30 for 95% and 2 degrees of freedom)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be between 0 and 1, not {confidence}")
-    return float(_scipy_stats.t.ppf(0.5 + confidence / 2, df))
+    # Imported here: scipy takes a second to load and most commands never need it.
+    from scipy import stats as scipy_stats
+
+    return float(scipy_stats.t.ppf(0.5 + confidence / 2, df))
 
 
 def mean(values: Sequence[float | int | None]) -> float:
