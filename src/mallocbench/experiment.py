@@ -109,10 +109,14 @@ def plan(experiment: Experiment) -> list[PlannedSession]:
         order = experiment.setups if repeat % 2 == 0 else list(reversed(experiment.setups))
         for engine in experiment.engines:
             for setup in order:
+                # Insert-benchmark steps fix their own client count (1 loader; 1 query
+                # + 2 background writers), so they run once with that count.
                 cells = tuple(
                     PlannedCell(setup.name, engine.name, step, threads, repeat)
                     for step in experiment.steps
-                    for threads in experiment.threads
+                    for threads in (
+                        [step.definition.threads] if step.definition.threads else experiment.threads
+                    )
                 )
                 sessions.append(PlannedSession(setup.name, engine.name, repeat, cells))
     return sessions

@@ -350,7 +350,9 @@ class Pipeline:
             cache_bytes=experiment.dataset.cache_bytes,
             started_at=time.time(),
         )
-        if experiment.warmup_s > 0:
+        # Steps that do a fixed amount of work (loads, index builds) are not warmed up:
+        # a warmup would do that work twice.
+        if experiment.warmup_s > 0 and not planned.step.definition.until_done:
             self.progress.cell_started(planned, "warmup")
             warm = sysbench.run(
                 planned.step, planned.threads, experiment.warmup_s, should_stop=self.stop_requested

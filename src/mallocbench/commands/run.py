@@ -248,7 +248,7 @@ def steps_cmd() -> None:
         click.echo(f"{group}: {title}")
         for step in CATALOGUE:
             if step.group == group:
-                ranges = "/".join(str(r) for r in step.ranges)
+                ranges = "/".join(str(r) for r in step.ranges) if step.takes_range else "-"
                 kind = "write" if step.writes else "read"
                 click.echo(f"  {step.name:<22} range={ranges:<14} {kind:<5}  {step.sql}")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mallocbench.analysis.client import client_cpu_warnings
+from mallocbench.analysis.sla import sla_status
 from mallocbench.analysis.summary import memory_rows, relative_tables
 from mallocbench.report import formatting as fmt
 from mallocbench.results import STATUS_OK, RunResult
@@ -103,6 +105,19 @@ def render(result: RunResult) -> str:
             ],
         )
         out.append("")
+    sla_lines = []
+    for cell in result.cells:
+        status = sla_status(cell)
+        if status is not None:
+            sla_lines.append(
+                f"- {cell.setup} / {cell.engine} / {cell.step} r{cell.repeat}: "
+                f"{'met' if status.met else '**missed**'}: {status.describe()}"
+            )
+    if sla_lines:
+        out += ["## Insert benchmark: background rate (SLA)", "", *sla_lines, ""]
+    warnings = client_cpu_warnings(result.cells)
+    if warnings:
+        out += ["## Load generator warnings", "", *[f"- {w}" for w in warnings], ""]
     problems = [c for c in result.cells if c.status != STATUS_OK]
     if problems:
         out.append("## Cells that did not measure")
