@@ -304,7 +304,7 @@ static const char help_text[] =
     "malloc_library: the file whose malloc() this process actually calls.\n"
     "Bad options print one line on stderr and exit with status 2.\n";
 
-static int parse_size(const char *name, const char *s, size_t *out)
+static size_t parse_size(const char *name, const char *s)
 {
     char *end;
     errno = 0;
@@ -325,8 +325,7 @@ static int parse_size(const char *name, const char *s, size_t *out)
     v *= mult;
     if (v > (double)(SIZE_MAX / 4))
         usage_error("%s %s is too large", name, s);
-    *out = (size_t)v;
-    return 0;
+    return (size_t)v;
 }
 
 static uint64_t parse_count(const char *name, const char *s, uint64_t lo, uint64_t hi)
@@ -353,21 +352,95 @@ static double parse_real(const char *name, const char *s, double lo, double hi)
     return v;
 }
 
+static int parse_init(const char *name, const char *s)
+{
+    if (strcmp(s, "memset") == 0)
+        return INIT_MEMSET;
+    if (strcmp(s, "calloc") == 0)
+        return INIT_CALLOC;
+    if (strcmp(s, "none") == 0)
+        return INIT_NONE;
+    usage_error("%s expects memset, calloc or none, not '%s'", name, s);
+}
+
+enum { OPT_INT, OPT_U64, OPT_SIZE, OPT_REAL, OPT_INIT };
+
+/* One row per option: which patterns accept it, how its value is read and where it is
+ * stored. The typed union lets the compiler check each target against its kind. */
 typedef struct {
     const char *name;
     int patterns; /* which patterns accept it */
+    int kind;     /* OPT_*: the member of `to` and the bounds that apply */
+    union {
+        int *i;      /* OPT_INT, OPT_INIT */
+        uint64_t *u; /* OPT_U64 */
+        size_t *z;   /* OPT_SIZE */
+        double *d;   /* OPT_REAL */
+    } to;
+    uint64_t lo, hi; /* OPT_INT, OPT_U64 */
+    double rlo, rhi; /* OPT_REAL */
 } option_def;
 
+#define INT_OPT(n, p, field, l, h) {n, p, OPT_INT, {.i = &opt.field}, l, h, 0, 0}
+#define U64_OPT(n, p, field, l, h) {n, p, OPT_U64, {.u = &opt.field}, l, h, 0, 0}
+#define SIZE_OPT(n, p, field) {n, p, OPT_SIZE, {.z = &opt.field}, 0, 0, 0, 0}
+#define REAL_OPT(n, p, field, l, h) {n, p, OPT_REAL, {.d = &opt.field}, 0, 0, l, h}
+
+enum { P_SIZED = P_BLOCKCACHE | P_OLTP | P_XTHREAD };
+
 static const option_def option_defs[] = {
-    {"--threads", P_ALL},      {"--seconds", P_ALL},      {"--ops", P_ALL},
-    {"--seed", P_ALL},         {"--sample-ms", P_ALL},    {"--size", P_SORTBUF},
-    {"--init", P_SORTBUF},     {"--touch", P_SORTBUF},    {"--capacity", P_BLOCKCACHE},
-    {"--keys", P_BLOCKCACHE},  {"--pinned", P_BLOCKCACHE}, {"--pin-ops", P_BLOCKCACHE},
-    {"--shards", P_BLOCKCACHE}, {"--allocs", P_OLTP},     {"--long-lived", P_OLTP},
-    {"--long-rate", P_OLTP},   {"--batch", P_XTHREAD},    {"--queue", P_XTHREAD},
-    {"--min-size", P_BLOCKCACHE | P_OLTP | P_XTHREAD},
-    {"--max-size", P_BLOCKCACHE | P_OLTP | P_XTHREAD},
+    INT_OPT("--threads", P_ALL, threads, 1, MAX_THREADS),
+    REAL_OPT("--seconds", P_ALL, seconds, 0.001, 86400),
+    U64_OPT("--ops", P_ALL, ops, 1, UINT64_MAX / 2),
+    U64_OPT("--seed", P_ALL, seed, 0, UINT64_MAX),
+    INT_OPT("--sample-ms", P_ALL, sample_ms, 1, 1000),
+    SIZE_OPT("--size", P_SORTBUF, size),
+    {"--init", P_SORTBUF, OPT_INIT, {.i = &opt.init}, 0, 0, 0, 0},
+    SIZE_OPT("--touch", P_SORTBUF, touch),
+    SIZE_OPT("--capacity", P_BLOCKCACHE, capacity),
+    U64_OPT("--keys", P_BLOCKCACHE, keys, 1, 1ULL << 32),
+    REAL_OPT("--pinned", P_BLOCKCACHE, pinned, 0, 1),
+    U64_OPT("--pin-ops", P_BLOCKCACHE, pin_ops, 1, 1u << 24),
+    INT_OPT("--shards", P_BLOCKCACHE, shards, 1, 1024),
+    INT_OPT("--allocs", P_OLTP, allocs, 1, 1u << 20),
+    U64_OPT("--long-lived", P_OLTP, long_lived, 0, 1u << 24),
+    REAL_OPT("--long-rate", P_OLTP, long_rate, 0, 1),
+    INT_OPT("--batch", P_XTHREAD, batch, 1, 1u << 16),
+    INT_OPT("--queue", P_XTHREAD, queue, 1, 1u << 24),
+    SIZE_OPT("--min-size", P_SIZED, min_size),
+    SIZE_OPT("--max-size", P_SIZED, max_size),
 };
+
+#define N_OPTIONS (sizeof option_defs / sizeof option_defs[0])
+
+/* Which options the command line set, for checks that treat a default differently. */
+static char option_given[N_OPTIONS];
+
+static const option_def *find_option(const char *name)
+{
+    for (size_t k = 0; k < N_OPTIONS; k++)
+        if (strcmp(option_defs[k].name, name) == 0)
+            return &option_defs[k];
+    return NULL;
+}
+
+static int given(const char *name)
+{
+    return option_given[find_option(name) - option_defs];
+}
+
+static void set_option(const option_def *def, const char *value)
+{
+    option_given[def - option_defs] = 1;
+    switch (def->kind) {
+    case OPT_INT: *def->to.i = (int)parse_count(def->name, value, def->lo, def->hi); break;
+    case OPT_U64: *def->to.u = parse_count(def->name, value, def->lo, def->hi); break;
+    case OPT_SIZE: *def->to.z = parse_size(def->name, value); break;
+    case OPT_REAL: *def->to.d = parse_real(def->name, value, def->rlo, def->rhi); break;
+    case OPT_INIT: *def->to.i = parse_init(def->name, value); break;
+    default: die("option %s has no kind", def->name);
+    }
+}
 
 static void accepted_by(int mask, char *buf, size_t len)
 {
@@ -423,7 +496,6 @@ static void parse_options(int argc, char **argv)
     default: opt.min_size = 16; opt.max_size = 4096; break;
     }
 
-    int seen_seconds = 0, seen_touch = 0;
     for (int i = 2; i < argc; i++) {
         char name[64];
         const char *arg = argv[i];
@@ -444,10 +516,7 @@ static void parse_options(int argc, char **argv)
             strcpy(name, arg);
             value = NULL;
         }
-        const option_def *def = NULL;
-        for (size_t k = 0; k < sizeof option_defs / sizeof option_defs[0]; k++)
-            if (strcmp(option_defs[k].name, name) == 0)
-                def = &option_defs[k];
+        const option_def *def = find_option(name);
         if (def == NULL)
             usage_error("unknown option '%s'", name);
         if (!(def->patterns & opt.pattern)) {
@@ -461,63 +530,15 @@ static void parse_options(int argc, char **argv)
             value = argv[++i];
         }
 
-        if (strcmp(name, "--threads") == 0)
-            opt.threads = (int)parse_count(name, value, 1, MAX_THREADS);
-        else if (strcmp(name, "--seconds") == 0) {
-            opt.seconds = parse_real(name, value, 0.001, 86400);
-            seen_seconds = 1;
-        } else if (strcmp(name, "--ops") == 0)
-            opt.ops = parse_count(name, value, 1, UINT64_MAX / 2);
-        else if (strcmp(name, "--seed") == 0)
-            opt.seed = parse_count(name, value, 0, UINT64_MAX);
-        else if (strcmp(name, "--sample-ms") == 0)
-            opt.sample_ms = (int)parse_count(name, value, 1, 1000);
-        else if (strcmp(name, "--size") == 0)
-            parse_size(name, value, &opt.size);
-        else if (strcmp(name, "--init") == 0) {
-            if (strcmp(value, "memset") == 0)
-                opt.init = INIT_MEMSET;
-            else if (strcmp(value, "calloc") == 0)
-                opt.init = INIT_CALLOC;
-            else if (strcmp(value, "none") == 0)
-                opt.init = INIT_NONE;
-            else
-                usage_error("--init expects memset, calloc or none, not '%s'", value);
-        } else if (strcmp(name, "--touch") == 0) {
-            parse_size(name, value, &opt.touch);
-            seen_touch = 1;
-        } else if (strcmp(name, "--capacity") == 0)
-            parse_size(name, value, &opt.capacity);
-        else if (strcmp(name, "--keys") == 0)
-            opt.keys = parse_count(name, value, 1, 1ULL << 32);
-        else if (strcmp(name, "--pinned") == 0)
-            opt.pinned = parse_real(name, value, 0, 1);
-        else if (strcmp(name, "--pin-ops") == 0)
-            opt.pin_ops = parse_count(name, value, 1, 1u << 24);
-        else if (strcmp(name, "--shards") == 0)
-            opt.shards = (int)parse_count(name, value, 1, 1024);
-        else if (strcmp(name, "--allocs") == 0)
-            opt.allocs = (int)parse_count(name, value, 1, 1u << 20);
-        else if (strcmp(name, "--long-lived") == 0)
-            opt.long_lived = parse_count(name, value, 0, 1u << 24);
-        else if (strcmp(name, "--long-rate") == 0)
-            opt.long_rate = parse_real(name, value, 0, 1);
-        else if (strcmp(name, "--batch") == 0)
-            opt.batch = (int)parse_count(name, value, 1, 1u << 16);
-        else if (strcmp(name, "--queue") == 0)
-            opt.queue = (int)parse_count(name, value, 1, 1u << 24);
-        else if (strcmp(name, "--min-size") == 0)
-            parse_size(name, value, &opt.min_size);
-        else if (strcmp(name, "--max-size") == 0)
-            parse_size(name, value, &opt.max_size);
+        set_option(def, value);
     }
 
-    if (opt.ops != 0 && seen_seconds)
+    if (opt.ops != 0 && given("--seconds"))
         usage_error("give either --seconds or --ops, not both");
     if (opt.pattern == P_SORTBUF) {
         if (opt.size == 0)
             usage_error("--size must be at least 1 byte");
-        if (seen_touch && opt.touch > opt.size)
+        if (given("--touch") && opt.touch > opt.size)
             usage_error("--touch (%zu) cannot exceed --size (%zu)", opt.touch, opt.size);
         if (opt.touch > opt.size)
             opt.touch = opt.size;
