@@ -15,7 +15,7 @@ import pytest
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory import massif, process, server, watch
-from mallocbench.memory.cli import parse_size
+from mallocbench.units import parse_size
 
 # Threads that each hold small blocks make glibc give each its own arena; the wrapper
 # named my_malloc checks that sites are attributed past allocation wrappers.
@@ -203,9 +203,9 @@ def test_memory_used_version_rule_and_sizes() -> None:
     assert not server.memory_used_includes_caches("10.11.5-MariaDB", "mariadb")
     assert server.memory_used_includes_caches("10.6.16-MariaDB", "mariadb")
     assert not server.memory_used_includes_caches("8.0.36", "mysql")
-    assert parse_size("64M") == 64 * 2**20 and parse_size("1g") == 2**30
-    with pytest.raises(MallocbenchError):
-        parse_size("lots")
+    assert parse_size("64M", "--cache") == 64 * 2**20 and parse_size("1g", "--cache") == 2**30
+    with pytest.raises(MallocbenchError, match="--cache = 'lots' is not a size"):
+        parse_size("lots", "--cache")
 
 
 def test_resident_pages_from_pagemap() -> None:

@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.units import parse_size
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.I)
-
-
-def parse_size(text: str) -> int:
-    match = _SIZE.match(text)
-    if not match:
-        raise MallocbenchError(f"cannot read size {text!r}: write e.g. 64M, 1G or 65536")
-    factor = 1024 ** " kmgt".index((match.group(2) or " ").lower())
-    return int(float(match.group(1)) * factor)
+if TYPE_CHECKING:
+    from mallocbench.memory.profile import SqlStep
+    from mallocbench.workloads.catalogue import Step
 
 
 @click.command("memory")
@@ -165,21 +160,35 @@ def _mib(value: object, mib: int) -> str:
     show_default=True,
     help="Profiler: heaptrack (fast, ~2x slower server) or valgrind massif (~20x).",
 )
-@click.option("--sql", metavar="SQL", help="Statements to run (';'-separated) as the step.")
 @click.option(
     "--step",
-    metavar="NAME",
-    default="sorts",
+    metavar="STEP",
+    help="A step of the workload catalogue, run by sysbench as `mallocbench run` runs it: "
+    "e.g. read-only-order, 'range-covered-pk range=100', point-query, qr100 "
+    "(list them: mallocbench steps). Default: read-only-order.",
+)
+@click.option("--sql", metavar="SQL", help="Instead of --step: statements to run (';'-separated).")
+@click.option(
+    "--seconds",
+    type=float,
+    metavar="SECONDS",
+    help="With --step: how long the step runs (steps that load or build end by themselves). "
+    "Default: 10.",
+)
+@click.option(
+    "--repeat", type=int, metavar="N", help="With --sql: rounds per connection. Default: 5."
+)
+@click.option(
+    "--connections",
+    type=int,
+    default=2,
     show_default=True,
-    help="Built-in step when --sql is not given: sorts, point-select, insert.",
-)
-@click.option("--repeat", type=int, default=5, show_default=True, help="Rounds per connection.")
-@click.option(
-    "--connections", type=int, default=2, show_default=True, help="Concurrent connections."
+    help="Concurrent connections (sysbench threads with --step).",
 )
 @click.option(
-    "--rows", type=int, default=20000, show_default=True, help="Rows in the built-in table."
+    "--tables", type=int, metavar="N", help="With --step: sbtest tables to load. Default: 1."
 )
+@click.option("--rows", type=int, metavar="N", help="With --step: rows per table. Default: 20000.")
 @click.option(
     "--engine", type=click.Choice(["innodb", "myrocks"]), default="innodb", show_default=True
 )
@@ -202,11 +211,13 @@ def _mib(value: object, mib: int) -> str:
 def profile(
     file: Path | None,
     tool: str,
+    step: str | None,
     sql: str | None,
-    step: str,
-    repeat: int,
+    seconds: float | None,
+    repeat: int | None,
     connections: int,
-    rows: int,
+    tables: int | None,
+    rows: int | None,
     engine: str,
     cache: str,
     sets: tuple[str, ...],
@@ -222,12 +233,17 @@ def profile(
     allocated. Sites are attributed past the server's allocation wrappers (my_malloc,
     alloc_root, ut_allocator, operator new), so they name the code that asked.
 
-    Given FILE (a massif.out, or a heaptrack .zst/.gz data file), only parses it.
+    The step is any step of the workload catalogue (`mallocbench steps`), run by
+    sysbench on the same cached sbtest tables as `mallocbench run`, or your own SQL
+    on an empty server. Given FILE (a massif.out, or a heaptrack .zst/.gz data file),
+    only parses it.
 
     \b
     Examples:
-      mallocbench profile --tool massif --step sorts --connections 4
-      mallocbench profile --sql "SELECT ... ORDER BY ..." --repeat 20 --set sort_buffer_size=32M
+      mallocbench profile --step read-only-order --set sort_buffer_size=32M
+      mallocbench profile --tool massif --step "range-covered-pk range=100" --connections 4
+      mallocbench profile --step qr100 --seconds 30
+      mallocbench profile --sql "SELECT ... ORDER BY ..." --repeat 20
       mallocbench profile massif.out.12345
 
     The profilers see malloc-family calls only: the InnoDB buffer pool and other
@@ -244,25 +260,28 @@ def profile(
             if not sep or not key.strip():
                 raise MallocbenchError(f"--set takes VAR=VALUE, got {item!r}")
             overrides[key.strip()] = value.strip()
-        if sql:
-            chosen = profile_mod.sql_step(sql)
-        else:
-            steps = profile_mod.builtin_steps(rows)
-            if step not in steps:
-                raise MallocbenchError(
-                    f"unknown step {step!r}: use one of {', '.join(steps)} or give --sql"
-                )
-            chosen = steps[step]
-        if repeat < 1 or connections < 1:
-            raise MallocbenchError("--repeat and --connections must be at least 1")
+        chosen = _profile_step(step, sql, seconds, repeat, tables, rows)
+        for name, value in (
+            ("--connections", connections),
+            ("--repeat", repeat),
+            ("--tables", tables),
+            ("--rows", rows),
+        ):
+            if value is not None and value < 1:
+                raise MallocbenchError(f"{name} must be at least 1, got {value}")
+        if seconds is not None and seconds <= 0:
+            raise MallocbenchError(f"--seconds must be above 0, got {seconds:g}")
         result = profile_mod.profile_server(
             tool,
             out,
             chosen,
-            repeat,
             connections,
+            repeat=repeat or 5,
+            seconds=seconds or 10.0,
             engine=engine,
-            cache_bytes=parse_size(cache),
+            cache_bytes=parse_size(cache, "--cache"),
+            tables=tables or 1,
+            rows=rows or 20000,
             overrides=overrides,
             basedir=basedir,
             log=(lambda msg: click.echo(f"mallocbench: {msg}", err=True)),
@@ -271,6 +290,32 @@ def profile(
         click.echo(json.dumps(result.to_dict(top), indent=2))
         return
     _print_profile(result, top)
+
+
+def _profile_step(
+    step: str | None,
+    sql: str | None,
+    seconds: float | None,
+    repeat: int | None,
+    tables: int | None,
+    rows: int | None,
+) -> Step | SqlStep:
+    """The step to profile; an option that does not apply to it is refused, not ignored."""
+    from mallocbench.memory import profile as profile_mod
+
+    if sql is not None:
+        if step is not None:
+            raise MallocbenchError("give --step or --sql, not both")
+        for name, value in (("--seconds", seconds), ("--tables", tables), ("--rows", rows)):
+            if value is not None:
+                raise MallocbenchError(f"{name} applies to --step; with --sql use --repeat")
+        chosen = profile_mod.sql_step(sql)
+        if not chosen.statements:
+            raise MallocbenchError("--sql has no statements: give e.g. --sql 'SELECT 1'")
+        return chosen
+    if repeat is not None:
+        raise MallocbenchError("--repeat applies to --sql; a --step runs for --seconds")
+    return profile_mod.catalogue_step(step or profile_mod.DEFAULT_STEP)
 
 
 def _print_profile(result: object, top: int) -> None:

@@ -513,16 +513,6 @@ def sample(
     )
 
 
-def thp_mode() -> str | None:
-    """The system's transparent huge page mode (always / madvise / never)."""
-    try:
-        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
-    except OSError:
-        return None
-    match = re.search(r"\[(\w+)\]", text)
-    return match.group(1) if match else None
-
-
 def memory_limit(pid: int) -> tuple[int | None, str]:
     """The smaller of physical memory and the process's cgroup memory.max, with its source."""
     total = psutil.virtual_memory().total

@@ -8,6 +8,7 @@ breakdown covers those).
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import subprocess
 import threading
@@ -18,10 +19,14 @@ from pathlib import Path
 
 import pymysql
 
-from mallocbench import allocators
+from mallocbench import allocators, dataset
 from mallocbench.errors import MallocbenchError
+from mallocbench.experiment import Dataset
 from mallocbench.memory.massif import Profile, parse_heaptrack_print, parse_massif
 from mallocbench.servers import engines, mariadb
+from mallocbench.workloads import catalogue
+from mallocbench.workloads.catalogue import Step
+from mallocbench.workloads.sysbench import Sysbench, threads_for
 
 TOOLS = ("heaptrack", "massif")
 INSTALL_HINT = {
@@ -53,60 +58,43 @@ def pick_tool(requested: str) -> str:
 
 # --- steps ------------------------------------------------------------------------------
 
+DEFAULT_STEP = "read-only-order"  # a filesort per query: the sort buffer shows as a site
+
 
 @dataclass
-class Step:
-    """What runs against the profiled server. `setup` once, then `statements` per round."""
+class SqlStep:
+    """The user's own statements, run `repeat` rounds on each connection."""
 
-    name: str
-    setup: list[str]
     statements: list[str]
 
 
-def builtin_steps(rows: int) -> dict[str, Step]:
-    table = "mallocbench_profile.t"
-    create = [
-        "CREATE DATABASE IF NOT EXISTS mallocbench_profile",
-        f"CREATE TABLE IF NOT EXISTS {table} (id INT PRIMARY KEY, k INT, pad VARCHAR(200))",
-        f"INSERT IGNORE INTO {table} SELECT seq, seq % 1000, REPEAT(MD5(seq), 4) "
-        f"FROM mallocbench_profile.seq_1_to_{rows}",
-    ]
-    return {
-        "sorts": Step(
-            "sorts",
-            create,
-            [
-                f"SELECT id, pad FROM {table} ORDER BY MD5(pad) LIMIT 10",
-                f"SELECT k, COUNT(*), MAX(pad) FROM {table} GROUP BY k ORDER BY 2 DESC LIMIT 5",
-            ],
-        ),
-        "point-select": Step(
-            "point-select",
-            create,
-            [f"SELECT pad FROM {table} WHERE id = {i * 7919 % rows + 1}" for i in range(50)],
-        ),
-        "insert": Step(
-            "insert",
-            create[:2],
-            [
-                f"REPLACE INTO {table} SELECT seq, seq % 7, REPEAT('y', 150) "
-                f"FROM mallocbench_profile.seq_1_to_{max(1, rows // 10)}"
-            ],
-        ),
-    }
+def sql_step(sql: str) -> SqlStep:
+    return SqlStep([s.strip() for s in sql.split(";") if s.strip()])
 
 
-def sql_step(sql: str) -> Step:
-    return Step("sql", [], [s.strip() for s in sql.split(";") if s.strip()])
+def catalogue_step(label: str) -> Step:
+    """One step of the workload catalogue, e.g. "range-covered-pk range=100" or "qr100"."""
+    name = re.split(r"[\s_]+", label.strip().lower(), maxsplit=1)[0]
+    group = catalogue.GROUP_ALIASES.get(name, name)
+    if name not in {d.name for d in catalogue.CATALOGUE} and group not in catalogue.GROUPS:
+        raise MallocbenchError(
+            f"unknown step {label!r}: list the steps with `mallocbench steps`, or give --sql"
+        )
+    steps = catalogue.parse_steps([label])
+    if len(steps) != 1:
+        # One profile has one heap peak: over several steps it would not say which one.
+        names = ", ".join(dict.fromkeys(s.name for s in steps))
+        raise MallocbenchError(
+            f"--step takes one step and {label!r} is a group: pick one of {names} "
+            f"(see `mallocbench steps`)"
+        )
+    return steps[0]
 
 
-def run_step(
-    connect: Callable[[], pymysql.Connection], step: Step, repeat: int, connections: int
+def run_sql(
+    connect: Callable[[], pymysql.Connection], step: SqlStep, repeat: int, connections: int
 ) -> None:
     errors: list[str] = []
-    with connect() as conn, conn.cursor() as cur:
-        for statement in step.setup:
-            cur.execute(statement)
 
     def worker() -> None:
         try:
@@ -124,7 +112,17 @@ def run_step(
     for t in threads:
         t.join()
     if errors:
-        raise MallocbenchError(f"the profiled step failed: {errors[0]}")
+        raise MallocbenchError(f"the profiled statements failed: {errors[0]}")
+
+
+def run_catalogue_step(bench: Sysbench, step: Step, connections: int, seconds: float) -> None:
+    output = bench.run(step, connections, seconds)
+    if not output.ok:
+        last = (output.output_tail.strip().splitlines() or ["no output"])[-1]
+        raise MallocbenchError(
+            f"step {step.label} failed under the profiler (sysbench exit {output.returncode}): "
+            f"{last.strip()}"
+        )
 
 
 # --- the profiled server ----------------------------------------------------------------
@@ -177,17 +175,24 @@ def _has_variable(build: mariadb.ServerBuild, name: str) -> bool:
 def profile_server(
     tool: str,
     out: Path,
-    step: Step,
-    repeat: int,
+    step: Step | SqlStep,
     connections: int,
+    repeat: int = 1,
+    seconds: float = 10.0,
     engine: str = "innodb",
     cache_bytes: int = 64 * 1024 * 1024,
+    tables: int = 1,
+    rows: int = 20000,
     overrides: Mapping[str, str] | None = None,
     basedir: str | None = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> Profile:
+    """Profile one step: a catalogue step (sysbench, for `seconds`, on a copy of the
+    golden sbtest datadir) or the user's SQL (`repeat` rounds, on an empty datadir)."""
     tool = pick_tool(tool)
     build = mariadb.find_build(basedir)
+    the_engine = engines.get(engine)
+    threads = connections if isinstance(step, SqlStep) else threads_for(step, connections)
     settings: dict[str, object] = {}
     if tool == "massif":
         # valgrind supports neither io_uring/libaio nor an 8 TiB address reservation.
@@ -198,26 +203,43 @@ def profile_server(
             )
     settings.update(overrides or {})
     config = mariadb.ServerConfig(
-        engine=engines.get(engine),
+        engine=the_engine,
         cache_bytes=cache_bytes,
         allocator=allocators.get("glibc"),
         overrides=settings,
-        max_connections=max(100, connections + 10),
+        max_connections=max(100, threads + 10),
     )
     out.mkdir(parents=True, exist_ok=True)
     output = out / ("massif.out" if tool == "massif" else "heaptrack")
     server = ProfiledServer(build, out / "server", config, tool=tool, output=output)
-    log(f"initialising a private {build.label} datadir in {out / 'server'}")
-    server.initialize_datadir()
+    if isinstance(step, SqlStep):
+        log(f"initialising a private {build.label} datadir in {out / 'server'}")
+        server.initialize_datadir()
+        what = f"{len(step.statements)} statement(s) x{repeat} on {threads} connection(s)"
+    else:
+        # The same cached tables the compare pipeline loads, so a step here and a cell
+        # there see the same data; loading runs without the profiler, so it stays fast.
+        shape = Dataset(tables=tables, rows=rows, cache_bytes=cache_bytes)
+        golden = dataset.golden_datadir(build, the_engine, shape, on_status=log)
+        log(f"copying the sbtest tables ({tables} x {rows} rows) into {out / 'server'}")
+        server.copy_datadir_from(golden)
+        length = "until done" if step.definition.until_done else f"for {seconds:g}s"
+        what = f"step {step.label!r} {length} on {threads} connection(s)"
     try:
-        log(f"starting it under {tool} (slow: {'~20x' if tool == 'massif' else '~2x'})")
+        log(f"starting the server under {tool} (slow: {'~20x' if tool == 'massif' else '~2x'})")
         started = time.monotonic()
         server.start(timeout=600)
-        log(
-            f"ready after {time.monotonic() - started:.1f}s; running step {step.name!r} "
-            f"x{repeat} on {connections} connection(s)"
-        )
-        run_step(server.connect, step, repeat, connections)
+        log(f"ready after {time.monotonic() - started:.1f}s; running {what}")
+        if isinstance(step, SqlStep):
+            run_sql(server.connect, step, repeat, connections)
+        else:
+            bench = Sysbench(
+                socket=str(server.socket),
+                tables=tables,
+                table_size=rows,
+                engine_sql=the_engine.sql_engine,
+            )
+            run_catalogue_step(bench, step, connections, seconds)
         log("stopping the server so the profiler writes its data")
         server.shutdown()
     finally:
@@ -250,10 +272,8 @@ def parse_heaptrack_file(path: Path) -> Profile:
             "0",
             "--print-temporary",
             "0",
-            "--print-histogram",
-            "0",
-            "--print-flamegraph",
-            "0",
+            # No --print-histogram / --print-flamegraph: they take an output path, not a
+            # switch, and "0" would write a file named 0 into the current directory.
             "-n",
             "200",
         ],

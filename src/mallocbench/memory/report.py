@@ -18,6 +18,7 @@ from mallocbench.memory.advice import Advice, advise
 from mallocbench.memory.breakdown import Breakdown, Footprint
 from mallocbench.memory.process import ProcessMemory
 from mallocbench.memory.server import ConnectOptions, ServerMemory
+from mallocbench.probes.system import thp_mode
 
 
 @dataclass
@@ -173,7 +174,7 @@ def take(
         footprint=breakdown_mod.footprint(srv),
         breakdown=bd,
         memory_limit=limit,
-        thp=process_mod.thp_mode(),
+        thp=thp_mode(),
     )
     report.advice = advise(report)
     return report
