@@ -153,3 +153,64 @@ def test_dry_run_lists_the_plan() -> None:
     code, stdout, _ = run_cli(str(EXAMPLE), "--dry-run", "--repeats", "1")
     assert code == 0
     assert "runs" in stdout.splitlines()[-1]
+
+
+def test_resume_runs_only_what_the_latest_run_left(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = ["-p", "oltp", "-a", "glibc", "-a", "glibc:MALLOC_ARENA_MAX=1", "-t", "1"]
+    args += ["--ops", "200", "-r", "2", "--out", str(out)]
+    code, stdout, stderr = run_cli(*args)
+    assert code == 0, stdout + stderr
+    db = sqlite3.connect(out / "results.sqlite")
+    # As if Ctrl-C came during the second repeat, after one run had failed.
+    with db:
+        db.execute("DELETE FROM pattern_results WHERE repeat = 1")
+        db.execute("UPDATE pattern_results SET status = 'failed' WHERE setup = 'glibc'")
+        db.execute("UPDATE pattern_runs SET status = 'interrupted'")
+    kept = db.execute("SELECT id, data FROM pattern_results WHERE status = 'ok'").fetchall()
+    assert len(kept) == 1
+
+    code, stdout, _ = run_cli(*args, "--resume", "--dry-run")
+    assert code == 0 and stdout.splitlines()[-1].startswith("3 runs (1 done in p")
+
+    code, stdout, stderr = run_cli(*args, "--resume")
+    assert code == 0, stdout + stderr
+    assert "1 runs done, 3 to go" in stderr
+    assert db.execute("SELECT count(*), min(status), max(status) FROM pattern_runs").fetchone() == (
+        1,
+        "finished",
+        "finished",
+    )
+    rows = db.execute("SELECT id, data, status FROM pattern_results").fetchall()
+    assert len(rows) == 4 and {r[2] for r in rows} == {"ok"}
+    assert kept[0] in [(r[0], r[1]) for r in rows]  # the finished run was not redone
+    doc = json.loads((out / "patterns.json").read_text())
+    assert len(doc["results"]) == 4
+
+    # Nothing left: a second resume runs nothing and keeps the report.
+    code, stdout, stderr = run_cli(*args, "--resume")
+    assert code == 0 and "4 runs done, 0 to go" in stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["-o", "allocs=5"], "the experiment's cases changed since; run without --resume"),
+        (["-r", "3"], "the experiment's repeats changed since"),
+    ],
+)
+def test_resume_refuses_a_changed_experiment(
+    tmp_path: Path, extra: list[str], message: str
+) -> None:
+    out = tmp_path / "out"
+    args = ["-p", "oltp", "-a", "glibc", "-t", "1", "--ops", "50", "-r", "1", "--out", str(out)]
+    assert run_cli(*args)[0] == 0
+    code, _, err = run_cli(*args, *extra, "--resume")
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+
+
+def test_resume_needs_an_earlier_run(tmp_path: Path) -> None:
+    code, _, err = run_cli("-p", "oltp", "-a", "glibc", "--out", str(tmp_path), "--resume")
+    assert code == 2 and "nothing to resume: no results store" in err
+    code, _, err = run_cli("--report", "--resume", "--out", str(tmp_path))
+    assert code == 2 and "drop --resume" in err

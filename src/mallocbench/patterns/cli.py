@@ -83,7 +83,13 @@ from mallocbench.patterns.driver import PATTERNS
     type=click.Path(dir_okay=False),
     help="Results store (default: OUT/results.sqlite).",
 )
-@click.option("--dry-run", is_flag=True, help="Print the plan and exit.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the latest run of the same experiment in the store: runs it finished "
+    "are skipped (the experiment must be unchanged).",
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan (with --resume: what is left).")
 @click.option(
     "--report",
     "report_run",
@@ -107,6 +113,7 @@ def patterns(
     seed: int,
     out_dir: str,
     store_path: str | None,
+    resume: bool,
     dry_run: bool,
     report_run: str | None,
 ) -> None:
@@ -130,10 +137,12 @@ def patterns(
       mallocbench patterns -p sortbuf -o size=32M -a glibc -a glibc:MALLOC_MMAP_MAX_=0
       mallocbench patterns -p sortbuf -o init=calloc -a jemalloc
       mallocbench patterns examples/patterns.toml --out out
+      mallocbench patterns examples/patterns.toml --out out --resume
       mallocbench patterns --report --out out
 
     Every run is checked to really use the allocator it names. Results go to
-    OUT/results.sqlite; the table compares each setup with the base: ratios with a 95%
+    OUT/results.sqlite as each run finishes, so Ctrl-C keeps them and --resume goes on
+    from there. The table compares each setup with the base: ratios with a 95%
     interval, * where the interval excludes 1. See `native/build/mbpatterns --help` for
     every driver option.
     """
@@ -142,6 +151,8 @@ def patterns(
     console = Console()
 
     if report_run is not None:
+        if resume:
+            raise MallocbenchError("--report prints a stored run: drop --resume")
         run = runner.load(store, None if report_run == "latest" else report_run)
         _show(run, out, store, console)
         return
@@ -177,14 +188,21 @@ def patterns(
 
     plan = experiment.plan()
     if dry_run:
+        done: set[tuple[str, str, int, int]] = set()
+        note = ""
+        if resume:
+            run_id, done = runner.resume_point(experiment, store)
+            note = f" ({len(done)} done in {run_id})"
         for planned in plan:
+            if planned.key in done:
+                continue
             console.print(
                 f"{planned.case.name:<32} threads={planned.threads:<3} "
                 f"setup={planned.setup.name:<24} repeat={planned.repeat + 1}"
             )
-        console.print(f"{len(plan)} runs")
+        console.print(f"{sum(1 for planned in plan if planned.key not in done)} runs{note}")
         return
-    run = runner.execute(experiment, store)
+    run = runner.execute(experiment, store, resume=resume)
     _show(run, out, store, console)
     if run["status"] != "finished":
         raise MallocbenchError(f"the run ended {run['status']}")

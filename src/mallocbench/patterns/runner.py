@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import secrets
@@ -94,23 +95,63 @@ def result_record(
     return record
 
 
+def resume_point(
+    experiment: PatternExperiment, store_path: Path
+) -> tuple[str, set[tuple[str, str, int, int]]]:
+    """The run to continue (the latest of the same experiment) and its finished cells."""
+    if not store_path.is_file():
+        raise MallocbenchError(
+            f"nothing to resume: no results store at {store_path}; run without --resume"
+        )
+    store = pstore.open_pattern_store(str(store_path))
+    try:
+        latest = pstore.latest_run_of(store, experiment.name)
+        if latest is None:
+            raise MallocbenchError(
+                f"nothing to resume: {store_path} has no run of experiment "
+                f"{experiment.name!r}; run without --resume"
+            )
+        run_id, stored = latest
+        # Compared as stored (JSON), so a tuple here and a list there are the same.
+        current = json.loads(json.dumps(experiment.to_dict()))
+        changed = [k for k in current if stored.get(k) != current[k]]
+        if changed:
+            raise MallocbenchError(
+                f"cannot resume {run_id}: the experiment's {', '.join(changed)} changed "
+                "since; run without --resume to start a new run"
+            )
+        return run_id, pstore.finished_keys(store, run_id)
+    finally:
+        store.close()
+
+
 def execute(
     experiment: PatternExperiment,
     store_path: Path,
     console: Console | None = None,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """Run every planned cell and return the stored run (model, metadata, results)."""
+    """Run every planned cell (with `resume`, those the latest run of the same experiment
+    has not finished) and return the stored run (model, metadata, results)."""
     console = console or Console(stderr=True)
     binary = binary_path()
     precheck(experiment, binary)
     plan = experiment.plan()
+    if resume:
+        run_id, done = resume_point(experiment, store_path)
+        plan = [planned for planned in plan if planned.key not in done]
+        console.print(f"resuming {run_id}: {len(done)} runs done, {len(plan)} to go")
     store = pstore.open_pattern_store(str(store_path))
-    run_id = new_run_id()
-    meta = metadata(binary)
-    model = experiment.to_dict()
-    pstore.create_run(store, run_id, experiment.name, experiment.base, experiment.text, model, meta)
+    if resume:
+        pstore.reopen_run(store, run_id)
+    else:
+        run_id = new_run_id()
+        model = experiment.to_dict()
+        meta = metadata(binary)
+        pstore.create_run(
+            store, run_id, experiment.name, experiment.base, experiment.text, model, meta
+        )
     status = "failed"
-    results: list[dict[str, Any]] = []
     try:
         columns = (
             TextColumn("[bold]{task.description}"),
@@ -147,7 +188,6 @@ def execute(
                     planned, outcome.status, outcome.data, outcome.error, outcome.command
                 )
                 pstore.save_result(store, run_id, record)
-                results.append(record)
                 if outcome.status != "ok":
                     progress.console.print(
                         f"[red]{case.name} / {planned.setup.name} / {planned.threads} threads "
@@ -161,16 +201,8 @@ def execute(
     finally:
         pstore.finish_run(store, run_id, status)
         store.close()
-    return {
-        "run_id": run_id,
-        "experiment": experiment.name,
-        "base_setup": experiment.base,
-        "experiment_text": experiment.text,
-        "model": model,
-        "metadata": meta,
-        "status": status,
-        "results": results,
-    }
+    # From the store: a resumed run's results include those of its earlier passes.
+    return load(store_path, run_id)
 
 
 def load(store_path: Path, run_id: str | None) -> dict[str, Any]:

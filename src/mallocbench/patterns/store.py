@@ -117,6 +117,34 @@ def load_results(store: Store, run_id: str) -> list[dict[str, Any]]:
     return [json.loads(r[0]) for r in rows]
 
 
+def finished_keys(store: Store, run_id: str) -> set[tuple[str, str, int, int]]:
+    """Cells that need no re-run: measured, or a driver crash (itself a result)."""
+    rows = store.db.execute(
+        "SELECT case_name, setup, threads, repeat FROM pattern_results"
+        " WHERE run_id = ? AND status != 'failed'",
+        (run_id,),
+    ).fetchall()
+    return {(r[0], r[1], int(r[2]), int(r[3])) for r in rows}
+
+
+def latest_run_of(store: Store, experiment: str) -> tuple[str, dict[str, Any]] | None:
+    """The newest run of `experiment` with the model it ran, or None."""
+    row = store.db.execute(
+        "SELECT run_id, model FROM pattern_runs WHERE experiment = ?"
+        " ORDER BY started_at DESC LIMIT 1",
+        (experiment,),
+    ).fetchone()
+    return (row[0], json.loads(row[1])) if row else None
+
+
+def reopen_run(store: Store, run_id: str) -> None:
+    with store.db:
+        store.db.execute(
+            "UPDATE pattern_runs SET finished_at = NULL, status = 'running' WHERE run_id = ?",
+            (run_id,),
+        )
+
+
 def latest_run_id(store: Store) -> str | None:
     row = store.db.execute(
         "SELECT run_id FROM pattern_runs ORDER BY started_at DESC LIMIT 1"
