@@ -1,5 +1,7 @@
 """Harness overhead: QPS with the memory probes on versus off, in one run.
 
+The probes are everything sampled while a cell runs: /proc memory every second, the peak
+sampler thread and the server's own memory counters over a kept connection.
 One private server, one step; runs alternate on/off (on off off on on off ...) so machine
 drift cancels, and the verdict is the ratio of medians, QPS(probes on) / QPS(off), with
 the target at 0.99 or better. Absolute QPS on a shared 2-core machine means little;
@@ -20,6 +22,7 @@ from pathlib import Path
 from mallocbench import allocators
 from mallocbench.dataset import golden_datadir
 from mallocbench.experiment import Dataset
+from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.runner import measure
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
@@ -51,8 +54,17 @@ def main() -> int:
             sysbench = Sysbench(str(server.socket), dataset.tables, dataset.rows, "InnoDB")
             sysbench.run(step, args.threads, 2)  # warm the buffer pool
             order = [i % 4 in (0, 3) for i in range(2 * args.rounds)]
+            server_probe = ServerMemoryProbe(server)
             for probes in order:
-                out = measure(server.pid, sysbench, step, args.threads, args.seconds, probes)
+                out = measure(
+                    server.pid,
+                    sysbench,
+                    step,
+                    args.threads,
+                    args.seconds,
+                    probes,
+                    server_probe=server_probe,
+                )
                 qps[probes].append(out.output.qps)
                 print(
                     f"probes {'on ' if probes else 'off'}  {out.output.qps:10.0f} qps", flush=True

@@ -6,11 +6,14 @@ import copy
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from mallocbench.analysis import stats
+from mallocbench.cli import main
 from mallocbench.commands import compare as cmp_mod
 from mallocbench.results import RunResult
 from mallocbench.store import Store
@@ -72,7 +75,8 @@ def test_cli_formats(files: tuple[Path, Path], tmp_path: Path) -> None:
     assert {r["engine"] for r in rows} == {"innodb", "myrocks"}
 
     out = runner.invoke(cmp_mod.compare_cmd, [str(pa), str(pb), "--format", "markdown"])
-    assert "| **point queries** |" in out.output and "0.80\\*" in out.output
+    assert "| **point queries** |" in out.output
+    assert re.search(r"\| 0\.80 \[0\.\d\d, 0\.\d\d\] \*\*\\\*\*\* \|", out.output)
 
     page = tmp_path / "cmp.html"
     out = runner.invoke(cmp_mod.compare_cmd, [str(pa), str(pb), "--html", str(page)])
@@ -88,13 +92,7 @@ def test_cli_run_ids_in_one_store(tmp_path: Path) -> None:
     store = Store(store_path)
     try:
         for run in (a, b):
-            store.create_run(run)
-            for setup in run.setups:
-                store.save_setup(run.run_id, setup)
-            for session in run.sessions:
-                store.save_session(run.run_id, session)
-            for cell in run.cells:
-                store.save_cell(run.run_id, cell)
+            store.save_run(run)
     finally:
         store.close()
     out = CliRunner().invoke(
@@ -122,3 +120,43 @@ def test_compare_page_renders_in_headless_chromium(tmp_path: Path) -> None:
         tmp_path,
         Path(__file__).resolve().parents[1] / "test-artifacts" / "compare.png",
     )
+
+
+def test_min_effect_turns_a_small_change_into_same(files: tuple[Path, Path]) -> None:
+    a, b = _runs()
+    for run, level in ((a, 1000.0), (b, 1010.0)):
+        for cell in run.cells:
+            if cell.setup == "glibc":
+                # Repeats 0.01% apart: a 1% change is significant even with two repeats.
+                cell.qps = level * (1 + 0.0001 * cell.repeat)
+    plain = cmp_mod.compare(a, b)
+    glibc = {(v.engine, v.setup): v for v in plain.verdict}[("innodb", "glibc")]
+    assert glibc.faster
+    cmp = cmp_mod.compare(a, b, min_effect=0.02)
+    verdict = {(v.engine, v.setup): v for v in cmp.verdict}
+    assert not verdict[("innodb", "glibc")].faster
+    assert "counted as same" in verdict[("innodb", "glibc")].note
+    assert verdict[("innodb", "je")].slower  # 20% is well beyond 2%
+    records = cmp_mod.comparison_records(cmp)
+    assert {r["verdict"] for r in records if r["setup"] == "glibc"} == {stats.SAME}
+    je = {r["verdict"] for r in records if r["setup"] == "je" and r["engine"] == "innodb"}
+    assert je == {stats.SLOWER}
+    # The runs' own min_effect applies when no option is given: B's first.
+    b.metadata["min_effect"] = 0.02
+    assert cmp_mod.compare(a, b).min_effect == 0.02
+    assert "within ±2%: same" in cmp_mod.comparison_markdown(cmp)
+
+
+def test_cli_min_effect_option_and_its_errors(files: tuple[Path, Path]) -> None:
+    pa, pb = files
+    runner = CliRunner()
+    for value in ("2%", "0.02"):
+        out = runner.invoke(main, ["compare", str(pa), str(pb), "--format", "json",
+                                   "--min-effect", value])  # fmt: skip
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout)["min_effect"] == pytest.approx(0.02)
+    for bad in ("lots", "2", "-1%", "80%"):
+        out = runner.invoke(main, ["compare", str(pa), str(pb), "--min-effect", bad])
+        assert out.exit_code == 2, out.output
+        assert out.stderr.startswith("mallocbench: error: --min-effect")
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.output

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import from_dict, load, parse_size, plan
+from mallocbench.experiment import from_dict, load, parse_size, plan, plan_extra_round
 
 BASE = {
     "name": "t",
@@ -100,3 +101,49 @@ def test_examples_are_valid() -> None:
             continue
         exp = load(path)
         assert plan(exp), path
+
+
+def test_min_effect_thp_and_cpu_counts_parse() -> None:
+    exp = from_dict(
+        experiment(
+            min_effect="2%",
+            setup=[
+                {"name": "g", "allocator": "glibc", "thp": "never", "cpus": 1},
+                {"name": "j", "allocator": "jemalloc", "cpus": "0"},
+            ],
+        )
+    )
+    assert exp.min_effect == pytest.approx(0.02)
+    assert exp.setup("g").thp == "never" and exp.setup("j").thp is None
+    first_cpu = min(os.sched_getaffinity(0))
+    assert exp.setup("g").cpus == str(first_cpu)
+    assert from_dict(experiment(min_effect=0.05)).min_effect == pytest.approx(0.05)
+    assert from_dict(experiment()).min_effect == 0.0
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"min_effect": "lots"}, "min_effect = 'lots' is not a fraction"),
+        ({"min_effect": 0.7}, "min_effect = 0.7 is out of range"),
+        ({"setup": [{"name": "g", "allocator": "glibc", "thp": "sometimes"}]}, "not a THP mode"),
+        ({"setup": [{"name": "g", "allocator": "glibc", "cpus": 4096}]}, "4096 CPUs, but"),
+        ({"setup": [{"name": "g", "allocator": "glibc", "cpus": "0-4095"}]}, "does not offer"),
+        ({"setup": [{"name": "g", "allocator": "glibc", "cpus": "zero"}]}, "not a CPU list"),
+    ],
+)
+def test_bad_statistics_and_machine_keys(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(MallocbenchError, match=message):
+        from_dict(experiment(**changes))
+
+
+def test_extra_round_keeps_interleaving_and_only_the_asked_cells() -> None:
+    exp = from_dict(experiment())
+    label = exp.steps[0].label
+    wanted = {("glibc", "innodb", label, 4), ("mi", "innodb", label, 4)}
+    odd = plan_extra_round(exp, 3, wanted)
+    assert [s.setup for s in odd] == ["mi", "glibc"]  # odd repeats run in reverse order
+    assert all(len(s.cells) == 1 and s.cells[0].repeat == 3 for s in odd)
+    assert odd[0].cells[0].step.label == label and odd[0].cells[0].threads == 4
+    even = plan_extra_round(exp, 4, wanted)
+    assert [s.setup for s in even] == ["glibc", "mi"]

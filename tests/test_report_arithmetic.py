@@ -1,28 +1,35 @@
+"""Report arithmetic on recorded cells made by hand: every number below is worked out here."""
+
 from __future__ import annotations
 
+import csv
+import io
+import json
 import math
+from typing import Any
 
 import pytest
+from rich.console import Console
 
-from mallocbench.analysis.summary import geomean, memory_rows, relative_tables, summarize
-from mallocbench.report import export, markdown
-from mallocbench.results import Cell, RunResult, SessionInfo, SetupInfo
+from mallocbench.analysis import stats
+from mallocbench.analysis.summary import (
+    geomean,
+    memory_rows,
+    ratio_class,
+    relative_tables,
+    summarize,
+)
+from mallocbench.report import export, html, markdown, terminal
+from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
+
+GIB = 1 << 30
 
 
 def cell(
     setup: str, step: str, qps: float | None, repeat: int = 0, status: str = "ok", **kw: object
 ) -> Cell:
-    return Cell(
-        setup=setup,
-        engine="innodb",
-        step=step,
-        threads=8,
-        repeat=repeat,
-        qps=qps,
-        status=status,
-        cache_bytes=1 << 30,
-        **kw,  # type: ignore[arg-type]
-    )
+    values: dict[str, Any] = {"engine": "innodb", "threads": 8, "cache_bytes": GIB, **kw}
+    return Cell(setup=setup, step=step, repeat=repeat, qps=qps, status=status, **values)
 
 
 def sample_run() -> RunResult:
@@ -37,16 +44,16 @@ def sample_run() -> RunResult:
                 "glibc",
                 "innodb",
                 0,
-                peak_rss_bytes=3 << 30,
-                peak_vsz_bytes=8 << 30,
+                peak_rss_bytes=3 * GIB,
+                peak_vsz_bytes=8 * GIB,
             ),
             SessionInfo(
                 "je.innodb.r0",
                 "je",
                 "innodb",
                 0,
-                peak_rss_bytes=(5 << 30) // 4,
-                peak_vsz_bytes=20 << 30,
+                peak_rss_bytes=(5 * GIB) // 4,
+                peak_vsz_bytes=20 * GIB,
             ),
         ],
         cells=[
@@ -62,15 +69,35 @@ def sample_run() -> RunResult:
     )
 
 
+def terminal_text(run: RunResult, width: int = 250) -> str:
+    """What print_run shows, with wrapped lines joined so phrases can be searched."""
+    console = Console(record=True, width=width)
+    terminal.print_run(run, console)
+    return " ".join(console.export_text().split())
+
+
+def tight_run(je_level: float, min_effect: float | None = None) -> RunResult:
+    """Three repeats per side with 0.1% noise: any change of 1% or more is significant."""
+    run = RunResult(
+        "tight", "t", "glibc", setups=[SetupInfo("glibc", "glibc"), SetupInfo("je", "x")]
+    )
+    for i, noise in enumerate((1.0, 1.001, 0.999)):
+        run.cells.append(cell("glibc", "point-query range=100", 1000 * noise, i))
+        run.cells.append(cell("je", "point-query range=100", je_level * noise, i))
+    if min_effect is not None:
+        run.metadata["min_effect"] = min_effect
+    return run
+
+
 def test_relative_qps_uses_mean_over_repeats_and_groups() -> None:
     (table,) = relative_tables(sample_run())
     rows = {r.step: r for r in table.rows}
-    assert rows["point-query range=100"].base_qps == pytest.approx(2000)
-    assert rows["point-query range=100"].values["je"] == pytest.approx(1.25)
-    assert rows["random-points range=10"].values["je"] == pytest.approx(0.5)
-    assert rows["update-nonindex range=100"].values["je"] is None
-    assert rows["update-nonindex range=100"].problems["je"] == "crashed"
-    geo = table.group_geomeans()
+    assert rows["point-query range=100"].reference_qps == pytest.approx(2000)
+    assert rows["point-query range=100"].cells["je"].ratio == pytest.approx(1.25)
+    assert rows["random-points range=10"].cells["je"].ratio == pytest.approx(0.5)
+    assert rows["update-nonindex range=100"].cells["je"].ratio is None
+    assert rows["update-nonindex range=100"].cells["je"].problem == "crashed"
+    geo = {group: means for group, _, _, means in table.groups()}
     assert geo["point"]["je"] == pytest.approx(math.sqrt(1.25 * 0.5))
     assert geo["write"]["je"] is None
     assert [r.step for r in table.rows][-1] == "update-nonindex range=100"
@@ -80,7 +107,7 @@ def test_peak_memory_and_rss_per_cache() -> None:
     rows = {r.setup: r for r in memory_rows(sample_run())}
     assert rows["glibc"].rss_per_cache == pytest.approx(3.0)
     assert rows["je"].rss_per_cache == pytest.approx(1.25)
-    assert rows["je"].peak_vsz_bytes == 20 << 30
+    assert rows["je"].peak_vsz_bytes == 20 * GIB
 
 
 def test_geomean_ignores_missing() -> None:
@@ -96,10 +123,11 @@ def test_summaries_keep_failed_repeats_out_of_the_mean() -> None:
 
 def test_markdown_and_csv_render_the_tables() -> None:
     text = markdown.render(sample_run())
-    assert "| point-query range=100 | 2,000 | 1.25 (" in text  # 2 repeats: an interval
-    assert "CRASHED" in text and "| innodb | glibc | 8.00 | 3.00 | 3.00 |" in text
+    # 2 repeats of 1000 and 3000: the base may be near zero, so the ratio is unbounded.
+    assert "| point-query range=100 | 2,000 | 1.25 unbounded: too noisy |" in text
+    assert "CRASHED" in text and "| innodb | glibc | 8.00 | 3.00 | 3.00 | - | - | - |" in text
     csv_text = export.relative_csv(sample_run())
-    assert "innodb,8,point-query range=100,point,je,2500.0,2000.0,1.25" in csv_text
+    assert "innodb,8,point-query range=100,point,je,2500.0,2000.0,1.25," in csv_text
     assert export.cells_csv(sample_run()).count("\n") == 9
 
 
@@ -111,10 +139,304 @@ def test_intervals_appear_with_repeats_and_mark_real_differences() -> None:
     run = RunResult("r", "t", "glibc", setups=[SetupInfo("glibc", "glibc"), SetupInfo("je", "x")])
     run.cells = cells
     (table,) = relative_tables(run)
-    rows = {r.step: r for r in table.rows}
-    assert rows["scan range=100"].significant("je")
-    interval = rows["point-query range=100"].intervals["je"]
-    assert interval.low < 1.0 < interval.high and not rows["point-query range=100"].significant(
-        "je"
+    rows = {r.step: r.cells["je"] for r in table.rows}
+    assert rows["scan range=100"].significant and rows["scan range=100"].verdict == stats.FASTER
+    noisy = rows["point-query range=100"]
+    assert noisy.low < 1.0 < noisy.high and not noisy.significant
+    assert noisy.verdict == stats.NOT_SIGNIFICANT
+    assert "* significant: the 95% interval excludes 1.0" in markdown.render(run)
+
+
+# ---------------------------------------------------------------- one source for every report
+
+
+def test_html_and_text_reports_share_the_relative_tables() -> None:
+    run = sample_run()
+    ctx = html.build_context(run)
+    (mine,) = relative_tables(run)
+    (theirs,) = ctx.tables
+    for a, b in zip(mine.rows, theirs.rows, strict=True):
+        assert a.step == b.step and a.cells["je"].ratio == b.cells["je"].ratio
+        assert a.cells["je"].verdict == b.cells["je"].verdict
+
+
+# ---------------------------------------------------------------- min_effect
+
+
+def test_without_min_effect_a_one_percent_change_is_significant() -> None:
+    (table,) = relative_tables(tight_run(1010))
+    (row,) = table.rows
+    je = row.cells["je"]
+    assert je.ratio == pytest.approx(1.01)
+    assert je.verdict == stats.FASTER and je.significant and je.mark == "*"
+    assert je.css == "same"  # 1.01 is inside the fixed 0.95-1.05 color band
+
+
+def test_min_effect_reports_a_small_significant_change_as_same() -> None:
+    run = tight_run(1010, min_effect=0.02)
+    (table,) = relative_tables(run)
+    je = table.rows[0].cells["je"]
+    assert stats.significant(je.low, je.high)  # the interval alone would call it faster
+    assert je.verdict == stats.SAME and not je.significant and je.mark == ""
+    # Markdown: no star, the word "same", and the rule in the table's text.
+    text = markdown.render(run)
+    row = next(line for line in text.splitlines() if line.startswith("| point-query"))
+    assert row.endswith(" same |") and "\\*" not in row
+    assert "within ±2%: same" in text
+    # Terminal.
+    out = terminal_text(run)
+    assert "1.01 same" in out and "1.01*" not in out and "within ±2%: same" in out
+    # HTML: not in the verdict's faster list, grey, and the legend says why.
+    ctx = html.build_context(run)
+    (verdict,) = ctx.verdict
+    assert not verdict.faster and "1 significant change within ±2% counted as same" in verdict.note
+    page = html.render_html(run)
+    assert 'data-verdict="same"' in page and "<sup>*</sup>" not in page
+    assert "within ±2%: same" in page
+    # Exports carry the verdict and the interval.
+    (record,) = list(csv.DictReader(io.StringIO(export.relative_csv(run))))
+    assert record["verdict"] == "same" and record["significant"] == "False"
+    assert float(record["low"]) > 1.0 and float(record["high"]) < 1.02
+    (entry,) = json.loads(export.relative_json(run))["cells"]
+    assert entry["verdict"] == "same" and entry["min_effect"] == 0.02
+
+
+def test_a_change_beyond_min_effect_is_still_reported() -> None:
+    run = tight_run(970, min_effect=0.02)
+    je = relative_tables(run)[0].rows[0].cells["je"]
+    assert je.verdict == stats.SLOWER and je.mark == "*"
+    (verdict,) = html.build_context(run).verdict
+    assert verdict.slower and verdict.slower[0].startswith("point-query range=100 @8 0.97x")
+
+
+def test_min_effect_override_beats_the_runs_own() -> None:
+    run = tight_run(1010, min_effect=0.02)
+    assert relative_tables(run, min_effect=0.0)[0].rows[0].cells["je"].verdict == stats.FASTER
+    assert html.build_context(run, min_effect=0.0).verdict[0].faster
+
+
+def test_colors_follow_min_effect() -> None:
+    # Fixed thresholds without min_effect ...
+    assert ratio_class(0.97) == "same" and ratio_class(1.03) == "same"
+    assert ratio_class(0.95) == "slower" and ratio_class(1.05) == "faster"
+    # ... and 1 ± min_effect with it, matching where classify stops saying "same".
+    assert ratio_class(0.97, 0.02) == "slower" and ratio_class(1.03, 0.02) == "faster"
+    assert ratio_class(0.985, 0.02) == "same" and ratio_class(0.98, 0.02) == "slower"
+    assert ratio_class(1.07, 0.10) == "same"
+    run = tight_run(970, min_effect=0.02)
+    assert relative_tables(run)[0].rows[0].cells["je"].css == "slower"
+    assert relative_tables(tight_run(970))[0].rows[0].cells["je"].css == "same"
+    page = html.render_html(run)
+    assert "&le; 0.98 slower" in page and "&ge; 1.02 faster" in page
+
+
+def test_bad_min_effect_in_metadata_is_one_clear_error() -> None:
+    from mallocbench.errors import MallocbenchError
+
+    run = tight_run(1010)
+    run.metadata["min_effect"] = "lots"
+    with pytest.raises(MallocbenchError, match="min_effect"):
+        relative_tables(run)
+
+
+# ---------------------------------------------------------------- the server's account of RSS
+
+MIB = 1 << 20
+
+
+def accounted_run() -> RunResult:
+    run = sample_run()
+    accounts = {
+        # setup, step -> (rss, accounted, heap rss, heap accounted)
+        ("glibc", "point-query range=100"): (3000, 1800, 1500, 300),
+        ("glibc", "random-points range=10"): (2900, 2000, 1200, 500),
+        ("je", "point-query range=100"): (1280, 1200, 400, 320),
+    }
+    for c in run.cells:
+        key = (c.setup, c.step)
+        if key in accounts and c.repeat == 0:
+            rss, accounted, heap_rss, heap_accounted = (v * MIB for v in accounts[key])
+            c.metrics.update(
+                rss_at_accounting_bytes=float(rss),
+                rss_accounted_bytes=float(accounted),
+                rss_unaccounted_bytes=float(rss - accounted),
+                heap_rss_bytes=float(heap_rss),
+                heap_accounted_bytes=float(heap_accounted),
+            )
+    return run
+
+
+def test_memory_rows_take_the_account_with_the_most_unaccounted_rss() -> None:
+    rows = {r.setup: r for r in memory_rows(accounted_run())}
+    glibc, je = rows["glibc"], rows["je"]
+    # 3000 - 1800 = 1200 MiB beats 2900 - 2000 = 900 MiB.
+    assert glibc.unaccounted_bytes == 1200 * MIB and glibc.accounted_bytes == 1800 * MIB
+    assert glibc.heap_ratio == pytest.approx(5.0)
+    assert glibc.accounted_in == "point-query range=100 @8 r0"
+    assert je.unaccounted_bytes == 80 * MIB and je.heap_ratio == pytest.approx(1.25)
+
+
+def test_accounted_and_unaccounted_columns_in_every_report() -> None:
+    run = accounted_run()
+    text = markdown.render(run)
+    assert "| server accounts for | unaccounted (RSS − accounted) | heap ratio |" in text
+    assert "| innodb | glibc | 8.00 | 3.00 | 3.00 | 1.76 | 1.17 | 5.00 |" in text
+    assert "| innodb | je | 20.00 | 1.25 | 1.25 | 1.17 | 0.08 | 1.25 |" in text
+    out = terminal_text(run)
+    assert "server accounts for" in out and "5.00" in out and "1.17" in out
+    views = {v.setup: v for v in html.build_context(run).memory}
+    assert (views["glibc"].accounted, views["glibc"].unaccounted) == ("1.76", "1.17")
+    assert views["glibc"].heap_ratio == "5.00"
+    page = html.render_html(run)
+    assert "unaccounted (RSS &minus; accounted)" in page
+    header = export.cells_csv(run).splitlines()[0].split(",")
+    assert {"rss_accounted_bytes", "rss_unaccounted_bytes", "pfs_memory_bytes"} <= set(header)
+
+
+def test_a_negative_unaccounted_remainder_keeps_its_sign() -> None:
+    run = accounted_run()
+    for c in run.cells:
+        if c.setup == "je" and "rss_unaccounted_bytes" in c.metrics:
+            c.metrics["rss_unaccounted_bytes"] = -0.5 * GIB
+    assert "| innodb | je | 20.00 | 1.25 | 1.25 | 1.17 | -0.50 |" in markdown.render(run)
+
+
+def test_old_results_without_the_account_still_render() -> None:
+    run = sample_run()
+    data = json.loads(json.dumps(run.to_dict()))
+    old = RunResult.from_dict(data)
+    assert all(r.accounted_bytes is None and r.heap_ratio is None for r in memory_rows(old))
+    assert "| innodb | je | 20.00 | 1.25 | 1.25 | - | - | - |" in markdown.render(old)
+    assert "server accounts for" in terminal_text(old)
+    assert html.render_html(old).count('<td class="num" title="">-</td>') == 4
+    record = next(csv.DictReader(io.StringIO(export.cells_csv(old))))
+    assert record["rss_unaccounted_bytes"] == ""
+
+
+def test_server_lines_join_rss_over_time() -> None:
+    run = sample_run()
+    t0 = 1000.0
+    for c in run.cells:
+        c.session = f"{c.setup}.innodb.r0"
+        c.started_at = t0
+        c.samples = [
+            Sample(t0 + i, rss_bytes=GIB, extra={"server_memory_used_bytes": GIB / 2})
+            for i in range(3)
+        ]
+    charts = {c.id: c for c in html.build_context(run).charts}
+    rss = charts["chart-rss-innodb"]
+    names = [t["name"] for t in rss.data]
+    assert not any(t.get("showlegend", True) for t in rss.data if "Memory_used" in t["name"])
+    assert "glibc.innodb.r0 Memory_used" in names and "je.innodb.r0 Memory_used" in names
+    own = next(t for t in rss.data if t["name"] == "glibc.innodb.r0 Memory_used")
+    assert own["line"]["dash"] == "dash" and own["y"][0] == pytest.approx(0.5)
+    assert (
+        own["line"]["color"]
+        == next(t for t in rss.data if t["name"] == "glibc.innodb.r0")["line"]["color"]
     )
-    assert "* marks a difference" in markdown.render(run)
+    assert "Memory_used" in rss.note
+    assert all("Memory_used" not in t["name"] for t in charts["chart-vsz-innodb"].data)
+
+
+# ---------------------------------------------------------------- VSZ note
+
+
+def test_vsz_note_when_reserved_address_space_dominates() -> None:
+    run = sample_run()
+    assert "not meaningful" not in markdown.render(run)  # 20 GiB VSZ vs 1.25 GiB RSS: 16x
+    run.sessions[0].peak_vsz_bytes = 8 << 40  # 8 TiB vs 3 GiB RSS
+    note = "comparing VSZ across allocators is not meaningful on this build"
+    assert note in markdown.render(run)
+    assert note in html.render_html(run)
+    assert note in terminal_text(run)
+
+
+# ---------------------------------------------------------------- adaptive repetition
+
+
+def test_adaptive_repetition_is_reported_everywhere() -> None:
+    run = sample_run()
+    run.metadata["adaptive"] = {
+        "target_ci_pct": 5.0, "budget_s": 600.0, "rounds": 4, "stopped": "converged",
+        "not_converged": [],
+    }  # fmt: skip
+    line = "adaptive repetition: target 5% interval width, 4 rounds, converged"
+    assert line in markdown.render(run)
+    page = html.render_html(run)
+    assert line in page and page.index('data-kind="adaptive"') < page.index('id="relative"')
+    assert line in terminal_text(run)
+
+    run.metadata["adaptive"].update(
+        stopped="budget",
+        not_converged=[
+            {"engine": "innodb", "step": "point-query range=100", "threads": 8, "setup": "je",
+             "width_pct": 7.25},
+        ],
+    )  # fmt: skip
+    text = markdown.render(run)
+    assert "stopped: another round would overrun the 10 min budget" in text
+    assert "- je / innodb / point-query range=100 / 8 threads: interval width 7.2%" in text
+    assert "je / innodb / point-query range=100 / 8 threads" in html.render_html(run)
+
+
+def test_no_adaptive_section_without_adaptive_metadata() -> None:
+    assert "adaptive repetition" not in markdown.render(sample_run())
+    assert 'data-kind="adaptive"' not in html.render_html(sample_run())
+
+
+# ---------------------------------------------------------------- insert benchmark
+
+
+def ibench_run() -> RunResult:
+    run = RunResult("ib", "t", "glibc", setups=[SetupInfo("glibc", "glibc"), SetupInfo("je", "x")])
+    for setup, rows_s, queries_s, achieved in (("glibc", 10000, 200, 99), ("je", 15000, 300, 80)):
+        run.cells.append(
+            cell(setup, "l.i0", 10.0, group="insert-benchmark", threads=1,
+                 metrics={"ibench_insert_rows": rows_s * 20.0, "ibench_seconds": 20.0})
+        )  # fmt: skip
+        run.cells.append(
+            cell(setup, "qr100", 5.0, group="insert-benchmark", threads=1,
+                 metrics={"ibench_target_rate": 100.0, "ibench_insert_rows": achieved * 10.0,
+                          "ibench_delete_rows": achieved * 10.0, "ibench_seconds": 10.0,
+                          "ibench_queries": queries_s * 10.0, "ibench_query_seconds": 10.0,
+                          "client_cpu_share": 0.7, "client_cpu_s": 7.0, "server_cpu_s": 3.0})
+        )  # fmt: skip
+        run.cells.append(cell(setup, "l.x", 2.0, group="insert-benchmark", threads=1))
+    return run
+
+
+def test_insert_benchmark_steps_compare_their_own_rates() -> None:
+    run = ibench_run()
+    (table,) = relative_tables(run)
+    rows = {r.step: r for r in table.rows}
+    assert rows["l.i0"].unit == "rows/s" and rows["l.i0"].reference_qps == pytest.approx(10000)
+    assert rows["l.i0"].cells["je"].ratio == pytest.approx(1.5)
+    assert rows["qr100"].unit == "queries/s" and rows["qr100"].cells["je"].ratio == 1.5
+    assert rows["l.x"].unit == "QPS"  # builds indexes: no rate of its own
+    text = markdown.render(run)
+    assert "| l.i0 | 10,000 rows/s | 1.50 |" in text and "queries/s" in text
+
+
+def test_sla_and_client_warnings_in_terminal_and_html() -> None:
+    run = ibench_run()
+    out = terminal_text(run)
+    assert "glibc / innodb / qr100 r0: SLA met: 99 of 100 rows/s" in out
+    assert "je / innodb / qr100 r0: SLA MISSED: 80 of 100 rows/s" in out
+    assert "the client (sysbench) used more CPU than the server" in out
+    page = html.render_html(run)
+    assert 'data-kind="sla"' in page and "SLA MISSED: 80 of 100 rows/s" in page
+    assert 'data-kind="client-warnings"' in page and "load generator may be the bottleneck" in page
+    assert "**je / innodb / qr100 r0: SLA MISSED" in markdown.render(run)
+
+
+def test_run_notes_reach_every_report() -> None:
+    result = sample_run()
+    note = "setup je asks for THP always, but the server turns THP off for itself"
+    result.metadata["notes"] = [note]
+    assert f"- {note}" in markdown.render(result)
+    assert note in html.render_html(result)
+    console = Console(record=True, width=200)
+    terminal.print_run(result, console)
+    assert note in console.export_text()
+    del result.metadata["notes"]
+    assert "Notes from the run" not in markdown.render(result)

@@ -205,3 +205,57 @@ def test_base_only_and_empty_runs_still_render(result: RunResult) -> None:
     assert "Only the base setup ran" in html.render_html(base_only)
     base_only.cells, base_only.sessions = [], []
     assert 'data-charts-expected="0"' in html.render_html(base_only)
+
+
+# ---------------------------------------------------------------- issue 4 additions
+
+
+def _with_new_facts(result: RunResult) -> RunResult:
+    """The recorded run as a newer mallocbench records it: the server's memory account,
+    its own counters per second, min_effect and the adaptive-repetition outcome."""
+    made = copy.deepcopy(result)
+    made.metadata["min_effect"] = 0.02
+    made.metadata["adaptive"] = {
+        "target_ci_pct": 5.0, "budget_s": 300.0, "rounds": 3, "stopped": "budget",
+        "not_converged": [{"engine": "innodb", "step": "point-query range=100", "threads": 2,
+                           "setup": "je", "width_pct": 9.5}],
+    }  # fmt: skip
+    for cell in made.cells:
+        rss = float(cell.peak_rss_bytes or 100 << 20)
+        cell.metrics.update(
+            rss_at_accounting_bytes=rss,
+            rss_accounted_bytes=rss * 0.8,
+            rss_unaccounted_bytes=rss * 0.2,
+            heap_rss_bytes=rss * 0.4,
+            heap_accounted_bytes=rss * 0.2,
+        )
+        for sample in cell.samples:
+            sample.extra["server_memory_used_bytes"] = (sample.rss_bytes or 0) * 0.6
+            if cell.engine == "myrocks":
+                sample.extra["rocksdb_block_cache_usage_bytes"] = (sample.rss_bytes or 0) * 0.3
+    return made
+
+
+def test_relative_charts_show_whole_step_names(result: RunResult) -> None:
+    ctx = html.build_context(result)
+    chart = ctx.relative_charts["rel-innodb-1"]
+    # Plain category labels at an angle: multicategory axes cut long names off.
+    assert chart.layout["xaxis"]["tickangle"] and chart.layout["xaxis"]["automargin"]
+    x = chart.data[0]["x"]
+    assert x == ["point-query", "read-only-order", "update-index"]
+    assert chart.data[0]["hovertext"][0].startswith("point-query range=100: ")
+
+
+def test_new_sections_render_in_headless_chromium(result: RunResult, tmp_path: Path) -> None:
+    made = _with_new_facts(result)
+    ctx = html.build_context(made)
+    rss = next(c for c in ctx.charts if c.id == "chart-rss-myrocks")
+    names = {t["name"].split(" ", 1)[-1] for t in rss.data if " " in t["name"]}
+    assert names == {"Memory_used", "block cache"}
+    page = html.render_html(made)
+    assert "adaptive repetition: target 5% interval width, 3 rounds, stopped: the 300 s" in page
+    assert "je / innodb / point-query range=100 / 2 threads: interval width 9.5%" in page
+    assert "within ±2%: same" in page and "server accounts for" in page
+    assert 'data-kind="vsz-note"' in page  # the fixture's VSZ is 8 TiB for ~100 MiB RSS
+    dom = check_in_browser(page, tmp_path, ARTIFACTS / "report-issue4.png")
+    assert 'data-kind="adaptive"' in dom

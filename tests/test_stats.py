@@ -99,3 +99,38 @@ def test_geomean() -> None:
 def test_t_quantile_rejects_bad_confidence() -> None:
     with pytest.raises(ValueError):
         stats.t_quantile(1.5, 3)
+
+
+def test_classify_words() -> None:
+    nan = math.nan
+    assert stats.classify(1.10, 1.05, 1.15) == stats.FASTER
+    assert stats.classify(0.90, 0.85, 0.95) == stats.SLOWER
+    assert stats.classify(1.02, 0.97, 1.07) == stats.NOT_SIGNIFICANT
+    assert stats.classify(1.10, nan, nan) == stats.NO_INTERVAL
+    assert stats.classify(None, nan, nan) == stats.NO_INTERVAL
+    # Significant but smaller than the effect that matters: "same".
+    assert stats.classify(1.01, 1.005, 1.015, min_effect=0.02) == stats.SAME
+    assert stats.classify(0.99, nan, nan, min_effect=0.02) == stats.SAME
+    # At or beyond min_effect, significance decides again.
+    assert stats.classify(1.03, 1.01, 1.05, min_effect=0.02) == stats.FASTER
+    assert stats.classify(1.03, 0.98, 1.08, min_effect=0.02) == stats.NOT_SIGNIFICANT
+    assert stats.Relative(0.9, 0.85, 0.95).verdict(0.2) == stats.SAME
+    assert stats.Relative(1.0, 0.97, 1.02).width == pytest.approx(0.05)
+    assert stats.interval_width(nan, 1.0) == math.inf
+
+
+def test_unchanged_setup_is_rarely_called_different() -> None:
+    # Two setups drawn from the same distribution, 3 interleaved repeats each, as a run
+    # gives them: the 95% interval may exclude 1.0 about 1 time in 20, not more, and a
+    # min_effect can only turn such calls into "same".
+    rng = random.Random(20261123)
+    trials = 2000
+    called = same_called = 0
+    for _ in range(trials):
+        a = [rng.gauss(10000, 400) for _ in range(3)]
+        b = [rng.gauss(10000, 400) for _ in range(3)]
+        rel = stats.relative(a, b)
+        called += rel.verdict() in (stats.FASTER, stats.SLOWER)
+        same_called += rel.verdict(0.03) in (stats.FASTER, stats.SLOWER)
+    assert 0.02 < called / trials < 0.08
+    assert same_called < called

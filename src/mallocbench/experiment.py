@@ -5,6 +5,8 @@ Every validation error names the key and how to fix it, in one line.
 
 from __future__ import annotations
 
+import itertools
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -13,23 +15,15 @@ from typing import Any
 
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
+from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import engines
 from mallocbench.servers.engines import Engine
+from mallocbench.units import parse_fraction, parse_size
 from mallocbench.workloads.catalogue import Step, parse_steps
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-
-
-def parse_size(value: object, key: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    match = _SIZE.match(str(value))
-    if match is None or float(match.group(1)) <= 0:
-        raise MallocbenchError(f"{key} = {value!r} is not a size: write e.g. 256M, 2G or bytes")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+THP_MODES = ("always", "madvise", "never")
 
 
 @dataclass
@@ -43,6 +37,7 @@ class Setup:
     config: dict[str, str] = field(default_factory=dict)
     basedir: str | None = None
     cpus: str | None = None
+    thp: str | None = None  # transparent huge pages for this setup's server, if set
     description: str = ""
 
 
@@ -66,6 +61,7 @@ class Experiment:
     warmup_s: float = 2.0
     duration_s: float = 10.0
     repeats: int = 1
+    min_effect: float = 0.0  # relative changes smaller than this are reported as "same"
     server_config: dict[str, str] = field(default_factory=dict)
     basedir: str | None = None
     port: int | None = None
@@ -102,24 +98,50 @@ class PlannedSession:
         return f"{self.setup}.{self.engine}.r{self.repeat}"
 
 
-def plan(experiment: Experiment) -> list[PlannedSession]:
-    """Sessions in interleaved order: setups A B C, then C B A, ... so drift cancels."""
+def _threads_for(experiment: Experiment, step: Step) -> list[int]:
+    # Insert-benchmark steps fix their own client count (1 loader; 1 query + 2 background
+    # writers), so they run once with that count.
+    return [step.definition.threads] if step.definition.threads else experiment.threads
+
+
+def _round(
+    experiment: Experiment,
+    repeat: int,
+    wanted: set[tuple[str, str, str, int]] | None = None,
+) -> list[PlannedSession]:
+    """One repeat of every setup, in the direction the repeat's parity gives.
+
+    `wanted` (setup, engine, step label, threads) limits the round to those cells.
+    """
+    order = experiment.setups if repeat % 2 == 0 else list(reversed(experiment.setups))
     sessions = []
-    for repeat in range(experiment.repeats):
-        order = experiment.setups if repeat % 2 == 0 else list(reversed(experiment.setups))
-        for engine in experiment.engines:
-            for setup in order:
-                # Insert-benchmark steps fix their own client count (1 loader; 1 query
-                # + 2 background writers), so they run once with that count.
-                cells = tuple(
-                    PlannedCell(setup.name, engine.name, step, threads, repeat)
-                    for step in experiment.steps
-                    for threads in (
-                        [step.definition.threads] if step.definition.threads else experiment.threads
-                    )
-                )
+    for engine in experiment.engines:
+        for setup in order:
+            cells = tuple(
+                PlannedCell(setup.name, engine.name, step, threads, repeat)
+                for step in experiment.steps
+                for threads in _threads_for(experiment, step)
+                if wanted is None or (setup.name, engine.name, step.label, threads) in wanted
+            )
+            if cells:
                 sessions.append(PlannedSession(setup.name, engine.name, repeat, cells))
     return sessions
+
+
+def plan(experiment: Experiment) -> list[PlannedSession]:
+    """Sessions in interleaved order: setups A B C, then C B A, ... so drift cancels."""
+    return [s for repeat in range(experiment.repeats) for s in _round(experiment, repeat)]
+
+
+def plan_extra_round(
+    experiment: Experiment, repeat: int, cells: set[tuple[str, str, str, int]]
+) -> list[PlannedSession]:
+    """One more interleaved repeat of just these (setup, engine, step, threads) cells.
+
+    Adaptive repetition asks for it; the caller includes the base setup's cells, since
+    every relative value needs both sides.
+    """
+    return _round(experiment, repeat, cells)
 
 
 # --- loading and validation -----------------------------------------------------------------
@@ -132,6 +154,7 @@ _TOP_KEYS = {
     "steps",
     "threads",
     "repeats",
+    "min_effect",
     "dataset",
     "durations",
     "server",
@@ -161,6 +184,45 @@ def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
         raise MallocbenchError(
             f"unknown key {extra[0]!r} in {where}: allowed keys are {', '.join(sorted(allowed))}"
         )
+
+
+def _cpu_list(value: object, key: str) -> str | None:
+    """A taskset CPU list; a whole number N means the first N CPUs (a vCPU-count sweep)."""
+    if value is None:
+        return None
+    available = sorted(os.sched_getaffinity(0))
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 1 <= value <= len(available):
+            raise MallocbenchError(
+                f"{key} = {value} CPUs, but {len(available)} are available here: "
+                f'use 1-{len(available)}, or a CPU list such as "0-3"'
+            )
+        return ",".join(str(c) for c in available[:value])
+    text = str(value).strip()
+    if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", text):
+        raise MallocbenchError(
+            f'{key} = {value!r} is not a CPU list: write e.g. "0-3" or "0,2", or a count such as 4'
+        )
+    wanted: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        wanted.update(range(int(first), int(last or first) + 1))
+    missing = sorted(wanted - set(available))
+    if missing or not wanted:
+        raise MallocbenchError(
+            f"{key} = {value!r} names CPU {missing[0] if missing else '?'}, which this machine "
+            f"does not offer: available are {_ranges(available)}"
+        )
+    return text
+
+
+def _ranges(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5", as taskset and lscpu write CPU lists."""
+    parts = []
+    for _, run in itertools.groupby(enumerate(cpus), key=lambda pair: pair[1] - pair[0]):
+        members = [cpu for _, cpu in run]
+        parts.append(str(members[0]) if len(members) == 1 else f"{members[0]}-{members[-1]}")
+    return ",".join(parts)
 
 
 def load(path: str | Path) -> Experiment:
@@ -206,7 +268,7 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
         _expect(raw, dict, where, "write a [[setup]] table")
         _unknown(
             raw,
-            {"name", "allocator", "knobs", "config", "basedir", "cpus", "description"},
+            {"name", "allocator", "knobs", "config", "basedir", "cpus", "thp", "description"},
             f"[[setup]] {raw.get('name', index + 1)}",
         )
         spec = raw.get("allocator")
@@ -227,10 +289,12 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
                 f"setup {setup_name}: knob {foreign[0]} has no effect on {allocator.name}: "
                 "remove it or change the allocator"
             )
-        cpus = raw.get("cpus")
-        if cpus is not None and not re.fullmatch(r"[0-9,\-]+", str(cpus)):
+        cpus = _cpu_list(raw.get("cpus"), f"setup {setup_name}.cpus")
+        thp = raw.get("thp")
+        if thp is not None and str(thp) not in THP_MODES:
             raise MallocbenchError(
-                f'setup {setup_name}.cpus = {cpus!r} is not a CPU list: write e.g. "0-3" or "0,2"'
+                f"setup {setup_name}.thp = {thp!r} is not a THP mode: use "
+                + ", ".join(f'"{m}"' for m in THP_MODES)
             )
         setups.append(
             Setup(
@@ -240,7 +304,8 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
                 knobs=knobs,
                 config=_string_map(raw.get("config", {}), f"setup {setup_name}.config"),
                 basedir=raw.get("basedir") or basedir,
-                cpus=str(cpus) if cpus is not None else None,
+                cpus=cpus,
+                thp=str(thp) if thp is not None else None,
                 description=str(raw.get("description", "")),
             )
         )
@@ -280,6 +345,8 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
     if repeats < 1:
         raise MallocbenchError(f"repeats = {repeats} must be at least 1")
 
+    min_effect = parse_fraction(data.get("min_effect", 0), "min_effect", upper=MIN_EFFECT_UPPER)
+
     raw_dataset = _expect(data.get("dataset", {}), dict, "dataset", "write a [dataset] table")
     _unknown(raw_dataset, {"tables", "rows", "cache"}, "[dataset]")
     dataset = Dataset()
@@ -315,6 +382,7 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
         warmup_s=float(warmup),
         duration_s=float(duration),
         repeats=repeats,
+        min_effect=min_effect,
         server_config=server_config,
         basedir=basedir,
         port=port,

@@ -92,6 +92,7 @@ class SetupInfo:
     server: str | None = None
     server_version: str | None = None
     cpus: str | None = None
+    thp: str | None = None  # the THP mode the setup asked for (None: the system's)
     description: str = ""
 
 
@@ -109,6 +110,7 @@ class SessionInfo:
     peak_vsz_bytes: int | None = None
     status: str = STATUS_OK
     pid: int | None = None
+    thp: str | None = None  # the THP mode the server ran under
 
 
 @dataclass

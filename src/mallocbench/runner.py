@@ -6,20 +6,32 @@ server is recorded as the cell's result and the next cell gets a fresh server.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from mallocbench import dataset
+from mallocbench.analysis.convergence import WideCell, cells_to_repeat, wide_cells
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, plan
+from mallocbench.experiment import (
+    Experiment,
+    PlannedCell,
+    PlannedSession,
+    plan,
+    plan_extra_round,
+)
 from mallocbench.probes import process as proc_probe
-from mallocbench.probes.system import host_metadata
+from mallocbench.probes.server import ServerMemoryProbe, account
+from mallocbench.probes.system import (
+    host_metadata,
+    process_thp_disabled,
+    system_thp_mode,
+    thp_mode,
+)
 from mallocbench.results import (
     STATUS_FAILED,
     STATUS_OK,
@@ -50,6 +62,7 @@ class Progress(Protocol):
     def cell_started(self, cell: PlannedCell, phase: str) -> None: ...
     def interval(self, cell: PlannedCell, interval: Interval, rss_bytes: int | None) -> None: ...
     def cell_finished(self, cell: Cell) -> None: ...
+    def round_started(self, repeat: int, cells: int, reason: str) -> None: ...
 
 
 class SilentProgress:
@@ -68,6 +81,9 @@ class SilentProgress:
     def cell_finished(self, cell: Cell) -> None:
         pass
 
+    def round_started(self, repeat: int, cells: int, reason: str) -> None:
+        pass
+
 
 @dataclass
 class RunOptions:
@@ -75,6 +91,13 @@ class RunOptions:
     store_path: Path | None = None
     resume: bool = False
     keep_datadirs: bool = False
+    # Adaptive repetition: add repeats until every relative QPS interval is narrower than
+    # this many percentage points, the budget (seconds from the start) is spent, or
+    # max_repeats is reached.
+    target_ci_pct: float | None = None
+    budget_s: float = 3600.0
+    max_repeats: int = 20
+    min_effect: float | None = None  # overrides the experiment's min_effect
 
     @property
     def store_file(self) -> Path:
@@ -88,6 +111,29 @@ class RunOutcome:
     skipped: int = 0
     measured: int = 0
     failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # things the reader must know
+    not_converged: list[WideCell] = field(default_factory=list)
+    adaptive_stop: str | None = None  # why adaptive repetition stopped, when it ran
+
+
+def _cell_estimate(experiment: Experiment) -> float:
+    """Seconds per cell before any was measured: warmup + step + a second of overhead."""
+    return experiment.warmup_s + experiment.duration_s + 1.0
+
+
+def _effective_thp(pid: int, requested: str | None) -> str | None:
+    """The THP mode the server really runs under, as recorded with its session.
+
+    Recent MariaDB releases (10.11.19 here) turn THP off for themselves with
+    PR_SET_THP_DISABLE once started, whatever the system's mode: a THP knob has little
+    left to act on there, and the record says so.
+    """
+    system_mode = thp_mode()
+    if requested == "never":
+        return "never (PR_SET_THP_DISABLE, set by mallocbench)"
+    if process_thp_disabled(pid):
+        return f"off: the server disabled THP for itself (system mode {system_mode})"
+    return system_mode
 
 
 def _check_writable(directory: Path) -> None:
@@ -118,6 +164,7 @@ def _setup_infos(experiment: Experiment, builds: dict[str | None, ServerBuild]) 
                 server=build.mysqld,
                 server_version=build.version,
                 cpus=setup.cpus,
+                thp=setup.thp,
                 description=setup.description,
             )
         )
@@ -198,6 +245,9 @@ class Pipeline:
                 "engines": [e.name for e in experiment.engines],
                 "steps": [s.label for s in experiment.steps],
                 "repeats": experiment.repeats,
+                "min_effect": (
+                    options.min_effect if options.min_effect is not None else experiment.min_effect
+                ),
             }
         )
         result = RunResult(
@@ -220,14 +270,11 @@ class Pipeline:
         self.progress.start(total, skipped)
         outcome = RunOutcome(result=result, skipped=skipped)
         status = "finished"
+        started = time.monotonic()
         try:
-            for session in sessions:
-                pending = [c for c in session.cells if c.key not in done]
-                if not pending:
-                    continue
-                if self.stop_requested():
-                    raise KeyboardInterrupt
-                self._run_session(store, run_id, session, pending, builds, outcome)
+            self._run_sessions(store, run_id, sessions, done, builds, outcome)
+            if options.target_ci_pct is not None:
+                self._repeat_until_narrow(store, run_id, metadata, builds, outcome, started)
         except KeyboardInterrupt:
             status = "interrupted"
             outcome.aborted = "interrupted"
@@ -235,9 +282,93 @@ class Pipeline:
             status = "failed"
             outcome.aborted = str(exc)
         finally:
+            if outcome.notes:
+                metadata["notes"] = outcome.notes
+                store.update_metadata(run_id, metadata)
+            if options.target_ci_pct is not None and outcome.adaptive_stop is None:
+                outcome.adaptive_stop = (
+                    "interrupted" if outcome.aborted == "interrupted" else "run failed"
+                )
+                self._record_adaptive(store, run_id, metadata, outcome)
             store.finish_run(run_id, status)
         outcome.result = store.load_run(run_id)
         return outcome
+
+    def _run_sessions(
+        self,
+        store: Store,
+        run_id: str,
+        sessions: list[PlannedSession],
+        done: set[tuple[str, str, str, int, int]],
+        builds: dict[str | None, ServerBuild],
+        outcome: RunOutcome,
+    ) -> None:
+        for session in sessions:
+            pending = [c for c in session.cells if c.key not in done]
+            if not pending:
+                continue
+            if self.stop_requested():
+                raise KeyboardInterrupt
+            self._run_session(store, run_id, session, pending, builds, outcome)
+
+    # --- adaptive repetition --------------------------------------------------------------
+
+    def _repeat_until_narrow(
+        self,
+        store: Store,
+        run_id: str,
+        metadata: dict[str, Any],
+        builds: dict[str | None, ServerBuild],
+        outcome: RunOutcome,
+        started: float,
+    ) -> None:
+        """Add interleaved repeats of the cells whose interval is still too wide."""
+        options, experiment = self.options, self.experiment
+        assert options.target_ci_pct is not None
+        while True:
+            current = store.load_run(run_id, with_samples=False)
+            outcome.not_converged = wide_cells(current, options.target_ci_pct)
+            repeat = 1 + max((c.repeat for c in current.cells), default=-1)
+            metadata["adaptive_rounds"] = repeat
+            if not outcome.not_converged:
+                outcome.adaptive_stop = "converged"
+                break
+            if repeat >= options.max_repeats:
+                outcome.adaptive_stop = "max repeats"
+                break
+            sessions = plan_extra_round(
+                experiment, repeat, cells_to_repeat(outcome.not_converged, experiment.base)
+            )
+            cells = sum(len(s.cells) for s in sessions)
+            elapsed = time.monotonic() - started
+            per_cell = (
+                elapsed / outcome.measured if outcome.measured else _cell_estimate(experiment)
+            )
+            if elapsed + cells * per_cell > options.budget_s:
+                outcome.adaptive_stop = "budget"
+                break
+            self._record_adaptive(store, run_id, metadata, outcome)
+            self.progress.round_started(
+                repeat,
+                cells,
+                f"{len(outcome.not_converged)} relative QPS intervals wider than "
+                f"{options.target_ci_pct:g}%",
+            )
+            self._run_sessions(store, run_id, sessions, set(), builds, outcome)
+        self._record_adaptive(store, run_id, metadata, outcome)
+
+    def _record_adaptive(
+        self, store: Store, run_id: str, metadata: dict[str, Any], outcome: RunOutcome
+    ) -> None:
+        metadata["adaptive"] = {
+            "target_ci_pct": self.options.target_ci_pct,
+            "budget_s": self.options.budget_s,
+            "max_repeats": self.options.max_repeats,
+            "rounds": metadata.get("adaptive_rounds", self.experiment.repeats),
+            "stopped": outcome.adaptive_stop or "running",
+            "not_converged": [w.to_dict() for w in outcome.not_converged],
+        }
+        store.update_metadata(run_id, metadata)
 
     # --- sessions and cells ---------------------------------------------------------------
 
@@ -251,6 +382,7 @@ class Pipeline:
             knobs=setup.knobs,
             overrides={**experiment.server_config, **setup.config},
             cpus=setup.cpus,
+            thp_disabled=setup.thp == "never",
             port=experiment.port,
             max_connections=max(200, 2 * max(experiment.threads) + 50),
         )
@@ -272,6 +404,30 @@ class Pipeline:
         golden = dataset.golden_datadir(
             build, engine, experiment.dataset, on_status=self.progress.status
         )
+        # "never" is set on the server alone (PR_SET_THP_DISABLE); the other modes can
+        # only be had system-wide, for the session's duration.
+        system_thp = setup.thp if setup.thp in ("always", "madvise") else None
+        try:
+            with system_thp_mode(system_thp):
+                self._run_servers(store, run_id, planned, pending, build, golden, outcome)
+        except MallocbenchError as exc:
+            if isinstance(exc, ServerStartError):
+                raise
+            raise ServerStartError(f"setup {setup.name}: {exc}") from exc
+
+    def _run_servers(
+        self,
+        store: Store,
+        run_id: str,
+        planned: PlannedSession,
+        pending: list[PlannedCell],
+        build: ServerBuild,
+        golden: Path,
+        outcome: RunOutcome,
+    ) -> None:
+        experiment = self.experiment
+        setup = experiment.setup(planned.setup)
+        engine = engines.get(planned.engine)
         attempt = 0
         while pending:
             session_id = planned.id if attempt == 0 else f"{planned.id}.{attempt + 1}"
@@ -295,6 +451,15 @@ class Pipeline:
                     raise ServerStartError(f"setup {setup.name}: {exc}") from exc
                 info.pid = server.pid
                 info.started_at = time.time()
+                info.thp = _effective_thp(server.pid, setup.thp)
+                if setup.thp in ("always", "madvise") and (info.thp or "").startswith("off"):
+                    note = (
+                        f"setup {setup.name} asks for THP {setup.thp}, but the server turns THP "
+                        "off for itself (PR_SET_THP_DISABLE) once started: the setting only "
+                        "reaches start-up allocations"
+                    )
+                    if note not in outcome.notes:
+                        outcome.notes.append(note)
                 store.save_session(run_id, info)
                 sysbench = Sysbench(
                     socket=str(server.socket),
@@ -369,15 +534,18 @@ class Pipeline:
         self.progress.cell_started(planned, "measure")
         before = proc_probe.read_counters(server.pid)
         system_cs_before = proc_probe.system_context_switches()
-        measured = measure(
-            server.pid,
-            sysbench,
-            planned.step,
-            planned.threads,
-            experiment.duration_s,
-            on_interval=lambda i, rss: self.progress.interval(planned, i, rss),
-            should_stop=self.stop_requested,
-        )
+        with ServerMemoryProbe(server) as server_probe:
+            measured = measure(
+                server.pid,
+                sysbench,
+                planned.step,
+                planned.threads,
+                experiment.duration_s,
+                on_interval=lambda i, rss: self.progress.interval(planned, i, rss),
+                should_stop=self.stop_requested,
+                server_probe=server_probe,
+            )
+            reported_at_end = server_probe.read()
         output, samples = measured.output, measured.samples
         after = proc_probe.read_counters(server.pid)
         system_cs_after = proc_probe.system_context_switches()
@@ -405,7 +573,8 @@ class Pipeline:
             output.queries, output.client_cpu_s, before, after, system_cs_before, system_cs_after
         )
         cell.metrics.update(output.metrics)
-        cell.metrics.update(_server_memory(server))
+        cell.metrics.update(reported_at_end)
+        cell.metrics.update(account(server, experiment.setup(planned.setup).allocator.name))
         return cell
 
 
@@ -426,16 +595,18 @@ def measure(
     probes: bool = True,
     on_interval: Callable[[Interval, int | None], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    server_probe: ServerMemoryProbe | None = None,
 ) -> Measured:
     """One measured sysbench run with the memory probes around it.
 
     `probes=False` exists for the harness-overhead benchmark, which must run the very
-    same code path with and without sampling.
+    same code path with and without sampling (the server's own counters included).
     """
     samples: list[Sample] = []
 
     def record(interval: Interval) -> None:
         memory = proc_probe.read_memory(server_pid) if probes else None
+        reported = server_probe.read() if probes and server_probe is not None else {}
         samples.append(
             Sample(
                 t=interval.t,
@@ -444,6 +615,7 @@ def measure(
                 qps=interval.qps,
                 tps=interval.tps,
                 latency_ms=interval.latency_ms,
+                extra=reported,
             )
         )
         if on_interval is not None:
@@ -490,30 +662,6 @@ def _per_op_metrics(
         metrics["reads_per_op"] = (after.read_syscalls - before.read_syscalls) / operations
     if system_cs_before is not None and system_cs_after is not None:
         metrics["system_cs_per_op"] = (system_cs_after - system_cs_before) / operations
-    return metrics
-
-
-_SERVER_MEMORY_STATUS = {
-    "memory_used": "server_memory_used_bytes",
-    "innodb_buffer_pool_bytes_data": "innodb_buffer_pool_data_bytes",
-    "rocksdb_block_cache_usage": "rocksdb_block_cache_usage_bytes",
-    "rocksdb_block_cache_pinned_usage": "rocksdb_block_cache_pinned_bytes",
-}
-
-
-def _server_memory(server: PrivateServer) -> dict[str, float]:
-    """What the server says it uses, to set beside the RSS the kernel reports."""
-    names = ", ".join(f"'{n}'" for n in _SERVER_MEMORY_STATUS)
-    try:
-        rows = server.query(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
-    except Exception:  # noqa: BLE001 - a status query must never cost a measured cell
-        return {}
-    metrics = {}
-    for name, value in rows:
-        key = _SERVER_MEMORY_STATUS.get(str(name).lower())
-        with contextlib.suppress(TypeError, ValueError):
-            if key:
-                metrics[key] = float(value)  # type: ignore[arg-type]
     return metrics
 
 

@@ -7,7 +7,7 @@ so reports show the verdict next to the throughput.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple, Protocol
 
 # A rate counts as sustained at 95% of its target: pacing in batches and the first and
@@ -52,6 +52,21 @@ def ibench_rates(metrics: Mapping[str, float]) -> IbenchRates:
     )
 
 
+def ibench_throughput(metrics: Mapping[str, float]) -> tuple[float, str] | None:
+    """An insert-benchmark cell's own rate and its unit, or None when it reported none.
+
+    The query steps (qr*/qp*) are judged by queries/s, with the writers' rate as their
+    SLA; the loads (l.i0, l.i1, l.i2) by rows/s inserted. l.x builds indexes and reports
+    neither. sysbench's QPS counts statements (one per 1000-row INSERT), not work.
+    """
+    rates = ibench_rates(metrics)
+    if metrics.get("ibench_target_rate") and rates.queries_per_s is not None:
+        return rates.queries_per_s, "queries/s"
+    if rates.insert_rows_per_s is not None:
+        return rates.insert_rows_per_s, "rows/s"
+    return None
+
+
 def sla_status(cell: HasMetrics) -> SlaStatus | None:
     """(target, achieved, met) for a qr*/qp* cell; None for a cell without a target rate."""
     metrics = cell.metrics or {}
@@ -64,4 +79,35 @@ def sla_status(cell: HasMetrics) -> SlaStatus | None:
     return SlaStatus(target=target, achieved=value, met=value >= SLA_FRACTION * target)
 
 
-__all__ = ["SLA_FRACTION", "IbenchRates", "SlaStatus", "ibench_rates", "sla_status"]
+class SlaCell(Protocol):
+    @property
+    def metrics(self) -> Mapping[str, float]: ...
+    @property
+    def setup(self) -> str: ...
+    @property
+    def engine(self) -> str: ...
+    @property
+    def step(self) -> str: ...
+    @property
+    def repeat(self) -> int: ...
+
+
+def sla_results(cells: Iterable[SlaCell]) -> list[tuple[str, SlaStatus]]:
+    """("setup / engine / step rN", status) for every cell that had a target rate."""
+    out = []
+    for cell in cells:
+        status = sla_status(cell)
+        if status is not None:
+            out.append((f"{cell.setup} / {cell.engine} / {cell.step} r{cell.repeat}", status))
+    return out
+
+
+__all__ = [
+    "SLA_FRACTION",
+    "IbenchRates",
+    "SlaStatus",
+    "ibench_rates",
+    "ibench_throughput",
+    "sla_results",
+    "sla_status",
+]

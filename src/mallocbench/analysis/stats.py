@@ -106,6 +106,40 @@ def significant(low: float, high: float, null: float = 1.0) -> bool:
     return high < null or low > null
 
 
+# What a relative value says, in the words every report uses.
+FASTER = "faster"
+SLOWER = "slower"
+SAME = "same"
+NOT_SIGNIFICANT = "not significant"
+NO_INTERVAL = "no interval"
+
+
+def classify(ratio: float | None, low: float, high: float, min_effect: float = 0.0) -> str:
+    """One word for a ratio against 1.0: faster, slower, same, not significant, no interval.
+
+    `min_effect` is the smallest change worth reporting (0.02 = 2%). A ratio closer to 1.0
+    than that is "same" even when its interval excludes 1.0: with enough repeats every
+    tiny drift becomes significant, and a DBA does not switch allocators for 0.5%.
+    Otherwise a ratio is faster or slower only when its interval excludes 1.0.
+    """
+    if ratio is None or math.isnan(ratio):
+        return NO_INTERVAL
+    if min_effect > 0 and abs(ratio - 1.0) < min_effect:
+        return SAME
+    if math.isnan(low) or math.isnan(high):
+        return NO_INTERVAL
+    if significant(low, high):
+        return FASTER if ratio > 1.0 else SLOWER
+    return NOT_SIGNIFICANT
+
+
+def interval_width(low: float, high: float) -> float:
+    """Width of a ratio's interval in ratio units (0.04 = 4 percentage points); inf if unknown."""
+    if math.isnan(low) or math.isnan(high):
+        return math.inf
+    return high - low
+
+
 def geomean(values: Sequence[float | int | None]) -> float:
     """Geometric mean of positive values: the right average of ratios."""
     xs = _clean(values)
@@ -127,6 +161,13 @@ class Relative:
     @property
     def significant(self) -> bool:
         return significant(self.low, self.high)
+
+    def verdict(self, min_effect: float = 0.0) -> str:
+        return classify(self.ratio, self.low, self.high, min_effect)
+
+    @property
+    def width(self) -> float:
+        return interval_width(self.low, self.high)
 
     def mark(self) -> str:
         """'+' significantly above 1, '-' significantly below, '' otherwise."""
@@ -156,7 +197,14 @@ def relative(
 
 
 __all__ = [
+    "FASTER",
+    "NOT_SIGNIFICANT",
+    "NO_INTERVAL",
+    "SAME",
+    "SLOWER",
     "Relative",
+    "classify",
+    "interval_width",
     "geomean",
     "mean",
     "mean_ci",

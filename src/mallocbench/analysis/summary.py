@@ -1,7 +1,14 @@
-"""Per-cell summaries and values relative to the base setup.
+"""Per-cell summaries and values relative to the base setup: the one source every report reads.
 
 Relative QPS = QPS(setup) / QPS(base) for the same engine, step and threads, using the
-mean over repeats of the cells that measured (crashed or failed cells count as missing).
+mean over repeats of the cells that measured (crashed or failed cells count as missing),
+with Fieller's 95% interval from `analysis.stats`. Terminal, Markdown, HTML, the CSV/JSON
+exports and `compare` all print the `RatioTable`s built here, so they cannot disagree on
+a value, its interval or its verdict.
+
+Insert-benchmark steps are measured in their own unit: rows/s inserted for the loads and
+queries/s of the query steps (`analysis.sla.ibench_throughput`), since sysbench's QPS of
+1000-row INSERT statements says little.
 """
 
 from __future__ import annotations
@@ -9,16 +16,34 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from mallocbench.analysis import stats
+from mallocbench.analysis.sla import ibench_throughput
+from mallocbench.report import formatting as fmt
 from mallocbench.results import STATUS_OK, Cell, RunResult
+from mallocbench.units import parse_fraction
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
+
+QPS = "QPS"
+# The thresholds of the published tables, used when a run sets no min_effect: within 5%
+# is noise on most machines.
+SLOWER_AT = 0.95
+FASTER_AT = 1.05
+# The same bound the experiment file enforces: a "same" band wider than ±50% hides
+# everything.
+MIN_EFFECT_UPPER = 0.5
 
 
 @dataclass
 class CellSummary:
-    """All repeats of one setup x engine x step x threads."""
+    """All repeats of one setup x engine x step x threads.
+
+    `qps_values` holds each repeat's throughput in `unit`: QPS, or for the insert
+    benchmark rows/s or queries/s.
+    """
 
     setup: str
     engine: str
@@ -32,6 +57,7 @@ class CellSummary:
     peak_rss_bytes: int | None = None
     peak_vsz_bytes: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
+    unit: str = QPS
 
     @property
     def qps(self) -> float | None:
@@ -51,6 +77,15 @@ class CellSummary:
         return bad[0] if bad else None
 
 
+def throughput(cell: Cell) -> tuple[float | None, str]:
+    """A measured cell's throughput and its unit."""
+    if (cell.group or group_of(cell.step)) == "insert-benchmark":
+        own = ibench_throughput(cell.metrics or {})
+        if own is not None:
+            return own
+    return cell.qps, QPS
+
+
 def summarize(cells: list[Cell]) -> dict[tuple[str, str, str, int], CellSummary]:
     summaries: dict[tuple[str, str, str, int], CellSummary] = {}
     metric_values: dict[tuple[str, str, str, int], dict[str, list[float]]] = defaultdict(
@@ -65,14 +100,16 @@ def summarize(cells: list[Cell]) -> dict[tuple[str, str, str, int], CellSummary]
             )
             summaries[key] = summary
         summary.statuses.append(cell.status)
-        if cell.status == STATUS_OK and cell.qps is not None:
-            summary.qps_values.append(cell.qps)
+        value, unit = throughput(cell)
+        if cell.status == STATUS_OK and value is not None:
+            summary.qps_values.append(value)
+            summary.unit = unit
             if cell.p95_ms is not None:
                 summary.p95_values.append(cell.p95_ms)
             if cell.p99_ms is not None:
                 summary.p99_values.append(cell.p99_ms)
-            for name, value in cell.metrics.items():
-                metric_values[key][name].append(value)
+            for name, metric in cell.metrics.items():
+                metric_values[key][name].append(metric)
         if cell.peak_rss_bytes:
             summary.peak_rss_bytes = max(summary.peak_rss_bytes or 0, cell.peak_rss_bytes)
         if cell.peak_vsz_bytes:
@@ -82,49 +119,246 @@ def summarize(cells: list[Cell]) -> dict[tuple[str, str, str, int], CellSummary]
     return summaries
 
 
+# ---------------------------------------------------------------- min_effect
+
+
+def min_effect_of(result: RunResult, override: float | None = None) -> float:
+    """The smallest relative change worth reporting: `override`, else the run's own."""
+    if override is not None:
+        return override
+    value = result.metadata.get("min_effect")
+    if value in (None, ""):
+        return 0.0
+    return parse_fraction(value, f"min_effect of run {result.run_id}", upper=MIN_EFFECT_UPPER)
+
+
+def parse_min_effect(value: str | None) -> float | None:
+    """The --min-effect option: 0.02 or "2%"; None when not given."""
+    if value is None:
+        return None
+    return parse_fraction(value, "--min-effect", upper=MIN_EFFECT_UPPER)
+
+
+def percent(min_effect: float) -> str:
+    return f"{min_effect * 100:g}%"
+
+
+def thresholds(min_effect: float = 0.0) -> tuple[float, float]:
+    """(slower at or below, faster at or above) for coloring a ratio."""
+    if min_effect > 0:
+        return (1.0 - min_effect, 1.0 + min_effect)
+    return (SLOWER_AT, FASTER_AT)
+
+
+def ratio_class(value: float | None, min_effect: float = 0.0) -> str:
+    """The color of a ratio: slower, same, faster, or none when there is no value."""
+    if value is None or math.isnan(value):
+        return "none"
+    slower_at, faster_at = thresholds(min_effect)
+    if value <= slower_at:
+        return "slower"
+    if value >= faster_at:
+        return "faster"
+    return "same"
+
+
+def color_rule(min_effect: float = 0.0) -> str:
+    """How the reports color ratios, in words: "red <= 0.95, green >= 1.05"."""
+    slower_at, faster_at = thresholds(min_effect)
+    text = f"red <= {slower_at:.2f}, green >= {faster_at:.2f}"
+    if min_effect > 0:
+        text += f"; within ±{percent(min_effect)}: same"
+    return text
+
+
+def significance_rule(min_effect: float = 0.0) -> str:
+    """What "*" means, in words."""
+    text = "* significant: the 95% interval excludes 1.0"
+    if min_effect > 0:
+        text += f" and the change is at least {percent(min_effect)}"
+    return text
+
+
+# ---------------------------------------------------------------- relative values
+
+
+def _nan(x: float | None) -> bool:
+    return x is None or math.isnan(x)
+
+
+def _bound(x: float) -> str:
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.2f}"
+
+
 @dataclass
-class RelativeRow:
+class RatioCell:
+    """One relative value (B over A) with what a reader needs to trust it."""
+
+    ratio: float | None
+    low: float = math.nan
+    high: float = math.nan
+    value: float | None = None  # absolute throughput of the compared side
+    reference: float | None = None  # absolute throughput of the reference side
+    repeats: tuple[int, int] = (0, 0)  # (compared, reference)
+    problem: str | None = None
+    reference_label: str = "base"
+    min_effect: float = 0.0
+    unit: str = QPS
+
+    @property
+    def verdict(self) -> str:
+        """faster, slower, same, not significant or no interval (`stats.classify`)."""
+        if self.problem:
+            return stats.NO_INTERVAL
+        return stats.classify(self.ratio, self.low, self.high, self.min_effect)
+
+    @property
+    def significant(self) -> bool:
+        return self.verdict in (stats.FASTER, stats.SLOWER)
+
+    @property
+    def same(self) -> bool:
+        """Within min_effect of 1.0: reported as no change whatever its interval says."""
+        return self.verdict == stats.SAME
+
+    @property
+    def mark(self) -> str:
+        return "*" if self.significant else ""
+
+    @property
+    def has_interval(self) -> bool:
+        return not _nan(self.low) and not _nan(self.high)
+
+    @property
+    def width(self) -> float:
+        return stats.interval_width(self.low, self.high)
+
+    @property
+    def css(self) -> str:
+        return "problem" if self.problem else ratio_class(self.ratio, self.min_effect)
+
+    @property
+    def text(self) -> str:
+        if self.problem:
+            return self.problem.upper()
+        return fmt.ratio(self.ratio)
+
+    @property
+    def interval_text(self) -> str:
+        if self.problem or self.ratio is None:
+            return ""
+        if self.has_interval:
+            if math.isinf(self.high):
+                return "unbounded: too noisy"
+            # Throughput ratios cannot be negative; Fieller's bound can, with noisy bases.
+            return f"[{_bound(max(self.low, 0.0))}, {_bound(self.high)}]"
+        if min(self.repeats) <= 1:
+            return "1 repeat: no interval"
+        return "no interval"
+
+    @property
+    def title(self) -> str:
+        if self.problem:
+            return f"this cell did not measure: {self.problem}"
+        unit = self.unit
+        parts = [
+            f"{fmt.qps(self.value)} {unit} vs {fmt.qps(self.reference)} {unit} "
+            f"({self.reference_label})"
+        ]
+        if self.ratio is not None:
+            parts.append(f"ratio {self.ratio:.3f}")
+        if self.has_interval:
+            parts.append(
+                f"95% interval {_bound(self.low)} to {_bound(self.high)}"
+                + (" (excludes 1.0)" if stats.significant(self.low, self.high) else "")
+            )
+        elif self.ratio is not None:
+            parts.append(self.interval_text)
+        parts.append(f"verdict: {self.verdict}")
+        if self.same:
+            parts[-1] += f" (within ±{percent(self.min_effect)})"
+        parts.append(f"repeats {self.repeats[0]} / {self.repeats[1]}")
+        return "; ".join(parts)
+
+
+def ratio_cell(
+    values: list[float],
+    reference: list[float],
+    problem: str | None = None,
+    reference_label: str = "base",
+    min_effect: float = 0.0,
+    unit: str = QPS,
+) -> RatioCell:
+    common: dict[str, Any] = {
+        "value": stats.mean(values) if values else None,
+        "reference": stats.mean(reference) if reference else None,
+        "repeats": (len(values), len(reference)),
+        "reference_label": reference_label,
+        "min_effect": min_effect,
+        "unit": unit,
+    }
+    if problem or not values or not reference:
+        return RatioCell(None, problem=problem, **common)
+    r, low, high = stats.ratio_ci(values, reference)
+    return RatioCell(None if _nan(r) else r, low, high, **common)
+
+
+@dataclass
+class RatioRow:
     step: str
     group: str
-    base_qps: float | None
-    values: dict[str, float | None]  # setup -> relative QPS
-    absolute: dict[str, float | None]  # setup -> QPS
-    problems: dict[str, str]  # setup -> status when not ok
-    # setup -> relative QPS with its 95% interval; only when both sides have 2+ repeats
-    intervals: dict[str, stats.Relative] = field(default_factory=dict)
-
-    def significant(self, setup: str) -> bool:
-        interval = self.intervals.get(setup)
-        return interval is not None and interval.significant
+    reference_qps: float | None
+    reference_problem: str | None
+    cells: dict[str, RatioCell]
+    unit: str = QPS  # of reference_qps and the cells' absolute values
 
 
 @dataclass
-class RelativeTable:
-    engine: str
-    threads: int
-    base: str
-    setups: list[str]  # the compared setups (base excluded)
-    rows: list[RelativeRow]
+class RatioTable:
+    """Steps x columns of relative values, grouped like the published tables."""
 
-    def group_geomeans(self) -> dict[str, dict[str, float | None]]:
-        """Geometric mean of relative QPS per group and setup."""
-        result: dict[str, dict[str, float | None]] = {}
-        for group in GROUPS:
+    key: str
+    title: str
+    caption: str
+    columns: list[str]
+    rows: list[RatioRow]
+    reference_header: str | None = None  # column of absolute reference QPS, if any
+    engine: str = ""
+    threads: int = 0
+    reference: str = ""  # the base setup (run report) or "run A" (compare)
+    min_effect: float = 0.0
+
+    def groups(self) -> list[tuple[str, str, list[RatioRow], dict[str, float | None]]]:
+        """(group, title, rows, geomean per column) in the catalogue's group order."""
+        out = []
+        for group, title in GROUPS.items():
             rows = [r for r in self.rows if r.group == group]
-            if not rows:
-                continue
-            result[group] = {
-                setup: geomean([r.values[setup] for r in rows if r.values.get(setup)])
-                for setup in self.setups
-            }
-        return result
+            if rows:
+                out.append((group, title, rows, self.geomeans(rows)))
+        return out
+
+    def geomeans(self, rows: list[RatioRow]) -> dict[str, float | None]:
+        return {
+            column: geomean([r.cells[column].ratio for r in rows if column in r.cells])
+            for column in self.columns
+        }
+
+    @property
+    def has_intervals(self) -> bool:
+        return any(c.has_interval for r in self.rows for c in r.cells.values())
+
+    @property
+    def units(self) -> list[str]:
+        """The throughput units other than QPS that some rows use (the insert benchmark's)."""
+        return list(dict.fromkeys(r.unit for r in self.rows if r.unit != QPS))
 
 
 def geomean(values: list[float | None]) -> float | None:
+    """stats.geomean over the values that measured; None when none did."""
     clean = [v for v in values if v is not None and v > 0]
-    if not clean:
-        return None
-    return math.exp(statistics.fmean(math.log(v) for v in clean))
+    return stats.geomean(clean) if clean else None
 
 
 def setup_order(result: RunResult) -> list[str]:
@@ -135,10 +369,23 @@ def setup_order(result: RunResult) -> list[str]:
     return names
 
 
-def relative_tables(result: RunResult) -> list[RelativeTable]:
-    summaries = summarize(result.cells)
-    setups = setup_order(result)
-    others = [s for s in setups if s != result.base_setup]
+def slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+
+
+def relative_tables(
+    result: RunResult,
+    min_effect: float | None = None,
+    summaries: Mapping[tuple[str, str, str, int], CellSummary] | None = None,
+) -> list[RatioTable]:
+    """Relative throughput versus the base per engine and thread count, with intervals.
+
+    `min_effect` overrides the run's own (its metadata); see `min_effect_of`.
+    """
+    effect = min_effect_of(result, min_effect)
+    summaries = summaries if summaries is not None else summarize(result.cells)
+    base = result.base_setup
+    others = [s for s in setup_order(result) if s != base]
     engines = list(dict.fromkeys(c.engine for c in result.cells))
     threads_list = sorted({c.threads for c in result.cells})
     steps = sorted({c.step for c in result.cells}, key=label_order)
@@ -147,44 +394,87 @@ def relative_tables(result: RunResult) -> list[RelativeTable]:
         for threads in threads_list:
             rows = []
             for step in steps:
-                base = summaries.get((result.base_setup, engine, step, threads))
-                if base is None and not any(
-                    (s, engine, step, threads) in summaries for s in others
-                ):
+                base_summary = summaries.get((base, engine, step, threads))
+                present = [
+                    s for s in (summaries.get((o, engine, step, threads)) for o in others) if s
+                ]
+                if base_summary is None and not present:
                     continue
-                base_qps = base.qps if base else None
-                values: dict[str, float | None] = {}
-                absolute: dict[str, float | None] = {}
-                problems: dict[str, str] = {}
-                intervals: dict[str, stats.Relative] = {}
-                if base and base.problem:
-                    problems[result.base_setup] = base.problem
+                unit = next((s.unit for s in [base_summary, *present] if s and s.qps_values), QPS)
+                base_values = base_summary.qps_values if base_summary else []
+                cells = {}
                 for setup in others:
                     summary = summaries.get((setup, engine, step, threads))
-                    qps = summary.qps if summary else None
-                    absolute[setup] = qps
-                    values[setup] = qps / base_qps if qps and base_qps else None
-                    if summary and summary.problem:
-                        problems[setup] = summary.problem
-                    if summary and base and min(len(summary.qps_values), len(base.qps_values)) > 1:
-                        intervals[setup] = stats.relative(summary.qps_values, base.qps_values)
+                    problem = summary.problem if summary else "missing"
+                    values = summary.qps_values if summary else []
+                    cells[setup] = ratio_cell(values, base_values, problem, base, effect, unit)
                 rows.append(
-                    RelativeRow(
-                        step, group_of(step), base_qps, values, absolute, problems, intervals
+                    RatioRow(
+                        step,
+                        base_summary.group if base_summary else group_of(step),
+                        stats.mean(base_values) if base_values else None,
+                        base_summary.problem if base_summary else None,
+                        cells,
+                        unit,
                     )
                 )
             if rows:
-                tables.append(RelativeTable(engine, threads, result.base_setup, others, rows))
+                tables.append(
+                    RatioTable(
+                        key=f"rel-{slug(engine)}-{threads}",
+                        title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
+                        caption=f"QPS(setup) / QPS({base}), 95% interval below"
+                        + (f"; within ±{percent(effect)}: same" if effect > 0 else ""),
+                        columns=others,
+                        rows=rows,
+                        reference_header=f"{base} QPS",
+                        engine=engine,
+                        threads=threads,
+                        reference=base,
+                        min_effect=effect,
+                    )
+                )
     return tables
+
+
+def unit_note(tables: list[RatioTable]) -> str:
+    """A sentence naming the insert benchmark's units, or "" when no table uses them."""
+    units = list(dict.fromkeys(u for t in tables for u in t.units))
+    if not units:
+        return ""
+    return (
+        "Insert-benchmark steps compare their own rate instead of QPS: "
+        + " and ".join(units)
+        + " (rows/s inserted for the loads, queries/s for the query steps)."
+    )
+
+
+# ---------------------------------------------------------------- memory
+
+# Above this VSZ/RSS the address space is mostly reserved, not used: MariaDB 10.11
+# reserves innodb_buffer_pool_size_max at start (~8 TiB by default).
+VSZ_RESERVED_FACTOR = 64
 
 
 @dataclass
 class MemoryRow:
+    """Peak memory of one setup on one engine, and where its RSS went.
+
+    The account (`accounted_bytes` and `unaccounted_bytes`) comes from the cell whose
+    unaccounted RSS was largest: the worst the allocator did.
+    """
+
     setup: str
     engine: str
     peak_vsz_bytes: int | None
     peak_rss_bytes: int | None
     cache_bytes: int | None
+    rss_at_accounting_bytes: float | None = None
+    accounted_bytes: float | None = None  # the part of RSS the server accounts for
+    unaccounted_bytes: float | None = None  # RSS minus accounted: allocator overhead
+    heap_rss_bytes: float | None = None
+    heap_accounted_bytes: float | None = None
+    accounted_in: str = ""  # which cell the account was taken from
 
     @property
     def rss_per_cache(self) -> float | None:
@@ -192,11 +482,28 @@ class MemoryRow:
             return self.peak_rss_bytes / self.cache_bytes
         return None
 
+    @property
+    def heap_ratio(self) -> float | None:
+        """Resident heap over the heap the server says it holds (1.0 = no overhead)."""
+        if self.heap_rss_bytes is not None and self.heap_accounted_bytes:
+            return self.heap_rss_bytes / self.heap_accounted_bytes
+        return None
+
+    @property
+    def vsz_reserved(self) -> bool:
+        """VSZ is mostly reserved address space, so comparing it says nothing."""
+        return bool(
+            self.peak_vsz_bytes
+            and self.peak_rss_bytes
+            and self.peak_vsz_bytes > VSZ_RESERVED_FACTOR * self.peak_rss_bytes
+        )
+
 
 def memory_rows(result: RunResult) -> list[MemoryRow]:
     """Peak VSZ and RSS per setup and engine over all its sessions (the seeds' table)."""
     peaks: dict[tuple[str, str], list[int | None]] = {}
     cache: dict[tuple[str, str], int | None] = {}
+    worst: dict[tuple[str, str], Cell] = {}
     for session in result.sessions:
         key = (session.setup, session.engine)
         entry = peaks.setdefault(key, [None, None])
@@ -212,9 +519,97 @@ def memory_rows(result: RunResult) -> list[MemoryRow]:
         if cell.peak_rss_bytes:
             entry[1] = max(entry[1] or 0, cell.peak_rss_bytes)
         cache[key] = cell.cache_bytes
+        unaccounted = (cell.metrics or {}).get("rss_unaccounted_bytes")
+        if unaccounted is not None and (
+            key not in worst or unaccounted > worst[key].metrics["rss_unaccounted_bytes"]
+        ):
+            worst[key] = cell
     order = {name: i for i, name in enumerate(setup_order(result))}
-    rows = [
-        MemoryRow(setup, engine, vsz, rss, cache.get((setup, engine)))
-        for (setup, engine), (vsz, rss) in peaks.items()
-    ]
+    rows = []
+    for (setup, engine), (vsz, rss) in peaks.items():
+        row = MemoryRow(setup, engine, vsz, rss, cache.get((setup, engine)))
+        account = worst.get((setup, engine))
+        if account is not None:
+            m = account.metrics
+            row.rss_at_accounting_bytes = m.get("rss_at_accounting_bytes")
+            row.accounted_bytes = m.get("rss_accounted_bytes")
+            row.unaccounted_bytes = m.get("rss_unaccounted_bytes")
+            row.heap_rss_bytes = m.get("heap_rss_bytes")
+            row.heap_accounted_bytes = m.get("heap_accounted_bytes")
+            row.accounted_in = f"{account.step} @{account.threads} r{account.repeat}"
+        rows.append(row)
     return sorted(rows, key=lambda r: (r.engine, order.get(r.setup, 99)))
+
+
+def has_accounting(rows: list[MemoryRow]) -> bool:
+    return any(r.unaccounted_bytes is not None for r in rows)
+
+
+ACCOUNTING_NOTE = (
+    "'server accounts for' is the part of RSS the server can name (code, files, buffer "
+    "pool pages, stacks, and the heap it says it holds); 'unaccounted' is RSS minus that: "
+    "allocator overhead and fragmentation (negative when the server counts memory it never "
+    "touched). Both from the cell with the largest unaccounted RSS; heap ratio = resident "
+    "heap / heap the server accounts for."
+)
+
+
+def vsz_note(rows: list[MemoryRow]) -> str | None:
+    """A warning when peak VSZ is dominated by reserved address space, else None."""
+    reserved = [r for r in rows if r.vsz_reserved]
+    if not reserved:
+        return None
+    biggest = max(r.peak_vsz_bytes or 0 for r in reserved)
+    return (
+        f"Peak VSZ (up to {biggest / (1 << 40):,.1f} TiB) is more than {VSZ_RESERVED_FACTOR}x "
+        "peak RSS: it is dominated by address space the server reserves (MariaDB 10.11 "
+        "reserves innodb_buffer_pool_size_max), not by memory in use, so comparing VSZ "
+        "across allocators is not meaningful on this build."
+    )
+
+
+# ---------------------------------------------------------------- adaptive repetition
+
+
+def adaptive_lines(result: RunResult) -> list[str]:
+    """How adaptive repetition ended: a headline, then each cell that did not converge."""
+    info = result.metadata.get("adaptive")
+    if not isinstance(info, dict):
+        return []
+    parts = []
+    target = _number(info.get("target_ci_pct"))
+    if target is not None:
+        parts.append(f"target {target:g}% interval width")
+    rounds = _number(info.get("rounds"))
+    if rounds is not None:
+        parts.append(f"{rounds:g} round{'s' if rounds != 1 else ''}")
+    stopped = info.get("stopped")
+    budget = _number(info.get("budget_s"))
+    if stopped == "converged":
+        parts.append("converged")
+    elif stopped == "budget" and budget is not None:
+        parts.append(f"stopped: another round would overrun the {budget / 60:g} min budget")
+    elif stopped:
+        parts.append(f"stopped: {stopped}")
+    lines = ["adaptive repetition: " + (", ".join(parts) or "on")]
+    missed = info.get("not_converged") or []
+    if isinstance(missed, list) and missed:
+        lines.append(f"{len(missed)} cell(s) did not reach the target:")
+        for entry in missed:
+            if not isinstance(entry, dict):
+                continue
+            where = " / ".join(
+                str(entry[k]) for k in ("setup", "engine", "step") if entry.get(k) not in (None, "")
+            )
+            if entry.get("threads"):
+                where += f" / {entry['threads']} threads"
+            width = _number(entry.get("width_pct"))
+            shown = f"{width:.1f}%" if width is not None and math.isfinite(width) else None
+            lines.append(f"  {where}: interval width {shown or 'no interval yet'}")
+    return lines
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)

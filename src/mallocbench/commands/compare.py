@@ -3,13 +3,12 @@
 For tracking a regression across builds or versions: cells are matched by engine, step,
 threads and setup, and each value is QPS(B) / QPS(A) with Fieller's 95% interval over
 the repeats of both runs. The base setup plays no part; every setup is compared with
-itself.
+itself. The cells, intervals and verdicts are `analysis.summary`'s, as in every report;
+a change within min_effect (--min-effect, else run B's, else run A's) is "same".
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,20 +18,29 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from mallocbench.analysis.summary import memory_rows, summarize
-from mallocbench.errors import MallocbenchError
-from mallocbench.report import formatting as fmt
-from mallocbench.report.html import (
+from mallocbench.analysis.summary import (
+    QPS,
     RatioRow,
     RatioTable,
-    VerdictRow,
+    color_rule,
+    memory_rows,
+    min_effect_of,
+    parse_min_effect,
+    percent,
     ratio_cell,
-    ratio_class,
-    render_compare_html,
-    verdict_for,
+    significance_rule,
+    slug,
+    summarize,
+    vsz_note,
 )
+from mallocbench.errors import MallocbenchError
+from mallocbench.report import formatting as fmt
+from mallocbench.report import markdown
+from mallocbench.report.export import interval_record, records_csv
+from mallocbench.report.html import VerdictRow, render_compare_html, verdict_for
+from mallocbench.report.terminal import color_ratio, ratio_text
 from mallocbench.results import RunResult
-from mallocbench.store import Store
+from mallocbench.store.loading import load_result
 from mallocbench.workloads.catalogue import group_of, label_order
 
 
@@ -58,6 +66,8 @@ class Comparison:
     verdict: list[VerdictRow] = field(default_factory=list)
     memory: list[MemoryChange] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)  # "setup/engine" in one run only
+    min_effect: float = 0.0
+    vsz_note: str | None = None  # when either run's VSZ is mostly reserved address space
 
 
 def _ordered_setups(a: RunResult, b: RunResult) -> list[str]:
@@ -69,7 +79,11 @@ def _ordered_setups(a: RunResult, b: RunResult) -> list[str]:
     return names
 
 
-def compare(a: RunResult, b: RunResult) -> Comparison:
+def compare(a: RunResult, b: RunResult, min_effect: float | None = None) -> Comparison:
+    """B against A; `min_effect` overrides the runs' own (B's, else A's)."""
+    effect = min_effect
+    if effect is None:
+        effect = min_effect_of(b) or min_effect_of(a)
     sa, sb = summarize(a.cells), summarize(b.cells)
     common = set(sa) & set(sb)
     setups = [s for s in _ordered_setups(a, b) if any(k[0] == s for k in common)]
@@ -100,24 +114,32 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
                     problem = None
                     if y.problem or x.problem:
                         problem = f"{y.problem} in B" if y.problem else f"{x.problem} in A"
-                    cells[setup] = ratio_cell(y.qps_values, x.qps_values, problem, "run A")
-                rows.append(RatioRow(step, group_of(step), None, None, cells))
+                    cells[setup] = ratio_cell(
+                        y.qps_values, x.qps_values, problem, "run A", effect, y.unit
+                    )
+                units = [c.unit for c in cells.values()]
+                rows.append(
+                    RatioRow(step, group_of(step), None, None, cells, units[0] if units else QPS)
+                )
             tables.append(
                 RatioTable(
-                    key=f"cmp-{engine}-{threads}",
+                    key=f"cmp-{slug(engine)}-{threads}",
                     title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
-                    caption="QPS(B) / QPS(A), 95% interval below",
+                    caption="QPS(B) / QPS(A), 95% interval below"
+                    + (f"; within ±{percent(effect)}: same" if effect > 0 else ""),
                     columns=columns,
                     rows=rows,
                     engine=engine,
                     threads=threads,
+                    reference="run A",
+                    min_effect=effect,
                 )
             )
     # Tables may lack a setup on some steps; verdict_for and the template skip those.
     for table in tables:
         for row in table.rows:
             for column in table.columns:
-                row.cells.setdefault(column, ratio_cell([], [], "not in both", "run A"))
+                row.cells.setdefault(column, ratio_cell([], [], "not in both", "run A", effect))
     verdict = []
     mem_a = {(m.engine, m.setup): m for m in memory_rows(a)}
     mem_b = {(m.engine, m.setup): m for m in memory_rows(b)}
@@ -151,55 +173,28 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
             f"runs {a.run_id} and {b.run_id} share no cell (same engine, step, threads and "
             "setup): nothing to compare"
         )
-    return Comparison(a, b, setups, tables, verdict, memory, unmatched)
+    reserved = vsz_note(list(mem_a.values()) + list(mem_b.values()))
+    return Comparison(a, b, setups, tables, verdict, memory, unmatched, effect, reserved)
 
 
 # ---------------------------------------------------------------- loading
 
 
-def load_result(source: str, store: Path | None = None) -> RunResult:
+def load_run(source: str, store: Path | None = None) -> RunResult:
     """A results.json, an output directory, a .sqlite store, or a run id in --store."""
     if store is not None:
-        return _from_store(store, source)
-    path = Path(source)
-    if path.is_dir():
-        if (path / "results.json").is_file():
-            path = path / "results.json"
-        elif (path / "results.sqlite").is_file():
-            path = path / "results.sqlite"
-        else:
-            raise MallocbenchError(f"{path} holds no results.json or results.sqlite")
-    if not path.exists():
-        raise MallocbenchError(
-            f"{source} does not exist: give a results.json, an output directory, a .sqlite "
-            "store, or run ids with --store"
-        )
-    if path.suffix == ".json":
-        try:
-            return RunResult.from_dict(json.loads(path.read_text()))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise MallocbenchError(f"{path} is not a mallocbench results.json ({exc})") from exc
-    return _from_store(path, None)
-
-
-def _from_store(path: Path, run_id: str | None) -> RunResult:
-    if path.is_dir():
-        path = path / "results.sqlite"
-    if not path.is_file():
-        raise MallocbenchError(f"no results store at {path}")
-    db = Store(path)
-    try:
-        return db.load_run(run_id, with_samples=False)
-    finally:
-        db.close()
+        return load_result(store, run_id=source, with_samples=False)
+    return load_result(source, with_samples=False)
 
 
 # ---------------------------------------------------------------- text formats
 
 
-def _color(cell_text: str, css: str) -> str:
-    color = {"slower": "red", "faster": "green", "problem": "bold red"}.get(css)
-    return f"[{color}]{cell_text}[/]" if color else cell_text
+def _rules(cmp: Comparison, intervals: bool) -> str:
+    text = color_rule(cmp.min_effect)
+    if intervals:
+        return text + "; " + significance_rule(cmp.min_effect)
+    return text + "; 1 repeat: no interval, no significance"
 
 
 def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
@@ -210,14 +205,8 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
     )
     for t in cmp.tables:
         # With one repeat per side no cell has an interval: say so once, not per cell.
-        intervals = _has_intervals(t)
-        caption = "red <= 0.95, green >= 1.05"
-        caption += (
-            ", * significant (95% interval excludes 1.0)"
-            if intervals
-            else "; 1 repeat: no interval, no significance"
-        )
-        table = Table(title=f"QPS(B) / QPS(A): {t.title}", caption=caption)
+        intervals = t.has_intervals
+        table = Table(title=f"QPS(B) / QPS(A): {t.title}", caption=_rules(cmp, intervals))
         table.add_column("step")
         width = 2 if intervals else 1
         for column in t.columns:
@@ -230,15 +219,13 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
                 values = []
                 for column in t.columns:
                     cell = row.cells[column]
-                    text = cell.text + ("*" if cell.significant else "")
-                    values.append(_color(text, cell.css))
+                    values.append(ratio_text(cell))
                     if intervals:
                         values.append(cell.interval_text)
                 table.add_row("  " + row.step, *values)
             gm = []
             for column in t.columns:
-                value = geomeans[column]
-                gm += [_color(fmt.ratio(value), ratio_class(value)), ""][:width]
+                gm += [color_ratio(geomeans[column], t.min_effect), ""][:width]
             table.add_row(f"  [italic]geomean {group}[/]", *gm, end_section=True)
         console.print(table)
     if cmp.memory:
@@ -250,6 +237,8 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
                 m.engine, m.setup, m.rss_a, m.rss_b, fmt.ratio(m.rss_ratio), m.vsz_a, m.vsz_b
             )
         console.print(table)
+        if cmp.vsz_note:
+            console.print(f"[yellow]note[/]: {cmp.vsz_note}")
     for row in cmp.verdict:
         for label, items in (("faster in B", row.faster), ("slower in B", row.slower)):
             if items:
@@ -258,10 +247,6 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
             console.print(f"{row.engine}/{row.setup}: {row.note}")
     if cmp.unmatched:
         console.print("[dim]not compared (only in one run): " + ", ".join(cmp.unmatched) + "[/]")
-
-
-def _has_intervals(table: RatioTable) -> bool:
-    return any(c.has_interval for r in table.rows for c in r.cells.values())
 
 
 def comparison_records(cmp: Comparison) -> list[dict[str, Any]]:
@@ -280,39 +265,28 @@ def comparison_records(cmp: Comparison) -> list[dict[str, Any]]:
                         "qps_a": cell.reference,
                         "qps_b": cell.value,
                         "ratio": cell.ratio,
-                        "low": None if not cell.has_interval else cell.low,
-                        "high": None if not cell.has_interval else cell.high,
-                        "significant": cell.significant,
+                        **interval_record(cell),
+                        "unit": cell.unit,
                         "repeats_a": cell.repeats[1],
                         "repeats_b": cell.repeats[0],
                         "problem": cell.problem,
+                        "min_effect": cell.min_effect,
                     }
                 )
     return records
 
 
 def comparison_csv(cmp: Comparison) -> str:
-    records = comparison_records(cmp)
-    buffer = io.StringIO()
-    columns = list(records[0]) if records else ["engine"]
-    writer = csv.DictWriter(buffer, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(records)
-    return buffer.getvalue()
+    return records_csv(comparison_records(cmp), ("engine",))
 
 
 def comparison_json(cmp: Comparison) -> str:
-    def finite(x: float | None) -> float | None:
-        return x if x is not None and abs(x) != float("inf") else None
-
-    records = comparison_records(cmp)
-    for record in records:
-        record["low"], record["high"] = finite(record["low"]), finite(record["high"])
     return json.dumps(
         {
             "a": cmp.a.run_id,
             "b": cmp.b.run_id,
-            "cells": records,
+            "min_effect": cmp.min_effect,
+            "cells": comparison_records(cmp),
             "memory": [m.__dict__ for m in cmp.memory],
             "unmatched": cmp.unmatched,
         },
@@ -324,27 +298,21 @@ def comparison_markdown(cmp: Comparison) -> str:
     out = [
         f"# mallocbench compare: {cmp.b.run_id} (B) against {cmp.a.run_id} (A)",
         "",
-        "QPS(B) / QPS(A) for the same engine, step, threads and setup; `*` marks a "
-        "significant change (the 95% interval excludes 1.0).",
+        "QPS(B) / QPS(A) for the same engine, step, threads and setup; "
+        + _rules(cmp, True).replace("*", "\\*", 1)
+        + ".",
         "",
     ]
     for t in cmp.tables:
         out += [f"## {t.title}", ""]
-        intervals = _has_intervals(t)
-        if not intervals:
+        if not t.has_intervals:
             out += ["1 repeat: no interval, so no significance can be claimed.", ""]
         out.append("| step | " + " | ".join(t.columns) + " |")
         out.append("|---|" + "|".join("---:" for _ in t.columns) + "|")
         for _, title, rows, geomeans in t.groups():
             out.append(f"| **{title}** |" + " |" * len(t.columns))
             for row in rows:
-                values = []
-                for column in t.columns:
-                    cell = row.cells[column]
-                    text = cell.text + ("\\*" if cell.significant else "")
-                    if intervals and cell.interval_text:
-                        text += f" {cell.interval_text}"
-                    values.append(text)
+                values = [markdown.ratio_text(row.cells[column]) for column in t.columns]
                 out.append(f"| {row.step} | " + " | ".join(values) + " |")
             out.append(
                 "| *geomean* | "
@@ -365,6 +333,8 @@ def comparison_markdown(cmp: Comparison) -> str:
                 f"| {m.vsz_a} | {m.vsz_b} |"
             )
         out.append("")
+        if cmp.vsz_note:
+            out += [f"> **Note:** {cmp.vsz_note}", ""]
     return "\n".join(out)
 
 
@@ -391,8 +361,20 @@ def comparison_markdown(cmp: Comparison) -> str:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write a self-contained HTML page of the comparison.",
 )
+@click.option(
+    "--min-effect",
+    "min_effect",
+    metavar="FRACTION",
+    help="Report changes smaller than this as the same (0.02 or 2%); default: run B's "
+    "min_effect, else run A's; 0 turns it off.",
+)
 def compare_cmd(
-    run_a: str, run_b: str, store_path: Path | None, fmt_name: str, html_path: Path | None
+    run_a: str,
+    run_b: str,
+    store_path: Path | None,
+    fmt_name: str,
+    html_path: Path | None,
+    min_effect: str | None,
 ) -> None:
     """Compare run B against run A: QPS(B) / QPS(A) per engine, step, threads and setup.
 
@@ -404,9 +386,10 @@ def compare_cmd(
     Examples:
       mallocbench compare out-10.11/results.json out-11.4/results.json
       mallocbench compare --store out/results.sqlite small-20250101-1200 small-20250102-0900
-      mallocbench compare old-out new-out --html compare.html
+      mallocbench compare old-out new-out --html compare.html --min-effect 2%
     """
-    cmp = compare(load_result(run_a, store_path), load_result(run_b, store_path))
+    effect = parse_min_effect(min_effect)
+    cmp = compare(load_run(run_a, store_path), load_run(run_b, store_path), effect)
     if html_path is not None:
         html_path.parent.mkdir(parents=True, exist_ok=True)
         html_path.write_text(render_compare_html(cmp), encoding="utf-8")

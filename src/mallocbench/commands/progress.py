@@ -73,6 +73,11 @@ class RichProgress:
                 f"[red]{cell.status}[/]: {cell.error}"
             )
 
+    def round_started(self, repeat: int, cells: int, reason: str) -> None:
+        task = self.progress.tasks[self.task]
+        self.progress.update(self.task, total=(task.total or 0) + cells)
+        self.console.print(f"[bold]repeat {repeat + 1}[/]: {cells} more cells, because {reason}")
+
 
 def _name(cell: PlannedCell) -> str:
     return f"{cell.setup}/{cell.engine} {cell.step.label} {cell.threads}t r{cell.repeat}"

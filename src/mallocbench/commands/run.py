@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 from pathlib import Path
@@ -11,11 +10,14 @@ import click
 from rich.console import Console
 
 from mallocbench import experiment as experiment_mod
+from mallocbench.analysis.summary import parse_min_effect
 from mallocbench.errors import MallocbenchError
 from mallocbench.report import export, html, markdown, terminal
 from mallocbench.results import RunResult
-from mallocbench.runner import Pipeline, RunOptions, write_results_json
+from mallocbench.runner import Pipeline, RunOptions, RunOutcome, write_results_json
 from mallocbench.store import Store
+from mallocbench.store.loading import load_result
+from mallocbench.units import parse_duration
 from mallocbench.workloads.catalogue import CATALOGUE, GROUPS
 
 
@@ -60,6 +62,36 @@ def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
     help="Continue the latest run of this experiment: skip finished cells.",
 )
 @click.option("--keep-datadirs", is_flag=True, help="Keep each session's datadir for inspection.")
+@click.option(
+    "--target-ci",
+    "target_ci_pct",
+    type=click.FloatRange(0, 100, min_open=True),
+    metavar="PCT",
+    help="Adaptive repetition: after the planned repeats, add interleaved repeats of the "
+    "cells whose relative QPS interval is wider than PCT percentage points (e.g. 5: "
+    "[0.97, 1.02] is narrow enough) until all are, or the budget is spent.",
+)
+@click.option(
+    "--budget",
+    metavar="DURATION",
+    default="1h",
+    show_default=True,
+    help="Time budget of the whole run for --target-ci (e.g. 90m, 2h): no round is started "
+    "that would end after it.",
+)
+@click.option(
+    "--max-repeats",
+    type=click.IntRange(2, 1000),
+    default=20,
+    show_default=True,
+    help="Upper bound on repeats per cell with --target-ci.",
+)
+@click.option(
+    "--min-effect",
+    metavar="FRACTION",
+    help="Report relative changes smaller than this as 'same' (0.02 or 2%); overrides the "
+    "experiment's min_effect.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No live progress; print the report only.")
 @click.option("--dry-run", is_flag=True, help="Validate the experiment and print the plan.")
 def run_cmd(
@@ -68,6 +100,10 @@ def run_cmd(
     store_path: Path | None,
     resume: bool,
     keep_datadirs: bool,
+    target_ci_pct: float | None,
+    budget: str,
+    max_repeats: int,
+    min_effect: str | None,
     quiet: bool,
     dry_run: bool,
 ) -> None:
@@ -81,11 +117,19 @@ def run_cmd(
     the store as it finishes: Ctrl-C keeps what was measured, --resume continues.
 
     \b
-    Example:
+    With repeats (or --target-ci), sessions run in interleaved order (A B C, then
+    C B A) so machine drift cancels, and every relative QPS comes with a 95%
+    interval; a difference is significant only when the interval excludes 1.0.
+
+    \b
+    Examples:
       mallocbench run examples/quick.toml --out out
       mallocbench run examples/quick.toml --out out --resume
+      mallocbench run examples/arenas.toml --target-ci 5 --budget 2h --min-effect 2%
     """
     experiment = experiment_mod.load(experiment_file)
+    budget_s = parse_duration(budget, "--budget")
+    min_effect_value = parse_min_effect(min_effect)
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
     per_cell = experiment.warmup_s + experiment.duration_s + 1
@@ -102,9 +146,21 @@ def run_cmd(
                 f"  session {session.id}: "
                 + ", ".join(f"{c.step.label}@{c.threads}" for c in session.cells)
             )
+        if target_ci_pct is not None:
+            click.echo(
+                f"then up to {max_repeats} repeats of the cells whose relative QPS interval is "
+                f"wider than {target_ci_pct:g}%, within {budget_s / 60:g} min in all"
+            )
         return
     options = RunOptions(
-        out_dir=out_dir, store_path=store_path, resume=resume, keep_datadirs=keep_datadirs
+        out_dir=out_dir,
+        store_path=store_path,
+        resume=resume,
+        keep_datadirs=keep_datadirs,
+        target_ci_pct=target_ci_pct,
+        budget_s=budget_s,
+        max_repeats=max_repeats,
+        min_effect=min_effect_value,
     )
     interrupted = {"flag": False}
 
@@ -139,6 +195,10 @@ def run_cmd(
     written = write_reports(outcome.result, out_dir)
     terminal.print_run(outcome.result, Console())
     console.print("wrote " + ", ".join(str(p) for p in written))
+    if outcome.adaptive_stop is not None:
+        _print_adaptive(console, outcome, target_ci_pct)
+    for note in outcome.notes:
+        console.print(f"[yellow]note[/]: {note}")
     if outcome.aborted == "interrupted":
         console.print(
             f"[yellow]interrupted[/]: {len(outcome.result.cells)} cells kept in "
@@ -157,30 +217,22 @@ def run_cmd(
         sys.exit(1)
 
 
-def _load_result(source: Path | None, run_id: str | None) -> RunResult:
-    if source is None:
-        source = Path("out")
-    if source.is_dir():
-        if (source / "results.sqlite").is_file():
-            source = source / "results.sqlite"
-        elif (source / "results.json").is_file():
-            source = source / "results.json"
-        else:
-            raise MallocbenchError(f"{source} holds no results.sqlite or results.json")
-    if not source.exists():
-        raise MallocbenchError(
-            f"{source} does not exist: give an output directory, store or results.json"
+def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | None) -> None:
+    rounds = outcome.result.metadata.get("adaptive", {}).get("rounds")
+    if outcome.adaptive_stop == "converged":
+        console.print(
+            f"[green]converged[/]: every relative QPS interval is narrower than {target_pct:g}% "
+            f"after {rounds} repeats"
         )
-    if source.suffix == ".json":
-        try:
-            return RunResult.from_dict(json.loads(source.read_text()))
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise MallocbenchError(f"{source} is not a mallocbench results.json ({exc})") from exc
-    store = Store(source)
-    try:
-        return store.load_run(run_id)
-    finally:
-        store.close()
+        return
+    console.print(
+        f"[yellow]not converged[/] ({outcome.adaptive_stop}) after {rounds} repeats: "
+        f"{len(outcome.not_converged)} intervals still wider than {target_pct:g}%"
+    )
+    for wide in outcome.not_converged[:12]:
+        console.print(f"  {wide.describe()}")
+    if len(outcome.not_converged) > 12:
+        console.print(f"  ... and {len(outcome.not_converged) - 12} more (see report.md)")
 
 
 @click.command("report")
@@ -189,7 +241,7 @@ def _load_result(source: Path | None, run_id: str | None) -> RunResult:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["terminal", "markdown", "csv", "relative-csv", "json"]),
+    type=click.Choice(["terminal", "markdown", "csv", "relative-csv", "relative-json", "json"]),
     default="terminal",
     show_default=True,
     help="What to print on standard output.",
@@ -200,16 +252,32 @@ def _load_result(source: Path | None, run_id: str | None) -> RunResult:
     type=click.Path(file_okay=False, path_type=Path),
     help="Also write results.json, report.md and CSVs into this directory.",
 )
-def report_cmd(source: Path | None, run_id: str | None, fmt: str, out_dir: Path | None) -> None:
+@click.option(
+    "--min-effect",
+    "min_effect",
+    metavar="FRACTION",
+    help="Report relative changes smaller than this as the same (0.02 or 2%); "
+    "overrides the run's own min_effect, 0 turns it off.",
+)
+def report_cmd(
+    source: Path | None, run_id: str | None, fmt: str, out_dir: Path | None, min_effect: str | None
+) -> None:
     """Report a run from an output directory, a store (.sqlite) or a results.json.
+
+    \b
+    A directory holding both is read from its store, which keeps every run made there.
 
     \b
     Examples:
       mallocbench report out                       the latest run in out/
+      mallocbench report out --run quick-20250101-1200
       mallocbench report out --format csv > cells.csv
-      mallocbench report out/results.json --format markdown
+      mallocbench report out/results.json --format markdown --min-effect 2%
     """
-    result = _load_result(source, run_id)
+    result = load_result(source, run_id)
+    if min_effect is not None:
+        # Every report reads it from the run, so the files written with --out agree too.
+        result.metadata["min_effect"] = parse_min_effect(min_effect)
     if out_dir is not None:
         write_reports(result, out_dir)
     if fmt == "terminal":
@@ -220,6 +288,8 @@ def report_cmd(source: Path | None, run_id: str | None, fmt: str, out_dir: Path 
         click.echo(export.cells_csv(result), nl=False)
     elif fmt == "relative-csv":
         click.echo(export.relative_csv(result), nl=False)
+    elif fmt == "relative-json":
+        click.echo(export.relative_json(result))
     else:
         click.echo(export.results_json(result))
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import re
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from mallocbench import __version__
 from mallocbench.allocators.base import glibc_version
+from mallocbench.errors import MallocbenchError
 
 
 def _read(path: str) -> str | None:
@@ -21,11 +24,46 @@ def _read(path: str) -> str | None:
         return None
 
 
+THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
 def thp_mode() -> str | None:
     """The bracketed choice of /sys/kernel/mm/transparent_hugepage/enabled."""
-    text = _read("/sys/kernel/mm/transparent_hugepage/enabled")
+    text = _read(str(THP_ENABLED))
     match = re.search(r"\[(\w+)\]", text or "")
     return match.group(1) if match else None
+
+
+def process_thp_disabled(pid: int) -> bool | None:
+    """True when prctl(PR_SET_THP_DISABLE) is in force for `pid` (THP_enabled: 0)."""
+    match = re.search(r"^THP_enabled:\s*(\d)", _read(f"/proc/{pid}/status") or "", re.MULTILINE)
+    return match.group(1) == "0" if match else None
+
+
+@contextlib.contextmanager
+def system_thp_mode(mode: str | None) -> Iterator[None]:
+    """Set the system's THP mode for the duration, then put the previous one back.
+
+    THP is a system-wide setting, so only modes that need it ("always", "madvise") come
+    here; "never" is applied to the server alone with PR_SET_THP_DISABLE.
+    """
+    previous = thp_mode()
+    if mode is None or mode == previous:
+        yield
+        return
+    try:
+        THP_ENABLED.write_text(mode)
+    except OSError as exc:
+        raise MallocbenchError(
+            f"cannot set transparent huge pages to {mode!r}: {THP_ENABLED} is not writable "
+            f"({exc.strerror or exc}); run as root outside a container, or drop thp from the setup"
+        ) from exc
+    try:
+        yield
+    finally:
+        if previous is not None:
+            with contextlib.suppress(OSError):
+                THP_ENABLED.write_text(previous)
 
 
 def cpu_model() -> str | None:

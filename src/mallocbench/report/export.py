@@ -5,8 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+from typing import Any
 
-from mallocbench.analysis.summary import relative_tables
+from mallocbench.analysis.summary import RatioCell, relative_tables
 from mallocbench.results import RunResult
 
 CELL_COLUMNS = (
@@ -32,10 +34,25 @@ CELL_COLUMNS = (
     "error",
     "exit_signal",
 )
+# The server's account of its memory at the end of each cell, always present (empty when
+# not measured) so scripts reading cells.csv need not guess; other metrics follow sorted.
+MEMORY_COLUMNS = (
+    "rss_at_accounting_bytes",
+    "rss_accounted_bytes",
+    "rss_unaccounted_bytes",
+    "heap_rss_bytes",
+    "heap_accounted_bytes",
+    "server_memory_used_bytes",
+    "innodb_buffer_pool_data_bytes",
+    "rocksdb_block_cache_usage_bytes",
+    "rocksdb_block_cache_pinned_bytes",
+    "pfs_memory_bytes",
+)
 
 
 def cells_csv(result: RunResult) -> str:
-    metric_names = sorted({name for c in result.cells for name in c.metrics})
+    others = sorted({name for c in result.cells for name in c.metrics} - set(MEMORY_COLUMNS))
+    metric_names = [*MEMORY_COLUMNS, *others]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow([*CELL_COLUMNS, *metric_names])
@@ -47,26 +64,69 @@ def cells_csv(result: RunResult) -> str:
     return buffer.getvalue()
 
 
-def relative_csv(result: RunResult) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["engine", "threads", "step", "group", "setup", "qps", "base_qps", "relative"])
-    for table in relative_tables(result):
+def _finite(x: float | None) -> float | None:
+    """JSON has no infinity or NaN: an unbounded or unknown bound is null."""
+    return x if x is not None and math.isfinite(x) else None
+
+
+def interval_record(cell: RatioCell) -> dict[str, Any]:
+    """The columns every relative export has beside its ratio: interval and verdict."""
+    return {
+        "low": _finite(cell.low) if cell.has_interval else None,
+        "high": _finite(cell.high) if cell.has_interval else None,
+        "verdict": cell.verdict,
+        "significant": cell.significant,
+    }
+
+
+def relative_records(result: RunResult, min_effect: float | None = None) -> list[dict[str, Any]]:
+    records = []
+    for table in relative_tables(result, min_effect):
         for row in table.rows:
-            for setup in table.setups:
-                writer.writerow(
-                    [
-                        table.engine,
-                        table.threads,
-                        row.step,
-                        row.group,
-                        setup,
-                        row.absolute.get(setup),
-                        row.base_qps,
-                        row.values.get(setup),
-                    ]
+            for setup in table.columns:
+                cell = row.cells[setup]
+                records.append(
+                    {
+                        "engine": table.engine,
+                        "threads": table.threads,
+                        "step": row.step,
+                        "group": row.group,
+                        "setup": setup,
+                        "qps": cell.value,
+                        "base_qps": row.reference_qps,
+                        "relative": cell.ratio,
+                        **interval_record(cell),
+                        "unit": row.unit,
+                        "repeats": cell.repeats[0],
+                        "base_repeats": cell.repeats[1],
+                        "problem": cell.problem or row.reference_problem,
+                        "min_effect": cell.min_effect,
+                    }
                 )
+    return records
+
+
+def records_csv(records: list[dict[str, Any]], empty_header: tuple[str, ...]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(records[0]) if records else empty_header)
+    writer.writeheader()
+    writer.writerows(records)
     return buffer.getvalue()
+
+
+def relative_csv(result: RunResult, min_effect: float | None = None) -> str:
+    return records_csv(relative_records(result, min_effect), ("engine", "threads", "step"))
+
+
+def relative_json(result: RunResult, min_effect: float | None = None) -> str:
+    return json.dumps(
+        {
+            "run_id": result.run_id,
+            "base": result.base_setup,
+            "cells": relative_records(result, min_effect),
+        },
+        indent=1,
+    )
 
 
 def results_json(result: RunResult, with_samples: bool = True) -> str:

@@ -6,7 +6,8 @@ GB = 1024**3
 
 
 def gb(value: int | float | None) -> str:
-    return f"{value / GB:.2f}" if value else "-"
+    """GiB with two decimals; negative values (an unaccounted remainder) keep their sign."""
+    return f"{value / GB:.2f}" if value is not None else "-"
 
 
 def ratio(value: float | None) -> str:

@@ -5,9 +5,11 @@ the `plotly` Python package, so no npm and no CDN) are inlined. Charts are built
 plain Plotly figure dicts and drawn by the page; a `data-charts-rendered` attribute on
 <body> tells tests (and anyone curious) that every chart was drawn.
 
-Confidence intervals come from `analysis.stats`: a relative value is the ratio of two
-means over repeats with Fieller's 95% interval, significant when it excludes 1.0. One
-repeat gives no interval and the page says so instead of inventing one.
+The relative tables are `analysis.summary.relative_tables`, the ones every other report
+prints: a relative value is the ratio of two means over repeats with Fieller's 95%
+interval, and its verdict (faster, slower, same within the run's min_effect, not
+significant) is `analysis.stats.classify`'s. One repeat gives no interval and the page
+says so instead of inventing one.
 """
 
 from __future__ import annotations
@@ -24,23 +26,39 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from mallocbench.analysis import stats
+from mallocbench.analysis.client import client_cpu_warnings
+from mallocbench.analysis.sla import SlaStatus, sla_results
 from mallocbench.analysis.summary import (
+    ACCOUNTING_NOTE,
     CellSummary,
+    MemoryRow,
+    RatioCell,
+    RatioTable,
+    adaptive_lines,
+    color_rule,
+    has_accounting,
     memory_rows,
+    min_effect_of,
+    percent,
+    ratio_class,
+    relative_tables,
     setup_order,
+    significance_rule,
+    slug,
     summarize,
+    thresholds,
+    unit_note,
+    vsz_note,
 )
 from mallocbench.report import formatting as fmt
+from mallocbench.report.tables import run_notes
 from mallocbench.results import STATUS_OK, Cell, RunResult
-from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
+from mallocbench.workloads.catalogue import GROUPS, label_order
 
 if TYPE_CHECKING:
     from mallocbench.commands.compare import Comparison
 
 _HERE = Path(__file__).parent
-# The thresholds of the published tables: within 5% is noise on most machines.
-SLOWER_AT = 0.95
-FASTER_AT = 1.05
 # Colorblind-safe (Okabe-Ito) so setups stay distinguishable in every chart.
 PALETTE = (
     "#0072B2",
@@ -52,216 +70,6 @@ PALETTE = (
     "#F0E442",
     "#000000",
 )
-
-
-def ratio_class(value: float | None) -> str:
-    if value is None or math.isnan(value):
-        return "none"
-    if value <= SLOWER_AT:
-        return "slower"
-    if value >= FASTER_AT:
-        return "faster"
-    return "same"
-
-
-def _nan(x: float | None) -> bool:
-    return x is None or math.isnan(x)
-
-
-@dataclass
-class RatioCell:
-    """One relative value (B over A) with what a reader needs to trust it."""
-
-    ratio: float | None
-    low: float = math.nan
-    high: float = math.nan
-    value: float | None = None  # absolute QPS of the compared side
-    reference: float | None = None  # absolute QPS of the reference side
-    repeats: tuple[int, int] = (0, 0)  # (compared, reference)
-    problem: str | None = None
-    reference_label: str = "base"
-
-    @property
-    def css(self) -> str:
-        return "problem" if self.problem else ratio_class(self.ratio)
-
-    @property
-    def significant(self) -> bool:
-        return stats.significant(self.low, self.high)
-
-    @property
-    def has_interval(self) -> bool:
-        return not _nan(self.low) and not _nan(self.high)
-
-    @property
-    def text(self) -> str:
-        if self.problem:
-            return self.problem.upper()
-        return fmt.ratio(self.ratio)
-
-    @property
-    def interval_text(self) -> str:
-        if self.problem or self.ratio is None:
-            return ""
-        if self.has_interval:
-            if math.isinf(self.high):
-                return "unbounded: too noisy"
-            # QPS ratios cannot be negative; Fieller's bound can be, with noisy bases.
-            return f"[{_bound(max(self.low, 0.0))}, {_bound(self.high)}]"
-        if min(self.repeats) <= 1:
-            return "1 repeat: no interval"
-        return "no interval"
-
-    @property
-    def title(self) -> str:
-        if self.problem:
-            return f"this cell did not measure: {self.problem}"
-        parts = [
-            f"{fmt.qps(self.value)} QPS vs {fmt.qps(self.reference)} QPS ({self.reference_label})"
-        ]
-        if self.ratio is not None:
-            parts.append(f"ratio {self.ratio:.3f}")
-        if self.has_interval:
-            parts.append(
-                f"95% interval {_bound(self.low)} to {_bound(self.high)}"
-                + (" (significant)" if self.significant else " (not significant)")
-            )
-        elif self.ratio is not None:
-            parts.append(self.interval_text)
-        parts.append(f"repeats {self.repeats[0]} / {self.repeats[1]}")
-        return "; ".join(parts)
-
-
-def _bound(x: float) -> str:
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return f"{x:.2f}"
-
-
-def ratio_cell(
-    values: list[float],
-    reference: list[float],
-    problem: str | None = None,
-    reference_label: str = "base",
-) -> RatioCell:
-    if problem or not values or not reference:
-        return RatioCell(
-            None,
-            value=stats.mean(values) if values else None,
-            reference=stats.mean(reference) if reference else None,
-            repeats=(len(values), len(reference)),
-            problem=problem,
-            reference_label=reference_label,
-        )
-    r, low, high = stats.ratio_ci(values, reference)
-    return RatioCell(
-        None if _nan(r) else r,
-        low,
-        high,
-        stats.mean(values),
-        stats.mean(reference),
-        (len(values), len(reference)),
-        reference_label=reference_label,
-    )
-
-
-@dataclass
-class RatioRow:
-    step: str
-    group: str
-    reference_qps: float | None
-    reference_problem: str | None
-    cells: dict[str, RatioCell]
-
-
-@dataclass
-class RatioTable:
-    """Steps x columns of relative values, grouped like the published tables."""
-
-    key: str
-    title: str
-    caption: str
-    columns: list[str]
-    rows: list[RatioRow]
-    reference_header: str | None = None  # column of absolute reference QPS, if any
-    engine: str = ""
-    threads: int = 0
-
-    def groups(self) -> list[tuple[str, str, list[RatioRow], dict[str, float | None]]]:
-        """(group, title, rows, geomean per column) in the catalogue's group order."""
-        out = []
-        for group, title in GROUPS.items():
-            rows = [r for r in self.rows if r.group == group]
-            if rows:
-                out.append((group, title, rows, self.geomeans(rows)))
-        return out
-
-    def geomeans(self, rows: list[RatioRow]) -> dict[str, float | None]:
-        result: dict[str, float | None] = {}
-        for column in self.columns:
-            values = [r.cells[column].ratio for r in rows if column in r.cells]
-            g = stats.geomean([v for v in values if v])
-            result[column] = None if _nan(g) else g
-        return result
-
-
-def relative_ratio_tables(
-    result: RunResult, summaries: dict[tuple[str, str, str, int], CellSummary] | None = None
-) -> list[RatioTable]:
-    """Relative QPS versus the base per engine and thread count, with intervals."""
-    summaries = summaries if summaries is not None else summarize(result.cells)
-    base = result.base_setup
-    others = [s for s in setup_order(result) if s != base]
-    engines = list(dict.fromkeys(c.engine for c in result.cells))
-    threads_list = sorted({c.threads for c in result.cells})
-    steps = sorted({c.step for c in result.cells}, key=label_order)
-    tables = []
-    for engine in engines:
-        for threads in threads_list:
-            rows = []
-            for step in steps:
-                base_summary = summaries.get((base, engine, step, threads))
-                if base_summary is None and not any(
-                    (s, engine, step, threads) in summaries for s in others
-                ):
-                    continue
-                base_values = base_summary.qps_values if base_summary else []
-                base_problem = base_summary.problem if base_summary else None
-                cells = {}
-                for setup in others:
-                    summary = summaries.get((setup, engine, step, threads))
-                    values = summary.qps_values if summary else []
-                    problem = summary.problem if summary else None
-                    if summary is None:
-                        problem = "missing"
-                    cells[setup] = ratio_cell(values, base_values, problem, base)
-                rows.append(
-                    RatioRow(
-                        step,
-                        base_summary.group if base_summary else group_of(step),
-                        stats.mean(base_values) if base_values else None,
-                        base_problem,
-                        cells,
-                    )
-                )
-            if rows:
-                tables.append(
-                    RatioTable(
-                        key=f"rel-{_slug(engine)}-{threads}",
-                        title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
-                        caption=f"QPS(setup) / QPS({base}), 95% interval below",
-                        columns=others,
-                        rows=rows,
-                        reference_header=f"{base} QPS",
-                        engine=engine,
-                        threads=threads,
-                    )
-                )
-    return tables
-
-
-def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
 
 
 # ---------------------------------------------------------------- verdict
@@ -282,14 +90,20 @@ class VerdictRow:
 
 
 def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRow:
-    """Summarize one column (setup) of an engine's tables: geomeans and significant cells."""
+    """Summarize one column (setup) of an engine's tables: geomeans and significant cells.
+
+    Only cells `stats.classify` calls faster or slower are listed; with a min_effect,
+    smaller changes count as the same however narrow their interval.
+    """
     engine_tables = [t for t in tables if t.engine == engine and column in t.columns]
+    min_effect = max((t.min_effect for t in engine_tables), default=0.0)
     geomeans: dict[str, RatioCell] = {}
     details: dict[str, str] = {}
     faster: list[str] = []
     slower: list[str] = []
     problems: list[str] = []
     any_interval = False
+    within = 0  # intervals excluding 1.0 whose change is below min_effect
     for group in GROUPS:
         values: list[float] = []
         parts = []
@@ -303,7 +117,7 @@ def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRo
             if group_values:
                 parts.append(f"{table.threads} thr: {stats.geomean(group_values):.2f}")
         if values:
-            geomeans[group] = RatioCell(stats.geomean(values))
+            geomeans[group] = RatioCell(stats.geomean(values), min_effect=min_effect)
             details[group] = f"geomean of {len(values)} cells; " + ", ".join(parts)
     for table in engine_tables:
         for row in table.rows:
@@ -316,17 +130,31 @@ def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRo
             any_interval = any_interval or cell.has_interval
             if cell.significant and cell.ratio is not None:
                 text = f"{where} {cell.ratio:.2f}x {cell.interval_text}"
-                (faster if cell.ratio > 1 else slower).append(text)
+                (faster if cell.verdict == stats.FASTER else slower).append(text)
+            elif cell.same and stats.significant(cell.low, cell.high):
+                within += 1
+    band = f" beyond ±{percent(min_effect)}" if min_effect > 0 else ""
+    notes = []
     if any_interval:
-        note = "" if faster or slower else "no significant difference"
+        if not (faster or slower):
+            notes.append(f"no significant difference{band}")
     else:
-        note = "1 repeat: no interval, so no significance can be claimed"
-    return VerdictRow(engine, column, geomeans, details, None, "", faster, slower, problems, note)
+        notes.append("1 repeat: no interval, so no significance can be claimed")
+    if within:
+        notes.append(
+            f"{within} significant change{'s' if within != 1 else ''} within "
+            f"±{percent(min_effect)} counted as same"
+        )
+    return VerdictRow(
+        engine, column, geomeans, details, None, "", faster, slower, problems, "; ".join(notes)
+    )
 
 
-def verdict_rows(result: RunResult, tables: list[RatioTable]) -> list[VerdictRow]:
+def verdict_rows(
+    result: RunResult, tables: list[RatioTable], memory_list: list[MemoryRow]
+) -> list[VerdictRow]:
     base = result.base_setup
-    memory = {(m.engine, m.setup): m for m in memory_rows(result)}
+    memory = {(m.engine, m.setup): m for m in memory_list}
     rows = []
     for engine in dict.fromkeys(t.engine for t in tables):
         base_mem = memory.get((engine, base))
@@ -357,14 +185,22 @@ class MemoryView:
     rss_vs_base: float | None
     vsz_per_rss: str
     cache: str
+    accounted: str
+    unaccounted: str
+    heap_ratio: str
+    accounted_title: str
 
 
-def memory_view(result: RunResult) -> list[MemoryView]:
-    rows = memory_rows(result)
+def memory_view(result: RunResult, rows: list[MemoryRow]) -> list[MemoryView]:
     base_rss = {r.engine: r.peak_rss_bytes for r in rows if r.setup == result.base_setup}
     out = []
     for r in rows:
         base = base_rss.get(r.engine)
+        title = ""
+        if r.accounted_in:
+            title = f"account taken at the end of {r.accounted_in}"
+            if r.rss_at_accounting_bytes is not None:
+                title += f", RSS then {fmt.mib(r.rss_at_accounting_bytes)}"
         out.append(
             MemoryView(
                 r.engine,
@@ -378,6 +214,10 @@ def memory_view(result: RunResult) -> list[MemoryView]:
                 if r.peak_vsz_bytes and r.peak_rss_bytes
                 else "-",
                 fmt.mib(r.cache_bytes),
+                fmt.gb(r.accounted_bytes),
+                fmt.gb(r.unaccounted_bytes),
+                fmt.ratio(r.heap_ratio),
+                title,
             )
         )
     return out
@@ -400,7 +240,8 @@ class Chart:
             "margin": {"l": 60, "r": 20, "t": 30, "b": 60},
             "height": 360,
             "font": {"size": 12},
-            "legend": {"orientation": "h", "y": -0.25},
+            # Anchored at its top so a legend of many rows grows down, not into the axis.
+            "legend": {"orientation": "h", "y": -0.22, "yanchor": "top"},
             "hovermode": "closest",
             **self.layout,
         }
@@ -409,11 +250,6 @@ class Chart:
 
 def _colors(result: RunResult) -> dict[str, str]:
     return {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(setup_order(result))}
-
-
-def _x_categories(steps: list[str]) -> list[list[str]]:
-    """Plotly multicategory x: the group on the outer row, the step on the inner one."""
-    return [[group_of(s) for s in steps], list(steps)]
 
 
 def short_labels(steps: list[str]) -> list[str]:
@@ -430,7 +266,8 @@ def short_labels(steps: list[str]) -> list[str]:
 
 def relative_chart(table: RatioTable, colors: dict[str, str]) -> Chart:
     ordered = [r for _, _, rows, _ in table.groups() for r in rows]
-    x = _x_categories([r.step for r in ordered])
+    steps = [r.step for r in ordered]
+    x = short_labels(steps)
     ratios = [r.cells[s].ratio for r in ordered for s in table.columns]
     top = max([v for v in ratios if v] + [1.0]) * 1.25
     data = []
@@ -447,7 +284,7 @@ def relative_chart(table: RatioTable, colors: dict[str, str]) -> Chart:
             "x": x,
             "y": ys,
             "marker": {"color": colors.get(setup)},
-            "hovertext": [c.title for c in cells],
+            "hovertext": [f"{step}: {c.title}" for step, c in zip(steps, cells, strict=True)],
             "hoverinfo": "text+name",
         }
         if any(v is not None and math.isfinite(v) for v in up):
@@ -461,6 +298,11 @@ def relative_chart(table: RatioTable, colors: dict[str, str]) -> Chart:
         data.append(trace)
     layout = {
         "barmode": "group",
+        # Half-width charts: whole step names fit only at an angle, with room below them;
+        # the legend goes on top so the labels cannot run into it.
+        "xaxis": {"type": "category", "tickangle": -35, "automargin": True},
+        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
+        "margin": {"l": 60, "r": 20, "t": 60, "b": 20},
         "yaxis": {"title": {"text": "relative QPS (1.0 = base)"}, "range": [0, top]},
         "shapes": [
             {
@@ -484,6 +326,16 @@ def relative_chart(table: RatioTable, colors: dict[str, str]) -> Chart:
     )
 
 
+# Sample.extra keys drawn beside RSS: what the server says it holds, same color as its
+# session, so the distance to the RSS line is the memory it cannot name.
+SERVER_LINES = (
+    ("server_memory_used_bytes", "Memory_used", "dash"),
+    ("rocksdb_block_cache_usage_bytes", "block cache", "dot"),
+)
+DASH_WORDS = {"dash": "dashed", "dot": "dotted"}
+REPEAT_MARKERS = ("circle", "square", "diamond", "triangle-up")
+
+
 def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]:
     """RSS and VSZ over each session's lifetime, one line per session, per engine."""
     charts = []
@@ -498,6 +350,7 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
             continue
         rss_traces = []
         vsz_traces = []
+        shown: set[str] = set()  # server lines drawn
         boundaries: list[tuple[float, str]] = []
         for index, (session_id, cells) in enumerate(by_session.items()):
             cells.sort(key=lambda c: c.started_at or (c.samples[0].t if c.samples else 0))
@@ -510,45 +363,56 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
             xs: list[float | None] = []
             rss: list[float | None] = []
             vsz: list[float | None] = []
+            own: dict[str, list[float | None]] = {key: [] for key, _, _ in SERVER_LINES}
             labels: list[str | None] = []
             for cell in cells:
                 for sample in cell.samples:
                     xs.append(round(sample.t - start, 2))
                     rss.append(sample.rss_bytes / fmt.GB if sample.rss_bytes else None)
                     vsz.append(sample.vsz_bytes / fmt.GB if sample.vsz_bytes else None)
+                    for key, series in own.items():
+                        value = (sample.extra or {}).get(key)
+                        series.append(value / fmt.GB if value is not None else None)
                     labels.append(f"{cell.step} @{cell.threads}")
                 # A gap between cells (warmup, restarts) must not be drawn as a line.
-                xs.append(None)
-                rss.append(None)
-                vsz.append(None)
-                labels.append(None)
+                for series in (xs, rss, vsz, labels, *own.values()):
+                    series.append(None)
                 if index == 0 and cell.started_at:
                     boundaries.append((cell.started_at - start, f"{cell.step} @{cell.threads}"))
             setup = cells[0].setup
             repeat = cells[0].repeat
-            style = {
-                "color": colors.get(setup),
-                "dash": ("solid", "dash", "dot", "dashdot")[repeat % 4],
-                "width": 1.5,
-            }
             common = {
                 "type": "scatter",
                 "mode": "lines+markers",
-                "marker": {"size": 3},
+                # Dashes are taken by the server's own lines, so repeats differ by marker.
+                "marker": {"size": 5, "symbol": REPEAT_MARKERS[repeat % len(REPEAT_MARKERS)]},
                 "name": session_id,
                 "x": xs,
-                "line": style,
+                "line": {"color": colors.get(setup), "width": 1.5},
                 "customdata": labels,
                 "legendgroup": setup,
             }
             rss_traces.append(
-                {**common, "y": rss, "hovertemplate": "%{y:.3f} GiB, %{customdata}<extra>"
+                {**common, "y": rss, "hovertemplate": "RSS %{y:.3f} GiB, %{customdata}<extra>"
                  + html_mod.escape(session_id) + "</extra>"}
             )  # fmt: skip
             vsz_traces.append(
                 {**common, "y": vsz, "hovertemplate": "%{y:.2f} GiB, %{customdata}<extra>"
                  + html_mod.escape(session_id) + "</extra>"}
             )  # fmt: skip
+            for key, label, dash in SERVER_LINES:
+                if not any(v is not None for v in own[key]):
+                    continue
+                shown.add(label)
+                name = f"{session_id} {label}"
+                # Out of the legend (the note explains the dashes); they toggle with their
+                # setup's RSS lines through the shared legendgroup.
+                rss_traces.append(
+                    {**common, "mode": "lines", "name": name, "y": own[key], "showlegend": False,
+                     "line": {"color": colors.get(setup), "width": 1.2, "dash": dash},
+                     "hovertemplate": f"{label} %{{y:.3f}} GiB, %{{customdata}}<extra>"
+                     + html_mod.escape(session_id) + "</extra>"}
+                )  # fmt: skip
         first = next(iter(by_session))
         shapes = [
             {
@@ -578,10 +442,20 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
             }
             for x, label in boundaries
         ]
+        server_note = ""
+        if shown:
+            drawn = "; ".join(
+                f"{DASH_WORDS[dash]}: the server's own {label}"
+                for _, label, dash in SERVER_LINES
+                if label in shown
+            )
+            server_note = (
+                f" {drawn[0].upper()}{drawn[1:]} (the gap up to RSS is what it does not name)."
+            )
         for kind, traces in (("RSS", rss_traces), ("VSZ", vsz_traces)):
             charts.append(
                 Chart(
-                    f"chart-{kind.lower()}-{_slug(engine)}",
+                    f"chart-{kind.lower()}-{slug(engine)}",
                     f"{kind} over time, {engine}",
                     traces,
                     {
@@ -590,8 +464,9 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
                         "shapes": shapes,
                         "annotations": annotations,
                     },
-                    f"One line per session (color: setup, dash: repeat). Dotted verticals: "
-                    f"step starts in session {first}; hover a line for the step it ran.",
+                    f"One line per session (color: setup, marker: repeat). Dotted verticals: "
+                    f"step starts in session {first}; hover a line for the step it ran."
+                    + (server_note if kind == "RSS" else ""),
                 )
             )
     return charts
@@ -684,7 +559,7 @@ def per_step_charts(
                 note = note + " Choose the thread count at the top right."
             else:
                 note = note + f" {threads_list[0]} client thread(s)."
-            charts.append(Chart(f"chart-{key}-{_slug(engine)}", f"{title}, {engine}", data,
+            charts.append(Chart(f"chart-{key}-{slug(engine)}", f"{title}, {engine}", data,
                                 layout, note))  # fmt: skip
     return charts
 
@@ -742,7 +617,7 @@ def scalability_charts(
             buttons.append({"label": step, "method": "restyle", "args": [{"visible": visible}]})
         charts.append(
             Chart(
-                f"chart-threads-{_slug(engine)}",
+                f"chart-threads-{slug(engine)}",
                 f"QPS versus client threads, {engine}",
                 data,
                 {
@@ -812,6 +687,7 @@ def run_facts(meta: dict[str, Any]) -> list[tuple[str, str]]:
         "host", "os", "cpus", "cpu_model", "memory_bytes", "kernel", "glibc", "thp",
         "thp_defrag", "server_versions", "sysbench", "mallocbench", "python", "dataset",
         "durations", "repeats", "threads", "experiment_file", "allocators", "engines", "steps",
+        "min_effect", "adaptive",
     }  # fmt: skip
     for key, value in meta.items():
         if key not in known and isinstance(value, str | int | float):
@@ -865,6 +741,9 @@ def _environment() -> jinja2.Environment:
     env.filters["ratio"] = fmt.ratio
     env.filters["ratio_class"] = ratio_class
     env.filters["qps"] = fmt.qps
+    env.globals["thresholds"] = thresholds
+    env.globals["percent"] = percent
+    env.globals["significance_rule"] = significance_rule
     return env
 
 
@@ -937,11 +816,29 @@ class ReportContext:
     facts: list[tuple[str, str]]
     differences: list[tuple[str, dict[str, str]]]
     problems: list[Cell] = field(default_factory=list)
+    min_effect: float = 0.0
+    adaptive: list[str] = field(default_factory=list)
+    sla: list[tuple[str, SlaStatus]] = field(default_factory=list)
+    client_warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    accounting: bool = False  # any memory row has the server's account of its RSS
+    vsz_note: str | None = None
+    unit_note: str = ""
+
+    @property
+    def color_rule(self) -> str:
+        return color_rule(self.min_effect)
+
+    @property
+    def significance_rule(self) -> str:
+        return significance_rule(self.min_effect)
 
 
-def build_context(result: RunResult) -> ReportContext:
+def build_context(result: RunResult, min_effect: float | None = None) -> ReportContext:
+    """The page's content; `min_effect` overrides the run's own."""
+    effect = min_effect_of(result, min_effect)
     summaries = summarize(result.cells)
-    tables = relative_ratio_tables(result, summaries)
+    tables = relative_tables(result, effect, summaries)
     colors = _colors(result)
     relative = {t.key: relative_chart(t, colors) for t in tables}
     charts = (
@@ -950,21 +847,30 @@ def build_context(result: RunResult) -> ReportContext:
         + scalability_charts(result, summaries, colors)
         + per_step_charts(result, summaries, colors)
     )
+    rows = memory_rows(result)
     return ReportContext(
         result=result,
         tables=tables,
-        verdict=verdict_rows(result, tables),
-        memory=memory_view(result),
+        verdict=verdict_rows(result, tables, rows),
+        memory=memory_view(result, rows),
         charts=charts,
         relative_charts=relative,
         facts=run_facts(result.metadata),
         differences=setup_differences(result),
         problems=[c for c in result.cells if c.status != STATUS_OK],
+        min_effect=effect,
+        adaptive=adaptive_lines(result),
+        sla=sla_results(result.cells),
+        client_warnings=client_cpu_warnings(result.cells),
+        notes=run_notes(result),
+        accounting=has_accounting(rows),
+        vsz_note=vsz_note(rows),
+        unit_note=unit_note(tables),
     )
 
 
-def render_html(result: RunResult) -> str:
-    ctx = build_context(result)
+def render_html(result: RunResult, min_effect: float | None = None) -> str:
+    ctx = build_context(result, min_effect)
     beside_tables = {c.id for c in ctx.relative_charts.values()}
     other_charts = [c for c in ctx.charts if c.id not in beside_tables]
     return _page(
@@ -974,6 +880,7 @@ def render_html(result: RunResult) -> str:
         result=result,
         verdict_groups=_verdict_groups(ctx.verdict),
         other_charts=other_charts,
+        accounting_note=ACCOUNTING_NOTE,
         title=f"mallocbench: {result.experiment}",
     )
 

@@ -3,17 +3,47 @@
 from __future__ import annotations
 
 from mallocbench.analysis.client import client_cpu_warnings
-from mallocbench.analysis.sla import sla_status
-from mallocbench.analysis.summary import memory_rows, relative_tables
+from mallocbench.analysis.summary import (
+    ACCOUNTING_NOTE,
+    RatioCell,
+    adaptive_lines,
+    color_rule,
+    has_accounting,
+    memory_rows,
+    relative_tables,
+    significance_rule,
+    unit_note,
+    vsz_note,
+)
 from mallocbench.report import formatting as fmt
+from mallocbench.report.tables import (
+    MEMORY_HEADER,
+    memory_cells,
+    reference_text,
+    run_notes,
+    sla_lines,
+)
 from mallocbench.results import STATUS_OK, RunResult
-from mallocbench.workloads.catalogue import GROUPS
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
+
+
+def ratio_text(cell: RatioCell) -> str:
+    """ratio [low, high] with a bold * when significant, "same" within min_effect."""
+    if cell.problem:
+        return cell.problem.upper()
+    parts = [cell.text]
+    if cell.has_interval:
+        parts.append(cell.interval_text)
+    if cell.significant:
+        parts.append("**\\***")
+    if cell.same:
+        parts.append("same")
+    return " ".join(parts)
 
 
 def render(result: RunResult) -> str:
@@ -35,49 +65,46 @@ def render(result: RunResult) -> str:
         ],
     )
     out.append("")
-    for table in relative_tables(result):
+    adaptive = adaptive_lines(result)
+    if adaptive:
+        out += [f"**{adaptive[0]}**", ""]
+        if len(adaptive) > 1:
+            out += [adaptive[1], "", *[f"- {line.strip()}" for line in adaptive[2:]], ""]
+    tables = relative_tables(result)
+    for table in tables:
         out.append(f"## Relative QPS: {table.engine}, {table.threads} client thread(s)")
         out.append("")
         out.append(
-            f"QPS(setup) / QPS({table.base}); above 1.0 the setup is faster. "
-            f"`{table.base} QPS` is the base's absolute queries per second. "
+            f"QPS(setup) / QPS({table.reference}); above 1.0 the setup is faster. "
+            f"`{table.reference} QPS` is the base's absolute queries per second. "
+            f"Colors in the HTML report: {color_rule(table.min_effect)}. "
             + (
-                "With repeats, (low-high) is the 95% interval and * marks a difference whose "
-                "interval excludes 1.0."
-                if any(r.intervals for r in table.rows)
+                "With repeats, [low, high] is the 95% interval; "
+                + significance_rule(table.min_effect).replace("*", "\\*", 1)
+                + "."
+                if table.has_intervals
                 else "One repeat: no confidence intervals; add repeats to tell noise from effect."
             )
+            + (f" {unit_note([table])}" if table.units else "")
         )
         out.append("")
-        header = ["step", f"{table.base} QPS", *table.setups]
+        header = ["step", f"{table.reference} QPS", *table.columns]
         rows: list[list[str]] = []
-        geomeans = table.group_geomeans()
-        for group in GROUPS:
-            group_rows = [r for r in table.rows if r.group == group]
-            if not group_rows:
-                continue
-            rows.append([f"**{GROUPS[group]}**", "", *["" for _ in table.setups]])
+        for group, title, group_rows, geomeans in table.groups():
+            rows.append([f"**{title}**", "", *["" for _ in table.columns]])
             for row in group_rows:
-                cells = []
-                for setup in table.setups:
-                    problem = row.problems.get(setup)
-                    if problem:
-                        cells.append(problem.upper())
-                    elif setup in row.intervals:
-                        iv = row.intervals[setup]
-                        mark = " **\\***" if iv.significant else ""
-                        cells.append(
-                            f"{fmt.ratio(row.values[setup])} ({iv.low:.2f}-{iv.high:.2f}){mark}"
-                        )
-                    else:
-                        cells.append(fmt.ratio(row.values[setup]))
-                base_text = row.problems.get(table.base, "").upper() or fmt.qps(row.base_qps)
-                rows.append([row.step, base_text, *cells])
+                rows.append(
+                    [
+                        row.step,
+                        reference_text(row, table.reference),
+                        *[ratio_text(row.cells[s]) for s in table.columns],
+                    ]
+                )
             rows.append(
                 [
                     f"*geomean {group}*",
                     "",
-                    *[f"*{fmt.ratio(geomeans[group][s])}*" for s in table.setups],
+                    *[f"*{fmt.ratio(geomeans[s])}*" for s in table.columns],
                 ]
             )
         out += _table(header, rows)
@@ -89,35 +116,23 @@ def render(result: RunResult) -> str:
         out.append(
             "Peak VSZ and RSS in GiB over each setup's sessions; RSS/cache divides peak RSS "
             "by the configured cache (InnoDB buffer pool or RocksDB block cache)."
+            + (f" {ACCOUNTING_NOTE}" if has_accounting(memory) else "")
         )
         out.append("")
-        out += _table(
-            ["engine", "setup", "peak VSZ", "peak RSS", "RSS/cache"],
-            [
-                [
-                    r.engine,
-                    r.setup,
-                    fmt.gb(r.peak_vsz_bytes),
-                    fmt.gb(r.peak_rss_bytes),
-                    fmt.ratio(r.rss_per_cache),
-                ]
-                for r in memory
-            ],
-        )
+        out += _table(MEMORY_HEADER, [memory_cells(r) for r in memory])
         out.append("")
-    sla_lines = []
-    for cell in result.cells:
-        status = sla_status(cell)
-        if status is not None:
-            sla_lines.append(
-                f"- {cell.setup} / {cell.engine} / {cell.step} r{cell.repeat}: "
-                f"{'met' if status.met else '**missed**'}: {status.describe()}"
-            )
-    if sla_lines:
-        out += ["## Insert benchmark: background rate (SLA)", "", *sla_lines, ""]
+        reserved = vsz_note(memory)
+        if reserved:
+            out += [f"> **Note:** {reserved}", ""]
+    sla = [f"- {line}" if met else f"- **{line}**" for line, met in sla_lines(result)]
+    if sla:
+        out += ["## Insert benchmark: background rate (SLA)", "", *sla, ""]
     warnings = client_cpu_warnings(result.cells)
     if warnings:
         out += ["## Load generator warnings", "", *[f"- {w}" for w in warnings], ""]
+    notes = run_notes(result)
+    if notes:
+        out += ["## Notes from the run", "", *[f"- {n}" for n in notes], ""]
     problems = [c for c in result.cells if c.status != STATUS_OK]
     if problems:
         out.append("## Cells that did not measure")

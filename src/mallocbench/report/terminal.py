@@ -5,12 +5,34 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from mallocbench.analysis.summary import memory_rows, relative_tables
+from mallocbench.analysis.client import client_cpu_warnings
+from mallocbench.analysis.summary import (
+    ACCOUNTING_NOTE,
+    RatioCell,
+    adaptive_lines,
+    color_rule,
+    has_accounting,
+    memory_rows,
+    ratio_class,
+    relative_tables,
+    significance_rule,
+    unit_note,
+    vsz_note,
+)
 from mallocbench.report import formatting as fmt
+from mallocbench.report.tables import (
+    MEMORY_HEADER,
+    memory_cells,
+    reference_text,
+    run_notes,
+    sla_lines,
+)
 from mallocbench.results import STATUS_OK, RunResult
-from mallocbench.workloads.catalogue import GROUPS
+
+COLORS = {"slower": "red", "faster": "green", "problem": "bold red"}
 
 
 def print_allocators(entries: list[dict[str, Any]], console: Console | None = None) -> None:
@@ -29,68 +51,80 @@ def print_allocators(entries: list[dict[str, Any]], console: Console | None = No
     console.print("Any other malloc library: give its path (e.g. /opt/lib/libfoo.so) as allocator.")
 
 
-def _color_ratio(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if value <= 0.95:
-        return f"[red]{value:.2f}[/]"
-    if value >= 1.05:
-        return f"[green]{value:.2f}[/]"
-    return f"{value:.2f}"
+def colored(text: str, css: str) -> str:
+    """Text in the color the HTML report gives the same class."""
+    color = COLORS.get(css)
+    return f"[{color}]{text}[/]" if color else text
+
+
+def color_ratio(value: float | None, min_effect: float = 0.0) -> str:
+    return colored(fmt.ratio(value), ratio_class(value, min_effect))
+
+
+def ratio_text(cell: RatioCell) -> str:
+    """A relative value with its significance mark, or "same" within min_effect."""
+    return colored(cell.text + cell.mark, cell.css) + (" [dim]same[/]" if cell.same else "")
 
 
 def print_run(result: RunResult, console: Console | None = None) -> None:
     """The relative-QPS tables and the peak-memory table, colored like the HTML report."""
     console = console or Console()
-    for rel in relative_tables(result):
+    tables = relative_tables(result)
+    for rel in tables:
+        caption = "QPS(setup)/QPS(base): " + color_rule(rel.min_effect)
+        if rel.has_intervals:
+            caption += "; " + significance_rule(rel.min_effect)
         table = Table(
-            title=f"Relative QPS vs {rel.base}: {rel.engine}, {rel.threads} thread(s)",
-            caption="QPS(setup)/QPS(base): red <= 0.95, green >= 1.05"
-            + (", * significant at 95%" if any(r.intervals for r in rel.rows) else ""),
+            title=f"Relative QPS vs {rel.reference}: {rel.engine}, {rel.threads} thread(s)",
+            caption=caption,
         )
         table.add_column("step")
-        table.add_column(f"{rel.base} QPS", justify="right")
-        for setup in rel.setups:
+        table.add_column(f"{rel.reference} QPS", justify="right")
+        for setup in rel.columns:
             table.add_column(setup, justify="right")
-        geomeans = rel.group_geomeans()
-        for group, title in GROUPS.items():
-            rows = [r for r in rel.rows if r.group == group]
-            if not rows:
-                continue
-            table.add_row(f"[bold]{title}[/]", "", *["" for _ in rel.setups])
+        for group, title, rows, geomeans in rel.groups():
+            table.add_row(f"[bold]{title}[/]", "", *["" for _ in rel.columns])
             for row in rows:
-                values = [
-                    f"[red]{row.problems[s].upper()}[/]"
-                    if s in row.problems
-                    else _color_ratio(row.values[s])
-                    for s in rel.setups
-                ]
-                base = row.problems.get(rel.base, "").upper() or fmt.qps(row.base_qps)
-                table.add_row("  " + row.step, base, *values)
+                table.add_row(
+                    "  " + row.step,
+                    reference_text(row, rel.reference),
+                    *[ratio_text(row.cells[s]) for s in rel.columns],
+                )
             table.add_row(
                 f"  [italic]geomean {group}[/]",
                 "",
-                *[_color_ratio(geomeans[group][s]) for s in rel.setups],
+                *[color_ratio(geomeans[s], rel.min_effect) for s in rel.columns],
                 end_section=True,
             )
         console.print(table)
+    note = unit_note(tables)
+    if note:
+        console.print(f"[dim]{note}[/]")
     memory = memory_rows(result)
     if memory:
-        table = Table(title="Peak memory of the server (GiB)")
-        for column in ("engine", "setup", "peak VSZ", "peak RSS", "RSS/cache"):
+        table = Table(
+            title="Peak memory of the server (GiB)",
+            caption=ACCOUNTING_NOTE if has_accounting(memory) else None,
+        )
+        for column in MEMORY_HEADER:
             table.add_column(column, justify="left" if column in ("engine", "setup") else "right")
         for row in memory:
-            table.add_row(
-                row.engine,
-                row.setup,
-                fmt.gb(row.peak_vsz_bytes),
-                fmt.gb(row.peak_rss_bytes),
-                fmt.ratio(row.rss_per_cache),
-            )
+            table.add_row(*memory_cells(row))
         console.print(table)
+        reserved = vsz_note(memory)
+        if reserved:
+            console.print(f"[yellow]note[/]: {reserved}")
+    for line in adaptive_lines(result):
+        console.print(escape(line))
+    for line, met in sla_lines(result):
+        console.print(escape(line), style=None if met else "red")
+    for warning in client_cpu_warnings(result.cells):
+        console.print(f"[yellow]warning[/]: {escape(warning)}")
+    for note in run_notes(result):
+        console.print(f"[yellow]note[/]: {escape(note)}")
     problems = [c for c in result.cells if c.status != STATUS_OK]
     for cell in problems:
         console.print(
             f"[red]{cell.status}[/]: {cell.setup}/{cell.engine}/{cell.step}/"
-            f"{cell.threads}t: {cell.error or ''}"
+            f"{cell.threads}t: {escape(cell.error or '')}"
         )

@@ -9,6 +9,7 @@ environment (LD_PRELOAD + allocator knobs), and the allocator is checked in
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import shutil
@@ -180,6 +181,18 @@ class ServerConfig:
     cpus: str | None = None
     port: int | None = None
     max_connections: int = 1000
+    # PR_SET_THP_DISABLE for this server only: THP "never" without touching the host.
+    thp_disabled: bool = False
+
+
+_PR_SET_THP_DISABLE = 41
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _disable_thp() -> None:
+    """Runs in the forked child: the flag survives execve and covers all of mysqld."""
+    if _libc.prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE) failed")
 
 
 class PrivateServer:
@@ -355,6 +368,7 @@ class PrivateServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
+                preexec_fn=_disable_thp if self.config.thp_disabled else None,
             )
         process.track(self.proc)
         self._stopping = False

@@ -107,6 +107,16 @@ class Store:
                 ),
             )
 
+    def save_run(self, result: RunResult) -> None:
+        """A whole run at once: for importing results and for tests."""
+        self.create_run(result)
+        for setup in result.setups:
+            self.save_setup(result.run_id, setup)
+        for session in result.sessions:
+            self.save_session(result.run_id, session)
+        for cell in result.cells:
+            self.save_cell(result.run_id, cell)
+
     def run_exists(self, run_id: str) -> bool:
         row = self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return row is not None

@@ -1,0 +1,62 @@
+"""Which relative-QPS intervals are still wider than the precision asked for.
+
+Adaptive repetition (`run --target-ci PCT`) keeps adding interleaved repeats of the
+cells listed here until none is left or the time budget runs out. A cell whose setup or
+base crashed, ran out of memory or failed is left out: repeating it would not narrow an
+interval that does not exist, and the report lists it as a problem anyway.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from mallocbench.analysis import stats
+from mallocbench.analysis.summary import summarize
+from mallocbench.results import RunResult
+
+
+@dataclass(frozen=True)
+class WideCell:
+    engine: str
+    step: str
+    threads: int
+    setup: str
+    width_pct: float  # interval width in percentage points; inf with fewer than 2 repeats
+    repeats: int  # measured repeats of the setup (the base may have a different count)
+
+    def describe(self) -> str:
+        width = "no interval yet" if self.width_pct == float("inf") else f"{self.width_pct:.1f}%"
+        return f"{self.setup} {self.engine} {self.step} @{self.threads}: {width}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["width_pct"] = None if self.width_pct == float("inf") else self.width_pct
+        return data
+
+
+def wide_cells(result: RunResult, target_pct: float) -> list[WideCell]:
+    """Every setup/engine/step/threads whose relative QPS interval is wider than target."""
+    summaries = summarize(result.cells)
+    base = result.base_setup
+    out = []
+    for (setup, engine, step, threads), summary in summaries.items():
+        if setup == base:
+            continue
+        reference = summaries.get((base, engine, step, threads))
+        if reference is None or summary.problem or reference.problem:
+            continue
+        relative = stats.relative(summary.qps_values, reference.qps_values)
+        width = relative.width * 100
+        if not width < target_pct:
+            out.append(WideCell(engine, step, threads, setup, width, len(summary.qps_values)))
+    return sorted(out, key=lambda w: (w.engine, w.threads, w.step, w.setup))
+
+
+def cells_to_repeat(wide: list[WideCell], base: str) -> set[tuple[str, str, str, int]]:
+    """(setup, engine, step, threads) for the next round: each wide cell and its base."""
+    wanted = set()
+    for cell in wide:
+        wanted.add((cell.setup, cell.engine, cell.step, cell.threads))
+        wanted.add((base, cell.engine, cell.step, cell.threads))
+    return wanted

@@ -1,0 +1,139 @@
+"""What the server says about its own memory, to set beside what the kernel says.
+
+Two readings: a cheap one taken with every per-second sample over one kept connection
+(status counters and, when enabled, the performance_schema total), and a full account at
+the end of each cell that splits RSS into what the server accounts for and the rest, the
+same account `mallocbench memory` gives of any running server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import pymysql
+
+if TYPE_CHECKING:
+    from mallocbench.servers.mariadb import PrivateServer
+
+# SHOW GLOBAL STATUS name -> metric name (bytes); every name is also a Sample.extra key.
+# Builds differ in what they expose: MariaDB's MyRocks has no block-cache usage status
+# (it is in information_schema.ROCKSDB_DBSTATS) and no pinned usage at all.
+STATUS_METRICS = {
+    "memory_used": "server_memory_used_bytes",
+    "innodb_buffer_pool_bytes_data": "innodb_buffer_pool_data_bytes",
+    "rocksdb_block_cache_usage": "rocksdb_block_cache_usage_bytes",
+    "rocksdb_block_cache_pinned_usage": "rocksdb_block_cache_pinned_bytes",
+    "rocksdb_memtable_total": "rocksdb_memtable_bytes",
+}
+BLOCK_CACHE_METRIC = "rocksdb_block_cache_usage_bytes"
+PFS_METRIC = "pfs_memory_bytes"
+
+_STATUS_SQL = "SHOW GLOBAL STATUS WHERE Variable_name IN ({})".format(
+    ", ".join(f"'{name}'" for name in STATUS_METRICS)
+)
+_DBSTATS_SQL = (
+    "SELECT VALUE FROM information_schema.ROCKSDB_DBSTATS WHERE STAT_TYPE = 'DB_BLOCK_CACHE_USAGE'"
+)
+_PFS_SQL = (
+    "SELECT SUM(CURRENT_NUMBER_OF_BYTES_USED) "
+    "FROM performance_schema.memory_summary_global_by_event_name"
+)
+
+
+class ServerMemoryProbe:
+    """Reads the server's memory counters; never raises, so it can never cost a cell."""
+
+    def __init__(self, server: PrivateServer) -> None:
+        self.server = server
+        self._conn: pymysql.Connection | None = None
+        self._pfs: bool | None = None  # learnt on first read
+        self._dbstats: bool | None = None
+        self._broken = False
+
+    def _connection(self) -> pymysql.Connection | None:
+        if self._conn is None and not self._broken:
+            try:
+                self._conn = self.server.connect(connect_timeout=5, read_timeout=10)
+            except pymysql.MySQLError:
+                self._broken = True
+        return self._conn
+
+    def read(self) -> dict[str, float]:
+        conn = self._connection()
+        if conn is None:
+            return {}
+        values: dict[str, float] = {}
+        try:
+            with conn.cursor() as cur:
+                cur.execute(_STATUS_SQL)
+                for name, value in cur.fetchall():
+                    key = STATUS_METRICS.get(str(name).lower())
+                    with contextlib.suppress(TypeError, ValueError):
+                        if key:
+                            values[key] = float(value)
+                if self._dbstats is None:
+                    # Only worth asking where RocksDB is loaded but says nothing in status.
+                    self._dbstats = (
+                        "rocksdb_memtable_bytes" in values and BLOCK_CACHE_METRIC not in values
+                    )
+                if self._dbstats:
+                    cur.execute(_DBSTATS_SQL)
+                    row = cur.fetchone()
+                    if row and row[0] is not None:
+                        values[BLOCK_CACHE_METRIC] = float(row[0])
+                if self._pfs is None:
+                    cur.execute("SELECT @@GLOBAL.performance_schema")
+                    row = cur.fetchone()
+                    self._pfs = bool(row and int(row[0]))
+                if self._pfs:
+                    cur.execute(_PFS_SQL)
+                    row = cur.fetchone()
+                    if row and row[0] is not None:
+                        values[PFS_METRIC] = float(row[0])
+        except (pymysql.MySQLError, OSError):
+            # A dead or busy server: the cell's own checks say what happened.
+            self.close()
+            self._broken = True
+        return values
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> ServerMemoryProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def account(server: PrivateServer, allocator: str) -> dict[str, float]:
+    """RSS split into what the server accounts for and what it does not, as cell metrics.
+
+    The unaccounted part is the heap's resident pages beyond what the server says it
+    holds there: the allocator's overhead and fragmentation (negative when the server
+    counts memory it reserved but never touched).
+    """
+    from mallocbench.memory import breakdown, process
+    from mallocbench.memory import server as server_memory
+
+    try:
+        with server.connect(connect_timeout=5, read_timeout=30) as conn:
+            reported = server_memory.collect(conn)
+        proc = process.sample(server.pid, allocator, reported.var("innodb_buffer_pool_size"))
+        split = breakdown.build(proc, reported)
+    except Exception:  # noqa: BLE001 - an account must never cost a measured cell
+        return {}
+    metrics = {
+        "rss_at_accounting_bytes": float(split.rss),
+        "rss_accounted_bytes": float(split.accounted),
+        "rss_unaccounted_bytes": float(split.unaccounted),
+        "heap_rss_bytes": float(split.heap_rss),
+        "heap_accounted_bytes": float(split.heap_accounted),
+    }
+    if reported.pfs_enabled and reported.pfs_total is not None:
+        metrics[PFS_METRIC] = float(reported.pfs_total)
+    return metrics

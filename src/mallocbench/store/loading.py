@@ -1,0 +1,76 @@
+"""Find a run from what a user names on the command line: a directory, a store or a file.
+
+`report` and `compare` both read runs this way. A directory with both a results.sqlite
+and a results.json is read from the store: it holds every run made there (the json only
+the last), so `--run RUN_ID` can name any of them.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.results import RunResult
+from mallocbench.store.sqlite import Store
+
+STORE_NAME = "results.sqlite"
+JSON_NAME = "results.json"
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def resolve(source: str | Path) -> Path:
+    """The file to read for `source`: a directory's store (preferred) or results.json."""
+    path = Path(source)
+    if path.is_dir():
+        for name in (STORE_NAME, JSON_NAME):
+            if (path / name).is_file():
+                return path / name
+        raise MallocbenchError(f"{path} holds no {STORE_NAME} or {JSON_NAME}")
+    if not path.exists():
+        raise MallocbenchError(
+            f"{source} does not exist: give an output directory, a .sqlite store or a results.json"
+        )
+    return path
+
+
+def load_result(
+    source: str | Path | None = None, run_id: str | None = None, with_samples: bool = True
+) -> RunResult:
+    """One run from a directory, a store (the latest run, or `run_id`) or a results.json."""
+    path = resolve(source if source is not None else Path("out"))
+    if _is_sqlite(path):
+        return _from_store(path, run_id, with_samples)
+    try:
+        result = RunResult.from_dict(json.loads(path.read_text()))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise MallocbenchError(
+            f"{path} is neither a results store nor a mallocbench results.json ({exc})"
+        ) from exc
+    if run_id is not None and run_id != result.run_id:
+        raise MallocbenchError(
+            f"{path} holds run {result.run_id!r}, not {run_id!r}: name the store "
+            f"({STORE_NAME}) to pick among runs"
+        )
+    return result
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
+    except OSError as exc:
+        raise MallocbenchError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _from_store(path: Path, run_id: str | None, with_samples: bool) -> RunResult:
+    store: Store | None = None
+    try:
+        store = Store(path)
+        return store.load_run(run_id, with_samples=with_samples)
+    except sqlite3.Error as exc:
+        raise MallocbenchError(f"cannot read the results store {path}: {exc}") from exc
+    finally:
+        if store is not None:
+            store.close()
