@@ -37,7 +37,9 @@ allocator = "jemalloc"
 """
 
 
-def mallocbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def mallocbench(
+    *args: str, timeout: float = 600, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "mallocbench.cli", *args],
         capture_output=True,
@@ -45,6 +47,7 @@ def mallocbench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess
         timeout=timeout,
         stdin=subprocess.DEVNULL,
         env={**os.environ, "COLUMNS": "160"},
+        cwd=cwd,
     )
 
 
@@ -58,7 +61,8 @@ def write_experiment(tmp_path: Path, steps: str = '["point-query"]', seconds: in
 def test_tiny_experiment_measures_real_qps_and_rss(tmp_path: Path) -> None:
     exp = write_experiment(tmp_path)
     out = tmp_path / "out"
-    result = mallocbench("run", str(exp), "--out", str(out))
+    # A relative --out, as `make demo` gives it: the servers must still find their datadirs.
+    result = mallocbench("run", exp.name, "--out", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
 
     data = json.loads((out / "results.json").read_text())

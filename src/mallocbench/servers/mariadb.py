@@ -201,7 +201,8 @@ class PrivateServer:
     def __init__(self, build: ServerBuild, rundir: str | os.PathLike[str], config: ServerConfig):
         self.build = build
         self.config = config
-        self.rundir = Path(rundir)
+        # mysqld resolves a relative datadir against its basedir, not our working directory.
+        self.rundir = Path(rundir).absolute()
         self.datadir = self.rundir / "data"
         self.cnf_path = self.rundir / "my.cnf"
         self.error_log = self.rundir / "error.log"
