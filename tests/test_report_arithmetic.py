@@ -440,3 +440,24 @@ def test_run_notes_reach_every_report() -> None:
     assert note in console.export_text()
     del result.metadata["notes"]
     assert "Notes from the run" not in markdown.render(result)
+
+
+def test_summary_csv_has_mean_interval_and_per_op_costs() -> None:
+    result = sample_run()
+    for c in result.cells:
+        if c.setup == "je" and c.step == "point-query range=100":
+            c.metrics = {"server_cpu_us_per_op": 40.0 + c.repeat * 10, "system_cs_per_op": 3.0}
+    rows = list(csv.DictReader(io.StringIO(export.summary_csv(result))))
+    glibc = next(r for r in rows if r["setup"] == "glibc" and r["step"].startswith("point-query"))
+    je = next(r for r in rows if r["setup"] == "je" and r["step"].startswith("point-query"))
+    # glibc: 1000 and 3000 -> mean 2000, sd 1414.2, t(0.975, 1) = 12.706
+    assert float(glibc["mean"]) == pytest.approx(2000)
+    half = 12.7062 * 1414.2136 / math.sqrt(2)
+    assert float(glibc["low"]) == pytest.approx(2000 - half, rel=1e-4)
+    assert float(glibc["high"]) == pytest.approx(2000 + half, rel=1e-4)
+    assert glibc["repeats"] == "2" and glibc["unit"] == "QPS"
+    # je: 2500 twice -> no spread, the interval collapses onto the mean
+    assert float(je["low"]) == float(je["high"]) == pytest.approx(2500)
+    assert float(je["server_cpu_us_per_op"]) == pytest.approx(45.0)
+    assert float(je["system_cs_per_op"]) == pytest.approx(3.0)
+    assert glibc["server_cpu_us_per_op"] == ""

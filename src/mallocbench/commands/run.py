@@ -32,6 +32,7 @@ def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
         ("report.md", markdown.render(result)),
         ("cells.csv", export.cells_csv(result)),
         ("relative.csv", export.relative_csv(result)),
+        ("summary.csv", export.summary_csv(result)),
     ):
         target = out_dir / name
         target.write_text(text)
@@ -241,7 +242,9 @@ def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | N
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["terminal", "markdown", "csv", "relative-csv", "relative-json", "json"]),
+    type=click.Choice(
+        ["terminal", "markdown", "csv", "summary-csv", "relative-csv", "relative-json", "json"]
+    ),
     default="terminal",
     show_default=True,
     help="What to print on standard output.",
@@ -286,6 +289,8 @@ def report_cmd(
         click.echo(markdown.render(result))
     elif fmt == "csv":
         click.echo(export.cells_csv(result), nl=False)
+    elif fmt == "summary-csv":
+        click.echo(export.summary_csv(result), nl=False)
     elif fmt == "relative-csv":
         click.echo(export.relative_csv(result), nl=False)
     elif fmt == "relative-json":

@@ -8,8 +8,10 @@ import json
 import math
 from typing import Any
 
-from mallocbench.analysis.summary import RatioCell, relative_tables
+from mallocbench.analysis import stats
+from mallocbench.analysis.summary import RatioCell, relative_tables, setup_order, summarize
 from mallocbench.results import RunResult
+from mallocbench.workloads.catalogue import label_order
 
 CELL_COLUMNS = (
     "setup",
@@ -62,6 +64,58 @@ def cells_csv(result: RunResult) -> str:
             [data.get(c) for c in CELL_COLUMNS] + [cell.metrics.get(m) for m in metric_names]
         )
     return buffer.getvalue()
+
+
+# Per-operation costs carried into summary.csv, as means over the repeats that measured.
+SUMMARY_METRICS = (
+    "server_cpu_us_per_op",
+    "server_user_us_per_op",
+    "server_sys_us_per_op",
+    "voluntary_cs_per_op",
+    "involuntary_cs_per_op",
+    "system_cs_per_op",
+    "read_kb_per_op",
+    "write_kb_per_op",
+    "reads_per_op",
+    "client_cpu_share",
+    "rss_unaccounted_bytes",
+)
+
+
+def summary_records(result: RunResult) -> list[dict[str, Any]]:
+    """One row per setup x engine x step x threads: mean throughput with its 95% interval."""
+    records = []
+    order = {name: i for i, name in enumerate(setup_order(result))}
+    summaries = sorted(
+        summarize(result.cells).values(),
+        key=lambda s: (s.engine, s.threads, label_order(s.step), order.get(s.setup, 99)),
+    )
+    for summary in summaries:
+        mean, low, high = stats.mean_ci(summary.qps_values)
+        records.append(
+            {
+                "setup": summary.setup,
+                "engine": summary.engine,
+                "step": summary.step,
+                "group": summary.group,
+                "threads": summary.threads,
+                "unit": summary.unit,
+                "repeats": len(summary.qps_values),
+                "mean": _finite(mean),
+                "low": _finite(low),
+                "high": _finite(high),
+                "p95_ms": summary.p95_ms,
+                "p99_ms": summary.p99_ms,
+                "peak_rss_bytes": summary.peak_rss_bytes,
+                "problem": summary.problem,
+                **{name: summary.metrics.get(name) for name in SUMMARY_METRICS},
+            }
+        )
+    return records
+
+
+def summary_csv(result: RunResult) -> str:
+    return records_csv(summary_records(result), ("setup", "engine", "step", "threads"))
 
 
 def _finite(x: float | None) -> float | None:
