@@ -253,7 +253,10 @@ def test_new_sections_render_in_headless_chromium(result: RunResult, tmp_path: P
     names = {t["name"].split(" ", 1)[-1] for t in rss.data if " " in t["name"]}
     assert names == {"Memory_used", "block cache"}
     page = html.render_html(made)
-    assert "adaptive repetition: target 5% interval width, 3 rounds, stopped: the 300 s" in page
+    assert (
+        "adaptive repetition: target 5% interval width, 3 rounds, "
+        "stopped: another round would overrun the 5 min budget"
+    ) in page
     assert "je / innodb / point-query range=100 / 2 threads: interval width 9.5%" in page
     assert "within ±2%: same" in page and "server accounts for" in page
     assert 'data-kind="vsz-note"' in page  # the fixture's VSZ is 8 TiB for ~100 MiB RSS
