@@ -74,6 +74,7 @@ typedef struct {
     int64_t own_live; /* bytes this thread allocated minus bytes it freed */
     int64_t own_peak;
     uint64_t rng;
+    double start_time; /* each worker's own: main may run late after the barrier */
     double end_time;
     int index;
     pthread_t tid;
@@ -1095,6 +1096,7 @@ static void *worker(void *arg)
     else if (opt.pattern == P_OLTP)
         oltp_thread_setup(ts);
     pthread_barrier_wait(&barrier); /* everyone set up: go */
+    ts->start_time = now();
     switch (opt.pattern) {
     case P_SORTBUF: sortbuf_run(ts); break;
     case P_BLOCKCACHE: blockcache_run(ts); break;
@@ -1215,9 +1217,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < n; i++)
         pthread_join(states[i].tid, NULL);
 
-    double end = start;
+    /* Timed from the workers' own clocks: on a busy machine the main thread may take
+       its start after a short run has already ended, which made elapsed 0. */
+    double first = n > 0 ? states[0].start_time : start, end = first;
     uint64_t ops = 0, allocs = 0, frees = 0, requested = 0, remote = 0, local = 0;
     for (int i = 0; i <= n; i++) {
+        if (i < n && states[i].start_time < first)
+            first = states[i].start_time;
         if (i < n && states[i].end_time > end)
             end = states[i].end_time;
         ops += atomic_load(&states[i].ops);
@@ -1227,7 +1233,7 @@ int main(int argc, char **argv)
         remote += atomic_load(&states[i].remote_frees);
         local += atomic_load(&states[i].local_frees);
     }
-    double elapsed = end - start;
+    double elapsed = end - first;
     uint64_t live = sum_live();
     if (live > peak_live)
         peak_live = live;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import traceback
 from pathlib import Path
 
 import pytest
@@ -81,7 +82,11 @@ def test_example_experiment_is_valid() -> None:
 
 def run_cli(*args: str) -> tuple[int, str, str]:
     result = CliRunner().invoke(main, ["patterns", *args])
-    return result.exit_code, result.stdout, result.stderr
+    stderr = result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        # An escaped exception is a bug of its own: show it, not just "exit 1".
+        stderr += "".join(traceback.format_exception(result.exception))
+    return result.exit_code, result.stdout, stderr
 
 
 @pytest.mark.parametrize(

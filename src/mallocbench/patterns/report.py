@@ -144,7 +144,7 @@ def _mib(x: float) -> str:
 
 def _ops(row: SummaryRow) -> str:
     text = _num(row.ops_per_sec)
-    if not math.isnan(row.ops_per_sec_high):
+    if not math.isnan(row.ops_per_sec_high) and row.ops_per_sec > 0:
         text += f" ±{(row.ops_per_sec_high - row.ops_per_sec) / row.ops_per_sec * 100:.0f}%"
     return text
 
