@@ -461,3 +461,20 @@ def test_summary_csv_has_mean_interval_and_per_op_costs() -> None:
     assert float(je["server_cpu_us_per_op"]) == pytest.approx(45.0)
     assert float(je["system_cs_per_op"]) == pytest.approx(3.0)
     assert glibc["server_cpu_us_per_op"] == ""
+
+
+def test_cpu_and_thp_settings_are_shown_with_what_the_server_ran_under() -> None:
+    result = sample_run()
+    result.setups[1].cpus = "0-1"
+    result.setups[1].thp = "never"
+    result.sessions[1].thp = "never (PR_SET_THP_DISABLE, set by mallocbench)"
+    result.sessions[0].thp = "madvise"
+    text = markdown.render(result)
+    assert "| je | jemalloc | - | - | - | 0-1 | never |" in text
+    assert "| glibc (base) | glibc | - | - | - | all | system |" in text
+    differences = dict(html.setup_differences(result))
+    assert differences["THP (asked)"] == {"glibc": "-", "je": "never"}
+    assert differences["THP (ran under)"]["glibc"] == "madvise"
+    assert differences["CPU set"]["je"] == "0-1"
+    empty = markdown.render(RunResult("r2", "t", "glibc"))
+    assert empty.startswith("# mallocbench: t\n\nRun `r2`.\n")

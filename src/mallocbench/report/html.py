@@ -712,6 +712,14 @@ def setup_differences(result: RunResult) -> list[tuple[str, dict[str, str]]]:
         put("server", s.name, s.server)
         put("server version", s.name, s.server_version)
         put("CPU set", s.name, s.cpus)
+        put("THP (asked)", s.name, s.thp)
+    # What each setup's servers really ran under, which may differ from what was asked.
+    ran_under: dict[str, set[str]] = {}
+    for session in result.sessions:
+        if session.thp:
+            ran_under.setdefault(session.setup, set()).add(session.thp)
+    for s in setups:
+        put("THP (ran under)", s.name, "; ".join(sorted(ran_under.get(s.name, ()))))
     knob_names = sorted({k for s in setups for k in s.knobs})
     config_names = sorted({k for s in setups for k in s.config})
     for s in setups:

@@ -49,10 +49,11 @@ def ratio_text(cell: RatioCell) -> str:
 def render(result: RunResult) -> str:
     meta = result.metadata
     out = [f"# mallocbench: {result.experiment}", ""]
-    out.append(f"Run `{result.run_id}`. " + _run_facts(meta))
+    facts = _run_facts(meta)
+    out.append(f"Run `{result.run_id}`." + (f" {facts}" if facts else ""))
     out.append("")
     out += _table(
-        ["setup", "allocator", "version", "knobs", "config"],
+        ["setup", "allocator", "version", "knobs", "config", "CPUs", "THP"],
         [
             [
                 s.name + (" (base)" if s.name == result.base_setup else ""),
@@ -60,6 +61,8 @@ def render(result: RunResult) -> str:
                 s.allocator_version or "-",
                 fmt.knobs(s.knobs),
                 fmt.knobs(s.config),
+                s.cpus or "all",
+                s.thp or "system",
             ]
             for s in result.setups
         ],
@@ -172,4 +175,4 @@ def _run_facts(meta: dict[str, object]) -> str:
     durations = meta.get("durations")
     if isinstance(durations, dict):
         parts.append(f"{durations['warmup_s']:g}s warmup + {durations['step_s']:g}s per cell")
-    return "; ".join(parts) + "."
+    return "; ".join(parts) + "." if parts else ""
