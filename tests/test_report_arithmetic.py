@@ -20,6 +20,7 @@ from mallocbench.analysis.summary import (
     summarize,
 )
 from mallocbench.report import export, html, markdown, terminal
+from mallocbench.report import formatting as fmt
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 
 GIB = 1 << 30
@@ -279,7 +280,7 @@ def test_memory_rows_take_the_account_with_the_most_unaccounted_rss() -> None:
 def test_accounted_and_unaccounted_columns_in_every_report() -> None:
     run = accounted_run()
     text = markdown.render(run)
-    assert "| server accounts for | unaccounted (RSS − accounted) | heap ratio |" in text
+    assert "| server accounts for (GiB) | unaccounted: RSS − accounted (GiB) | heap ratio |" in text
     assert "| innodb | glibc | 8.00 | 3.00 | 3.00 | 1.76 | 1.17 | 5.00 |" in text
     assert "| innodb | je | 20.00 | 1.25 | 1.25 | 1.17 | 0.08 | 1.25 |" in text
     out = terminal_text(run)
@@ -288,7 +289,7 @@ def test_accounted_and_unaccounted_columns_in_every_report() -> None:
     assert (views["glibc"].accounted, views["glibc"].unaccounted) == ("1.76", "1.17")
     assert views["glibc"].heap_ratio == "5.00"
     page = html.render_html(run)
-    assert "unaccounted (RSS &minus; accounted)" in page
+    assert "unaccounted: RSS &minus; accounted (GiB)" in page
     header = export.cells_csv(run).splitlines()[0].split(",")
     assert {"rss_accounted_bytes", "rss_unaccounted_bytes", "pfs_memory_bytes"} <= set(header)
 
@@ -478,3 +479,16 @@ def test_cpu_and_thp_settings_are_shown_with_what_the_server_ran_under() -> None
     assert differences["CPU set"]["je"] == "0-1"
     empty = markdown.render(RunResult("r2", "t", "glibc"))
     assert empty.startswith("# mallocbench: t\n\nRun `r2`.\n")
+
+
+def test_small_servers_get_their_memory_in_mib() -> None:
+    result = sample_run()
+    for session in result.sessions:
+        session.peak_rss_bytes = 200 * MIB
+    for c in result.cells:
+        c.peak_rss_bytes = None
+        c.metrics = {"rss_accounted_bytes": 150 * MIB, "rss_unaccounted_bytes": 50 * MIB}
+    text = markdown.render(result)
+    assert "| peak VSZ (GiB) | peak RSS (MiB) |" in text
+    assert "| innodb | glibc | 8.00 | 200 | 0.20 | 150 | 50 |" in text
+    assert fmt.memory_unit([None, 2 * GIB]) == "GiB" and fmt.size(-3 * MIB, "MiB") == "-3"

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 GB = 1024**3
+MB = 1024**2
 
 
 def gb(value: int | float | None) -> str:
     """GiB with two decimals; negative values (an unaccounted remainder) keep their sign."""
-    return f"{value / GB:.2f}" if value is not None else "-"
+    return f"{value / GB:,.2f}" if value is not None else "-"
+
+
+def memory_unit(values: Iterable[int | float | None]) -> str:
+    """GiB once any value reaches 1 GiB, else MiB: 0.05 GiB says less than 51 MiB."""
+    return "GiB" if any(v is not None and abs(v) >= GB for v in values) else "MiB"
+
+
+def size(value: int | float | None, unit: str) -> str:
+    """A byte count in `unit` (from memory_unit); negative values keep their sign."""
+    if value is None:
+        return "-"
+    return gb(value) if unit == "GiB" else f"{value / MB:,.0f}"
 
 
 def ratio(value: float | None) -> str:

@@ -51,7 +51,7 @@ from mallocbench.analysis.summary import (
     vsz_note,
 )
 from mallocbench.report import formatting as fmt
-from mallocbench.report.tables import run_notes
+from mallocbench.report.tables import memory_unit, run_notes
 from mallocbench.results import STATUS_OK, Cell, RunResult
 from mallocbench.workloads.catalogue import GROUPS, label_order
 
@@ -193,6 +193,7 @@ class MemoryView:
 
 def memory_view(result: RunResult, rows: list[MemoryRow]) -> list[MemoryView]:
     base_rss = {r.engine: r.peak_rss_bytes for r in rows if r.setup == result.base_setup}
+    unit = memory_unit(rows)
     out = []
     for r in rows:
         base = base_rss.get(r.engine)
@@ -207,15 +208,15 @@ def memory_view(result: RunResult, rows: list[MemoryRow]) -> list[MemoryView]:
                 r.setup,
                 r.setup == result.base_setup,
                 fmt.gb(r.peak_vsz_bytes),
-                fmt.gb(r.peak_rss_bytes),
+                fmt.size(r.peak_rss_bytes, unit),
                 fmt.ratio(r.rss_per_cache),
                 r.peak_rss_bytes / base if r.peak_rss_bytes and base else None,
                 fmt.ratio(r.peak_vsz_bytes / r.peak_rss_bytes)
                 if r.peak_vsz_bytes and r.peak_rss_bytes
                 else "-",
                 fmt.mib(r.cache_bytes),
-                fmt.gb(r.accounted_bytes),
-                fmt.gb(r.unaccounted_bytes),
+                fmt.size(r.accounted_bytes, unit),
+                fmt.size(r.unaccounted_bytes, unit),
                 fmt.ratio(r.heap_ratio),
                 title,
             )
@@ -828,6 +829,7 @@ class ReportContext:
     adaptive: list[str] = field(default_factory=list)
     sla: list[tuple[str, SlaStatus]] = field(default_factory=list)
     client_warnings: list[str] = field(default_factory=list)
+    memory_unit: str = "GiB"
     notes: list[str] = field(default_factory=list)
     accounting: bool = False  # any memory row has the server's account of its RSS
     vsz_note: str | None = None
@@ -871,6 +873,7 @@ def build_context(result: RunResult, min_effect: float | None = None) -> ReportC
         sla=sla_results(result.cells),
         client_warnings=client_cpu_warnings(result.cells),
         notes=run_notes(result),
+        memory_unit=memory_unit(rows),
         accounting=has_accounting(rows),
         vsz_note=vsz_note(rows),
         unit_note=unit_note(tables),

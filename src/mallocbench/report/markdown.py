@@ -17,8 +17,9 @@ from mallocbench.analysis.summary import (
 )
 from mallocbench.report import formatting as fmt
 from mallocbench.report.tables import (
-    MEMORY_HEADER,
     memory_cells,
+    memory_header,
+    memory_unit,
     reference_text,
     run_notes,
     sla_lines,
@@ -117,12 +118,13 @@ def render(result: RunResult) -> str:
         out.append("## Peak memory of the server")
         out.append("")
         out.append(
-            "Peak VSZ and RSS in GiB over each setup's sessions; RSS/cache divides peak RSS "
+            "Peak VSZ and RSS over each setup's sessions; RSS/cache divides peak RSS "
             "by the configured cache (InnoDB buffer pool or RocksDB block cache)."
             + (f" {ACCOUNTING_NOTE}" if has_accounting(memory) else "")
         )
         out.append("")
-        out += _table(MEMORY_HEADER, [memory_cells(r) for r in memory])
+        unit = memory_unit(memory)
+        out += _table(memory_header(unit), [memory_cells(r, unit) for r in memory])
         out.append("")
         reserved = vsz_note(memory)
         if reserved:

@@ -7,27 +7,36 @@ from mallocbench.analysis.summary import QPS, MemoryRow, RatioRow
 from mallocbench.report import formatting as fmt
 from mallocbench.results import RunResult
 
-MEMORY_HEADER = [
-    "engine",
-    "setup",
-    "peak VSZ",
-    "peak RSS",
-    "RSS/cache",
-    "server accounts for",
-    "unaccounted (RSS − accounted)",
-    "heap ratio",
-]
+
+def memory_unit(rows: list[MemoryRow]) -> str:
+    """The unit of a memory table's RSS columns (VSZ, reserved address space, is in GiB)."""
+    return fmt.memory_unit(
+        v for r in rows for v in (r.peak_rss_bytes, r.accounted_bytes, r.unaccounted_bytes)
+    )
 
 
-def memory_cells(row: MemoryRow) -> list[str]:
+def memory_header(unit: str) -> list[str]:
+    return [
+        "engine",
+        "setup",
+        "peak VSZ (GiB)",
+        f"peak RSS ({unit})",
+        "RSS/cache",
+        f"server accounts for ({unit})",
+        f"unaccounted: RSS − accounted ({unit})",
+        "heap ratio",
+    ]
+
+
+def memory_cells(row: MemoryRow, unit: str) -> list[str]:
     return [
         row.engine,
         row.setup,
         fmt.gb(row.peak_vsz_bytes),
-        fmt.gb(row.peak_rss_bytes),
+        fmt.size(row.peak_rss_bytes, unit),
         fmt.ratio(row.rss_per_cache),
-        fmt.gb(row.accounted_bytes),
-        fmt.gb(row.unaccounted_bytes),
+        fmt.size(row.accounted_bytes, unit),
+        fmt.size(row.unaccounted_bytes, unit),
         fmt.ratio(row.heap_ratio),
     ]
 

@@ -24,8 +24,9 @@ from mallocbench.analysis.summary import (
 )
 from mallocbench.report import formatting as fmt
 from mallocbench.report.tables import (
-    MEMORY_HEADER,
     memory_cells,
+    memory_header,
+    memory_unit,
     reference_text,
     run_notes,
     sla_lines,
@@ -103,13 +104,14 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
     memory = memory_rows(result)
     if memory:
         table = Table(
-            title="Peak memory of the server (GiB)",
+            title="Peak memory of the server",
             caption=ACCOUNTING_NOTE if has_accounting(memory) else None,
         )
-        for column in MEMORY_HEADER:
+        unit = memory_unit(memory)
+        for column in memory_header(unit):
             table.add_column(column, justify="left" if column in ("engine", "setup") else "right")
         for row in memory:
-            table.add_row(*memory_cells(row))
+            table.add_row(*memory_cells(row, unit))
         console.print(table)
         reserved = vsz_note(memory)
         if reserved:
