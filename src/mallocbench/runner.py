@@ -114,6 +114,7 @@ class RunOutcome:
     notes: list[str] = field(default_factory=list)  # things the reader must know
     not_converged: list[WideCell] = field(default_factory=list)
     adaptive_stop: str | None = None  # why adaptive repetition stopped, when it ran
+    repeats_done: int | None = None  # repeats per cell so far, as adaptive repetition saw
 
 
 def _cell_estimate(experiment: Experiment) -> float:
@@ -329,7 +330,7 @@ class Pipeline:
             current = store.load_run(run_id, with_samples=False)
             outcome.not_converged = wide_cells(current, options.target_ci_pct)
             repeat = 1 + max((c.repeat for c in current.cells), default=-1)
-            metadata["adaptive_rounds"] = repeat
+            outcome.repeats_done = repeat
             if not outcome.not_converged:
                 outcome.adaptive_stop = "converged"
                 break
@@ -364,7 +365,7 @@ class Pipeline:
             "target_ci_pct": self.options.target_ci_pct,
             "budget_s": self.options.budget_s,
             "max_repeats": self.options.max_repeats,
-            "rounds": metadata.get("adaptive_rounds", self.experiment.repeats),
+            "rounds": outcome.repeats_done or self.experiment.repeats,
             "stopped": outcome.adaptive_stop or "running",
             "not_converged": [w.to_dict() for w in outcome.not_converged],
         }

@@ -504,20 +504,15 @@ def memory_rows(result: RunResult) -> list[MemoryRow]:
     peaks: dict[tuple[str, str], list[int | None]] = {}
     cache: dict[tuple[str, str], int | None] = {}
     worst: dict[tuple[str, str], Cell] = {}
-    for session in result.sessions:
-        key = (session.setup, session.engine)
+    # Sessions keep the server's lifetime peak; cells cover sessions whose end was lost.
+    for measured in [*result.sessions, *result.cells]:
+        key = (measured.setup, measured.engine)
         entry = peaks.setdefault(key, [None, None])
-        if session.peak_vsz_bytes:
-            entry[0] = max(entry[0] or 0, session.peak_vsz_bytes)
-        if session.peak_rss_bytes:
-            entry[1] = max(entry[1] or 0, session.peak_rss_bytes)
+        for index, value in enumerate((measured.peak_vsz_bytes, measured.peak_rss_bytes)):
+            if value:
+                entry[index] = max(entry[index] or 0, value)
     for cell in result.cells:
         key = (cell.setup, cell.engine)
-        entry = peaks.setdefault(key, [None, None])
-        if cell.peak_vsz_bytes:
-            entry[0] = max(entry[0] or 0, cell.peak_vsz_bytes)
-        if cell.peak_rss_bytes:
-            entry[1] = max(entry[1] or 0, cell.peak_rss_bytes)
         cache[key] = cell.cache_bytes
         unaccounted = (cell.metrics or {}).get("rss_unaccounted_bytes")
         if unaccounted is not None and (

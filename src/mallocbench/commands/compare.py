@@ -25,7 +25,6 @@ from mallocbench.analysis.summary import (
     color_rule,
     memory_rows,
     min_effect_of,
-    parse_min_effect,
     percent,
     ratio_cell,
     significance_rule,
@@ -33,10 +32,11 @@ from mallocbench.analysis.summary import (
     summarize,
     vsz_note,
 )
+from mallocbench.commands.options import min_effect_option
 from mallocbench.errors import MallocbenchError
 from mallocbench.report import formatting as fmt
 from mallocbench.report import markdown
-from mallocbench.report.export import interval_record, records_csv
+from mallocbench.report.export import interval_record, location_record, records_csv
 from mallocbench.report.html import VerdictRow, render_compare_html, verdict_for
 from mallocbench.report.terminal import color_ratio, ratio_text
 from mallocbench.results import RunResult
@@ -257,11 +257,7 @@ def comparison_records(cmp: Comparison) -> list[dict[str, Any]]:
                 cell = row.cells[setup]
                 records.append(
                     {
-                        "engine": t.engine,
-                        "threads": t.threads,
-                        "step": row.step,
-                        "group": row.group,
-                        "setup": setup,
+                        **location_record(t, row, setup),
                         "qps_a": cell.reference,
                         "qps_b": cell.value,
                         "ratio": cell.ratio,
@@ -361,12 +357,9 @@ def comparison_markdown(cmp: Comparison) -> str:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write a self-contained HTML page of the comparison.",
 )
-@click.option(
-    "--min-effect",
-    "min_effect",
-    metavar="FRACTION",
-    help="Report changes smaller than this as the same (0.02 or 2%); default: run B's "
-    "min_effect, else run A's; 0 turns it off.",
+@min_effect_option(
+    "Report changes smaller than this as the same (0.02 or 2%); default: run B's "
+    "min_effect, else run A's; 0 turns it off."
 )
 def compare_cmd(
     run_a: str,
@@ -374,7 +367,7 @@ def compare_cmd(
     store_path: Path | None,
     fmt_name: str,
     html_path: Path | None,
-    min_effect: str | None,
+    min_effect: float | None,
 ) -> None:
     """Compare run B against run A: QPS(B) / QPS(A) per engine, step, threads and setup.
 
@@ -388,8 +381,7 @@ def compare_cmd(
       mallocbench compare --store out/results.sqlite small-20250101-1200 small-20250102-0900
       mallocbench compare old-out new-out --html compare.html --min-effect 2%
     """
-    effect = parse_min_effect(min_effect)
-    cmp = compare(load_run(run_a, store_path), load_run(run_b, store_path), effect)
+    cmp = compare(load_run(run_a, store_path), load_run(run_b, store_path), min_effect)
     if html_path is not None:
         html_path.parent.mkdir(parents=True, exist_ok=True)
         html_path.write_text(render_compare_html(cmp), encoding="utf-8")

@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from mallocbench import experiment as experiment_mod
-from mallocbench.analysis.summary import parse_min_effect
+from mallocbench.commands.options import min_effect_option
 from mallocbench.errors import MallocbenchError
 from mallocbench.report import export, html, markdown, terminal
 from mallocbench.results import RunResult
@@ -87,11 +87,9 @@ def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
     show_default=True,
     help="Upper bound on repeats per cell with --target-ci.",
 )
-@click.option(
-    "--min-effect",
-    metavar="FRACTION",
-    help="Report relative changes smaller than this as 'same' (0.02 or 2%); overrides the "
-    "experiment's min_effect.",
+@min_effect_option(
+    "Report relative changes smaller than this as 'same' (0.02 or 2%); overrides the "
+    "experiment's min_effect."
 )
 @click.option("--quiet", "-q", is_flag=True, help="No live progress; print the report only.")
 @click.option("--dry-run", is_flag=True, help="Validate the experiment and print the plan.")
@@ -104,7 +102,7 @@ def run_cmd(
     target_ci_pct: float | None,
     budget: str,
     max_repeats: int,
-    min_effect: str | None,
+    min_effect: float | None,
     quiet: bool,
     dry_run: bool,
 ) -> None:
@@ -130,7 +128,6 @@ def run_cmd(
     """
     experiment = experiment_mod.load(experiment_file)
     budget_s = parse_duration(budget, "--budget")
-    min_effect_value = parse_min_effect(min_effect)
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
     per_cell = experiment.warmup_s + experiment.duration_s + 1
@@ -161,7 +158,7 @@ def run_cmd(
         target_ci_pct=target_ci_pct,
         budget_s=budget_s,
         max_repeats=max_repeats,
-        min_effect=min_effect_value,
+        min_effect=min_effect,
     )
     interrupted = {"flag": False}
 
@@ -255,15 +252,16 @@ def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | N
     type=click.Path(file_okay=False, path_type=Path),
     help="Also write results.json, report.md and CSVs into this directory.",
 )
-@click.option(
-    "--min-effect",
-    "min_effect",
-    metavar="FRACTION",
-    help="Report relative changes smaller than this as the same (0.02 or 2%); "
-    "overrides the run's own min_effect, 0 turns it off.",
+@min_effect_option(
+    "Report relative changes smaller than this as the same (0.02 or 2%); "
+    "overrides the run's own min_effect, 0 turns it off."
 )
 def report_cmd(
-    source: Path | None, run_id: str | None, fmt: str, out_dir: Path | None, min_effect: str | None
+    source: Path | None,
+    run_id: str | None,
+    fmt: str,
+    out_dir: Path | None,
+    min_effect: float | None,
 ) -> None:
     """Report a run from an output directory, a store (.sqlite) or a results.json.
 
@@ -280,7 +278,7 @@ def report_cmd(
     result = load_result(source, run_id)
     if min_effect is not None:
         # Every report reads it from the run, so the files written with --out agree too.
-        result.metadata["min_effect"] = parse_min_effect(min_effect)
+        result.metadata["min_effect"] = min_effect
     if out_dir is not None:
         write_reports(result, out_dir)
     if fmt == "terminal":

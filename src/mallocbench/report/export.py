@@ -9,7 +9,14 @@ import math
 from typing import Any
 
 from mallocbench.analysis import stats
-from mallocbench.analysis.summary import RatioCell, relative_tables, setup_order, summarize
+from mallocbench.analysis.summary import (
+    RatioCell,
+    RatioRow,
+    RatioTable,
+    relative_tables,
+    setup_order,
+    summarize,
+)
 from mallocbench.results import RunResult
 from mallocbench.workloads.catalogue import label_order
 
@@ -123,6 +130,17 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
+def location_record(table: RatioTable, row: RatioRow, setup: str) -> dict[str, Any]:
+    """The columns that say which cell a relative value is about."""
+    return {
+        "engine": table.engine,
+        "threads": table.threads,
+        "step": row.step,
+        "group": row.group,
+        "setup": setup,
+    }
+
+
 def interval_record(cell: RatioCell) -> dict[str, Any]:
     """The columns every relative export has beside its ratio: interval and verdict."""
     return {
@@ -141,11 +159,7 @@ def relative_records(result: RunResult, min_effect: float | None = None) -> list
                 cell = row.cells[setup]
                 records.append(
                     {
-                        "engine": table.engine,
-                        "threads": table.threads,
-                        "step": row.step,
-                        "group": row.group,
-                        "setup": setup,
+                        **location_record(table, row, setup),
                         "qps": cell.value,
                         "base_qps": row.reference_qps,
                         "relative": cell.ratio,

@@ -1,0 +1,26 @@
+"""Options that several commands share, declared and parsed once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from mallocbench.analysis.summary import parse_min_effect
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def min_effect_option(help_text: str) -> Callable[[F], F]:
+    """--min-effect FRACTION ("2%" or 0.02), parsed to a float; None when not given.
+
+    A bad value raises MallocbenchError, which the command group prints as one line.
+    """
+    return click.option(
+        "--min-effect",
+        "min_effect",
+        metavar="FRACTION",
+        callback=lambda _ctx, _param, value: parse_min_effect(value),
+        help=help_text,
+    )
