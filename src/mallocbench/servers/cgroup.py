@@ -1,0 +1,626 @@
+"""Memory cgroups: where a process is charged, its OOM kills, and capped groups of our own.
+
+Works on cgroup v2 (unified), on v1 with the memory controller mounted on its own
+hierarchy, and on hybrid hosts (v1 controllers beside an unified mount that holds no
+memory controller): the memory controller lives in exactly one hierarchy, and that is
+the one used.
+
+Telling an OOM kill from any other SIGKILL needs two sources, because neither is enough
+alone: the cgroup's `oom_kill` counter (v2 `memory.events`, v1 `memory.oom_control` on
+kernels >= 4.13) counts every kill in the group, not just ours; the kernel log names
+the victim's pid but is readable only with enough privilege.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mallocbench.errors import MallocbenchError
+
+_MOUNTINFO = Path("/proc/self/mountinfo")
+_KMSG = "/dev/kmsg"
+# The kernel never hands out a /dev/kmsg record longer than this (CONSOLE_EXT_LOG_MAX);
+# a smaller read buffer makes read() fail with EINVAL.
+_KMSG_RECORD_MAX = 8192
+# The ring buffer bounds what there is to read; this bounds it again for a kernel booted
+# with a huge log_buf_len, at the price of missing records beyond it.
+_KMSG_MAX_RECORDS = 200_000
+_V1_UNLIMITED = "-1"
+_V2_UNLIMITED = "max"
+_NAME_MAX = 64
+
+NO_CGROUP_HINT = (
+    "run as root on a host with the cgroup v1 memory controller or cgroup v2 "
+    "(with the memory controller enabled)"
+)
+
+
+# --- where the memory controller is mounted ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CgroupMount:
+    """One mount of the hierarchy that holds the memory controller."""
+
+    version: int  # 1 or 2
+    mount_point: Path
+    # The hierarchy's path this mount shows (mountinfo's 4th field); not "/" when a
+    # container bind-mounts only its own subtree.
+    root: str
+
+    def directory(self, cgroup_path: str) -> Path | None:
+        """The directory of a cgroup (as /proc/PID/cgroup names it), None if not visible here."""
+        root = self.root.rstrip("/")
+        if cgroup_path != root and not cgroup_path.startswith(root + "/"):
+            return None
+        rel = cgroup_path[len(root) :].lstrip("/")
+        return self.mount_point / rel if rel else self.mount_point
+
+
+def _unescape_mountinfo(field: str) -> str:
+    # Spaces, tabs, newlines and backslashes in paths are written as octal escapes.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def parse_mountinfo(text: str) -> list[CgroupMount]:
+    """The v1 mounts carrying the memory controller and every cgroup2 mount, in order."""
+    mounts: list[CgroupMount] = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        fstype, super_options = tail[0], tail[2].split(",")
+        root, mount_point = _unescape_mountinfo(fields[3]), _unescape_mountinfo(fields[4])
+        if fstype == "cgroup" and "memory" in super_options:
+            mounts.append(CgroupMount(1, Path(mount_point), root))
+        elif fstype == "cgroup2":
+            mounts.append(CgroupMount(2, Path(mount_point), root))
+    return mounts
+
+
+def _controllers(directory: Path) -> set[str]:
+    try:
+        return set((directory / "cgroup.controllers").read_text().split())
+    except OSError:
+        return set()
+
+
+def memory_mounts() -> list[CgroupMount]:
+    """Where the memory controller can be reached; empty when it is not mounted at all.
+
+    A v1 memory mount wins: on a hybrid host the unified mount exists too, but the
+    controller cannot be bound to both, so there it lists no memory.
+    """
+    try:
+        mounts = parse_mountinfo(_MOUNTINFO.read_text())
+    except OSError:
+        return []
+    v1 = [m for m in mounts if m.version == 1]
+    if v1:
+        return v1
+    return [m for m in mounts if m.version == 2 and "memory" in _controllers(m.mount_point)]
+
+
+def memory_version() -> int | None:
+    """1 or 2: which cgroup version the memory controller runs under; None without one."""
+    mounts = memory_mounts()
+    return mounts[0].version if mounts else None
+
+
+# --- which cgroup a process is in ------------------------------------------------------------
+
+
+def memory_cgroup_path(proc_cgroup: str, version: int) -> str | None:
+    """The memory cgroup's path in a /proc/PID/cgroup text: v1's `memory` line, v2's `0::`."""
+    for line in proc_cgroup.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy_id, controllers, path = parts
+        if version == 2 and hierarchy_id == "0" and controllers == "":
+            return path
+        if version == 1 and "memory" in controllers.split(","):
+            return path
+    return None
+
+
+def memory_cgroup_of(pid: int | str = "self") -> Path | None:
+    """The directory of the memory cgroup `pid` is in; None when it cannot be told."""
+    mounts = memory_mounts()
+    if not mounts:
+        return None
+    try:
+        text = Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return None
+    path = memory_cgroup_path(text, mounts[0].version)
+    if path is None:
+        return None
+    # The most specific mount first: a container may see its subtree and the whole tree.
+    for mount in sorted(mounts, key=lambda m: len(m.root), reverse=True):
+        directory = mount.directory(path)
+        if directory is not None and directory.is_dir():
+            return directory
+    return None
+
+
+# --- counters ---------------------------------------------------------------------------------
+
+
+def parse_counters(text: str) -> dict[str, int]:
+    """`key value` lines, as in v2 memory.events and v1 memory.oom_control."""
+    counters: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            counters[parts[0]] = int(parts[1])
+    return counters
+
+
+def _is_v2(directory: Path) -> bool:
+    # Every v2 cgroup has cgroup.controllers; no v1 cgroup does.
+    return (directory / "cgroup.controllers").exists()
+
+
+def oom_kill_count(cgroup_dir: Path) -> int | None:
+    """How many processes of this cgroup the OOM killer has killed; None when unreadable.
+
+    v2 counts the group's descendants too, v1 only the group itself. v1 kernels before
+    4.13 have no such counter, and give None.
+    """
+    name = "memory.events" if _is_v2(cgroup_dir) else "memory.oom_control"
+    try:
+        return parse_counters((cgroup_dir / name).read_text()).get("oom_kill")
+    except OSError:
+        return None
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+# --- the kernel log ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KmsgRecord:
+    facility: int
+    seq: int
+    usec: int  # since boot
+    message: str
+
+
+def parse_kmsg_record(text: str) -> KmsgRecord | None:
+    """One /dev/kmsg record: `pri,seq,usec,flags[,...];message`, then continuation lines."""
+    header, sep, rest = text.partition(";")
+    if not sep:
+        return None
+    fields = header.split(",")
+    if len(fields) < 3 or not all(f.isdigit() for f in fields[:3]):
+        return None
+    message = rest.split("\n", 1)[0]
+    return KmsgRecord(int(fields[0]) >> 3, int(fields[1]), int(fields[2]), message)
+
+
+# The lines oom_kill.c prints about its victim. "Killed process" ends the kill (global and
+# memcg OOMs, every kernel since 2.6); the oom-kill summary line (4.19+) comes before the
+# signal but is rate-limited; the reaper's line follows once the memory is freed.
+_OOM_VICTIM = (
+    re.compile(r"\bKilled process (\d+) \("),
+    # task= holds the victim's command name, which may itself contain ",pid=": anchor on
+    # the fields that follow it.
+    re.compile(r"^oom-kill:.*,pid=(\d+),uid=\d+\s*$"),
+    re.compile(r"\boom_reaper: reaped process (\d+) \("),
+)
+
+
+def oom_killed_pids(messages: Iterable[str]) -> set[int]:
+    """The pids that kernel log messages name as OOM-killed."""
+    pids: set[int] = set()
+    for message in messages:
+        for pattern in _OOM_VICTIM:
+            match = pattern.search(message)
+            if match:
+                pids.add(int(match.group(1)))
+    return pids
+
+
+class KernelLog:
+    """A non-blocking reader of /dev/kmsg that hands out each record once.
+
+    Opened at the end, it sees only what is logged from then on, so a pid reused since
+    an old OOM kill is never mistaken for the victim.
+    """
+
+    def __init__(self, fd: int):
+        self._fd: int | None = fd
+
+    @classmethod
+    def open(cls, at_end: bool = True) -> KernelLog | None:
+        """None when the log cannot be read (no /dev/kmsg, or dmesg_restrict without root)."""
+        try:
+            fd = os.open(_KMSG, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        if at_end:
+            try:
+                os.lseek(fd, 0, os.SEEK_END)
+            except OSError:
+                os.close(fd)
+                return None
+        return cls(fd)
+
+    def read(self) -> list[KmsgRecord]:
+        """The kernel's (not user space's) records logged since the last read."""
+        records: list[KmsgRecord] = []
+        if self._fd is None:
+            return records
+        for _ in range(_KMSG_MAX_RECORDS):
+            try:
+                raw = os.read(self._fd, _KMSG_RECORD_MAX)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                # EPIPE: the records up to here were overwritten; the next read resumes
+                # at the oldest one left.
+                if exc.errno == errno.EPIPE:
+                    continue
+                break
+            if not raw:
+                break
+            record = parse_kmsg_record(raw.decode("utf-8", "replace"))
+            # Only the kernel logs with facility 0: what user space (root included) writes
+            # to /dev/kmsg is given another, so it cannot pose as an OOM kill.
+            if record is not None and record.facility == 0:
+                records.append(record)
+        return records
+
+    def close(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def kernel_log_oom_kills() -> set[int] | None:
+    """Every pid the whole kernel log names as OOM-killed; None when it is unreadable.
+
+    Pids get reused: for a process of ours, prefer an OomWatch, which reads only what
+    was logged while it ran.
+    """
+    log = KernelLog.open(at_end=False)
+    if log is None:
+        return None
+    try:
+        return oom_killed_pids(r.message for r in log.read())
+    finally:
+        log.close()
+
+
+# --- watching one process -----------------------------------------------------------------------
+
+
+class OomWatch:
+    """Tells, after a process has died, whether the OOM killer killed it.
+
+    Start it right after the process is started: it records the process's memory cgroup
+    and that cgroup's kill counter then, so the verdict works after the process is gone.
+    """
+
+    # The victim's "Killed process" line is printed just after the signal is sent; if
+    # another process of the group did the killing, ours can die a moment before it.
+    _LOG_GRACE = 0.2
+
+    def __init__(
+        self, pid: int, cgroup: Path | None, kills_at_start: int | None, log: KernelLog | None
+    ):
+        self.pid = pid
+        self.cgroup = cgroup
+        self.kills_at_start = kills_at_start
+        self._log = log
+        self._logged_pids: set[int] = set()
+        self._verdict: bool | None = None
+
+    @classmethod
+    def start(cls, pid: int) -> OomWatch:
+        cgroup = memory_cgroup_of(pid)
+        kills = oom_kill_count(cgroup) if cgroup is not None else None
+        return cls(pid, cgroup, kills, KernelLog.open(at_end=True))
+
+    def counter_rose(self) -> bool | None:
+        """Whether the cgroup's OOM kills went up since the start; None when unknown."""
+        if self.cgroup is None or self.kills_at_start is None:
+            return None
+        now = oom_kill_count(self.cgroup)
+        return None if now is None else now > self.kills_at_start
+
+    def _log_names_pid(self) -> bool | None:
+        if self._log is None:
+            return None
+        self._logged_pids |= oom_killed_pids(r.message for r in self._log.read())
+        return self.pid in self._logged_pids
+
+    def killed(self, returncode: int | None) -> bool:
+        """True when the process died of SIGKILL at the OOM killer's hand.
+
+        The first verdict on a SIGKILL is kept: later kills in a shared cgroup must not
+        change how this process ended.
+        """
+        if self._verdict is not None:
+            return self._verdict
+        if returncode is None:
+            return False
+        if returncode != -signal.SIGKILL:
+            self.close()
+            return False
+        named = self._log_names_pid()
+        rose = self.counter_rose()
+        if named is False and rose:
+            time.sleep(self._LOG_GRACE)
+            named = self._log_names_pid()
+        if named is not None:
+            # The log is readable: it alone names the victim. A counter that rose without
+            # the log naming our pid counts another process of a shared cgroup.
+            self._verdict = named
+        else:
+            # No readable log (not root, dmesg_restrict): the counter is all there is; in
+            # a shared cgroup it may count someone else's kill.
+            self._verdict = bool(rose)
+        self.close()
+        return self._verdict
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+# --- capped groups of our own ------------------------------------------------------------------
+
+
+def cgroup_name(name: str, pid: int | None = None) -> str:
+    """`mallocbench-<name>-<pid>`: one path component, whatever `name` holds."""
+    safe = re.sub(r"[^A-Za-z0-9_-]+", "-", name).strip("-")[:_NAME_MAX] or "group"
+    return f"mallocbench-{safe}-{os.getpid() if pid is None else pid}"
+
+
+def _fix_hint(exc: OSError) -> str:
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return NO_CGROUP_HINT
+    return "check that the memory controller is enabled there"
+
+
+class MemoryCgroup:
+    """A memory cgroup mallocbench created: optionally capped, removed when done."""
+
+    def __init__(self, path: Path, version: int):
+        self.path = path
+        self.version = version
+        # Built here so that join_self, running between fork and exec, only opens and writes.
+        self._procs_path = os.fsencode(path / "cgroup.procs")
+
+    # --- creation ---------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, name: str, limit_bytes: int | None = None, parent: Path | None = None
+    ) -> MemoryCgroup:
+        """A new group below `parent`, capped at limit_bytes (None: accounted, not capped).
+
+        The default parent is our own memory cgroup on v1. On v2 a group holding processes
+        (ours does: we are in it) cannot give its children memory limits, so there the
+        default is its parent, making the new group a sibling of ours.
+        """
+        if parent is None:
+            parent = _default_parent()
+        if not parent.is_dir():
+            raise MallocbenchError(
+                f"memory cgroup {parent} does not exist: give an existing cgroup directory"
+            )
+        version = 2 if _is_v2(parent) else 1
+        if version == 1 and not (parent / "memory.limit_in_bytes").exists():
+            raise MallocbenchError(f"{parent} is not a memory cgroup: {NO_CGROUP_HINT}")
+        if version == 2:
+            _delegate_memory(parent)
+        path = parent / cgroup_name(name)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            raise MallocbenchError(
+                f"memory cgroup {path} already exists: remove it (rmdir) or use another name"
+            ) from None
+        except OSError as exc:
+            raise MallocbenchError(
+                f"no writable memory cgroup: cannot create {path} ({exc.strerror}); "
+                f"{_fix_hint(exc)}"
+            ) from None
+        group = cls(path, version)
+        if limit_bytes is not None:
+            try:
+                group.set_limit(limit_bytes)
+            except BaseException:
+                group.remove()
+                raise
+        return group
+
+    def set_limit(self, limit_bytes: int | None) -> None:
+        """Cap the group's memory (None: no cap), with swap shut off so it cannot hide it."""
+        if self.version == 2:
+            self._write("memory.max", _V2_UNLIMITED if limit_bytes is None else str(limit_bytes))
+            if limit_bytes is not None and (self.path / "memory.swap.max").exists():
+                self._write("memory.swap.max", "0")
+            return
+        value = _V1_UNLIMITED if limit_bytes is None else str(limit_bytes)
+        memsw = self.path / "memory.memsw.limit_in_bytes"
+        current = self.limit_bytes()
+        # memsw may never be below the memory limit: raise it first, lower it last.
+        raising = limit_bytes is None or (current is not None and limit_bytes > current)
+        if raising:
+            self._write_memsw(memsw, value)
+        self._write("memory.limit_in_bytes", value)
+        if not raising:
+            self._write_memsw(memsw, value)
+
+    def _write_memsw(self, memsw: Path, value: str) -> None:
+        # Only with swap accounting (swapaccount=1); without it there is nothing to cap.
+        with contextlib.suppress(OSError):
+            memsw.write_text(value)
+
+    def _write(self, name: str, value: str) -> None:
+        try:
+            (self.path / name).write_text(value)
+        except OSError as exc:
+            raise MallocbenchError(
+                f"cannot set {name}={value} in memory cgroup {self.path} ({exc.strerror}); "
+                f"{_fix_hint(exc)}"
+            ) from None
+
+    # --- members ---------------------------------------------------------------------------
+
+    def join_self(self) -> None:
+        """Move the calling process into the group: for a forked child, before exec.
+
+        Nothing but open/write/close, so it is safe between fork and exec; "0" means the
+        writer itself on both cgroup versions.
+        """
+        fd = os.open(self._procs_path, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+    def add(self, pid: int) -> None:
+        """Move a running process in; memory it already holds stays charged where it was."""
+        try:
+            (self.path / "cgroup.procs").write_text(str(pid))
+        except OSError as exc:
+            raise MallocbenchError(
+                f"cannot move process {pid} into memory cgroup {self.path} ({exc.strerror})"
+            ) from None
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    # --- figures ----------------------------------------------------------------------------
+
+    def oom_kills(self) -> int | None:
+        return oom_kill_count(self.path)
+
+    def limit_bytes(self) -> int | None:
+        """The cap; None when there is none (or it cannot be read)."""
+        name = "memory.max" if self.version == 2 else "memory.limit_in_bytes"
+        value = _read_int(self.path / name)
+        # v1 shows "no limit" as the largest page-aligned 63-bit value.
+        return None if value is None or value >= (1 << 62) else value
+
+    def usage_bytes(self) -> int | None:
+        name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
+        return _read_int(self.path / name)
+
+    def peak_bytes(self) -> int | None:
+        """The highest usage seen; None on v2 kernels before 5.19 (no memory.peak)."""
+        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        return _read_int(self.path / name)
+
+    # --- removal -----------------------------------------------------------------------------
+
+    def remove(self, timeout: float = 5.0) -> None:
+        """Delete the group, waiting for exiting members to leave.
+
+        Members still there after half the timeout are moved to the parent group rather
+        than left behind in a group nobody will remove.
+        """
+        deadline = time.monotonic() + timeout
+        moved = False
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                if exc.errno != errno.EBUSY:
+                    raise MallocbenchError(
+                        f"cannot remove memory cgroup {self.path} ({exc.strerror})"
+                    ) from None
+            now = time.monotonic()
+            if not moved and now > deadline - timeout / 2:
+                self._evict()
+                moved = True
+            if now > deadline:
+                raise MallocbenchError(
+                    f"memory cgroup {self.path} still holds processes {self.pids()}: stop "
+                    f"them, then rmdir {self.path}"
+                )
+            time.sleep(0.05)
+
+    def _evict(self) -> None:
+        parent_procs = self.path.parent / "cgroup.procs"
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                parent_procs.write_text(str(pid))
+
+    def __enter__(self) -> MemoryCgroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"MemoryCgroup({str(self.path)!r}, v{self.version})"
+
+
+def _default_parent() -> Path:
+    own = memory_cgroup_of("self")
+    if own is None:
+        raise MallocbenchError(f"no memory cgroup controller found: {NO_CGROUP_HINT}")
+    if not _is_v2(own) or os.path.ismount(own):
+        # v1 has no rule against processes beside child groups; a v2 root is exempt.
+        return own
+    return own.parent
+
+
+def _delegate_memory(parent: Path) -> None:
+    """v2: let children of `parent` have memory limits (its subtree_control gains memory)."""
+    if "memory" not in _controllers(parent):
+        raise MallocbenchError(
+            f"cgroup {parent} has no memory controller: enable it in its parent's "
+            f"cgroup.subtree_control, or {NO_CGROUP_HINT}"
+        )
+    control = parent / "cgroup.subtree_control"
+    try:
+        if "memory" in control.read_text().split():
+            return
+        control.write_text("+memory")
+    except OSError as exc:
+        if exc.errno == errno.EBUSY:
+            raise MallocbenchError(
+                f"cannot enable memory limits below cgroup {parent}: it holds processes, and "
+                f"cgroup v2 delegates controllers only from groups without any; give a parent "
+                f"cgroup without processes of its own"
+            ) from None
+        raise MallocbenchError(
+            f"no writable memory cgroup: cannot enable memory in {control} ({exc.strerror}); "
+            f"{_fix_hint(exc)}"
+        ) from None
