@@ -95,7 +95,7 @@ def run_cli(*args: str) -> tuple[int, str, str]:
         (["-a", "nomalloc"], "unknown allocator 'nomalloc'"),
         (["-p", "sortbuf", "-o", "capacity=1M"], "--option capacity: no chosen pattern"),
         (["-p", "sortbuf", "-o", "size"], "expected KEY=VALUE"),
-        (["-p", "sortbuf", "-o", "size=12Q", "-a", "glibc"], "--size expects a size"),
+        (["-p", "sortbuf", "-o", "size=12Q", "-a", "glibc"], "sortbuf.size: expected a size"),
         (["-a", "glibc:MALLOC_CONF=x"], "does not tune glibc"),
         ([str(EXAMPLE), "-p", "oltp"], "cannot be combined with an experiment file"),
         (["/nonexistent/x.toml"], "cannot read experiment file"),

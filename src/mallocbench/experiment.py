@@ -8,22 +8,42 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.errors import MallocbenchError
+from mallocbench.report.formatting import gb
 from mallocbench.servers import engines
 from mallocbench.servers.engines import Engine
+from mallocbench.servers.options import check_config, check_knob
 from mallocbench.units import parse_fraction, parse_size
 from mallocbench.workloads.catalogue import Step, parse_steps
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 THP_MODES = ("always", "madvise", "never")
+
+# Bounds on what one experiment may ask for. Beyond them a value is a typo or a unit
+# mix-up (rows given in bytes, seconds in milliseconds), not a plan.
+MAX_TABLES = 1024
+MAX_ROWS = 10**9  # per table
+MAX_DURATION_S = 24 * 3600  # warmup or measured seconds of one cell
+
+# Disk a loaded sysbench table takes per row: id INT + k INT + c CHAR(120) + pad CHAR(60)
+# are 188 bytes, plus InnoDB's 18 bytes of row header and transaction fields, page fill
+# and the secondary index on k. Measured on MariaDB 10.11 with 200,000 rows: 272 bytes
+# (InnoDB), 208 (MyRocks).
+BYTES_PER_ROW = 280
+# A datadir holds more than the tables: the 256 MiB redo log the innodb engine sets, the
+# system tablespace and the mysql schema (273 MiB measured with 1,000 rows).
+DATADIR_OVERHEAD_BYTES = 320 << 20
 
 
 @dataclass
@@ -225,6 +245,66 @@ def _ranges(cpus: list[int]) -> str:
     return ",".join(parts)
 
 
+def _bounded_int(value: object, key: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise MallocbenchError(f"{key} = {value!r} is invalid: give a whole number {low}-{high:,}")
+    return value
+
+
+def _seconds(value: object, key: str, low: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MallocbenchError(f"{key} = {value!r} is invalid: give seconds as a number")
+    # Compared before float(): an int too large for a float would raise, and NaN fails
+    # every comparison, so it lands here too.
+    if not low <= value <= MAX_DURATION_S:
+        raise MallocbenchError(
+            f"{key} = {value!r} is out of range: give {low:g} to {MAX_DURATION_S} seconds (24 h)"
+        )
+    return float(value)
+
+
+def _check_memory(dataset: Dataset) -> None:
+    """A cache the machine cannot hold would only measure swapping or the OOM killer."""
+    ram = psutil.virtual_memory().total
+    if dataset.cache_bytes > ram:
+        raise MallocbenchError(
+            f"dataset.cache = {gb(dataset.cache_bytes)} GiB is more than this machine's "
+            f"{gb(ram)} GiB of RAM: give a smaller cache"
+        )
+
+
+def dataset_disk_bytes(dataset: Dataset) -> int:
+    """About what one engine's loaded copy of `dataset` takes on disk."""
+    return dataset.tables * dataset.rows * BYTES_PER_ROW + DATADIR_OVERHEAD_BYTES
+
+
+def _existing_ancestor(path: Path) -> Path:
+    # The cache directory is created on first use; its file system is what counts.
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_disk(dataset: Dataset, engine_list: list[Engine]) -> None:
+    """Refuse a dataset the dataset cache cannot hold, before hours of loading fail."""
+    # dataset imports this module (for Dataset), so its cache location is looked up here.
+    from mallocbench.dataset import cache_root
+
+    cache = cache_root()
+    needed = dataset_disk_bytes(dataset) * len(engine_list)
+    try:
+        free = shutil.disk_usage(_existing_ancestor(cache)).free
+    except OSError:
+        return  # the loader reports an unusable cache directory with its own message
+    if needed > free:
+        raise MallocbenchError(
+            f"dataset of {dataset.tables} x {dataset.rows:,} rows needs about "
+            f"{gb(needed)} GiB on disk ({BYTES_PER_ROW} bytes a row, one copy per engine) "
+            f"but the dataset cache {cache} has {gb(free)} GiB free: use fewer rows or "
+            "tables, or point MALLOCBENCH_CACHE at a larger disk"
+        )
+
+
 def load(path: str | Path) -> Experiment:
     path = Path(path)
     try:
@@ -233,6 +313,11 @@ def load(path: str | Path) -> Experiment:
         raise MallocbenchError(f"experiment file {path} does not exist") from exc
     except OSError as exc:
         raise MallocbenchError(f"cannot read experiment file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise MallocbenchError(
+            f"experiment file {path} is not text (byte {exc.start} is not UTF-8): "
+            "give a TOML experiment file"
+        ) from exc
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -255,6 +340,8 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
         if not 1024 <= port <= 65535:
             raise MallocbenchError(f"server.port = {port} is out of range: use 1024-65535")
     server_config = _string_map(server.get("config", {}), "server.config")
+    for key, value in server_config.items():
+        check_config(key, value, "[server]")
 
     raw_setups = data.get("setup")
     if not raw_setups:
@@ -283,6 +370,11 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
         if any(s.name == setup_name for s in setups):
             raise MallocbenchError(f"setup name {setup_name!r} is used twice: names must differ")
         knobs = _string_map(raw.get("knobs", {}), f"setup {setup_name}.knobs")
+        for key, value in knobs.items():
+            check_knob(key, value, f"setup {setup_name}")
+        config = _string_map(raw.get("config", {}), f"setup {setup_name}.config")
+        for key, value in config.items():
+            check_config(key, value, f"setup {setup_name}")
         foreign = allocators.knob_allocator_mismatch(allocator, knobs)
         if foreign:
             raise MallocbenchError(
@@ -302,7 +394,7 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
                 allocator=allocator,
                 allocator_spec=str(spec),
                 knobs=knobs,
-                config=_string_map(raw.get("config", {}), f"setup {setup_name}.config"),
+                config=config,
                 basedir=raw.get("basedir") or basedir,
                 cpus=cpus,
                 thp=str(thp) if thp is not None else None,
@@ -351,24 +443,18 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
     _unknown(raw_dataset, {"tables", "rows", "cache"}, "[dataset]")
     dataset = Dataset()
     if "tables" in raw_dataset:
-        dataset.tables = _expect(raw_dataset["tables"], int, "dataset.tables", "a whole number")
+        dataset.tables = _bounded_int(raw_dataset["tables"], "dataset.tables", 1, MAX_TABLES)
     if "rows" in raw_dataset:
-        dataset.rows = _expect(raw_dataset["rows"], int, "dataset.rows", "a whole number")
+        dataset.rows = _bounded_int(raw_dataset["rows"], "dataset.rows", 1, MAX_ROWS)
     if "cache" in raw_dataset:
         dataset.cache_bytes = parse_size(raw_dataset["cache"], "dataset.cache")
-    if dataset.tables < 1 or dataset.rows < 1:
-        raise MallocbenchError("dataset.tables and dataset.rows must be at least 1")
+    _check_memory(dataset)
+    _check_disk(dataset, engine_list)
 
     durations = _expect(data.get("durations", {}), dict, "durations", "write a [durations] table")
     _unknown(durations, {"warmup", "step"}, "[durations]")
-    warmup = durations.get("warmup", 2)
-    duration = durations.get("step", 10)
-    for key, value in (("durations.warmup", warmup), ("durations.step", duration)):
-        _expect(value, int | float, key, "give seconds as a number")
-    if duration < 1:
-        raise MallocbenchError(f"durations.step = {duration} must be at least 1 second")
-    if warmup < 0:
-        raise MallocbenchError(f"durations.warmup = {warmup} cannot be negative")
+    warmup = _seconds(durations.get("warmup", 2), "durations.warmup", 0)
+    duration = _seconds(durations.get("step", 10), "durations.step", 1)
 
     return Experiment(
         name=name,
@@ -379,8 +465,8 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
         steps=steps,
         threads=sorted(set(threads)),
         dataset=dataset,
-        warmup_s=float(warmup),
-        duration_s=float(duration),
+        warmup_s=warmup,
+        duration_s=duration,
         repeats=repeats,
         min_effect=min_effect,
         server_config=server_config,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from mallocbench.errors import MallocbenchError
@@ -16,9 +17,11 @@ def parse_size(value: object, key: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     match = _SIZE.match(str(value))
-    if match is None or float(match.group(1)) <= 0:
+    # A digit string too long for a float parses as inf; "0.1" would round to 0 bytes.
+    size = float(match.group(1)) * _UNITS[match.group(2).lower()] if match else 0.0
+    if not 1 <= size < math.inf:
         raise MallocbenchError(f"{key} = {value!r} is not a size: write e.g. 256M, 2G or bytes")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    return int(size)
 
 
 def parse_fraction(value: object, key: str, upper: float = 1.0) -> float:
@@ -47,6 +50,7 @@ _SECONDS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600}
 def parse_duration(value: object, key: str) -> float:
     """Seconds from 90, "90s", "30m" or "1.5h"."""
     match = _DURATION.match(str(value))
-    if match is None or float(match.group(1)) <= 0:
+    seconds = float(match.group(1)) * _SECONDS[(match.group(2) or "").lower()] if match else 0.0
+    if not 0 < seconds < math.inf:
         raise MallocbenchError(f"{key} = {value!r} is not a duration: write e.g. 90s, 30m or 2h")
-    return float(match.group(1)) * _SECONDS[(match.group(2) or "").lower()]
+    return seconds

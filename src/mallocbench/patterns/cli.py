@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from mallocbench.commands.options import FiniteFloatRange
 from mallocbench.errors import MallocbenchError
 from mallocbench.patterns import experiment as pexp
 from mallocbench.patterns import report, runner
@@ -42,7 +43,7 @@ from mallocbench.patterns.driver import PATTERNS
 @click.option(
     "-s",
     "--seconds",
-    type=click.FloatRange(0.001, 86400, min_open=False),
+    type=FiniteFloatRange(0.001, 86400, min_open=False),
     help="Seconds per run (default 1).",
 )
 @click.option("--ops", type=click.IntRange(1), help="Operations per thread instead of seconds.")

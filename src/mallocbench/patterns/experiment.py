@@ -29,6 +29,7 @@ Every error names the key it is about, so a typo never runs a half-right experim
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.patterns.driver import PATTERN_OPTIONS, PATTERNS
+from mallocbench.servers.options import check_knob
 
 CASE_KEYS = ("pattern", "name", "threads", "seconds", "ops", "seed", "setups", "base")
 TOP_KEYS = (
@@ -53,6 +55,33 @@ TOP_KEYS = (
     "patterns",
 )
 SETUP_KEYS = ("allocator", "knobs", "options", "description")
+
+# How the driver reads each option and its bounds, as option_defs in native/mbpatterns.c
+# has them: checked here too so a file or --option fails before anything runs, --dry-run
+# included (the driver checks again before each experiment).
+SIZE_MAX = 2**62  # the driver refuses sizes above SIZE_MAX / 4
+OPTION_BOUNDS: dict[str, tuple[str, int, int]] = {
+    "size": ("size", 1, SIZE_MAX),
+    "touch": ("size", 0, SIZE_MAX),
+    "capacity": ("size", 1, SIZE_MAX),
+    "min_size": ("size", 1, SIZE_MAX),
+    "max_size": ("size", 1, SIZE_MAX),
+    "keys": ("count", 1, 1 << 32),
+    "pin_ops": ("count", 1, 1 << 24),
+    "shards": ("count", 1, 1024),
+    "allocs": ("count", 1, 1 << 20),
+    "long_lived": ("count", 0, 1 << 24),
+    "batch": ("count", 1, 1 << 16),
+    "queue": ("count", 1, 1 << 24),
+    "pinned": ("fraction", 0, 1),
+    "long_rate": ("fraction", 0, 1),
+}
+INIT_MODES = ("memset", "calloc", "none")
+# The driver's syntax (strtod, strtoull): plain ASCII numbers; sizes take K, M or G and
+# an optional B.
+_DRIVER_REAL = r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+_DRIVER_SIZE = re.compile(rf"({_DRIVER_REAL})([kKmMgG]?)[bB]?")
+_DRIVER_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 
 
 @dataclass
@@ -185,9 +214,33 @@ def _threads(where: str, value: Any) -> list[int]:
     return [_int(where, v, 1, 1024) for v in values]
 
 
-def _option_value(where: str, value: Any) -> str | int | float:
+def _option_value(where: str, option: str, value: Any) -> str | int | float:
+    """`value` unchanged (case names and resume keys are built from it), once checked."""
+    if option == "init":
+        if value not in INIT_MODES:
+            raise _fail(where, f"expected one of {', '.join(INIT_MODES)}, not {value!r}")
+        return value
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise _fail(where, f'expected a number or a size like "64K", not {value!r}')
+    kind, low, high = OPTION_BOUNDS[option]
+    text = str(value).strip()
+    number: float | None = None
+    if kind == "size":
+        match = _DRIVER_SIZE.fullmatch(text)
+        if match:
+            number = float(match.group(1)) * _DRIVER_UNITS[match.group(2).lower()]
+        expected = f"a size from {low} to 2^62 bytes, e.g. 4096, 64K, 2M or 1G"
+    elif kind == "count":
+        if re.fullmatch("[0-9]+", text):
+            number = int(text)
+        expected = f"a whole number from {low} to {high:,}"
+    else:
+        if re.fullmatch(_DRIVER_REAL, text):
+            number = float(text)
+        expected = f"a number from {low} to {high}"
+    # NaN fails both comparisons, so it is refused with the rest.
+    if number is None or not low <= number <= high:
+        raise _fail(where, f"expected {expected}, not {value!r}")
     return value
 
 
@@ -197,7 +250,7 @@ def _options(where: str, table: dict[str, Any], accepted: tuple[str, ...]) -> di
         norm = key.replace("-", "_")
         if norm not in accepted:
             raise _fail(f"{where}.{key}", f"not an option here; use one of {', '.join(accepted)}")
-        out[norm] = _option_value(f"{where}.{key}", value)
+        out[norm] = _option_value(f"{where}.{key}", norm, value)
     return out
 
 
@@ -217,6 +270,7 @@ def make_setup(
     for key, value in (knobs or {}).items():
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise _fail(f"{where}.knobs.{key}", f"expected a string or number, not {value!r}")
+        check_knob(str(key), str(value), where)
         knob_values[str(key)] = str(value)
     foreign = allocators.knob_allocator_mismatch(allocator, knob_values)
     if foreign:
@@ -365,6 +419,11 @@ def load(path: str | os.PathLike[str]) -> PatternExperiment:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise MallocbenchError(f"cannot read experiment file {p}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise MallocbenchError(
+            f"experiment file {p} is not text (byte {exc.start} is not UTF-8): "
+            "give a TOML experiment file"
+        ) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
