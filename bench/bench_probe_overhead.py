@@ -51,7 +51,9 @@ def main() -> int:
         with PrivateServer(build, Path(tmp), config) as server:
             server.copy_datadir_from(golden)
             server.start()
-            sysbench = Sysbench(str(server.socket), dataset.tables, dataset.rows, "InnoDB")
+            sysbench = Sysbench(
+                str(server.sysbench_options), dataset.tables, dataset.rows, "InnoDB"
+            )
             sysbench.run(step, args.threads, 2)  # warm the buffer pool
             order = [i % 4 in (0, 3) for i in range(2 * args.rounds)]
             server_probe = ServerMemoryProbe(server)

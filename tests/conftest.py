@@ -22,5 +22,61 @@ def build() -> ServerBuild:
 def dataset_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Keep golden datadirs of the test run apart from the user's cache."""
     cache = Path(os.environ.get("MALLOCBENCH_TEST_CACHE") or tmp_path_factory.mktemp("cache"))
+    _allow_passage(cache)
     os.environ["MALLOCBENCH_CACHE"] = str(cache)
     return cache
+
+
+def _allow_passage(directory: Path) -> None:
+    """pytest makes its temp dirs 0700; a server that drops root to `mysql` must pass them.
+
+    Search permission only (0711): the directories stay unlistable for other users, and
+    every private server directory below is 0700 and owned by the server's user.
+    """
+    if directory.stat().st_uid == os.geteuid():
+        directory.chmod(directory.stat().st_mode & 0o777 | 0o711)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def server_user_can_reach_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
+    base = tmp_path_factory.getbasetemp()
+    _allow_passage(base.parent)
+    _allow_passage(base)
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Path:
+    _allow_passage(tmp_path)
+    return tmp_path
+
+
+class IntegrityFigures:
+    """Counters the integrity tests add to; the run prints them once at its end.
+
+    faults injected counts what the tests did on purpose (kills, injections, second
+    runs); the others count what went wrong and must stay 0.
+    """
+
+    def __init__(self) -> None:
+        self.counts = {"faults injected": 0, "cells lost": 0, "orphans": 0, "tracebacks": 0}
+
+    def add(self, name: str, n: int = 1) -> None:
+        self.counts[name] += n
+
+    def check_output(self, text: str) -> None:
+        self.counts["tracebacks"] += text.count("Traceback (most recent call last)")
+
+
+_FIGURES = IntegrityFigures()
+
+
+@pytest.fixture
+def integrity_figures() -> IntegrityFigures:
+    return _FIGURES
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _FIGURES.counts["faults injected"]:
+        terminalreporter.write_line(
+            "integrity figures: " + ", ".join(f"{k} {v}" for k, v in _FIGURES.counts.items())
+        )

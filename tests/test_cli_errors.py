@@ -2,43 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-GOOD = """
-name = "e"
-engines = ["innodb"]
-steps = ["point-query"]
-threads = [1]
-[dataset]
-tables = 1
-rows = 500
-cache = "32M"
-[durations]
-warmup = 0
-step = 1
-{extra}
-[[setup]]
-name = "a"
-allocator = "{allocator}"
-{setup_extra}
-"""
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mallocbench.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+from cli_runner import run_cli, small_experiment
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -53,9 +23,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
 def experiment(
     tmp_path: Path, allocator: str = "glibc", extra: str = "", setup_extra: str = ""
 ) -> Path:
-    path = tmp_path / "e.toml"
-    path.write_text(GOOD.format(allocator=allocator, extra=extra, setup_extra=setup_extra))
-    return path
+    return small_experiment(tmp_path, allocator, extra, setup_extra)
 
 
 def test_unknown_allocator(tmp_path: Path) -> None:

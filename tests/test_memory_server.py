@@ -141,7 +141,7 @@ def held(glibc_server: mariadb.PrivateServer) -> Iterator[HeldSorts]:
 
 
 def _opts(server: mariadb.PrivateServer) -> ConnectOptions:
-    return ConnectOptions(socket=str(server.socket), user="root")
+    return ConnectOptions(socket=str(server.socket), user="root", password=server.password)
 
 
 def _cli(*args: str) -> tuple[int, str, str]:
@@ -210,10 +210,10 @@ def test_glibc_allocator_and_arenas(glibc_server: mariadb.PrivateServer, held: H
 
 
 def test_cli_text_and_json(glibc_server: mariadb.PrivateServer, held: HeldSorts) -> None:
-    code, out, err = _cli("memory", "--socket", str(glibc_server.socket))
+    code, out, err = _cli("memory", "--defaults-file", str(glibc_server.client_cnf))
     assert code == 0, err
     assert "where RSS goes" in out and "unaccounted" in out and "advice" in out
-    code, out, err = _cli("memory", "--socket", str(glibc_server.socket), "--json")
+    code, out, err = _cli("memory", "--defaults-file", str(glibc_server.client_cnf), "--json")
     assert code == 0, err
     data = json.loads(out)
     assert data["breakdown"]["sum_of_rows"] == data["breakdown"]["rss"]
@@ -227,8 +227,8 @@ def test_watch_writes_csv_and_chart(glibc_server: mariadb.PrivateServer, tmp_pat
     out = tmp_path / "w"
     code, stdout, err = _cli(
         "memory",
-        "--socket",
-        str(glibc_server.socket),
+        "--defaults-file",
+        str(glibc_server.client_cnf),
         "--watch",
         "0.2",
         "--count",
@@ -275,10 +275,14 @@ def test_unreachable_server_is_one_line(tmp_path: Path) -> None:
 
 
 def test_pid_that_is_not_a_server_is_one_line(glibc_server: mariadb.PrivateServer) -> None:
-    code, _, err = _cli("memory", "--socket", str(glibc_server.socket), "--pid", str(os.getpid()))
+    code, _, err = _cli(
+        "memory", "--defaults-file", str(glibc_server.client_cnf), "--pid", str(os.getpid())
+    )
     assert code == 2 and err.count("\n") == 1
     assert "is not a MariaDB/MySQL server" in err
-    code, _, err = _cli("memory", "--socket", str(glibc_server.socket), "--pid", "999999999")
+    code, _, err = _cli(
+        "memory", "--defaults-file", str(glibc_server.client_cnf), "--pid", "999999999"
+    )
     assert code == 2 and "does not exist" in err
 
 
@@ -311,8 +315,8 @@ def test_watch_stops_cleanly_on_ctrl_c(glibc_server: mariadb.PrivateServer, tmp_
         "-m",
         "mallocbench.cli",
         "memory",
-        "--socket",
-        str(glibc_server.socket),
+        "--defaults-file",
+        str(glibc_server.client_cnf),
         "--watch",
         "0.2",
         "--out",
@@ -348,10 +352,10 @@ def test_server_without_its_process(
     from mallocbench.memory import server as server_mod
 
     monkeypatch.setattr(server_mod, "find_pid", lambda srv, opts: (None, "runs elsewhere"))
-    code, out, err = _cli("memory", "--socket", str(glibc_server.socket))
+    code, out, err = _cli("memory", "--defaults-file", str(glibc_server.client_cnf))
     assert code == 0, err
     assert "process not inspected: runs elsewhere" in out
     assert "configured footprint" in out
-    code, out, err = _cli("memory", "--socket", str(glibc_server.socket), "--json")
+    code, out, err = _cli("memory", "--defaults-file", str(glibc_server.client_cnf), "--json")
     data = json.loads(out)
     assert "breakdown" not in data and data["configured_footprint"]["worst_case"] > 0

@@ -6,14 +6,14 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
+
+from cli_runner import run_cli
 
 TINY = """
 name = "tiny"
@@ -37,20 +37,6 @@ allocator = "jemalloc"
 """
 
 
-def mallocbench(
-    *args: str, timeout: float = 600, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "mallocbench.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "160"},
-        cwd=cwd,
-    )
-
-
 def write_experiment(tmp_path: Path, steps: str = '["point-query"]', seconds: int = 2) -> Path:
     path = tmp_path / "tiny.toml"
     path.write_text(TINY.format(steps=steps, seconds=seconds))
@@ -62,7 +48,7 @@ def test_tiny_experiment_measures_real_qps_and_rss(tmp_path: Path) -> None:
     exp = write_experiment(tmp_path)
     out = tmp_path / "out"
     # A relative --out, as `make demo` gives it: the servers must still find their datadirs.
-    result = mallocbench("run", exp.name, "--out", "out", cwd=tmp_path)
+    result = run_cli("run", exp.name, "--out", "out", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
 
     data = json.loads((out / "results.json").read_text())
@@ -86,12 +72,12 @@ def test_tiny_experiment_measures_real_qps_and_rss(tmp_path: Path) -> None:
     report = (out / "report.md").read_text()
     assert "Relative QPS: innodb, 2 client thread(s)" in report and "RSS/cache" in report
 
-    again = mallocbench("run", str(exp), "--out", str(out), "--resume", "-q")
+    again = run_cli("run", str(exp), "--out", str(out), "--resume", "-q")
     assert again.returncode == 0, again.stderr
     assert db.execute("SELECT count(*) FROM cells").fetchone()[0] == 2
     assert db.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
 
-    printed = mallocbench("report", str(out), "--format", "relative-csv")
+    printed = run_cli("report", str(out), "--format", "relative-csv")
     assert printed.returncode == 0 and "point-query range=100,point,je," in printed.stdout
 
 
@@ -117,7 +103,7 @@ def test_server_killed_mid_run_is_a_result_and_the_run_goes_on(tmp_path: Path) -
     )
     killer.start()
     try:
-        result = mallocbench("run", str(exp), "--out", str(out), "-q")
+        result = run_cli("run", str(exp), "--out", str(out), "-q")
     finally:
         done.set()
         killer.join()

@@ -43,8 +43,7 @@ def test_config_rendering_merges_defaults_engine_and_overrides(tmp_path: Path) -
         ),
     )
     settings = server.settings()
-    assert settings["bind-address"] == "127.0.0.1"
-    assert settings["port"] == str(server.port) and settings["port"] != "3306"
+    assert settings["skip-networking"] == "ON" and "port" not in settings
     assert settings["socket"].startswith(str(tmp_path))
     assert settings["plugin-load-add"] == "ha_rocksdb.so"
     assert settings["rocksdb_block_cache_size"] == "1G"  # the override wins over the engine
@@ -89,8 +88,6 @@ def test_real_server_runs_under_each_allocator(
             assert expected.is_mapped_path(server.allocator_path)
         assert allocators.detect(server.pid).name == allocator
         assert stat.S_IMODE(os.stat(server.datadir).st_mode) == 0o700
-        with socket.create_connection(("127.0.0.1", server.port), timeout=5):
-            pass
         assert server.query("SELECT 1") == [(1,)]
     exit_info = server.exit_info()
     assert exit_info is not None and exit_info.stopped_by_us and exit_info.status == "ok"
@@ -112,7 +109,7 @@ def test_killed_server_is_reported_as_crash_with_signal(build: ServerBuild, tmp_
         server.proc.wait(10)  # type: ignore[union-attr]
         exit_info = server.exit_info()
         assert exit_info is not None
-        assert exit_info.signal == "SIGKILL" and exit_info.status in ("crashed", "oom")
+        assert exit_info.signal == "SIGKILL" and exit_info.status == "crashed"
         assert not exit_info.stopped_by_us
 
 

@@ -54,7 +54,7 @@ def bench(
     with server:
         server.start()
         yield Sysbench(
-            socket=str(server.socket),
+            connection_file=str(server.sysbench_options),
             tables=DATASET.tables,
             table_size=DATASET.rows,
             engine_sql=engine.sql_engine,

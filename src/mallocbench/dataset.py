@@ -10,6 +10,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -19,22 +20,40 @@ from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import Dataset
 from mallocbench.servers.engines import Engine
-from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig
+from mallocbench.servers.mariadb import (
+    SERVER_RECORD,
+    PrivateServer,
+    ServerBuild,
+    ServerConfig,
+    check_reachable,
+    server_user,
+)
+from mallocbench.servers.orphans import stop_orphan
 from mallocbench.workloads.catalogue import lua_dir
 from mallocbench.workloads.sysbench import Sysbench
+
+# Bumped when golden datadirs change shape: 2 = owned by the server's user, no root
+# account without a password.
+_GOLDEN_FORMAT = 2
 
 
 def cache_root() -> Path:
     explicit = os.environ.get("MALLOCBENCH_CACHE")
     if explicit:
         return Path(explicit)
+    if os.geteuid() == 0 and not os.environ.get("XDG_CACHE_HOME"):
+        # root's home is usually 0700, and the unprivileged server user loads the
+        # datasets: the system cache directory is the place both can reach.
+        return Path("/var/cache/mallocbench")
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
     return Path(base) / "mallocbench"
 
 
 def _schema_hash() -> str:
     # The loader lives in mb_common.lua: a changed schema must not reuse old datadirs.
-    return hashlib.sha256((lua_dir() / "mb_common.lua").read_bytes()).hexdigest()[:10]
+    digest = hashlib.sha256((lua_dir() / "mb_common.lua").read_bytes())
+    digest.update(str(_GOLDEN_FORMAT).encode())
+    return digest.hexdigest()[:10]
 
 
 def dataset_key(build: ServerBuild, engine: Engine, dataset: Dataset) -> str:
@@ -70,6 +89,16 @@ def golden_datadir(
         with _locked(root / "datasets" / f".{key}.lock"):
             if (final / "READY").is_file():
                 return final / "data"
+            # We hold the lock, so any loader left in the cache belongs to a dead harness.
+            for leftover in (root / "datasets").glob(f".{key}.*/{SERVER_RECORD}"):
+                stop_orphan(leftover)
+                shutil.rmtree(leftover.parent, ignore_errors=True)
+            try:
+                check_reachable(root / "datasets" / key, server_user())
+            except MallocbenchError as exc:
+                raise MallocbenchError(
+                    f"{exc}; or set MALLOCBENCH_CACHE to a directory it can reach"
+                ) from exc
             if on_status:
                 on_status(f"loading dataset {key} (once; later runs reuse it)")
             work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root / "datasets"))
@@ -100,7 +129,7 @@ def _load(build: ServerBuild, engine: Engine, dataset: Dataset, workdir: Path) -
         server.start()
         server.query("CREATE DATABASE IF NOT EXISTS sbtest")
         loader = Sysbench(
-            socket=str(server.socket),
+            connection_file=str(server.sysbench_options),
             tables=dataset.tables,
             table_size=dataset.rows,
             engine_sql=engine.sql_engine,
@@ -109,6 +138,13 @@ def _load(build: ServerBuild, engine: Engine, dataset: Dataset, workdir: Path) -
         # Persist everything so a copy needs no crash recovery at its first start.
         if engine.name == "innodb":
             server.query("SET GLOBAL innodb_fast_shutdown = 0")
+        # The copies must never start with a passwordless root, even for the moment
+        # before their own init file runs: give it one that nobody keeps.
+        server.query(
+            "ALTER USER IF EXISTS 'root'@'localhost' IDENTIFIED BY %s, "
+            "'root'@'127.0.0.1' IDENTIFIED BY %s, 'root'@'::1' IDENTIFIED BY %s",
+            (secrets.token_urlsafe(24),) * 3,
+        )
     for leftover in ("mysqld.sock", "mysqld.pid"):
         with contextlib.suppress(FileNotFoundError):
             (workdir / leftover).unlink()

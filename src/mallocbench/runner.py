@@ -49,7 +49,14 @@ from mallocbench.servers.mariadb import (
     ServerStartError,
     find_build,
 )
-from mallocbench.store import Store
+from mallocbench.servers.orphans import Orphan, stop_orphans
+from mallocbench.store import Store, locks
+from mallocbench.store.sqlite import (
+    STATUS_FINISHED,
+    STATUS_INTERRUPTED,
+    STATUS_RUN_FAILED,
+    STATUS_RUNNING,
+)
 from mallocbench.workloads.catalogue import Step
 from mallocbench.workloads.sysbench import Interval, RunOutput, Sysbench
 
@@ -180,8 +187,14 @@ def _resolve_builds(experiment: Experiment) -> dict[str | None, ServerBuild]:
     return builds
 
 
-def _new_run_id(experiment: Experiment) -> str:
-    return f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+def _new_run_id(store: Store, experiment: Experiment) -> str:
+    """Name-date-time, with a suffix when another run started in the same second."""
+    base = f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_id, n = base, 1
+    while store.run_exists(run_id):
+        n += 1
+        run_id = f"{base}.{n}"
+    return run_id
 
 
 def _resume_run_id(store: Store, experiment: Experiment) -> str:
@@ -216,16 +229,35 @@ class Pipeline:
     def execute(self) -> RunOutcome:
         experiment, options = self.experiment, self.options
         _check_writable(options.out_dir)
-        builds = _resolve_builds(experiment)
-        store = Store(options.store_file)
-        try:
-            return self._execute(store, builds)
-        finally:
-            store.close()
+        with locks.lock_directory(options.out_dir):
+            # Holding the directory's lock, any server recorded under it is an orphan of
+            # a harness that died: stop it before its files are reused.
+            orphans = stop_orphans(options.out_dir / "servers")
+            builds = _resolve_builds(experiment)
+            store = Store(options.store_file)
+            try:
+                return self._execute(store, builds, orphans)
+            finally:
+                store.close()
 
-    def _execute(self, store: Store, builds: dict[str | None, ServerBuild]) -> RunOutcome:
+    def _execute(
+        self, store: Store, builds: dict[str | None, ServerBuild], orphans: list[Orphan]
+    ) -> RunOutcome:
         experiment, options = self.experiment, self.options
-        run_id = _resume_run_id(store, experiment) if options.resume else _new_run_id(experiment)
+        run_id = (
+            _resume_run_id(store, experiment) if options.resume else _new_run_id(store, experiment)
+        )
+        with locks.lock_run(options.store_file, run_id):
+            return self._execute_locked(store, builds, orphans, run_id)
+
+    def _execute_locked(
+        self,
+        store: Store,
+        builds: dict[str | None, ServerBuild],
+        orphans: list[Orphan],
+        run_id: str,
+    ) -> RunOutcome:
+        experiment, options = self.experiment, self.options
         setups = _setup_infos(experiment, builds)
         metadata = host_metadata()
         metadata.update(
@@ -270,18 +302,29 @@ class Pipeline:
         skipped = sum(1 for s in sessions for c in s.cells if c.key in done)
         self.progress.start(total, skipped)
         outcome = RunOutcome(result=result, skipped=skipped)
-        status = "finished"
+        if orphans:
+            outcome.notes.append(
+                f"stopped {len(orphans)} server(s) left running by an earlier run whose "
+                "harness died: PID " + ", ".join(str(o.pid) for o in orphans)
+            )
+        store.set_status(run_id, STATUS_RUNNING)
+        # Anything but a normal end (a bug, SystemExit, a signal) leaves the run "failed"
+        # or "interrupted" in the store, never "finished".
+        status = STATUS_RUN_FAILED
         started = time.monotonic()
         try:
             self._run_sessions(store, run_id, sessions, done, builds, outcome)
             if options.target_ci_pct is not None:
                 self._repeat_until_narrow(store, run_id, metadata, builds, outcome, started)
+            status = STATUS_FINISHED
         except KeyboardInterrupt:
-            status = "interrupted"
+            status = STATUS_INTERRUPTED
             outcome.aborted = "interrupted"
         except ServerStartError as exc:
-            status = "failed"
             outcome.aborted = str(exc)
+        except SystemExit:
+            status = STATUS_INTERRUPTED
+            raise
         finally:
             if outcome.notes:
                 metadata["notes"] = outcome.notes
@@ -463,7 +506,7 @@ class Pipeline:
                         outcome.notes.append(note)
                 store.save_session(run_id, info)
                 sysbench = Sysbench(
-                    socket=str(server.socket),
+                    connection_file=str(server.sysbench_options),
                     tables=experiment.dataset.tables,
                     table_size=experiment.dataset.rows,
                     engine_sql=engine.sql_engine,

@@ -383,8 +383,13 @@ def compare_cmd(
     """
     cmp = compare(load_run(run_a, store_path), load_run(run_b, store_path), min_effect)
     if html_path is not None:
-        html_path.parent.mkdir(parents=True, exist_ok=True)
-        html_path.write_text(render_compare_html(cmp), encoding="utf-8")
+        try:
+            html_path.parent.mkdir(parents=True, exist_ok=True)
+            html_path.write_text(render_compare_html(cmp), encoding="utf-8")
+        except OSError as exc:
+            raise MallocbenchError(
+                f"cannot write {html_path}: {exc.strerror}; give a writable path with --html"
+            ) from exc
     if fmt_name == "terminal":
         print_comparison(cmp, Console())
         if html_path is not None:

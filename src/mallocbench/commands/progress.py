@@ -18,9 +18,14 @@ from mallocbench.workloads.sysbench import Interval
 
 
 class RichProgress:
-    def __init__(self, console: Console, seconds_per_cell: float) -> None:
+    """Shown from the pipeline's start() on: a run refused before it (another run holds
+    the directory) prints its one error line and nothing else."""
+
+    def __init__(self, console: Console, seconds_per_cell: float, banner: str = "") -> None:
         self.console = console
         self.seconds_per_cell = seconds_per_cell
+        self.banner = banner
+        self.started = False
         # Time-based progress: the bar advances with seconds of work so the ETA is honest
         # even though cells take the same time whatever their QPS.
         self.progress = Progress(
@@ -38,13 +43,17 @@ class RichProgress:
         self.cells_done = 0
 
     def __enter__(self) -> RichProgress:
-        self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.started:
+            self.progress.stop()
 
     def start(self, total_cells: int, skipped: int) -> None:
+        if self.banner:
+            self.console.print(self.banner)
+        self.progress.start()
+        self.started = True
         self.progress.update(self.task, total=total_cells, completed=skipped)
         if skipped:
             self.console.print(f"resuming: {skipped} of {total_cells} cells already measured")

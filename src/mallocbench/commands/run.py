@@ -10,34 +10,45 @@ import click
 from rich.console import Console
 
 from mallocbench import experiment as experiment_mod
-from mallocbench.commands.options import min_effect_option
+from mallocbench.commands.options import FiniteFloatRange, min_effect_option
 from mallocbench.errors import MallocbenchError
 from mallocbench.report import export, html, markdown, terminal
 from mallocbench.results import RunResult
 from mallocbench.runner import Pipeline, RunOptions, RunOutcome, write_results_json
-from mallocbench.store import Store
+from mallocbench.store import Store, locks
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_duration
 from mallocbench.workloads.catalogue import CATALOGUE, GROUPS
 
 
 def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
-    """results.json, report.md and CSVs next to each other in the output directory."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    path = out_dir / "results.json"
-    write_results_json(result, path)
-    written.append(path)
-    for name, text in (
-        ("report.md", markdown.render(result)),
-        ("cells.csv", export.cells_csv(result)),
-        ("relative.csv", export.relative_csv(result)),
-        ("summary.csv", export.summary_csv(result)),
-    ):
-        target = out_dir / name
-        target.write_text(text)
-        written.append(target)
-    written.append(html.write_html(result, out_dir / "report.html"))
+    """results.json, report.md and CSVs next to each other in the output directory.
+
+    Only these files are written: a directory that refuses them loses no measurement,
+    which the store already holds, so it is one line naming the directory.
+    """
+    written: list[Path] = []
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / "results.json"
+        write_results_json(result, path)
+        written.append(path)
+        for name, text in (
+            ("report.md", markdown.render(result)),
+            ("cells.csv", export.cells_csv(result)),
+            ("relative.csv", export.relative_csv(result)),
+            ("summary.csv", export.summary_csv(result)),
+        ):
+            target = out_dir / name
+            target.write_text(text)
+            written.append(target)
+        written.append(html.write_html(result, out_dir / "report.html"))
+    except OSError as exc:
+        culprit = f" ({exc.filename})" if exc.filename and exc.filename != str(out_dir) else ""
+        raise MallocbenchError(
+            f"cannot write the reports into {out_dir}: {exc.strerror}{culprit}: give a "
+            "writable directory with --out; the results store is not affected"
+        ) from exc
     return written
 
 
@@ -66,7 +77,7 @@ def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
 @click.option(
     "--target-ci",
     "target_ci_pct",
-    type=click.FloatRange(0, 100, min_open=True),
+    type=FiniteFloatRange(0, 100, min_open=True),
     metavar="PCT",
     help="Adaptive repetition: after the planned repeats, add interleaved repeats of the "
     "cells whose relative QPS interval is wider than PCT percentage points (e.g. 5: "
@@ -109,11 +120,14 @@ def run_cmd(
     """Run an experiment: every setup on every engine, step and thread count.
 
     \b
-    Each session starts a private server (own datadir, socket, 127.0.0.1 and a free
-    port) from a copy of the loaded dataset, under the setup's allocator and knobs,
-    checks that allocator is really mapped, then runs the steps with sysbench while
-    probes sample RSS/VSZ, QPS and latency every second. Every cell is committed to
-    the store as it finishes: Ctrl-C keeps what was measured, --resume continues.
+    Each session starts a private server from a copy of the loaded dataset, under the
+    setup's allocator and knobs, checks that allocator is really mapped, then runs the
+    steps with sysbench while probes sample RSS/VSZ, QPS and latency every second.
+    The server is the run's alone: no TCP, its socket in a 0700 directory, a fresh
+    random root password per start, FILE statements confined to its directory, and
+    (as root) the unprivileged mysql user. Every cell is committed to the store as it
+    finishes: Ctrl-C or SIGTERM keeps what was measured, --resume continues. One run
+    at a time per --out directory; --resume first stops any server a killed run left.
 
     \b
     With repeats (or --target-ci), sessions run in interleaved order (A B C, then
@@ -160,35 +174,41 @@ def run_cmd(
         max_repeats=max_repeats,
         min_effect=min_effect,
     )
-    interrupted = {"flag": False}
+    interrupted: dict[str, int | None] = {"signal": None}
 
-    def on_sigint(signum: int, frame: object) -> None:
-        if interrupted["flag"]:
+    def stop_requested() -> bool:
+        return interrupted["signal"] is not None
+
+    def on_signal(signum: int, frame: object) -> None:
+        # SIGTERM (a scheduler, `kill`, a CI timeout) is handled like Ctrl-C: stop, keep
+        # every finished cell, write the reports.
+        if interrupted["signal"] is not None:
             raise KeyboardInterrupt
-        interrupted["flag"] = True
+        interrupted["signal"] = signum
         console.print(
-            "[yellow]stopping after the current cell's data is saved (Ctrl-C again to abort)[/]"
+            f"[yellow]{signal.Signals(signum).name}: stopping; the cell being measured is "
+            "dropped, finished cells are kept and the reports written "
+            "(Ctrl-C again to abort at once)[/]"
         )
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         if quiet:
-            outcome = Pipeline(
-                experiment, options, stop_requested=lambda: interrupted["flag"]
-            ).execute()
+            outcome = Pipeline(experiment, options, stop_requested=stop_requested).execute()
         else:
             from mallocbench.commands.progress import RichProgress
 
-            console.print(
+            banner = (
                 f"[bold]{experiment.name}[/]: {cells} cells in {len(sessions)} sessions, "
                 f"about {cells * per_cell / 60:.1f} min; results in {out_dir}"
             )
-            with RichProgress(console, per_cell) as progress:
+            with RichProgress(console, per_cell, banner) as progress:
                 outcome = Pipeline(
-                    experiment, options, progress, stop_requested=lambda: interrupted["flag"]
+                    experiment, options, progress, stop_requested=stop_requested
                 ).execute()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
     written = write_reports(outcome.result, out_dir)
     terminal.print_run(outcome.result, Console())
@@ -202,7 +222,7 @@ def run_cmd(
             f"[yellow]interrupted[/]: {len(outcome.result.cells)} cells kept in "
             f"{options.store_file}; continue with --resume"
         )
-        sys.exit(130)
+        sys.exit(128 + (interrupted["signal"] or signal.SIGINT))
     if outcome.aborted:
         click.echo(f"mallocbench: error: {outcome.aborted.splitlines()[0]}", err=True)
         for line in outcome.aborted.splitlines()[1:6]:
@@ -304,12 +324,11 @@ def runs_cmd(store: Path) -> None:
     path = store / "results.sqlite" if store.is_dir() else store
     if not path.is_file():
         raise MallocbenchError(f"no results store at {path}")
-    db = Store(path)
+    db = Store(path, readonly=True)
     try:
         for run in db.list_runs():
-            click.echo(
-                f"{run['run_id']}  {run['status']:<11} {run['cells']:>4} cells  {run['experiment']}"
-            )
+            status = locks.live_status(path, run["run_id"], run["status"])
+            click.echo(f"{run['run_id']}  {run['cells']:>4} cells  {run['experiment']}  {status}")
     finally:
         db.close()
 

@@ -135,13 +135,16 @@ class ProfiledServer(mariadb.PrivateServer):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.tool = tool
         self.output = output
+        self.massif_file = self.rundir / "massif.out"
 
     def command(self) -> list[str]:
         if self.tool == "massif":
             prefix = [
                 "valgrind",
                 "--tool=massif",
-                f"--massif-out-file={self.output}",
+                # massif writes as the server's (unprivileged) user: into the run directory,
+                # which that user owns; the harness moves the file out afterwards.
+                f"--massif-out-file={self.massif_file}",
                 "--threshold=0.2",
                 "--quiet",
             ]
@@ -234,7 +237,7 @@ def profile_server(
             run_sql(server.connect, step, repeat, connections)
         else:
             bench = Sysbench(
-                socket=str(server.socket),
+                connection_file=str(server.sysbench_options),
                 tables=tables,
                 table_size=rows,
                 engine_sql=the_engine.sql_engine,
@@ -245,6 +248,8 @@ def profile_server(
     finally:
         server.stop()
     if tool == "massif":
+        if server.massif_file.exists():
+            shutil.move(server.massif_file, output)
         if not output.exists():
             raise MallocbenchError(
                 f"massif wrote no {output}: see {server.error_log} and {server.stdout_log}"

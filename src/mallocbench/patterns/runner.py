@@ -210,7 +210,7 @@ def load(store_path: Path, run_id: str | None) -> dict[str, Any]:
         raise MallocbenchError(
             f"no results store at {store_path}: run `mallocbench patterns` first"
         )
-    store = pstore.open_pattern_store(str(store_path))
+    store = pstore.open_pattern_store(str(store_path), readonly=True)
     try:
         run_id = run_id or pstore.latest_run_id(store)
         if run_id is None:

@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+from mallocbench.errors import MallocbenchError
 from mallocbench.store.sqlite import Store
 
 SCHEMA = """
@@ -56,7 +57,20 @@ RESULT_COLUMNS = (
 )
 
 
-def open_pattern_store(path: str) -> Store:
+def open_pattern_store(path: str, readonly: bool = False) -> Store:
+    """The store with its pattern tables; `readonly` (for reports) creates and changes nothing."""
+    if readonly:
+        store = Store(path, readonly=True)
+        tables = {
+            row[0]
+            for row in store.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if not {"pattern_runs", "pattern_results"} <= tables:
+            store.close()
+            raise MallocbenchError(
+                f"{path} holds no pattern runs: run `mallocbench patterns` first"
+            )
+        return store
     store = Store(path)
     store.db.executescript(SCHEMA)
     store.db.commit()

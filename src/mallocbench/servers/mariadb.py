@@ -1,24 +1,37 @@
-"""A private MariaDB/MySQL server: own datadir, socket, 127.0.0.1 and a free port.
+"""A private MariaDB/MySQL server, usable by the run that started it and nobody else.
 
 Never the system instance: the server is started directly from its binary with a
 rendered my.cnf (`--defaults-file`, so /etc/mysql is not read) and the setup's
 environment (LD_PRELOAD + allocator knobs), and the allocator is checked in
 /proc/PID/maps before anything is measured.
+
+Who can reach it: by default nobody over TCP (`skip-networking`); the socket lives in
+the run directory, mode 0700 and owned by the server's user, so only that user and
+root get to it. Every start sets a fresh random root password (an init file read
+before the first connection is accepted) that clients read from 0600 files, never
+from a command line; with an explicit `port` the server also listens on 127.0.0.1,
+behind that password. FILE statements are confined to the run directory
+(`secure_file_priv`), and when mallocbench runs as root the server drops to the
+unprivileged `mysql` user.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
+import pwd
 import re
+import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +41,9 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process
+from mallocbench.servers.cgroup import MemoryCgroup, OomWatch
 from mallocbench.servers.engines import Engine
+from mallocbench.servers.options import check_config
 
 SERVER_BINARIES = ("mariadbd", "mysqld")
 # Environment variables that would change the allocator or its behaviour behind our back.
@@ -36,6 +51,12 @@ _ALLOCATOR_ENV = re.compile(
     r"^(LD_PRELOAD|MALLOC_|GLIBC_TUNABLES|JE_MALLOC_CONF|TCMALLOC_|HEAPPROFILE|MIMALLOC_)"
 )
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes on Linux; leave room
+# The unprivileged account a root-run harness hands its servers to (Debian's packages
+# create it with mariadb-server).
+SERVER_USER = "mysql"
+# Written beside each running server; the next run in the same directory uses it to find
+# and stop a server whose harness died (SIGKILL leaves no chance to clean up).
+SERVER_RECORD = "server.json"
 
 
 class ServerStartError(MallocbenchError):
@@ -130,20 +151,6 @@ def log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-def _oom_kills() -> int | None:
-    """The cgroup's OOM-kill counter, to tell an OOM kill from any other SIGKILL."""
-    try:
-        rel = Path("/proc/self/cgroup").read_text().strip().split("::", 1)[1]
-        events = Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.events"
-        for line in events.read_text().splitlines():
-            key, value = line.split()
-            if key == "oom_kill":
-                return int(value)
-    except (OSError, IndexError, ValueError):
-        return None
-    return None
-
-
 @dataclass
 class ServerExit:
     """How a server process ended."""
@@ -179,10 +186,13 @@ class ServerConfig:
     knobs: Mapping[str, str] = field(default_factory=dict)
     overrides: Mapping[str, object] = field(default_factory=dict)
     cpus: str | None = None
+    # A TCP port on 127.0.0.1, for builds or tools that need one; None: socket only.
     port: int | None = None
     max_connections: int = 1000
     # PR_SET_THP_DISABLE for this server only: THP "never" without touching the host.
     thp_disabled: bool = False
+    # The server starts inside this cgroup (a memory cap); its OOM kills are told apart.
+    memory_cgroup: MemoryCgroup | None = None
 
 
 _PR_SET_THP_DISABLE = 41
@@ -193,6 +203,85 @@ def _disable_thp() -> None:
     """Runs in the forked child: the flag survives execve and covers all of mysqld."""
     if _libc.prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE) failed")
+
+
+@dataclass(frozen=True)
+class ServerUser:
+    name: str
+    uid: int
+    gid: int
+
+
+def server_user() -> ServerUser | None:
+    """The account a server runs as when mallocbench is root; None: as ourselves."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        raise MallocbenchError(
+            f"mallocbench runs as root and hands its servers to the user {SERVER_USER!r}, "
+            f"which does not exist: run `make setup` (mariadb-server creates it) or "
+            f"`useradd --system {SERVER_USER}`"
+        ) from None
+    return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+def _can_search(directory: Path, user: ServerUser) -> bool:
+    info = directory.stat()
+    if info.st_uid == user.uid:
+        return bool(info.st_mode & stat.S_IXUSR)
+    if info.st_gid == user.gid:
+        return bool(info.st_mode & stat.S_IXGRP)
+    return bool(info.st_mode & stat.S_IXOTH)
+
+
+def check_reachable(path: Path, user: ServerUser | None) -> None:
+    """Refuse a run directory the server's user cannot reach, before it fails obscurely."""
+    if user is None:
+        return
+    for directory in reversed(path.parents):
+        if directory.exists() and not _can_search(directory, user):
+            raise MallocbenchError(
+                f"the private server runs as user {user.name}, which cannot enter {directory} "
+                f"(mode {stat.S_IMODE(directory.stat().st_mode):o}) to reach {path}: choose a "
+                f"directory outside it, or allow passage with `chmod o+x {directory}`"
+            )
+
+
+def _chown_tree(path: Path, user: ServerUser | None) -> None:
+    if user is None:
+        return
+    os.chown(path, user.uid, user.gid)
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), user.uid, user.gid)
+
+
+def _write_private(path: Path, text: str, owner: ServerUser | None = None) -> None:
+    """A 0600 file created with that mode: a password in it is never readable by others."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    if owner is not None:
+        os.chown(path, owner.uid, owner.gid)
+
+
+def process_start_time(pid: int) -> int | None:
+    """Clock ticks since boot at which a live PID started (None once it has exited).
+
+    The start time tells a reused PID from ours; a zombie counts as exited, since an
+    orphaned server that stopped waits for init to reap it.
+    """
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: fields start after the last ")".
+    fields = text.rsplit(")", 1)[1].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 class PrivateServer:
@@ -208,13 +297,21 @@ class PrivateServer:
         self.error_log = self.rundir / "error.log"
         self.stdout_log = self.rundir / "server.out"
         self.tmpdir = self.rundir / "tmp"
+        self.files_dir = self.rundir / "files"  # the only place FILE statements may touch
+        self.init_file = self.rundir / "init.sql"
+        # For people: `mariadb --defaults-file=client.cnf` reaches this server.
+        self.client_cnf = self.rundir / "client.cnf"
+        self.sysbench_options = self.rundir / "sysbench.cnf"
+        self.record = self.rundir / SERVER_RECORD
+        self.user = server_user()
         self.socket = self._socket_path()
-        self.port = config.port or free_port()
+        self.port = config.port
+        self.password = secrets.token_urlsafe(24)
         self.proc: subprocess.Popen[bytes] | None = None
         self.allocator_path: str | None = None
         self.server_version: str | None = None
         self._stopping = False
-        self._oom_before: int | None = None
+        self._oom_watch: OomWatch | None = None
 
     # --- paths and config -------------------------------------------------------------------
 
@@ -222,7 +319,8 @@ class PrivateServer:
         path = self.rundir / "mysqld.sock"
         if len(str(path)) <= _SOCKET_PATH_MAX:
             return path
-        # Deep run directories overflow sun_path; keep the socket in a private temp dir.
+        # Deep run directories overflow sun_path; keep the socket in a private temp dir
+        # (mkdtemp makes it 0700; it is handed to the server's user with the rest).
         return Path(tempfile.mkdtemp(prefix="mallocbench-")) / "mysqld.sock"
 
     def settings(self) -> dict[str, str]:
@@ -230,12 +328,12 @@ class PrivateServer:
         settings: dict[str, str] = {
             "datadir": str(self.datadir),
             "socket": str(self.socket),
-            "port": str(self.port),
-            "bind-address": "127.0.0.1",
             "pid-file": str(self.rundir / "mysqld.pid"),
             "log-error": str(self.error_log),
             # A private tmpdir: concurrent servers sharing /tmp collide on temp-table names.
             "tmpdir": str(self.tmpdir),
+            "secure-file-priv": str(self.files_dir),
+            "init-file": str(self.init_file),
             "skip-name-resolve": "ON",
             "skip-log-bin": "ON",
             "max_connections": str(self.config.max_connections),
@@ -243,10 +341,19 @@ class PrivateServer:
             "table_open_cache": "2000",
             "performance_schema": "OFF",
         }
-        if os.geteuid() == 0:
-            settings["user"] = "root"
+        if self.port is None:
+            settings["skip-networking"] = "ON"
+        else:
+            settings["port"] = str(self.port)
+            settings["bind-address"] = "127.0.0.1"
+        if self.user is not None:
+            settings["user"] = self.user.name
         settings.update(self.config.engine.config(self.config.cache_bytes))
-        settings.update({k: _size_value(v) for k, v in self.config.overrides.items()})
+        for key, value in self.config.overrides.items():
+            # Validated with the experiment already; checked again here because this is
+            # the last step before text reaches the server.
+            check_config(key, _size_value(value), "server config")
+            settings[key] = _size_value(value)
         return settings
 
     def render_config(self) -> str:
@@ -257,6 +364,31 @@ class PrivateServer:
         for key, value in self.settings().items():
             lines.append(f"{key}={value}")
         return "\n".join(lines) + "\n"
+
+    def _init_sql(self) -> str:
+        """Run by the server before it accepts a connection: this start's credential."""
+        quoted = self.password  # token_urlsafe: letters, digits, '-' and '_' only
+        accounts = ", ".join(
+            f"'root'@'{host}' IDENTIFIED BY '{quoted}'"
+            for host in ("localhost", "127.0.0.1", "::1")
+        )
+        hostname = re.sub(r"[^A-Za-z0-9.-]", "", socket.gethostname())
+        return (
+            f"ALTER USER IF EXISTS {accounts};\n"
+            # install-db adds root@<hostname> without a password; nothing needs it.
+            f"DROP USER IF EXISTS 'root'@'{hostname}', ''@'localhost', ''@'{hostname}';\n"
+        )
+
+    def _write_credentials(self) -> None:
+        _write_private(self.init_file, self._init_sql(), owner=self.user)
+        _write_private(
+            self.client_cnf,
+            f"[client]\nuser=root\npassword={self.password}\nsocket={self.socket}\n",
+        )
+        _write_private(
+            self.sysbench_options,
+            f"mysql-socket={self.socket}\nmysql-user=root\nmysql-password={self.password}\n",
+        )
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_ENV.match(k)}
@@ -283,8 +415,21 @@ class PrivateServer:
         try:
             self.rundir.mkdir(parents=True, exist_ok=True)
             os.chmod(self.rundir, 0o700)
-            self.tmpdir.mkdir(exist_ok=True)
+            check_reachable(self.rundir, self.user)
+            for directory in (self.tmpdir, self.files_dir):
+                directory.mkdir(exist_ok=True)
+                os.chmod(directory, 0o700)
             self.cnf_path.write_text(self.render_config())
+            self._write_credentials()
+            # The socket's own directory when sun_path forced it out of the run directory.
+            if self.socket.parent != self.rundir and self.user is not None:
+                os.chown(self.socket.parent, self.user.uid, self.user.gid)
+            if self.user is not None:
+                for path in (self.rundir, self.tmpdir, self.files_dir):
+                    os.chown(path, self.user.uid, self.user.gid)
+                for path in (self.error_log, self.stdout_log):
+                    if path.exists():
+                        os.chown(path, self.user.uid, self.user.gid)
         except OSError as exc:
             raise MallocbenchError(
                 f"cannot write the server directory {self.rundir}: {exc.strerror}; "
@@ -308,22 +453,23 @@ class PrivateServer:
             ]
             if self.build.basedir:
                 cmd.append(f"--basedir={self.build.basedir}")
-            if os.geteuid() == 0:
-                cmd.append("--user=root")
         else:
+            # --initialize-insecure leaves root without a password; the init file of every
+            # start sets one before any connection is accepted.
             cmd = [
                 self.build.mysqld,
                 "--no-defaults",
                 "--initialize-insecure",
                 f"--datadir={self.datadir}",
             ]
-            if os.geteuid() == 0:
-                cmd.append("--user=root")
+        if self.user is not None:
+            cmd.append(f"--user={self.user.name}")
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
         if out.returncode != 0:
             tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-5:])
             raise ServerStartError(f"initialising the datadir failed: {tail}")
         os.chmod(self.datadir, 0o700)
+        _chown_tree(self.datadir, self.user)
 
     def copy_datadir_from(self, golden: Path) -> None:
         self.prepare_rundir()
@@ -339,6 +485,7 @@ class PrivateServer:
         if out.returncode != 0:
             raise MallocbenchError(f"copying the dataset into {self.datadir} failed: {out.stderr}")
         os.chmod(self.datadir, 0o700)
+        _chown_tree(self.datadir, self.user)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -356,11 +503,10 @@ class PrivateServer:
             )
         if not self.datadir.is_dir():
             raise MallocbenchError(f"no datadir at {self.datadir}: initialise or copy one first")
+        self.error_log.write_text("")
         self.prepare_rundir()
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()
-        self.error_log.write_text("")
-        self._oom_before = _oom_kills()
         with open(self.stdout_log, "ab") as out:
             self.proc = subprocess.Popen(
                 self.command(),
@@ -369,9 +515,11 @@ class PrivateServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=_disable_thp if self.config.thp_disabled else None,
+                preexec_fn=self._in_child(),
             )
         process.track(self.proc)
+        self._oom_watch = OomWatch.start(self.proc.pid)
+        self._write_record()
         self._stopping = False
         try:
             self._wait_ready(timeout)
@@ -382,6 +530,33 @@ class PrivateServer:
         except BaseException:
             self.stop()
             raise
+
+    def _in_child(self) -> Callable[[], None] | None:
+        """What the forked child does before exec: THP off, join the memory cgroup."""
+        steps: list[Callable[[], None]] = []
+        if self.config.thp_disabled:
+            steps.append(_disable_thp)
+        if self.config.memory_cgroup is not None:
+            steps.append(self.config.memory_cgroup.join_self)
+        if not steps:
+            return None
+
+        def run_steps() -> None:
+            for step in steps:
+                step()
+
+        return run_steps
+
+    def _write_record(self) -> None:
+        assert self.proc is not None
+        record = {
+            "pid": self.proc.pid,
+            "start_time": process_start_time(self.proc.pid),
+            "harness_pid": os.getpid(),
+            "mysqld": self.build.mysqld,
+            "rundir": str(self.rundir),
+        }
+        self.record.write_text(json.dumps(record) + "\n")
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.proc is not None
@@ -415,14 +590,15 @@ class PrivateServer:
         return pymysql.connect(
             unix_socket=str(self.socket),
             user="root",
+            password=self.password,
             connect_timeout=connect_timeout,
             autocommit=True,
             **kwargs,
         )
 
-    def query(self, sql: str) -> list[tuple[object, ...]]:
+    def query(self, sql: str, args: tuple[object, ...] | None = None) -> list[tuple[object, ...]]:
         with self.connect() as conn, conn.cursor() as cur:
-            cur.execute(sql)
+            cur.execute(sql, args)
             return list(cur.fetchall())
 
     def alive(self) -> bool:
@@ -434,13 +610,11 @@ class PrivateServer:
             return None
         code = self.proc.returncode
         sig = signal.Signals(-code).name if code is not None and code < 0 else None
-        after = _oom_kills()
         oom = (
             sig == "SIGKILL"
             and not self._stopping
-            and self._oom_before is not None
-            and after is not None
-            and after > self._oom_before
+            and self._oom_watch is not None
+            and self._oom_watch.killed(code)
         )
         return ServerExit(
             returncode=code,
@@ -458,7 +632,15 @@ class PrivateServer:
             process.terminate(self.proc, timeout)
         else:
             process.untrack(self.proc)
-        return self.exit_info()
+        with contextlib.suppress(FileNotFoundError):
+            self.record.unlink()
+        if self.socket.parent != self.rundir:
+            # The private temp dir a deep run directory needed for its socket.
+            shutil.rmtree(self.socket.parent, ignore_errors=True)
+        exit_info = self.exit_info()
+        if self._oom_watch is not None:
+            self._oom_watch.close()  # after exit_info: it may still read the kernel log
+        return exit_info
 
     def __enter__(self) -> PrivateServer:
         return self

@@ -67,7 +67,7 @@ def _is_sqlite(path: Path) -> bool:
 def _from_store(path: Path, run_id: str | None, with_samples: bool) -> RunResult:
     store: Store | None = None
     try:
-        store = Store(path)
+        store = Store(path, readonly=True)
         return store.load_run(run_id, with_samples=with_samples)
     except sqlite3.Error as exc:
         raise MallocbenchError(f"cannot read the results store {path}: {exc}") from exc

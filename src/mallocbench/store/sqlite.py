@@ -17,6 +17,13 @@ from typing import Any
 from mallocbench.errors import MallocbenchError
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 
+# What a run's status says, truthfully: a harness that dies leaves "running" behind, which
+# readers check against the run's lock (store.locks.run_holder) before believing it.
+STATUS_RUNNING = "running"
+STATUS_FINISHED = "finished"
+STATUS_INTERRUPTED = "interrupted"
+STATUS_RUN_FAILED = "failed"
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -71,21 +78,95 @@ CREATE INDEX IF NOT EXISTS samples_cell ON samples(cell_id);
 """
 
 
+STORE_TABLES = frozenset({"runs", "cells"})
+
+
+def _readonly_uri(path: Path, immutable: bool) -> str:
+    return path.absolute().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """A connection that cannot write `path`, once it is known to be a results store.
+
+    A WAL reader needs -wal and -shm files beside the database; SQLite creates them when
+    missing and a read-only connection leaves them behind, owned by whoever read (root's
+    would lock the store's owner out of it). Without a -wal file every committed change
+    is in the main file, so it is read as immutable instead: nothing is created, and a
+    store on a read-only mount reads too. With one, a run is writing (or was killed), and
+    its log is read the ordinary way.
+    """
+    has_log = Path(f"{path}-wal").exists()
+    try:
+        db = sqlite3.connect(_readonly_uri(path, immutable=not has_log), uri=True, timeout=30)
+    except sqlite3.Error as exc:
+        raise MallocbenchError(f"cannot open the results store {path}: {exc}") from exc
+    try:
+        tables = {
+            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+    except sqlite3.OperationalError as exc:
+        db.close()
+        if has_log and exc.sqlite_errorcode == sqlite3.SQLITE_CANTOPEN:
+            raise MallocbenchError(
+                f"cannot read the results store {path} read-only ({exc}): its write-ahead "
+                f"log needs a {path.name}-shm file beside it that cannot be created there: "
+                "copy the store with its -wal file to a writable directory and read it there"
+            ) from exc
+        raise MallocbenchError(f"cannot read the results store {path}: {exc}") from exc
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise MallocbenchError(
+            f"{path} is not a mallocbench results store ({exc}): give an output directory "
+            "or the results.sqlite in it"
+        ) from exc
+    if not STORE_TABLES.issubset(tables):
+        db.close()
+        what = "an empty file" if path.stat().st_size == 0 else "an SQLite file"
+        raise MallocbenchError(
+            f"{path} is {what} but not a mallocbench results store: give an output "
+            "directory or the results.sqlite in it"
+        )
+    return db
+
+
 class Store:
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
+        """Open (creating when needed) the store at `path` for writing runs.
+
+        `readonly` is for commands that only read: nothing is created or changed (no
+        schema, no WAL switch), and a file that is not a results store is refused.
+        """
         self.path = Path(path)
+        if readonly:
+            self.db = _connect_readonly(self.path)
+            return
+        existed = self.path.is_file() and self.path.stat().st_size > 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.db = sqlite3.connect(str(self.path), timeout=30)
+            if existed:
+                self._refuse_foreign()
+            self.db.execute("PRAGMA foreign_keys = ON")
+            self.db.execute("PRAGMA journal_mode = WAL")
+            self.db.executescript(SCHEMA)
+            self.db.commit()
         except (OSError, sqlite3.Error) as exc:
             raise MallocbenchError(
                 f"cannot open the results store {self.path}: {exc}; "
                 "choose a writable path with --store"
             ) from exc
-        self.db.execute("PRAGMA foreign_keys = ON")
-        self.db.execute("PRAGMA journal_mode = WAL")
-        self.db.executescript(SCHEMA)
-        self.db.commit()
+
+    def _refuse_foreign(self) -> None:
+        """Someone else's SQLite file gets neither our tables nor a switch to WAL."""
+        tables = {
+            row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        if tables and not STORE_TABLES.issubset(tables):
+            self.db.close()
+            raise MallocbenchError(
+                f"{self.path} is an SQLite file but not a mallocbench results store; "
+                "mallocbench writes only into its own stores: give a new file with --store"
+            )
 
     def close(self) -> None:
         self.db.close()
@@ -125,6 +206,12 @@ class Store:
         with self.db:
             self.db.execute(
                 "UPDATE runs SET metadata = ? WHERE run_id = ?", (json.dumps(metadata), run_id)
+            )
+
+    def set_status(self, run_id: str, status: str) -> None:
+        with self.db:
+            self.db.execute(
+                "UPDATE runs SET status = ?, finished_at = NULL WHERE run_id = ?", (status, run_id)
             )
 
     def finish_run(self, run_id: str, status: str) -> None:

@@ -6,10 +6,13 @@ sysbench (C + LuaJIT) generates the load; Python only reads one line per second.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -145,15 +148,35 @@ def sysbench_binary() -> str:
     return binary
 
 
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Runs in the forked child: a harness killed with SIGKILL takes its load with it."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    # The parent may have died between fork and prctl: then nobody would send the signal.
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _child_setup() -> Callable[[], None]:
+    return functools.partial(_die_with_parent, os.getpid())
+
+
 @dataclass
 class Sysbench:
-    """sysbench bound to one server socket and one dataset shape."""
+    """sysbench bound to one server and one dataset shape.
 
-    socket: str
+    `connection_file` holds sysbench's --mysql-socket/-user/-password options (a 0600 file
+    the private server writes): a password never appears on a command line, where any
+    user could read it in /proc.
+    """
+
+    connection_file: str
     tables: int
     table_size: int
     engine_sql: str
-    user: str = "root"
     database: str = "sbtest"
     rand_seed: int = 0
 
@@ -161,8 +184,7 @@ class Sysbench:
         cmd = [
             sysbench_binary(),
             str(lua_dir() / script),
-            f"--mysql-socket={self.socket}",
-            f"--mysql-user={self.user}",
+            f"--config-file={self.connection_file}",
             f"--mysql-db={self.database}",
             f"--tables={self.tables}",
             f"--table-size={self.table_size}",
@@ -189,11 +211,20 @@ class Sysbench:
                 env.pop(key)
         return env
 
+    def _run_to_end(self, cmd: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            env=self._env(),
+            timeout=timeout,
+            check=False,
+            preexec_fn=_child_setup(),
+        )
+
     def prepare(self, threads: int, timeout: float = 3600) -> None:
         cmd = [*self._command(None, "point-query.lua", max(1, threads)), "prepare"]
-        out = subprocess.run(
-            cmd, capture_output=True, text=True, env=self._env(), timeout=timeout, check=False
-        )
+        out = self._run_to_end(cmd, timeout)
         if out.returncode != 0:
             tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-5:])
             raise MallocbenchError(f"loading the dataset with sysbench failed: {tail}")
@@ -233,6 +264,7 @@ class Sysbench:
             env=self._env(),
             text=True,
             bufsize=1,
+            preexec_fn=_child_setup(),
         )
         watchdog = threading.Timer(limit_s + 60, _kill_quietly, args=(proc,))
         watchdog.daemon = True
@@ -284,9 +316,7 @@ class Sysbench:
         is not side-effect free for them.
         """
         cmd = [*self._command(step, step.definition.script_name, 1), "explain"]
-        out = subprocess.run(
-            cmd, capture_output=True, text=True, env=self._env(), timeout=timeout, check=False
-        )
+        out = self._run_to_end(cmd, timeout)
         explained = []
         for line in out.stdout.splitlines():
             if line.startswith("MBEXPLAIN "):

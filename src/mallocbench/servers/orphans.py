@@ -1,0 +1,102 @@
+"""Servers left running by a harness that died (SIGKILL, a crash, a lost terminal).
+
+Every private server writes a record (pid + the kernel's start time of that pid) into its
+run directory and removes it when stopped. A record whose process still runs under the
+same start time is an orphan once nobody holds the directory's lock: the caller holds
+it. The start time tells our server from an unrelated process that reused the pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.servers.mariadb import SERVER_RECORD, process_start_time
+
+
+@dataclass(frozen=True)
+class Orphan:
+    pid: int
+    rundir: str
+    harness_pid: int | None
+
+
+def _read(record: Path) -> dict[str, object] | None:
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else None
+
+
+def find_orphan(record: Path) -> Orphan | None:
+    """The live server a record names, or None when that process is gone."""
+    data = _read(record)
+    if data is None:
+        return None
+    pid = int(data["pid"])  # type: ignore[call-overload]
+    started = data.get("start_time")
+    if started is None or process_start_time(pid) != started:
+        return None
+    harness = data.get("harness_pid")
+    return Orphan(
+        pid, str(data.get("rundir", record.parent)), harness if isinstance(harness, int) else None
+    )
+
+
+def _gone(orphan: Orphan, started: object) -> bool:
+    return process_start_time(orphan.pid) != started
+
+
+def stop_orphan(record: Path, timeout: float = 60.0) -> Orphan | None:
+    """Stop the server a record names (SIGTERM, then SIGKILL); None when none was running."""
+    orphan = find_orphan(record)
+    if orphan is not None:
+        started = process_start_time(orphan.pid)
+        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+            try:
+                # Servers run in their own session: the group takes wrappers (taskset,
+                # profilers) along with mysqld.
+                os.killpg(orphan.pid, sig)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                try:
+                    os.kill(orphan.pid, sig)
+                except PermissionError:
+                    raise MallocbenchError(
+                        f"a server left by an earlier run still runs as PID {orphan.pid} "
+                        f"({orphan.rundir}) and this user may not stop it: stop it with "
+                        f"`sudo kill {orphan.pid}`, then run again"
+                    ) from None
+                except ProcessLookupError:
+                    break
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and not _gone(orphan, started):
+                time.sleep(0.1)
+            if _gone(orphan, started):
+                break
+        if not _gone(orphan, started):
+            raise MallocbenchError(
+                f"a server left by an earlier run (PID {orphan.pid}, {orphan.rundir}) did not "
+                f"stop: kill it with `kill -9 {orphan.pid}`, then run again"
+            )
+    with contextlib.suppress(FileNotFoundError):
+        record.unlink()
+    return orphan
+
+
+def stop_orphans(servers_dir: Path) -> list[Orphan]:
+    """Stop every server recorded under a run's servers/ directory; the ones that ran."""
+    stopped = []
+    for record in sorted(servers_dir.glob(f"*/{SERVER_RECORD}")):
+        orphan = stop_orphan(record)
+        if orphan is not None:
+            stopped.append(orphan)
+    return stopped

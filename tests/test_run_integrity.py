@@ -1,0 +1,235 @@
+"""Runs nobody can corrupt: one run per directory, no orphans, a status that tells the truth.
+
+Each test injects one fault into a real run (a second run into the same directory, a
+SIGKILL of the harness, a SIGTERM, a bug mid-run) and checks that nothing measured is
+lost and nothing is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cli_runner import run_cli
+from mallocbench import experiment as experiment_mod
+from mallocbench.runner import Pipeline, RunOptions
+from mallocbench.servers.orphans import stop_orphans
+from mallocbench.store.locks import run_holder
+
+EXPERIMENT = """
+name = "integrity"
+base = "glibc"
+engines = ["innodb"]
+steps = ["point-query"]
+threads = [2]
+repeats = {repeats}
+[dataset]
+tables = 1
+rows = 2000
+cache = "32M"
+[durations]
+warmup = 0
+step = {seconds}
+[[setup]]
+name = "glibc"
+allocator = "glibc"
+[[setup]]
+name = "glibc-b"
+allocator = "glibc"
+"""
+
+
+def write_experiment(tmp_path: Path, repeats: int = 1, seconds: int = 2) -> Path:
+    path = tmp_path / "integrity.toml"
+    path.write_text(EXPERIMENT.format(repeats=repeats, seconds=seconds))
+    return path
+
+
+def start_run(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mallocbench.cli", "run", "--quiet", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 240) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def server_records(out: Path) -> list[dict[str, object]]:
+    records = []
+    for path in (out / "servers").glob("*/server.json"):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue  # being written right now
+    return records
+
+
+def processes_under(out: Path) -> list[psutil.Process]:
+    """mariadbd and sysbench processes working for a run in `out` (their paths say so)."""
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if proc.info["name"] in ("mariadbd", "mysqld", "sysbench") and str(out) in cmdline:
+            found.append(proc)
+    return found
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (an exited orphan waits for init to reap it)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def cells_in(out: Path) -> list[tuple[str, str, float | None]]:
+    db = sqlite3.connect(f"file:{out / 'results.sqlite'}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT setup, status, qps FROM cells").fetchall()
+    finally:
+        db.close()
+
+
+def run_status(out: Path) -> list[tuple[str, str]]:
+    db = sqlite3.connect(f"file:{out / 'results.sqlite'}?mode=ro", uri=True)
+    try:
+        return db.execute("SELECT run_id, status FROM runs ORDER BY started_at").fetchall()
+    finally:
+        db.close()
+
+
+@pytest.mark.server
+def test_second_run_into_the_same_directory_is_refused(tmp_path: Path, integrity_figures) -> None:
+    exp = write_experiment(tmp_path, seconds=3)
+    out = tmp_path / "out"
+    first = start_run(str(exp), "--out", str(out))
+    try:
+        wait_for(lambda: server_records(out), "the first run's server")
+        integrity_figures.add("faults injected")
+        second = run_cli("run", str(exp), "--out", str(out))
+        integrity_figures.check_output(second.stdout + second.stderr)
+        assert second.returncode == 2, second.stderr
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("mallocbench: error:")
+        assert f"in use by another mallocbench run (PID {first.pid}" in lines[0]
+        # The same, for a --resume that would take over the run's server directory.
+        resume = run_cli("run", str(exp), "--out", str(out), "--resume")
+        assert resume.returncode == 2 and f"PID {first.pid}" in resume.stderr
+    finally:
+        stdout, stderr = first.communicate(timeout=600)
+    integrity_figures.check_output(stdout + stderr)
+    assert first.returncode == 0, stderr[-2000:]
+    cells = cells_in(out)
+    integrity_figures.add("cells lost", 2 - sum(1 for _, s, _ in cells if s == "ok"))
+    assert sorted(s for s, _, _ in cells) == ["glibc", "glibc-b"]
+    assert all(status == "ok" and qps and qps > 100 for _, status, qps in cells)
+    assert [status for _, status in run_status(out)] == ["finished"]
+
+
+@pytest.mark.server
+def test_sigkill_of_the_harness_then_resume_leaves_no_server_behind(
+    tmp_path: Path, integrity_figures
+) -> None:
+    exp = write_experiment(tmp_path, seconds=3)
+    out = tmp_path / "out"
+    harness = start_run(str(exp), "--out", str(out))
+    try:
+        records = wait_for(lambda: server_records(out), "a running server")
+        assert isinstance(records, list)
+        wait_for(lambda: any(p.name() == "sysbench" for p in processes_under(out)), "sysbench")
+        orphan_pid = int(records[0]["pid"])  # type: ignore[call-overload]
+        integrity_figures.add("faults injected")
+        harness.kill()
+        harness.communicate(timeout=30)
+
+        # sysbench dies with its harness; the server (it changed user, so no parent-death
+        # signal reaches it) is left running and recorded.
+        wait_for(
+            lambda: not any(p.name() == "sysbench" for p in processes_under(out)),
+            "sysbench to exit",
+        )
+        assert psutil.pid_exists(orphan_pid)
+        [(run_id, status)] = run_status(out)
+        assert status == "running" and run_holder(out / "results.sqlite", run_id) is None
+        listed = run_cli("runs", str(out))
+        assert "died" in listed.stdout, listed.stdout
+
+        resumed = run_cli("run", str(exp), "--out", str(out), "--resume")
+        integrity_figures.check_output(resumed.stdout + resumed.stderr)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert f"PID {orphan_pid}" in " ".join(resumed.stderr.split())  # says what it stopped
+        leftovers = processes_under(out)
+        integrity_figures.add("orphans", len(leftovers) + int(running(orphan_pid)))
+        assert not running(orphan_pid)
+        assert leftovers == []
+        assert [s for _, s in run_status(out)] == ["finished"]
+        assert sorted(s for s, st, _ in cells_in(out) if st == "ok") == ["glibc", "glibc-b"]
+    finally:
+        # A failing assertion must not leave this test's server running for the next.
+        harness.kill()
+        stop_orphans(out / "servers")
+
+
+@pytest.mark.server
+def test_sigterm_stops_like_ctrl_c_and_keeps_finished_cells(
+    tmp_path: Path, integrity_figures
+) -> None:
+    exp = write_experiment(tmp_path, repeats=2, seconds=3)
+    out = tmp_path / "out"
+    harness = start_run(str(exp), "--out", str(out))
+    wait_for(lambda: (out / "results.sqlite").exists() and cells_in(out), "the first cell")
+    integrity_figures.add("faults injected")
+    harness.send_signal(signal.SIGTERM)
+    stdout, stderr = harness.communicate(timeout=120)
+    integrity_figures.check_output(stdout + stderr)
+    assert harness.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    assert "cells kept" in stderr
+    kept = cells_in(out)
+    assert kept and all(status == "ok" for _, status, _ in kept)
+    assert [s for _, s in run_status(out)] == ["interrupted"]
+    results = json.loads((out / "results.json").read_text())
+    assert len(results["cells"]) == len(kept)  # the reports hold what the store holds
+    assert (out / "report.md").is_file()
+    leftovers = processes_under(out)
+    integrity_figures.add("orphans", len(leftovers))
+    assert leftovers == []
+
+
+def test_a_bug_mid_run_leaves_the_run_failed_not_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, integrity_figures
+) -> None:
+    experiment = experiment_mod.load(write_experiment(tmp_path))
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise ValueError("injected")
+
+    integrity_figures.add("faults injected")
+    monkeypatch.setattr(Pipeline, "_run_sessions", boom)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="injected"):
+        Pipeline(experiment, RunOptions(out_dir=out)).execute()
+    assert [s for _, s in run_status(out)] == ["failed"]
+    # The locks went with the failed run: the next run in the directory may start.
+    assert run_holder(out / "results.sqlite", run_status(out)[0][0]) is None
+    assert os.path.exists(out / ".mallocbench.lock")
