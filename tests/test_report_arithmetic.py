@@ -15,9 +15,9 @@ from mallocbench.analysis import stats
 from mallocbench.analysis.summary import (
     geomean,
     memory_rows,
-    ratio_class,
     relative_tables,
     summarize,
+    verdict_class,
 )
 from mallocbench.report import export, html, markdown, terminal
 from mallocbench.report import formatting as fmt
@@ -124,8 +124,8 @@ def test_summaries_keep_failed_repeats_out_of_the_mean() -> None:
 
 def test_markdown_and_csv_render_the_tables() -> None:
     text = markdown.render(sample_run())
-    # 2 repeats of 1000 and 3000: the base may be near zero, so the ratio is unbounded.
-    assert "| point-query range=100 | 2,000 | 1.25 unbounded: too noisy |" in text
+    # 2 repeats of 1000 and 3000: a very wide interval, but positive and bounded.
+    assert "| point-query range=100 | 2,000 | 1.25 [0.0022, 717.84] |" in text
     assert "CRASHED" in text and "| innodb | glibc | 8.00 | 3.00 | 3.00 | - | - | - |" in text
     csv_text = export.relative_csv(sample_run())
     assert "innodb,8,point-query range=100,point,je,2500.0,2000.0,1.25," in csv_text
@@ -145,7 +145,7 @@ def test_intervals_appear_with_repeats_and_mark_real_differences() -> None:
     noisy = rows["point-query range=100"]
     assert noisy.low < 1.0 < noisy.high and not noisy.significant
     assert noisy.verdict == stats.NOT_SIGNIFICANT
-    assert "* significant: the 95% interval excludes 1.0" in markdown.render(run)
+    assert "* a finding: the 95% interval excludes 1.0" in markdown.render(run)
 
 
 # ---------------------------------------------------------------- one source for every report
@@ -170,7 +170,7 @@ def test_without_min_effect_a_one_percent_change_is_significant() -> None:
     je = row.cells["je"]
     assert je.ratio == pytest.approx(1.01)
     assert je.verdict == stats.FASTER and je.significant and je.mark == "*"
-    assert je.css == "same"  # 1.01 is inside the fixed 0.95-1.05 color band
+    assert je.css == "faster"  # a finding is colored however small: min_effect sets the bar
 
 
 def test_min_effect_reports_a_small_significant_change_as_same() -> None:
@@ -183,17 +183,17 @@ def test_min_effect_reports_a_small_significant_change_as_same() -> None:
     text = markdown.render(run)
     row = next(line for line in text.splitlines() if line.startswith("| point-query"))
     assert row.endswith(" same |") and "\\*" not in row
-    assert "within ±2%: same" in text
+    assert "whole interval within ±2%" in text
     # Terminal.
     out = terminal_text(run)
-    assert "1.01 same" in out and "1.01*" not in out and "within ±2%: same" in out
+    assert "1.01 same" in out and "1.01*" not in out and "whole interval within ±2%" in out
     # HTML: not in the verdict's faster list, grey, and the legend says why.
     ctx = html.build_context(run)
     (verdict,) = ctx.verdict
-    assert not verdict.faster and "1 significant change within ±2% counted as same" in verdict.note
+    assert not verdict.faster and "no difference of at least ±2%" in verdict.note
     page = html.render_html(run)
     assert 'data-verdict="same"' in page and "<sup>*</sup>" not in page
-    assert "within ±2%: same" in page
+    assert "whole interval within ±2%" in page
     # Exports carry the verdict and the interval.
     (record,) = list(csv.DictReader(io.StringIO(export.relative_csv(run))))
     assert record["verdict"] == "same" and record["significant"] == "False"
@@ -216,19 +216,27 @@ def test_min_effect_override_beats_the_runs_own() -> None:
     assert html.build_context(run, min_effect=0.0).verdict[0].faster
 
 
-def test_colors_follow_min_effect() -> None:
-    # Fixed thresholds without min_effect ...
-    assert ratio_class(0.97) == "same" and ratio_class(1.03) == "same"
-    assert ratio_class(0.95) == "slower" and ratio_class(1.05) == "faster"
-    # ... and 1 ± min_effect with it, matching where classify stops saying "same".
-    assert ratio_class(0.97, 0.02) == "slower" and ratio_class(1.03, 0.02) == "faster"
-    assert ratio_class(0.985, 0.02) == "same" and ratio_class(0.98, 0.02) == "slower"
-    assert ratio_class(1.07, 0.10) == "same"
+def test_colors_follow_the_verdict_not_the_value() -> None:
+    assert verdict_class(stats.FASTER) == "faster" and verdict_class(stats.SLOWER) == "slower"
+    assert verdict_class(stats.SAME) == "same"
+    for unsupported in (stats.NOT_SIGNIFICANT, stats.INCONCLUSIVE, stats.NO_INTERVAL):
+        assert verdict_class(unsupported) == "none"
     run = tight_run(970, min_effect=0.02)
     assert relative_tables(run)[0].rows[0].cells["je"].css == "slower"
-    assert relative_tables(tight_run(970))[0].rows[0].cells["je"].css == "same"
-    page = html.render_html(run)
-    assert "&le; 0.98 slower" in page and "&ge; 1.02 faster" in page
+    assert relative_tables(tight_run(970))[0].rows[0].cells["je"].css == "slower"
+    # A ratio far from 1.0 without an interval (one repeat) is never colored.
+    lone = RunResult("r", "t", "glibc", setups=[SetupInfo("glibc", "glibc"), SetupInfo("je", "x")])
+    lone.cells = [cell("glibc", "point-query range=100", 1000, 0)]
+    lone.cells += [cell("je", "point-query range=100", 1910, 0)]
+    one = relative_tables(lone)[0].rows[0].cells["je"]
+    assert one.ratio == pytest.approx(1.91) and one.verdict == stats.NO_INTERVAL
+    assert one.css == "none" and one.mark == ""
+    page = html.render_html(lone)
+    assert '<td class="r none' in page and '<td class="r faster' not in page
+    assert "Exploratory run" in page and "Exploratory run" in markdown.render(lone)
+    assert "Exploratory run" in terminal_text(lone)
+    legend = html.render_html(run)
+    assert "slower*" in legend and "not significant / inconclusive / no interval" in legend
 
 
 def test_bad_min_effect_in_metadata_is_one_clear_error() -> None:
@@ -453,9 +461,10 @@ def test_summary_csv_has_mean_interval_and_per_op_costs() -> None:
     je = next(r for r in rows if r["setup"] == "je" and r["step"].startswith("point-query"))
     # glibc: 1000 and 3000 -> mean 2000, sd 1414.2, t(0.975, 1) = 12.706
     assert float(glibc["mean"]) == pytest.approx(2000)
-    half = 12.7062 * 1414.2136 / math.sqrt(2)
-    assert float(glibc["low"]) == pytest.approx(2000 - half, rel=1e-4)
-    assert float(glibc["high"]) == pytest.approx(2000 + half, rel=1e-4)
+    # On the log scale: bounds 2000 * exp(-+t * se / mean), se = 1414.2 / sqrt(2).
+    spread = math.exp(12.7062 * (1414.2136 / math.sqrt(2)) / 2000)
+    assert float(glibc["low"]) == pytest.approx(2000 / spread, rel=1e-4)
+    assert float(glibc["high"]) == pytest.approx(2000 * spread, rel=1e-4)
     assert glibc["repeats"] == "2" and glibc["unit"] == "QPS"
     # je: 2500 twice -> no spread, the interval collapses onto the mean
     assert float(je["low"]) == float(je["high"]) == pytest.approx(2500)

@@ -11,12 +11,17 @@ from mallocbench.analysis import stats
 
 
 def test_mean_ci_matches_hand_computation() -> None:
-    # mean 2, sd 1, t(0.975, 2) = 4.302653
+    # mean 2, sd 1, se 1/sqrt(3), t(0.975, 2) = 4.302653; positive values: log scale,
+    # where the symmetric interval would have reached -0.48.
     m, low, high = stats.mean_ci([1, 2, 3])
-    half = 4.302653 / math.sqrt(3)
+    spread = math.exp(4.302653 * (1 / math.sqrt(3)) / 2)
     assert m == pytest.approx(2.0)
-    assert low == pytest.approx(2 - half, rel=1e-5)
-    assert high == pytest.approx(2 + half, rel=1e-5)
+    assert low == pytest.approx(2 / spread, rel=1e-5)
+    assert high == pytest.approx(2 * spread, rel=1e-5)
+    # Values that are not all positive keep the symmetric interval.
+    m, low, high = stats.mean_ci([-1, 2, 5])
+    half = 4.302653 * 3 / math.sqrt(3)
+    assert low == pytest.approx(2 - half, rel=1e-5) and high == pytest.approx(2 + half, rel=1e-5)
 
 
 def test_mean_ci_degenerate_inputs() -> None:
@@ -63,10 +68,14 @@ def test_ratio_significance() -> None:
     assert "*" in clear.text() and "*" not in noisy.text()
 
 
-def test_ratio_ci_unbounded_when_denominator_may_be_zero() -> None:
-    r, low, high = stats.ratio_ci([10, 11, 12], [1, -1, 0.5])
-    assert math.isinf(low) and math.isinf(high)
+def test_ratio_ci_stays_positive_and_finite_with_two_noisy_repeats() -> None:
+    # Fieller's interval gave [-inf, inf] here; on the log scale it is wide but bounded.
+    r, low, high = stats.ratio_ci([10, 30], [5, 50])
+    assert 0 < low < r < high < math.inf
     assert not stats.significant(low, high)
+    m, mlow, mhigh = stats.mean_ci([10, 1000])
+    assert 0 < mlow < m < mhigh < math.inf  # a throughput interval never goes below zero
+    assert math.isnan(stats.ratio_ci([1.0, 2.0], [0.0, 0.0])[1])
 
 
 def test_ratio_ci_single_values_and_missing() -> None:
@@ -108,10 +117,15 @@ def test_classify_words() -> None:
     assert stats.classify(1.02, 0.97, 1.07) == stats.NOT_SIGNIFICANT
     assert stats.classify(1.10, nan, nan) == stats.NO_INTERVAL
     assert stats.classify(None, nan, nan) == stats.NO_INTERVAL
-    # Significant but smaller than the effect that matters: "same".
+    # "same" only when the whole interval lies within the minimum effect ...
     assert stats.classify(1.01, 1.005, 1.015, min_effect=0.02) == stats.SAME
-    assert stats.classify(0.99, nan, nan, min_effect=0.02) == stats.SAME
-    # At or beyond min_effect, significance decides again.
+    # ... never without an interval, however close the ratio is to 1.0 ...
+    assert stats.classify(0.99, nan, nan, min_effect=0.02) == stats.NO_INTERVAL
+    # ... and not when it reaches past it: the jemalloc 1.03 [0.96, 1.10] at 3%.
+    assert stats.classify(1.03, 0.96, 1.10, min_effect=0.03) == stats.NOT_SIGNIFICANT
+    # Real (excludes 1.0) but perhaps below the minimum effect: inconclusive, no finding.
+    assert stats.classify(1.01, 1.002, 1.03, min_effect=0.02) == stats.INCONCLUSIVE
+    # At or beyond min_effect, significance decides.
     assert stats.classify(1.03, 1.01, 1.05, min_effect=0.02) == stats.FASTER
     assert stats.classify(1.03, 0.98, 1.08, min_effect=0.02) == stats.NOT_SIGNIFICANT
     assert stats.Relative(0.9, 0.85, 0.95).verdict(0.2) == stats.SAME

@@ -130,8 +130,8 @@ def test_report_min_effect_option(out_dir: Path, tmp_path: Path) -> None:
     out = runner.invoke(main, ["report", str(out_dir), "--out", str(written), "--min-effect",
                                "0.05", "--format", "markdown"])  # fmt: skip
     assert out.exit_code == 0, out.output
-    assert "within ±5%: same" in (written / "report.md").read_text()
-    assert "within ±5%: same" in (written / "report.html").read_text()
+    assert "whole interval within ±5%" in (written / "report.md").read_text()
+    assert "whole interval within ±5%" in (written / "report.html").read_text()
     out = runner.invoke(main, ["report", str(out_dir), "--min-effect", "five"])
     assert out.exit_code == 2
     assert out.stderr.startswith("mallocbench: error: --min-effect = 'five' is not a fraction")

@@ -1,10 +1,11 @@
 """Small statistics shared by every report: means with intervals, ratios, geometric means.
 
-Repeats are few (3-10) and machines are noisy, so intervals use Student's t rather than
-the normal approximation. A relative value ("setup B runs at 0.82x of base A") comes with
-Fieller's interval for the ratio of two independent means: unlike the delta method it
-stays correct when the denominator is noisy, and it is asymmetric where it should be.
-A ratio is *significant* when its interval excludes 1.0.
+Repeats are few (3-10) and machines are noisy, so intervals use Student's t (Welch's
+degrees of freedom) rather than the normal approximation. Throughput, ops/s and memory
+are positive quantities, so their intervals are built on the log scale: a mean or a
+ratio of means gets bounds m * exp(+-t * relative standard error), which are never
+negative and never infinite, and are asymmetric where they should be (a ratio of 0.5x
+is as far from 1 as 2x). A ratio is *significant* when its interval excludes 1.0.
 """
 
 from __future__ import annotations
@@ -42,12 +43,24 @@ def stdev(values: Sequence[float | int | None]) -> float:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
+def _log_interval(
+    m: float, relative_se: float, df: float, confidence: float
+) -> tuple[float, float]:
+    """Bounds m * exp(-+t * se) of a positive estimate whose log has standard error se."""
+    t = t_quantile(confidence, df)
+    return (m * math.exp(-t * relative_se), m * math.exp(t * relative_se))
+
+
 def mean_ci(
     values: Sequence[float | int | None], confidence: float = 0.95
 ) -> tuple[float, float, float]:
     """(mean, low, high): the mean with its Student's t confidence interval.
 
-    With one value the bounds are nan (no spread is known); with none, all are nan.
+    For positive values (every quantity mallocbench measures) the interval is taken on
+    the log scale (the delta method for log of the mean), so it never reaches below zero
+    however few and noisy the repeats; values that are not all positive get the plain
+    symmetric interval. With one value the bounds are nan (no spread is known); with
+    none, all are nan.
     """
     xs = _clean(values)
     if not xs:
@@ -55,7 +68,12 @@ def mean_ci(
     m = sum(xs) / len(xs)
     if len(xs) < 2:
         return (m, math.nan, math.nan)
-    half = t_quantile(confidence, len(xs) - 1) * stdev(xs) / math.sqrt(len(xs))
+    se = stdev(xs) / math.sqrt(len(xs))
+    if se == 0:
+        return (m, m, m)
+    if min(xs) > 0:
+        return (m, *_log_interval(m, se / m, len(xs) - 1, confidence))
+    half = t_quantile(confidence, len(xs) - 1) * se
     return (m, m - half, m + half)
 
 
@@ -64,12 +82,14 @@ def ratio_ci(
     b_values: Sequence[float | int | None],
     confidence: float = 0.95,
 ) -> tuple[float, float, float]:
-    """(ratio, low, high) for mean(a) / mean(b), with Fieller's interval.
+    """(ratio, low, high) for mean(a) / mean(b) of positive samples, on the log scale.
 
-    The samples are treated as independent with unequal variances; the degrees of
-    freedom are Welch-Satterthwaite's for mean(a) - ratio * mean(b). When the
-    denominator's own interval reaches zero the ratio is unbounded and the bounds are
-    -inf/inf (not significant). Fewer than two values on either side gives nan bounds.
+    log(mean a / mean b) has variance about cv_a^2/n_a + cv_b^2/n_b (the delta method;
+    cv = relative standard deviation); the degrees of freedom are Welch-Satterthwaite's.
+    The samples are treated as independent. Unlike Fieller's interval, which it replaces,
+    the bounds stay positive and finite with two noisy repeats, where Fieller's gave
+    [-inf, inf] or a negative throughput ratio. Fewer than two values on either side, or
+    a mean that is not positive, gives nan bounds.
     """
     a, b = _clean(a_values), _clean(b_values)
     if not a or not b:
@@ -78,25 +98,14 @@ def ratio_ci(
     if mb == 0:
         return (math.nan, math.nan, math.nan)
     r = ma / mb
-    if len(a) < 2 or len(b) < 2:
+    if len(a) < 2 or len(b) < 2 or ma <= 0 or mb <= 0:
         return (r, math.nan, math.nan)
-    va = stdev(a) ** 2 / len(a)  # variance of each mean
-    vb = stdev(b) ** 2 / len(b)
-    if va == 0 and vb == 0:
+    ca = (stdev(a) / ma) ** 2 / len(a)  # squared relative standard error of each mean
+    cb = (stdev(b) / mb) ** 2 / len(b)
+    if ca == 0 and cb == 0:
         return (r, r, r)
-    pooled = va + r * r * vb
-    df_terms = va * va / (len(a) - 1) + (r * r * vb) ** 2 / (len(b) - 1)
-    df = pooled * pooled / df_terms if df_terms > 0 else float(len(a) + len(b) - 2)
-    t = t_quantile(confidence, df)
-    # Solve (ma - x*mb)^2 = t^2 (va + x^2 vb) for x.
-    qa = mb * mb - t * t * vb
-    if qa <= 0:
-        return (r, -math.inf, math.inf)
-    qb = -2 * ma * mb
-    qc = ma * ma - t * t * va
-    disc = qb * qb - 4 * qa * qc
-    root = math.sqrt(max(disc, 0.0))
-    return (r, (-qb - root) / (2 * qa), (-qb + root) / (2 * qa))
+    df = (ca + cb) ** 2 / (ca * ca / (len(a) - 1) + cb * cb / (len(b) - 1))
+    return (r, *_log_interval(r, math.sqrt(ca + cb), df, confidence))
 
 
 def significant(low: float, high: float, null: float = 1.0) -> bool:
@@ -106,30 +115,37 @@ def significant(low: float, high: float, null: float = 1.0) -> bool:
     return high < null or low > null
 
 
-# What a relative value says, in the words every report uses.
+# What a relative value says, in the words every report uses. Only FASTER and SLOWER are
+# findings: reports color, mark and list nothing else.
 FASTER = "faster"
 SLOWER = "slower"
 SAME = "same"
+INCONCLUSIVE = "inconclusive"
 NOT_SIGNIFICANT = "not significant"
 NO_INTERVAL = "no interval"
+FINDINGS = (FASTER, SLOWER)
 
 
 def classify(ratio: float | None, low: float, high: float, min_effect: float = 0.0) -> str:
-    """One word for a ratio against 1.0: faster, slower, same, not significant, no interval.
+    """One word for a ratio against 1.0, from its interval and the minimum effect.
 
-    `min_effect` is the smallest change worth reporting (0.02 = 2%). A ratio closer to 1.0
-    than that is "same" even when its interval excludes 1.0: with enough repeats every
-    tiny drift becomes significant, and a DBA does not switch allocators for 0.5%.
-    Otherwise a ratio is faster or slower only when its interval excludes 1.0.
+    - faster / slower: the interval excludes 1.0 and the ratio is at least `min_effect`
+      away from it (0.02 = 2%): a real change big enough to matter;
+    - same: the whole interval lies within 1 +- min_effect, an equivalence test (two
+      one-sided tests at the interval's confidence), so "same" is shown, not assumed;
+    - inconclusive: the interval excludes 1.0, but the change is smaller than
+      min_effect and the interval reaches past it: real, of unknown importance;
+    - not significant: the interval includes 1.0 and reaches past min_effect;
+    - no interval: one repeat, or nothing measured. Never a finding, whatever the ratio.
     """
-    if ratio is None or math.isnan(ratio):
+    if ratio is None or math.isnan(ratio) or math.isnan(low) or math.isnan(high):
         return NO_INTERVAL
-    if min_effect > 0 and abs(ratio - 1.0) < min_effect:
+    if min_effect > 0 and 1.0 - min_effect <= low and high <= 1.0 + min_effect:
         return SAME
-    if math.isnan(low) or math.isnan(high):
-        return NO_INTERVAL
     if significant(low, high):
-        return FASTER if ratio > 1.0 else SLOWER
+        if abs(ratio - 1.0) >= min_effect:
+            return FASTER if ratio > 1.0 else SLOWER
+        return INCONCLUSIVE
     return NOT_SIGNIFICANT
 
 
@@ -198,6 +214,8 @@ def relative(
 
 __all__ = [
     "FASTER",
+    "FINDINGS",
+    "INCONCLUSIVE",
     "NOT_SIGNIFICANT",
     "NO_INTERVAL",
     "SAME",

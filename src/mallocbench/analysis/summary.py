@@ -2,7 +2,7 @@
 
 Relative QPS = QPS(setup) / QPS(base) for the same engine, step and threads, using the
 mean over repeats of the cells that measured (crashed or failed cells count as missing),
-with Fieller's 95% interval from `analysis.stats`. Terminal, Markdown, HTML, the CSV/JSON
+with a log-scale 95% interval from `analysis.stats`. Terminal, Markdown, HTML, the CSV/JSON
 exports and `compare` all print the `RatioTable`s built here, so they cannot disagree on
 a value, its interval or its verdict.
 
@@ -28,10 +28,6 @@ from mallocbench.units import parse_fraction
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
 
 QPS = "QPS"
-# The thresholds of the published tables, used when a run sets no min_effect: within 5%
-# is noise on most machines.
-SLOWER_AT = 0.95
-FASTER_AT = 1.05
 # The same bound the experiment file enforces: a "same" band wider than ±50% hides
 # everything.
 MIN_EFFECT_UPPER = 0.5
@@ -143,37 +139,24 @@ def percent(min_effect: float) -> str:
     return f"{min_effect * 100:g}%"
 
 
-def thresholds(min_effect: float = 0.0) -> tuple[float, float]:
-    """(slower at or below, faster at or above) for coloring a ratio."""
-    if min_effect > 0:
-        return (1.0 - min_effect, 1.0 + min_effect)
-    return (SLOWER_AT, FASTER_AT)
-
-
-def ratio_class(value: float | None, min_effect: float = 0.0) -> str:
-    """The color of a ratio: slower, same, faster, or none when there is no value."""
-    if value is None or math.isnan(value):
-        return "none"
-    slower_at, faster_at = thresholds(min_effect)
-    if value <= slower_at:
-        return "slower"
-    if value >= faster_at:
-        return "faster"
-    return "same"
+def verdict_class(verdict: str) -> str:
+    """The color of a verdict. Only findings (faster, slower) are colored; "same" gets a
+    neutral grey because it too is a claim the interval supports; everything else none."""
+    return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.SAME: "same"}.get(verdict, "none")
 
 
 def color_rule(min_effect: float = 0.0) -> str:
-    """How the reports color ratios, in words: "red <= 0.95, green >= 1.05"."""
-    slower_at, faster_at = thresholds(min_effect)
-    text = f"red <= {slower_at:.2f}, green >= {faster_at:.2f}"
+    """How the reports color ratios, in words."""
+    band = f" and the change is at least {percent(min_effect)}" if min_effect > 0 else ""
+    text = f"green faster / red slower: the 95% interval excludes 1.0{band}"
     if min_effect > 0:
-        text += f"; within ±{percent(min_effect)}: same"
-    return text
+        text += f"; grey same: the whole interval within ±{percent(min_effect)}"
+    return text + "; no color: not significant, inconclusive or no interval (not a finding)"
 
 
 def significance_rule(min_effect: float = 0.0) -> str:
     """What "*" means, in words."""
-    text = "* significant: the 95% interval excludes 1.0"
+    text = "* a finding: the 95% interval excludes 1.0"
     if min_effect > 0:
         text += f" and the change is at least {percent(min_effect)}"
     return text
@@ -189,7 +172,8 @@ def _nan(x: float | None) -> bool:
 def _bound(x: float) -> str:
     if math.isinf(x):
         return "inf" if x > 0 else "-inf"
-    return f"{x:.2f}"
+    # A bound of 0.0017 printed as 0.00 would read as zero; log-scale bounds never are.
+    return f"{x:.2g}" if 0 < x < 0.01 else f"{x:.2f}"
 
 
 @dataclass
@@ -220,7 +204,7 @@ class RatioCell:
 
     @property
     def same(self) -> bool:
-        """Within min_effect of 1.0: reported as no change whatever its interval says."""
+        """The whole interval within min_effect of 1.0: shown to be no change."""
         return self.verdict == stats.SAME
 
     @property
@@ -237,7 +221,7 @@ class RatioCell:
 
     @property
     def css(self) -> str:
-        return "problem" if self.problem else ratio_class(self.ratio, self.min_effect)
+        return "problem" if self.problem else verdict_class(self.verdict)
 
     @property
     def text(self) -> str:
@@ -250,10 +234,7 @@ class RatioCell:
         if self.problem or self.ratio is None:
             return ""
         if self.has_interval:
-            if math.isinf(self.high):
-                return "unbounded: too noisy"
-            # Throughput ratios cannot be negative; Fieller's bound can, with noisy bases.
-            return f"[{_bound(max(self.low, 0.0))}, {_bound(self.high)}]"
+            return f"[{_bound(self.low)}, {_bound(self.high)}]"
         if min(self.repeats) <= 1:
             return "1 repeat: no interval"
         return "no interval"
@@ -278,7 +259,9 @@ class RatioCell:
             parts.append(self.interval_text)
         parts.append(f"verdict: {self.verdict}")
         if self.same:
-            parts[-1] += f" (within ±{percent(self.min_effect)})"
+            parts[-1] += f" (the whole interval within ±{percent(self.min_effect)})"
+        elif self.verdict == stats.INCONCLUSIVE:
+            parts[-1] += f" (excludes 1.0 but may be smaller than ±{percent(self.min_effect)})"
         parts.append(f"repeats {self.repeats[0]} / {self.repeats[1]}")
         return "; ".join(parts)
 
@@ -608,3 +591,22 @@ def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+def exploratory_note(result: RunResult) -> str | None:
+    """The line every report puts first when the run cannot support any finding.
+
+    One measurement per cell gives no interval, and without one a 1.9x can be noise (a
+    5 s cell on a busy machine varies that much); so such a run is exploratory, and its
+    ratios are shown but never colored, marked or listed as faster or slower.
+    """
+    counts: dict[tuple[str, str, str, int], int] = defaultdict(int)
+    for cell in result.cells:
+        if cell.status == STATUS_OK:
+            counts[(cell.setup, cell.engine, cell.step, cell.threads)] += 1
+    if not counts or max(counts.values()) >= 2:
+        return None
+    return (
+        "Exploratory run: every cell was measured once, so no difference below has an "
+        "interval and none is a finding. For a verdict, run with repeats >= 3 or --target-ci."
+    )

@@ -1,7 +1,7 @@
 """`mallocbench compare RUN_A RUN_B`: the same relative tables, between two runs.
 
 For tracking a regression across builds or versions: cells are matched by engine, step,
-threads and setup, and each value is QPS(B) / QPS(A) with Fieller's 95% interval over
+threads and setup, and each value is QPS(B) / QPS(A) with a log-scale 95% interval over
 the repeats of both runs. The base setup plays no part; every setup is compared with
 itself. The cells, intervals and verdicts are `analysis.summary`'s, as in every report;
 a change within min_effect (--min-effect, else run B's, else run A's) is "same".
@@ -38,7 +38,7 @@ from mallocbench.report import formatting as fmt
 from mallocbench.report import markdown
 from mallocbench.report.export import interval_record, location_record, records_csv
 from mallocbench.report.html import VerdictRow, render_compare_html, verdict_for
-from mallocbench.report.terminal import color_ratio, ratio_text
+from mallocbench.report.terminal import geomean_text, ratio_text
 from mallocbench.results import RunResult
 from mallocbench.store.loading import load_result
 from mallocbench.workloads.catalogue import group_of, label_order
@@ -225,7 +225,7 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
                 table.add_row("  " + row.step, *values)
             gm = []
             for column in t.columns:
-                gm += [color_ratio(geomeans[column], t.min_effect), ""][:width]
+                gm += [geomean_text(geomeans[column]), ""][:width]
             table.add_row(f"  [italic]geomean {group}[/]", *gm, end_section=True)
         console.print(table)
     if cmp.memory:

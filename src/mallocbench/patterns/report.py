@@ -1,7 +1,7 @@
 """Summaries and exports of a pattern run: terminal table, Markdown, CSV, JSON.
 
 Per case x threads x setup: mean ops/s with its 95% interval, ops/s and peak RSS relative
-to the case's base setup with Fieller intervals (significant when the interval excludes
+to the case's base setup with log-scale intervals (significant when the interval excludes
 1.0, marked *), and RSS per live byte.
 """
 
@@ -145,8 +145,21 @@ def _mib(x: float) -> str:
 def _ops(row: SummaryRow) -> str:
     text = _num(row.ops_per_sec)
     if not math.isnan(row.ops_per_sec_high) and row.ops_per_sec > 0:
-        text += f" ±{(row.ops_per_sec_high - row.ops_per_sec) / row.ops_per_sec * 100:.0f}%"
+        # Half the (asymmetric, log-scale) interval's width, relative to the mean.
+        spread = (row.ops_per_sec_high - row.ops_per_sec_low) / 2 / row.ops_per_sec
+        text += f" ±{spread * 100:.0f}%"
     return text
+
+
+def exploratory_note(rows: list[SummaryRow]) -> str | None:
+    """First line of the report when no comparison has an interval (one repeat)."""
+    compared = [r for r in rows if r.setup != r.base]
+    if compared and all(math.isnan(r.rel_ops_low) for r in compared):
+        return (
+            "Exploratory run: one repeat, so no difference below has an interval and none "
+            "is a finding. For a verdict, run with --repeats 3 or more."
+        )
+    return None
 
 
 def _rel(row: SummaryRow, value: stats.Relative, suffix: str = "") -> str:
@@ -196,6 +209,9 @@ def print_table(rows: list[SummaryRow], title: str, console: Console | None = No
         # piped or captured output has no width to respect: do not squeeze the tables
         console.width = max(console.width, 160)
     console.print(f"[bold]{title}[/]")
+    exploratory = exploratory_note(rows)
+    if exploratory:
+        console.print(f"[bold yellow]{exploratory}[/]")
     groups: dict[tuple[str, int], list[SummaryRow]] = {}
     for row in rows:
         groups.setdefault((row.case, row.threads), []).append(row)
@@ -223,7 +239,8 @@ TERMINAL_COLUMNS = ("setup",) + COLUMNS[3:]
 
 
 LEGEND = (
-    "vs base: mean / base mean with a 95% Fieller interval; * = significant (the interval "
+    "vs base: mean / base mean with a 95% interval (log scale: never below zero); "
+    "* and color = significant (the interval "
     "excludes 1.00). RSS/live = final RSS / live bytes requested; peak RSS/live = peak RSS "
     "(VmHWM) / peak live bytes; (peak): compared on peak RSS/live because nothing stays live."
 )
@@ -238,6 +255,7 @@ def markdown(run: dict[str, Any], rows: list[SummaryRow]) -> str:
         f"kernel {meta.get('kernel', '?')}, glibc {meta.get('glibc', '?')}); "
         f"{run['model']['repeats']} repeats, interleaved.",
         "",
+        *([f"> **{note}**", ""] if (note := exploratory_note(rows)) else []),
         "| setup | allocator | version | knobs | options |",
         "| --- | --- | --- | --- | --- |",
     ]

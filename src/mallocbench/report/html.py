@@ -6,7 +6,7 @@ plain Plotly figure dicts and drawn by the page; a `data-charts-rendered` attrib
 <body> tells tests (and anyone curious) that every chart was drawn.
 
 The relative tables are `analysis.summary.relative_tables`, the ones every other report
-prints: a relative value is the ratio of two means over repeats with Fieller's 95%
+prints: a relative value is the ratio of two means over repeats with a log-scale 95%
 interval, and its verdict (faster, slower, same within the run's min_effect, not
 significant) is `analysis.stats.classify`'s. One repeat gives no interval and the page
 says so instead of inventing one.
@@ -36,17 +36,16 @@ from mallocbench.analysis.summary import (
     RatioTable,
     adaptive_lines,
     color_rule,
+    exploratory_note,
     has_accounting,
     memory_rows,
     min_effect_of,
     percent,
-    ratio_class,
     relative_tables,
     setup_order,
     significance_rule,
     slug,
     summarize,
-    thresholds,
     unit_note,
     vsz_note,
 )
@@ -90,10 +89,10 @@ class VerdictRow:
 
 
 def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRow:
-    """Summarize one column (setup) of an engine's tables: geomeans and significant cells.
+    """Summarize one column (setup) of an engine's tables: geomeans and findings.
 
-    Only cells `stats.classify` calls faster or slower are listed; with a min_effect,
-    smaller changes count as the same however narrow their interval.
+    Only cells `stats.classify` calls faster or slower are listed; geomeans have no
+    interval and are shown uncolored.
     """
     engine_tables = [t for t in tables if t.engine == engine and column in t.columns]
     min_effect = max((t.min_effect for t in engine_tables), default=0.0)
@@ -131,19 +130,22 @@ def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRo
             if cell.significant and cell.ratio is not None:
                 text = f"{where} {cell.ratio:.2f}x {cell.interval_text}"
                 (faster if cell.verdict == stats.FASTER else slower).append(text)
-            elif cell.same and stats.significant(cell.low, cell.high):
+            elif cell.verdict == stats.INCONCLUSIVE:
                 within += 1
-    band = f" beyond ±{percent(min_effect)}" if min_effect > 0 else ""
+    band = f" of at least ±{percent(min_effect)}" if min_effect > 0 else ""
     notes = []
     if any_interval:
         if not (faster or slower):
-            notes.append(f"no significant difference{band}")
+            notes.append(f"no difference{band} the statistics support")
+        elif min_effect > 0:
+            notes.append(
+                f"listed: 95% interval excludes 1.0, change at least ±{percent(min_effect)}"
+            )
     else:
-        notes.append("1 repeat: no interval, so no significance can be claimed")
+        notes.append("1 repeat: no interval, so no difference can be claimed")
     if within:
         notes.append(
-            f"{within} significant change{'s' if within != 1 else ''} within "
-            f"±{percent(min_effect)} counted as same"
+            f"{within} inconclusive: real but possibly smaller than ±{percent(min_effect)}"
         )
     return VerdictRow(
         engine, column, geomeans, details, None, "", faster, slower, problems, "; ".join(notes)
@@ -275,8 +277,8 @@ def relative_chart(table: RatioTable, colors: dict[str, str]) -> Chart:
     for setup in table.columns:
         cells = [r.cells[setup] for r in ordered]
         ys = [c.ratio for c in cells]
-        # Fieller's interval can be unbounded or reach below zero with few noisy repeats;
-        # such whiskers are drawn to the chart's edge rather than stretching its axis.
+        # With few noisy repeats an interval can reach far above the bars; such whiskers
+        # are drawn to the chart's edge rather than stretching its axis.
         up = [min(c.high, top) - c.ratio if c.has_interval and c.ratio else None for c in cells]
         down = [c.ratio - max(c.low, 0) if c.has_interval and c.ratio else None for c in cells]
         trace: dict[str, Any] = {
@@ -748,9 +750,8 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["ratio"] = fmt.ratio
-    env.filters["ratio_class"] = ratio_class
     env.filters["qps"] = fmt.qps
-    env.globals["thresholds"] = thresholds
+    env.globals["color_rule"] = color_rule
     env.globals["percent"] = percent
     env.globals["significance_rule"] = significance_rule
     return env
@@ -834,6 +835,7 @@ class ReportContext:
     accounting: bool = False  # any memory row has the server's account of its RSS
     vsz_note: str | None = None
     unit_note: str = ""
+    exploratory: str | None = None  # why nothing on the page is a finding, when so
 
     @property
     def color_rule(self) -> str:
@@ -877,6 +879,7 @@ def build_context(result: RunResult, min_effect: float | None = None) -> ReportC
         accounting=has_accounting(rows),
         vsz_note=vsz_note(rows),
         unit_note=unit_note(tables),
+        exploratory=exploratory_note(result),
     )
 
 

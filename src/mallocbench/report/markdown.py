@@ -8,6 +8,7 @@ from mallocbench.analysis.summary import (
     RatioCell,
     adaptive_lines,
     color_rule,
+    exploratory_note,
     has_accounting,
     memory_rows,
     relative_tables,
@@ -53,6 +54,9 @@ def render(result: RunResult) -> str:
     facts = _run_facts(meta)
     out.append(f"Run `{result.run_id}`." + (f" {facts}" if facts else ""))
     out.append("")
+    exploratory = exploratory_note(result)
+    if exploratory:
+        out += [f"> **{exploratory}**", ""]
     out += _table(
         ["setup", "allocator", "version", "knobs", "config", "CPUs", "THP"],
         [

@@ -14,9 +14,9 @@ from mallocbench.analysis.summary import (
     RatioCell,
     adaptive_lines,
     color_rule,
+    exploratory_note,
     has_accounting,
     memory_rows,
-    ratio_class,
     relative_tables,
     significance_rule,
     unit_note,
@@ -58,8 +58,9 @@ def colored(text: str, css: str) -> str:
     return f"[{color}]{text}[/]" if color else text
 
 
-def color_ratio(value: float | None, min_effect: float = 0.0) -> str:
-    return colored(fmt.ratio(value), ratio_class(value, min_effect))
+def geomean_text(value: float | None) -> str:
+    """A geomean has no interval: dim, never colored as a finding."""
+    return f"[dim]{fmt.ratio(value)}[/]"
 
 
 def ratio_text(cell: RatioCell) -> str:
@@ -70,6 +71,9 @@ def ratio_text(cell: RatioCell) -> str:
 def print_run(result: RunResult, console: Console | None = None) -> None:
     """The relative-QPS tables and the peak-memory table, colored like the HTML report."""
     console = console or Console()
+    exploratory = exploratory_note(result)
+    if exploratory:
+        console.print(f"[bold yellow]{exploratory}[/]")
     tables = relative_tables(result)
     for rel in tables:
         caption = "QPS(setup)/QPS(base): " + color_rule(rel.min_effect)
@@ -94,7 +98,7 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
             table.add_row(
                 f"  [italic]geomean {group}[/]",
                 "",
-                *[color_ratio(geomeans[s], rel.min_effect) for s in rel.columns],
+                *[geomean_text(geomeans[s]) for s in rel.columns],
                 end_section=True,
             )
         console.print(table)
