@@ -501,3 +501,18 @@ def test_small_servers_get_their_memory_in_mib() -> None:
     assert "| peak VSZ (GiB) | peak RSS (MiB) |" in text
     assert "| innodb | glibc | 8.00 | 200 | 0.20 | 150 | 50 |" in text
     assert fmt.memory_unit([None, 2 * GIB]) == "GiB" and fmt.size(-3 * MIB, "MiB") == "-3"
+
+
+def test_unstable_cells_are_marked_and_named_in_every_report() -> None:
+    run = tight_run(1200)
+    shifted = run.cells[1]  # je, repeat 0
+    shifted.stability = {"stable": False, "reason": "level shift of 8% after 6 s"}
+    shifted.warmup_s, shifted.warmup_steady = 30.0, False
+    je = relative_tables(run)[0].rows[0].cells["je"]
+    assert je.unstable and je.text.endswith("~") and "unstable" in je.title
+    # Stable cells stay unmarked.
+    assert not relative_tables(tight_run(1200))[0].rows[0].cells["je"].unstable
+    for text in (markdown.render(run), terminal_text(run), html.render_html(run)):
+        assert "1.20~" in text
+        assert "1 cell(s) unstable" in text and "level shift of 8% after 6 s" in text
+        assert "1 cell(s) reached durations.max_warmup still trending" in text

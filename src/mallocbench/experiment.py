@@ -18,10 +18,12 @@ import psutil
 
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
+from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.errors import MallocbenchError
 from mallocbench.report.formatting import gb
 from mallocbench.servers import engines
+from mallocbench.servers.cgroup import capping_problem
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config, check_knob
 from mallocbench.units import parse_fraction, parse_size
@@ -44,6 +46,10 @@ BYTES_PER_ROW = 280
 # A datadir holds more than the tables: the 256 MiB redo log the innodb engine sets, the
 # system tablespace and the mysql schema (273 MiB measured with 1,000 rows).
 DATADIR_OVERHEAD_BYTES = 320 << 20
+# The smallest memory cap a setup may have. MariaDB 10.11 with a 32 MiB cache peaks at
+# 109 MiB while starting (InnoDB; MyRocks 76 MiB): under this the server is killed before
+# the first cell, which measures nothing about the allocator.
+MIN_MEMORY_LIMIT = 128 << 20
 
 
 @dataclass
@@ -58,6 +64,8 @@ class Setup:
     basedir: str | None = None
     cpus: str | None = None
     thp: str | None = None  # transparent huge pages for this setup's server, if set
+    # The cap on the memory cgroup the server runs in (None: no cgroup of its own).
+    memory_limit_bytes: int | None = None
     description: str = ""
 
 
@@ -78,7 +86,10 @@ class Experiment:
     steps: list[Step]
     threads: list[int]
     dataset: Dataset
+    # Warming runs until the throughput is steady (analysis.steady), at least warmup_s
+    # and at most max_warmup_s; warmup_s = 0 turns warming off.
     warmup_s: float = 2.0
+    max_warmup_s: float = DEFAULT_MAX_WARMUP_S
     duration_s: float = 10.0
     repeats: int = 1
     min_effect: float = 0.0  # relative changes smaller than this are reported as "same"
@@ -273,6 +284,38 @@ def _check_memory(dataset: Dataset) -> None:
         )
 
 
+def _memory_limit(value: object, key: str) -> int | None:
+    """A setup's memory cap in bytes; None when not given."""
+    if value is None:
+        return None
+    limit = parse_size(value, key)
+    if limit < MIN_MEMORY_LIMIT:
+        raise MallocbenchError(
+            f"{key} = {value!r} is below {MIN_MEMORY_LIMIT >> 20} MiB, the smallest cap: the "
+            f"server needs about 110 MiB just to start; give at least {MIN_MEMORY_LIMIT >> 20}M"
+        )
+    ram = psutil.virtual_memory().total
+    if limit > ram:
+        raise MallocbenchError(
+            f"{key} = {value!r} is more than this machine's {gb(ram)} GiB of RAM, so it could "
+            f"never act: give at most {ram >> 20}M, or no memory_limit"
+        )
+    return limit
+
+
+def _check_capping(setups: list[Setup]) -> None:
+    """A cap is only real in a memory cgroup of its own: say now if none can be made."""
+    capped = [s.name for s in setups if s.memory_limit_bytes is not None]
+    if not capped:
+        return
+    problem = capping_problem()
+    if problem is not None:
+        raise MallocbenchError(
+            f"setup {capped[0]} has a memory_limit, which needs a writable memory cgroup, "
+            f"but {problem}"
+        )
+
+
 def dataset_disk_bytes(dataset: Dataset) -> int:
     """About what one engine's loaded copy of `dataset` takes on disk."""
     return dataset.tables * dataset.rows * BYTES_PER_ROW + DATADIR_OVERHEAD_BYTES
@@ -332,8 +375,9 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
     name = str(data.get("name", default_name))
 
     server = _expect(data.get("server", {}), dict, "server", "write a [server] table")
-    _unknown(server, {"basedir", "port", "config"}, "[server]")
+    _unknown(server, {"basedir", "port", "config", "memory_limit"}, "[server]")
     basedir = server.get("basedir") or None
+    default_limit = _memory_limit(server.get("memory_limit"), "server.memory_limit")
     port = server.get("port")
     if port is not None:
         _expect(port, int, "server.port", "give a TCP port number, e.g. 33060")
@@ -355,7 +399,17 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
         _expect(raw, dict, where, "write a [[setup]] table")
         _unknown(
             raw,
-            {"name", "allocator", "knobs", "config", "basedir", "cpus", "thp", "description"},
+            {
+                "name",
+                "allocator",
+                "knobs",
+                "config",
+                "basedir",
+                "cpus",
+                "thp",
+                "memory_limit",
+                "description",
+            },
             f"[[setup]] {raw.get('name', index + 1)}",
         )
         spec = raw.get("allocator")
@@ -398,9 +452,16 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
                 basedir=raw.get("basedir") or basedir,
                 cpus=cpus,
                 thp=str(thp) if thp is not None else None,
+                memory_limit_bytes=(
+                    _memory_limit(raw["memory_limit"], f"setup {setup_name}.memory_limit")
+                    if "memory_limit" in raw
+                    else default_limit
+                ),
                 description=str(raw.get("description", "")),
             )
         )
+
+    _check_capping(setups)
 
     base = str(data.get("base", setups[0].name))
     if base not in {s.name for s in setups}:
@@ -452,8 +513,23 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
     _check_disk(dataset, engine_list)
 
     durations = _expect(data.get("durations", {}), dict, "durations", "write a [durations] table")
-    _unknown(durations, {"warmup", "step"}, "[durations]")
+    _unknown(durations, {"warmup", "max_warmup", "step"}, "[durations]")
     warmup = _seconds(durations.get("warmup", 2), "durations.warmup", 0)
+    if "max_warmup" in durations:
+        if warmup == 0:
+            raise MallocbenchError(
+                "durations.max_warmup is set but warmup = 0 turns warming off: "
+                "remove max_warmup, or give warmup the minimum seconds to warm"
+            )
+        max_warmup = _seconds(durations["max_warmup"], "durations.max_warmup", 0)
+        if max_warmup < warmup:
+            raise MallocbenchError(
+                f"durations.max_warmup = {durations['max_warmup']!r} is below durations.warmup "
+                f"= {warmup:g}: warmup is the minimum, max_warmup the maximum"
+            )
+    else:
+        # A long minimum without a maximum is a fixed warmup, as before max_warmup existed.
+        max_warmup = max(DEFAULT_MAX_WARMUP_S, warmup)
     duration = _seconds(durations.get("step", 10), "durations.step", 1)
 
     return Experiment(
@@ -466,6 +542,7 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
         threads=sorted(set(threads)),
         dataset=dataset,
         warmup_s=warmup,
+        max_warmup_s=max_warmup,
         duration_s=duration,
         repeats=repeats,
         min_effect=min_effect,

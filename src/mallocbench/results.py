@@ -60,10 +60,37 @@ class Cell:
     log_tail: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
+    # Seconds warmed before measuring (None: not warmed), and whether warming ended on a
+    # steady state (False: it stopped at durations.max_warmup still trending).
+    warmup_s: float | None = None
+    warmup_steady: bool | None = None
+    # The measured seconds' verdict, analysis.steady.Stability.to_dict(); empty when not
+    # judged (results from before it existed, failed cells, steps that end by themselves).
+    stability: dict[str, Any] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str, str, int, int]:
         return (self.setup, self.engine, self.step, self.threads, self.repeat)
+
+    @property
+    def unstable(self) -> bool:
+        """The measured seconds trended or shifted level: the mean hides a change."""
+        return self.stability.get("stable") is False
+
+    @property
+    def stability_note(self) -> str:
+        """One line on warmup and stability for reports; empty when there is nothing to say."""
+        parts = []
+        if self.warmup_s is not None:
+            how = "steady" if self.warmup_steady else "not steady at the maximum"
+            parts.append(f"warmed {self.warmup_s:.0f} s ({how})")
+        if self.stability:
+            if self.unstable:
+                verdict = "unstable"
+            else:
+                verdict = "stable" if self.stability.get("judged", True) else "not judged"
+            parts.append(f"{verdict}: {self.stability.get('reason', '')}".rstrip(": "))
+        return "; ".join(parts)
 
     def to_dict(self, with_samples: bool = True) -> dict[str, Any]:
         data = asdict(self)
@@ -94,6 +121,7 @@ class SetupInfo:
     cpus: str | None = None
     thp: str | None = None  # the THP mode the setup asked for (None: the system's)
     description: str = ""
+    memory_limit_bytes: int | None = None  # the cap the setup asked for (None: uncapped)
 
 
 @dataclass
@@ -111,6 +139,13 @@ class SessionInfo:
     status: str = STATUS_OK
     pid: int | None = None
     thp: str | None = None  # the THP mode the server ran under
+    # What was read into the engine's cache after the start, before the first cell (or
+    # why nothing was): a cold cache is a ramp no warmup of a few seconds removes.
+    cache_warm: str | None = None
+    # A capped server's memory cgroup: its limit as the kernel took it, and the highest
+    # charge (RSS plus page cache and kernel memory charged to the group) it reached.
+    memory_limit_bytes: int | None = None
+    peak_cgroup_bytes: int | None = None
 
 
 @dataclass

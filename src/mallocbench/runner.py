@@ -6,18 +6,24 @@ server is recorded as the cell's result and the next cell gets a fresh server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import pymysql
+
 from mallocbench import dataset
 from mallocbench.analysis.convergence import WideCell, cells_to_repeat, wide_cells
+from mallocbench.analysis.steady import WINDOW_S, WarmupDetector, check_stability
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import (
+    BYTES_PER_ROW,
     Experiment,
     PlannedCell,
     PlannedSession,
@@ -25,16 +31,18 @@ from mallocbench.experiment import (
     plan_extra_round,
 )
 from mallocbench.probes import process as proc_probe
-from mallocbench.probes.server import ServerMemoryProbe, account
+from mallocbench.probes.server import CGROUP_METRIC, ServerMemoryProbe, account
 from mallocbench.probes.system import (
     host_metadata,
     process_thp_disabled,
     system_thp_mode,
     thp_mode,
 )
+from mallocbench.report import formatting as fmt
 from mallocbench.results import (
     STATUS_FAILED,
     STATUS_OK,
+    STATUS_OOM,
     Cell,
     RunResult,
     Sample,
@@ -42,6 +50,7 @@ from mallocbench.results import (
     SetupInfo,
 )
 from mallocbench.servers import engines
+from mallocbench.servers.cgroup import MemoryCgroup
 from mallocbench.servers.mariadb import (
     PrivateServer,
     ServerBuild,
@@ -124,9 +133,11 @@ class RunOutcome:
     repeats_done: int | None = None  # repeats per cell so far, as adaptive repetition saw
 
 
-def _cell_estimate(experiment: Experiment) -> float:
+def cell_estimate(experiment: Experiment) -> float:
     """Seconds per cell before any was measured: warmup + step + a second of overhead."""
-    return experiment.warmup_s + experiment.duration_s + 1.0
+    # Warming cannot end before the detector has a full window of seconds to judge.
+    warmup = min(max(experiment.warmup_s, WINDOW_S), experiment.max_warmup_s)
+    return (warmup if experiment.warmup_s > 0 else 0.0) + experiment.duration_s + 1.0
 
 
 def _effective_thp(pid: int, requested: str | None) -> str | None:
@@ -174,6 +185,7 @@ def _setup_infos(experiment: Experiment, builds: dict[str | None, ServerBuild]) 
                 cpus=setup.cpus,
                 thp=setup.thp,
                 description=setup.description,
+                memory_limit_bytes=setup.memory_limit_bytes,
             )
         )
     return infos
@@ -273,7 +285,11 @@ class Pipeline:
                     "rows": experiment.dataset.rows,
                     "cache_bytes": experiment.dataset.cache_bytes,
                 },
-                "durations": {"warmup_s": experiment.warmup_s, "step_s": experiment.duration_s},
+                "durations": {
+                    "warmup_s": experiment.warmup_s,
+                    "max_warmup_s": experiment.max_warmup_s,
+                    "step_s": experiment.duration_s,
+                },
                 "threads": experiment.threads,
                 "engines": [e.name for e in experiment.engines],
                 "steps": [s.label for s in experiment.steps],
@@ -385,9 +401,7 @@ class Pipeline:
             )
             cells = sum(len(s.cells) for s in sessions)
             elapsed = time.monotonic() - started
-            per_cell = (
-                elapsed / outcome.measured if outcome.measured else _cell_estimate(experiment)
-            )
+            per_cell = elapsed / outcome.measured if outcome.measured else cell_estimate(experiment)
             if elapsed + cells * per_cell > options.budget_s:
                 outcome.adaptive_stop = "budget"
                 break
@@ -416,7 +430,9 @@ class Pipeline:
 
     # --- sessions and cells ---------------------------------------------------------------
 
-    def _server_config(self, planned: PlannedSession) -> ServerConfig:
+    def _server_config(
+        self, planned: PlannedSession, memory_cgroup: MemoryCgroup | None = None
+    ) -> ServerConfig:
         experiment = self.experiment
         setup = experiment.setup(planned.setup)
         return ServerConfig(
@@ -429,6 +445,7 @@ class Pipeline:
             thp_disabled=setup.thp == "never",
             port=experiment.port,
             max_connections=max(200, 2 * max(experiment.threads) + 50),
+            memory_cgroup=memory_cgroup,
         )
 
     def _run_session(
@@ -477,16 +494,30 @@ class Pipeline:
             session_id = planned.id if attempt == 0 else f"{planned.id}.{attempt + 1}"
             attempt += 1
             rundir = self.options.out_dir / "servers" / session_id
-            server = PrivateServer(build, rundir, self._server_config(planned))
+            # A fresh group per server: a killed server's charge and OOM count stay behind.
+            group = (
+                MemoryCgroup.create(session_id, setup.memory_limit_bytes)
+                if setup.memory_limit_bytes is not None
+                else None
+            )
+            server = PrivateServer(build, rundir, self._server_config(planned, group))
             self.progress.status(f"starting {setup.name} on {engine.name} ({session_id})")
-            server.copy_datadir_from(golden)
             info = SessionInfo(
                 id=session_id, setup=planned.setup, engine=planned.engine, repeat=planned.repeat
             )
+            if group is not None:
+                info.memory_limit_bytes = group.limit_bytes()
             try:
+                server.copy_datadir_from(golden)
                 try:
                     server.start()
                 except ServerStartError as exc:
+                    if group is not None and group.oom_kills():
+                        raise ServerStartError(
+                            f"the server for setup {setup.name} on {engine.name} was OOM-killed "
+                            f"while starting: memory_limit = {fmt.mib(info.memory_limit_bytes)} "
+                            "is too small for it; raise the cap"
+                        ) from exc
                     raise ServerStartError(
                         f"the server for setup {setup.name} on {engine.name} did not start: {exc}"
                     ) from exc
@@ -504,6 +535,8 @@ class Pipeline:
                     )
                     if note not in outcome.notes:
                         outcome.notes.append(note)
+                self.progress.status(f"warming the {engine.name} cache ({session_id})")
+                info.cache_warm = warm_cache(server, experiment)
                 store.save_session(run_id, info)
                 sysbench = Sysbench(
                     connection_file=str(server.sysbench_options),
@@ -513,7 +546,10 @@ class Pipeline:
                 )
                 while pending:
                     planned_cell = pending[0]
+                    exact_peak = group is not None and _restart_peak(group, info)
                     cell = self._run_cell(server, sysbench, planned_cell, session_id)
+                    if group is not None:
+                        _record_charge(cell, group, info, exact_peak)
                     store.save_cell(run_id, cell)
                     pending.pop(0)
                     outcome.measured += 1
@@ -533,7 +569,11 @@ class Pipeline:
                 if memory is not None:
                     info.peak_rss_bytes = memory.hwm_bytes
                     info.peak_vsz_bytes = memory.peak_vsz_bytes
-                server.stop()
+                try:
+                    server.stop()
+                finally:
+                    if group is not None:
+                        _remove_group(group, info, outcome)
                 info.ended_at = time.time()
                 if info.peak_rss_bytes is None:
                     info.peak_rss_bytes = _max_cell_value(store, run_id, session_id, "rss")
@@ -561,19 +601,11 @@ class Pipeline:
         )
         # Steps that do a fixed amount of work (loads, index builds) are not warmed up:
         # a warmup would do that work twice.
-        if experiment.warmup_s > 0 and not planned.step.definition.until_done:
-            self.progress.cell_started(planned, "warmup")
-            warm = sysbench.run(
-                planned.step, planned.threads, experiment.warmup_s, should_stop=self.stop_requested
-            )
-            if self.stop_requested():
-                raise KeyboardInterrupt
-            if not server.alive():
-                return _dead_server_cell(cell, server, "during warmup")
-            if not warm.ok:
-                cell.status = STATUS_FAILED
-                cell.error = f"warmup failed: {warm.output_tail.splitlines()[-1:] or 'no output'}"
-                return cell
+        until_done = planned.step.definition.until_done
+        if experiment.warmup_s > 0 and not until_done:
+            not_warmed = self._warm_up(server, sysbench, planned, cell)
+            if not_warmed is not None:
+                return not_warmed
 
         self.progress.cell_started(planned, "measure")
         before = proc_probe.read_counters(server.pid)
@@ -619,7 +651,56 @@ class Pipeline:
         cell.metrics.update(output.metrics)
         cell.metrics.update(reported_at_end)
         cell.metrics.update(account(server, experiment.setup(planned.setup).allocator.name))
+        # A load's throughput changes as its tables grow: no level to hold, nothing to judge.
+        if not until_done:
+            cell.stability = check_stability([s.qps for s in samples]).to_dict()
         return cell
+
+    def _warm_up(
+        self, server: PrivateServer, sysbench: Sysbench, planned: PlannedCell, cell: Cell
+    ) -> Cell | None:
+        """Run the step until its throughput stops trending; the cell to return if it failed.
+
+        Between durations.warmup and durations.max_warmup seconds: every server start
+        re-creates a ramp longer than a fixed warmup guessed (analysis.steady).
+        """
+        experiment = self.experiment
+        detector = WarmupDetector(experiment.warmup_s, experiment.max_warmup_s)
+        stopping = False
+
+        def should_stop() -> bool:
+            # True once only. Sysbench.run kills through Popen.poll(): a second call after
+            # the kill can reap the child before run()'s own wait4, which then raises
+            # ChildProcessError (2 warmups in 16 test runs did).
+            nonlocal stopping
+            if stopping:
+                return False
+            stopping = detector.done or self.stop_requested()
+            return stopping
+
+        self.progress.cell_started(planned, "warmup")
+        warm = sysbench.run(
+            planned.step,
+            planned.threads,
+            # sysbench must still be running when the detector stops it at the maximum:
+            # had it exited by itself, that first poll would reap it just the same.
+            experiment.max_warmup_s + WARMUP_MARGIN_S,
+            on_interval=lambda i: detector.add(i.qps, i.seconds),
+            should_stop=should_stop,
+        )
+        if self.stop_requested():
+            raise KeyboardInterrupt
+        if not server.alive():
+            return _dead_server_cell(cell, server, "during warmup")
+        # Killed by us once the detector was done: no totals printed, and no failure either.
+        cut_short = detector.done and warm.returncode == -signal.SIGKILL
+        if not warm.ok and not cut_short:
+            cell.status = STATUS_FAILED
+            cell.error = "warmup failed: " + (warm.output_tail.splitlines() or ["no output"])[-1]
+            return cell
+        cell.warmup_s = round(detector.elapsed_s, 1)
+        cell.warmup_steady = detector.steady
+        return None
 
 
 @dataclass
@@ -673,6 +754,63 @@ def measure(
     return Measured(output, samples, peaks.peak_rss or None, peaks.peak_vsz or None)
 
 
+# Seconds a warmup run is given beyond durations.max_warmup; never used, since the
+# detector ends it at the maximum (see Pipeline._warm_up).
+WARMUP_MARGIN_S = 5
+
+# The server aborts a cache-warming read that runs longer (a dataset on a slow disk);
+# the first cell then warms the rest, as it would have without this.
+CACHE_WARM_STATEMENT_S = 300
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def warm_cache(server: PrivateServer, experiment: Experiment, database: str = "sbtest") -> str:
+    """Read every index of every table once after a start; says what was done.
+
+    A cold cache is a ramp of its own, and a long one on a dataset of some size: with
+    8 x 150,000 rows and a 1 GiB cache (point-query, 8 clients, no warmup) MyRocks'
+    block cache took ~12 s to fill from the queries alone, QPS ramping from 15k to 21k,
+    and InnoDB's first second ran at a third of the rest. Reading the indexes took
+    1.0-1.4 s and left both flat from the first second. Tables that do not fit the
+    cache are not read: a scan would only churn it, for as long as the dataset is big.
+    """
+    data = experiment.dataset
+    table_bytes = data.tables * data.rows * BYTES_PER_ROW
+    if table_bytes > data.cache_bytes:
+        return (
+            f"not warmed: the tables (about {fmt.mib(table_bytes)}) do not fit the cache "
+            f"({fmt.mib(data.cache_bytes)})"
+        )
+    started = time.monotonic()
+    try:
+        with (
+            server.connect(read_timeout=CACHE_WARM_STATEMENT_S + 30) as conn,
+            conn.cursor() as cur,
+        ):
+            # MySQL has no such variable; there the read timeout still bounds each read.
+            with contextlib.suppress(pymysql.MySQLError):
+                cur.execute(f"SET SESSION max_statement_time = {CACHE_WARM_STATEMENT_S}")
+            cur.execute(
+                "SELECT DISTINCT table_name, index_name FROM information_schema.statistics"
+                " WHERE table_schema = %s ORDER BY table_name, index_name",
+                (database,),
+            )
+            indexes = [(str(t), str(i)) for t, i in cur.fetchall()]
+            for table, index in indexes:
+                cur.execute(
+                    f"SELECT COUNT(*) FROM {_quoted(database)}.{_quoted(table)}"
+                    f" FORCE INDEX ({_quoted(index)})"
+                )
+                cur.fetchall()
+    except pymysql.MySQLError as exc:
+        return f"warming failed after {time.monotonic() - started:.1f} s: {exc.args[-1]}"
+    tables = len({table for table, _ in indexes})
+    return f"read {len(indexes)} indexes of {tables} tables in {time.monotonic() - started:.1f} s"
+
+
 def _per_op_metrics(
     operations: int,
     client_cpu_s: float,
@@ -719,6 +857,53 @@ def _dead_server_cell(cell: Cell, server: PrivateServer, when: str) -> Cell:
     return cell
 
 
+def _note_peak(info: SessionInfo, peak: int | None) -> None:
+    if peak is not None:
+        info.peak_cgroup_bytes = max(info.peak_cgroup_bytes or 0, peak)
+
+
+def _restart_peak(group: MemoryCgroup, info: SessionInfo) -> bool:
+    """Start a cell's peak charge afresh, keeping the session's; False if it cannot be."""
+    _note_peak(info, group.peak_bytes())
+    return group.reset_peak()
+
+
+def _record_charge(cell: Cell, group: MemoryCgroup, info: SessionInfo, exact_peak: bool) -> None:
+    """The cell's peak cgroup charge, to set beside its peak RSS.
+
+    The kernel's peak covers the whole cell (its warmup too) and is exact, even when the
+    server was killed between two samples; where it could not be restarted for the cell,
+    the samples' highest charge stands in, a lower bound.
+    """
+    peak = group.peak_bytes()
+    _note_peak(info, peak)
+    if not exact_peak:
+        sampled = [s.extra[CGROUP_METRIC] for s in cell.samples if CGROUP_METRIC in s.extra]
+        peak = int(max(sampled)) if sampled else None
+    if peak is not None:
+        cell.metrics["cgroup_peak_bytes"] = float(peak)
+    if info.memory_limit_bytes is not None:
+        cell.metrics["cgroup_limit_bytes"] = float(info.memory_limit_bytes)
+    if cell.status == STATUS_OOM and peak is not None:
+        # Which of the two reached the cap is the first question about a kill.
+        cell.error = (
+            f"{cell.error}; cgroup charge peaked at {fmt.mib(peak)} of a "
+            f"{fmt.mib(info.memory_limit_bytes)} cap, RSS at {fmt.mib(cell.peak_rss_bytes)}"
+        )
+
+
+def _remove_group(group: MemoryCgroup, info: SessionInfo, outcome: RunOutcome) -> None:
+    """Remove a server's cgroup once it stopped; a failure is told, never raised.
+
+    Raised here, it would hide whatever ended the session (an error, Ctrl-C).
+    """
+    _note_peak(info, group.peak_bytes())
+    try:
+        group.remove()
+    except MallocbenchError as exc:
+        outcome.notes.append(str(exc))
+
+
 def _max_cell_value(store: Store, run_id: str, session_id: str, kind: str) -> int | None:
     column = "peak_rss_bytes" if kind == "rss" else "peak_vsz_bytes"
     row = store.db.execute(
@@ -746,5 +931,6 @@ __all__ = [
     "RunOptions",
     "RunOutcome",
     "SilentProgress",
+    "cell_estimate",
     "write_results_json",
 ]

@@ -23,7 +23,7 @@ from typing import Any
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
 from mallocbench.report import formatting as fmt
-from mallocbench.results import STATUS_OK, Cell, RunResult
+from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult
 from mallocbench.units import parse_fraction
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
 
@@ -54,6 +54,7 @@ class CellSummary:
     peak_vsz_bytes: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     unit: str = QPS
+    unstable: int = 0  # repeats whose measured seconds trended or shifted level
 
     @property
     def qps(self) -> float | None:
@@ -96,6 +97,7 @@ def summarize(cells: list[Cell]) -> dict[tuple[str, str, str, int], CellSummary]
             )
             summaries[key] = summary
         summary.statuses.append(cell.status)
+        summary.unstable += cell.unstable
         value, unit = throughput(cell)
         if cell.status == STATUS_OK and value is not None:
             summary.qps_values.append(value)
@@ -137,6 +139,10 @@ def parse_min_effect(value: str | None) -> float | None:
 
 def percent(min_effect: float) -> str:
     return f"{min_effect * 100:g}%"
+
+
+# After a ratio whose cells (either side) were unstable while measured.
+UNSTABLE_MARK = "~"
 
 
 def verdict_class(verdict: str) -> str:
@@ -190,6 +196,7 @@ class RatioCell:
     reference_label: str = "base"
     min_effect: float = 0.0
     unit: str = QPS
+    unstable: bool = False  # a repeat on either side trended or shifted while measured
 
     @property
     def verdict(self) -> str:
@@ -227,7 +234,7 @@ class RatioCell:
     def text(self) -> str:
         if self.problem:
             return self.problem.upper()
-        return fmt.ratio(self.ratio)
+        return fmt.ratio(self.ratio) + (UNSTABLE_MARK if self.unstable else "")
 
     @property
     def interval_text(self) -> str:
@@ -263,6 +270,8 @@ class RatioCell:
         elif self.verdict == stats.INCONCLUSIVE:
             parts[-1] += f" (excludes 1.0 but may be smaller than ±{percent(self.min_effect)})"
         parts.append(f"repeats {self.repeats[0]} / {self.repeats[1]}")
+        if self.unstable:
+            parts.append("unstable: a repeat's throughput trended or shifted while measured")
         return "; ".join(parts)
 
 
@@ -391,6 +400,9 @@ def relative_tables(
                     problem = summary.problem if summary else "missing"
                     values = summary.qps_values if summary else []
                     cells[setup] = ratio_cell(values, base_values, problem, base, effect, unit)
+                    cells[setup].unstable = bool(
+                        (summary and summary.unstable) or (base_summary and base_summary.unstable)
+                    )
                 rows.append(
                     RatioRow(
                         step,
@@ -458,6 +470,10 @@ class MemoryRow:
     heap_rss_bytes: float | None = None
     heap_accounted_bytes: float | None = None
     accounted_in: str = ""  # which cell the account was taken from
+    # A capped setup's memory cgroup: the cap and the highest charge it reached.
+    memory_limit_bytes: int | None = None
+    peak_cgroup_bytes: int | None = None
+    oom_cells: int = 0  # cells whose server the OOM killer ended
 
     @property
     def rss_per_cache(self) -> float | None:
@@ -515,8 +531,43 @@ def memory_rows(result: RunResult) -> list[MemoryRow]:
             row.heap_rss_bytes = m.get("heap_rss_bytes")
             row.heap_accounted_bytes = m.get("heap_accounted_bytes")
             row.accounted_in = f"{account.step} @{account.threads} r{account.repeat}"
+        _add_cgroup(row, result)
         rows.append(row)
     return sorted(rows, key=lambda r: (r.engine, order.get(r.setup, 99)))
+
+
+def _add_cgroup(row: MemoryRow, result: RunResult) -> None:
+    """The cap, peak charge and OOM kills of one setup on one engine."""
+    sessions = [s for s in result.sessions if (s.setup, s.engine) == (row.setup, row.engine)]
+    cells = [c for c in result.cells if (c.setup, c.engine) == (row.setup, row.engine)]
+    limits = [s.memory_limit_bytes for s in sessions]
+    limits += [c.metrics.get("cgroup_limit_bytes") for c in cells if c.metrics]
+    peaks = [s.peak_cgroup_bytes for s in sessions]
+    peaks += [c.metrics.get("cgroup_peak_bytes") for c in cells if c.metrics]
+    row.memory_limit_bytes = max((int(v) for v in limits if v), default=None)
+    row.peak_cgroup_bytes = max((int(v) for v in peaks if v), default=None)
+    row.oom_cells = sum(1 for c in cells if c.status == STATUS_OOM)
+
+
+def has_caps(rows: list[MemoryRow]) -> bool:
+    """Any row to show a cap, a cgroup charge or an OOM kill for."""
+    return any(r.memory_limit_bytes or r.peak_cgroup_bytes or r.oom_cells for r in rows)
+
+
+def oom_text(row: MemoryRow) -> str:
+    if not row.oom_cells:
+        return "-"
+    return f"OOM-killed ({row.oom_cells} cell{'s' if row.oom_cells != 1 else ''})"
+
+
+CAP_NOTE = (
+    "memory_limit caps the server's own memory cgroup, and the kernel acts on the group's "
+    "charge, not on RSS: the charge adds the page cache and kernel memory charged to the "
+    "group (files the server reads and writes, socket buffers) and leaves out shared file "
+    "pages that another process was charged for first, so it can sit above or below RSS. "
+    "When the charge reaches the cap the kernel first reclaims page cache, then OOM-kills "
+    "the server; an OOM-killed cell is a result, with its samples up to the kill."
+)
 
 
 def has_accounting(rows: list[MemoryRow]) -> bool:
@@ -610,3 +661,31 @@ def exploratory_note(result: RunResult) -> str | None:
         "Exploratory run: every cell was measured once, so no difference below has an "
         "interval and none is a finding. For a verdict, run with repeats >= 3 or --target-ci."
     )
+
+
+def stability_notes(result: RunResult) -> list[str]:
+    """Cells whose measured seconds did not hold one level, and warmups that ran out.
+
+    Their samples are kept and their means used; the reader is told which they are,
+    since a mean over a ramp or a step describes neither level.
+    """
+    unstable = [c for c in result.cells if c.unstable]
+    not_steady = [c for c in result.cells if c.warmup_steady is False]
+    notes = []
+    if unstable:
+        where = ", ".join(
+            f"{c.setup}/{c.engine}/{c.step}@{c.threads} r{c.repeat} "
+            f"({c.stability.get('reason', 'unstable')})"
+            for c in unstable[:8]
+        )
+        more = f" and {len(unstable) - 8} more" if len(unstable) > 8 else ""
+        notes.append(
+            f"{len(unstable)} cell(s) unstable, marked {UNSTABLE_MARK}: their throughput "
+            f"trended or shifted level while measured: {where}{more}"
+        )
+    if not_steady:
+        notes.append(
+            f"{len(not_steady)} cell(s) reached durations.max_warmup still trending: raise "
+            "it, or expect their first measured seconds to be part of the ramp"
+        )
+    return notes

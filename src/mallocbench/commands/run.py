@@ -13,8 +13,15 @@ from mallocbench import experiment as experiment_mod
 from mallocbench.commands.options import FiniteFloatRange, min_effect_option
 from mallocbench.errors import MallocbenchError
 from mallocbench.report import export, html, markdown, terminal
+from mallocbench.report.formatting import mib
 from mallocbench.results import RunResult
-from mallocbench.runner import Pipeline, RunOptions, RunOutcome, write_results_json
+from mallocbench.runner import (
+    Pipeline,
+    RunOptions,
+    RunOutcome,
+    cell_estimate,
+    write_results_json,
+)
 from mallocbench.store import Store, locks
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_duration
@@ -144,7 +151,7 @@ def run_cmd(
     budget_s = parse_duration(budget, "--budget")
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
-    per_cell = experiment.warmup_s + experiment.duration_s + 1
+    per_cell = cell_estimate(experiment)
     console = Console(stderr=True)
     if dry_run:
         click.echo(
@@ -157,6 +164,12 @@ def run_cmd(
             click.echo(
                 f"  session {session.id}: "
                 + ", ".join(f"{c.step.label}@{c.threads}" for c in session.cells)
+            )
+        capped = [s for s in experiment.setups if s.memory_limit_bytes is not None]
+        if capped:
+            click.echo(
+                "memory caps (on each server's cgroup charge): "
+                + ", ".join(f"{s.name} {mib(s.memory_limit_bytes)}" for s in capped)
             )
         if target_ci_pct is not None:
             click.echo(

@@ -28,6 +28,9 @@ STATUS_METRICS = {
 }
 BLOCK_CACHE_METRIC = "rocksdb_block_cache_usage_bytes"
 PFS_METRIC = "pfs_memory_bytes"
+# What a capped server's memory cgroup is charged: RSS plus the page cache and kernel
+# memory charged to it. The cap acts on this, not on RSS.
+CGROUP_METRIC = "cgroup_bytes"
 
 _STATUS_SQL = "SHOW GLOBAL STATUS WHERE Variable_name IN ({})".format(
     ", ".join(f"'{name}'" for name in STATUS_METRICS)
@@ -60,10 +63,12 @@ class ServerMemoryProbe:
         return self._conn
 
     def read(self) -> dict[str, float]:
+        # Read first and without SQL: it still tells the charge of a server too busy
+        # (or too short of memory) to answer.
+        values = self._charge()
         conn = self._connection()
         if conn is None:
-            return {}
-        values: dict[str, float] = {}
+            return values
         try:
             with conn.cursor() as cur:
                 cur.execute(_STATUS_SQL)
@@ -96,6 +101,15 @@ class ServerMemoryProbe:
             self.close()
             self._broken = True
         return values
+
+    def _charge(self) -> dict[str, float]:
+        group = self.server.config.memory_cgroup
+        # After a kill the group holds only the page cache left behind: no reading of
+        # the server's, any more than RSS is.
+        if group is None or not self.server.alive():
+            return {}
+        usage = group.usage_bytes()
+        return {} if usage is None else {CGROUP_METRIC: float(usage)}
 
     def close(self) -> None:
         if self._conn is not None:

@@ -41,3 +41,17 @@ def mib(value: int | float | None) -> str:
 
 def knobs(values: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in values.items()) or "-"
+
+
+def durations(recorded: dict[str, object]) -> str:
+    """A run's durations as every report words them (runs before max_warmup included)."""
+    warmup, step, most = recorded.get("warmup_s", 0), recorded.get("step_s", 0), None
+    if "max_warmup_s" in recorded:
+        most = recorded["max_warmup_s"]
+    if not warmup:
+        lead = "no warmup"
+    elif most is None:
+        lead = f"{warmup:g} s warmup"
+    else:
+        lead = f"warmup until steady ({warmup:g}-{most:g} s)"
+    return f"{lead} + {step:g} s measured per cell"

@@ -30,6 +30,7 @@ from mallocbench.analysis.client import client_cpu_warnings
 from mallocbench.analysis.sla import SlaStatus, sla_results
 from mallocbench.analysis.summary import (
     ACCOUNTING_NOTE,
+    CAP_NOTE,
     CellSummary,
     MemoryRow,
     RatioCell,
@@ -38,8 +39,10 @@ from mallocbench.analysis.summary import (
     color_rule,
     exploratory_note,
     has_accounting,
+    has_caps,
     memory_rows,
     min_effect_of,
+    oom_text,
     percent,
     relative_tables,
     setup_order,
@@ -82,7 +85,7 @@ class VerdictRow:
     group_details: dict[str, str]  # group -> per-thread-count geomeans, for hover
     rss_ratio: float | None
     rss_text: str
-    faster: list[str]  # significant differences, already worded
+    faster: list[str]  # findings, already worded
     slower: list[str]
     problems: list[str]
     note: str
@@ -191,6 +194,9 @@ class MemoryView:
     unaccounted: str
     heap_ratio: str
     accounted_title: str
+    memory_limit: str = "-"
+    peak_cgroup: str = "-"
+    oom: str = "-"
 
 
 def memory_view(result: RunResult, rows: list[MemoryRow]) -> list[MemoryView]:
@@ -221,6 +227,9 @@ def memory_view(result: RunResult, rows: list[MemoryRow]) -> list[MemoryView]:
                 fmt.size(r.unaccounted_bytes, unit),
                 fmt.ratio(r.heap_ratio),
                 title,
+                fmt.size(r.memory_limit_bytes, unit),
+                fmt.size(r.peak_cgroup_bytes, unit),
+                oom_text(r),
             )
         )
     return out
@@ -325,7 +334,7 @@ def relative_chart(table: RatioTable, colors: dict[str, str]) -> Chart:
         data,
         layout,
         "Bars: mean QPS over repeats divided by the base's; whiskers: 95% interval "
-        "(none with one repeat; cut at the chart's edge when unbounded).",
+        "(none with one repeat; cut at the chart's edge when very wide).",
     )
 
 
@@ -335,7 +344,9 @@ SERVER_LINES = (
     ("server_memory_used_bytes", "Memory_used", "dash"),
     ("rocksdb_block_cache_usage_bytes", "block cache", "dot"),
 )
-DASH_WORDS = {"dash": "dashed", "dot": "dotted"}
+# A capped server's cgroup charge: what its cap acts on, drawn like the server's own lines.
+CHARGE_LINE = ("cgroup_bytes", "cgroup charge", "dashdot")
+DASH_WORDS = {"dash": "dashed", "dot": "dotted", "dashdot": "dash-dotted"}
 REPEAT_MARKERS = ("circle", "square", "diamond", "triangle-up")
 
 
@@ -354,6 +365,7 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
         rss_traces = []
         vsz_traces = []
         shown: set[str] = set()  # server lines drawn
+        caps: dict[tuple[str, int], None] = {}  # (setup, memory cap), in order
         boundaries: list[tuple[float, str]] = []
         for index, (session_id, cells) in enumerate(by_session.items()):
             cells.sort(key=lambda c: c.started_at or (c.samples[0].t if c.samples else 0))
@@ -366,7 +378,9 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
             xs: list[float | None] = []
             rss: list[float | None] = []
             vsz: list[float | None] = []
-            own: dict[str, list[float | None]] = {key: [] for key, _, _ in SERVER_LINES}
+            own: dict[str, list[float | None]] = {
+                key: [] for key, _, _ in (*SERVER_LINES, CHARGE_LINE)
+            }
             labels: list[str | None] = []
             for cell in cells:
                 for sample in cell.samples:
@@ -403,7 +417,9 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
                 {**common, "y": vsz, "hovertemplate": "%{y:.2f} GiB, %{customdata}<extra>"
                  + html_mod.escape(session_id) + "</extra>"}
             )  # fmt: skip
-            for key, label, dash in SERVER_LINES:
+            if info is not None and info.memory_limit_bytes:
+                caps[(setup, info.memory_limit_bytes)] = None
+            for key, label, dash in (*SERVER_LINES, CHARGE_LINE):
                 if not any(v is not None for v in own[key]):
                     continue
                 shown.add(label)
@@ -430,6 +446,18 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
             }
             for x, _ in boundaries
         ]
+        shapes += [
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": cap / fmt.GB,
+                "y1": cap / fmt.GB,
+                "line": {"color": colors.get(setup), "width": 1, "dash": "dashdot"},
+            }
+            for setup, cap in caps
+        ]
         annotations = [
             {
                 "x": x,
@@ -446,7 +474,7 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
             for x, label in boundaries
         ]
         server_note = ""
-        if shown:
+        if shown - {CHARGE_LINE[1]}:
             drawn = "; ".join(
                 f"{DASH_WORDS[dash]}: the server's own {label}"
                 for _, label, dash in SERVER_LINES
@@ -454,6 +482,11 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
             )
             server_note = (
                 f" {drawn[0].upper()}{drawn[1:]} (the gap up to RSS is what it does not name)."
+            )
+        if CHARGE_LINE[1] in shown or caps:
+            server_note += (
+                " Dash-dotted: a capped server's cgroup charge, and across the chart its "
+                "memory cap, which acts on that charge, not on RSS."
             )
         for kind, traces in (("RSS", rss_traces), ("VSZ", vsz_traces)):
             charts.append(
@@ -678,11 +711,7 @@ def run_facts(meta: dict[str, Any]) -> list[tuple[str, str]]:
         )
     durations = meta.get("durations")
     if isinstance(durations, dict):
-        add(
-            "durations",
-            f"{durations.get('warmup_s', 0):g} s warmup + {durations.get('step_s', 0):g} s "
-            "per cell",
-        )
+        add("durations", fmt.durations(durations))
     add("repeats", meta.get("repeats"))
     add("client threads", ", ".join(str(t) for t in meta.get("threads") or []))
     add("experiment file", meta.get("experiment_file"))
@@ -833,6 +862,7 @@ class ReportContext:
     memory_unit: str = "GiB"
     notes: list[str] = field(default_factory=list)
     accounting: bool = False  # any memory row has the server's account of its RSS
+    caps: bool = False  # any memory row has a memory cap, a cgroup charge or an OOM kill
     vsz_note: str | None = None
     unit_note: str = ""
     exploratory: str | None = None  # why nothing on the page is a finding, when so
@@ -877,6 +907,7 @@ def build_context(result: RunResult, min_effect: float | None = None) -> ReportC
         notes=run_notes(result),
         memory_unit=memory_unit(rows),
         accounting=has_accounting(rows),
+        caps=has_caps(rows),
         vsz_note=vsz_note(rows),
         unit_note=unit_note(tables),
         exploratory=exploratory_note(result),
@@ -895,6 +926,7 @@ def render_html(result: RunResult, min_effect: float | None = None) -> str:
         verdict_groups=_verdict_groups(ctx.verdict),
         other_charts=other_charts,
         accounting_note=ACCOUNTING_NOTE,
+        cap_note=CAP_NOTE,
         title=f"mallocbench: {result.experiment}",
     )
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from mallocbench.analysis.client import client_cpu_warnings
 from mallocbench.analysis.summary import (
     ACCOUNTING_NOTE,
+    CAP_NOTE,
     RatioCell,
     adaptive_lines,
     color_rule,
     exploratory_note,
     has_accounting,
+    has_caps,
     memory_rows,
     relative_tables,
     significance_rule,
@@ -125,10 +127,11 @@ def render(result: RunResult) -> str:
             "Peak VSZ and RSS over each setup's sessions; RSS/cache divides peak RSS "
             "by the configured cache (InnoDB buffer pool or RocksDB block cache)."
             + (f" {ACCOUNTING_NOTE}" if has_accounting(memory) else "")
+            + (f" {CAP_NOTE}" if has_caps(memory) else "")
         )
         out.append("")
-        unit = memory_unit(memory)
-        out += _table(memory_header(unit), [memory_cells(r, unit) for r in memory])
+        unit, caps = memory_unit(memory), has_caps(memory)
+        out += _table(memory_header(unit, caps), [memory_cells(r, unit, caps) for r in memory])
         out.append("")
         reserved = vsz_note(memory)
         if reserved:
@@ -180,5 +183,5 @@ def _run_facts(meta: dict[str, object]) -> str:
         )
     durations = meta.get("durations")
     if isinstance(durations, dict):
-        parts.append(f"{durations['warmup_s']:g}s warmup + {durations['step_s']:g}s per cell")
+        parts.append(fmt.durations(durations))
     return "; ".join(parts) + "." if parts else ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mallocbench.analysis.sla import sla_results
-from mallocbench.analysis.summary import QPS, MemoryRow, RatioRow
+from mallocbench.analysis.summary import QPS, MemoryRow, RatioRow, oom_text, stability_notes
 from mallocbench.report import formatting as fmt
 from mallocbench.results import RunResult
 
@@ -11,16 +11,27 @@ from mallocbench.results import RunResult
 def memory_unit(rows: list[MemoryRow]) -> str:
     """The unit of a memory table's RSS columns (VSZ, reserved address space, is in GiB)."""
     return fmt.memory_unit(
-        v for r in rows for v in (r.peak_rss_bytes, r.accounted_bytes, r.unaccounted_bytes)
+        v
+        for r in rows
+        for v in (
+            r.peak_rss_bytes,
+            r.accounted_bytes,
+            r.unaccounted_bytes,
+            r.memory_limit_bytes,
+            r.peak_cgroup_bytes,
+        )
     )
 
 
-def memory_header(unit: str) -> list[str]:
+def memory_header(unit: str, caps: bool = False) -> list[str]:
+    """`caps`: the run capped a setup or saw an OOM kill (analysis.summary.has_caps)."""
+    capped = [f"memory cap ({unit})", f"peak cgroup charge ({unit})", "OOM"] if caps else []
     return [
         "engine",
         "setup",
         "peak VSZ (GiB)",
         f"peak RSS ({unit})",
+        *capped,
         "RSS/cache",
         f"server accounts for ({unit})",
         f"unaccounted: RSS − accounted ({unit})",
@@ -28,12 +39,22 @@ def memory_header(unit: str) -> list[str]:
     ]
 
 
-def memory_cells(row: MemoryRow, unit: str) -> list[str]:
+def memory_cells(row: MemoryRow, unit: str, caps: bool = False) -> list[str]:
+    capped = (
+        [
+            fmt.size(row.memory_limit_bytes, unit),
+            fmt.size(row.peak_cgroup_bytes, unit),
+            oom_text(row),
+        ]
+        if caps
+        else []
+    )
     return [
         row.engine,
         row.setup,
         fmt.gb(row.peak_vsz_bytes),
         fmt.size(row.peak_rss_bytes, unit),
+        *capped,
         fmt.ratio(row.rss_per_cache),
         fmt.size(row.accounted_bytes, unit),
         fmt.size(row.unaccounted_bytes, unit),
@@ -57,6 +78,8 @@ def sla_lines(result: RunResult) -> list[tuple[str, bool]]:
 
 
 def run_notes(result: RunResult) -> list[str]:
-    """What the run itself found worth telling the reader (e.g. a THP knob with no effect)."""
+    """What the run itself found worth telling the reader (e.g. a THP knob with no effect),
+    and the cells whose measured seconds did not hold one level."""
     notes = result.metadata.get("notes") or []
-    return [str(n) for n in notes] if isinstance(notes, list) else []
+    recorded = [str(n) for n in notes] if isinstance(notes, list) else []
+    return recorded + stability_notes(result)

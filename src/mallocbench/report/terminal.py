@@ -11,11 +11,13 @@ from rich.table import Table
 from mallocbench.analysis.client import client_cpu_warnings
 from mallocbench.analysis.summary import (
     ACCOUNTING_NOTE,
+    CAP_NOTE,
     RatioCell,
     adaptive_lines,
     color_rule,
     exploratory_note,
     has_accounting,
+    has_caps,
     memory_rows,
     relative_tables,
     significance_rule,
@@ -107,15 +109,15 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
         console.print(f"[dim]{note}[/]")
     memory = memory_rows(result)
     if memory:
-        table = Table(
-            title="Peak memory of the server",
-            caption=ACCOUNTING_NOTE if has_accounting(memory) else None,
-        )
+        caps = has_caps(memory)
+        notes = [ACCOUNTING_NOTE] if has_accounting(memory) else []
+        notes += [CAP_NOTE] if caps else []
+        table = Table(title="Peak memory of the server", caption=" ".join(notes) or None)
         unit = memory_unit(memory)
-        for column in memory_header(unit):
+        for column in memory_header(unit, caps):
             table.add_column(column, justify="left" if column in ("engine", "setup") else "right")
         for row in memory:
-            table.add_row(*memory_cells(row, unit))
+            table.add_row(*memory_cells(row, unit, caps))
         console.print(table)
         reserved = vsz_note(memory)
         if reserved:

@@ -543,6 +543,20 @@ class MemoryCgroup:
         name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
         return _read_int(self.path / name)
 
+    def reset_peak(self) -> bool:
+        """Restart peak_bytes from the current usage; False where the kernel cannot.
+
+        Only v1 can: v2's memory.peak resets (6.12+) for the file descriptor that wrote
+        it alone, so a later read through a new one still sees the lifetime peak.
+        """
+        if self.version == 2:
+            return False
+        try:
+            (self.path / "memory.max_usage_in_bytes").write_text("0")
+        except OSError:
+            return False
+        return True
+
     # --- removal -----------------------------------------------------------------------------
 
     def remove(self, timeout: float = 5.0) -> None:
@@ -599,6 +613,51 @@ def _default_parent() -> Path:
         # v1 has no rule against processes beside child groups; a v2 root is exempt.
         return own
     return own.parent
+
+
+def capping_problem(parent: Path | None = None) -> str | None:
+    """Why MemoryCgroup.create could not make a capped group here; None when it could.
+
+    It writes nothing (a dry run may ask), so it judges by permissions what create would
+    learn by trying; a kernel may still refuse what these checks let through.
+    """
+    try:
+        parent = parent or _default_parent()
+    except MallocbenchError:
+        return f"no memory cgroup controller is mounted: {NO_CGROUP_HINT}"
+    if not parent.is_dir():
+        return f"memory cgroup {parent} does not exist"
+    if _is_v2(parent):
+        if "memory" not in _controllers(parent):
+            return (
+                f"cgroup {parent} has no memory controller: enable it in its parent's "
+                "cgroup.subtree_control"
+            )
+        control = parent / "cgroup.subtree_control"
+        try:
+            delegated = "memory" in control.read_text().split()
+        except OSError:
+            delegated = False
+        if not delegated:
+            if not os.access(control, os.W_OK):
+                return f"{control} is not writable: {NO_CGROUP_HINT}"
+            if not os.path.ismount(parent) and _read_procs(parent):
+                return (
+                    f"cgroup {parent} holds processes, so cgroup v2 cannot delegate memory "
+                    "limits below it"
+                )
+    elif not (parent / "memory.limit_in_bytes").exists():
+        return f"{parent} is not a memory cgroup: {NO_CGROUP_HINT}"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"memory cgroup {parent} is not writable: {NO_CGROUP_HINT}"
+    return None
+
+
+def _read_procs(directory: Path) -> list[str]:
+    try:
+        return (directory / "cgroup.procs").read_text().split()
+    except OSError:
+        return []
 
 
 def _delegate_memory(parent: Path) -> None:

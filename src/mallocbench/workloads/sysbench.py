@@ -347,9 +347,12 @@ def _interval(data: dict[str, float]) -> Interval:
 
 
 def _kill_quietly(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
+    # Never poll() here: reaping the child would leave run()'s wait4, which collects its
+    # CPU usage, with no child to wait for (ChildProcessError). Until that wait4 the pid
+    # cannot be reused, so signalling it is safe even when sysbench has just exited.
+    if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+            os.kill(proc.pid, signal.SIGKILL)
 
 
 def script_exists(step: Step) -> bool:
