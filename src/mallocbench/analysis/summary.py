@@ -419,7 +419,11 @@ def relative_tables(
                         key=f"rel-{slug(engine)}-{threads}",
                         title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
                         caption=f"QPS(setup) / QPS({base}), 95% interval below"
-                        + (f"; within ±{percent(effect)}: same" if effect > 0 else ""),
+                        + (
+                            f"; same: the whole interval within ±{percent(effect)}"
+                            if effect > 0
+                            else ""
+                        ),
                         columns=others,
                         rows=rows,
                         reference_header=f"{base} QPS",

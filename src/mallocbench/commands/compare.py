@@ -126,7 +126,11 @@ def compare(a: RunResult, b: RunResult, min_effect: float | None = None) -> Comp
                     key=f"cmp-{slug(engine)}-{threads}",
                     title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
                     caption="QPS(B) / QPS(A), 95% interval below"
-                    + (f"; within ±{percent(effect)}: same" if effect > 0 else ""),
+                    + (
+                        f"; same: the whole interval within ±{percent(effect)}"
+                        if effect > 0
+                        else ""
+                    ),
                     columns=columns,
                     rows=rows,
                     engine=engine,

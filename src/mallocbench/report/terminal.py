@@ -66,8 +66,10 @@ def geomean_text(value: float | None) -> str:
 
 
 def ratio_text(cell: RatioCell) -> str:
-    """A relative value with its significance mark, or "same" within min_effect."""
-    return colored(cell.text + cell.mark, cell.css) + (" [dim]same[/]" if cell.same else "")
+    """A relative value with its finding mark and, under it, its interval: without the
+    interval a reader cannot see why a 1.07 is left uncolored."""
+    text = colored(cell.text + cell.mark, cell.css) + (" [dim]same[/]" if cell.same else "")
+    return text + (f"\n[dim]{cell.interval_text}[/]" if cell.interval_text else "")
 
 
 def print_run(result: RunResult, console: Console | None = None) -> None:
