@@ -65,12 +65,21 @@ def start_run(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 240) -> object:
+def wait_for(
+    condition: Callable[[], object],
+    what: str,
+    timeout: float = 240,
+    harness: subprocess.Popen[str] | None = None,
+) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
+        if harness is not None and harness.poll() is not None:
+            # A harness that died will never get there: say why now, not in 4 minutes.
+            _, stderr = harness.communicate()
+            raise AssertionError(f"the run exited ({harness.returncode}) before {what}: {stderr}")
         time.sleep(0.2)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -125,7 +134,7 @@ def test_second_run_into_the_same_directory_is_refused(tmp_path: Path, integrity
     out = tmp_path / "out"
     first = start_run(str(exp), "--out", str(out))
     try:
-        wait_for(lambda: server_records(out), "the first run's server")
+        wait_for(lambda: server_records(out), "the first run's server", harness=first)
         integrity_figures.add("faults injected")
         second = run_cli("run", str(exp), "--out", str(out))
         integrity_figures.check_output(second.stdout + second.stderr)
@@ -155,10 +164,11 @@ def test_sigkill_of_the_harness_then_resume_leaves_no_server_behind(
     out = tmp_path / "out"
     harness = start_run(str(exp), "--out", str(out))
     try:
-        records = wait_for(lambda: server_records(out), "a running server")
+        records = wait_for(lambda: server_records(out), "a running server", harness=harness)
         assert isinstance(records, list)
         wait_for(lambda: any(p.name() == "sysbench" for p in processes_under(out)), "sysbench")
         orphan_pid = int(records[0]["pid"])  # type: ignore[call-overload]
+        socket_dir = Path(str(records[0]["socket"])).parent
         integrity_figures.add("faults injected")
         harness.kill()
         harness.communicate(timeout=30)
@@ -182,6 +192,8 @@ def test_sigkill_of_the_harness_then_resume_leaves_no_server_behind(
         leftovers = processes_under(out)
         integrity_figures.add("orphans", len(leftovers) + int(running(orphan_pid)))
         assert not running(orphan_pid)
+        # Its socket's private temp dir (deep run directories need one) went with it.
+        assert socket_dir == out / "servers" / "glibc.innodb.r0" or not socket_dir.exists()
         assert leftovers == []
         assert [s for _, s in run_status(out)] == ["finished"]
         assert sorted(s for s, st, _ in cells_in(out) if st == "ok") == ["glibc", "glibc-b"]
@@ -198,7 +210,11 @@ def test_sigterm_stops_like_ctrl_c_and_keeps_finished_cells(
     exp = write_experiment(tmp_path, repeats=2, seconds=3)
     out = tmp_path / "out"
     harness = start_run(str(exp), "--out", str(out))
-    wait_for(lambda: (out / "results.sqlite").exists() and cells_in(out), "the first cell")
+    wait_for(
+        lambda: (out / "results.sqlite").exists() and cells_in(out),
+        "the first cell",
+        harness=harness,
+    )
     integrity_figures.add("faults injected")
     harness.send_signal(signal.SIGTERM)
     stdout, stderr = harness.communicate(timeout=120)

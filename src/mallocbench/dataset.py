@@ -89,10 +89,13 @@ def golden_datadir(
         with _locked(root / "datasets" / f".{key}.lock"):
             if (final / "READY").is_file():
                 return final / "data"
-            # We hold the lock, so any loader left in the cache belongs to a dead harness.
-            for leftover in (root / "datasets").glob(f".{key}.*/{SERVER_RECORD}"):
-                stop_orphan(leftover)
-                shutil.rmtree(leftover.parent, ignore_errors=True)
+            # We hold the lock, so any loader directory left in the cache belongs to a dead
+            # harness: stop its server if one still runs, then reclaim the space.
+            for leftover in (root / "datasets").glob(f".{key}.*"):
+                if not leftover.is_dir():
+                    continue  # the lock file itself
+                stop_orphan(leftover / SERVER_RECORD)
+                shutil.rmtree(leftover, ignore_errors=True)
             try:
                 check_reachable(root / "datasets" / key, server_user())
             except MallocbenchError as exc:

@@ -666,27 +666,13 @@ class Pipeline:
         """
         experiment = self.experiment
         detector = WarmupDetector(experiment.warmup_s, experiment.max_warmup_s)
-        stopping = False
-
-        def should_stop() -> bool:
-            # True once only. Sysbench.run kills through Popen.poll(): a second call after
-            # the kill can reap the child before run()'s own wait4, which then raises
-            # ChildProcessError (2 warmups in 16 test runs did).
-            nonlocal stopping
-            if stopping:
-                return False
-            stopping = detector.done or self.stop_requested()
-            return stopping
-
         self.progress.cell_started(planned, "warmup")
         warm = sysbench.run(
             planned.step,
             planned.threads,
-            # sysbench must still be running when the detector stops it at the maximum:
-            # had it exited by itself, that first poll would reap it just the same.
-            experiment.max_warmup_s + WARMUP_MARGIN_S,
+            experiment.max_warmup_s,
             on_interval=lambda i: detector.add(i.qps, i.seconds),
-            should_stop=should_stop,
+            should_stop=lambda: detector.done or self.stop_requested(),
         )
         if self.stop_requested():
             raise KeyboardInterrupt
@@ -753,10 +739,6 @@ def measure(
         output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
     return Measured(output, samples, peaks.peak_rss or None, peaks.peak_vsz or None)
 
-
-# Seconds a warmup run is given beyond durations.max_warmup; never used, since the
-# detector ends it at the maximum (see Pipeline._warm_up).
-WARMUP_MARGIN_S = 5
 
 # The server aborts a cache-warming read that runs longer (a dataset on a slow disk);
 # the first cell then warms the rest, as it would have without this.

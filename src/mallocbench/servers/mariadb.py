@@ -555,6 +555,7 @@ class PrivateServer:
             "harness_pid": os.getpid(),
             "mysqld": self.build.mysqld,
             "rundir": str(self.rundir),
+            "socket": str(self.socket),
         }
         self.record.write_text(json.dumps(record) + "\n")
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,9 +89,26 @@ def stop_orphan(record: Path, timeout: float = 60.0) -> Orphan | None:
                 f"a server left by an earlier run (PID {orphan.pid}, {orphan.rundir}) did not "
                 f"stop: kill it with `kill -9 {orphan.pid}`, then run again"
             )
+    _remove_socket_dir(record)
     with contextlib.suppress(FileNotFoundError):
         record.unlink()
     return orphan
+
+
+def _remove_socket_dir(record: Path) -> None:
+    """The private temp dir a deep run directory's socket needed, if the record names one.
+
+    Only a `mallocbench-*` directory directly in the temp dir is removed: the record is a
+    file on disk, and nothing read from it may make us delete anything else.
+    """
+    data = _read(record)
+    if data is None or not isinstance(data.get("socket"), str):
+        return
+    directory = Path(str(data["socket"])).parent
+    if directory.parent == Path(tempfile.gettempdir()) and directory.name.startswith(
+        "mallocbench-"
+    ):
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def stop_orphans(servers_dir: Path) -> list[Orphan]:
