@@ -1,9 +1,9 @@
-"""Memory cgroups: where a process is charged, its OOM kills, and capped groups of our own.
+"""Memory and cpu cgroups: where a process is charged, its OOM kills, and capped groups of
+our own (a memory cap, or a CPU quota that hands a setup a known handicap).
 
-Works on cgroup v2 (unified), on v1 with the memory controller mounted on its own
-hierarchy, and on hybrid hosts (v1 controllers beside an unified mount that holds no
-memory controller): the memory controller lives in exactly one hierarchy, and that is
-the one used.
+Works on cgroup v2 (unified), on v1 with the controller mounted on its own hierarchy, and
+on hybrid hosts (v1 controllers beside an unified mount that holds none of them): each
+controller lives in exactly one hierarchy, and that is the one used.
 
 Telling an OOM kill from any other SIGKILL needs two sources, because neither is enough
 alone: the cgroup's `oom_kill` counter (v2 `memory.events`, v1 `memory.oom_control` on
@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import re
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Self
 
 from mallocbench.errors import MallocbenchError
 
@@ -37,18 +39,30 @@ _V1_UNLIMITED = "-1"
 _V2_UNLIMITED = "max"
 _NAME_MAX = 64
 
-NO_CGROUP_HINT = (
-    "run as root on a host with the cgroup v1 memory controller or cgroup v2 "
-    "(with the memory controller enabled)"
-)
+# The CFS bandwidth period; 100 ms is the kernel's default, so quotas read like its own.
+_CFS_PERIOD_US = 100_000
+# The kernel refuses a quota under 1 ms per period.
+_MIN_QUOTA_US = 1000
+# A file that only a v1 cgroup of the controller has: tells a foreign directory apart.
+_V1_MARKER = {"memory": "memory.limit_in_bytes", "cpu": "cpu.cfs_quota_us"}
 
 
-# --- where the memory controller is mounted ------------------------------------------------
+def _no_cgroup_hint(controller: str) -> str:
+    return (
+        f"run as root on a host with the cgroup v1 {controller} controller or cgroup v2 "
+        f"(with the {controller} controller enabled)"
+    )
+
+
+NO_CGROUP_HINT = _no_cgroup_hint("memory")
+
+
+# --- where a controller is mounted -------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class CgroupMount:
-    """One mount of the hierarchy that holds the memory controller."""
+    """One mount of the hierarchy that holds a controller (memory unless told otherwise)."""
 
     version: int  # 1 or 2
     mount_point: Path
@@ -70,8 +84,8 @@ def _unescape_mountinfo(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
-def parse_mountinfo(text: str) -> list[CgroupMount]:
-    """The v1 mounts carrying the memory controller and every cgroup2 mount, in order."""
+def parse_mountinfo(text: str, controller: str = "memory") -> list[CgroupMount]:
+    """The v1 mounts carrying `controller` and every cgroup2 mount, in order."""
     mounts: list[CgroupMount] = []
     for line in text.splitlines():
         left, sep, right = line.partition(" - ")
@@ -82,7 +96,7 @@ def parse_mountinfo(text: str) -> list[CgroupMount]:
             continue
         fstype, super_options = tail[0], tail[2].split(",")
         root, mount_point = _unescape_mountinfo(fields[3]), _unescape_mountinfo(fields[4])
-        if fstype == "cgroup" and "memory" in super_options:
+        if fstype == "cgroup" and controller in super_options:
             mounts.append(CgroupMount(1, Path(mount_point), root))
         elif fstype == "cgroup2":
             mounts.append(CgroupMount(2, Path(mount_point), root))
@@ -96,20 +110,25 @@ def _controllers(directory: Path) -> set[str]:
         return set()
 
 
-def memory_mounts() -> list[CgroupMount]:
-    """Where the memory controller can be reached; empty when it is not mounted at all.
+def controller_mounts(controller: str) -> list[CgroupMount]:
+    """Where `controller` can be reached; empty when it is not mounted at all.
 
-    A v1 memory mount wins: on a hybrid host the unified mount exists too, but the
-    controller cannot be bound to both, so there it lists no memory.
+    A v1 mount wins: on a hybrid host the unified mount exists too, but a controller
+    cannot be bound to both, so there it does not list it.
     """
     try:
-        mounts = parse_mountinfo(_MOUNTINFO.read_text())
+        mounts = parse_mountinfo(_MOUNTINFO.read_text(), controller)
     except OSError:
         return []
     v1 = [m for m in mounts if m.version == 1]
     if v1:
         return v1
-    return [m for m in mounts if m.version == 2 and "memory" in _controllers(m.mount_point)]
+    return [m for m in mounts if m.version == 2 and controller in _controllers(m.mount_point)]
+
+
+def memory_mounts() -> list[CgroupMount]:
+    """Where the memory controller can be reached; empty when it is not mounted at all."""
+    return controller_mounts("memory")
 
 
 def memory_version() -> int | None:
@@ -123,6 +142,11 @@ def memory_version() -> int | None:
 
 def memory_cgroup_path(proc_cgroup: str, version: int) -> str | None:
     """The memory cgroup's path in a /proc/PID/cgroup text: v1's `memory` line, v2's `0::`."""
+    return cgroup_path(proc_cgroup, version, "memory")
+
+
+def cgroup_path(proc_cgroup: str, version: int, controller: str) -> str | None:
+    """The path of `controller`'s cgroup in a /proc/PID/cgroup text (v2: the `0::` line)."""
     for line in proc_cgroup.splitlines():
         parts = line.split(":", 2)
         if len(parts) != 3:
@@ -130,21 +154,26 @@ def memory_cgroup_path(proc_cgroup: str, version: int) -> str | None:
         hierarchy_id, controllers, path = parts
         if version == 2 and hierarchy_id == "0" and controllers == "":
             return path
-        if version == 1 and "memory" in controllers.split(","):
+        if version == 1 and controller in controllers.split(","):
             return path
     return None
 
 
 def memory_cgroup_of(pid: int | str = "self") -> Path | None:
     """The directory of the memory cgroup `pid` is in; None when it cannot be told."""
-    mounts = memory_mounts()
+    return cgroup_of("memory", pid)
+
+
+def cgroup_of(controller: str, pid: int | str = "self") -> Path | None:
+    """The directory of `controller`'s cgroup that `pid` is in; None when it cannot be told."""
+    mounts = controller_mounts(controller)
     if not mounts:
         return None
     try:
         text = Path(f"/proc/{pid}/cgroup").read_text()
     except OSError:
         return None
-    path = memory_cgroup_path(text, mounts[0].version)
+    path = cgroup_path(text, mounts[0].version, controller)
     if path is None:
         return None
     # The most specific mount first: a container may see its subtree and the whole tree.
@@ -159,7 +188,7 @@ def memory_cgroup_of(pid: int | str = "self") -> Path | None:
 
 
 def parse_counters(text: str) -> dict[str, int]:
-    """`key value` lines, as in v2 memory.events and v1 memory.oom_control."""
+    """`key value` lines, as in v2 memory.events, v1 memory.oom_control and cpu.stat."""
     counters: dict[str, int] = {}
     for line in text.splitlines():
         parts = line.split()
@@ -187,10 +216,7 @@ def oom_kill_count(cgroup_dir: Path) -> int | None:
 
 
 def _read_int(path: Path) -> int | None:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return None
+    text = _read_text(path)
     return int(text) if text.isdigit() else None
 
 
@@ -393,7 +419,7 @@ class OomWatch:
             self._log = None
 
 
-# --- capped groups of our own ------------------------------------------------------------------
+# --- groups of our own -------------------------------------------------------------------------
 
 
 def cgroup_name(name: str, pid: int | None = None) -> str:
@@ -402,14 +428,16 @@ def cgroup_name(name: str, pid: int | None = None) -> str:
     return f"mallocbench-{safe}-{os.getpid() if pid is None else pid}"
 
 
-def _fix_hint(exc: OSError) -> str:
+def _fix_hint(exc: OSError, controller: str = "memory") -> str:
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        return NO_CGROUP_HINT
-    return "check that the memory controller is enabled there"
+        return _no_cgroup_hint(controller)
+    return f"check that the {controller} controller is enabled there"
 
 
-class MemoryCgroup:
-    """A memory cgroup mallocbench created: optionally capped, removed when done."""
+class _OwnCgroup:
+    """A cgroup of one controller that mallocbench created: joined before exec, then removed."""
+
+    CONTROLLER: ClassVar[str] = ""
 
     def __init__(self, path: Path, version: int):
         self.path = path
@@ -417,7 +445,122 @@ class MemoryCgroup:
         # Built here so that join_self, running between fork and exec, only opens and writes.
         self._procs_path = os.fsencode(path / "cgroup.procs")
 
-    # --- creation ---------------------------------------------------------------------------
+    @classmethod
+    def _make(
+        cls, name: str, parent: Path | None, configure: Callable[[Self], None] | None
+    ) -> Self:
+        """A new group below `parent`, set up by `configure`; nothing is left if that fails."""
+        kind = cls.CONTROLLER
+        parent = _checked_parent(kind, parent)
+        path = parent / cgroup_name(name)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            raise MallocbenchError(
+                f"{kind} cgroup {path} already exists: remove it (rmdir) or use another name"
+            ) from None
+        except OSError as exc:
+            raise MallocbenchError(
+                f"no writable {kind} cgroup: cannot create {path} ({exc.strerror}); "
+                f"{_fix_hint(exc, kind)}"
+            ) from None
+        group = cls(path, 2 if _is_v2(parent) else 1)
+        if configure is not None:
+            try:
+                configure(group)
+            except BaseException:
+                group.remove()
+                raise
+        return group
+
+    def _write(self, name: str, value: str) -> None:
+        try:
+            (self.path / name).write_text(value)
+        except OSError as exc:
+            raise MallocbenchError(
+                f"cannot set {name}={value} in {self.CONTROLLER} cgroup {self.path} "
+                f"({exc.strerror}); {_fix_hint(exc, self.CONTROLLER)}"
+            ) from None
+
+    # --- members ---------------------------------------------------------------------------
+
+    def join_self(self) -> None:
+        """Move the calling process into the group: for a forked child, before exec.
+
+        Nothing but open/write/close, so it is safe between fork and exec; "0" means the
+        writer itself on both cgroup versions.
+        """
+        fd = os.open(self._procs_path, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+
+    def add(self, pid: int) -> None:
+        """Move a running process in; what it has already used stays charged where it was."""
+        try:
+            (self.path / "cgroup.procs").write_text(str(pid))
+        except OSError as exc:
+            raise MallocbenchError(
+                f"cannot move process {pid} into {self.CONTROLLER} cgroup {self.path} "
+                f"({exc.strerror})"
+            ) from None
+
+    def pids(self) -> list[int]:
+        return [int(p) for p in _read_procs(self.path)]
+
+    # --- removal -----------------------------------------------------------------------------
+
+    def remove(self, timeout: float = 5.0) -> None:
+        """Delete the group, waiting for exiting members to leave.
+
+        Members still there after half the timeout are moved to the parent group rather
+        than left behind in a group nobody will remove.
+        """
+        deadline = time.monotonic() + timeout
+        moved = False
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                if exc.errno != errno.EBUSY:
+                    raise MallocbenchError(
+                        f"cannot remove {self.CONTROLLER} cgroup {self.path} ({exc.strerror})"
+                    ) from None
+            now = time.monotonic()
+            if not moved and now > deadline - timeout / 2:
+                self._evict()
+                moved = True
+            if now > deadline:
+                raise MallocbenchError(
+                    f"{self.CONTROLLER} cgroup {self.path} still holds processes {self.pids()}: "
+                    f"stop them, then rmdir {self.path}"
+                )
+            time.sleep(0.05)
+
+    def _evict(self) -> None:
+        parent_procs = self.path.parent / "cgroup.procs"
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                parent_procs.write_text(str(pid))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.path)!r}, v{self.version})"
+
+
+class MemoryCgroup(_OwnCgroup):
+    """A memory cgroup mallocbench created: optionally capped, removed when done."""
+
+    CONTROLLER = "memory"
 
     @classmethod
     def create(
@@ -429,37 +572,9 @@ class MemoryCgroup:
         (ours does: we are in it) cannot give its children memory limits, so there the
         default is its parent, making the new group a sibling of ours.
         """
-        if parent is None:
-            parent = _default_parent()
-        if not parent.is_dir():
-            raise MallocbenchError(
-                f"memory cgroup {parent} does not exist: give an existing cgroup directory"
-            )
-        version = 2 if _is_v2(parent) else 1
-        if version == 1 and not (parent / "memory.limit_in_bytes").exists():
-            raise MallocbenchError(f"{parent} is not a memory cgroup: {NO_CGROUP_HINT}")
-        if version == 2:
-            _delegate_memory(parent)
-        path = parent / cgroup_name(name)
-        try:
-            path.mkdir()
-        except FileExistsError:
-            raise MallocbenchError(
-                f"memory cgroup {path} already exists: remove it (rmdir) or use another name"
-            ) from None
-        except OSError as exc:
-            raise MallocbenchError(
-                f"no writable memory cgroup: cannot create {path} ({exc.strerror}); "
-                f"{_fix_hint(exc)}"
-            ) from None
-        group = cls(path, version)
-        if limit_bytes is not None:
-            try:
-                group.set_limit(limit_bytes)
-            except BaseException:
-                group.remove()
-                raise
-        return group
+        if limit_bytes is None:
+            return cls._make(name, parent, None)
+        return cls._make(name, parent, lambda group: group.set_limit(limit_bytes))
 
     def set_limit(self, limit_bytes: int | None) -> None:
         """Cap the group's memory (None: no cap), with swap shut off so it cannot hide it."""
@@ -483,44 +598,6 @@ class MemoryCgroup:
         # Only with swap accounting (swapaccount=1); without it there is nothing to cap.
         with contextlib.suppress(OSError):
             memsw.write_text(value)
-
-    def _write(self, name: str, value: str) -> None:
-        try:
-            (self.path / name).write_text(value)
-        except OSError as exc:
-            raise MallocbenchError(
-                f"cannot set {name}={value} in memory cgroup {self.path} ({exc.strerror}); "
-                f"{_fix_hint(exc)}"
-            ) from None
-
-    # --- members ---------------------------------------------------------------------------
-
-    def join_self(self) -> None:
-        """Move the calling process into the group: for a forked child, before exec.
-
-        Nothing but open/write/close, so it is safe between fork and exec; "0" means the
-        writer itself on both cgroup versions.
-        """
-        fd = os.open(self._procs_path, os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
-
-    def add(self, pid: int) -> None:
-        """Move a running process in; memory it already holds stays charged where it was."""
-        try:
-            (self.path / "cgroup.procs").write_text(str(pid))
-        except OSError as exc:
-            raise MallocbenchError(
-                f"cannot move process {pid} into memory cgroup {self.path} ({exc.strerror})"
-            ) from None
-
-    def pids(self) -> list[int]:
-        try:
-            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
-        except OSError:
-            return []
 
     # --- figures ----------------------------------------------------------------------------
 
@@ -557,62 +634,119 @@ class MemoryCgroup:
             return False
         return True
 
-    # --- removal -----------------------------------------------------------------------------
 
-    def remove(self, timeout: float = 5.0) -> None:
-        """Delete the group, waiting for exiting members to leave.
+class CpuCgroup(_OwnCgroup):
+    """A cpu cgroup mallocbench created: its members share a CPU quota (CFS bandwidth)."""
 
-        Members still there after half the timeout are moved to the parent group rather
-        than left behind in a group nobody will remove.
+    CONTROLLER = "cpu"
+
+    @classmethod
+    def create(cls, name: str, quota_cpus: float, parent: Path | None = None) -> CpuCgroup:
+        """A new group below `parent` whose members get at most quota_cpus CPUs together.
+
+        The quota counts CPUs: 0.95 is 95% of one CPU, 3.8 is 95% of four. The default
+        parent is chosen as for MemoryCgroup.create.
         """
-        deadline = time.monotonic() + timeout
-        moved = False
-        while True:
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError as exc:
-                if exc.errno != errno.EBUSY:
-                    raise MallocbenchError(
-                        f"cannot remove memory cgroup {self.path} ({exc.strerror})"
-                    ) from None
-            now = time.monotonic()
-            if not moved and now > deadline - timeout / 2:
-                self._evict()
-                moved = True
-            if now > deadline:
-                raise MallocbenchError(
-                    f"memory cgroup {self.path} still holds processes {self.pids()}: stop "
-                    f"them, then rmdir {self.path}"
-                )
-            time.sleep(0.05)
+        _quota_us(quota_cpus)  # refused before anything is made
+        return cls._make(name, parent, lambda group: group.set_quota(quota_cpus))
 
-    def _evict(self) -> None:
-        parent_procs = self.path.parent / "cgroup.procs"
-        for pid in self.pids():
-            with contextlib.suppress(OSError):
-                parent_procs.write_text(str(pid))
+    def set_quota(self, quota_cpus: float | None) -> None:
+        """Hold the group to quota_cpus CPUs in every period (None: no quota)."""
+        quota = None if quota_cpus is None else str(_quota_us(quota_cpus))
+        if self.version == 2:
+            self._write("cpu.max", f"{quota or _V2_UNLIMITED} {_CFS_PERIOD_US}")
+            return
+        # Set the period too: the kernel's default could be changed, and the quota means
+        # something only against the period it was computed for.
+        self._write("cpu.cfs_period_us", str(_CFS_PERIOD_US))
+        self._write("cpu.cfs_quota_us", quota or _V1_UNLIMITED)
 
-    def __enter__(self) -> MemoryCgroup:
-        return self
+    def quota_cpus(self) -> float | None:
+        """The quota in CPUs; None when there is none (or it cannot be read)."""
+        if self.version == 2:
+            fields = _read_text(self.path / "cpu.max").split()
+        else:
+            fields = [_read_text(self.path / f"cpu.cfs_{f}_us") for f in ("quota", "period")]
+        # "max" (v2) and "-1" (v1) mean no quota.
+        if len(fields) != 2 or not all(f.isdigit() for f in fields) or int(fields[1]) == 0:
+            return None
+        return int(fields[0]) / int(fields[1])
 
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
+    def throttled(self) -> dict[str, float]:
+        """Since the group was made: `nr_periods` in which members wanted CPU, `nr_throttled`
+        of them in which the quota ran out, and `throttled_seconds` members were held back.
 
-    def __repr__(self) -> str:
-        return f"MemoryCgroup({str(self.path)!r}, v{self.version})"
+        Empty when cpu.stat cannot be read or lacks the counters.
+        """
+        counters = parse_counters(_read_text(self.path / "cpu.stat"))
+        if "nr_periods" not in counters:
+            return {}
+        if self.version == 2:
+            seconds = counters.get("throttled_usec", 0) / 1e6
+        else:
+            seconds = counters.get("throttled_time", 0) / 1e9
+        return {
+            "nr_periods": counters["nr_periods"],
+            "nr_throttled": counters.get("nr_throttled", 0),
+            "throttled_seconds": seconds,
+        }
 
 
-def _default_parent() -> Path:
-    own = memory_cgroup_of("self")
+def _quota_us(quota_cpus: float) -> int:
+    """The quota per period in microseconds; refuses what cannot be a CPU quota here."""
+    if (
+        isinstance(quota_cpus, bool)
+        or not isinstance(quota_cpus, int | float)
+        or not math.isfinite(quota_cpus)
+        or quota_cpus <= 0
+    ):
+        raise MallocbenchError(
+            f"CPU quota {quota_cpus!r} is not a positive number of CPUs: give e.g. 0.95 for "
+            "95% of one CPU"
+        )
+    quota_us = round(quota_cpus * _CFS_PERIOD_US)
+    if quota_us < _MIN_QUOTA_US:
+        raise MallocbenchError(
+            f"CPU quota {quota_cpus} is below the kernel's least, "
+            f"{_MIN_QUOTA_US / _CFS_PERIOD_US} CPUs"
+        )
+    host = os.cpu_count() or 1
+    if quota_cpus > host:
+        # Most likely a percentage given where CPUs were meant.
+        raise MallocbenchError(
+            f"CPU quota {quota_cpus} is more than this host's {host} CPUs, so it would hold "
+            "nothing back: give CPUs, not percent (0.95 for 95% of one CPU)"
+        )
+    return quota_us
+
+
+def _default_parent(controller: str = "memory") -> Path:
+    own = cgroup_of(controller, "self")
     if own is None:
-        raise MallocbenchError(f"no memory cgroup controller found: {NO_CGROUP_HINT}")
+        raise MallocbenchError(
+            f"no {controller} cgroup controller found: {_no_cgroup_hint(controller)}"
+        )
     if not _is_v2(own) or os.path.ismount(own):
         # v1 has no rule against processes beside child groups; a v2 root is exempt.
         return own
     return own.parent
+
+
+def _checked_parent(controller: str, parent: Path | None) -> Path:
+    """`parent` (None: the default one), made ready to hold a child group of `controller`."""
+    if parent is None:
+        parent = _default_parent(controller)
+    if not parent.is_dir():
+        raise MallocbenchError(
+            f"{controller} cgroup {parent} does not exist: give an existing cgroup directory"
+        )
+    if _is_v2(parent):
+        _delegate(parent, controller)
+    elif not (parent / _V1_MARKER[controller]).exists():
+        raise MallocbenchError(
+            f"{parent} is not a {controller} cgroup: {_no_cgroup_hint(controller)}"
+        )
+    return parent
 
 
 def capping_problem(parent: Path | None = None) -> str | None:
@@ -621,65 +755,80 @@ def capping_problem(parent: Path | None = None) -> str | None:
     It writes nothing (a dry run may ask), so it judges by permissions what create would
     learn by trying; a kernel may still refuse what these checks let through.
     """
+    return _group_problem("memory", parent)
+
+
+def cpu_capping_problem(parent: Path | None = None) -> str | None:
+    """Why CpuCgroup.create could not make a group with a quota here; None when it could.
+
+    Writes nothing, like capping_problem.
+    """
+    return _group_problem("cpu", parent)
+
+
+def _group_problem(controller: str, parent: Path | None) -> str | None:
+    hint = _no_cgroup_hint(controller)
     try:
-        parent = parent or _default_parent()
+        parent = parent or _default_parent(controller)
     except MallocbenchError:
-        return f"no memory cgroup controller is mounted: {NO_CGROUP_HINT}"
+        return f"no {controller} cgroup controller is mounted: {hint}"
     if not parent.is_dir():
-        return f"memory cgroup {parent} does not exist"
+        return f"{controller} cgroup {parent} does not exist"
     if _is_v2(parent):
-        if "memory" not in _controllers(parent):
+        if controller not in _controllers(parent):
             return (
-                f"cgroup {parent} has no memory controller: enable it in its parent's "
+                f"cgroup {parent} has no {controller} controller: enable it in its parent's "
                 "cgroup.subtree_control"
             )
         control = parent / "cgroup.subtree_control"
-        try:
-            delegated = "memory" in control.read_text().split()
-        except OSError:
-            delegated = False
+        delegated = controller in _read_text(control).split()
         if not delegated:
             if not os.access(control, os.W_OK):
-                return f"{control} is not writable: {NO_CGROUP_HINT}"
+                return f"{control} is not writable: {hint}"
             if not os.path.ismount(parent) and _read_procs(parent):
                 return (
-                    f"cgroup {parent} holds processes, so cgroup v2 cannot delegate memory "
-                    "limits below it"
+                    f"cgroup {parent} holds processes, so cgroup v2 cannot delegate "
+                    f"{controller} limits below it"
                 )
-    elif not (parent / "memory.limit_in_bytes").exists():
-        return f"{parent} is not a memory cgroup: {NO_CGROUP_HINT}"
+    elif not (parent / _V1_MARKER[controller]).exists():
+        return f"{parent} is not a {controller} cgroup: {hint}"
     if not os.access(parent, os.W_OK | os.X_OK):
-        return f"memory cgroup {parent} is not writable: {NO_CGROUP_HINT}"
+        return f"{controller} cgroup {parent} is not writable: {hint}"
     return None
 
 
-def _read_procs(directory: Path) -> list[str]:
+def _read_text(path: Path) -> str:
+    """The file's text, stripped; empty when it cannot be read."""
     try:
-        return (directory / "cgroup.procs").read_text().split()
+        return path.read_text().strip()
     except OSError:
-        return []
+        return ""
 
 
-def _delegate_memory(parent: Path) -> None:
-    """v2: let children of `parent` have memory limits (its subtree_control gains memory)."""
-    if "memory" not in _controllers(parent):
+def _read_procs(directory: Path) -> list[str]:
+    return _read_text(directory / "cgroup.procs").split()
+
+
+def _delegate(parent: Path, controller: str) -> None:
+    """v2: let children of `parent` have `controller` limits (its subtree_control gains it)."""
+    if controller not in _controllers(parent):
         raise MallocbenchError(
-            f"cgroup {parent} has no memory controller: enable it in its parent's "
-            f"cgroup.subtree_control, or {NO_CGROUP_HINT}"
+            f"cgroup {parent} has no {controller} controller: enable it in its parent's "
+            f"cgroup.subtree_control, or {_no_cgroup_hint(controller)}"
         )
     control = parent / "cgroup.subtree_control"
     try:
-        if "memory" in control.read_text().split():
+        if controller in control.read_text().split():
             return
-        control.write_text("+memory")
+        control.write_text(f"+{controller}")
     except OSError as exc:
         if exc.errno == errno.EBUSY:
             raise MallocbenchError(
-                f"cannot enable memory limits below cgroup {parent}: it holds processes, and "
-                f"cgroup v2 delegates controllers only from groups without any; give a parent "
-                f"cgroup without processes of its own"
+                f"cannot enable {controller} limits below cgroup {parent}: it holds processes, "
+                f"and cgroup v2 delegates controllers only from groups without any; give a "
+                f"parent cgroup without processes of its own"
             ) from None
         raise MallocbenchError(
-            f"no writable memory cgroup: cannot enable memory in {control} ({exc.strerror}); "
-            f"{_fix_hint(exc)}"
+            f"no writable {controller} cgroup: cannot enable {controller} in {control} "
+            f"({exc.strerror}); {_fix_hint(exc, controller)}"
         ) from None

@@ -41,7 +41,7 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process
-from mallocbench.servers.cgroup import MemoryCgroup, OomWatch
+from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup, OomWatch
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config
 
@@ -193,6 +193,8 @@ class ServerConfig:
     thp_disabled: bool = False
     # The server starts inside this cgroup (a memory cap); its OOM kills are told apart.
     memory_cgroup: MemoryCgroup | None = None
+    # ... and inside this one (a CPU quota: a known handicap for this setup).
+    cpu_cgroup: CpuCgroup | None = None
 
 
 _PR_SET_THP_DISABLE = 41
@@ -532,12 +534,14 @@ class PrivateServer:
             raise
 
     def _in_child(self) -> Callable[[], None] | None:
-        """What the forked child does before exec: THP off, join the memory cgroup."""
+        """What the forked child does before exec: THP off, join the memory and cpu cgroups."""
         steps: list[Callable[[], None]] = []
         if self.config.thp_disabled:
             steps.append(_disable_thp)
         if self.config.memory_cgroup is not None:
             steps.append(self.config.memory_cgroup.join_self)
+        if self.config.cpu_cgroup is not None:
+            steps.append(self.config.cpu_cgroup.join_self)
         if not steps:
             return None
 
