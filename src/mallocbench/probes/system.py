@@ -8,7 +8,9 @@ import platform
 import re
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +108,83 @@ def host_metadata() -> dict[str, Any]:
         "sysbench": sysbench_version(),
         "mallocbench": __version__,
     }
+
+
+# The states of /proc/stat's "cpu" line, in order. guest and guest_nice are left out:
+# the kernel already counts them in user and nice, and adding them would count twice.
+CPU_STATES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+# Not spent running this machine's processes: idle, waiting for I/O, or stolen (the
+# hypervisor ran its other guests then).
+_NOT_BUSY = ("idle", "iowait", "steal")
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """The machine's cumulative CPU time per state (jiffies) at one monotonic instant."""
+
+    jiffies: dict[str, int]
+    t: float  # time.monotonic()
+
+    @property
+    def total(self) -> int:
+        return sum(self.jiffies.values())
+
+    @property
+    def busy(self) -> int:
+        """Jiffies this machine's processes and kernel ran (user, system, irq...)."""
+        return self.total - sum(self.jiffies[s] for s in _NOT_BUSY)
+
+
+def cpu_snapshot() -> CpuSnapshot:
+    """Read the aggregate "cpu" line of /proc/stat (all CPUs together)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        fields = stat.readline().split()
+    if not fields or fields[0] != "cpu":
+        raise MallocbenchError("/proc/stat does not start with its cpu line: is /proc mounted?")
+    values = [int(v) for v in fields[1 : 1 + len(CPU_STATES)]]
+    # Kernels before 2.6.11 lack steal; a missing state was never spent.
+    values += [0] * (len(CPU_STATES) - len(values))
+    return CpuSnapshot(dict(zip(CPU_STATES, values, strict=True)), time.monotonic())
+
+
+def load_avg_1m() -> float | None:
+    text = _read("/proc/loadavg")
+    try:
+        return float(text.split()[0]) if text else None
+    except ValueError:
+        return None
+
+
+def _clamp(share: float) -> float:
+    return min(1.0, max(0.0, share))
+
+
+def interference(
+    before: CpuSnapshot, after: CpuSnapshot, own_cpu_s: float, cpus: int | None = None
+) -> dict[str, float]:
+    """What else ran on the machine between two snapshots, as shares of its CPU time.
+
+    `own_cpu_s` is the CPU time of what is being measured (the server and its client,
+    from their own counters); everything else busy meanwhile competed with them:
+
+    - other_cpu_share: (busy - own_cpu_s) / all CPU time, clamped to [0, 1] (the
+      counters tick at different moments, so a quiet interval can come out a hair
+      below 0);
+    - steal_share: time the hypervisor gave to other guests, / all CPU time;
+    - load_avg_1m: the kernel's 1-minute load average as it is now.
+
+    All CPU time is the jiffies of every state, or `cpus` x the elapsed wall time when
+    given (for a caller that counts only the CPUs its processes may use).
+    """
+    hz = os.sysconf("SC_CLK_TCK")
+    steal_s = (after.jiffies["steal"] - before.jiffies["steal"]) / hz
+    busy_s = (after.busy - before.busy) / hz
+    capacity_s = cpus * (after.t - before.t) if cpus else (after.total - before.total) / hz
+    result = {
+        "other_cpu_share": _clamp((busy_s - own_cpu_s) / capacity_s) if capacity_s > 0 else 0.0,
+        "steal_share": _clamp(steal_s / capacity_s) if capacity_s > 0 else 0.0,
+    }
+    load = load_avg_1m()
+    if load is not None:
+        result["load_avg_1m"] = load
+    return result

@@ -1,0 +1,191 @@
+"""analysis.noise on synthetic data whose variance components are known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mallocbench.analysis import noise
+from mallocbench.analysis.stats import t_quantile
+
+WITHIN_SD = 0.02  # 2% slice to slice
+BETWEEN_SD = 0.04  # 4% start to start
+
+
+def _starts(rng: np.random.Generator, sizes: list[int]) -> list[list[float]]:
+    """Slice throughputs around 10,000 QPS: a level per start, noise per slice (log scale)."""
+    starts = []
+    for n in sizes:
+        level = math.log(10_000) + rng.normal(0, BETWEEN_SD)
+        starts.append(list(np.exp(level + rng.normal(0, WITHIN_SD, n))))
+    return starts
+
+
+def test_components_recover_known_variances() -> None:
+    rng = np.random.default_rng(7)
+    found = noise.variance_components(_starts(rng, [6] * 400))
+    assert found.starts == 400 and found.slices == 2400 and found.within_df == 2000
+    assert found.within_var == pytest.approx(WITHIN_SD**2, rel=0.08)
+    assert found.between_var == pytest.approx(BETWEEN_SD**2, rel=0.2)
+    # On the log scale a variance v is a CV of about 100 sqrt(v) percent.
+    assert found.slice_cv_pct == pytest.approx(100 * WITHIN_SD, rel=0.05)
+    assert found.start_cv_pct == pytest.approx(100 * BETWEEN_SD, rel=0.1)
+    assert found.mean_log == pytest.approx(math.log(10_000), abs=0.01)
+
+
+def test_components_with_unequal_slice_counts() -> None:
+    rng = np.random.default_rng(11)
+    sizes = list(rng.integers(1, 9, 500))
+    found = noise.variance_components(_starts(rng, sizes))
+    assert found.slices == sum(sizes)
+    assert found.within_var == pytest.approx(WITHIN_SD**2, rel=0.08)
+    assert found.between_var == pytest.approx(BETWEEN_SD**2, rel=0.2)
+
+
+def test_between_is_clamped_at_zero_and_absent_with_one_start() -> None:
+    # The start means are equal, the slices differ: MSB < MSW would give a negative variance.
+    clamped = noise.variance_components([[100.0, 120.0], [120.0, 100.0]])
+    assert clamped.between_var == 0.0 and clamped.start_cv_pct == 0.0
+    assert clamped.within_var > 0
+    alone = noise.variance_components([[100.0, 110.0, 105.0]])
+    assert alone.between_var is None and alone.start_cv_pct is None
+    assert alone.within_var == pytest.approx(np.var(np.log([100, 110, 105]), ddof=1))
+
+
+def test_components_refuse_what_they_cannot_estimate() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        noise.variance_components([[100.0, 0.0]])
+    with pytest.raises(ValueError, match="at least 2 slices"):
+        noise.variance_components([[100.0], [110.0]])
+    with pytest.raises(ValueError, match="no slices"):
+        noise.variance_components([[], []])
+
+
+def test_second_cv_is_the_sample_cv() -> None:
+    seconds = [100.0, 104.0, 97.0, 101.0, 99.0]
+    assert noise.second_cv_pct(seconds) == pytest.approx(
+        100 * np.std(seconds, ddof=1) / np.mean(seconds)
+    )
+    assert math.isnan(noise.second_cv_pct([100.0]))
+
+
+def test_white_noise_averages_out_as_one_over_sqrt_k() -> None:
+    rng = np.random.default_rng(3)
+    seconds = list(rng.normal(50_000, 1_500, 6000))  # 3% per second
+    curve = dict(noise.aggregation_curve(seconds, (1, 4, 16, 60)))
+    for k, cv in curve.items():
+        assert cv == pytest.approx(3.0 / math.sqrt(k), rel=0.2), k
+
+
+def test_a_level_shift_does_not_average_out() -> None:
+    rng = np.random.default_rng(5)
+    # 10 minutes at one level, then 10 at a level 10% higher: drift, not noise.
+    seconds = list(np.r_[np.full(600, 50_000.0), np.full(600, 55_000.0)])
+    seconds = list(np.asarray(seconds) + rng.normal(0, 500, 1200))
+    curve = dict(noise.aggregation_curve(seconds, (1, 10, 60)))
+    assert curve[60] > 0.85 * curve[1]
+    assert curve[60] > 3 * curve[1] / math.sqrt(60)  # far above what white noise would give
+
+
+def test_pooled_curve_leaves_out_the_levels_of_starts() -> None:
+    rng = np.random.default_rng(9)
+    low = list(rng.normal(10_000, 200, 600))
+    high = list(rng.normal(20_000, 400, 600))  # 2% each, at levels twice apart
+    pooled = dict(noise.pooled_aggregation_curve([low, high], (1, 5)))
+    assert pooled[1] == pytest.approx(2.0, rel=0.1)
+    assert pooled[5] == pytest.approx(2.0 / math.sqrt(5), rel=0.15)
+    # A length with fewer than 2 blocks in every series is left out.
+    assert noise.pooled_aggregation_curve([[1.0, 2.0, 3.0]], (1, 2)) == [(1, pytest.approx(50.0))]
+
+
+def test_optimal_slices_per_start_follows_kalibera_jones() -> None:
+    # sqrt(c_start * within / (c_slice * between)) = sqrt(40 * 4e-4 / (5 * 1e-4)) = 5.66
+    best = noise.optimal_slices_per_start(4e-4, 1e-4, slice_cost_s=5, start_cost_s=40)
+    assert best in (5, 6)
+
+    def cost(n: int) -> float:
+        return (40 + 5 * n) * (1e-4 + 4e-4 / n)
+
+    assert cost(best) == min(cost(n) for n in range(1, 30))
+    # Dear starts and quiet ones ask for more slices; dear slices for fewer.
+    assert noise.optimal_slices_per_start(4e-4, 1e-4, 5, 400) > best
+    assert noise.optimal_slices_per_start(4e-4, 1e-4, 50, 40) < best
+    assert noise.optimal_slices_per_start(4e-4, 1e-2, 5, 1) == 1
+    assert noise.optimal_slices_per_start(4e-4, 0.0, 5, 40) == noise.MAX_SLICES_PER_START
+    assert noise.optimal_slices_per_start(4e-4, 1e-9, 5, 40, max_slices=8) == 8
+    assert noise.optimal_slices_per_start(0.0, 1e-4, 5, 40) == 1
+
+
+def _simulated_widths(
+    rng: np.random.Generator,
+    components: noise.VarianceComponents,
+    setups: int,
+    slices: int,
+    starts: int,
+    experiments: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Widths and estimates of setup 1 / base from simulated blocked experiments.
+
+    Each block shares a time effect (which the blocking must cancel); each setup's server
+    start has its own level; its block mean averages `slices` slices. The analysis is the
+    additive two-way model, whose residual gives the standard error of a difference.
+    """
+    shape = (experiments, setups, starts)
+    block = rng.normal(0, 0.1, (experiments, 1, starts))
+    start_level = rng.normal(0, math.sqrt(components.between_var or 0.0), shape)
+    slice_noise = rng.normal(0, math.sqrt(components.within_var), (*shape, slices)).mean(-1)
+    y = block + start_level + slice_noise  # every setup equal: the true ratio is 1
+    residual = (
+        y - y.mean(2, keepdims=True) - y.mean(1, keepdims=True) + y.mean((1, 2), keepdims=True)
+    )
+    df = (setups - 1) * (starts - 1)
+    se = np.sqrt(2 * (residual**2).sum((1, 2)) / df / starts)
+    t = t_quantile(0.95, df)
+    estimate = y[:, 1].mean(1) - y[:, 0].mean(1)
+    return 100 * (np.exp(t * se) - np.exp(-t * se)), np.abs(estimate) <= t * se
+
+
+def test_resolvable_width_matches_simulated_blocked_experiments() -> None:
+    rng = np.random.default_rng(2024)
+    components = noise.variance_components(_starts(rng, [6] * 50))
+    # Designs with 10 or more degrees of freedom: with fewer, the median width falls
+    # visibly below the width at the true standard error (see the docstring).
+    for setups, slices, starts in ((3, 4, 6), (2, 2, 12), (4, 8, 10)):
+        expected = noise.resolvable_effect_pct(components, setups, slices, starts)
+        widths, covered = _simulated_widths(rng, components, setups, slices, starts, 4000)
+        assert float(np.median(widths)) == pytest.approx(expected, rel=0.1)
+        assert covered.mean() == pytest.approx(0.95, abs=0.015)
+
+
+def test_width_formula_and_its_limits() -> None:
+    components = noise.VarianceComponents(4e-4, 1e-4, starts=3, slices=18, within_df=15, mean_log=0)
+    se = math.sqrt(2 * (1e-4 + 4e-4 / 5) / 8)
+    t = t_quantile(0.95, 2 * 7)
+    assert noise.resolvable_effect_pct(components, 3, 5, 8) == pytest.approx(
+        100 * (math.exp(t * se) - math.exp(-t * se))
+    )
+    assert noise.resolvable_effect_pct(components, 3, 5, 1) == math.inf
+    with pytest.raises(ValueError, match="2 setups"):
+        noise.resolvable_effect_pct(components, 1, 5, 8)
+    unknown = noise.VarianceComponents(4e-4, None, starts=1, slices=6, within_df=5, mean_log=0)
+    with pytest.raises(ValueError, match="at least 2 starts"):
+        noise.resolvable_effect_pct(unknown, 3, 5, 8)
+
+
+def test_starts_for_width_is_the_fewest_that_reach_it() -> None:
+    components = noise.VarianceComponents(4e-4, 1e-4, starts=3, slices=18, within_df=15, mean_log=0)
+    needed = noise.starts_for_width(components, 3, 5, target_width_pct=3.0)
+    assert needed is not None and needed > 2
+    assert noise.resolvable_effect_pct(components, 3, 5, needed) <= 3.0
+    assert noise.resolvable_effect_pct(components, 3, 5, needed - 1) > 3.0
+    assert noise.starts_for_width(components, 3, 5, target_width_pct=0.1) is None
+    assert noise.starts_for_width(components, 3, 5, 0.5, max_starts=500) is not None
+
+
+def test_time_for_starts_and_what_fits_a_budget() -> None:
+    # Per start: 20 s to start the servers, 3 x 8 s of warmup, 3 x 4 slices of 6 s.
+    assert noise.time_for_starts(5, 3, 4, 6.0, 20.0, 8.0) == 5 * (20 + 24 + 72)
+    assert noise.starts_within(600, 3, 4, 6.0, 20.0, 8.0) == 5
+    assert noise.starts_within(100, 3, 4, 6.0, 20.0, 8.0) == 0
