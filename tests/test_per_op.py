@@ -7,9 +7,9 @@ import math
 import pytest
 
 from mallocbench.analysis.convergence import cells_to_repeat, wide_cells
+from mallocbench.measure import per_op_metrics as _per_op_metrics
 from mallocbench.probes.process import Counters
 from mallocbench.results import Cell, RunResult
-from mallocbench.runner import _per_op_metrics
 
 
 def counters(user: float, system: float, vcs: int, ics: int, rb: int, wb: int, rs: int) -> Counters:

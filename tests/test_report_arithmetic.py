@@ -124,8 +124,9 @@ def test_summaries_keep_failed_repeats_out_of_the_mean() -> None:
 
 def test_markdown_and_csv_render_the_tables() -> None:
     text = markdown.render(sample_run())
-    # 2 repeats of 1000 and 3000: a very wide interval, but positive and bounded.
-    assert "| point-query range=100 | 2,000 | 1.25 [0.0022, 717.84] |" in text
+    # 2 blocks, paired: block ratios 2.5 and 0.833, log spread 1.0986 / 2 = 0.549 per
+    # mean, t(1 df) = 12.706: 1.25 x exp(-+6.98), very wide but positive and bounded.
+    assert "| point-query range=100 | 2,000 | 1.25 [0.0012, 1343.11] |" in text
     assert "CRASHED" in text and "| innodb | glibc | 8.00 | 3.00 | 3.00 | - | - | - |" in text
     csv_text = export.relative_csv(sample_run())
     assert "innodb,8,point-query range=100,point,je,2500.0,2000.0,1.25," in csv_text

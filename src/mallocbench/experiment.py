@@ -23,7 +23,7 @@ from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.errors import MallocbenchError
 from mallocbench.report.formatting import gb
 from mallocbench.servers import engines
-from mallocbench.servers.cgroup import capping_problem
+from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config, check_knob
 from mallocbench.units import parse_fraction, parse_size
@@ -50,6 +50,20 @@ DATADIR_OVERHEAD_BYTES = 320 << 20
 # 109 MiB while starting (InnoDB; MyRocks 76 MiB): under this the server is killed before
 # the first cell, which measures nothing about the allocator.
 MIN_MEMORY_LIMIT = 128 << 20
+# How a run orders its measurements (see `plan_blocks`).
+INTERLEAVED = "interleaved"
+SEQUENTIAL = "sequential"
+DESIGNS = (INTERLEAVED, SEQUENTIAL)
+# A slice's first second is sysbench starting its clients and is dropped, so a slice
+# shorter than this would be mostly start-up.
+MIN_SLICE_S = 3.0
+DEFAULT_SLICE_S = 5.0
+# What one idle private server takes beside its cache (MariaDB 10.11: 110-180 MiB at
+# start, plus connection and per-thread buffers under 8-16 clients).
+SERVER_BASE_BYTES = 400 << 20
+# Servers that stay up at once may take this share of the memory available at plan time;
+# beyond it the run measures one setup's server at a time.
+CONCURRENT_MEMORY_SHARE = 0.5
 
 
 @dataclass
@@ -66,6 +80,9 @@ class Setup:
     thp: str | None = None  # transparent huge pages for this setup's server, if set
     # The cap on the memory cgroup the server runs in (None: no cgroup of its own).
     memory_limit_bytes: int | None = None
+    # The server's CPU time per second of wall time, in CPUs (0.95: 95% of one CPU), through
+    # a cpu cgroup of its own; None: unlimited.
+    cpu_quota: float | None = None
     description: str = ""
 
 
@@ -91,6 +108,10 @@ class Experiment:
     warmup_s: float = 2.0
     max_warmup_s: float = DEFAULT_MAX_WARMUP_S
     duration_s: float = 10.0
+    # Measured seconds are cut into slices this long, alternated between the setups'
+    # servers (design "interleaved"); each slice's first second is dropped.
+    slice_s: float = DEFAULT_SLICE_S
+    design: str = INTERLEAVED
     repeats: int = 1
     min_effect: float = 0.0  # relative changes smaller than this are reported as "same"
     server_config: dict[str, str] = field(default_factory=dict)
@@ -164,13 +185,52 @@ def plan(experiment: Experiment) -> list[PlannedSession]:
     return [s for repeat in range(experiment.repeats) for s in _round(experiment, repeat)]
 
 
+def blocks(sessions: list[PlannedSession]) -> list[list[PlannedSession]]:
+    """Sessions grouped into blocks: one engine in one repeat, every setup's server.
+
+    In the interleaved design a block's servers are up at once and their cells' slices
+    alternate; a block is the unit relative values pair (analysis.stats.blocked_ratios).
+    """
+    grouped: dict[tuple[str, int], list[PlannedSession]] = {}
+    for session in sessions:
+        grouped.setdefault((session.engine, session.repeat), []).append(session)
+    return list(grouped.values())
+
+
+def slices_per_cell(experiment: Experiment) -> int:
+    """How many slices a cell's measured seconds are cut into (design interleaved)."""
+    return max(1, round(experiment.duration_s / experiment.slice_s))
+
+
+def concurrency_problem(experiment: Experiment) -> str | None:
+    """Why the setups' servers cannot be up at once, or None when they can."""
+    if experiment.design != INTERLEAVED or len(experiment.setups) < 2:
+        return None
+    system_thp = sorted({s.thp for s in experiment.setups if s.thp in ("always", "madvise")})
+    if system_thp:
+        return (
+            f"THP {system_thp[0]} is a system-wide mode, so setups asking for it cannot "
+            "share the machine with others"
+        )
+    per_server = experiment.dataset.cache_bytes + SERVER_BASE_BYTES
+    needed = sum(min(s.memory_limit_bytes or per_server, per_server) for s in experiment.setups)
+    available = psutil.virtual_memory().available
+    if needed > available * CONCURRENT_MEMORY_SHARE:
+        return (
+            f"{len(experiment.setups)} servers with a {gb(experiment.dataset.cache_bytes)} GiB "
+            f"cache need about {gb(needed)} GiB, more than half of the {gb(available)} GiB "
+            "available"
+        )
+    return None
+
+
 def plan_extra_round(
-    experiment: Experiment, repeat: int, cells: set[tuple[str, str, str, int]]
+    experiment: Experiment, repeat: int, cells: set[tuple[str, str, str, int]] | None
 ) -> list[PlannedSession]:
     """One more interleaved repeat of just these (setup, engine, step, threads) cells.
 
-    Adaptive repetition asks for it; the caller includes the base setup's cells, since
-    every relative value needs both sides.
+    Adaptive repetition asks for it (None: every cell); the caller includes the base
+    setup's cells, since every relative value needs both sides.
     """
     return _round(experiment, repeat, cells)
 
@@ -185,6 +245,7 @@ _TOP_KEYS = {
     "steps",
     "threads",
     "repeats",
+    "design",
     "min_effect",
     "dataset",
     "durations",
@@ -234,10 +295,7 @@ def _cpu_list(value: object, key: str) -> str | None:
         raise MallocbenchError(
             f'{key} = {value!r} is not a CPU list: write e.g. "0-3" or "0,2", or a count such as 4'
         )
-    wanted: set[int] = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        wanted.update(range(int(first), int(last or first) + 1))
+    wanted = _expand_cpus(text)
     missing = sorted(wanted - set(available))
     if missing or not wanted:
         raise MallocbenchError(
@@ -245,6 +303,15 @@ def _cpu_list(value: object, key: str) -> str | None:
             f"does not offer: available are {_ranges(available)}"
         )
     return text
+
+
+def _expand_cpus(text: str) -> set[int]:
+    """ "0-2,5" -> {0, 1, 2, 5}."""
+    wanted: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        wanted.update(range(int(first), int(last or first) + 1))
+    return wanted
 
 
 def _ranges(cpus: list[int]) -> str:
@@ -274,6 +341,19 @@ def _seconds(value: object, key: str, low: float) -> float:
     return float(value)
 
 
+def _slice(value: object, duration: float) -> float:
+    """Seconds per slice: given, or 5 s (the whole step when it is shorter than 2 slices)."""
+    if value is None:
+        return duration if duration < 2 * DEFAULT_SLICE_S else DEFAULT_SLICE_S
+    slice_s = _seconds(value, "durations.slice", MIN_SLICE_S)
+    if slice_s > duration:
+        raise MallocbenchError(
+            f"durations.slice = {value!r} is longer than durations.step = {duration:g}: a "
+            "cell's measured seconds are cut into slices; give a slice of at most the step"
+        )
+    return slice_s
+
+
 def _check_memory(dataset: Dataset) -> None:
     """A cache the machine cannot hold would only measure swapping or the OOM killer."""
     ram = psutil.virtual_memory().total
@@ -301,6 +381,25 @@ def _memory_limit(value: object, key: str) -> int | None:
             f"never act: give at most {ram >> 20}M, or no memory_limit"
         )
     return limit
+
+
+def _cpu_quota(value: object, setup_name: str, cpus: str | None) -> float | None:
+    """CPUs of time per second from "95%": a share of the setup's CPUs (all, if unset).
+
+    A quota of every CPU but a little is the smallest handicap that can be given a server
+    on purpose: benchmarks use it as a known effect.
+    """
+    if value is None:
+        return None
+    key = f"setup {setup_name}.cpu_quota"
+    share = parse_fraction(value, key, upper=1.0 + 1e-9)
+    if share <= 0:
+        raise MallocbenchError(f"{key} = {value!r} would stop the server: give e.g. 95%")
+    problem = cpu_capping_problem()
+    if problem is not None:
+        raise MallocbenchError(f"{key} needs a writable cpu cgroup, but {problem}")
+    count = len(_expand_cpus(cpus)) if cpus else (os.cpu_count() or 1)
+    return share * count
 
 
 def _check_capping(setups: list[Setup]) -> None:
@@ -408,6 +507,7 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
                 "cpus",
                 "thp",
                 "memory_limit",
+                "cpu_quota",
                 "description",
             },
             f"[[setup]] {raw.get('name', index + 1)}",
@@ -457,6 +557,7 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
                     if "memory_limit" in raw
                     else default_limit
                 ),
+                cpu_quota=_cpu_quota(raw.get("cpu_quota"), setup_name, cpus),
                 description=str(raw.get("description", "")),
             )
         )
@@ -513,7 +614,7 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
     _check_disk(dataset, engine_list)
 
     durations = _expect(data.get("durations", {}), dict, "durations", "write a [durations] table")
-    _unknown(durations, {"warmup", "max_warmup", "step"}, "[durations]")
+    _unknown(durations, {"warmup", "max_warmup", "step", "slice"}, "[durations]")
     warmup = _seconds(durations.get("warmup", 2), "durations.warmup", 0)
     if "max_warmup" in durations:
         if warmup == 0:
@@ -531,6 +632,13 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
         # A long minimum without a maximum is a fixed warmup, as before max_warmup existed.
         max_warmup = max(DEFAULT_MAX_WARMUP_S, warmup)
     duration = _seconds(durations.get("step", 10), "durations.step", 1)
+    slice_s = _slice(durations.get("slice"), duration)
+    design = str(data.get("design", INTERLEAVED))
+    if design not in DESIGNS:
+        raise MallocbenchError(
+            f"design = {design!r} is unknown: use {DESIGNS[0]!r} (setups' servers up at once, "
+            f"their slices alternating) or {DESIGNS[1]!r} (one server at a time)"
+        )
 
     return Experiment(
         name=name,
@@ -544,6 +652,8 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
         warmup_s=warmup,
         max_warmup_s=max_warmup,
         duration_s=duration,
+        slice_s=slice_s,
+        design=design,
         repeats=repeats,
         min_effect=min_effect,
         server_config=server_config,

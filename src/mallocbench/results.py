@@ -67,6 +67,10 @@ class Cell:
     # The measured seconds' verdict, analysis.steady.Stability.to_dict(); empty when not
     # judged (results from before it existed, failed cells, steps that end by themselves).
     stability: dict[str, Any] = field(default_factory=dict)
+    # The measured slices, in the order they ran: each a dict with its start time "t",
+    # throughput "qps" over its counted "seconds", and the interference the machine saw
+    # meanwhile (probes.system.interference). One slice in the sequential design.
+    slices: list[dict[str, float]] = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, str, str, int, int]:

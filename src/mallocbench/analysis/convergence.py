@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from mallocbench.analysis import stats
-from mallocbench.analysis.summary import summarize
+from mallocbench.analysis.summary import relative_tables
 from mallocbench.results import RunResult
 
 
@@ -36,20 +35,23 @@ class WideCell:
 
 
 def wide_cells(result: RunResult, target_pct: float) -> list[WideCell]:
-    """Every setup/engine/step/threads whose relative QPS interval is wider than target."""
-    summaries = summarize(result.cells)
-    base = result.base_setup
+    """Every setup/engine/step/threads whose relative QPS interval is wider than target.
+
+    The intervals are the reports' own (`relative_tables`): paired by block, and under
+    Stein's rule once the run recorded its first stage.
+    """
     out = []
-    for (setup, engine, step, threads), summary in summaries.items():
-        if setup == base:
-            continue
-        reference = summaries.get((base, engine, step, threads))
-        if reference is None or summary.problem or reference.problem:
-            continue
-        relative = stats.relative(summary.qps_values, reference.qps_values)
-        width = relative.width * 100
-        if not width < target_pct:
-            out.append(WideCell(engine, step, threads, setup, width, len(summary.qps_values)))
+    for table in relative_tables(result):
+        for row in table.rows:
+            if row.reference_problem:
+                continue
+            for setup, cell in row.cells.items():
+                if cell.problem:
+                    continue
+                width = cell.width * 100
+                if not width < target_pct:
+                    where = (table.engine, row.step, table.threads, setup)
+                    out.append(WideCell(*where, width, cell.repeats[0]))
     return sorted(out, key=lambda w: (w.engine, w.threads, w.step, w.setup))
 
 

@@ -55,6 +55,7 @@ class CellSummary:
     metrics: dict[str, float] = field(default_factory=dict)
     unit: str = QPS
     unstable: int = 0  # repeats whose measured seconds trended or shifted level
+    by_repeat: dict[int, float] = field(default_factory=dict)  # qps_values by block
 
     @property
     def qps(self) -> float | None:
@@ -101,6 +102,7 @@ def summarize(cells: list[Cell]) -> dict[tuple[str, str, str, int], CellSummary]
         value, unit = throughput(cell)
         if cell.status == STATUS_OK and value is not None:
             summary.qps_values.append(value)
+            summary.by_repeat[cell.repeat] = value
             summary.unit = unit
             if cell.p95_ms is not None:
                 summary.p95_values.append(cell.p95_ms)
@@ -197,6 +199,7 @@ class RatioCell:
     min_effect: float = 0.0
     unit: str = QPS
     unstable: bool = False  # a repeat on either side trended or shifted while measured
+    paired: bool = False  # the interval pairs blocks (repeats) measured together
 
     @property
     def verdict(self) -> str:
@@ -282,7 +285,12 @@ def ratio_cell(
     reference_label: str = "base",
     min_effect: float = 0.0,
     unit: str = QPS,
+    blocked: stats.BlockedRatio | None = None,
 ) -> RatioCell:
+    """The relative value of two sets of repeats: paired by block when `blocked` is given
+
+    (repeats of one run), else as independent samples (two runs, `compare`).
+    """
     common: dict[str, Any] = {
         "value": stats.mean(values) if values else None,
         "reference": stats.mean(reference) if reference else None,
@@ -293,7 +301,11 @@ def ratio_cell(
     }
     if problem or not values or not reference:
         return RatioCell(None, problem=problem, **common)
-    r, low, high = stats.ratio_ci(values, reference)
+    if blocked is not None and blocked.blocks >= 1:
+        r, low, high = blocked.ratio, blocked.low, blocked.high
+        common["paired"] = True
+    else:
+        r, low, high = stats.ratio_ci(values, reference)
     return RatioCell(None if _nan(r) else r, low, high, **common)
 
 
@@ -365,6 +377,27 @@ def slug(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
 
 
+def stein_blocks(result: RunResult) -> int | None:
+    """The blocks whose spread sets every interval when --target-ci chose how many to run.
+
+    Stein's two-stage rule: the first stage's spread decides how many blocks to add and
+    alone gives the intervals' width, so stopping early cannot make them too narrow.
+    """
+    adaptive = result.metadata.get("adaptive") or {}
+    stage = adaptive.get("stage1_blocks")
+    return int(stage) if isinstance(stage, int) and stage >= 2 else None
+
+
+def _blocked(
+    base: CellSummary | None, others: list[CellSummary], variance_blocks: int | None
+) -> dict[str, stats.BlockedRatio]:
+    """Paired relative values for one row, or {} where nothing pairs (no base values)."""
+    if base is None or not base.by_repeat:
+        return {}
+    usable = {s.setup: s.by_repeat for s in others if not s.problem and s.by_repeat}
+    return stats.blocked_ratios(base.by_repeat, usable, variance_blocks=variance_blocks)
+
+
 def relative_tables(
     result: RunResult,
     min_effect: float | None = None,
@@ -376,6 +409,7 @@ def relative_tables(
     """
     effect = min_effect_of(result, min_effect)
     summaries = summaries if summaries is not None else summarize(result.cells)
+    variance_blocks = stein_blocks(result)
     base = result.base_setup
     others = [s for s in setup_order(result) if s != base]
     engines = list(dict.fromkeys(c.engine for c in result.cells))
@@ -394,12 +428,15 @@ def relative_tables(
                     continue
                 unit = next((s.unit for s in [base_summary, *present] if s and s.qps_values), QPS)
                 base_values = base_summary.qps_values if base_summary else []
+                blocked = _blocked(base_summary, present, variance_blocks)
                 cells = {}
                 for setup in others:
                     summary = summaries.get((setup, engine, step, threads))
                     problem = summary.problem if summary else "missing"
                     values = summary.qps_values if summary else []
-                    cells[setup] = ratio_cell(values, base_values, problem, base, effect, unit)
+                    cells[setup] = ratio_cell(
+                        values, base_values, problem, base, effect, unit, blocked.get(setup)
+                    )
                     cells[setup].unstable = bool(
                         (summary and summary.unstable) or (base_summary and base_summary.unstable)
                     )
@@ -418,7 +455,8 @@ def relative_tables(
                     RatioTable(
                         key=f"rel-{slug(engine)}-{threads}",
                         title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
-                        caption=f"QPS(setup) / QPS({base}), 95% interval below"
+                        caption=f"QPS(setup) / QPS({base}), 95% interval below (paired by "
+                        "block: the repeats' server starts)"
                         + (
                             f"; same: the whole interval within ±{percent(effect)}"
                             if effect > 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -23,6 +24,18 @@ def min_effect_option(help_text: str) -> Callable[[F], F]:
         "min_effect",
         metavar="FRACTION",
         callback=lambda _ctx, _param, value: parse_min_effect(value),
+        help=help_text,
+    )
+
+
+def out_dir_option(help_text: str) -> Callable[[F], F]:
+    """--out DIR, default ./out: where a command keeps what it writes."""
+    return click.option(
+        "--out",
+        "out_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path("out"),
+        show_default=True,
         help=help_text,
     )
 

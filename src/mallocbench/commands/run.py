@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 
 from mallocbench import experiment as experiment_mod
-from mallocbench.commands.options import FiniteFloatRange, min_effect_option
+from mallocbench.commands.options import FiniteFloatRange, min_effect_option, out_dir_option
 from mallocbench.errors import MallocbenchError
 from mallocbench.report import export, html, markdown, terminal
 from mallocbench.report.formatting import mib
@@ -59,16 +59,22 @@ def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
     return written
 
 
+def _design_line(experiment: experiment_mod.Experiment) -> str:
+    problem = experiment_mod.concurrency_problem(experiment)
+    if experiment.design == experiment_mod.SEQUENTIAL:
+        return "design sequential: one server at a time"
+    if problem is not None:
+        return f"design sequential (interleaved asked, but {problem})"
+    slices = experiment_mod.slices_per_cell(experiment)
+    return (
+        f"design interleaved: {len(experiment.setups)} servers up at once per block; each "
+        f"cell is {slices} slice(s) of {experiment.slice_s:g} s alternating between them"
+    )
+
+
 @click.command("run")
 @click.argument("experiment_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("out"),
-    show_default=True,
-    help="Directory for results.json, report.md, CSVs, the store and server logs.",
-)
+@out_dir_option("Directory for results.json, report.md, CSVs, the store and server logs.")
 @click.option(
     "--store",
     "store_path",
@@ -103,7 +109,7 @@ def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
     type=click.IntRange(2, 1000),
     default=20,
     show_default=True,
-    help="Upper bound on repeats per cell with --target-ci.",
+    help="Upper bound on blocks (repeats) per cell with --target-ci.",
 )
 @min_effect_option(
     "Report relative changes smaller than this as 'same' (0.02 or 2%); overrides the "
@@ -137,9 +143,19 @@ def run_cmd(
     at a time per --out directory; --resume first stops any server a killed run left.
 
     \b
-    With repeats (or --target-ci), sessions run in interleaved order (A B C, then
-    C B A) so machine drift cancels, and every relative QPS comes with a 95%
-    interval; a difference is significant only when the interval excludes 1.0.
+    Design "interleaved" (the default): each repeat is a block in which every setup's
+    server is up at once; a cell's measured seconds are cut into slices (durations.slice,
+    5 s) that alternate between the setups in rotating order, so the machine's drift
+    reaches all of them alike. Relative QPS pairs the setups within each block, and its
+    95% interval (Student's t over blocks, pooled over setups) includes the
+    differences between server starts: give 3 or more repeats for a verdict. Design
+    "sequential" (or too little memory for every server at once) runs one server at a
+    time, in A B C, C B A order.
+
+    \b
+    --target-ci: Stein's two-stage rule. 3 blocks of every cell (or the repeats, if
+    more) measure the spread; it decides how many blocks each cell needs and alone
+    sets the intervals' width, so stopping early never narrows them below 95%.
 
     \b
     Examples:
@@ -160,6 +176,7 @@ def run_cmd(
             f"x {experiment.repeats} repeats = {cells} cells, {len(sessions)} sessions, "
             f"about {cells * per_cell / 60:.1f} min of measuring"
         )
+        click.echo(_design_line(experiment))
         for session in sessions:
             click.echo(
                 f"  session {session.id}: "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mallocbench.analysis.run_noise import noise_notes
 from mallocbench.analysis.sla import sla_results
 from mallocbench.analysis.summary import QPS, MemoryRow, RatioRow, oom_text, stability_notes
 from mallocbench.report import formatting as fmt
@@ -82,4 +83,4 @@ def run_notes(result: RunResult) -> list[str]:
     and the cells whose measured seconds did not hold one level."""
     notes = result.metadata.get("notes") or []
     recorded = [str(n) for n in notes] if isinstance(notes, list) else []
-    return recorded + stability_notes(result)
+    return recorded + noise_notes(result) + stability_notes(result)

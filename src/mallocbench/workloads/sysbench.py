@@ -65,6 +65,7 @@ class RunOutput:
     output_tail: str = ""
     # Step-specific numbers a script reports with `mb.report_metric` (summed over threads).
     metrics: dict[str, float] = field(default_factory=dict)
+    histogram: list[tuple[float, int]] = field(default_factory=list)  # latency ms, count
 
     @property
     def ok(self) -> bool:
@@ -98,6 +99,42 @@ def percentiles_from_histogram(
                 break
     mean = sum(value * count for value, count in rows) / total
     return result, mean
+
+
+def _set_latency(output: RunOutput) -> None:
+    pcts, mean = percentiles_from_histogram(output.histogram)
+    output.p95_ms, output.p99_ms, output.avg_ms = pcts.get(95.0), pcts.get(99.0), mean
+
+
+def merge_outputs(outputs: list[RunOutput]) -> RunOutput:
+    """Several runs of one step as one: totals summed, latency from the merged histogram.
+
+    The first failed run (or the last run) gives the status and output tail.
+    """
+    if len(outputs) == 1:
+        return outputs[0]
+    failed = next((o for o in outputs if not o.ok), outputs[-1])
+    merged = RunOutput(
+        returncode=failed.returncode,
+        threads=outputs[0].threads,
+        output_tail=failed.output_tail,
+    )
+    counts: dict[float, int] = {}
+    for output in outputs:
+        merged.seconds += output.seconds
+        merged.events += output.events
+        merged.queries += output.queries
+        merged.errors += output.errors
+        merged.reconnects += output.reconnects
+        merged.client_cpu_s += output.client_cpu_s
+        merged.intervals.extend(output.intervals)
+        for name, value in output.metrics.items():
+            merged.metrics[name] = merged.metrics.get(name, 0.0) + value
+        for value, count in output.histogram:
+            counts[value] = counts.get(value, 0) + count
+    merged.histogram = sorted(counts.items())
+    _set_latency(merged)
+    return merged
 
 
 @dataclass
@@ -304,8 +341,8 @@ class Sysbench:
             watchdog.cancel()
         result.returncode = proc.returncode
         result.client_cpu_s = usage.ru_utime + usage.ru_stime
-        pcts, mean = percentiles_from_histogram(histogram)
-        result.p95_ms, result.p99_ms, result.avg_ms = pcts.get(95.0), pcts.get(99.0), mean
+        result.histogram = histogram
+        _set_latency(result)
         result.output_tail = "\n".join(tail[-8:])
         return result
 

@@ -1,0 +1,368 @@
+"""Measuring cells on live sessions: warm until steady, then measured slices.
+
+A cell's measured seconds come in one or more *slices*, each a separate sysbench run.
+In the interleaved design the slices of several setups' cells alternate on servers that
+are up at once, so slow drift of the machine reaches every setup alike; a slice's first
+second (sysbench connecting its clients and preparing statements) is then dropped from
+its throughput. Per-operation costs, latency percentiles and errors cover whole slices.
+"""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mallocbench.analysis.steady import WarmupDetector, check_stability
+from mallocbench.experiment import Experiment, PlannedCell
+from mallocbench.probes import process as proc_probe
+from mallocbench.probes.server import CGROUP_METRIC, ServerMemoryProbe, account
+from mallocbench.probes.system import cpu_snapshot, interference
+from mallocbench.report import formatting as fmt
+from mallocbench.results import STATUS_FAILED, STATUS_OK, STATUS_OOM, Cell, Sample
+from mallocbench.session import LiveSession
+from mallocbench.workloads.catalogue import Step
+from mallocbench.workloads.sysbench import Interval, RunOutput, Sysbench, merge_outputs
+
+IntervalCallback = Callable[[PlannedCell, Interval, int | None], None]
+
+
+@dataclass
+class Measured:
+    output: RunOutput
+    samples: list[Sample]
+    peak_rss_bytes: int | None
+    peak_vsz_bytes: int | None
+
+
+def measure(
+    server_pid: int,
+    sysbench: Sysbench,
+    step: Step,
+    threads: int,
+    seconds: float,
+    probes: bool = True,
+    on_interval: Callable[[Interval, int | None], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    server_probe: ServerMemoryProbe | None = None,
+) -> Measured:
+    """One measured sysbench run with the memory probes around it.
+
+    `probes=False` exists for the harness-overhead benchmark, which must run the very
+    same code path with and without sampling (the server's own counters included).
+    """
+    samples: list[Sample] = []
+
+    def record(interval: Interval) -> None:
+        memory = proc_probe.read_memory(server_pid) if probes else None
+        reported = server_probe.read() if probes and server_probe is not None else {}
+        samples.append(
+            Sample(
+                t=interval.t,
+                rss_bytes=memory.rss_bytes if memory else None,
+                vsz_bytes=memory.vsz_bytes if memory else None,
+                qps=interval.qps,
+                tps=interval.tps,
+                latency_ms=interval.latency_ms,
+                extra=reported,
+            )
+        )
+        if on_interval is not None:
+            on_interval(interval, memory.rss_bytes if memory else None)
+
+    if not probes:
+        output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
+        return Measured(output, samples, None, None)
+    with proc_probe.PeakSampler(server_pid) as peaks:
+        output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
+    return Measured(output, samples, peaks.peak_rss or None, peaks.peak_vsz or None)
+
+
+def per_op_metrics(
+    operations: int,
+    client_cpu_s: float,
+    before: proc_probe.Counters | None,
+    after: proc_probe.Counters | None,
+    system_cs_before: int | None,
+    system_cs_after: int | None,
+) -> dict[str, float]:
+    """Per-operation costs as in the seeds' cpu/o and cs/o, from /proc deltas."""
+    if operations <= 0 or before is None or after is None:
+        return {}
+    user = after.user_s - before.user_s
+    system = after.system_s - before.system_s
+    metrics = {
+        "server_cpu_us_per_op": (user + system) * 1e6 / operations,
+        "server_user_us_per_op": user * 1e6 / operations,
+        "server_sys_us_per_op": system * 1e6 / operations,
+        "voluntary_cs_per_op": (after.voluntary_cs - before.voluntary_cs) / operations,
+        "involuntary_cs_per_op": (after.involuntary_cs - before.involuntary_cs) / operations,
+        "client_cpu_s": client_cpu_s,
+        "server_cpu_s": user + system,
+    }
+    total_cpu = user + system + client_cpu_s
+    if total_cpu > 0:
+        metrics["client_cpu_share"] = client_cpu_s / total_cpu
+    if before.read_bytes is not None and after.read_bytes is not None:
+        metrics["read_kb_per_op"] = (after.read_bytes - before.read_bytes) / 1024 / operations
+    if before.write_bytes is not None and after.write_bytes is not None:
+        metrics["write_kb_per_op"] = (after.write_bytes - before.write_bytes) / 1024 / operations
+    if before.read_syscalls is not None and after.read_syscalls is not None:
+        metrics["reads_per_op"] = (after.read_syscalls - before.read_syscalls) / operations
+    if system_cs_before is not None and system_cs_after is not None:
+        metrics["system_cs_per_op"] = (system_cs_after - system_cs_before) / operations
+    return metrics
+
+
+def _moved(total: int | None, before: int | None, after: int | None) -> int | None:
+    """`total` plus after - before; None once any reading was missing."""
+    if total is None or before is None or after is None:
+        return None
+    return total + after - before
+
+
+def _add_delta(
+    total: proc_probe.Counters, before: proc_probe.Counters, after: proc_probe.Counters
+) -> proc_probe.Counters:
+    return proc_probe.Counters(
+        user_s=total.user_s + after.user_s - before.user_s,
+        system_s=total.system_s + after.system_s - before.system_s,
+        voluntary_cs=total.voluntary_cs + after.voluntary_cs - before.voluntary_cs,
+        involuntary_cs=total.involuntary_cs + after.involuntary_cs - before.involuntary_cs,
+        read_bytes=_moved(total.read_bytes, before.read_bytes, after.read_bytes),
+        write_bytes=_moved(total.write_bytes, before.write_bytes, after.write_bytes),
+        read_syscalls=_moved(total.read_syscalls, before.read_syscalls, after.read_syscalls),
+    )
+
+
+def _zero_counters() -> proc_probe.Counters:
+    return proc_probe.Counters(0.0, 0.0, 0, 0, 0, 0, 0)
+
+
+@dataclass
+class CellMeasurement:
+    """A cell's slices so far: their outputs, kept samples and summed counters."""
+
+    cell: Cell
+    planned: PlannedCell
+    drop_first_second: bool
+    outputs: list[RunOutput] = field(default_factory=list)
+    slice_rates: list[float] = field(default_factory=list)
+    slice_tps: list[float] = field(default_factory=list)
+    counters: proc_probe.Counters | None = field(default_factory=_zero_counters)
+    system_cs: int | None = 0
+    reported_at_end: dict[str, float] = field(default_factory=dict)
+
+    def add_slice(
+        self,
+        measured: Measured,
+        before: proc_probe.Counters | None,
+        after: proc_probe.Counters | None,
+        system_cs: tuple[int | None, int | None],
+        noise: dict[str, float],
+    ) -> None:
+        output, samples = measured.output, measured.samples
+        self.outputs.append(output)
+        kept = samples[1:] if self.drop_first_second and len(samples) > 2 else samples
+        self.cell.samples.extend(kept)
+        if measured.peak_rss_bytes is not None:
+            self.cell.peak_rss_bytes = max(self.cell.peak_rss_bytes or 0, measured.peak_rss_bytes)
+        if measured.peak_vsz_bytes is not None:
+            self.cell.peak_vsz_bytes = max(self.cell.peak_vsz_bytes or 0, measured.peak_vsz_bytes)
+        rates = [s.qps for s in kept if s.qps is not None]
+        tps = [s.tps for s in kept if s.tps is not None]
+        counted = self.drop_first_second and rates and tps
+        rate = statistics.fmean(rates) if counted else output.qps
+        self.slice_rates.append(rate)
+        self.slice_tps.append(statistics.fmean(tps) if counted else output.tps)
+        seconds = float(len(kept)) if counted else output.seconds
+        self.cell.slices.append(
+            {"t": kept[0].t if kept else time.time(), "qps": rate, "seconds": seconds, **noise}
+        )
+        if self.counters is not None and before is not None and after is not None:
+            self.counters = _add_delta(self.counters, before, after)
+        else:
+            self.counters = None
+        self.system_cs = _moved(self.system_cs, *system_cs)
+
+
+def new_cell(planned: PlannedCell, live: LiveSession, experiment: Experiment) -> Cell:
+    return Cell(
+        setup=planned.setup,
+        engine=planned.engine,
+        step=planned.step.label,
+        threads=planned.threads,
+        repeat=planned.repeat,
+        group=planned.step.group,
+        session=live.info.id,
+        allocator_path=live.server.allocator_path,
+        cache_bytes=experiment.dataset.cache_bytes,
+        started_at=time.time(),
+    )
+
+
+def warm_up(
+    live: LiveSession,
+    planned: PlannedCell,
+    cell: Cell,
+    experiment: Experiment,
+    should_stop: Callable[[], bool],
+) -> Cell | None:
+    """Run the step until its throughput stops trending; the cell to return if it failed.
+
+    Between durations.warmup and durations.max_warmup seconds: every server start
+    re-creates a ramp longer than a fixed warmup guessed (analysis.steady).
+    """
+    detector = WarmupDetector(experiment.warmup_s, experiment.max_warmup_s)
+    warm = live.sysbench.run(
+        planned.step,
+        planned.threads,
+        experiment.max_warmup_s,
+        on_interval=lambda i: detector.add(i.qps, i.seconds),
+        should_stop=lambda: detector.done or should_stop(),
+    )
+    if should_stop():
+        raise KeyboardInterrupt
+    if not live.alive():
+        return dead_server_cell(cell, live, "during warmup")
+    # Killed by us once the detector was done: no totals printed, and no failure either.
+    cut_short = detector.done and warm.returncode == -signal.SIGKILL
+    if not warm.ok and not cut_short:
+        cell.status = STATUS_FAILED
+        cell.error = "warmup failed: " + (warm.output_tail.splitlines() or ["no output"])[-1]
+        return cell
+    cell.warmup_s = round(detector.elapsed_s, 1)
+    cell.warmup_steady = detector.steady
+    return None
+
+
+def measure_slice(
+    live: LiveSession,
+    measurement: CellMeasurement,
+    seconds: float,
+    on_interval: IntervalCallback,
+    should_stop: Callable[[], bool],
+) -> bool:
+    """One measured slice of a cell on its server; False when the server died in it."""
+    planned = measurement.planned
+    if live.probe is None:
+        live.probe = ServerMemoryProbe(live.server)
+    before = proc_probe.read_counters(live.pid)
+    system_cs_before = proc_probe.system_context_switches()
+    cpu_before = cpu_snapshot()
+    measured = measure(
+        live.pid,
+        live.sysbench,
+        planned.step,
+        planned.threads,
+        seconds,
+        on_interval=lambda i, rss: on_interval(planned, i, rss),
+        should_stop=should_stop,
+        server_probe=live.probe,
+    )
+    after = proc_probe.read_counters(live.pid)
+    own_cpu = measured.output.client_cpu_s
+    if before is not None and after is not None:
+        own_cpu += after.user_s + after.system_s - before.user_s - before.system_s
+    noise = interference(cpu_before, cpu_snapshot(), own_cpu)
+    measurement.add_slice(
+        measured, before, after, (system_cs_before, proc_probe.system_context_switches()), noise
+    )
+    if live.alive():
+        measurement.reported_at_end = live.probe.read()
+    return live.alive()
+
+
+def finish_cell(measurement: CellMeasurement, live: LiveSession) -> Cell:
+    """The cell from its slices: throughput, latency, per-op costs, stability."""
+    cell, outputs = measurement.cell, measurement.outputs
+    output = merge_outputs(outputs)
+    cell.duration_s = output.seconds or (time.time() - (cell.started_at or time.time()))
+    if not live.alive():
+        return dead_server_cell(cell, live, "while measuring")
+    if not output.ok:
+        cell.status = STATUS_FAILED
+        cell.error = "sysbench failed: " + (output.output_tail.splitlines() or ["no output"])[-1]
+        return cell
+    cell.qps = statistics.fmean(measurement.slice_rates)
+    cell.tps = statistics.fmean(measurement.slice_tps)
+    cell.p95_ms, cell.p99_ms, cell.avg_ms = output.p95_ms, output.p99_ms, output.avg_ms
+    cell.errors = output.errors
+    counters = measurement.counters
+    cell.metrics = per_op_metrics(
+        output.queries,
+        output.client_cpu_s,
+        _zero_counters() if counters is not None else None,
+        counters,
+        0 if measurement.system_cs is not None else None,
+        measurement.system_cs,
+    )
+    cell.metrics.update(output.metrics)
+    cell.metrics.update(measurement.reported_at_end)
+    cell.metrics.update(account(live.server, live.setup.allocator.name))
+    # A load's throughput changes as its tables grow: no level to hold, nothing to judge.
+    if not measurement.planned.step.definition.until_done:
+        cell.stability = check_stability([s.qps for s in cell.samples]).to_dict()
+    return cell
+
+
+def dead_server_cell(cell: Cell, live: LiveSession, when: str) -> Cell:
+    exit_info = live.server.exit_info()
+    assert exit_info is not None
+    cell.status = exit_info.status
+    cell.exit_signal = exit_info.signal
+    cell.log_tail = exit_info.log_tail
+    cell.error = f"{exit_info.describe()} {when}"
+    return cell
+
+
+def restart_peak(live: LiveSession) -> bool:
+    """Start a cell's peak charge afresh, keeping the session's; False if it cannot be."""
+    if live.memory_group is None:
+        return False
+    live.note_peak(live.memory_group.peak_bytes())
+    return live.memory_group.reset_peak()
+
+
+def record_charge(cell: Cell, live: LiveSession, exact_peak: bool) -> None:
+    """The cell's peak cgroup charge, to set beside its peak RSS.
+
+    The kernel's peak covers the whole cell (its warmup too) and is exact, even when the
+    server was killed between two samples; where it could not be restarted for the cell,
+    the samples' highest charge stands in, a lower bound.
+    """
+    group, info = live.memory_group, live.info
+    if group is None:
+        return
+    peak = group.peak_bytes()
+    live.note_peak(peak)
+    if not exact_peak:
+        sampled = [s.extra[CGROUP_METRIC] for s in cell.samples if CGROUP_METRIC in s.extra]
+        peak = int(max(sampled)) if sampled else None
+    if peak is not None:
+        cell.metrics["cgroup_peak_bytes"] = float(peak)
+    if info.memory_limit_bytes is not None:
+        cell.metrics["cgroup_limit_bytes"] = float(info.memory_limit_bytes)
+    if cell.status == STATUS_OOM and peak is not None:
+        # Which of the two reached the cap is the first question about a kill.
+        cell.error = (
+            f"{cell.error}; cgroup charge peaked at {fmt.mib(peak)} of a "
+            f"{fmt.mib(info.memory_limit_bytes)} cap, RSS at {fmt.mib(cell.peak_rss_bytes)}"
+        )
+
+
+__all__ = [
+    "STATUS_OK",
+    "CellMeasurement",
+    "Measured",
+    "finish_cell",
+    "measure",
+    "measure_slice",
+    "new_cell",
+    "per_op_metrics",
+    "record_charge",
+    "restart_peak",
+    "warm_up",
+]

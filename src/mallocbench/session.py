@@ -1,0 +1,252 @@
+"""One server lifetime of a run: a setup's private server, started, watched and stopped.
+
+A session owns what must not outlive it: the server process, its datadir copy and the
+cgroups that cap its memory or CPU. The scheduler (runner.py) decides which sessions run
+and when; the cell code (measure.py) drives a live session's server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pymysql
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.experiment import BYTES_PER_ROW, Experiment, PlannedSession, Setup
+from mallocbench.probes import process as proc_probe
+from mallocbench.probes.server import ServerMemoryProbe
+from mallocbench.probes.system import process_thp_disabled, thp_mode
+from mallocbench.report import formatting as fmt
+from mallocbench.results import SessionInfo
+from mallocbench.servers import engines
+from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup
+from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig, ServerStartError
+from mallocbench.workloads.sysbench import Sysbench
+
+# The server aborts a cache-warming read that runs longer (a dataset on a slow disk);
+# the first cell then warms the rest, as it would have without this.
+CACHE_WARM_STATEMENT_S = 300
+
+
+def server_config(
+    experiment: Experiment,
+    planned: PlannedSession,
+    memory_cgroup: MemoryCgroup | None = None,
+    cpu_cgroup: CpuCgroup | None = None,
+) -> ServerConfig:
+    setup = experiment.setup(planned.setup)
+    return ServerConfig(
+        engine=engines.get(planned.engine),
+        cache_bytes=experiment.dataset.cache_bytes,
+        allocator=setup.allocator,
+        knobs=setup.knobs,
+        overrides={**experiment.server_config, **setup.config},
+        cpus=setup.cpus,
+        thp_disabled=setup.thp == "never",
+        port=experiment.port,
+        max_connections=max(200, 2 * max(experiment.threads) + 50),
+        memory_cgroup=memory_cgroup,
+        cpu_cgroup=cpu_cgroup,
+    )
+
+
+def effective_thp(pid: int, requested: str | None) -> str | None:
+    """The THP mode the server really runs under, as recorded with its session.
+
+    Recent MariaDB releases (10.11.19 here) turn THP off for themselves with
+    PR_SET_THP_DISABLE once started, whatever the system's mode: a THP knob has little
+    left to act on there, and the record says so.
+    """
+    system_mode = thp_mode()
+    if requested == "never":
+        return "never (PR_SET_THP_DISABLE, set by mallocbench)"
+    if process_thp_disabled(pid):
+        return f"off: the server disabled THP for itself (system mode {system_mode})"
+    return system_mode
+
+
+@dataclass
+class LiveSession:
+    """A started server with what its cells need: the sysbench driver and the probes."""
+
+    setup: Setup
+    info: SessionInfo
+    server: PrivateServer
+    sysbench: Sysbench
+    memory_group: MemoryCgroup | None = None
+    cpu_group: CpuCgroup | None = None
+    notes: list[str] = field(default_factory=list)
+    probe: ServerMemoryProbe | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.server.pid
+
+    def alive(self) -> bool:
+        return self.server.alive()
+
+    def note_peak(self, peak: int | None) -> None:
+        if peak is not None:
+            self.info.peak_cgroup_bytes = max(self.info.peak_cgroup_bytes or 0, peak)
+
+
+def start_session(
+    experiment: Experiment,
+    planned: PlannedSession,
+    session_id: str,
+    rundir: Path,
+    build: ServerBuild,
+    golden: Path,
+) -> LiveSession:
+    """Start the setup's server on a copy of the golden datadir; raises ServerStartError.
+
+    On failure everything made so far (cgroups, the server) is undone before raising.
+    """
+    setup = experiment.setup(planned.setup)
+    engine = engines.get(planned.engine)
+    # A fresh group per server: a killed server's charge and OOM count stay behind.
+    memory_group = (
+        MemoryCgroup.create(session_id, setup.memory_limit_bytes)
+        if setup.memory_limit_bytes is not None
+        else None
+    )
+    cpu_group = CpuCgroup.create(session_id, setup.cpu_quota) if setup.cpu_quota else None
+    server = PrivateServer(
+        build, rundir, server_config(experiment, planned, memory_group, cpu_group)
+    )
+    info = SessionInfo(
+        id=session_id, setup=planned.setup, engine=planned.engine, repeat=planned.repeat
+    )
+    if memory_group is not None:
+        info.memory_limit_bytes = memory_group.limit_bytes()
+    live = LiveSession(
+        setup,
+        info,
+        server,
+        Sysbench(
+            connection_file=str(server.sysbench_options),
+            tables=experiment.dataset.tables,
+            table_size=experiment.dataset.rows,
+            engine_sql=engine.sql_engine,
+        ),
+        memory_group,
+        cpu_group,
+    )
+    try:
+        server.copy_datadir_from(golden)
+        _start_server(live, engine.name)
+    except BaseException:
+        stop_session(live, keep_datadir=False)
+        raise
+    info.pid = server.pid
+    info.started_at = time.time()
+    info.thp = effective_thp(server.pid, setup.thp)
+    if setup.thp in ("always", "madvise") and (info.thp or "").startswith("off"):
+        live.notes.append(
+            f"setup {setup.name} asks for THP {setup.thp}, but the server turns THP "
+            "off for itself (PR_SET_THP_DISABLE) once started: the setting only "
+            "reaches start-up allocations"
+        )
+    return live
+
+
+def _start_server(live: LiveSession, engine_name: str) -> None:
+    setup, group = live.setup, live.memory_group
+    try:
+        live.server.start()
+    except ServerStartError as exc:
+        if group is not None and group.oom_kills():
+            raise ServerStartError(
+                f"the server for setup {setup.name} on {engine_name} was OOM-killed "
+                f"while starting: memory_limit = {fmt.mib(live.info.memory_limit_bytes)} "
+                "is too small for it; raise the cap"
+            ) from exc
+        raise ServerStartError(
+            f"the server for setup {setup.name} on {engine_name} did not start: {exc}"
+        ) from exc
+    except MallocbenchError as exc:
+        # The allocator was not mapped: nothing measured is trustworthy.
+        raise ServerStartError(f"setup {setup.name}: {exc}") from exc
+
+
+def stop_session(live: LiveSession, keep_datadir: bool) -> None:
+    """Stop the server, record its peaks, remove its cgroups; problems become notes.
+
+    Raised here, a cleanup problem would hide whatever ended the session (an error,
+    Ctrl-C), so it is told in `live.notes` instead.
+    """
+    info, server = live.info, live.server
+    if live.probe is not None:
+        live.probe.close()
+        live.probe = None
+    memory = proc_probe.read_memory(server.pid) if server.alive() else None
+    if memory is not None:
+        info.peak_rss_bytes = memory.hwm_bytes
+        info.peak_vsz_bytes = memory.peak_vsz_bytes
+    try:
+        server.stop()
+    finally:
+        for group in (live.memory_group, live.cpu_group):
+            if group is None:
+                continue
+            if isinstance(group, MemoryCgroup):
+                live.note_peak(group.peak_bytes())
+            try:
+                group.remove()
+            except MallocbenchError as exc:
+                live.notes.append(str(exc))
+        info.ended_at = time.time()
+        if not keep_datadir:
+            shutil.rmtree(server.datadir, ignore_errors=True)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def warm_cache(server: PrivateServer, experiment: Experiment, database: str = "sbtest") -> str:
+    """Read every index of every table once after a start; says what was done.
+
+    A cold cache is a ramp of its own, and a long one on a dataset of some size: with
+    8 x 150,000 rows and a 1 GiB cache (point-query, 8 clients, no warmup) MyRocks'
+    block cache took ~12 s to fill from the queries alone, QPS ramping from 15k to 21k,
+    and InnoDB's first second ran at a third of the rest. Reading the indexes took
+    1.0-1.4 s and left both flat from the first second. Tables that do not fit the
+    cache are not read: a scan would only churn it, for as long as the dataset is big.
+    """
+    data = experiment.dataset
+    table_bytes = data.tables * data.rows * BYTES_PER_ROW
+    if table_bytes > data.cache_bytes:
+        return (
+            f"not warmed: the tables (about {fmt.mib(table_bytes)}) do not fit the cache "
+            f"({fmt.mib(data.cache_bytes)})"
+        )
+    started = time.monotonic()
+    try:
+        with (
+            server.connect(read_timeout=CACHE_WARM_STATEMENT_S + 30) as conn,
+            conn.cursor() as cur,
+        ):
+            # MySQL has no such variable; there the read timeout still bounds each read.
+            with contextlib.suppress(pymysql.MySQLError):
+                cur.execute(f"SET SESSION max_statement_time = {CACHE_WARM_STATEMENT_S}")
+            cur.execute(
+                "SELECT DISTINCT table_name, index_name FROM information_schema.statistics"
+                " WHERE table_schema = %s ORDER BY table_name, index_name",
+                (database,),
+            )
+            indexes = [(str(t), str(i)) for t, i in cur.fetchall()]
+            for table, index in indexes:
+                cur.execute(
+                    f"SELECT COUNT(*) FROM {_quoted(database)}.{_quoted(table)}"
+                    f" FORCE INDEX ({_quoted(index)})"
+                )
+                cur.fetchall()
+    except pymysql.MySQLError as exc:
+        return f"warming failed after {time.monotonic() - started:.1f} s: {exc.args[-1]}"
+    tables = len({table for table, _ in indexes})
+    return f"read {len(indexes)} indexes of {tables} tables in {time.monotonic() - started:.1f} s"

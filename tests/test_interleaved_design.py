@@ -1,0 +1,91 @@
+"""The interleaved design on real private servers: servers up together, slices alternating."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mallocbench.analysis.summary import relative_tables
+from mallocbench.experiment import load
+from mallocbench.results import RunResult
+from mallocbench.runner import Pipeline, RunOptions
+
+EXPERIMENT = """
+name = "il"
+base = "glibc"
+design = "{design}"
+engines = ["innodb"]
+steps = ["point-query"]
+threads = [2]
+repeats = 2
+[dataset]
+tables = 1
+rows = 500
+cache = "32M"
+[durations]
+warmup = 0
+step = 6
+slice = 3
+[[setup]]
+name = "glibc"
+allocator = "glibc"
+[[setup]]
+name = "je"
+allocator = "jemalloc"
+"""
+
+
+def run(tmp_path: Path, design: str) -> RunResult:
+    tmp_path.chmod(0o711)
+    path = tmp_path / "il.toml"
+    path.write_text(EXPERIMENT.format(design=design))
+    outcome = Pipeline(load(path), RunOptions(out_dir=tmp_path / "out")).execute()
+    assert outcome.aborted is None and not outcome.failures, outcome.failures
+    return outcome.result
+
+
+@pytest.mark.server
+def test_interleaved_blocks_alternate_slices_between_servers_up_at_once(tmp_path: Path) -> None:
+    result = run(tmp_path, "interleaved")
+    assert result.metadata["design"] == {
+        "asked": "interleaved",
+        "used": "interleaved",
+        "slice_s": 3.0,
+        "slices_per_cell": 2,
+    }
+    assert len(result.cells) == 4 and all(len(c.slices) == 2 for c in result.cells)
+    for block in (0, 1):
+        sessions = sorted(
+            (s for s in result.sessions if s.repeat == block), key=lambda s: s.started_at or 0
+        )
+        assert len(sessions) == 2
+        first, second = sessions
+        # Both servers were up at once: the second started before the first stopped.
+        assert second.started_at is not None and first.ended_at is not None
+        assert second.started_at < first.ended_at
+        slices = sorted(
+            (s["t"], c.setup) for c in result.cells if c.repeat == block for s in c.slices
+        )
+        order = [setup for _, setup in slices]
+        # Rotated rounds: A B, then B A.
+        assert order[0] != order[1] and order[1] == order[2] and order[2] != order[3]
+    for cell in result.cells:
+        for piece in cell.slices:
+            assert piece["qps"] > 0 and piece["seconds"] >= 1
+            assert 0.0 <= piece["other_cpu_share"] <= 1.0
+    (table,) = relative_tables(result)
+    (row,) = table.rows
+    assert row.cells["je"].paired and row.cells["je"].repeats == (2, 2)
+    assert row.cells["je"].has_interval
+
+
+@pytest.mark.server
+def test_sequential_design_runs_one_server_at_a_time(tmp_path: Path) -> None:
+    result = run(tmp_path, "sequential")
+    assert result.metadata["design"]["used"] == "sequential"
+    sessions = sorted(result.sessions, key=lambda s: s.started_at or 0)
+    for earlier, later in zip(sessions, sessions[1:], strict=False):
+        assert earlier.ended_at is not None and later.started_at is not None
+        assert later.started_at >= earlier.ended_at
+    assert all(len(c.slices) == 1 for c in result.cells)
