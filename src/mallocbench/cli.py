@@ -66,6 +66,7 @@ def _register_optional_commands() -> None:
     for module_name, attr in (
         ("mallocbench.commands.run", "commands"),
         ("mallocbench.commands.compare", "commands"),
+        ("mallocbench.commands.calibrate", "commands"),
         ("mallocbench.patterns.cli", "commands"),
         ("mallocbench.memory.cli", "commands"),
     ):

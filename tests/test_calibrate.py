@@ -1,0 +1,139 @@
+"""`mallocbench calibrate` end to end on a real server, and the interference probe."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cli_runner import run_cli
+from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
+
+TINY = """
+name = "tiny"
+base = "glibc"
+engines = ["innodb"]
+steps = ["point-query"]
+threads = [2]
+
+[dataset]
+tables = 1
+rows = 1000
+cache = "64M"
+
+[durations]
+warmup = 1
+max_warmup = 6
+
+[[setup]]
+name = "glibc"
+allocator = "glibc"
+"""
+
+
+def _tiny(directory: Path) -> Path:
+    path = directory / "tiny.toml"
+    path.write_text(TINY)
+    return path
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def test_interference_sees_a_cpu_burner_unless_it_is_ours() -> None:
+    before_cpu = _children_cpu_s()
+    before = cpu_snapshot()
+    # A second of CPU time, however long a busy machine takes to give it.
+    burner = "import time\nwhile time.process_time() < 1.0: pass\n"
+    subprocess.run([sys.executable, "-c", burner], check=True)
+    after = cpu_snapshot()
+    burnt_s = _children_cpu_s() - before_cpu
+    capacity_s = (after.total - before.total) / os.sysconf("SC_CLK_TCK")
+    assert burnt_s >= 1.0 and capacity_s >= burnt_s
+
+    strangers = interference(before, after, own_cpu_s=0.0)
+    ours = interference(before, after, own_cpu_s=burnt_s)
+    # Someone else's burner is interference; the same burner counted as ours is not.
+    assert strangers["other_cpu_share"] >= 0.8 * burnt_s / capacity_s
+    assert ours["other_cpu_share"] <= strangers["other_cpu_share"] - 0.8 * burnt_s / capacity_s
+    assert 0.0 <= ours["other_cpu_share"] <= 1.0
+    assert 0.0 <= strangers["steal_share"] <= 1.0
+    assert strangers["load_avg_1m"] >= 0.0
+
+
+def test_interference_arithmetic_and_clamping() -> None:
+    hz = os.sysconf("SC_CLK_TCK")
+    zero = dict.fromkeys(("user", "nice", "system", "idle", "iowait", "irq", "softirq"), 0)
+    before = CpuSnapshot({**zero, "steal": 0}, t=0.0)
+    # 4 s of CPU time in all: 1 s user, 0.4 s stolen, the rest idle.
+    after = CpuSnapshot({**zero, "user": hz, "idle": int(2.6 * hz), "steal": int(0.4 * hz)}, 1.0)
+    found = interference(before, after, own_cpu_s=0.5)
+    assert found["other_cpu_share"] == pytest.approx(0.5 / 4, abs=0.01)
+    assert found["steal_share"] == pytest.approx(0.1, abs=0.01)
+    assert interference(before, after, own_cpu_s=3.0)["other_cpu_share"] == 0.0
+    # Capacity as CPUs x wall time when given: 2 CPUs over 1 s.
+    assert interference(before, after, 0.0, cpus=2)["other_cpu_share"] == pytest.approx(0.5)
+
+
+def _servers_under(directory: Path) -> list[int]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if proc.info["name"] in ("mariadbd", "mysqld") and str(directory) in cmdline:
+            found.append(proc.pid)
+    return found
+
+
+@pytest.mark.server
+def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    report = tmp_path / "out.json"
+    started = time.monotonic()
+    result = run_cli(
+        "calibrate",
+        str(_tiny(tmp_path)),
+        "--starts", "2", "--slices", "2", "--slice", "2",
+        "--out", str(out), "--json", str(report),
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert time.monotonic() - started < 120
+    data = json.loads(report.read_text())
+    components = data["components"]
+    assert components["starts"] == 2 and components["slices"] == 4
+    assert components["within_var"] >= 0 and components["between_var"] >= 0
+    assert components["slice_cv_pct"] is not None and components["start_cv_pct"] is not None
+    assert len(data["starts"]) == 2
+    for start in data["starts"]:
+        assert start["start_s"] > 0 and len(start["slices"]) == 2
+        for piece in start["slices"]:
+            assert piece["qps"] > 0 and len(piece["seconds"]) >= 1
+            assert 0 <= piece["interference"]["other_cpu_share"] <= 1
+            assert 0 <= piece["interference"]["steal_share"] <= 1
+            assert 0 <= piece["interference"]["harness_cpu_share"] <= 1
+    assert data["interference"]["max_other_cpu_share"] is not None
+    assert data["plan"]["slices_per_start"] >= 1 and data["plan"]["setups"] == 2
+    assert "Noise by level" in result.stdout and "Interference per slice" in result.stdout
+    assert "resolves an interval width" in result.stdout or "does not fit" in result.stdout
+
+    assert not _servers_under(tmp_path)
+    assert not list(out.glob("calibrate/*/data")), "a datadir was left behind"
+    assert not (out / "results.sqlite").exists()
+
+
+def test_unknown_setup_is_one_clean_error_line(tmp_path: Path) -> None:
+    result = run_cli("calibrate", str(_tiny(tmp_path)), "--setup", "nope", "--out", str(tmp_path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("mallocbench: error: no setup 'nope'") and "glibc" in lines[0]
+    assert "Traceback" not in result.stderr
