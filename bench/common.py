@@ -1,0 +1,118 @@
+"""What the verdict benchmarks share: write an experiment, run it as a user would, judge it.
+
+Each benchmark runs real `mallocbench run` processes on private servers and judges the
+stored results with the very code the reports use (`relative_tables`), so what it
+measures is what a user would have been told.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mallocbench.analysis.summary import RatioCell, relative_tables
+from mallocbench.results import RunResult
+
+EXPERIMENT = """
+name = "{name}"
+base = "{base}"
+design = "{design}"
+engines = ["{engine}"]
+steps = ["{step}"]
+threads = [{threads}]
+repeats = {repeats}
+min_effect = "{min_effect}"
+[dataset]
+tables = 4
+rows = 20000
+cache = "256M"
+[durations]
+warmup = 1
+max_warmup = {max_warmup}
+step = {step_s}
+{slice_line}
+"""
+
+SETUP = """
+[[setup]]
+name = "{name}"
+allocator = "{allocator}"
+{extra}
+"""
+
+
+@dataclass
+class Plan:
+    name: str
+    setups: list[tuple[str, str, str]]  # (name, allocator, extra TOML lines)
+    repeats: int = 3
+    design: str = "interleaved"
+    engine: str = "innodb"
+    step: str = "point-query"
+    threads: int = 8
+    min_effect: str = "3%"
+    step_s: float = 5
+    slice_s: float | None = None
+    max_warmup: float = 10
+
+    def toml(self) -> str:
+        text = EXPERIMENT.format(
+            name=self.name,
+            base=self.setups[0][0],
+            design=self.design,
+            engine=self.engine,
+            step=self.step,
+            threads=self.threads,
+            repeats=self.repeats,
+            min_effect=self.min_effect,
+            step_s=self.step_s,
+            max_warmup=self.max_warmup,
+            slice_line="" if self.slice_s is None else f"slice = {self.slice_s}",
+        )
+        for name, allocator, extra in self.setups:
+            text += SETUP.format(name=name, allocator=allocator, extra=extra)
+        return text
+
+
+def run(plan: Plan, out: Path, *extra: str) -> tuple[RunResult, float]:
+    """Run the plan into `out`; the stored result and the wall seconds it took."""
+    out.mkdir(parents=True, exist_ok=True)
+    experiment = out / f"{plan.name}.toml"
+    experiment.write_text(plan.toml())
+    started = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mallocbench.cli",
+            "run",
+            str(experiment),
+            "--out",
+            str(out),
+            "--quiet",
+            *extra,
+        ],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{plan.name}: mallocbench run failed:\n{done.stderr[-2000:]}")
+    data = json.loads((out / "results.json").read_text())
+    return RunResult.from_dict(data), elapsed
+
+
+def ratio_cells(result: RunResult) -> dict[str, RatioCell]:
+    """Each setup's relative-QPS cell (one engine, step and thread count per benchmark)."""
+    (table,) = relative_tables(result)
+    (row,) = table.rows
+    return row.cells
+
+
+def emit(record: dict[str, object]) -> None:
+    print(json.dumps(record), flush=True)
