@@ -21,7 +21,7 @@ from mallocbench.probes import process as proc_probe
 from mallocbench.probes.server import CGROUP_METRIC, ServerMemoryProbe, account
 from mallocbench.probes.system import cpu_snapshot, interference
 from mallocbench.report import formatting as fmt
-from mallocbench.results import STATUS_FAILED, STATUS_OK, STATUS_OOM, Cell, Sample
+from mallocbench.results import STATUS_FAILED, STATUS_OOM, Cell, Sample
 from mallocbench.session import LiveSession
 from mallocbench.workloads.catalogue import Step
 from mallocbench.workloads.sysbench import Interval, RunOutput, Sysbench, merge_outputs
@@ -354,7 +354,6 @@ def record_charge(cell: Cell, live: LiveSession, exact_peak: bool) -> None:
 
 
 __all__ = [
-    "STATUS_OK",
     "CellMeasurement",
     "Measured",
     "finish_cell",

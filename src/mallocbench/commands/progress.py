@@ -85,7 +85,7 @@ class RichProgress:
     def round_started(self, repeat: int, cells: int, reason: str) -> None:
         task = self.progress.tasks[self.task]
         self.progress.update(self.task, total=(task.total or 0) + cells)
-        self.console.print(f"[bold]repeat {repeat + 1}[/]: {cells} more cells, because {reason}")
+        self.console.print(f"[bold]block {repeat + 1}[/]: {cells} more cells, because {reason}")
 
 
 def _name(cell: PlannedCell) -> str:
