@@ -50,7 +50,7 @@ DATADIR_OVERHEAD_BYTES = 320 << 20
 # 109 MiB while starting (InnoDB; MyRocks 76 MiB): under this the server is killed before
 # the first cell, which measures nothing about the allocator.
 MIN_MEMORY_LIMIT = 128 << 20
-# How a run orders its measurements (see `plan_blocks`).
+# How a run orders its measurements (see `blocks` and `concurrency_problem`).
 INTERLEAVED = "interleaved"
 SEQUENTIAL = "sequential"
 DESIGNS = (INTERLEAVED, SEQUENTIAL)
