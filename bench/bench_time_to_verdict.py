@@ -20,49 +20,18 @@ spread says 3 points would need.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from common import Plan, emit
+from common import Plan, emit, run
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.summary import summarize
 from mallocbench.results import RunResult
 
 SETUPS = [(a, a, "") for a in ("glibc", "jemalloc", "tcmalloc", "mimalloc")]
-
-
-def run_for(plan: Plan, out: Path, seconds: float) -> RunResult:
-    out.mkdir(parents=True, exist_ok=True)
-    experiment = out / f"{plan.name}.toml"
-    experiment.write_text(plan.toml())
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mallocbench.cli",
-            "run",
-            str(experiment),
-            "--out",
-            str(out),
-            "--quiet",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        proc.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=300)
-    return RunResult.from_dict(json.loads((out / "results.json").read_text()))
 
 
 def widths(result: RunResult, paired: bool) -> list[tuple[int, float, float]]:
@@ -131,7 +100,7 @@ def main() -> int:
     }
     for name, (plan, paired) in designs.items():
         started = time.monotonic()
-        result = run_for(plan, args.out / name, args.minutes * 60)
+        result, _ = run(plan, args.out / name, stop_after_s=args.minutes * 60)
         curve = widths(result, paired)
         blocks, seconds = needed(curve, args.target, len(SETUPS), paired)
         reached = next((t for _, t, w in curve if w <= args.target), None)

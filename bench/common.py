@@ -8,6 +8,7 @@ measures is what a user would have been told.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -78,13 +79,19 @@ class Plan:
         return text
 
 
-def run(plan: Plan, out: Path, *extra: str) -> tuple[RunResult, float]:
-    """Run the plan into `out`; the stored result and the wall seconds it took."""
+def run(
+    plan: Plan, out: Path, *extra: str, stop_after_s: float | None = None
+) -> tuple[RunResult, float]:
+    """Run the plan into `out`; the stored result and the wall seconds it took.
+
+    `stop_after_s` sends SIGTERM then, as a user's Ctrl-C would: the run stops and keeps
+    every finished cell.
+    """
     out.mkdir(parents=True, exist_ok=True)
     experiment = out / f"{plan.name}.toml"
     experiment.write_text(plan.toml())
     started = time.monotonic()
-    done = subprocess.run(
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -97,12 +104,18 @@ def run(plan: Plan, out: Path, *extra: str) -> tuple[RunResult, float]:
             *extra,
         ],
         stdin=subprocess.DEVNULL,
-        capture_output=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
     )
+    try:
+        _, stderr = proc.communicate(timeout=stop_after_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=300)
     elapsed = time.monotonic() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{plan.name}: mallocbench run failed:\n{done.stderr[-2000:]}")
+    if proc.returncode != 0 and stop_after_s is None:
+        raise SystemExit(f"{plan.name}: mallocbench run failed:\n{stderr[-2000:]}")
     data = json.loads((out / "results.json").read_text())
     return RunResult.from_dict(data), elapsed
 

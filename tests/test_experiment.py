@@ -130,6 +130,11 @@ def test_min_effect_thp_and_cpu_counts_parse() -> None:
         ({"setup": [{"name": "g", "allocator": "glibc", "cpus": 4096}]}, "4096 CPUs, but"),
         ({"setup": [{"name": "g", "allocator": "glibc", "cpus": "0-4095"}]}, "does not offer"),
         ({"setup": [{"name": "g", "allocator": "glibc", "cpus": "zero"}]}, "not a CPU list"),
+        ({"setup": [{"name": "g", "allocator": "glibc", "cpu_quota": "150%"}]}, "at most 100%"),
+        ({"setup": [{"name": "g", "allocator": "glibc", "cpu_quota": 0}]}, "stop the server"),
+        ({"design": "paired"}, "design = 'paired' is unknown"),
+        ({"durations": {"step": 10, "slice": 1}}, "durations.slice = 1 is out of range"),
+        ({"durations": {"step": 4, "slice": 5}}, "longer than durations.step"),
     ],
 )
 def test_bad_statistics_and_machine_keys(changes: dict[str, object], message: str) -> None:

@@ -392,9 +392,14 @@ def _cpu_quota(value: object, setup_name: str, cpus: str | None) -> float | None
     if value is None:
         return None
     key = f"setup {setup_name}.cpu_quota"
-    share = parse_fraction(value, key, upper=1.0 + 1e-9)
+    share = parse_fraction(value, key, upper=1e6)
     if share <= 0:
         raise MallocbenchError(f"{key} = {value!r} would stop the server: give e.g. 95%")
+    if share > 1:
+        raise MallocbenchError(
+            f"{key} = {value!r} is more than all of the setup's CPUs: give at most 100%, "
+            "e.g. 95%"
+        )
     problem = cpu_capping_problem()
     if problem is not None:
         raise MallocbenchError(f"{key} needs a writable cpu cgroup, but {problem}")

@@ -149,8 +149,6 @@ class CellMeasurement:
     planned: PlannedCell
     drop_first_second: bool
     outputs: list[RunOutput] = field(default_factory=list)
-    slice_rates: list[float] = field(default_factory=list)
-    slice_tps: list[float] = field(default_factory=list)
     counters: proc_probe.Counters | None = field(default_factory=_zero_counters)
     system_cs: int | None = 0
     reported_at_end: dict[str, float] = field(default_factory=dict)
@@ -174,12 +172,14 @@ class CellMeasurement:
         rates = [s.qps for s in kept if s.qps is not None]
         tps = [s.tps for s in kept if s.tps is not None]
         counted = self.drop_first_second and rates and tps
-        rate = statistics.fmean(rates) if counted else output.qps
-        self.slice_rates.append(rate)
-        self.slice_tps.append(statistics.fmean(tps) if counted else output.tps)
-        seconds = float(len(kept)) if counted else output.seconds
         self.cell.slices.append(
-            {"t": kept[0].t if kept else time.time(), "qps": rate, "seconds": seconds, **noise}
+            {
+                "t": kept[0].t if kept else time.time(),
+                "qps": statistics.fmean(rates) if counted else output.qps,
+                "tps": statistics.fmean(tps) if counted else output.tps,
+                "seconds": float(len(kept)) if counted else output.seconds,
+                **noise,
+            }
         )
         if self.counters is not None and before is not None and after is not None:
             self.counters = _add_delta(self.counters, before, after)
@@ -286,8 +286,8 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession) -> Cell:
         cell.status = STATUS_FAILED
         cell.error = "sysbench failed: " + (output.output_tail.splitlines() or ["no output"])[-1]
         return cell
-    cell.qps = statistics.fmean(measurement.slice_rates)
-    cell.tps = statistics.fmean(measurement.slice_tps)
+    cell.qps = statistics.fmean(s["qps"] for s in cell.slices)
+    cell.tps = statistics.fmean(s["tps"] for s in cell.slices)
     cell.p95_ms, cell.p99_ms, cell.avg_ms = output.p95_ms, output.p99_ms, output.avg_ms
     cell.errors = output.errors
     counters = measurement.counters

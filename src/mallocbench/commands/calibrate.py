@@ -30,11 +30,9 @@ from mallocbench.analysis import noise
 from mallocbench.commands.options import FiniteFloatRange, out_dir_option
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, Setup
-from mallocbench.measure import measure, new_cell, warm_up
-from mallocbench.probes import process as proc_probe
-from mallocbench.probes.server import ServerMemoryProbe
-from mallocbench.probes.system import cpu_snapshot, interference, system_thp_mode
-from mallocbench.results import Cell
+from mallocbench.measure import CellMeasurement, new_cell, warm_up
+from mallocbench.measure import measure_slice as measure_cell_slice
+from mallocbench.probes.system import cpu_snapshot, system_thp_mode
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.mariadb import ServerBuild, find_build
 from mallocbench.servers.orphans import stop_orphans
@@ -128,65 +126,55 @@ def _last_line(output: RunOutput) -> str:
     return (output.output_tail.splitlines() or ["no output"])[-1]
 
 
-def measure_slice(live: LiveSession, target: Target, slice_s: float) -> SliceResult:
-    """One slice: a sysbench run of slice_s seconds whose first second is dropped.
+def measure_slice(
+    live: LiveSession, measurement: CellMeasurement, target: Target, slice_s: float
+) -> SliceResult:
+    """One slice measured exactly as a run measures one (measure.measure_slice).
 
-    Every slice is a new sysbench process, as every slice of a run is: its first second
-    includes connecting the clients and preparing their statements, and measures that,
-    not the server. The CPU time of the server and of sysbench is this slice's own;
-    anything else busy meanwhile is interference (probes.system.interference).
+    A new sysbench process whose first second, clients connecting and preparing their
+    statements, is dropped; anything but the server and sysbench busy meanwhile is
+    interference, and the harness's own share of it is told apart here, so a busy
+    harness is not blamed on the machine.
     """
-    if live.probe is None:
-        live.probe = ServerMemoryProbe(live.server)  # closed by stop_session
     harness_before = _harness_cpu_s()
     cpu_before = cpu_snapshot()
-    server_before = proc_probe.read_counters(live.pid)
+    seen = len(measurement.cell.samples)
     started = time.monotonic()
-    measured = measure(
-        live.pid, live.sysbench, target.step, target.threads, slice_s, server_probe=live.probe
+    alive = measure_cell_slice(
+        live, measurement, slice_s, lambda *_: None, should_stop=lambda: False
     )
     wall_s = time.monotonic() - started
-    server_after = proc_probe.read_counters(live.pid)
-    cpu_after = cpu_snapshot()
+    capacity_s = (cpu_snapshot().total - cpu_before.total) / os.sysconf("SC_CLK_TCK")
     harness_s = _harness_cpu_s() - harness_before
-    output = measured.output
-    if not live.alive():
+    if not alive:
         info = live.server.exit_info()
         how = info.describe() if info else "server stopped"
         raise MallocbenchError(f"the server of {target.describe()}: {how}")
+    output = measurement.outputs[-1]
     if not output.ok:
         raise MallocbenchError(f"a slice of {target.describe()} failed: {_last_line(output)}")
-    # As a run counts a slice (measure.py): a slice too short to spare its first second
-    # (sysbench may report only one or two) is counted whole.
-    kept = output.intervals[1:] if len(output.intervals) > 2 else output.intervals
-    kept_s = sum(i.seconds for i in kept)
-    server_cpu_s = 0.0
-    if server_before is not None and server_after is not None:
-        server_cpu_s = (server_after.user_s + server_after.system_s) - (
-            server_before.user_s + server_before.system_s
-        )
-    found = interference(cpu_before, cpu_after, server_cpu_s + output.client_cpu_s)
-    # The harness itself (reading sysbench, the memory probes) is part of "other": told
-    # apart, so a busy harness is not blamed on the machine.
-    capacity_s = (cpu_after.total - cpu_before.total) / os.sysconf("SC_CLK_TCK")
+    piece = measurement.cell.slices[-1]
+    found = {k: float(v) for k, v in piece.items() if k not in ("t", "qps", "tps", "seconds")}
     found["harness_cpu_share"] = harness_s / capacity_s if capacity_s > 0 else 0.0
     return SliceResult(
-        qps=sum(i.queries for i in kept) / kept_s if kept_s > 0 else output.qps,
-        seconds=[i.qps for i in kept],
+        qps=float(piece["qps"]),
+        seconds=[x.qps for x in measurement.cell.samples[seen:] if x.qps is not None],
         wall_s=wall_s,
         interference=found,
     )
 
 
-def _warm_step(live: LiveSession, experiment: Experiment, target: Target, index: int) -> Cell:
-    """Warm the step until steady exactly as a run warms a cell; the cell says how long."""
+def _warm_step(
+    live: LiveSession, experiment: Experiment, target: Target, index: int
+) -> CellMeasurement:
+    """Warm the step until steady exactly as a run warms a cell; its cell says how long."""
     planned = PlannedCell(target.setup.name, target.engine.name, target.step, target.threads, index)
     cell = new_cell(planned, live, experiment)
     if experiment.warmup_s > 0:
         failed = warm_up(live, planned, cell, experiment, should_stop=lambda: False)
         if failed is not None:
             raise MallocbenchError(f"{target.describe()}: {failed.error}")
-    return cell
+    return CellMeasurement(cell, planned, drop_first_second=True)
 
 
 def measure_start(
@@ -213,11 +201,12 @@ def measure_start(
         warm_cache(live.server, experiment)
         start_s = time.monotonic() - began
         status(f"warming {target.step.label} ({rundir.name})")
-        cell = _warm_step(live, experiment, target, index)
+        measurement = _warm_step(live, experiment, target, index)
+        cell = measurement.cell
         result = StartResult(start_s, cell.warmup_s or 0.0, bool(cell.warmup_steady))
         for n in range(options["slices"]):
             status(f"slice {n + 1}/{options['slices']} of {rundir.name}")
-            result.slices.append(measure_slice(live, target, options["slice_s"]))
+            result.slices.append(measure_slice(live, measurement, target, options["slice_s"]))
         return result, live.notes
     finally:
         stop_session(live, keep_datadir=False)
