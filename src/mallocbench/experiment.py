@@ -397,8 +397,7 @@ def _cpu_quota(value: object, setup_name: str, cpus: str | None) -> float | None
         raise MallocbenchError(f"{key} = {value!r} would stop the server: give e.g. 95%")
     if share > 1:
         raise MallocbenchError(
-            f"{key} = {value!r} is more than all of the setup's CPUs: give at most 100%, "
-            "e.g. 95%"
+            f"{key} = {value!r} is more than all of the setup's CPUs: give at most 100%, e.g. 95%"
         )
     problem = cpu_capping_problem()
     if problem is not None:
