@@ -29,7 +29,7 @@ demo: setup
 	@echo "Report: $(OUT)/report.html and $(OUT)/report.md  (results: $(OUT)/results.json)"
 
 test: setup
-	@bash scripts/install-deps.sh chromium
+	@bash scripts/install-deps.sh chromium systemd
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) -m pytest -q tests
 

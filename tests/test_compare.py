@@ -112,11 +112,12 @@ def test_nothing_in_common_is_an_error(files: tuple[Path, Path]) -> None:
 
 
 def test_compare_page_renders_in_headless_chromium(tmp_path: Path) -> None:
+    from mallocbench.report.html import render_compare_html
     from test_report_html import check_in_browser
 
     a, b = _runs()
     check_in_browser(
-        cmp_mod.render_compare_html(cmp_mod.compare(a, b)),
+        render_compare_html(cmp_mod.compare(a, b)),
         tmp_path,
         Path(__file__).resolve().parents[1] / "test-artifacts" / "compare.png",
     )

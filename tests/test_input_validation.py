@@ -273,7 +273,8 @@ def test_pattern_setups_check_their_knobs_too(integrity_figures: Any) -> None:
         ("step = 100000", "durations.step = 100000 is out of range"),
         ("warmup = -1", "durations.warmup = -1 is out of range: give 0 to 86400"),
         ("warmup = -inf", "durations.warmup = -inf"),
-        ('step = "10"', "durations.step = '10' is invalid: give seconds as a number"),
+        ('step = "ten"', "durations.step = 'ten' is not a duration: write e.g. 90s"),
+        ('step = "25h"', "durations.step = '25h' is out of range"),
     ],
 )
 def test_durations_are_finite_and_bounded(
@@ -283,6 +284,16 @@ def test_durations_are_finite_and_bounded(
     text = path.read_text().replace("warmup = 0\nstep = 1", durations)
     path.write_text(text)
     assert_refused(run_cli("run", str(path), "--dry-run"), integrity_figures, needle)
+
+
+def test_counts_and_durations_take_the_units_the_command_line_takes() -> None:
+    exp = from_dict(
+        experiment(
+            dataset={"tables": 1, "rows": "50k", "cache": "32M"},
+            durations={"warmup": "2s", "step": "1m"},
+        )
+    )
+    assert (exp.dataset.rows, exp.warmup_s, exp.duration_s) == (50_000, 2.0, 60.0)
 
 
 def test_durations_bounds_in_the_model() -> None:
@@ -298,7 +309,8 @@ def test_durations_bounds_in_the_model() -> None:
     [
         ("tables = 0", f"dataset.tables = 0 is invalid: give a whole number 1-{MAX_TABLES:,}"),
         (f"tables = {MAX_TABLES + 1}", "dataset.tables = 1025"),
-        ("rows = 0", f"dataset.rows = 0 is invalid: give a whole number 1-{MAX_ROWS:,}"),
+        ("rows = 0", f"dataset.rows = 0 is invalid: give a whole number from 1 to {MAX_ROWS:,}"),
+        ('rows = "50kb"', "dataset.rows = '50kb' is invalid"),
         (f"rows = {MAX_ROWS + 1}", f"dataset.rows = {MAX_ROWS + 1}"),
         ("rows = 1.5", "dataset.rows = 1.5 is invalid"),
         ('cache = "nan"', "dataset.cache = 'nan' is not a size"),
@@ -651,7 +663,28 @@ def test_non_finite_numbers_on_the_command_line(
     integrity_figures.add("faults injected")
     result = run_cli(*args)
     integrity_figures.check_output(result.stdout + result.stderr)
-    assert result.returncode == 2 and "Invalid value" in result.stderr, result.stderr
+    assert result.returncode == 2, result.stderr
+    assert "Invalid value" in result.stderr or "is not a fraction" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("5", "--target-ci = '5' is ambiguous: write 5% for 5 percent, or a fraction (e.g. 0.05)"),
+        ("0%", "--target-ci = '0%' must be above 0%"),
+        ("five", "--target-ci = 'five' is not a fraction"),
+    ],
+)
+def test_target_ci_is_a_percentage_like_every_other(
+    value: str, needle: str, integrity_figures: Any
+) -> None:
+    result = run_cli(
+        "run", str(ROOT / "examples" / "quick.toml"), "--dry-run", "--target-ci", value
+    )
+    assert_refused(result, integrity_figures, needle)
+    fine = run_cli("run", str(ROOT / "examples" / "quick.toml"), "--dry-run", "--target-ci", "5%")
+    assert fine.returncode == 0, fine.stderr
+    assert "5%" in fine.stdout
 
 
 def test_compare_html_into_an_unwritable_place(tmp_path: Path, integrity_figures: Any) -> None:
@@ -659,3 +692,28 @@ def test_compare_html_into_an_unwritable_place(tmp_path: Path, integrity_figures
     blocker.write_text("")
     result = run_cli("compare", str(FIXTURE), str(FIXTURE), "--html", str(blocker / "compare.html"))
     assert_refused(result, integrity_figures, "cannot write", "--html")
+
+
+def test_set_overrides_keys_for_one_run_and_says_so(integrity_figures: Any) -> None:
+    quick = str(ROOT / "examples" / "quick.toml")
+    done = run_cli("run", quick, "--dry-run", "--set", "threads=[1,8]", "--set", 'steps=["point"]')
+    assert done.returncode == 0, done.stderr
+    # The group is expanded on the screen, not silently.
+    assert "point -> 9 steps: hot-points range=100," in done.stdout
+    assert "threads  1, 8" in done.stdout
+    assert "note: more than an hour" in done.stdout
+    for args, needle in (
+        (("--set", "durations"), "--set 'durations' is not KEY=VALUE"),
+        (("--set", "durations.stepp=3"), "unknown key 'stepp' in [durations]"),
+        (("--set", "setup.nope.knobs.X=1"), "no setup named 'nope'; setups: glibc, jemalloc"),
+        (("--set", "dataset.rows=lots"), "dataset.rows = 'lots' is invalid"),
+    ):
+        assert_refused(run_cli("run", quick, "--dry-run", *args), integrity_figures, needle)
+
+
+def test_set_is_recorded_in_the_experiment_text() -> None:
+    from mallocbench.experiment import load
+
+    exp = load(ROOT / "examples" / "quick.toml", ["durations.step=7", "dataset.cache=64M"])
+    assert (exp.duration_s, exp.dataset.cache_bytes) == (7.0, 64 << 20)
+    assert exp.text.rstrip().endswith("# --set durations.step=7\n# --set dataset.cache=64M")

@@ -50,7 +50,7 @@ def test_identical_setups_measure_costs_and_are_not_called_different(tmp_path: P
     out = tmp_path / "out"
     run = subprocess.run(
         [sys.executable, "-m", "mallocbench.cli", "run", str(exp), "--out", str(out), "-q"]
-        + ["--target-ci", "80", "--max-repeats", "4", "--budget", "10m"],
+        + ["--target-ci", "80%", "--max-repeats", "4", "--budget", "10m"],
         capture_output=True,
         text=True,
         timeout=900,

@@ -1,7 +1,8 @@
 """The `mallocbench` command group. Thin: parse, call one function, print.
 
-Every MallocbenchError becomes one line on stderr and exit status 2; nothing else is
-caught here, so a real bug still shows its traceback.
+Every MallocbenchError becomes one line on stderr and exit status 2 (`exitcodes`, the one
+policy of every command); nothing else is caught here, so a real bug still shows its
+traceback.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import sys
 
 import click
 
-from mallocbench import __version__
+from mallocbench import __version__, exitcodes
 from mallocbench import allocators as allocator_registry
 from mallocbench.errors import MallocbenchError
 
@@ -22,13 +23,17 @@ class Group(click.Group):
             return super().invoke(ctx)
         except MallocbenchError as exc:
             click.echo(f"mallocbench: error: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(exitcodes.USAGE)
         except KeyboardInterrupt:
             click.echo("mallocbench: interrupted", err=True)
-            sys.exit(130)
+            sys.exit(exitcodes.interrupted())
 
 
-@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=Group,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=exitcodes.POLICY_HELP,
+)
 @click.version_option(__version__, prog_name="mallocbench")
 def main() -> None:
     """Compare memory allocators on real database servers, and explain their memory.
@@ -38,7 +43,14 @@ def main() -> None:
       mallocbench allocators            which allocators are installed
       mallocbench run examples/quick.toml --out out
                                         run an experiment, write out/report.md
-      mallocbench report --out out      print the report of the latest run again
+      mallocbench report out            print the report of the latest run in out/ again
+      mallocbench recommend out         which setup to run, the evidence, how to deploy it
+      mallocbench compare base-out out --fail-on slower,rss-up
+                                        a CI gate: exit 1 on a regression
+      mallocbench memory                where a running server's RSS goes
+
+    Every command exits with the same statuses (below), so scripts and CI can
+    tell a finding (1) from a mistake (2) and an aborted run (3).
     """
 
 
@@ -67,6 +79,7 @@ def _register_optional_commands() -> None:
         ("mallocbench.commands.run", "commands"),
         ("mallocbench.commands.compare", "commands"),
         ("mallocbench.commands.calibrate", "commands"),
+        ("mallocbench.commands.recommend", "commands"),
         ("mallocbench.patterns.cli", "commands"),
         ("mallocbench.memory.cli", "commands"),
     ):

@@ -26,7 +26,7 @@ from mallocbench.servers import engines
 from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config, check_knob
-from mallocbench.units import parse_fraction, parse_size
+from mallocbench.units import parse_count, parse_duration, parse_fraction, parse_size
 from mallocbench.workloads.catalogue import Step, parse_steps
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -118,6 +118,7 @@ class Experiment:
     basedir: str | None = None
     port: int | None = None
     source: str = ""
+    step_specs: list[str] = field(default_factory=list)  # as written: names, groups
 
     def setup(self, name: str) -> Setup:
         return next(s for s in self.setups if s.name == name)
@@ -330,13 +331,17 @@ def _bounded_int(value: object, key: str, low: int, high: int) -> int:
 
 
 def _seconds(value: object, key: str, low: float) -> float:
+    """Seconds from a number or a duration as on the command line ("90s", "2m")."""
+    given = value
+    if isinstance(value, str):
+        value = parse_duration(value, key, allow_zero=True)
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise MallocbenchError(f"{key} = {value!r} is invalid: give seconds as a number")
+        raise MallocbenchError(f'{key} = {value!r} is invalid: give seconds, e.g. 60 or "1m"')
     # Compared before float(): an int too large for a float would raise, and NaN fails
     # every comparison, so it lands here too.
     if not low <= value <= MAX_DURATION_S:
         raise MallocbenchError(
-            f"{key} = {value!r} is out of range: give {low:g} to {MAX_DURATION_S} seconds (24 h)"
+            f"{key} = {given!r} is out of range: give {low:g} to {MAX_DURATION_S} seconds (24 h)"
         )
     return float(value)
 
@@ -451,7 +456,62 @@ def _check_disk(dataset: Dataset, engine_list: list[Engine]) -> None:
         )
 
 
-def load(path: str | Path) -> Experiment:
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> list[str]:
+    """Apply `--set KEY=VALUE` overrides to parsed TOML; returns them as TOML comment lines.
+
+    KEY is dotted (durations.step, dataset.rows, server.config.sort_buffer_size); a setup
+    is addressed by name (setup.je.knobs.MALLOC_CONF). VALUE is read as a TOML value
+    (10, [1, 8], "2%") and otherwise taken as a string (512M, point-query), so the shell
+    needs no TOML quoting. The result is validated like the file itself.
+    """
+    recorded = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        path = [part.strip() for part in key.split(".")]
+        if not sep or not all(path):
+            raise MallocbenchError(
+                f"--set {item!r} is not KEY=VALUE: write e.g. --set durations.step=10"
+            )
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw.strip()
+        _set_path(data, path, value, item)
+        recorded.append(f"# --set {key.strip()}={raw.strip()}")
+    return recorded
+
+
+def _set_path(data: dict[str, Any], path: list[str], value: object, item: str) -> None:
+    node: Any = data
+    for depth, part in enumerate(path[:-1]):
+        if part == "setup" and depth == 0:
+            setups = node.get("setup") or []
+            name = path[1] if len(path) > 2 else None
+            match = [s for s in setups if isinstance(s, dict) and s.get("name") == name]
+            if not match:
+                names = ", ".join(str(s.get("name")) for s in setups if isinstance(s, dict))
+                raise MallocbenchError(
+                    f"--set {item!r}: no setup named {name!r}; setups: {names or 'none'} "
+                    "(address one as setup.NAME.KEY=VALUE)"
+                )
+            node = match[0]
+            rest = path[2:]
+            for inner in rest[:-1]:
+                node = _child_table(node, inner, item)
+            node[rest[-1]] = value
+            return
+        node = _child_table(node, part, item)
+    node[path[-1]] = value
+
+
+def _child_table(node: dict[str, Any], key: str, item: str) -> dict[str, Any]:
+    child = node.setdefault(key, {})
+    if not isinstance(child, dict):
+        raise MallocbenchError(f"--set {item!r}: {key} is a value, not a table")
+    return child
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> Experiment:
     path = Path(path)
     try:
         text = path.read_text()
@@ -468,6 +528,9 @@ def load(path: str | Path) -> Experiment:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise MallocbenchError(f"{path} is not valid TOML: {exc}") from exc
+    if overrides:
+        # The stored text says what ran: the file, then what the command line changed.
+        text = text.rstrip("\n") + "\n\n" + "\n".join(apply_overrides(data, overrides)) + "\n"
     experiment = from_dict(data, text, default_name=path.stem)
     experiment.source = str(path)
     return experiment
@@ -611,7 +674,7 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
     if "tables" in raw_dataset:
         dataset.tables = _bounded_int(raw_dataset["tables"], "dataset.tables", 1, MAX_TABLES)
     if "rows" in raw_dataset:
-        dataset.rows = _bounded_int(raw_dataset["rows"], "dataset.rows", 1, MAX_ROWS)
+        dataset.rows = parse_count(raw_dataset["rows"], "dataset.rows", 1, MAX_ROWS)
     if "cache" in raw_dataset:
         dataset.cache_bytes = parse_size(raw_dataset["cache"], "dataset.cache")
     _check_memory(dataset)
@@ -651,6 +714,7 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
         base=base,
         engines=engine_list,
         steps=steps,
+        step_specs=[str(spec) for spec in step_specs],
         threads=sorted(set(threads)),
         dataset=dataset,
         warmup_s=warmup,

@@ -150,6 +150,9 @@ class SessionInfo:
     # charge (RSS plus page cache and kernel memory charged to the group) it reached.
     memory_limit_bytes: int | None = None
     peak_cgroup_bytes: int | None = None
+    # RSS once the server answered, before any cell: its fixed base (code, buffers it
+    # allocates up front). At small scale it dwarfs what the cache and the load add.
+    idle_rss_bytes: int | None = None
 
 
 @dataclass

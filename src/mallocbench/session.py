@@ -144,6 +144,8 @@ def start_session(
         raise
     info.pid = server.pid
     info.started_at = time.time()
+    idle = proc_probe.read_memory(server.pid)
+    info.idle_rss_bytes = idle.rss_bytes if idle is not None else None
     info.thp = effective_thp(server.pid, setup.thp)
     if setup.thp in ("always", "madvise") and (info.thp or "").startswith("off"):
         live.notes.append(

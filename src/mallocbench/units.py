@@ -43,14 +43,49 @@ def parse_fraction(value: object, key: str, upper: float = 1.0) -> float:
     return fraction
 
 
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmb]?)\s*$", re.IGNORECASE)
+_COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9}
+
+
+def parse_count(value: object, key: str, low: int, high: int) -> int:
+    """A whole number from 50000, "50k", "1.5M" or "2B" (decimal units: rows, not bytes)."""
+    count: float = 0.5  # not whole: refused below
+    if isinstance(value, int) and not isinstance(value, bool):
+        count = value
+    elif isinstance(value, str):
+        match = _COUNT.match(value.replace(",", "").replace("_", ""))
+        if match:
+            count = float(match.group(1)) * _COUNT_UNITS[match.group(2).lower()]
+    if count != int(count) or not low <= count <= high:
+        raise MallocbenchError(
+            f"{key} = {value!r} is invalid: give a whole number from {low:,} to {high:,} "
+            "(e.g. 50000 or 50k)"
+        )
+    return int(count)
+
+
+def parse_percent(value: object, key: str, upper: float = 1.0) -> float:
+    """A percentage written "5%" or as the fraction 0.05, as a fraction: one meaning for a
+    bare number everywhere (min_effect, cpu_quota, --target-ci). A bare number of 1 or more
+    would be 100% or more, which is never meant, so it is refused with the two spellings."""
+    text = str(value).strip()
+    if not text.endswith("%") and _FRACTION.match(text) and float(text) >= 1:
+        raise MallocbenchError(
+            f"{key} = {value!r} is ambiguous: write {text}% for {text} percent, or a fraction "
+            f"(e.g. {float(text) / 100:g})"
+        )
+    return parse_fraction(value, key, upper)
+
+
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr)?\s*$", re.IGNORECASE)
 _SECONDS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600}
 
 
-def parse_duration(value: object, key: str) -> float:
-    """Seconds from 90, "90s", "30m" or "1.5h"."""
-    match = _DURATION.match(str(value))
-    seconds = float(match.group(1)) * _SECONDS[(match.group(2) or "").lower()] if match else 0.0
-    if not 0 < seconds < math.inf:
+def parse_duration(value: object, key: str, allow_zero: bool = False) -> float:
+    """Seconds from 90, "90s", "30m" or "1.5h" (0 too when `allow_zero`)."""
+    match = None if isinstance(value, bool) else _DURATION.match(str(value))
+    seconds = float(match.group(1)) * _SECONDS[(match.group(2) or "").lower()] if match else -1.0
+    smallest_ok = seconds >= 0 if allow_zero else seconds > 0
+    if not smallest_ok or seconds == math.inf:
         raise MallocbenchError(f"{key} = {value!r} is not a duration: write e.g. 90s, 30m or 2h")
     return seconds

@@ -75,6 +75,16 @@ class CellSummary:
         return bad[0] if bad else None
 
 
+def cs_per_op(summary: CellSummary) -> float | None:
+    """Context switches per operation: system-wide (vmstat cs / queries) as the published
+    studies count them where recorded, else the server's voluntary + involuntary."""
+    metrics = summary.metrics
+    if "system_cs_per_op" in metrics:
+        return metrics["system_cs_per_op"]
+    parts = [metrics.get("voluntary_cs_per_op"), metrics.get("involuntary_cs_per_op")]
+    return sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
+
+
 def throughput(cell: Cell) -> tuple[float | None, str]:
     """A measured cell's throughput and its unit."""
     if (cell.group or group_of(cell.step)) == "insert-benchmark":
@@ -516,11 +526,20 @@ class MemoryRow:
     memory_limit_bytes: int | None = None
     peak_cgroup_bytes: int | None = None
     oom_cells: int = 0  # cells whose server the OOM killer ended
+    idle_rss_bytes: int | None = None  # the server's RSS before any cell (lowest start)
 
     @property
     def rss_per_cache(self) -> float | None:
         if self.peak_rss_bytes and self.cache_bytes:
             return self.peak_rss_bytes / self.cache_bytes
+        return None
+
+    @property
+    def growth_per_cache(self) -> float | None:
+        """RSS the run added above the idle server, per byte of cache: the part of
+        RSS/cache that scales, without the fixed base that dominates small caches."""
+        if self.peak_rss_bytes and self.idle_rss_bytes and self.cache_bytes:
+            return (self.peak_rss_bytes - self.idle_rss_bytes) / self.cache_bytes
         return None
 
     @property
@@ -574,8 +593,64 @@ def memory_rows(result: RunResult) -> list[MemoryRow]:
             row.heap_accounted_bytes = m.get("heap_accounted_bytes")
             row.accounted_in = f"{account.step} @{account.threads} r{account.repeat}"
         _add_cgroup(row, result)
+        idle = [
+            s.idle_rss_bytes
+            for s in result.sessions
+            if (s.setup, s.engine) == (setup, engine) and s.idle_rss_bytes
+        ]
+        row.idle_rss_bytes = min(idle, default=None)
         rows.append(row)
     return sorted(rows, key=lambda r: (r.engine, order.get(r.setup, 99)))
+
+
+RSS = "bytes"
+
+
+def peak_rss_by_repeat(result: RunResult) -> dict[tuple[str, str], dict[int, float]]:
+    """Each (setup, engine)'s peak RSS per repeat (block): the highest of its server starts.
+
+    The repeat is the pairing unit of every interval on memory, as it is for throughput:
+    in one block every setup's server ran the same cells, so peaks compare pairwise.
+    Sessions keep the server's lifetime peak; cells stand in where a session's end was lost.
+    """
+    peaks: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    for measured in [*result.sessions, *result.cells]:
+        if not measured.peak_rss_bytes:
+            continue
+        by_repeat = peaks[(measured.setup, measured.engine)]
+        by_repeat[measured.repeat] = max(by_repeat.get(measured.repeat, 0), measured.peak_rss_bytes)
+    return dict(peaks)
+
+
+def rss_ratio_cells(
+    result: RunResult, min_effect: float | None = None
+) -> dict[tuple[str, str], RatioCell]:
+    """Peak RSS of each setup over the base's, per (engine, setup), paired by block.
+
+    A ratio above 1 means more memory; the verdict words are `stats.classify`'s, so
+    "faster" here reads "more RSS" and "slower" "less RSS".
+    """
+    effect = min_effect_of(result, min_effect)
+    peaks = peak_rss_by_repeat(result)
+    base = result.base_setup
+    out: dict[tuple[str, str], RatioCell] = {}
+    for engine in dict.fromkeys(c.engine for c in result.cells):
+        base_peaks = peaks.get((base, engine), {})
+        others = {
+            s: peaks[(s, engine)] for s in setup_order(result) if s != base and (s, engine) in peaks
+        }
+        blocked = stats.blocked_ratios(base_peaks, others) if base_peaks else {}
+        for setup, values in others.items():
+            out[(engine, setup)] = ratio_cell(
+                list(values.values()),
+                list(base_peaks.values()),
+                None if base_peaks else "base has no RSS",
+                base,
+                effect,
+                RSS,
+                blocked.get(setup),
+            )
+    return out
 
 
 def _add_cgroup(row: MemoryRow, result: RunResult) -> None:

@@ -27,7 +27,7 @@ from rich.table import Table
 from mallocbench import dataset
 from mallocbench import experiment as experiment_mod
 from mallocbench.analysis import noise
-from mallocbench.commands.options import FiniteFloatRange, out_dir_option
+from mallocbench.commands.options import out_dir_option, percent_option
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, Setup
 from mallocbench.measure import CellMeasurement, new_cell, warm_up
@@ -532,14 +532,10 @@ def calibrate(
     show_default=True,
     help="Run time to plan for (e.g. 90s, 30m, 2h): the width it would resolve.",
 )
-@click.option(
+@percent_option(
     "--target-ci",
-    "target_ci_pct",
-    type=FiniteFloatRange(0, 100, min_open=True),
-    default=3.0,
-    show_default=True,
-    metavar="PCT",
-    help="Interval width (percentage points) to plan for: the starts and time it needs.",
+    "Interval width to plan for (e.g. 3%): the starts and time it needs.",
+    default="3%",
 )
 @out_dir_option("Directory for the servers' logs (OUT/calibrate); nothing is stored.")
 @click.option(
@@ -577,7 +573,7 @@ def calibrate_cmd(
     \b
     Examples:
       mallocbench calibrate examples/quick.toml
-      mallocbench calibrate examples/quick.toml --starts 5 --budget 2h --target-ci 2
+      mallocbench calibrate examples/quick.toml --starts 5 --budget 2h --target-ci 2%
     """
     experiment = experiment_mod.load(experiment_file)
     target = pick_target(experiment, setup, engine, step, threads)

@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 import click
 
 from mallocbench.analysis.summary import parse_min_effect
+from mallocbench.errors import MallocbenchError
+from mallocbench.units import parse_percent
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,6 +38,29 @@ def out_dir_option(help_text: str) -> Callable[[F], F]:
         type=click.Path(file_okay=False, path_type=Path),
         default=Path("out"),
         show_default=True,
+        help=help_text,
+    )
+
+
+def percent_option(name: str, help_text: str, default: str | None = None) -> Callable[[F], F]:
+    """A width or share in percent ("5%" or 0.05), given to the command in percentage
+    points (5.0); None when not given and no default."""
+
+    def convert(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+        if value is None:
+            return None
+        fraction = parse_percent(value, name)
+        if fraction == 0:
+            raise MallocbenchError(f"{name} = {value!r} must be above 0%: e.g. 5%")
+        return fraction * 100
+
+    return click.option(
+        name,
+        name.removeprefix("--").replace("-", "_") + "_pct",
+        metavar="PCT",
+        default=default,
+        show_default=default is not None,
+        callback=convert,
         help=help_text,
     )
 

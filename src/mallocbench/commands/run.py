@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import sys
 from pathlib import Path
@@ -9,8 +10,13 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from mallocbench import exitcodes
 from mallocbench import experiment as experiment_mod
-from mallocbench.commands.options import FiniteFloatRange, min_effect_option, out_dir_option
+from mallocbench.commands.options import (
+    min_effect_option,
+    out_dir_option,
+    percent_option,
+)
 from mallocbench.errors import MallocbenchError
 from mallocbench.report import export, html, markdown, terminal
 from mallocbench.report.formatting import mib
@@ -25,10 +31,10 @@ from mallocbench.runner import (
 from mallocbench.store import Store, locks
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_duration
-from mallocbench.workloads.catalogue import CATALOGUE, GROUPS
+from mallocbench.workloads.catalogue import CATALOGUE, GROUPS, parse_steps
 
 
-def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
+def write_reports(result: RunResult, out_dir: Path, self_contained: bool = False) -> list[Path]:
     """results.json, report.md and CSVs next to each other in the output directory.
 
     Only these files are written: a directory that refuses them loses no measurement,
@@ -49,7 +55,7 @@ def write_reports(result: RunResult, out_dir: Path) -> list[Path]:
             target = out_dir / name
             target.write_text(text)
             written.append(target)
-        written.append(html.write_html(result, out_dir / "report.html"))
+        written.append(html.write_html(result, out_dir / "report.html", self_contained))
     except OSError as exc:
         culprit = f" ({exc.filename})" if exc.filename and exc.filename != str(out_dir) else ""
         raise MallocbenchError(
@@ -72,7 +78,74 @@ def _design_line(experiment: experiment_mod.Experiment) -> str:
     )
 
 
-@click.command("run")
+LONG_RUN_S = 3600
+
+
+def _duration_text(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= LONG_RUN_S else f"{seconds / 60:.1f} min"
+
+
+def _warn_if_long(console: Console, seconds: float) -> None:
+    if seconds >= LONG_RUN_S:
+        console.print(
+            f"[yellow]note[/]: this run plans about {_duration_text(seconds)} of measuring; "
+            "--dry-run shows where it goes, --set steps=[...] or --set durations.step=N "
+            "shortens it"
+        )
+
+
+def _print_plan(
+    experiment: experiment_mod.Experiment,
+    sessions: list[experiment_mod.PlannedSession],
+    per_cell: float,
+) -> None:
+    """The plan on one screen: what expands to what, and what it costs."""
+    cells = sum(len(s.cells) for s in sessions)
+    seconds = cells * per_cell
+    base = experiment.base
+    click.echo(
+        f"{experiment.name}: {cells} cells in {len(sessions)} server sessions, about "
+        f"{_duration_text(seconds)} of measuring (plus server starts)"
+    )
+    setups = [s.name + (" (base)" if s.name == base else "") for s in experiment.setups]
+    click.echo(f"  setups   {len(setups)}: {', '.join(setups)}")
+    click.echo(
+        f"  engines  {len(experiment.engines)}: {', '.join(e.name for e in experiment.engines)}"
+    )
+    click.echo(f"  steps    {len(experiment.steps)}:")
+    for spec in experiment.step_specs:
+        expanded = [step.label for step in parse_steps([spec])]
+        if len(expanded) == 1 and expanded[0].split()[0] == spec.split()[0]:
+            click.echo(f"             {expanded[0]}")
+        else:
+            click.echo(f"             {spec} -> {len(expanded)} steps: {', '.join(expanded)}")
+    click.echo(f"  threads  {', '.join(str(t) for t in experiment.threads)}")
+    click.echo(f"  repeats  {experiment.repeats} (blocks: a server start of every setup each)")
+    click.echo(f"  cell     {fmt_durations(experiment)}; about {per_cell:.0f} s each")
+    click.echo(f"  {_design_line(experiment)}")
+    capped = [s for s in experiment.setups if s.memory_limit_bytes is not None]
+    if capped:
+        click.echo(
+            "  memory caps (on each server's cgroup charge): "
+            + ", ".join(f"{s.name} {mib(s.memory_limit_bytes)}" for s in capped)
+        )
+    if seconds >= LONG_RUN_S:
+        click.echo(
+            "note: more than an hour; fewer steps or thread counts, or --set "
+            "durations.step=N, shorten it"
+        )
+
+
+def fmt_durations(experiment: experiment_mod.Experiment) -> str:
+    warmup = (
+        f"warmup {experiment.warmup_s:g}-{experiment.max_warmup_s:g} s until steady"
+        if experiment.warmup_s
+        else "no warmup"
+    )
+    return f"{warmup} + {experiment.duration_s:g} s measured"
+
+
+@click.command("run", epilog=exitcodes.POLICY_HELP)
 @click.argument("experiment_file", type=click.Path(dir_okay=False, path_type=Path))
 @out_dir_option("Directory for results.json, report.md, CSVs, the store and server logs.")
 @click.option(
@@ -87,14 +160,11 @@ def _design_line(experiment: experiment_mod.Experiment) -> str:
     help="Continue the latest run of this experiment: skip finished cells.",
 )
 @click.option("--keep-datadirs", is_flag=True, help="Keep each session's datadir for inspection.")
-@click.option(
+@percent_option(
     "--target-ci",
-    "target_ci_pct",
-    type=FiniteFloatRange(0, 100, min_open=True),
-    metavar="PCT",
-    help="Adaptive repetition: after the planned repeats, add interleaved repeats of the "
-    "cells whose relative QPS interval is wider than PCT percentage points (e.g. 5: "
-    "[0.97, 1.02] is narrow enough) until all are, or the budget is spent.",
+    "Adaptive repetition: after the planned repeats, add interleaved repeats of the "
+    "cells whose relative QPS interval is wider than PCT (e.g. 5%: [0.97, 1.02] is "
+    "narrow enough) until all are, or the budget is spent.",
 )
 @click.option(
     "--budget",
@@ -115,6 +185,15 @@ def _design_line(experiment: experiment_mod.Experiment) -> str:
     "Report relative changes smaller than this as 'same' (0.02 or 2%); overrides the "
     "experiment's min_effect."
 )
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a key of the experiment file for this run (repeatable): "
+    'durations.step=10, threads=[1,8], steps=["point-query"], dataset.rows=50k, '
+    "setup.NAME.knobs.MALLOC_ARENA_MAX=2. Recorded in the run's experiment text.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No live progress; print the report only.")
 @click.option("--dry-run", is_flag=True, help="Validate the experiment and print the plan.")
 def run_cmd(
@@ -127,6 +206,7 @@ def run_cmd(
     budget: str,
     max_repeats: int,
     min_effect: float | None,
+    overrides: tuple[str, ...],
     quiet: bool,
     dry_run: bool,
 ) -> None:
@@ -161,39 +241,23 @@ def run_cmd(
     Examples:
       mallocbench run examples/quick.toml --out out
       mallocbench run examples/quick.toml --out out --resume
-      mallocbench run examples/arenas.toml --target-ci 5 --budget 2h --min-effect 2%
+      mallocbench run examples/arenas.toml --target-ci 5% --budget 2h --min-effect 2%
     """
-    experiment = experiment_mod.load(experiment_file)
+    experiment = experiment_mod.load(experiment_file, list(overrides))
     budget_s = parse_duration(budget, "--budget")
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
     per_cell = cell_estimate(experiment)
     console = Console(stderr=True)
     if dry_run:
-        click.echo(
-            f"{experiment.name}: {len(experiment.setups)} setups x {len(experiment.engines)} "
-            f"engines x {len(experiment.steps)} steps x {len(experiment.threads)} thread counts "
-            f"x {experiment.repeats} repeats = {cells} cells, {len(sessions)} sessions, "
-            f"about {cells * per_cell / 60:.1f} min of measuring"
-        )
-        click.echo(_design_line(experiment))
-        for session in sessions:
-            click.echo(
-                f"  session {session.id}: "
-                + ", ".join(f"{c.step.label}@{c.threads}" for c in session.cells)
-            )
-        capped = [s for s in experiment.setups if s.memory_limit_bytes is not None]
-        if capped:
-            click.echo(
-                "memory caps (on each server's cgroup charge): "
-                + ", ".join(f"{s.name} {mib(s.memory_limit_bytes)}" for s in capped)
-            )
+        _print_plan(experiment, sessions, per_cell)
         if target_ci_pct is not None:
             click.echo(
                 f"then up to {max_repeats} repeats of the cells whose relative QPS interval is "
                 f"wider than {target_ci_pct:g}%, within {budget_s / 60:g} min in all"
             )
         return
+    _warn_if_long(console, cells * per_cell)
     options = RunOptions(
         out_dir=out_dir,
         store_path=store_path,
@@ -252,7 +316,7 @@ def run_cmd(
             f"[yellow]interrupted[/]: {len(outcome.result.cells)} cells kept in "
             f"{options.store_file}; continue with --resume"
         )
-        sys.exit(128 + (interrupted["signal"] or signal.SIGINT))
+        sys.exit(exitcodes.interrupted(interrupted["signal"] or signal.SIGINT))
     if outcome.aborted:
         click.echo(f"mallocbench: error: {outcome.aborted.splitlines()[0]}", err=True)
         for line in outcome.aborted.splitlines()[1:6]:
@@ -262,7 +326,8 @@ def run_cmd(
             f"{options.store_file})",
             err=True,
         )
-        sys.exit(1)
+        # Not 1: a CI gate reads 1 as "found a regression"; an abort is not a verdict.
+        sys.exit(exitcodes.ABORTED)
 
 
 def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | None) -> None:
@@ -290,7 +355,16 @@ def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | N
     "--format",
     "fmt",
     type=click.Choice(
-        ["terminal", "markdown", "csv", "summary-csv", "relative-csv", "relative-json", "json"]
+        [
+            "terminal",
+            "markdown",
+            "html",
+            "csv",
+            "summary-csv",
+            "relative-csv",
+            "relative-json",
+            "json",
+        ]
     ),
     default="terminal",
     show_default=True,
@@ -300,7 +374,23 @@ def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | N
     "--out",
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Also write results.json, report.md and CSVs into this directory.",
+    help="Also write results.json, report.md, report.html and CSVs into this directory.",
+)
+@click.option(
+    "--self-contained",
+    is_flag=True,
+    help="With --out: put plotly.js inside report.html (2 MB, one file to mail) instead "
+    "of one shared copy beside the directory's reports. --format html always is.",
+)
+@click.option(
+    "--reference",
+    help="Relative values against this setup instead of the run's base.",
+)
+@click.option(
+    "--setups",
+    "setup_list",
+    metavar="LIST",
+    help="Report only these setups (comma-separated; the base or --reference among them).",
 )
 @min_effect_option(
     "Report relative changes smaller than this as the same (0.02 or 2%); "
@@ -311,6 +401,9 @@ def report_cmd(
     run_id: str | None,
     fmt: str,
     out_dir: Path | None,
+    self_contained: bool,
+    reference: str | None,
+    setup_list: str | None,
     min_effect: float | None,
 ) -> None:
     """Report a run from an output directory, a store (.sqlite) or a results.json.
@@ -324,17 +417,23 @@ def report_cmd(
       mallocbench report out --run quick-20250101-1200
       mallocbench report out --format csv > cells.csv
       mallocbench report out/results.json --format markdown --min-effect 2%
+      mallocbench report out --reference je --setups je,glibc-arena1
+      mallocbench report out --format html > report.html
     """
     result = load_result(source, run_id)
+    _say_if_running(source, result)
+    result = select_setups(result, reference, setup_list)
     if min_effect is not None:
         # Every report reads it from the run, so the files written with --out agree too.
         result.metadata["min_effect"] = min_effect
     if out_dir is not None:
-        write_reports(result, out_dir)
+        write_reports(result, out_dir, self_contained)
     if fmt == "terminal":
         terminal.print_run(result, Console())
     elif fmt == "markdown":
         click.echo(markdown.render(result))
+    elif fmt == "html":
+        click.echo(html.render_html(result), nl=False)
     elif fmt == "csv":
         click.echo(export.cells_csv(result), nl=False)
     elif fmt == "summary-csv":
@@ -345,6 +444,59 @@ def report_cmd(
         click.echo(export.relative_json(result))
     else:
         click.echo(export.results_json(result))
+
+
+def select_setups(result: RunResult, reference: str | None, setup_list: str | None) -> RunResult:
+    """The run as if only these setups ran, against `reference`: nothing is recomputed but
+    the relative values, so the report says exactly what the stored cells say."""
+    known = [s.name for s in result.setups] or sorted({c.setup for c in result.cells})
+    base = reference or result.base_setup
+    wanted = [n.strip() for n in setup_list.split(",") if n.strip()] if setup_list else known
+    for name in [base, *wanted]:
+        if name not in known:
+            raise MallocbenchError(
+                f"setup {name!r} is not in run {result.run_id}: use one of {', '.join(known)}"
+            )
+    if base not in wanted:
+        raise MallocbenchError(
+            f"--setups leaves out {base!r}, the setup the others are compared with: add it, "
+            "or pick another with --reference"
+        )
+    if base == result.base_setup and wanted == known:
+        return result
+    keep = set(wanted)
+    return dataclasses.replace(
+        result,
+        base_setup=base,
+        setups=[s for s in result.setups if s.name in keep],
+        sessions=[s for s in result.sessions if s.setup in keep],
+        cells=[c for c in result.cells if c.setup in keep],
+    )
+
+
+def _say_if_running(source: Path | None, result: RunResult) -> None:
+    """A run still being measured shows MISSING cells that are only still to come."""
+    path = source if source is not None else Path("out")
+    store = path / "results.sqlite" if path.is_dir() else path
+    if not store.is_file() or store.suffix == ".json":
+        return
+    db = Store(store, readonly=True)
+    try:
+        stored = next((r["status"] for r in db.list_runs() if r["run_id"] == result.run_id), "")
+    finally:
+        db.close()
+    status = locks.live_status(store, result.run_id, stored)
+    if not status.startswith("running"):
+        return
+    meta = result.metadata
+    planned = 1
+    for key in ("engines", "steps", "threads"):
+        planned *= len(meta.get(key) or [1])
+    planned *= len(result.setups) * int(meta.get("repeats") or 1)
+    Console(stderr=True).print(
+        f"[yellow]run {result.run_id} is still {status}[/]: {len(result.cells)} of about "
+        f"{planned} cells measured so far; MISSING cells are not measured yet"
+    )
 
 
 @click.command("runs")

@@ -6,6 +6,8 @@ import os
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from mallocbench import allocators, deploy
+
 if TYPE_CHECKING:
     from mallocbench.memory.report import MemoryReport
 
@@ -29,6 +31,38 @@ def _mb(n: float) -> str:
     if abs(n) >= 10 * 1024**3:
         return f"{n / 1024**3:,.1f} GiB"
     return f"{n / MiB:,.0f} MiB"
+
+
+def _permanent_jemalloc() -> str:
+    """The drop-in line that preloads jemalloc from where it lives on this host."""
+    jemalloc = allocators.get("jemalloc", require_available=False)
+    if jemalloc.path is None:
+        return f"jemalloc is not installed here: {jemalloc.install_hint()}"
+    library = deploy.stable_library_path(jemalloc.path, jemalloc)
+    return deploy.dropin_hint({"LD_PRELOAD": library}, "jemalloc")
+
+
+def _permanent_malloc_conf(knobs: dict[str, str] | None, extra: str) -> str:
+    # Keep what the server already has: a new MALLOC_CONF line would replace it, and
+    # jemalloc lets the later of two repeated options win.
+    current = (knobs or {}).get("MALLOC_CONF")
+    conf = f"{current},{extra}" if current else extra
+    return deploy.dropin_hint({"MALLOC_CONF": conf}, "the shorter decay")
+
+
+def _heap_fix(allocator: str | None, knobs: dict[str, str] | None) -> str:
+    """What to change when the heap holds much more than the server accounts for."""
+    decay = "dirty_decay_ms:5000,muzzy_decay_ms:5000"
+    if allocator == "glibc":
+        return (
+            "jemalloc or tcmalloc usually return freed memory better than glibc; "
+            f"MALLOC_ARENA_MAX and MALLOC_TRIM_THRESHOLD_ help glibc; {_permanent_jemalloc()}"
+        )
+    if allocator == "jemalloc":
+        return f"lower jemalloc's retention (MALLOC_CONF={decay}); " + _permanent_malloc_conf(
+            knobs, decay
+        )
+    return f"lower the allocator's retention (jemalloc: MALLOC_CONF={decay})"
 
 
 def advise(report: MemoryReport) -> list[Advice]:
@@ -75,9 +109,9 @@ def advise(report: MemoryReport) -> list[Advice]:
             Advice(
                 "warning",
                 "MyRocks runs on glibc malloc",
-                "start the server with jemalloc (LD_PRELOAD=libjemalloc.so.2, or malloc-lib in "
-                "[mysqld_safe]); published runs saw peak RSS 3.6x the block cache with glibc "
-                "against 1.2x with jemalloc",
+                "start the server with jemalloc (LD_PRELOAD, or malloc-lib in [mysqld_safe]); "
+                "published runs saw peak RSS 3.6x the block cache with glibc against 1.2x "
+                f"with jemalloc; {_permanent_jemalloc()}",
                 "allocator glibc, rocksdb_block_cache_size "
                 f"{_mb(server.var('rocksdb_block_cache_size') or 0)}"
                 + (f", heap ratio {bd.heap_ratio:.2f}" if bd and bd.heap_ratio else ""),
@@ -90,7 +124,8 @@ def advise(report: MemoryReport) -> list[Advice]:
                 "warning" if bd and bd.unaccounted > 256 * MiB else "info",
                 f"{proc.arenas} glibc arenas on {cpus} CPUs",
                 "each arena keeps its own free memory; MALLOC_ARENA_MAX=4 (or 2x CPUs) bounds that "
-                "at some cost in throughput, jemalloc or tcmalloc avoid it",
+                "at some cost in throughput, jemalloc or tcmalloc avoid it; "
+                + deploy.dropin_hint({"MALLOC_ARENA_MAX": "4"}, "the arena cap"),
                 f"arenas {proc.arenas} ({proc.arena_source}), MALLOC_ARENA_MAX "
                 f"{knob or 'not set (default 8 per CPU)'}"
                 + (f", unaccounted heap {_mb(bd.unaccounted)}" if bd else ""),
@@ -100,13 +135,7 @@ def advise(report: MemoryReport) -> list[Advice]:
         gap = bd.unaccounted
         ratio = bd.heap_ratio or 0
         if ratio > 1.1 and gap > 10 * MiB:
-            fix = (
-                "jemalloc or tcmalloc usually return freed memory better than glibc; "
-                "MALLOC_ARENA_MAX and MALLOC_TRIM_THRESHOLD_ help glibc"
-                if allocator == "glibc"
-                else "lower the allocator's retention (jemalloc: MALLOC_CONF="
-                "dirty_decay_ms:5000,muzzy_decay_ms:5000)"
-            )
+            fix = _heap_fix(allocator, proc.knobs if proc else None)
             out.append(
                 Advice(
                     "warning" if ratio > 1.4 else "info",

@@ -220,7 +220,7 @@ def print_table(rows: list[SummaryRow], title: str, console: Console | None = No
             title=f"{case} · {threads} thread{'s' if threads != 1 else ''}", title_justify="left"
         )
         for i, column in enumerate(TERMINAL_COLUMNS):
-            table.add_column(column, justify="left" if i == 0 else "right", no_wrap=True)
+            table.add_column(column, justify="left" if i == 0 else "right", overflow="fold")
         for row in group:
             cells = _cells(row)[2:]
             for idx, rel in ((2, row.rel_ops_value), (7, row.rel_rss_value)):

@@ -14,6 +14,8 @@ says so instead of inventing one.
 
 from __future__ import annotations
 
+import base64
+import gzip
 import html as html_mod
 import json
 import math
@@ -27,6 +29,7 @@ import jinja2
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import client_cpu_warnings
+from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.sla import SlaStatus, sla_results
 from mallocbench.analysis.summary import (
     ACCOUNTING_NOTE,
@@ -37,6 +40,7 @@ from mallocbench.analysis.summary import (
     RatioTable,
     adaptive_lines,
     color_rule,
+    cs_per_op,
     exploratory_note,
     has_accounting,
     has_caps,
@@ -45,6 +49,7 @@ from mallocbench.analysis.summary import (
     oom_text,
     percent,
     relative_tables,
+    rss_ratio_cells,
     setup_order,
     significance_rule,
     slug,
@@ -53,6 +58,7 @@ from mallocbench.analysis.summary import (
     vsz_note,
 )
 from mallocbench.report import formatting as fmt
+from mallocbench.report.recommend import engine_lines
 from mallocbench.report.tables import memory_unit, run_notes
 from mallocbench.results import STATUS_OK, Cell, RunResult
 from mallocbench.workloads.catalogue import GROUPS, label_order
@@ -89,6 +95,7 @@ class VerdictRow:
     slower: list[str]
     problems: list[str]
     note: str
+    rss_interval: str = ""  # 95% interval of the RSS ratio over repeats, when there is one
 
 
 def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRow:
@@ -160,6 +167,7 @@ def verdict_rows(
 ) -> list[VerdictRow]:
     base = result.base_setup
     memory = {(m.engine, m.setup): m for m in memory_list}
+    rss_cells = rss_ratio_cells(result)
     rows = []
     for engine in dict.fromkeys(t.engine for t in tables):
         base_mem = memory.get((engine, base))
@@ -172,6 +180,10 @@ def verdict_rows(
                 row.rss_text = (
                     f"{fmt.mib(mem.peak_rss_bytes)} vs {fmt.mib(base_mem.peak_rss_bytes)}"
                 )
+            rss = rss_cells.get((engine, setup))
+            if rss is not None and rss.has_interval:
+                row.rss_interval = rss.interval_text
+                row.rss_text += f"; per-repeat peaks {rss.text} {rss.interval_text}, {rss.verdict}"
             rows.append(row)
     return rows
 
@@ -534,12 +546,6 @@ def per_step_charts(
     steps = sorted({c.step for c in result.cells}, key=label_order)
     has = {name for s in summaries.values() for name in s.metrics}
 
-    def cs_per_op(s: CellSummary) -> float | None:
-        if "system_cs_per_op" in s.metrics:
-            return s.metrics["system_cs_per_op"]
-        parts = [s.metrics.get("voluntary_cs_per_op"), s.metrics.get("involuntary_cs_per_op")]
-        return sum(p for p in parts if p is not None) if any(p is not None for p in parts) else None
-
     measures: list[tuple[str, str, str, Any, str]] = [
         ("p99", "Latency p99 per step", "p99 latency (ms)", lambda s: s.p99_ms,
          "Median over repeats of the cells' p99 latency."),
@@ -799,6 +805,35 @@ def plotly_js() -> str:
     return get_plotlyjs()
 
 
+def plotly_file_name() -> str:
+    """The shared copy's name: versioned, so reports of different versions can share a
+    directory and an old copy is never taken for a new one."""
+    from plotly.offline.offline import get_plotlyjs_version
+
+    return f"plotly-{get_plotlyjs_version()}.min.js"
+
+
+@cache
+def plotly_gzip_base64() -> str:
+    """plotly.js gzipped for a self-contained page: 1.9 MB of base64 instead of 4.8 MB
+    of script; the page inflates it with the browser's DecompressionStream."""
+    return base64.b64encode(gzip.compress(plotly_js().encode(), 9, mtime=0)).decode()
+
+
+def write_plotly_beside(page: Path) -> str:
+    """Write the shared plotly.js next to `page` unless it is there; its name for the page.
+
+    Every report in a directory loads the one copy, so each page stays small.
+    """
+    name = plotly_file_name()
+    target = page.parent / name
+    if not target.is_file():
+        partial = target.with_suffix(".tmp")
+        partial.write_text(plotly_js(), encoding="utf-8")
+        partial.replace(target)
+    return name
+
+
 def _charts_json(charts: list[Chart]) -> str:
     # "</" inside a <script> block would end it early; "<\/" is the same JSON string.
     text = json.dumps([c.spec() for c in charts], separators=(",", ":"), allow_nan=False,
@@ -823,7 +858,9 @@ def _verdict_groups(rows: list[VerdictRow]) -> list[str]:
     return [g for g in GROUPS if g in present]
 
 
-def _page(template: str, charts: list[Chart], **context: Any) -> str:
+def _page(template: str, charts: list[Chart], plotly_src: str | None = None, **context: Any) -> str:
+    """The page; charts load plotly.js from `plotly_src` beside it, else from a gzipped
+    copy inside the page (self-contained)."""
     for chart in charts:
         chart.data = _clean_nan(chart.data)
         chart.layout = _clean_nan(chart.layout)
@@ -835,7 +872,8 @@ def _page(template: str, charts: list[Chart], **context: Any) -> str:
             charts_json=jinja2.utils.markupsafe.Markup(_charts_json(charts)),
             css=jinja2.utils.markupsafe.Markup(_static("report.css")),
             page_js=jinja2.utils.markupsafe.Markup(_static("report.js")),
-            plotly_js=jinja2.utils.markupsafe.Markup(plotly_js()),
+            plotly_src=plotly_src,
+            plotly_gz=None if plotly_src else jinja2.utils.markupsafe.Markup(plotly_gzip_base64()),
             groups=GROUPS,
             **context,
         )
@@ -866,6 +904,8 @@ class ReportContext:
     vsz_note: str | None = None
     unit_note: str = ""
     exploratory: str | None = None  # why nothing on the page is a finding, when so
+    # Per engine: the decision line, then the claims behind it (report.recommend's words).
+    recommendation: list[tuple[str, list[str]]] = field(default_factory=list)
 
     @property
     def color_rule(self) -> str:
@@ -911,16 +951,31 @@ def build_context(result: RunResult, min_effect: float | None = None) -> ReportC
         vsz_note=vsz_note(rows),
         unit_note=unit_note(tables),
         exploratory=exploratory_note(result),
+        recommendation=_recommendation(result, effect),
     )
 
 
-def render_html(result: RunResult, min_effect: float | None = None) -> str:
+def _recommendation(result: RunResult, min_effect: float) -> list[tuple[str, list[str]]]:
+    rec = recommend(result, min_effect=min_effect)
+    if rec.exploratory:
+        return []
+    out = []
+    for engine in rec.engines:
+        headline, *details = engine_lines(engine, rec)
+        out.append((headline, [line.strip().removeprefix("- ") for line in details]))
+    return out
+
+
+def render_html(
+    result: RunResult, min_effect: float | None = None, plotly_src: str | None = None
+) -> str:
     ctx = build_context(result, min_effect)
     beside_tables = {c.id for c in ctx.relative_charts.values()}
     other_charts = [c for c in ctx.charts if c.id not in beside_tables]
     return _page(
         "report.html.j2",
         ctx.charts,
+        plotly_src,
         ctx=ctx,
         result=result,
         verdict_groups=_verdict_groups(ctx.verdict),
@@ -931,15 +986,24 @@ def render_html(result: RunResult, min_effect: float | None = None) -> str:
     )
 
 
-def write_html(result: RunResult, path: Path) -> Path:
-    """Write the report as one self-contained file; returns its path."""
+def write_html(result: RunResult, path: Path, self_contained: bool = False) -> Path:
+    """Write the report; plotly.js goes beside it (shared by the directory's reports)
+    unless `self_contained`. Returns the page's path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(result), encoding="utf-8")
+    source = None if self_contained else write_plotly_beside(path)
+    path.write_text(render_html(result, plotly_src=source), encoding="utf-8")
     return path
 
 
-def render_compare_html(comparison: Comparison) -> str:
+def write_compare_html(comparison: Comparison, path: Path, self_contained: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    source = None if self_contained else write_plotly_beside(path)
+    path.write_text(render_compare_html(comparison, source), encoding="utf-8")
+    return path
+
+
+def render_compare_html(comparison: Comparison, plotly_src: str | None = None) -> str:
     colors = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(comparison.setups)}
     charts = [relative_chart(t, colors) for t in comparison.tables]
     for chart in charts:
@@ -949,6 +1013,7 @@ def render_compare_html(comparison: Comparison) -> str:
     return _page(
         "compare.html.j2",
         charts,
+        plotly_src,
         cmp=comparison,
         verdict_groups=_verdict_groups(comparison.verdict),
         chart_by_key={t.key: c for t, c in zip(comparison.tables, charts, strict=True)},

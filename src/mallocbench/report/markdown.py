@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mallocbench.analysis.client import client_cpu_warnings
+from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.summary import (
     ACCOUNTING_NOTE,
     CAP_NOTE,
@@ -19,10 +20,12 @@ from mallocbench.analysis.summary import (
     vsz_note,
 )
 from mallocbench.report import formatting as fmt
+from mallocbench.report.recommend import engine_lines
 from mallocbench.report.tables import (
-    memory_cells,
-    memory_header,
-    memory_unit,
+    IDLE_NOTE,
+    PER_OP_NOTE,
+    memory_columns,
+    per_op_tables,
     reference_text,
     run_notes,
     sla_lines,
@@ -75,6 +78,7 @@ def render(result: RunResult) -> str:
         ],
     )
     out.append("")
+    out += _recommendation(result)
     adaptive = adaptive_lines(result)
     if adaptive:
         out += [f"**{adaptive[0]}**", ""]
@@ -119,6 +123,11 @@ def render(result: RunResult) -> str:
             )
         out += _table(header, rows)
         out.append("")
+    per_op = per_op_tables(result)
+    if per_op:
+        out += ["## Latency and cost per operation", "", PER_OP_NOTE, ""]
+        for title, header, rows in per_op:
+            out += [f"### {title}", "", *_table(header, rows), ""]
     memory = memory_rows(result)
     if memory:
         out.append("## Peak memory of the server")
@@ -128,10 +137,14 @@ def render(result: RunResult) -> str:
             "by the configured cache (InnoDB buffer pool or RocksDB block cache)."
             + (f" {ACCOUNTING_NOTE}" if has_accounting(memory) else "")
             + (f" {CAP_NOTE}" if has_caps(memory) else "")
+            + (f" {IDLE_NOTE}" if any(r.idle_rss_bytes for r in memory) else "")
         )
         out.append("")
-        unit, caps = memory_unit(memory), has_caps(memory)
-        out += _table(memory_header(unit, caps), [memory_cells(r, unit, caps) for r in memory])
+        columns = memory_columns(memory)
+        out += _table(
+            [header for header, _ in columns],
+            [[cell(r) for _, cell in columns] for r in memory],
+        )
         out.append("")
         reserved = vsz_note(memory)
         if reserved:
@@ -158,6 +171,19 @@ def render(result: RunResult) -> str:
     if result.experiment_text:
         out += ["## Experiment", "", "```toml", result.experiment_text.rstrip(), "```", ""]
     return "\n".join(out)
+
+
+def _recommendation(result: RunResult) -> list[str]:
+    """The verdict section: what to run per engine, each claim with its interval."""
+    rec = recommend(result)
+    if not rec.engines or rec.exploratory:
+        return []
+    out = ["## Recommendation", ""]
+    for engine in rec.engines:
+        headline, *details = engine_lines(engine, rec)
+        out += [f"**{headline}**", "", *[line.removeprefix("  ") for line in details], ""]
+    out += ["Priorities and budget can be changed with `mallocbench recommend`.", ""]
+    return out
 
 
 def _run_facts(meta: dict[str, object]) -> str:

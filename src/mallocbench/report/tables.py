@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mallocbench.analysis.run_noise import noise_notes
 from mallocbench.analysis.sla import sla_results
-from mallocbench.analysis.summary import QPS, MemoryRow, RatioRow, oom_text, stability_notes
+from mallocbench.analysis.summary import (
+    QPS,
+    CellSummary,
+    MemoryRow,
+    RatioRow,
+    cs_per_op,
+    has_accounting,
+    has_caps,
+    oom_text,
+    setup_order,
+    stability_notes,
+    summarize,
+    vsz_note,
+)
 from mallocbench.report import formatting as fmt
 from mallocbench.results import RunResult
+from mallocbench.workloads.catalogue import label_order
 
 
 def memory_unit(rows: list[MemoryRow]) -> str:
@@ -24,43 +40,50 @@ def memory_unit(rows: list[MemoryRow]) -> str:
     )
 
 
-def memory_header(unit: str, caps: bool = False) -> list[str]:
-    """`caps`: the run capped a setup or saw an OOM kill (analysis.summary.has_caps)."""
-    capped = [f"memory cap ({unit})", f"peak cgroup charge ({unit})", "OOM"] if caps else []
-    return [
-        "engine",
-        "setup",
-        "peak VSZ (GiB)",
-        f"peak RSS ({unit})",
-        *capped,
-        "RSS/cache",
-        f"server accounts for ({unit})",
-        f"unaccounted: RSS − accounted ({unit})",
-        "heap ratio",
-    ]
+MemoryColumn = tuple[str, Callable[[MemoryRow], str]]
 
 
-def memory_cells(row: MemoryRow, unit: str, caps: bool = False) -> list[str]:
-    capped = (
-        [
-            fmt.size(row.memory_limit_bytes, unit),
-            fmt.size(row.peak_cgroup_bytes, unit),
-            oom_text(row),
+def memory_columns(rows: list[MemoryRow]) -> list[MemoryColumn]:
+    """The memory table's columns, each a header and how to fill it, for these rows.
+
+    Columns with nothing to say are left out: VSZ when it is mostly reserved address
+    space (the note says so), caps when nothing was capped, the server's account when it
+    gave none, so a terminal keeps its width for what matters.
+    """
+    unit = memory_unit(rows)
+    columns: list[MemoryColumn] = [("engine", lambda r: r.engine), ("setup", lambda r: r.setup)]
+    if vsz_note(rows) is None:
+        columns.append(("peak VSZ (GiB)", lambda r: fmt.gb(r.peak_vsz_bytes)))
+    columns.append((f"peak RSS ({unit})", lambda r: fmt.size(r.peak_rss_bytes, unit)))
+    if has_caps(rows):
+        columns += [
+            (f"memory cap ({unit})", lambda r: fmt.size(r.memory_limit_bytes, unit)),
+            (f"peak cgroup charge ({unit})", lambda r: fmt.size(r.peak_cgroup_bytes, unit)),
+            ("OOM", oom_text),
         ]
-        if caps
-        else []
-    )
-    return [
-        row.engine,
-        row.setup,
-        fmt.gb(row.peak_vsz_bytes),
-        fmt.size(row.peak_rss_bytes, unit),
-        *capped,
-        fmt.ratio(row.rss_per_cache),
-        fmt.size(row.accounted_bytes, unit),
-        fmt.size(row.unaccounted_bytes, unit),
-        fmt.ratio(row.heap_ratio),
-    ]
+    columns.append(("RSS/cache", lambda r: fmt.ratio(r.rss_per_cache)))
+    if any(r.idle_rss_bytes for r in rows):
+        columns += [
+            (f"idle RSS ({unit})", lambda r: fmt.size(r.idle_rss_bytes, unit)),
+            ("(RSS − idle)/cache", lambda r: fmt.ratio(r.growth_per_cache)),
+        ]
+    if has_accounting(rows):
+        columns += [
+            (f"server accounts for ({unit})", lambda r: fmt.size(r.accounted_bytes, unit)),
+            (
+                f"unaccounted: RSS − accounted ({unit})",
+                lambda r: fmt.size(r.unaccounted_bytes, unit),
+            ),
+            ("heap ratio", lambda r: fmt.ratio(r.heap_ratio)),
+        ]
+    return columns
+
+
+IDLE_NOTE = (
+    "idle RSS is the server's RSS once it answered, before any cell: a fixed base that "
+    "dominates RSS/cache at small scale; (RSS − idle)/cache is the part that grows with "
+    "the cache and the load."
+)
 
 
 def reference_text(row: RatioRow, base: str) -> str:
@@ -84,3 +107,48 @@ def run_notes(result: RunResult) -> list[str]:
     notes = result.metadata.get("notes") or []
     recorded = [str(n) for n in notes] if isinstance(notes, list) else []
     return recorded + noise_notes(result) + stability_notes(result)
+
+
+def _number(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+PER_OP_COLUMNS: list[tuple[str, Callable[[CellSummary], str]]] = [
+    ("QPS", lambda s: fmt.qps(s.qps)),
+    ("p95 ms", lambda s: _number(s.p95_ms, 2)),
+    ("p99 ms", lambda s: _number(s.p99_ms, 2)),
+    ("cpu µs/o", lambda s: _number(s.metrics.get("server_cpu_us_per_op"), 1)),
+    ("cs/o", lambda s: _number(cs_per_op(s), 2)),
+]
+PER_OP_NOTE = (
+    "Absolute values, means over repeats (latency: the median of the repeats' "
+    "percentiles); no interval, so never a finding on their own. cpu µs/o: server CPU "
+    "(user + system) per query; cs/o: context switches per query (system-wide where "
+    "recorded)."
+)
+
+
+def per_op_tables(result: RunResult) -> list[tuple[str, list[str], list[list[str]]]]:
+    """(title, header, rows) per engine and thread count: each step and setup in the long
+    form, so a terminal keeps every setup's name however many there are."""
+    summaries = summarize(result.cells)
+    order = {name: i for i, name in enumerate(setup_order(result))}
+    tables = []
+    for engine in dict.fromkeys(c.engine for c in result.cells):
+        for threads in sorted({c.threads for c in result.cells if c.engine == engine}):
+            keys = sorted(
+                (k for k in summaries if k[1] == engine and k[3] == threads),
+                key=lambda k: (label_order(k[2]), order.get(k[0], 99)),
+            )
+            rows = []
+            for key in keys:
+                summary = summaries[key]
+                if summary.problem and not summary.qps_values:
+                    cells = [summary.problem.upper()] + ["-"] * (len(PER_OP_COLUMNS) - 1)
+                else:
+                    cells = [cell(summary) for _, cell in PER_OP_COLUMNS]
+                rows.append([key[2], key[0], *cells])
+            if rows:
+                title = f"{engine}, {threads} client thread{'s' if threads != 1 else ''}"
+                tables.append((title, ["step", "setup", *[h for h, _ in PER_OP_COLUMNS]], rows))
+    return tables

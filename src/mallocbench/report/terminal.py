@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mallocbench.analysis.client import client_cpu_warnings
+from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.summary import (
     ACCOUNTING_NOTE,
     CAP_NOTE,
@@ -25,10 +26,12 @@ from mallocbench.analysis.summary import (
     vsz_note,
 )
 from mallocbench.report import formatting as fmt
+from mallocbench.report.recommend import verdict_lines
 from mallocbench.report.tables import (
-    memory_cells,
-    memory_header,
-    memory_unit,
+    IDLE_NOTE,
+    PER_OP_NOTE,
+    memory_columns,
+    per_op_tables,
     reference_text,
     run_notes,
     sla_lines,
@@ -42,7 +45,7 @@ def print_allocators(entries: list[dict[str, Any]], console: Console | None = No
     console = console or Console()
     table = Table(title="Allocators")
     for column in ("name", "version", "library", "status"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for entry in entries:
         status = (
             "[green]available[/]"
@@ -87,10 +90,10 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
             title=f"Relative QPS vs {rel.reference}: {rel.engine}, {rel.threads} thread(s)",
             caption=caption,
         )
-        table.add_column("step")
-        table.add_column(f"{rel.reference} QPS", justify="right")
+        table.add_column("step", overflow="fold")
+        table.add_column(f"{rel.reference} QPS", justify="right", overflow="fold")
         for setup in rel.columns:
-            table.add_column(setup, justify="right")
+            table.add_column(setup, justify="right", overflow="fold")
         for group, title, rows, geomeans in rel.groups():
             table.add_row(f"[bold]{title}[/]", "", *["" for _ in rel.columns])
             for row in rows:
@@ -109,21 +112,42 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
     note = unit_note(tables)
     if note:
         console.print(f"[dim]{note}[/]")
+    for title, header, rows in per_op_tables(result):
+        table = Table(title=f"Per operation: {title}", caption=PER_OP_NOTE)
+        for name in header:
+            table.add_column(
+                name, justify="left" if name in ("step", "setup") else "right", overflow="fold"
+            )
+        previous = None
+        for row in rows:
+            # The step once per group of setups, as the relative tables do.
+            table.add_row(row[0] if row[0] != previous else "", *row[1:])
+            previous = row[0]
+        console.print(table)
     memory = memory_rows(result)
     if memory:
-        caps = has_caps(memory)
+        columns = memory_columns(memory)
         notes = [ACCOUNTING_NOTE] if has_accounting(memory) else []
-        notes += [CAP_NOTE] if caps else []
+        notes += [CAP_NOTE] if has_caps(memory) else []
+        notes += [IDLE_NOTE] if any(r.idle_rss_bytes for r in memory) else []
         table = Table(title="Peak memory of the server", caption=" ".join(notes) or None)
-        unit = memory_unit(memory)
-        for column in memory_header(unit, caps):
-            table.add_column(column, justify="left" if column in ("engine", "setup") else "right")
+        for header, _ in columns:
+            table.add_column(
+                header,
+                justify="left" if header in ("engine", "setup") else "right",
+                overflow="fold",
+            )
         for row in memory:
-            table.add_row(*memory_cells(row, unit, caps))
+            table.add_row(*[cell(row) for _, cell in columns])
         console.print(table)
         reserved = vsz_note(memory)
         if reserved:
             console.print(f"[yellow]note[/]: {reserved}")
+    rec = recommend(result)
+    if rec.engines and not rec.exploratory:
+        for line in verdict_lines(rec):
+            console.print(f"[bold]recommendation[/]: {escape(line)}")
+        console.print("[dim]the evidence: mallocbench recommend OUT_DIR[/]")
     for line in adaptive_lines(result):
         console.print(escape(line))
     for line, met in sla_lines(result):

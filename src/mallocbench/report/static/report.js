@@ -1,12 +1,39 @@
 // Draws every chart described in #mb-charts, then sets data-charts-rendered on <body>
-// to the number drawn so tests (and scripts) can tell the page is complete.
-(function () {
+// to the number drawn so tests (and scripts) can tell the page is complete. plotly.js
+// comes from a file beside the page (mbDrawCharts on load) or, in a self-contained
+// page, from a gzipped copy inside it (mbInflatePlotly).
+function mbChartsFailed(message) {
+  "use strict";
+  document.body.setAttribute("data-charts-error", message);
+  document.querySelectorAll("[data-chart]").forEach(function (el) {
+    el.textContent = "Chart not drawn: " + message;
+  });
+  console.error("mallocbench report: " + message);
+}
+
+function mbInflatePlotly() {
+  "use strict";
+  if (typeof DecompressionStream === "undefined") {
+    mbChartsFailed("this browser cannot unpack the embedded plotly.js (no DecompressionStream)");
+    return;
+  }
+  var text = document.getElementById("mb-plotly-gz").textContent.trim();
+  var binary = atob(text);
+  var bytes = new Uint8Array(binary.length);
+  for (var i = 0; i < binary.length; i++) { bytes[i] = binary.charCodeAt(i); }
+  var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("gzip"));
+  new Response(stream).text().then(function (source) {
+    var script = document.createElement("script");
+    script.textContent = source;
+    document.head.appendChild(script);
+    mbDrawCharts();
+  }, function (e) { mbChartsFailed("the embedded plotly.js did not unpack: " + e); });
+}
+
+function mbDrawCharts() {
   "use strict";
   var body = document.body;
-  function fail(message) {
-    body.setAttribute("data-charts-error", message);
-    console.error("mallocbench report: " + message);
-  }
+  var fail = mbChartsFailed;
   if (typeof Plotly === "undefined") { fail("plotly.js did not load"); return; }
   var specs;
   try {
@@ -29,4 +56,4 @@
   window.addEventListener("beforeprint", function () {
     document.querySelectorAll("[data-chart]").forEach(function (el) { Plotly.Plots.resize(el); });
   });
-})();
+}

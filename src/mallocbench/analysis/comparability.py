@@ -1,0 +1,187 @@
+"""Whether two runs measured the same thing, and what differs between them if not.
+
+A ratio between two runs says something about the builds only when the rest was held
+fixed. The dataset and the cache size are part of the workload itself: twice the cache
+changes throughput and RSS on its own, so such runs are refused unless the user insists.
+Durations, the design, the host class and the server or allocator versions move the
+numbers too, but a new server version is often the very point of a comparison and CI
+runners vary a little, so those only warn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.report import formatting as fmt
+from mallocbench.results import RunResult
+from mallocbench.units import parse_size
+
+REFUSE = "refuse"
+WARN = "warn"
+
+# /proc/meminfo's MemTotal of two machines of one class differs by what each kernel
+# reserves; a few percent is the same class.
+MEMORY_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One thing a run held fixed: its value, how it reads, and how much a change matters."""
+
+    value: Any
+    text: str
+    severity: str
+    tolerance: float = 0.0  # relative; numbers closer than this count as equal
+
+    def same_as(self, other: Fact) -> bool:
+        x, y = self.value, other.value
+        if self.tolerance and isinstance(x, int | float) and isinstance(y, int | float):
+            return abs(x - y) <= self.tolerance * max(abs(x), abs(y))
+        return bool(x == y)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """A fact that differs between run A and run B."""
+
+    field: str
+    a: str
+    b: str
+    severity: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.field} A {self.a} vs B {self.b}"
+
+    def to_dict(self) -> dict[str, str]:
+        return {"field": self.field, "a": self.a, "b": self.b, "severity": self.severity}
+
+
+def _bytes(value: Any) -> str:
+    return fmt.mib(value) if isinstance(value, int | float) else str(value or "-")
+
+
+def _seconds(value: Any) -> str:
+    return f"{value:g} s" if isinstance(value, int | float) else str(value)
+
+
+def _dataset(result: RunResult) -> dict[str, Any]:
+    """tables, rows and cache_bytes: from the metadata, else from the experiment text."""
+    recorded = result.metadata.get("dataset")
+    if isinstance(recorded, dict) and recorded:
+        return recorded
+    try:
+        table = tomllib.loads(result.experiment_text or "").get("dataset")
+    except tomllib.TOMLDecodeError:
+        return {}
+    if not isinstance(table, dict):
+        return {}
+    out = {k: table[k] for k in ("tables", "rows") if k in table}
+    if "cache" in table:
+        # An unreadable size is left unknown: compared, it could only be a false alarm.
+        with contextlib.suppress(MallocbenchError):
+            out["cache_bytes"] = parse_size(table["cache"], "dataset.cache")
+    return out
+
+
+def _run_facts(result: RunResult) -> dict[str, Fact]:
+    """Dataset, durations, design and host: the run-wide facts."""
+    meta = result.metadata
+    facts: dict[str, Fact] = {}
+    dataset = _dataset(result)
+    for key, name, show in (
+        ("tables", "dataset.tables", str),
+        ("rows", "dataset.rows", str),
+        ("cache_bytes", "dataset.cache", _bytes),
+    ):
+        if dataset.get(key) is not None:
+            facts[name] = Fact(dataset[key], show(dataset[key]), REFUSE)
+    durations = dict(meta.get("durations") or {})
+    design = meta.get("design") or {}
+    if isinstance(design, dict) and design.get("slice_s") is not None:
+        durations["slice_s"] = design["slice_s"]
+    for key in ("warmup_s", "max_warmup_s", "step_s", "slice_s"):
+        if durations.get(key) is not None:
+            facts[f"durations.{key[:-2]}"] = Fact(durations[key], _seconds(durations[key]), WARN)
+    used = design.get("used") if isinstance(design, dict) else design
+    if used:
+        facts["design"] = Fact(used, str(used), WARN)
+    for key in ("cpu_model", "cpus", "memory_bytes", "kernel", "glibc", "thp"):
+        if meta.get(key) not in (None, ""):
+            name = "host.memory" if key == "memory_bytes" else f"host.{key}"
+            value = meta[key]
+            text = f"{value / fmt.GB:.1f} GiB" if key == "memory_bytes" else str(value)
+            tolerance = MEMORY_TOLERANCE if key == "memory_bytes" else 0.0
+            facts[name] = Fact(value, text, WARN, tolerance)
+    return facts
+
+
+def _setup_facts(result: RunResult) -> dict[str, Fact]:
+    """Per setup (matched by name): its server, allocator, knobs and cap; per setup and
+    engine: the cache its cells ran with."""
+    facts: dict[str, Fact] = {}
+    for setup in result.setups:
+        allocator = " ".join(x for x in (setup.allocator, setup.allocator_version) if x)
+        for name, value, text in (
+            ("server_version", setup.server_version, setup.server_version),
+            ("allocator", allocator, allocator),
+            ("knobs", setup.knobs, fmt.knobs(setup.knobs)),
+            ("config", setup.config, fmt.knobs(setup.config)),
+            ("memory_limit", setup.memory_limit_bytes, _bytes(setup.memory_limit_bytes or "none")),
+        ):
+            facts[f"{name}[{setup.name}]"] = Fact(value, text or "-", WARN)
+    caches: dict[tuple[str, str], set[int]] = {}
+    for cell in result.cells:
+        if cell.cache_bytes:
+            caches.setdefault((cell.setup, cell.engine), set()).add(cell.cache_bytes)
+    for (setup, engine), values in caches.items():
+        ordered = sorted(values)
+        text = " / ".join(fmt.mib(v) for v in ordered)
+        facts[f"cache[{setup}/{engine}]"] = Fact(ordered, text, REFUSE)
+    return facts
+
+
+def facts(result: RunResult) -> dict[str, Fact]:
+    """Everything a comparison needs to match, by field name; what a run did not record
+    is left out, so older runs compare on what they have."""
+    return {**_run_facts(result), **_setup_facts(result)}
+
+
+def differences(a: RunResult, b: RunResult) -> list[Difference]:
+    """The facts that differ between runs A and B, refusing ones first.
+
+    Only facts both runs recorded are compared. A per-cell cache difference that merely
+    repeats the dataset's cache difference is left out: it says the same thing again.
+    """
+    fa, fb = facts(a), facts(b)
+    out = [
+        Difference(name, fa[name].text, fb[name].text, fa[name].severity)
+        for name in fa
+        if name in fb and not fa[name].same_as(fb[name])
+    ]
+    cache = next((d for d in out if d.field == "dataset.cache"), None)
+    if cache is not None:
+        out = [
+            d
+            for d in out
+            if not (d.field.startswith("cache[") and (d.a, d.b) == (cache.a, cache.b))
+        ]
+    return [d for d in out if d.severity == REFUSE] + [d for d in out if d.severity != REFUSE]
+
+
+def refusals(found: list[Difference]) -> list[Difference]:
+    return [d for d in found if d.severity == REFUSE]
+
+
+def refusal_message(found: list[Difference], flag: str = "--allow-different") -> str:
+    """One line: what differs, why that matters, and the flag that compares anyway."""
+    listed = ", ".join(d.text for d in refusals(found))
+    return (
+        f"the runs did not measure the same workload: {listed}; their ratios would mix that "
+        f"with the change between the builds: rerun one to match, or give {flag} to compare "
+        "anyway"
+    )

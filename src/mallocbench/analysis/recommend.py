@@ -1,0 +1,377 @@
+"""Which setup to run, per engine, from the differences the statistics support.
+
+Weights would add percent of QPS to percent of RSS, units that do not add, so the rule
+is a gate, not a score. A candidate qualifies against the base when, on every priority
+(default: throughput, then peak RSS), it is shown not to be worse by more than the
+minimum effect (a non-inferiority test: the 95% interval's bad end stays within
+1 +- min_effect) and is shown better on at least one (its interval excludes 1.0 by at
+least min_effect). Criteria that are not priorities only disqualify when they are shown
+worse. Qualifying candidates are ranked by the priorities in order; when none qualifies,
+the base stays. A point estimate alone never moves a decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from mallocbench.analysis import stats
+from mallocbench.analysis.client import client_cpu_warning
+from mallocbench.analysis.summary import (
+    RatioCell,
+    min_effect_of,
+    peak_rss_by_repeat,
+    ratio_cell,
+    relative_tables,
+    rss_ratio_cells,
+    setup_order,
+    summarize,
+)
+from mallocbench.errors import MallocbenchError
+from mallocbench.results import STATUS_OK, RunResult
+
+THROUGHPUT = "throughput"
+P99 = "p99"
+RSS = "rss"
+CRITERIA = (THROUGHPUT, P99, RSS)
+DEFAULT_PRIORITIES = (THROUGHPUT, RSS)
+# Higher is better for throughput; lower for latency and memory.
+HIGHER_IS_BETTER = {THROUGHPUT: True, P99: False, RSS: False}
+
+BETTER = "better"  # shown better beyond min_effect, and nowhere shown worse
+NON_INFERIOR = "non-inferior"  # every interval's bad end within min_effect
+WORSE = "worse"  # shown worse beyond min_effect somewhere (or it crashed where base did not)
+UNCLEAR = "unclear"  # intervals too wide to say either
+UNMEASURED = "not measured"
+
+
+@dataclass
+class Evidence:
+    """One relative value behind a claim: where it was measured and its interval."""
+
+    where: str  # "point-query @8", or "peak RSS" for memory
+    ratio: float | None
+    low: float
+    high: float
+    verdict: str  # stats.classify's word, about the ratio (not about better/worse)
+    problem: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "where": self.where,
+            "ratio": self.ratio,
+            "low": None if math.isnan(self.low) else self.low,
+            "high": None if math.isnan(self.high) else self.high,
+            "verdict": self.verdict,
+            "problem": self.problem,
+        }
+
+
+@dataclass
+class Assessment:
+    """A candidate on one criterion: its status and the evidence it rests on."""
+
+    criterion: str
+    status: str
+    estimate: float | None  # geomean of the ratios (candidate / base)
+    better: list[Evidence] = field(default_factory=list)
+    worse: list[Evidence] = field(default_factory=list)
+    unclear: list[Evidence] = field(default_factory=list)  # bad end past min_effect
+    cells: int = 0
+    worst: Evidence | None = None  # the interval whose bad end is furthest from 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "criterion": self.criterion,
+            "status": self.status,
+            "estimate": self.estimate,
+            "cells": self.cells,
+            "better": [e.to_dict() for e in self.better],
+            "worse": [e.to_dict() for e in self.worse],
+            "unclear": [e.to_dict() for e in self.unclear],
+            "worst": self.worst.to_dict() if self.worst else None,
+        }
+
+
+@dataclass
+class Candidate:
+    setup: str
+    assessments: dict[str, Assessment]
+    qualifies: bool
+    reasons: list[str]  # why it does not qualify (criterion: status), empty when it does
+    peak_rss_bytes: int | None = None
+    over_budget: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "setup": self.setup,
+            "qualifies": self.qualifies,
+            "reasons": self.reasons,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "over_budget": self.over_budget,
+            "assessments": {k: a.to_dict() for k, a in self.assessments.items()},
+        }
+
+
+@dataclass
+class EngineRecommendation:
+    engine: str
+    base: str
+    choice: str | None  # None: keep the base
+    ranked: list[Candidate]  # qualifying first, in rank order, then the rest
+    thin: list[str]  # where the evidence is thin, each a short clause
+    base_peak_rss_bytes: int | None = None
+    base_over_budget: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "base": self.base,
+            "choice": self.choice,
+            "keep_base": self.choice is None,
+            "thin_evidence": self.thin,
+            "base_peak_rss_bytes": self.base_peak_rss_bytes,
+            "base_over_budget": self.base_over_budget,
+            "candidates": [c.to_dict() for c in self.ranked],
+        }
+
+
+@dataclass
+class Recommendation:
+    run_id: str
+    priorities: tuple[str, ...]
+    min_effect: float
+    memory_budget_bytes: int | None
+    engines: list[EngineRecommendation]
+    exploratory: bool  # no interval anywhere: nothing can be recommended
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "priorities": list(self.priorities),
+            "min_effect": self.min_effect,
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "exploratory": self.exploratory,
+            "engines": [e.to_dict() for e in self.engines],
+        }
+
+
+def parse_priorities(text: str) -> tuple[str, ...]:
+    """ "throughput,rss" -> ("throughput", "rss"); each criterion once, known names only."""
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    aliases = {"qps": THROUGHPUT, "latency": P99, "memory": RSS, "p99_ms": P99}
+    names = [aliases.get(n, n) for n in names]
+    unknown = [n for n in names if n not in CRITERIA]
+    if unknown or not names:
+        raise MallocbenchError(
+            f"unknown priority {', '.join(unknown) or repr(text)}: use a comma list of "
+            f"{', '.join(CRITERIA)} (most important first), e.g. --priority throughput,rss"
+        )
+    if len(set(names)) != len(names):
+        raise MallocbenchError(f"--priority {text!r} names a criterion twice: list each once")
+    return tuple(names)
+
+
+def _evidence(where: str, cell: RatioCell) -> Evidence:
+    return Evidence(where, cell.ratio, cell.low, cell.high, cell.verdict, cell.problem)
+
+
+def assess(criterion: str, cells: list[tuple[str, RatioCell]], min_effect: float) -> Assessment:
+    """A candidate's status on one criterion from its ratio cells (candidate / base)."""
+    higher_better = HIGHER_IS_BETTER[criterion]
+    better_word = stats.FASTER if higher_better else stats.SLOWER
+    worse_word = stats.SLOWER if higher_better else stats.FASTER
+    out = Assessment(criterion, UNMEASURED, None, cells=len(cells))
+    ratios = []
+    for where, cell in cells:
+        evidence = _evidence(where, cell)
+        if cell.problem:
+            # A crash or OOM where the base measured is the worst regression there is.
+            if cell.problem != "missing":
+                out.worse.append(evidence)
+            continue
+        if cell.ratio is not None:
+            ratios.append(cell.ratio)
+        verdict = cell.verdict
+        if verdict == better_word:
+            out.better.append(evidence)
+        elif verdict == worse_word:
+            out.worse.append(evidence)
+        # Non-inferiority: the interval's bad end must stay within min_effect of 1.0.
+        if higher_better:
+            past = not cell.has_interval or cell.low < 1.0 - min_effect
+        else:
+            past = not cell.has_interval or cell.high > 1.0 + min_effect
+        if past and verdict != worse_word:
+            out.unclear.append(evidence)
+        if cell.has_interval:
+            bad = cell.low if higher_better else 1 / cell.high
+            if out.worst is None or bad < _bad_end(out.worst, higher_better):
+                out.worst = evidence
+    out.estimate = stats.geomean(ratios) if ratios else None
+    if out.worse:
+        out.status = WORSE
+    elif not ratios:
+        out.status = UNMEASURED
+    elif out.unclear:
+        out.status = UNCLEAR
+    elif out.better:
+        out.status = BETTER
+    else:
+        out.status = NON_INFERIOR
+    return out
+
+
+def _bad_end(e: Evidence, higher_better: bool) -> float:
+    """The interval's end on the losing side, as a gain (below 1.0 is a loss)."""
+    return e.low if higher_better else 1 / e.high
+
+
+def _p99_cells(result: RunResult, min_effect: float) -> dict[str, list[tuple[str, RatioCell]]]:
+    """Each candidate's p99 latency over the base's per step and thread count, paired."""
+    by_key: dict[tuple[str, str, str, int], dict[int, float]] = defaultdict(dict)
+    for cell in result.cells:
+        if cell.status == STATUS_OK and cell.p99_ms:
+            by_key[(cell.setup, cell.engine, cell.step, cell.threads)][cell.repeat] = cell.p99_ms
+    out: dict[str, list[tuple[str, RatioCell]]] = defaultdict(list)
+    base = result.base_setup
+    for (setup, engine, step, threads), base_values in sorted(by_key.items()):
+        if setup != base:
+            continue
+        others = {
+            s: by_key[(s, engine, step, threads)]
+            for s in setup_order(result)
+            if s != base and (s, engine, step, threads) in by_key
+        }
+        blocked = stats.blocked_ratios(base_values, others)
+        for name, values in others.items():
+            cell = ratio_cell(
+                list(values.values()),
+                list(base_values.values()),
+                None,
+                base,
+                min_effect,
+                "ms",
+                blocked.get(name),
+            )
+            out[f"{engine}/{name}"].append((f"{step} @{threads}", cell))
+    return out
+
+
+def _thin_evidence(result: RunResult, engine: str) -> list[str]:
+    cells = [c for c in result.cells if c.engine == engine]
+    thin = []
+    threads = {c.threads for c in cells}
+    if len(threads) == 1:
+        thin.append(f"one thread count only ({next(iter(threads))})")
+    if not any((c.group in ("write", "insert-benchmark")) for c in cells):
+        thin.append("no write steps")
+    unstable = sum(c.unstable for c in cells)
+    if unstable:
+        thin.append(f"{unstable} unstable cell{'s' if unstable != 1 else ''}")
+    client_bound = sum(client_cpu_warning(c) is not None for c in cells)
+    if client_bound:
+        thin.append(f"{client_bound} client-bound cell{'s' if client_bound != 1 else ''}")
+    repeats = {c.repeat for c in cells}
+    if len(repeats) < 3:
+        thin.append(f"{len(repeats)} repeat{'s' if len(repeats) != 1 else ''}")
+    return thin
+
+
+def _rank_key(candidate: Candidate, priorities: tuple[str, ...]) -> tuple[float, ...]:
+    """Better on an earlier priority first; then the larger improvement on it."""
+    key: list[float] = []
+    for name in priorities:
+        a = candidate.assessments[name]
+        gain = 0.0
+        if a.estimate:
+            gain = math.log(a.estimate) * (1 if HIGHER_IS_BETTER[name] else -1)
+        key += [-(a.status == BETTER), -gain]
+    return tuple(key)
+
+
+def _candidate(
+    setup: str,
+    assessments: dict[str, Assessment],
+    priorities: tuple[str, ...],
+    peak: int | None,
+    budget: int | None,
+) -> Candidate:
+    reasons = [
+        f"{name}: {assessments[name].status}"
+        for name in priorities
+        if assessments[name].status not in (BETTER, NON_INFERIOR)
+    ]
+    reasons += [
+        f"{name}: worse"
+        for name, a in assessments.items()
+        if name not in priorities and a.status == WORSE
+    ]
+    if not any(assessments[name].status == BETTER for name in priorities) and not reasons:
+        reasons.append("better on no priority")
+    over = bool(budget and peak and peak > budget)
+    if over:
+        reasons.append("peak RSS over the memory budget")
+    return Candidate(setup, assessments, not reasons, reasons, peak, over)
+
+
+def recommend(
+    result: RunResult,
+    priorities: tuple[str, ...] = DEFAULT_PRIORITIES,
+    min_effect: float | None = None,
+    memory_budget_bytes: int | None = None,
+) -> Recommendation:
+    """The setup to run per engine, or the base when no candidate qualifies."""
+    effect = min_effect_of(result, min_effect)
+    tables = relative_tables(result, effect, summarize(result.cells))
+    rss_cells = rss_ratio_cells(result, effect)
+    p99 = _p99_cells(result, effect)
+    peaks = peak_rss_by_repeat(result)
+    base = result.base_setup
+    engines = []
+    for engine in dict.fromkeys(c.engine for c in result.cells):
+        candidates = []
+        for setup in [s for s in setup_order(result) if s != base]:
+            qps_cells = [
+                (f"{row.step} @{t.threads}", row.cells[setup])
+                for t in tables
+                if t.engine == engine and setup in t.columns
+                for row in t.rows
+                if setup in row.cells
+            ]
+            if not qps_cells:
+                continue
+            rss = rss_cells.get((engine, setup))
+            assessments = {
+                THROUGHPUT: assess(THROUGHPUT, qps_cells, effect),
+                P99: assess(P99, p99.get(f"{engine}/{setup}", []), effect),
+                RSS: assess(RSS, [("peak RSS", rss)] if rss else [], effect),
+            }
+            peak = max(peaks.get((setup, engine), {}).values(), default=None)
+            candidates.append(
+                _candidate(setup, assessments, priorities, peak and int(peak), memory_budget_bytes)
+            )
+        if not candidates:
+            continue  # only the base ran on this engine: nothing to choose between
+        qualifying = sorted(
+            (c for c in candidates if c.qualifies), key=lambda c: _rank_key(c, priorities)
+        )
+        rest = [c for c in candidates if not c.qualifies]
+        base_peak = max(peaks.get((base, engine), {}).values(), default=None)
+        engines.append(
+            EngineRecommendation(
+                engine,
+                base,
+                qualifying[0].setup if qualifying else None,
+                qualifying + rest,
+                _thin_evidence(result, engine),
+                base_peak and int(base_peak),
+                bool(memory_budget_bytes and base_peak and base_peak > memory_budget_bytes),
+            )
+        )
+    exploratory = not any(c.has_interval for t in tables for r in t.rows for c in r.cells.values())
+    return Recommendation(
+        result.run_id, priorities, effect, memory_budget_bytes, engines, exploratory
+    )

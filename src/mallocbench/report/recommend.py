@@ -1,0 +1,167 @@
+"""A recommendation in words: the decision per engine, and the numbers each claim rests on.
+
+Plain text that reads as Markdown too (bullets, no tables), so the terminal, report.md,
+the HTML page and `mallocbench recommend` print the same sentences.
+"""
+
+from __future__ import annotations
+
+from mallocbench.analysis import recommend as rec
+from mallocbench.analysis.recommend import (
+    Assessment,
+    Candidate,
+    EngineRecommendation,
+    Evidence,
+    Recommendation,
+)
+from mallocbench.analysis.summary import percent
+from mallocbench.report import formatting as fmt
+
+NAMES = {rec.THROUGHPUT: "throughput", rec.P99: "p99 latency", rec.RSS: "peak RSS"}
+EXAMPLES = 3  # evidence items shown per kind before "and N more"
+
+
+def _bound(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def evidence_text(e: Evidence) -> str:
+    """ "point-query @8 0.95 [0.91, 0.99]"; memory has one value, so no place."""
+    where = "" if e.where == "peak RSS" else f"{e.where} "
+    if e.problem:
+        return f"{where}{e.problem}"
+    ratio = "?" if e.ratio is None else f"{e.ratio:.2f}"
+    if e.low != e.low or e.high != e.high:  # nan: no interval
+        return f"{where}{ratio} (no interval)"
+    return f"{where}{ratio} [{_bound(e.low)}, {_bound(e.high)}]"
+
+
+def _some(items: list[Evidence]) -> str:
+    text = "; ".join(evidence_text(e) for e in items[:EXAMPLES])
+    if len(items) > EXAMPLES:
+        text += f"; and {len(items) - EXAMPLES} more"
+    return text
+
+
+def assessment_text(a: Assessment, min_effect: float) -> str:
+    """One clause: the status, why, and the cells it comes from."""
+    name = NAMES[a.criterion]
+    lower = not rec.HIGHER_IS_BETTER[a.criterion]
+    estimate = f" (geomean {a.estimate:.2f})" if a.estimate and a.cells > 1 else ""
+    band = percent(min_effect)
+    if a.status == rec.UNMEASURED:
+        return f"{name}: not measured"
+    if a.status == rec.WORSE:
+        return f"{name}: worse{estimate}: {_some(a.worse)}"
+    if a.status == rec.UNCLEAR:
+        side = f"above {1 + min_effect:.2f}" if lower else f"below {1 - min_effect:.2f}"
+        if a.cells == 1:
+            return f"{name}: unclear, the interval reaches {side}: {_some(a.unclear)}"
+        return (
+            f"{name}: unclear{estimate}: {len(a.unclear)} of {a.cells} intervals reach {side}, "
+            f"e.g. {_some(a.unclear)}"
+        )
+    if a.status == rec.BETTER:
+        way = "lower" if lower else "higher"
+        text = f"{name}: better ({way} by at least {band}){estimate}: {_some(a.better)}"
+        if a.cells > 1 and a.worst:
+            text += f"; no interval reaches a loss of {band}, the closest: {evidence_text(a.worst)}"
+        return text
+    whole = "the interval stays" if a.cells == 1 else f"all {a.cells} intervals stay"
+    side = f"below {1 + min_effect:.2f}" if lower else f"above {1 - min_effect:.2f}"
+    worst = f"; the closest: {evidence_text(a.worst)}" if a.worst and a.cells > 1 else ""
+    if a.cells == 1 and a.worst:
+        worst = f": {evidence_text(a.worst)}"
+    return f"{name}: not worse{estimate}: {whole} {side}{worst}"
+
+
+def _candidate_lines(c: Candidate, r: Recommendation, indent: str) -> list[str]:
+    lines = []
+    for name in (*r.priorities, *[n for n in rec.CRITERIA if n not in r.priorities]):
+        a = c.assessments[name]
+        watched = "" if name in r.priorities else " [not a priority: only a loss disqualifies]"
+        lines.append(f"{indent}- {assessment_text(a, r.min_effect)}{watched}")
+    if c.peak_rss_bytes and r.memory_budget_bytes:
+        headroom = r.memory_budget_bytes - c.peak_rss_bytes
+        lines.append(
+            f"{indent}- memory budget {fmt.mib(r.memory_budget_bytes)}: peak RSS "
+            f"{fmt.mib(c.peak_rss_bytes)}, headroom {fmt.mib(headroom)}"
+        )
+    return lines
+
+
+def _against(c: Candidate, r: Recommendation) -> list[str]:
+    """Why a candidate did not qualify, each reason with its numbers."""
+    texts = []
+    for name, a in c.assessments.items():
+        failed = a.status not in (rec.BETTER, rec.NON_INFERIOR)
+        if (name in r.priorities and failed) or a.status == rec.WORSE:
+            texts.append(assessment_text(a, r.min_effect))
+    if not texts:
+        texts.append(
+            "better on no priority: "
+            + "; ".join(assessment_text(c.assessments[n], r.min_effect) for n in r.priorities)
+        )
+    if c.over_budget:
+        texts.append(f"peak RSS {fmt.mib(c.peak_rss_bytes)} is over the memory budget")
+    return texts
+
+
+def engine_headline(e: EngineRecommendation) -> str:
+    if e.choice is None:
+        return f"{e.engine}: keep {e.base} (no change recommended)"
+    return f"{e.engine}: run {e.choice} instead of {e.base}"
+
+
+def engine_lines(e: EngineRecommendation, r: Recommendation) -> list[str]:
+    lines = [engine_headline(e)]
+    if e.choice is not None:
+        chosen = e.ranked[0]
+        lines += _candidate_lines(chosen, r, "  ")
+        others = [c.setup for c in e.ranked[1:] if c.qualifies]
+        if others:
+            lines.append(f"  - also qualified, ranked lower: {', '.join(others)}")
+    else:
+        lines.append(
+            f"  no setup is shown better than {e.base} on "
+            f"{' or '.join(NAMES[p] for p in r.priorities)} by at least "
+            f"{percent(r.min_effect)} without a loss or an unclear result on the others:"
+        )
+        for c in e.ranked:
+            lines.append(f"  - {c.setup}: " + "; ".join(_against(c, r)))
+    if e.base_over_budget:
+        lines.append(f"  - {e.base} itself peaks over the memory budget")
+    if e.thin:
+        lines.append("  - thin evidence: " + ", ".join(e.thin))
+    return lines
+
+
+def recommendation_lines(r: Recommendation) -> list[str]:
+    """The whole recommendation, one engine after another."""
+    lines = [
+        f"Priorities: {', '.join(NAMES[p] for p in r.priorities)} (most important first); "
+        f"minimum effect ±{percent(r.min_effect)}; 95% intervals paired by block."
+    ]
+    if r.exploratory:
+        lines.append(
+            "Exploratory run (no intervals): nothing can be recommended; run at least 3 "
+            "repeats (or --target-ci)."
+        )
+    for e in r.engines:
+        lines += ["", *engine_lines(e, r)]
+    return lines
+
+
+def verdict_lines(r: Recommendation) -> list[str]:
+    """One line per engine for a report's verdict section."""
+    out = []
+    for e in r.engines:
+        line = engine_headline(e)
+        if e.choice is not None:
+            chosen = e.ranked[0]
+            better = [NAMES[n] for n in r.priorities if chosen.assessments[n].status == rec.BETTER]
+            line += f": better on {', '.join(better)}, not worse on the rest"
+        if e.thin:
+            line += f" (thin evidence: {', '.join(e.thin)})"
+        out.append(line)
+    return out
