@@ -242,7 +242,7 @@ def test_watch_writes_csv_and_chart(glibc_server: mariadb.PrivateServer, tmp_pat
     assert len(lines) == 3 and all(row["rss"] > POOL / 2 for row in lines)
     csv_lines = (out / "memory.csv").read_text().splitlines()
     assert len(csv_lines) == 4 and csv_lines[0].startswith("time,")
-    assert (out / "memory.svg").read_text().startswith("<svg")
+    assert '"type":"scatter"' in (out / "memory.html").read_text()
 
 
 def test_wrong_password_is_one_line(glibc_server: mariadb.PrivateServer, tmp_path: Path) -> None:
@@ -341,7 +341,7 @@ def test_watch_stops_cleanly_on_ctrl_c(glibc_server: mariadb.PrivateServer, tmp_
     rows = (out / "memory.csv").read_text().splitlines()
     assert len(rows) >= 3
     assert f"{len(rows) - 1} samples" in stdout
-    assert (out / "memory.svg").read_text().count("<polyline") >= 3
+    assert (out / "memory.html").read_text().count('"mode":"lines"') >= 3
 
 
 def test_server_without_its_process(

@@ -175,17 +175,21 @@ def test_watch_chart_and_csv(tmp_path: Path) -> None:
         {"elapsed_s": i, "rss": (100 + i) * 2**20, "heap_rss": 50 * 2**20, "unaccounted": -(2**20)}
         for i in range(4)
     ]
-    watch.write_chart(rows, tmp_path / "c.svg")
-    svg = (tmp_path / "c.svg").read_text()
-    assert svg.startswith("<svg") and svg.count("<polyline") == 3
+    watch.write_chart(rows, tmp_path / "c.html")
+    page = (tmp_path / "c.html").read_text()
+    # Three series drawn by plotly, which loads from the shared copy beside the page.
+    drawn = {k for k in watch.COLUMNS if f'"name":"{k}"' in page}
+    assert drawn == {"rss", "heap_rss", "unaccounted"}
+    (shared,) = tmp_path.glob("plotly-*.min.js")
+    assert f'src="{shared.name}"' in page
 
     def sample() -> object:
         raise KeyboardInterrupt
 
-    got = watch.watch(sample, 0.1, tmp_path / "m.csv", tmp_path / "m.svg")  # type: ignore[arg-type]
+    got = watch.watch(sample, 0.1, tmp_path / "m.csv", tmp_path / "m.html")  # type: ignore[arg-type]
     assert got == []
     assert list(csv.reader((tmp_path / "m.csv").open()))[0][0] == "time"
-    assert (tmp_path / "m.svg").exists()
+    assert (tmp_path / "m.html").exists()
 
 
 def test_option_file_password(tmp_path: Path) -> None:

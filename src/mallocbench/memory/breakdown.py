@@ -214,8 +214,11 @@ def build(proc: ProcessMemory, server: ServerMemory | None) -> Breakdown:
 
 
 def _heap_rows(server: ServerMemory, notes: list[str]) -> list[Row]:
+    """The heap rows the server's own numbers support; each missing source is a note
+    naming it, and its bytes stay in the unaccounted row rather than being guessed."""
+    notes.extend(gap.text for gap in server.gaps)
     rows: list[Row] = []
-    if server.rocksdb is not None:
+    if server.rocksdb is not None and not server.gap("rocksdb"):
         cache = server.rocksdb.get("Cache Total", server.rocksdb.get("DB_BLOCK_CACHE_USAGE", 0))
         rows.append(
             Row(
@@ -226,16 +229,19 @@ def _heap_rows(server: ServerMemory, notes: list[str]) -> list[Row]:
                 "heap",
             )
         )
-        mem = server.rocksdb.get("MemTable Total", 0) + server.rocksdb.get("Table Readers Total", 0)
-        rows.append(
-            Row(
-                "rocksdb_memtables",
-                "RocksDB memtables and table readers",
-                mem,
-                "MemTable Total + Table Readers Total",
-                "heap",
+        if not server.gap("rocksdb_memtables"):
+            mem = server.rocksdb.get("MemTable Total", 0) + server.rocksdb.get(
+                "Table Readers Total", 0
             )
-        )
+            rows.append(
+                Row(
+                    "rocksdb_memtables",
+                    "RocksDB memtables and table readers",
+                    mem,
+                    "MemTable Total + Table Readers Total",
+                    "heap",
+                )
+            )
     if server.pfs_enabled and server.pfs_total is not None:
         rows.append(
             Row(
@@ -247,22 +253,25 @@ def _heap_rows(server: ServerMemory, notes: list[str]) -> list[Row]:
             )
         )
     memory_used = server.stat("Memory_used")
-    if memory_used is None:
-        notes.append(
-            f"{server.flavor} {server.version} has no Memory_used status: the server's own "
-            "heap is only seen through performance_schema, if enabled"
+    if memory_used is not None:
+        rows.extend(_memory_used_rows(server, memory_used, notes))
+    return rows
+
+
+def _memory_used_rows(server: ServerMemory, memory_used: int, notes: list[str]) -> list[Row]:
+    rows: list[Row] = []
+    sessions = 0
+    if server.sessions_complete:
+        sessions = sum(s["memory_used"] for s in server.sessions)
+        rows.append(
+            Row(
+                "connections",
+                f"connections ({len(server.sessions)} sessions)",
+                sessions,
+                "sum of information_schema.PROCESSLIST.MEMORY_USED",
+                "heap",
+            )
         )
-        return rows
-    sessions = sum(s["memory_used"] for s in server.sessions)
-    rows.append(
-        Row(
-            "connections",
-            f"connections ({len(server.sessions)} sessions)",
-            sessions,
-            "sum of information_schema.PROCESSLIST.MEMORY_USED",
-            "heap",
-        )
-    )
     reserved = 0
     if server.memory_used_includes_caches:
         reserved = sum(server.var(v) or 0 for v in RESERVED_IN_MEMORY_USED)
@@ -272,15 +281,16 @@ def _heap_rows(server: ServerMemory, notes: list[str]) -> list[Row]:
             "the buffer pool is counted once, by its resident pages"
         )
     own = max(0, memory_used - sessions - reserved)
-    rows.append(
-        Row(
-            "server_heap",
+    if server.sessions_complete:
+        label, source = (
             "server global heap (Memory_used)",
-            own,
             "Memory_used - sessions - reserved caches",
-            "heap",
         )
-    )
+    else:
+        # Without every session's size the split is unknown; the sum still is.
+        label = "server heap, connections included (Memory_used)"
+        source = "Memory_used - reserved caches"
+    rows.append(Row("server_heap", label, own, source, "heap"))
     return rows
 
 

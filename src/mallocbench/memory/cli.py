@@ -13,24 +13,37 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.units import parse_size
 
 if TYPE_CHECKING:
+    import pymysql
+
     from mallocbench.memory.profile import SqlStep
+    from mallocbench.memory.report import MemoryReport
+    from mallocbench.memory.server import ConnectOptions
     from mallocbench.workloads.catalogue import Step
 
 
 @click.command("memory")
 @click.option("--socket", "-S", metavar="PATH", help="Unix socket of a local server.")
 @click.option("--host", metavar="HOST", help="Server host (TCP).")
-@click.option("--port", "-P", type=int, default=3306, show_default=True, help="Server TCP port.")
+@click.option("--port", "-P", type=int, help="Server TCP port (default 3306; alone: on 127.0.0.1).")
 @click.option(
-    "--user", "-u", metavar="USER", help="User (default: from the option file, else root)."
+    "--user",
+    "-u",
+    metavar="USER",
+    help="User (default: from the option files, else your login name, as the client).",
 )
 @click.option(
     "--defaults-file",
     metavar="FILE",
-    help="Option file with [client] user=/password= (default: ~/.my.cnf if present).",
+    help="The only option file to read ([client] socket=, user=, password=); default: "
+    "/etc/my.cnf, /etc/mysql/my.cnf and ~/.my.cnf, as the client reads them.",
 )
 @click.option("--ask-password", "-p", is_flag=True, help="Prompt for the password (not echoed).")
-@click.option("--pid", type=int, help="The server's pid, when it cannot be found by itself.")
+@click.option(
+    "--pid",
+    type=int,
+    help="The server's pid, when it cannot be found by itself; with no server given, "
+    "the socket it listens on is used.",
+)
 @click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (one object per sample with --watch)."
 )
@@ -46,12 +59,12 @@ if TYPE_CHECKING:
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("memory-watch"),
     show_default=True,
-    help="With --watch: directory for memory.csv and memory.svg.",
+    help="With --watch: directory for memory.csv and memory.html (a chart).",
 )
 def memory(
     socket: str | None,
     host: str | None,
-    port: int,
+    port: int | None,
     user: str | None,
     defaults_file: str | None,
     ask_password: bool,
@@ -79,42 +92,68 @@ def memory(
         RSS/accounted and heap/accounted (as Redis reports them);
       - advice, each with the numbers behind it.
 
+    With no server given, it is found as the mysql client finds it: option files
+    ([client], [client-server], [client-mariadb], [mysql]) and MYSQL_UNIX_PORT,
+    MYSQL_HOST, MYSQL_TCP_PORT, MYSQL_PWD; then /etc/mysql/debian.cnf when readable;
+    then the usual socket paths, as your login name by unix_socket authentication.
+    One line on stderr says which was used. Flags always win.
+
     \b
     Examples:
+      mallocbench memory
       mallocbench memory --socket /run/mysqld/mysqld.sock
       mallocbench memory --host 127.0.0.1 --port 3307 -u monitor -p
       mallocbench memory -S /run/mysqld/mysqld.sock --watch 5 --out rss-night
       mallocbench memory -S /run/mysqld/mysqld.sock --json | jq .breakdown
 
     The password is never taken on the command line (it would show in `ps`): put it in
-    an option file ([client] password=...) or use --ask-password. Reading the process
-    needs the server's user or root; the user needs PROCESS for SHOW ENGINE ... STATUS.
+    an option file ([client] password=...), MYSQL_PWD, or use --ask-password. Reading the
+    process needs the server's user or root. The full account needs PROCESS and SELECT
+    on performance_schema; without them each missing part is named, with its GRANT.
     """
     from mallocbench.memory import report as report_mod
     from mallocbench.memory import server as server_mod
 
+    if count is not None and watch is None:
+        raise MallocbenchError("--count only applies with --watch SECONDS")
     password = None
     if ask_password:
         password = click.prompt("Password", hide_input=True, default="", show_default=False)
-    opts = server_mod.resolve_options(
-        server_mod.ConnectOptions(socket, host, port, user, password, defaults_file)
+    found = server_mod.find_server(
+        server_mod.ConnectOptions(socket, host, port, user, password, defaults_file), pid
     )
-    if count is not None and watch is None:
-        raise MallocbenchError("--count only applies with --watch SECONDS")
+    if found.source:
+        click.echo(f"mallocbench: {found.describe()}", err=True)
+    opts, conn = found.opts, found.conn
     if watch is None:
-        report = report_mod.take(opts, pid)
-        if as_json:
-            click.echo(json.dumps(report.to_dict(), indent=2, default=str))
-        else:
-            from mallocbench.memory.render import render
-
-            render(report)
+        try:
+            report = report_mod.take(opts, pid, conn=conn)
+        finally:
+            conn.close()
+        _print_report(report, as_json)
         return
 
+    _watch(opts, conn, pid, watch, count, out, as_json)
+
+
+def _watch(
+    opts: ConnectOptions,
+    conn: pymysql.Connection,
+    pid: int | None,
+    watch: float,
+    count: int | None,
+    out: Path,
+    as_json: bool,
+) -> None:
+    """--watch: sample on one connection until Ctrl-C or --count; closes `conn`."""
+    from mallocbench.memory import report as report_mod
     from mallocbench.memory import watch as watch_mod
 
-    conn = server_mod.connect(opts)
-    first = report_mod.take(opts, pid, conn=conn)
+    try:
+        first = report_mod.take(opts, pid, conn=conn)
+    except BaseException:
+        conn.close()
+        raise
     pid = first.process.pid if first.process else pid
     if pid is None:
         conn.close()
@@ -137,7 +176,7 @@ def memory(
             f"ratio {row['ratio'] or '-'}  threads {row['threads']}"
         )
 
-    csv_path, chart_path = out / "memory.csv", out / "memory.svg"
+    csv_path, chart_path = out / "memory.csv", out / "memory.html"
     if not as_json:
         click.echo(f"sampling pid {pid} every {watch:g}s; Ctrl-C stops (writing {csv_path})")
     try:
@@ -145,6 +184,20 @@ def memory(
     finally:
         conn.close()
     click.echo(f"{len(rows)} samples: {csv_path}, chart {chart_path}", err=as_json)
+
+
+def _print_report(report: MemoryReport, as_json: bool) -> None:
+    from mallocbench.memory.render import render
+
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
+        return
+    render(report)
+    if report.breakdown is None and report.server is not None:
+        # The renderer shows the gaps among the breakdown's notes; without a breakdown
+        # (the process was not inspected) they would go unsaid.
+        for gap in report.server.gaps:
+            click.echo(f"note: {gap.text}")
 
 
 def _mib(value: object, mib: int) -> str:

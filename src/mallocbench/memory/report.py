@@ -49,6 +49,8 @@ class MemoryReport:
                 for k in ("total", "data", "misc", "free")
             }
             out["server_info"] = {"version": srv.version, "flavor": srv.flavor}
+            # Each source the server would not give: what is unknown, why, and the fix.
+            out["gaps"] = [g.to_dict() for g in srv.gaps]
             out["accounted_by_server"] = {
                 "innodb_buffer_pool": {
                     "size": srv.var("innodb_buffer_pool_size"),

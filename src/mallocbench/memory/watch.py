@@ -8,7 +8,6 @@ when the loop ends, including on Ctrl-C.
 from __future__ import annotations
 
 import csv
-import html
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -124,68 +123,34 @@ def watch(
 
 
 def write_chart(rows: list[dict[str, object]], path: Path) -> None:
-    """A self-contained SVG line chart of the main series (MiB over elapsed seconds)."""
-    width, height, left, right, top, bottom = 900, 420, 70, 190, 30, 45
-    plot_w, plot_h = width - left - right, height - top - bottom
+    """An HTML line chart of the main series (MiB over elapsed seconds), drawn by plotly
+    like every report; plotly.js is the shared copy beside the reports."""
+    import plotly.graph_objects as go
+
+    from mallocbench.report.html import write_plotly_beside
+
     xs = [float(r["elapsed_s"] or 0) for r in rows]  # type: ignore[arg-type]
-    series = []
+    figure = go.Figure()
     for key, color in CHART_SERIES:
         values = [r.get(key) for r in rows]
         if any(isinstance(v, int | float) and v for v in values):
-            series.append((key, color, [float(v) / MiB if v is not None else None for v in values]))  # type: ignore[arg-type]
-    all_values = [v for _, _, vs in series for v in vs if v is not None]
-    y_min = min(0.0, *all_values) if all_values else 0.0
-    y_max = max(all_values) if all_values else 1.0
-    y_max = y_max if y_max > y_min else y_min + 1
-    x_max = max(xs) if xs and max(xs) > 0 else 1.0
-
-    def px(x: float) -> float:
-        return left + plot_w * x / x_max
-
-    def py(y: float) -> float:
-        return top + plot_h * (1 - (y - y_min) / (y_max - y_min))
-
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'font-family="sans-serif" font-size="12">',
-        '<rect width="100%" height="100%" fill="white"/>',
-        f'<text x="{left}" y="18" font-size="14">'
-        "mallocbench memory --watch: MiB over seconds</text>",
-    ]
-    for i in range(6):
-        value = y_min + (y_max - y_min) * i / 5
-        y = py(value)
-        parts.append(
-            f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#ddd"/>'
-        )
-        parts.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{value:,.0f}</text>')
-    for i in range(6):
-        x = px(x_max * i / 5)
-        parts.append(
-            f'<text x="{x:.1f}" y="{top + plot_h + 18}" text-anchor="middle">'
-            f"{x_max * i / 5:.0f}</text>"
-        )
-    parts.append(
-        f'<text x="{left + plot_w / 2}" y="{height - 8}" text-anchor="middle">seconds</text>'
+            figure.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=[float(v) / MiB if isinstance(v, int | float) else None for v in values],
+                    name=key,
+                    mode="lines+markers" if len(rows) == 1 else "lines",
+                    line={"color": color, "width": 2},
+                )
+            )
+    figure.update_layout(
+        title="mallocbench memory --watch: MiB over seconds",
+        xaxis_title="seconds since the first sample",
+        yaxis_title="MiB",
+        template="plotly_white",
     )
-    for n, (key, color, values) in enumerate(series):
-        points = " ".join(
-            f"{px(x):.1f},{py(v):.1f}" for x, v in zip(xs, values, strict=True) if v is not None
-        )
-        if len(rows) == 1:
-            x, v = xs[0], values[0]
-            if v is not None:
-                parts.append(f'<circle cx="{px(x):.1f}" cy="{py(v):.1f}" r="3" fill="{color}"/>')
-        parts.append(f'<polyline fill="none" stroke="{color}" stroke-width="2" points="{points}"/>')
-        ly = top + 16 * n + 8
-        parts.append(
-            f'<line x1="{left + plot_w + 15}" y1="{ly}" x2="{left + plot_w + 35}" y2="{ly}" '
-            f'stroke="{color}" stroke-width="3"/>'
-        )
-        parts.append(f'<text x="{left + plot_w + 40}" y="{ly + 4}">{html.escape(key)}</text>')
-    parts.append("</svg>")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n".join(parts) + "\n")
+        figure.write_html(path, include_plotlyjs=write_plotly_beside(path), full_html=True)
     except OSError as exc:
         raise MallocbenchError(f"cannot write the chart {path}: {exc.strerror}") from exc
