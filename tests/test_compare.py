@@ -13,8 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from mallocbench.analysis import stats
+from mallocbench.analysis.comparison import compare
 from mallocbench.cli import main
 from mallocbench.commands import compare as cmp_mod
+from mallocbench.errors import MallocbenchError
+from mallocbench.report.comparison import comparison_markdown, comparison_records
 from mallocbench.results import RunResult
 from mallocbench.store import Store
 
@@ -48,7 +51,7 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_compare_matches_cells_and_finds_the_regression() -> None:
     a, b = _runs()
-    result = cmp_mod.compare(a, b)
+    result = compare(a, b)
     assert {(t.engine, t.threads) for t in result.tables} == {
         ("innodb", 1), ("innodb", 2), ("myrocks", 1), ("myrocks", 2)
     }  # fmt: skip
@@ -107,8 +110,8 @@ def test_nothing_in_common_is_an_error(files: tuple[Path, Path]) -> None:
     a, b = _runs()
     b.cells = [c for c in b.cells if c.engine == "myrocks"]
     a.cells = [c for c in a.cells if c.engine == "innodb"]
-    with pytest.raises(cmp_mod.MallocbenchError, match="share no cell"):
-        cmp_mod.compare(a, b)
+    with pytest.raises(MallocbenchError, match="share no cell"):
+        compare(a, b)
 
 
 def test_compare_page_renders_in_headless_chromium(tmp_path: Path) -> None:
@@ -117,7 +120,7 @@ def test_compare_page_renders_in_headless_chromium(tmp_path: Path) -> None:
 
     a, b = _runs()
     check_in_browser(
-        render_compare_html(cmp_mod.compare(a, b)),
+        render_compare_html(compare(a, b)),
         tmp_path,
         Path(__file__).resolve().parents[1] / "test-artifacts" / "compare.png",
     )
@@ -130,22 +133,22 @@ def test_min_effect_turns_a_small_change_into_same(files: tuple[Path, Path]) -> 
             if cell.setup == "glibc":
                 # Repeats 0.01% apart: a 1% change is significant even with two repeats.
                 cell.qps = level * (1 + 0.0001 * cell.repeat)
-    plain = cmp_mod.compare(a, b)
+    plain = compare(a, b)
     glibc = {(v.engine, v.setup): v for v in plain.verdict}[("innodb", "glibc")]
     assert glibc.faster
-    cmp = cmp_mod.compare(a, b, min_effect=0.02)
+    cmp = compare(a, b, min_effect=0.02)
     verdict = {(v.engine, v.setup): v for v in cmp.verdict}
     assert not verdict[("innodb", "glibc")].faster
     assert "no difference of at least ±2%" in verdict[("innodb", "glibc")].note
     assert verdict[("innodb", "je")].slower  # 20% is well beyond 2%
-    records = cmp_mod.comparison_records(cmp)
+    records = comparison_records(cmp)
     assert {r["verdict"] for r in records if r["setup"] == "glibc"} == {stats.SAME}
     je = {r["verdict"] for r in records if r["setup"] == "je" and r["engine"] == "innodb"}
     assert je == {stats.SLOWER}
     # The runs' own min_effect applies when no option is given: B's first.
     b.metadata["min_effect"] = 0.02
-    assert cmp_mod.compare(a, b).min_effect == 0.02
-    assert "whole interval within ±2%" in cmp_mod.comparison_markdown(cmp)
+    assert compare(a, b).min_effect == 0.02
+    assert "whole interval within ±2%" in comparison_markdown(cmp)
 
 
 def test_cli_min_effect_option_and_its_errors(files: tuple[Path, Path]) -> None:

@@ -17,8 +17,8 @@ from click.testing import CliRunner, Result
 
 from mallocbench import exitcodes
 from mallocbench.analysis import comparability
+from mallocbench.analysis import comparison as cmp_mod
 from mallocbench.cli import main
-from mallocbench.commands import compare as cmp_mod
 from mallocbench.results import STATUS_CRASHED, STATUS_OOM, Cell, RunResult, SessionInfo, SetupInfo
 
 MIB = 1 << 20

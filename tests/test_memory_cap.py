@@ -18,10 +18,10 @@ import pytest
 from rich.console import Console
 
 from cli_runner import run_cli
+from mallocbench import formatting as fmt
 from mallocbench.analysis.summary import CAP_NOTE, memory_rows
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import MIN_MEMORY_LIMIT, from_dict
-from mallocbench.report import formatting as fmt
 from mallocbench.report import html, markdown, terminal
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.servers.cgroup import MemoryCgroup, capping_problem, memory_cgroup_of

@@ -22,8 +22,8 @@ import pytest
 from rich.console import Console
 
 from mallocbench import allocators
-from mallocbench.memory import report as report_mod
 from mallocbench.memory import server as server_mod
+from mallocbench.memory import take as take_mod
 from mallocbench.memory.render import render
 from mallocbench.memory.server import ConnectOptions
 from mallocbench.servers import engines, mariadb
@@ -368,7 +368,7 @@ def test_missing_memory_used_is_a_named_gap(
 
     monkeypatch.setattr(server_mod, "read_status", without_memory_used)
     opts = ConnectOptions(socket=str(server.socket), user="root", password=server.password)
-    report = report_mod.take(opts)
+    report = take_mod.take(opts)
     assert report.server is not None and report.breakdown is not None
     gap = report.server.gap("memory_used")
     assert gap is not None and gap.text == (

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 from mallocbench import allocators
 from mallocbench.cli import main
-from mallocbench.memory import report as report_mod
+from mallocbench.memory import take as take_mod
 from mallocbench.memory.server import ConnectOptions
 from mallocbench.servers import engines, mariadb
 
@@ -152,7 +152,7 @@ def _cli(*args: str) -> tuple[int, str, str]:
 def test_components_match_what_was_set_and_sum_to_rss(
     glibc_server: mariadb.PrivateServer, held: HeldSorts
 ) -> None:
-    report = report_mod.take(_opts(glibc_server))
+    report = take_mod.take(_opts(glibc_server))
     assert report.process is not None and report.process.pid == glibc_server.pid
     bd = report.breakdown
     assert bd is not None
@@ -181,10 +181,10 @@ def test_components_match_what_was_set_and_sum_to_rss(
 
 def test_sorts_caused_rss_they_are_accounted_for(glibc_server: mariadb.PrivateServer) -> None:
     """Two more sorts: the connections row grows by their buffers, RSS by at least that."""
-    before = report_mod.take(_opts(glibc_server))
+    before = take_mod.take(_opts(glibc_server))
     sorts = HeldSorts(glibc_server, 2)
     try:
-        during = report_mod.take(_opts(glibc_server))
+        during = take_mod.take(_opts(glibc_server))
     finally:
         sorts.close()
     assert before.breakdown is not None and during.breakdown is not None
@@ -199,7 +199,7 @@ def test_sorts_caused_rss_they_are_accounted_for(glibc_server: mariadb.PrivateSe
 
 
 def test_glibc_allocator_and_arenas(glibc_server: mariadb.PrivateServer, held: HeldSorts) -> None:
-    report = report_mod.take(_opts(glibc_server), pid=glibc_server.pid)
+    report = take_mod.take(_opts(glibc_server), pid=glibc_server.pid)
     assert report.allocator and report.allocator["name"] == "glibc"
     assert report.process is not None
     assert report.process.arenas is not None and report.process.arenas >= 2
@@ -294,7 +294,7 @@ def test_jemalloc_server(tmp_path: Path) -> None:
         server.query("CREATE DATABASE t")
         sorts = HeldSorts(server, 2)
         try:
-            report = report_mod.take(_opts(server))
+            report = take_mod.take(_opts(server))
         finally:
             sorts.close()
     assert report.allocator and report.allocator["name"] == "jemalloc"

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.summary import (
     geomean,
@@ -20,7 +21,6 @@ from mallocbench.analysis.summary import (
     verdict_class,
 )
 from mallocbench.report import export, html, markdown, terminal
-from mallocbench.report import formatting as fmt
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 
 GIB = 1 << 30

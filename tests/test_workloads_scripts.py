@@ -14,8 +14,8 @@ import pytest
 
 from mallocbench import allocators, dataset
 from mallocbench.analysis.sla import ibench_rates, sla_status
+from mallocbench.dataset import Dataset
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import Dataset
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
 from mallocbench.workloads.catalogue import Step, parse_steps

@@ -14,11 +14,11 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import Dataset
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.mariadb import (
     SERVER_RECORD,
@@ -35,6 +35,15 @@ from mallocbench.workloads.sysbench import Sysbench
 # Bumped when golden datadirs change shape: 2 = owned by the server's user, no root
 # account without a password.
 _GOLDEN_FORMAT = 2
+
+
+@dataclass
+class Dataset:
+    """The sysbench tables every server of a run starts from, and the engine cache size."""
+
+    tables: int = 4
+    rows: int = 10000
+    cache_bytes: int = 256 << 20
 
 
 def cache_root() -> Path:

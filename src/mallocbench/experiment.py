@@ -20,8 +20,9 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
+from mallocbench.dataset import Dataset, cache_root
 from mallocbench.errors import MallocbenchError
-from mallocbench.report.formatting import gb
+from mallocbench.formatting import gb
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem
 from mallocbench.servers.engines import Engine
@@ -84,13 +85,6 @@ class Setup:
     # a cpu cgroup of its own; None: unlimited.
     cpu_quota: float | None = None
     description: str = ""
-
-
-@dataclass
-class Dataset:
-    tables: int = 4
-    rows: int = 10000
-    cache_bytes: int = 256 << 20
 
 
 @dataclass
@@ -438,9 +432,6 @@ def _existing_ancestor(path: Path) -> Path:
 
 def _check_disk(dataset: Dataset, engine_list: list[Engine]) -> None:
     """Refuse a dataset the dataset cache cannot hold, before hours of loading fail."""
-    # dataset imports this module (for Dataset), so its cache location is looked up here.
-    from mallocbench.dataset import cache_root
-
     cache = cache_root()
     needed = dataset_disk_bytes(dataset) * len(engine_list)
     try:

@@ -15,12 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mallocbench import formatting as fmt
 from mallocbench.analysis.steady import WarmupDetector, check_stability
 from mallocbench.experiment import Experiment, PlannedCell
 from mallocbench.probes import process as proc_probe
 from mallocbench.probes.server import CGROUP_METRIC, ServerMemoryProbe, account
 from mallocbench.probes.system import cpu_snapshot, interference
-from mallocbench.report import formatting as fmt
 from mallocbench.results import STATUS_FAILED, STATUS_OOM, Cell, Sample
 from mallocbench.session import LiveSession
 from mallocbench.workloads.catalogue import Step

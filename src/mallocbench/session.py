@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pymysql
 
+from mallocbench import formatting as fmt
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import BYTES_PER_ROW, Experiment, PlannedSession, Setup
 from mallocbench.probes import process as proc_probe
 from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.probes.system import process_thp_disabled, thp_mode
-from mallocbench.report import formatting as fmt
 from mallocbench.results import SessionInfo
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup

@@ -15,8 +15,8 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from mallocbench import formatting as fmt
 from mallocbench.errors import MallocbenchError
-from mallocbench.report import formatting as fmt
 from mallocbench.results import RunResult
 from mallocbench.units import parse_size
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
-from mallocbench.report import formatting as fmt
 from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult
 from mallocbench.units import parse_fraction
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
@@ -243,6 +243,19 @@ class RatioCell:
     def css(self) -> str:
         return "problem" if self.problem else verdict_class(self.verdict)
 
+    def interval_fields(self) -> dict[str, Any]:
+        """What every export has beside a ratio: its interval (JSON has no nan) and verdict."""
+
+        def bound(x: float) -> float | None:
+            return x if self.has_interval and math.isfinite(x) else None
+
+        return {
+            "low": bound(self.low),
+            "high": bound(self.high),
+            "verdict": self.verdict,
+            "significant": self.significant,
+        }
+
     @property
     def text(self) -> str:
         if self.problem:
@@ -358,6 +371,12 @@ class RatioTable:
             column: geomean([r.cells[column].ratio for r in rows if column in r.cells])
             for column in self.columns
         }
+
+    def entries(self) -> Iterator[tuple[RatioRow, str, RatioCell]]:
+        """Every cell with its row and column, in table order: the walk every export does."""
+        for row in self.rows:
+            for column in self.columns:
+                yield row, column, row.cells[column]
 
     @property
     def has_intervals(self) -> bool:

@@ -18,8 +18,8 @@ from mallocbench.commands.options import (
     percent_option,
 )
 from mallocbench.errors import MallocbenchError
+from mallocbench.formatting import mib
 from mallocbench.report import export, html, markdown, terminal
-from mallocbench.report.formatting import mib
 from mallocbench.results import RunResult
 from mallocbench.runner import (
     Pipeline,

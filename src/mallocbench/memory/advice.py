@@ -3,26 +3,11 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
 
 from mallocbench import allocators, deploy
-
-if TYPE_CHECKING:
-    from mallocbench.memory.report import MemoryReport
+from mallocbench.memory.report import Advice, MemoryReport
 
 MiB = 1024 * 1024
-
-
-@dataclass
-class Advice:
-    level: str  # "warning" or "info"
-    title: str
-    advice: str
-    evidence: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _mb(n: float) -> str:

@@ -111,8 +111,8 @@ def memory(
     process needs the server's user or root. The full account needs PROCESS and SELECT
     on performance_schema; without them each missing part is named, with its GRANT.
     """
-    from mallocbench.memory import report as report_mod
     from mallocbench.memory import server as server_mod
+    from mallocbench.memory import take as take_mod
 
     if count is not None and watch is None:
         raise MallocbenchError("--count only applies with --watch SECONDS")
@@ -127,7 +127,7 @@ def memory(
     opts, conn = found.opts, found.conn
     if watch is None:
         try:
-            report = report_mod.take(opts, pid, conn=conn)
+            report = take_mod.take(opts, pid, conn=conn)
         finally:
             conn.close()
         _print_report(report, as_json)
@@ -146,11 +146,11 @@ def _watch(
     as_json: bool,
 ) -> None:
     """--watch: sample on one connection until Ctrl-C or --count; closes `conn`."""
-    from mallocbench.memory import report as report_mod
+    from mallocbench.memory import take as take_mod
     from mallocbench.memory import watch as watch_mod
 
     try:
-        first = report_mod.take(opts, pid, conn=conn)
+        first = take_mod.take(opts, pid, conn=conn)
     except BaseException:
         conn.close()
         raise
@@ -162,8 +162,8 @@ def _watch(
         )
     samples = iter([first])
 
-    def sample() -> report_mod.MemoryReport:
-        return next(samples, None) or report_mod.take(opts, pid, conn=conn, pid_checked=True)
+    def sample() -> MemoryReport:
+        return next(samples, None) or take_mod.take(opts, pid, conn=conn, pid_checked=True)
 
     def show(row: dict[str, object]) -> None:
         if as_json:

@@ -20,8 +20,8 @@ from pathlib import Path
 import pymysql
 
 from mallocbench import allocators, dataset
+from mallocbench.dataset import Dataset
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import Dataset
 from mallocbench.memory.massif import Profile, parse_heaptrack_print, parse_massif
 from mallocbench.servers import engines, mariadb
 from mallocbench.workloads import catalogue

@@ -10,7 +10,6 @@ from typing import Any
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.summary import (
-    RatioCell,
     RatioRow,
     RatioTable,
     relative_tables,
@@ -141,37 +140,23 @@ def location_record(table: RatioTable, row: RatioRow, setup: str) -> dict[str, A
     }
 
 
-def interval_record(cell: RatioCell) -> dict[str, Any]:
-    """The columns every relative export has beside its ratio: interval and verdict."""
-    return {
-        "low": _finite(cell.low) if cell.has_interval else None,
-        "high": _finite(cell.high) if cell.has_interval else None,
-        "verdict": cell.verdict,
-        "significant": cell.significant,
-    }
-
-
 def relative_records(result: RunResult, min_effect: float | None = None) -> list[dict[str, Any]]:
-    records = []
-    for table in relative_tables(result, min_effect):
-        for row in table.rows:
-            for setup in table.columns:
-                cell = row.cells[setup]
-                records.append(
-                    {
-                        **location_record(table, row, setup),
-                        "qps": cell.value,
-                        "base_qps": row.reference_qps,
-                        "relative": cell.ratio,
-                        **interval_record(cell),
-                        "unit": row.unit,
-                        "repeats": cell.repeats[0],
-                        "base_repeats": cell.repeats[1],
-                        "problem": cell.problem or row.reference_problem,
-                        "min_effect": cell.min_effect,
-                    }
-                )
-    return records
+    return [
+        {
+            **location_record(table, row, setup),
+            "qps": cell.value,
+            "base_qps": row.reference_qps,
+            "relative": cell.ratio,
+            **cell.interval_fields(),
+            "unit": row.unit,
+            "repeats": cell.repeats[0],
+            "base_repeats": cell.repeats[1],
+            "problem": cell.problem or row.reference_problem,
+            "min_effect": cell.min_effect,
+        }
+        for table in relative_tables(result, min_effect)
+        for row, setup, cell in table.entries()
+    ]
 
 
 def records_csv(records: list[dict[str, Any]], empty_header: tuple[str, ...]) -> str:

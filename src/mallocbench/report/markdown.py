@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mallocbench import formatting as fmt
 from mallocbench.analysis.client import client_cpu_warnings
 from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.summary import (
@@ -19,7 +20,6 @@ from mallocbench.analysis.summary import (
     unit_note,
     vsz_note,
 )
-from mallocbench.report import formatting as fmt
 from mallocbench.report.recommend import engine_lines
 from mallocbench.report.tables import (
     IDLE_NOTE,

@@ -6,6 +6,7 @@ the HTML page and `mallocbench recommend` print the same sentences.
 
 from __future__ import annotations
 
+from mallocbench import formatting as fmt
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.recommend import (
     Assessment,
@@ -15,7 +16,6 @@ from mallocbench.analysis.recommend import (
     Recommendation,
 )
 from mallocbench.analysis.summary import percent
-from mallocbench.report import formatting as fmt
 
 NAMES = {rec.THROUGHPUT: "throughput", rec.P99: "p99 latency", rec.RSS: "peak RSS"}
 EXAMPLES = 3  # evidence items shown per kind before "and N more"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mallocbench import formatting as fmt
 from mallocbench.analysis.run_noise import noise_notes
 from mallocbench.analysis.sla import sla_results
 from mallocbench.analysis.summary import (
@@ -20,7 +21,6 @@ from mallocbench.analysis.summary import (
     summarize,
     vsz_note,
 )
-from mallocbench.report import formatting as fmt
 from mallocbench.results import RunResult
 from mallocbench.workloads.catalogue import label_order
 

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mallocbench import formatting as fmt
 from mallocbench.analysis.client import client_cpu_warnings
 from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.summary import (
@@ -25,7 +26,6 @@ from mallocbench.analysis.summary import (
     unit_note,
     vsz_note,
 )
-from mallocbench.report import formatting as fmt
 from mallocbench.report.recommend import verdict_lines
 from mallocbench.report.tables import (
     IDLE_NOTE,

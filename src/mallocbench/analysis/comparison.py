@@ -1,0 +1,365 @@
+"""Run B against run A: the comparison `compare`, its gate and every format read.
+
+Cells are matched by engine, step, threads and setup; each value is QPS(B) / QPS(A)
+with a log-scale 95% interval over the repeats of both runs (independent samples: two
+runs pair nothing). The base setup plays no part; every setup is compared with itself.
+Peak RSS B/A gets an interval over each run's per-repeat peaks, so memory is judged
+like throughput. Runs of different datasets are refused first (`analysis.comparability`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mallocbench import formatting as fmt
+from mallocbench.analysis import stats
+from mallocbench.analysis.comparability import Difference, differences, refusal_message, refusals
+from mallocbench.analysis.summary import (
+    QPS,
+    RSS,
+    CellSummary,
+    RatioCell,
+    RatioRow,
+    RatioTable,
+    memory_rows,
+    min_effect_of,
+    peak_rss_by_repeat,
+    percent,
+    ratio_cell,
+    slug,
+    summarize,
+    vsz_note,
+)
+from mallocbench.analysis.verdict import VerdictRow, verdict_for
+from mallocbench.errors import MallocbenchError
+from mallocbench.results import RunResult
+from mallocbench.workloads.catalogue import group_of, label_order
+
+# What --fail-on can ask for; "changed" is slower or faster.
+SLOWER, FASTER, CHANGED, RSS_UP, RSS_DOWN = "slower", "faster", "changed", "rss-up", "rss-down"
+FAIL_KINDS = (SLOWER, FASTER, CHANGED, RSS_UP, RSS_DOWN)
+_KIND_WORDS = {
+    SLOWER: "slowdown",
+    FASTER: "speedup",
+    CHANGED: "throughput change",
+    RSS_UP: "RSS increase",
+    RSS_DOWN: "RSS decrease",
+}
+PEAK_RSS = "peak RSS"  # the step name of memory changes and CSV rows
+
+
+@dataclass
+class MemoryChange:
+    engine: str
+    setup: str
+    rss_a: str
+    rss_b: str
+    vsz_a: str
+    vsz_b: str
+    per_cache_a: str
+    per_cache_b: str
+    rss_ratio: float | None  # rss.ratio where it has one, else the ratio of the peaks
+    # Peak RSS B/A over each run's per-repeat peaks, with an interval and a verdict
+    # (stats' words: "faster" is more RSS); None when either run has no RSS.
+    rss: RatioCell | None = None
+    oom_a: int = 0  # cells the OOM killer ended, in each run
+    oom_b: int = 0
+
+
+@dataclass
+class Change:
+    """Something --fail-on can fail on: a significant change, or a one-sided failure."""
+
+    kind: str  # SLOWER, FASTER, RSS_UP or RSS_DOWN
+    engine: str
+    setup: str
+    step: str  # PEAK_RSS for memory
+    threads: int | None
+    cell: RatioCell | None
+    reason: str = ""  # why it counts when it is not a ratio (a crash in one run)
+
+    def describe(self) -> str:
+        where = [self.engine]
+        if self.threads is not None:
+            where.append(f"{self.threads} thread{'s' if self.threads != 1 else ''}")
+        where += [self.step, self.setup]
+        text = f"{self.kind}: {', '.join(where)}: "
+        if self.reason or self.cell is None:
+            return text + self.reason
+        cell = self.cell
+        beyond = f"beyond ±{percent(cell.min_effect)}" if cell.min_effect > 0 else "excludes 1.0"
+        return text + f"{fmt.ratio(cell.ratio)} {cell.interval_text}, {beyond}"
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "kind": self.kind,
+            "engine": self.engine,
+            "threads": self.threads,
+            "step": self.step,
+            "setup": self.setup,
+            "reason": self.reason or None,
+        }
+        if self.cell is not None:
+            record.update(ratio=self.cell.ratio, **self.cell.interval_fields())
+        return record
+
+
+@dataclass
+class Comparison:
+    a: RunResult
+    b: RunResult
+    setups: list[str]
+    tables: list[RatioTable]
+    verdict: list[VerdictRow] = field(default_factory=list)
+    memory: list[MemoryChange] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)  # "setup/engine" in one run only
+    min_effect: float = 0.0
+    vsz_note: str | None = None  # when either run's VSZ is mostly reserved address space
+    changes: list[Change] = field(default_factory=list)  # what --fail-on may fail on
+    differences: list[Difference] = field(default_factory=list)  # analysis.comparability
+
+
+def _ordered_setups(a: RunResult, b: RunResult) -> list[str]:
+    names: list[str] = []
+    for result in (a, b):
+        for name in [s.name for s in result.setups] + [c.setup for c in result.cells]:
+            if name not in names:
+                names.append(name)
+    return names
+
+
+Key = tuple[str, str, str, int]
+
+
+def compare(
+    a: RunResult, b: RunResult, min_effect: float | None = None, allow_different: bool = False
+) -> Comparison:
+    """B against A; `min_effect` overrides the runs' own (B's, else A's).
+
+    Runs that did not measure the same workload (`analysis.comparability`) are refused
+    unless `allow_different`.
+    """
+    found = differences(a, b)
+    if refusals(found) and not allow_different:
+        raise MallocbenchError(refusal_message(found))
+    effect = min_effect
+    if effect is None:
+        effect = min_effect_of(b) or min_effect_of(a)
+    sa, sb = summarize(a.cells), summarize(b.cells)
+    common = set(sa) & set(sb)
+    setups = [s for s in _ordered_setups(a, b) if any(k[0] == s for k in common)]
+    pairs_a = {(k[0], k[1]) for k in sa}
+    pairs_b = {(k[0], k[1]) for k in sb}
+    unmatched = sorted(
+        f"{setup}/{engine} (only in {'A' if (setup, engine) in pairs_a else 'B'})"
+        for setup, engine in pairs_a ^ pairs_b
+    )
+    common_engines = {k[1] for k in common}
+    engines = [
+        e for e in dict.fromkeys(c.engine for c in [*a.cells, *b.cells]) if e in common_engines
+    ]
+    tables, changes = _tables(engines, setups, common, sa, sb, effect)
+    if not tables:
+        raise MallocbenchError(
+            f"runs {a.run_id} and {b.run_id} share no cell (same engine, step, threads and "
+            "setup): nothing to compare"
+        )
+    verdict, memory, memory_changes = _memory(a, b, engines, setups, tables, effect)
+    reserved = vsz_note(memory_rows(a) + memory_rows(b))
+    return Comparison(
+        a,
+        b,
+        setups,
+        tables,
+        verdict,
+        memory,
+        unmatched,
+        effect,
+        reserved,
+        changes + memory_changes,
+        found,
+    )
+
+
+def _tables(
+    engines: list[str],
+    setups: list[str],
+    common: set[Key],
+    sa: dict[Key, CellSummary],
+    sb: dict[Key, CellSummary],
+    effect: float,
+) -> tuple[list[RatioTable], list[Change]]:
+    """One table per engine and thread count, and the throughput changes in them."""
+    tables, changes = [], []
+    for engine in engines:
+        for threads in sorted({k[3] for k in common if k[1] == engine}):
+            keys = [k for k in common if k[1] == engine and k[3] == threads]
+            steps = sorted({k[2] for k in keys}, key=label_order)
+            columns = [s for s in setups if any(k[0] == s for k in keys)]
+            rows = []
+            for step in steps:
+                cells = {}
+                for setup in columns:
+                    key = (setup, engine, step, threads)
+                    if key not in common:
+                        continue
+                    x, y = sa[key], sb[key]
+                    problem = None
+                    if y.problem or x.problem:
+                        problem = f"{y.problem} in B" if y.problem else f"{x.problem} in A"
+                    cells[setup] = ratio_cell(
+                        y.qps_values, x.qps_values, problem, "run A", effect, y.unit
+                    )
+                    change = _throughput_change(x, y, cells[setup])
+                    if change is not None:
+                        changes.append(change)
+                units = [c.unit for c in cells.values()]
+                rows.append(
+                    RatioRow(step, group_of(step), None, None, cells, units[0] if units else QPS)
+                )
+            tables.append(_table(engine, threads, columns, rows, effect))
+    # Tables may lack a setup on some steps; verdict_for and the template skip those.
+    for table in tables:
+        for row in table.rows:
+            for column in table.columns:
+                row.cells.setdefault(column, ratio_cell([], [], "not in both", "run A", effect))
+    return tables, changes
+
+
+def _table(
+    engine: str, threads: int, columns: list[str], rows: list[RatioRow], effect: float
+) -> RatioTable:
+    return RatioTable(
+        key=f"cmp-{slug(engine)}-{threads}",
+        title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
+        caption="QPS(B) / QPS(A), 95% interval below"
+        + (f"; same: the whole interval within ±{percent(effect)}" if effect > 0 else ""),
+        columns=columns,
+        rows=rows,
+        engine=engine,
+        threads=threads,
+        reference="run A",
+        min_effect=effect,
+    )
+
+
+def _throughput_change(a: CellSummary, b: CellSummary, cell: RatioCell) -> Change | None:
+    """A finding, or a cell that failed in one run only: losing a cell that measured
+    is a regression (a crash is worse than slow), regaining it an improvement."""
+    where = (b.engine, b.setup, b.step, b.threads)
+    if b.problem and not a.problem:
+        return Change(SLOWER, *where, cell, f"{b.problem} in B, measured in A")
+    if a.problem and not b.problem:
+        return Change(FASTER, *where, cell, f"{a.problem} in A, measured in B")
+    if cell.verdict in (stats.SLOWER, stats.FASTER):
+        return Change(SLOWER if cell.verdict == stats.SLOWER else FASTER, *where, cell)
+    return None
+
+
+def _memory(
+    a: RunResult,
+    b: RunResult,
+    engines: list[str],
+    setups: list[str],
+    tables: list[RatioTable],
+    effect: float,
+) -> tuple[list[VerdictRow], list[MemoryChange], list[Change]]:
+    """The verdict rows, peak memory B against A with an interval, and the RSS changes."""
+    mem_a = {(m.engine, m.setup): m for m in memory_rows(a)}
+    mem_b = {(m.engine, m.setup): m for m in memory_rows(b)}
+    # Two runs are independent samples: each repeat's peak is one value per run.
+    peaks_a, peaks_b = peak_rss_by_repeat(a), peak_rss_by_repeat(b)
+    verdict, memory, changes = [], [], []
+    for engine in engines:
+        for setup in setups:
+            if not any(t.engine == engine and setup in t.columns for t in tables):
+                continue
+            row = verdict_for(engine, setup, tables)
+            ma, mb = mem_a.get((engine, setup)), mem_b.get((engine, setup))
+            pa, pb = peaks_a.get((setup, engine)), peaks_b.get((setup, engine))
+            rss = None
+            if pa and pb:
+                rss = ratio_cell(list(pb.values()), list(pa.values()), None, "run A", effect, RSS)
+            if ma and mb and ma.peak_rss_bytes and mb.peak_rss_bytes:
+                peak_ratio = mb.peak_rss_bytes / ma.peak_rss_bytes
+                row.rss_ratio = rss.ratio if rss and rss.ratio is not None else peak_ratio
+                row.rss_text = f"{fmt.mib(mb.peak_rss_bytes)} vs {fmt.mib(ma.peak_rss_bytes)}"
+            verdict.append(row)
+            if ma or mb:
+                memory.append(
+                    MemoryChange(
+                        engine,
+                        setup,
+                        fmt.gb(ma.peak_rss_bytes if ma else None),
+                        fmt.gb(mb.peak_rss_bytes if mb else None),
+                        fmt.gb(ma.peak_vsz_bytes if ma else None),
+                        fmt.gb(mb.peak_vsz_bytes if mb else None),
+                        fmt.ratio(ma.rss_per_cache if ma else None),
+                        fmt.ratio(mb.rss_per_cache if mb else None),
+                        row.rss_ratio,
+                        rss,
+                        ma.oom_cells if ma else 0,
+                        mb.oom_cells if mb else 0,
+                    )
+                )
+                changes += _memory_changes(memory[-1])
+    return verdict, memory, changes
+
+
+def _memory_changes(m: MemoryChange) -> list[Change]:
+    """More or less peak RSS in B, judged like throughput; and OOM kills in one run only,
+    which say more RSS than the cap allowed whatever the peaks show."""
+    out = []
+    if m.rss is not None and m.rss.verdict in (stats.FASTER, stats.SLOWER):
+        kind = RSS_UP if m.rss.verdict == stats.FASTER else RSS_DOWN
+        out.append(Change(kind, m.engine, m.setup, PEAK_RSS, None, m.rss))
+    if m.oom_b and not m.oom_a:
+        reason = f"OOM-killed in B ({m.oom_b} cell{'s' if m.oom_b != 1 else ''}), not in A"
+        out.append(Change(RSS_UP, m.engine, m.setup, PEAK_RSS, None, m.rss, reason))
+    elif m.oom_a and not m.oom_b:
+        reason = f"OOM-killed in A ({m.oom_a} cell{'s' if m.oom_a != 1 else ''}), not in B"
+        out.append(Change(RSS_DOWN, m.engine, m.setup, PEAK_RSS, None, m.rss, reason))
+    return out
+
+
+# ---------------------------------------------------------------- --fail-on
+
+
+def parse_fail_on(values: tuple[str, ...] | list[str] | str | None) -> tuple[str, ...]:
+    """--fail-on KIND[,KIND], possibly repeated, to its kinds in order; () when not given."""
+    if values is None:
+        return ()
+    if isinstance(values, str):
+        values = [values]
+    kinds: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            kind = part.strip().lower()
+            if kind not in FAIL_KINDS:
+                raise MallocbenchError(
+                    f"--fail-on {part.strip()!r} is not a kind of change: give one or more of "
+                    f"{', '.join(FAIL_KINDS)}, separated by commas (e.g. --fail-on slower,rss-up)"
+                )
+            if kind not in kinds:
+                kinds.append(kind)
+    return tuple(kinds)
+
+
+def findings(cmp: Comparison, kinds: tuple[str, ...]) -> list[Change]:
+    """The changes of the kinds asked for; "changed" is slower or faster."""
+    wanted = set(kinds)
+    if CHANGED in wanted:
+        wanted |= {SLOWER, FASTER}
+    return [c for c in cmp.changes if c.kind in wanted]
+
+
+def findings_summary(cmp: Comparison, kinds: tuple[str, ...], count: int) -> str:
+    """The last line of a gate: how many findings, or what was not found."""
+    flag = f"--fail-on {','.join(kinds)}"
+    if count:
+        return f"compare: {count} finding{'s' if count != 1 else ''} ({flag})"
+    named = [_KIND_WORDS[k] for k in kinds]
+    words = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " or " + named[-1]
+    beyond = f" beyond ±{percent(cmp.min_effect)}" if cmp.min_effect > 0 else ""
+    return f"compare: no finding ({flag}): no significant {words}{beyond}"

@@ -1,0 +1,234 @@
+"""A comparison (`analysis.comparison`) as terminal tables, Markdown, CSV and JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mallocbench import formatting as fmt
+from mallocbench.analysis.comparison import PEAK_RSS, Comparison, MemoryChange
+from mallocbench.analysis.summary import (
+    RSS,
+    color_rule,
+    percent,
+    ratio_cell,
+    significance_rule,
+)
+from mallocbench.report import markdown
+from mallocbench.report.export import location_record, records_csv
+from mallocbench.report.terminal import colored, geomean_text, ratio_text
+
+
+def _rules(cmp: Comparison, intervals: bool) -> str:
+    text = color_rule(cmp.min_effect)
+    if intervals:
+        return text + "; " + significance_rule(cmp.min_effect)
+    return text + "; 1 repeat: no interval, no significance"
+
+
+def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(
+        f"[bold]B / A[/]: A = {cmp.a.run_id} ({cmp.a.experiment}), "
+        f"B = {cmp.b.run_id} ({cmp.b.experiment})"
+    )
+    for t in cmp.tables:
+        # ratio_text puts each interval under its ratio; with one repeat per side no cell
+        # has one, and the caption says so once.
+        table = Table(title=f"QPS(B) / QPS(A): {t.title}", caption=_rules(cmp, t.has_intervals))
+        table.add_column("step", overflow="fold")
+        for column in t.columns:
+            table.add_column(column, justify="right", overflow="fold")
+        for group, title, rows, geomeans in t.groups():
+            table.add_row(f"[bold]{title}[/]", *["" for _ in t.columns])
+            for row in rows:
+                table.add_row("  " + row.step, *[ratio_text(row.cells[c]) for c in t.columns])
+            gm = [geomean_text(geomeans[column]) for column in t.columns]
+            table.add_row(f"  [italic]geomean {group}[/]", *gm, end_section=True)
+        console.print(table)
+    if cmp.memory:
+        _print_memory(cmp, console)
+    for row in cmp.verdict:
+        for label, items in (("faster in B", row.faster), ("slower in B", row.slower)):
+            if items:
+                console.print(f"{row.engine}/{row.setup} {label}: " + "; ".join(items))
+        if row.note:
+            console.print(f"{row.engine}/{row.setup}: {row.note}")
+    if cmp.unmatched:
+        console.print("[dim]not compared (only in one run): " + ", ".join(cmp.unmatched) + "[/]")
+
+
+# More RSS is the bad direction: red, where a faster throughput is green.
+_RSS_CSS = {"faster": "slower", "slower": "faster"}
+
+
+def _rss_rule(min_effect: float, marks: str = "red more, green less") -> str:
+    """How the RSS B/A column reads; `marks` names how a change is shown."""
+    band = f" and the change is at least {percent(min_effect)}" if min_effect > 0 else ""
+    return (
+        "RSS B/A: the mean of each repeat's peak RSS in B over A's, with its 95% interval; "
+        f"{marks}: the interval excludes 1.0{band}"
+    )
+
+
+def _rss_text(m: MemoryChange) -> str:
+    """Peak RSS B/A for the terminal, its interval under it as under every ratio."""
+    if m.rss is None or m.rss.ratio is None:
+        return fmt.ratio(m.rss_ratio)
+    cell = m.rss
+    text = colored(cell.text + cell.mark, _RSS_CSS.get(cell.css, ""))
+    return text + (f"\n[dim]{cell.interval_text}[/]" if cell.interval_text else "")
+
+
+def _print_memory(cmp: Comparison, console: Console) -> None:
+    table = Table(title="Peak memory (GiB): A -> B", caption=_rss_rule(cmp.min_effect))
+    for column in ("engine", "setup", "RSS A", "RSS B", "RSS B/A", "VSZ A", "VSZ B"):
+        table.add_column(
+            column, justify="left" if column in ("engine", "setup") else "right", overflow="fold"
+        )
+    for m in cmp.memory:
+        table.add_row(m.engine, m.setup, m.rss_a, m.rss_b, _rss_text(m), m.vsz_a, m.vsz_b)
+    console.print(table)
+    if cmp.vsz_note:
+        console.print(f"[yellow]note[/]: {cmp.vsz_note}")
+
+
+def memory_records(cmp: Comparison) -> list[dict[str, Any]]:
+    """Peak RSS B/A per engine and setup, in the columns of `comparison_records`: the
+    absolute values are bytes (unit "bytes"), each run's mean of its per-repeat peaks."""
+    records = []
+    for m in cmp.memory:
+        cell = m.rss or ratio_cell([], [], "no RSS in both runs", "run A", cmp.min_effect, RSS)
+        records.append(
+            {
+                "engine": m.engine,
+                "threads": None,
+                "step": PEAK_RSS,
+                "group": "memory",
+                "setup": m.setup,
+                "qps_a": cell.reference,
+                "qps_b": cell.value,
+                "ratio": cell.ratio,
+                **cell.interval_fields(),
+                "unit": RSS,
+                "repeats_a": cell.repeats[1],
+                "repeats_b": cell.repeats[0],
+                "problem": cell.problem,
+                "min_effect": cell.min_effect,
+            }
+        )
+    return records
+
+
+def comparison_records(cmp: Comparison) -> list[dict[str, Any]]:
+    return [
+        {
+            **location_record(t, row, setup),
+            "qps_a": cell.reference,
+            "qps_b": cell.value,
+            "ratio": cell.ratio,
+            **cell.interval_fields(),
+            "unit": cell.unit,
+            "repeats_a": cell.repeats[1],
+            "repeats_b": cell.repeats[0],
+            "problem": cell.problem,
+            "min_effect": cell.min_effect,
+        }
+        for t in cmp.tables
+        for row, setup, cell in t.entries()
+    ]
+
+
+def comparison_csv(cmp: Comparison) -> str:
+    """Every cell's throughput B/A, then peak RSS B/A per engine and setup (step
+    "peak RSS", unit "bytes")."""
+    return records_csv(comparison_records(cmp) + memory_records(cmp), ("engine",))
+
+
+def _memory_json(m: MemoryChange) -> dict[str, Any]:
+    record = {k: v for k, v in m.__dict__.items() if k != "rss"}
+    cell = m.rss
+    record["rss"] = (
+        None
+        if cell is None
+        else {
+            "a": cell.reference,
+            "b": cell.value,
+            "ratio": cell.ratio,
+            **cell.interval_fields(),
+            "repeats_a": cell.repeats[1],
+            "repeats_b": cell.repeats[0],
+        }
+    )
+    return record
+
+
+def comparison_json(cmp: Comparison) -> str:
+    return json.dumps(
+        {
+            "a": cmp.a.run_id,
+            "b": cmp.b.run_id,
+            "min_effect": cmp.min_effect,
+            "cells": comparison_records(cmp),
+            "memory": [_memory_json(m) for m in cmp.memory],
+            "changes": [c.to_dict() for c in cmp.changes],
+            "differences": [d.to_dict() for d in cmp.differences],
+            "unmatched": cmp.unmatched,
+        },
+        indent=1,
+    )
+
+
+def comparison_markdown(cmp: Comparison) -> str:
+    out = [
+        f"# mallocbench compare: {cmp.b.run_id} (B) against {cmp.a.run_id} (A)",
+        "",
+        "QPS(B) / QPS(A) for the same engine, step, threads and setup; "
+        + _rules(cmp, True).replace("*", "\\*", 1)
+        + ".",
+        "",
+    ]
+    if cmp.differences:
+        out += [
+            "> **The runs differ:** " + "; ".join(d.text for d in cmp.differences) + ".",
+            "",
+        ]
+    for t in cmp.tables:
+        out += [f"## {t.title}", ""]
+        if not t.has_intervals:
+            out += ["1 repeat: no interval, so no significance can be claimed.", ""]
+        out.append("| step | " + " | ".join(t.columns) + " |")
+        out.append("|---|" + "|".join("---:" for _ in t.columns) + "|")
+        for _, title, rows, geomeans in t.groups():
+            out.append(f"| **{title}** |" + " |" * len(t.columns))
+            for row in rows:
+                values = [markdown.ratio_text(row.cells[column]) for column in t.columns]
+                out.append(f"| {row.step} | " + " | ".join(values) + " |")
+            out.append(
+                "| *geomean* | "
+                + " | ".join(f"*{fmt.ratio(geomeans[c])}*" for c in t.columns)
+                + " |"
+            )
+        out.append("")
+    if cmp.memory:
+        out += [
+            "## Peak memory (GiB)",
+            "",
+            _rss_rule(cmp.min_effect, "\\* more or less RSS") + ".",
+            "",
+            "| engine | setup | RSS A | RSS B | RSS B/A | VSZ A | VSZ B |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        for m in cmp.memory:
+            rss = markdown.ratio_text(m.rss) if m.rss else fmt.ratio(m.rss_ratio)
+            out.append(
+                f"| {m.engine} | {m.setup} | {m.rss_a} | {m.rss_b} | {rss} "
+                f"| {m.vsz_a} | {m.vsz_b} |"
+            )
+        out.append("")
+        if cmp.vsz_note:
+            out += [f"> **Note:** {cmp.vsz_note}", ""]
+    return "\n".join(out)
