@@ -7,13 +7,20 @@ traceback.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from mallocbench import __version__, exitcodes
-from mallocbench import allocators as allocator_registry
+from mallocbench.commands import (
+    allocators,
+    calibrate,
+    compare,
+    memory,
+    patterns,
+    recommend,
+    run,
+)
 from mallocbench.errors import MallocbenchError
 
 
@@ -54,46 +61,9 @@ def main() -> None:
     """
 
 
-@main.command("allocators")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
-def allocators_cmd(as_json: bool) -> None:
-    """List the allocators mallocbench knows, with version, library and availability.
-
-    A missing allocator names the Debian package that provides it. Any other malloc
-    library can be used in an experiment by giving its path instead of a name.
-    """
-    entries = [a.to_dict() for a in allocator_registry.builtin_allocators()]
-    if as_json:
-        click.echo(json.dumps(entries, indent=2))
-        return
-    from mallocbench.report.terminal import print_allocators
-
-    print_allocators(entries)
-
-
-def _register_optional_commands() -> None:
-    """Commands that live beside their own stage (each module exposes one click command)."""
-    import importlib
-
-    for module_name, attr in (
-        ("mallocbench.commands.run", "commands"),
-        ("mallocbench.commands.compare", "commands"),
-        ("mallocbench.commands.calibrate", "commands"),
-        ("mallocbench.commands.recommend", "commands"),
-        ("mallocbench.patterns.cli", "commands"),
-        ("mallocbench.memory.cli", "commands"),
-    ):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not module_name.startswith(exc.name):
-                raise
-            continue
-        for command in getattr(module, attr):
-            main.add_command(command)
-
-
-_register_optional_commands()
+for module in (allocators, run, compare, recommend, calibrate, patterns, memory):
+    for command in module.commands:
+        main.add_command(command)
 
 if __name__ == "__main__":
     main()
