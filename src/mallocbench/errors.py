@@ -1,5 +1,16 @@
 """The one error type the CLI turns into a single line: what is wrong and how to fix it."""
 
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
 
 class MallocbenchError(Exception):
     """A problem the user can fix; the message names it and says how."""
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """ " (did you mean 'jemalloc'?)" for a near miss such as 'jemaloc', else ""."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""

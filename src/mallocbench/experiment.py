@@ -21,7 +21,7 @@ from mallocbench.allocators.base import Allocator
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.dataset import Dataset, cache_root
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import MallocbenchError, did_you_mean
 from mallocbench.formatting import gb
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem
@@ -269,7 +269,8 @@ def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
     extra = sorted(set(table) - allowed)
     if extra:
         raise MallocbenchError(
-            f"unknown key {extra[0]!r} in {where}: allowed keys are {', '.join(sorted(allowed))}"
+            f"unknown key {extra[0]!r} in {where}{did_you_mean(extra[0], allowed)}: allowed "
+            f"keys are {', '.join(sorted(allowed))}"
         )
 
 
@@ -625,7 +626,8 @@ def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experim
     base = str(data.get("base", setups[0].name))
     if base not in {s.name for s in setups}:
         raise MallocbenchError(
-            f"base = {base!r} is not a setup: use one of {', '.join(s.name for s in setups)}"
+            f"base = {base!r} is not a setup{did_you_mean(base, [s.name for s in setups])}: "
+            f"use one of {', '.join(s.name for s in setups)}"
         )
 
     engine_names = data.get("engines", ["innodb"])

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from mallocbench.allocators.base import Allocator
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import MallocbenchError, did_you_mean
 
 _MODULES = ("glibc", "jemalloc", "tcmalloc", "tcmalloc_minimal", "mimalloc")
 
@@ -54,8 +54,10 @@ def get(spec: str, require_available: bool = True) -> Allocator:
                     f"allocator {allocator.name!r} is not installed: {allocator.install_hint()}"
                 )
             return allocator
+    known = [n for a in builtin_allocators() for n in (a.name, *a.aliases)]
     raise MallocbenchError(
-        f"unknown allocator {spec!r}: use one of {', '.join(names())} or a path to a .so file"
+        f"unknown allocator {spec!r}{did_you_mean(spec, known)}: use one of "
+        f"{', '.join(names())} or a path to a .so file"
     )
 
 

@@ -7,12 +7,15 @@ repeats = 3
 seconds = 1.0          # per run; or ops = N (operations per thread)
 threads = [1, 2]
 
-[setups.glibc]
+[[setup]]                        # the same setup tables as `mallocbench run` files
+name = "glibc"
 allocator = "glibc"
-[setups.glibc-nommap]
+[[setup]]
+name = "glibc-nommap"
 allocator = "glibc"
 knobs = { MALLOC_MMAP_MAX_ = "0" }
-[setups.glibc-calloc]
+[[setup]]
+name = "glibc-calloc"
 allocator = "glibc"
 options = { init = "calloc" }   # driver options: a variant of the "build"
 
@@ -24,6 +27,10 @@ threads = [1, 2]       # optional overrides: threads, seconds, ops, seed, setups
 ```
 
 Every error names the key it is about, so a typo never runs a half-right experiment.
+Setups are `[[setup]]` tables with a name, as in experiments for `mallocbench run`, so
+one file's setups serve both; the keys that only mean something to a server (config,
+cpus, thp, memory_limit, cpu_quota, basedir) are accepted and left out here. The older
+`[setups.NAME]` tables are still read.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from typing import Any
 
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import MallocbenchError, did_you_mean
 from mallocbench.patterns.driver import PATTERN_OPTIONS, PATTERNS
 from mallocbench.servers.options import check_knob
 
@@ -52,9 +59,12 @@ TOP_KEYS = (
     "threads",
     "seed",
     "setups",
+    "setup",
     "patterns",
 )
 SETUP_KEYS = ("allocator", "knobs", "options", "description")
+# Keys of a `mallocbench run` setup that mean nothing without a server.
+SERVER_ONLY_KEYS = ("config", "cpus", "thp", "memory_limit", "cpu_quota", "basedir")
 
 # How the driver reads each option and its bounds, as option_defs in native/mbpatterns.c
 # has them: checked here too so a file or --option fails before anything runs, --dry-run
@@ -192,7 +202,10 @@ def _fail(where: str, message: str) -> MallocbenchError:
 def _check_keys(where: str, table: dict[str, Any], allowed: tuple[str, ...]) -> None:
     for key in table:
         if key not in allowed:
-            raise _fail(f"{where}.{key}", f"unknown key; use one of {', '.join(allowed)}")
+            raise _fail(
+                f"{where}.{key}",
+                f"unknown key{did_you_mean(key, allowed)}; use one of {', '.join(allowed)}",
+            )
 
 
 def _int(where: str, value: Any, low: int, high: int) -> int:
@@ -349,11 +362,35 @@ def make_case(
     return Case(name, pattern, options, threads, list(names), base, seconds, ops, seed)
 
 
+def _setup_tables(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Setups by name, from `[[setup]]` tables (the run dialect) or `[setups.NAME]`."""
+    if "setup" in data and "setups" in data:
+        raise _fail("setups", "give the setups once: [[setup]] tables or [setups.NAME], not both")
+    if "setups" in data:
+        table = data["setups"]
+        if not isinstance(table, dict) or not table:
+            raise _fail("setups", 'define at least one setup, e.g. [[setup]] name = "glibc"')
+        return table
+    listed = data.get("setup")
+    if not isinstance(listed, list) or not listed:
+        raise _fail(
+            "setup", 'define at least one setup: [[setup]] name = "glibc" allocator = "glibc"'
+        )
+    out: dict[str, dict[str, Any]] = {}
+    for i, entry in enumerate(listed):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise _fail(f"setup[{i}]", 'give each [[setup]] a name, e.g. name = "glibc"')
+        if entry["name"] in out:
+            raise _fail(f"setup[{i}].name", f"two setups are named {entry['name']!r}")
+        out[entry["name"]] = {
+            k: v for k, v in entry.items() if k != "name" and k not in SERVER_ONLY_KEYS
+        }
+    return out
+
+
 def from_dict(data: dict[str, Any], name: str, text: str = "") -> PatternExperiment:
     _check_keys("experiment", data, TOP_KEYS)
-    setups_table = data.get("setups")
-    if not isinstance(setups_table, dict) or not setups_table:
-        raise _fail("setups", 'define at least one setup, e.g. [setups.glibc] allocator = "glibc"')
+    setups_table = _setup_tables(data)
     setups: dict[str, PatternSetup] = {}
     for sname, st in setups_table.items():
         where = f"setups.{sname}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import MallocbenchError, did_you_mean
 
 GROUPS = {
     "point": "point queries",
@@ -274,7 +274,8 @@ def parse_steps(specs: list[str]) -> list[Step]:
         definition = _BY_NAME.get(name)
         if definition is None:
             raise MallocbenchError(
-                f"unknown step {name!r}: use a group ({', '.join(GROUPS)}) or one of "
+                f"unknown step {name!r}{did_you_mean(name, [*GROUPS, *_BY_NAME])}: use a "
+                f"group ({', '.join(GROUPS)}) or one of "
                 f"{', '.join(_BY_NAME)} (see `mallocbench steps`)"
             )
         if range_text is not None:

@@ -9,7 +9,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import MallocbenchError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -34,4 +34,6 @@ def get(name: str) -> Engine:
         if engine.name == name.lower():
             return engine
     known = ", ".join(e.name for e in all_engines())
-    raise MallocbenchError(f"unknown engine {name!r}: use one of {known}")
+    raise MallocbenchError(
+        f"unknown engine {name!r}{did_you_mean(name, known.split(', '))}: use one of {known}"
+    )
