@@ -18,7 +18,7 @@ from mallocbench.commands.options import (
     percent_option,
 )
 from mallocbench.errors import MallocbenchError
-from mallocbench.formatting import mib
+from mallocbench.formatting import durations, mib
 from mallocbench.report import export, html, markdown, terminal
 from mallocbench.results import RunResult
 from mallocbench.runner import (
@@ -121,7 +121,14 @@ def _print_plan(
             click.echo(f"             {spec} -> {len(expanded)} steps: {', '.join(expanded)}")
     click.echo(f"  threads  {', '.join(str(t) for t in experiment.threads)}")
     click.echo(f"  repeats  {experiment.repeats} (blocks: a server start of every setup each)")
-    click.echo(f"  cell     {fmt_durations(experiment)}; about {per_cell:.0f} s each")
+    wording = durations(
+        {
+            "warmup_s": experiment.warmup_s,
+            "max_warmup_s": experiment.max_warmup_s,
+            "step_s": experiment.duration_s,
+        }
+    )
+    click.echo(f"  cell     {wording}; about {per_cell:.0f} s each")
     click.echo(f"  {_design_line(experiment)}")
     capped = [s for s in experiment.setups if s.memory_limit_bytes is not None]
     if capped:
@@ -134,15 +141,6 @@ def _print_plan(
             "note: more than an hour; fewer steps or thread counts, or --set "
             "durations.step=N, shorten it"
         )
-
-
-def fmt_durations(experiment: experiment_mod.Experiment) -> str:
-    warmup = (
-        f"warmup {experiment.warmup_s:g}-{experiment.max_warmup_s:g} s until steady"
-        if experiment.warmup_s
-        else "no warmup"
-    )
-    return f"{warmup} + {experiment.duration_s:g} s measured"
 
 
 @click.command("run", epilog=exitcodes.POLICY_HELP)
