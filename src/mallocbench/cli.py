@@ -20,6 +20,7 @@ from mallocbench.commands import (
     patterns,
     recommend,
     run,
+    soak,
 )
 from mallocbench.errors import MallocbenchError
 
@@ -61,7 +62,7 @@ def main() -> None:
     """
 
 
-for module in (allocators, run, compare, recommend, calibrate, patterns, memory):
+for module in (allocators, run, compare, recommend, calibrate, soak, patterns, memory):
     for command in module.commands:
         main.add_command(command)
 

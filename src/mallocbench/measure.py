@@ -275,8 +275,13 @@ def measure_slice(
     return live.alive()
 
 
-def finish_cell(measurement: CellMeasurement, live: LiveSession) -> Cell:
-    """The cell from its slices: throughput, latency, per-op costs, stability."""
+def finish_cell(measurement: CellMeasurement, live: LiveSession, take_account: bool = True) -> Cell:
+    """The cell from its slices: throughput, latency, per-op costs, stability.
+
+    `take_account`: end with the server's full account of its RSS (probes.server.account).
+    The account is not free: its queries leave memory behind in the server, a few MiB a
+    time, so a soak takes it only at its end.
+    """
     cell, outputs = measurement.cell, measurement.outputs
     output = merge_outputs(outputs)
     cell.duration_s = output.seconds or (time.time() - (cell.started_at or time.time()))
@@ -301,7 +306,8 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession) -> Cell:
     )
     cell.metrics.update(output.metrics)
     cell.metrics.update(measurement.reported_at_end)
-    cell.metrics.update(account(live.server, live.setup.allocator.name))
+    if take_account:
+        cell.metrics.update(account(live.server, live.setup.allocator.name))
     # A load's throughput changes as its tables grow: no level to hold, nothing to judge.
     if not measurement.planned.step.definition.until_done:
         cell.stability = check_stability([s.qps for s in cell.samples]).to_dict()

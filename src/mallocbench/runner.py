@@ -115,6 +115,8 @@ class RunOptions:
     budget_s: float = 3600.0
     max_repeats: int = 20
     min_effect: float | None = None  # overrides the experiment's min_effect
+    # Recorded in the run's metadata beside what the pipeline records (a soak's "soak").
+    extra_metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
     def store_file(self) -> Path:
@@ -219,6 +221,10 @@ def _resume_run_id(store: Store, experiment: Experiment) -> str:
 
 
 class Pipeline:
+    # A server that died mid-session is replaced for the session's remaining cells; a
+    # soak (soak.py) ends the setup's soak instead, its death being the outcome.
+    restart_after_death = True
+
     def __init__(
         self,
         experiment: Experiment,
@@ -253,9 +259,7 @@ class Pipeline:
         self, store: Store, builds: dict[str | None, ServerBuild], orphans: list[Orphan]
     ) -> RunOutcome:
         experiment, options = self.experiment, self.options
-        run_id = (
-            _resume_run_id(store, experiment) if options.resume else _new_run_id(store, experiment)
-        )
+        run_id = self.resume_run_id(store) if options.resume else _new_run_id(store, experiment)
         with locks.lock_run(options.store_file, run_id):
             return self._execute_locked(store, builds, orphans, run_id)
 
@@ -295,6 +299,7 @@ class Pipeline:
                 "min_effect": (
                     options.min_effect if options.min_effect is not None else experiment.min_effect
                 ),
+                **options.extra_metadata,
             }
         )
         result = RunResult(
@@ -317,8 +322,8 @@ class Pipeline:
             ]
         else:
             outcome_notes = []
-        done = store.finished_cell_keys(run_id)
-        sessions = plan(experiment)
+        done = self.finished_keys(store, run_id)
+        sessions = self.plan_sessions()
         total = sum(len(s.cells) for s in sessions)
         skipped = sum(1 for s in sessions for c in s.cells if c.key in done)
         self.progress.start(total, skipped)
@@ -383,6 +388,25 @@ class Pipeline:
             if self.stop_requested():
                 raise KeyboardInterrupt
             self._run_session(store, run_id, session, pending, builds, outcome)
+
+    # --- what subclasses (soak.SoakPipeline) change -------------------------------------
+
+    def plan_sessions(self) -> list[PlannedSession]:
+        return plan(self.experiment)
+
+    def finished_keys(self, store: Store, run_id: str) -> set[tuple[str, str, str, int, int]]:
+        """Keys of the cells a resumed run skips."""
+        return store.finished_cell_keys(run_id)
+
+    def resume_run_id(self, store: Store) -> str:
+        return _resume_run_id(store, self.experiment)
+
+    def session_id(self, store: Store, run_id: str, planned: PlannedSession, attempt: int) -> str:
+        return planned.id if attempt == 0 else f"{planned.id}.{attempt + 1}"
+
+    def takes_account(self, planned: PlannedCell) -> bool:
+        """Whether the cell ends with the server's full account of its RSS."""
+        return True
 
     def _design_record(self) -> dict[str, Any]:
         experiment = self.experiment
@@ -484,7 +508,7 @@ class Pipeline:
         setup = experiment.setup(planned.setup)
         engine = engines.get(planned.engine)
         build = builds[setup.basedir]
-        session_id = planned.id if attempt == 0 else f"{planned.id}.{attempt + 1}"
+        session_id = self.session_id(store, run_id, planned, attempt)
         try:
             golden = dataset.golden_datadir(
                 build, engine, experiment.dataset, on_status=self.progress.status
@@ -558,6 +582,8 @@ class Pipeline:
                         pending.pop(0)
                         if not live.alive():
                             live.info.status = cell.status
+                            if not self.restart_after_death:
+                                pending.clear()
                             break
                         if self.stop_requested():
                             raise KeyboardInterrupt
@@ -660,7 +686,7 @@ class Pipeline:
                 if self.stop_requested():
                     raise KeyboardInterrupt
         for index, live, measurement, exact_peak in active:
-            cell = finish_cell(measurement, live)
+            cell = finish_cell(measurement, live, self.takes_account(measurement.planned))
             record_charge(cell, live, exact_peak)
             cells[index] = cell
         return [c for c in cells if c is not None]

@@ -274,6 +274,9 @@ def _thin_evidence(result: RunResult, engine: str) -> list[str]:
     client_bound = sum(client_cpu_warning(c) is not None for c in cells)
     if client_bound:
         thin.append(f"{client_bound} client-bound cell{'s' if client_bound != 1 else ''}")
+    if result.metadata.get("soak"):
+        # A soak's repeats are segments of one server lifetime: no start-to-start spread.
+        thin.append("a soak: its repeats are segments of one server start, not starts")
     repeats = {c.repeat for c in cells}
     if len(repeats) < 3:
         thin.append(f"{len(repeats)} repeat{'s' if len(repeats) != 1 else ''}")

@@ -65,6 +65,16 @@ def percent_option(name: str, help_text: str, default: str | None = None) -> Cal
     )
 
 
+def store_option() -> Callable[[F], F]:
+    """--store FILE: the SQLite results store, when not OUT/results.sqlite."""
+    return click.option(
+        "--store",
+        "store_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="SQLite results store (default: OUT/results.sqlite). Several runs can share one.",
+    )
+
+
 class FiniteFloatRange(click.FloatRange):
     """click.FloatRange that also refuses nan and inf (it compares them, and nan passes)."""
 

@@ -16,6 +16,7 @@ from mallocbench.commands.options import (
     min_effect_option,
     out_dir_option,
     percent_option,
+    store_option,
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import durations, mib
@@ -146,12 +147,7 @@ def _print_plan(
 @click.command("run", epilog=exitcodes.POLICY_HELP)
 @click.argument("experiment_file", type=click.Path(dir_okay=False, path_type=Path))
 @out_dir_option("Directory for results.json, report.md, CSVs, the store and server logs.")
-@click.option(
-    "--store",
-    "store_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="SQLite results store (default: OUT/results.sqlite). Several runs can share one.",
-)
+@store_option()
 @click.option(
     "--resume",
     is_flag=True,

@@ -59,6 +59,7 @@ from mallocbench.analysis.summary import (
 )
 from mallocbench.analysis.verdict import VerdictRow, verdict_rows
 from mallocbench.report.recommend import engine_lines
+from mallocbench.report.soak import soak_charts, soak_notes, soak_table
 from mallocbench.report.tables import memory_unit, run_notes
 from mallocbench.results import STATUS_OK, Cell, RunResult
 from mallocbench.workloads.catalogue import GROUPS, label_order
@@ -793,6 +794,9 @@ class ReportContext:
     vsz_note: str | None = None
     unit_note: str = ""
     exploratory: str | None = None  # why nothing on the page is a finding, when so
+    # A soak run's section: (header, rows) and its sentences; empty for other runs.
+    soak: tuple[list[str], list[list[str]]] | None = None
+    soak_notes: list[str] = field(default_factory=list)
     # Per engine: the decision line, then the claims behind it (report.recommend's words).
     recommendation: list[tuple[str, list[str]]] = field(default_factory=list)
 
@@ -814,6 +818,7 @@ def build_context(result: RunResult, min_effect: float | None = None) -> ReportC
     relative = {t.key: relative_chart(t, colors) for t in tables}
     charts = (
         list(relative.values())
+        + [Chart(**spec) for spec in soak_charts(result, colors)]
         + memory_time_charts(result, colors)
         + scalability_charts(result, summaries, colors)
         + per_step_charts(result, summaries, colors)
@@ -841,6 +846,8 @@ def build_context(result: RunResult, min_effect: float | None = None) -> ReportC
         unit_note=unit_note(tables),
         exploratory=exploratory_note(result),
         recommendation=_recommendation(result, effect),
+        soak=soak_table(result),
+        soak_notes=soak_notes(result),
     )
 
 

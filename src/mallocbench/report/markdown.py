@@ -21,6 +21,7 @@ from mallocbench.analysis.summary import (
     vsz_note,
 )
 from mallocbench.report.recommend import engine_lines
+from mallocbench.report.soak import markdown_lines as soak_markdown
 from mallocbench.report.tables import (
     IDLE_NOTE,
     PER_OP_NOTE,
@@ -149,6 +150,7 @@ def render(result: RunResult) -> str:
         reserved = vsz_note(memory)
         if reserved:
             out += [f"> **Note:** {reserved}", ""]
+    out += soak_markdown(result)
     sla = [f"- {line}" if met else f"- **{line}**" for line, met in sla_lines(result)]
     if sla:
         out += ["## Insert benchmark: background rate (SLA)", "", *sla, ""]

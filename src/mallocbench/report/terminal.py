@@ -27,6 +27,7 @@ from mallocbench.analysis.summary import (
     vsz_note,
 )
 from mallocbench.report.recommend import verdict_lines
+from mallocbench.report.soak import print_soak
 from mallocbench.report.tables import (
     IDLE_NOTE,
     PER_OP_NOTE,
@@ -143,6 +144,7 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
         reserved = vsz_note(memory)
         if reserved:
             console.print(f"[yellow]note[/]: {reserved}")
+    print_soak(result, console)
     rec = recommend(result)
     if rec.engines and not rec.exploratory:
         for line in verdict_lines(rec):

@@ -1,0 +1,226 @@
+"""`mallocbench soak`: one step under load for hours per setup; RSS growth and OOM as results."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from mallocbench import exitcodes
+from mallocbench import experiment as experiment_mod
+from mallocbench.commands.options import out_dir_option, store_option
+from mallocbench.commands.run import write_reports
+from mallocbench.errors import MallocbenchError
+from mallocbench.formatting import mib
+from mallocbench.report import soak as soak_report
+from mallocbench.runner import RunOptions, RunOutcome
+from mallocbench.soak import (
+    DEFAULT_DURATION,
+    DEFAULT_SEGMENT,
+    SoakPipeline,
+    SoakSpec,
+    plan_soak,
+    soak_experiment,
+    soak_metadata,
+    soak_spec,
+)
+
+# Seconds a server start, the cache warming and the commits add to each setup's soak.
+START_OVERHEAD_S = 20.0
+
+
+def _print_plan(experiment: experiment_mod.Experiment, spec: SoakSpec) -> None:
+    sessions = plan_soak(experiment)
+    total = len(sessions) * (spec.duration_s + START_OVERHEAD_S)
+    click.echo(
+        f"{experiment.name}: soak of {len(sessions)} setup/engine pair(s), "
+        f"{soak_report.duration_text(spec.duration_s)} each in {spec.segments} segments of "
+        f"{soak_report.duration_text(spec.segment_s)}; at most about "
+        f"{soak_report.duration_text(total)} in all (a killed server ends its soak early)"
+    )
+    click.echo(f"  step     {experiment.steps[0].label} with {experiment.threads[0]} threads")
+    click.echo(f"  engines  {', '.join(e.name for e in experiment.engines)}")
+    click.echo("  setups   " + ", ".join(s.name for s in experiment.setups) + " (in this order)")
+    caps = [s for s in experiment.setups if s.memory_limit_bytes is not None]
+    if caps:
+        click.echo(
+            "  memory caps (on each server's cgroup charge): "
+            + ", ".join(f"{s.name} {mib(s.memory_limit_bytes)}" for s in caps)
+        )
+    click.echo(
+        "  design   sequential: a soak needs continuous load per setup, so setups run back "
+        "to back, never interleaved; no warmup (the timeline starts at the server start); "
+        "a killed or crashed server ends its setup's soak"
+    )
+
+
+def _run(
+    experiment: experiment_mod.Experiment,
+    options: RunOptions,
+    console: Console,
+    banner: str | None,
+    segment_s: float,
+) -> tuple[RunOutcome, int | None]:
+    """Run the soak with Ctrl-C and SIGTERM turned into a stop after the segment under way
+    is dropped; returns the outcome and the signal that stopped it, if one did. No banner:
+    no live progress."""
+    interrupted: dict[str, int | None] = {"signal": None}
+
+    def on_signal(signum: int, frame: object) -> None:
+        if interrupted["signal"] is not None:
+            raise KeyboardInterrupt
+        interrupted["signal"] = signum
+        console.print(
+            f"[yellow]{signal.Signals(signum).name}: stopping; the segment under way is "
+            "dropped, finished segments are kept (Ctrl-C again to abort at once)[/]"
+        )
+
+    def stop_requested() -> bool:
+        return interrupted["signal"] is not None
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        if banner is None:
+            outcome = SoakPipeline(experiment, options, stop_requested=stop_requested).execute()
+        else:
+            from mallocbench.commands.progress import RichProgress
+
+            with RichProgress(console, segment_s, banner) as progress:
+                pipeline = SoakPipeline(experiment, options, progress, stop_requested)
+                outcome = pipeline.execute()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return outcome, interrupted["signal"]
+
+
+@click.command("soak", epilog=exitcodes.POLICY_HELP)
+@click.argument("experiment_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--duration",
+    metavar="DURATION",
+    help="Time under load per setup (and engine), e.g. 90m, 6h. Default: the experiment's "
+    f"durations.step when it sets one, else {DEFAULT_DURATION}.",
+)
+@click.option(
+    "--segment",
+    metavar="DURATION",
+    help="Each setup's soak is cut into cells this long, each committed as it ends: an "
+    "interruption loses at most one. Default: the experiment's durations.slice when it "
+    f"sets one, else {DEFAULT_SEGMENT}.",
+)
+@out_dir_option("Directory for results.json, report.md, soak.md, the store and server logs.")
+@store_option()
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the latest soak of this experiment (same --duration, --segment, --set): "
+    "finished segments are kept, the rest run on a new server.",
+)
+@click.option("--keep-datadirs", is_flag=True, help="Keep each session's datadir for inspection.")
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a key of the experiment file (repeatable), e.g. "
+    'steps=["point-query"], threads=[16], setup.glibc.memory_limit=512M.',
+)
+@click.option("--quiet", "-q", is_flag=True, help="No live progress; print the summary only.")
+@click.option("--dry-run", is_flag=True, help="Validate the experiment and print the plan.")
+def soak_cmd(
+    experiment_file: Path,
+    duration: str | None,
+    segment: str | None,
+    out_dir: Path,
+    store_path: Path | None,
+    resume: bool,
+    keep_datadirs: bool,
+    overrides: tuple[str, ...],
+    quiet: bool,
+    dry_run: bool,
+) -> None:
+    """Soak: hold one step's load on each setup for hours; measure how RSS grows.
+
+    \b
+    Every setup (on every engine) gets one server and --duration of continuous load
+    with the experiment's one step and client count (choose with --set when it has
+    several), with RSS, the server's own memory counters and its cgroup charge sampled
+    every second and its account of RSS taken at the end of each segment. Setups run
+    back to back: hours of load per setup rule out interleaving them. A setup's
+    memory_limit caps its server; an OOM kill is a result and ends that setup's soak.
+    The file's repeats and warmup do not apply (one lifetime per setup, timed from its
+    start), and --duration is rounded up to whole segments.
+
+    \b
+    Reported per setup: peak RSS against the cap, when the server was killed, the RSS
+    slope in MiB/hour with a 95% interval that allows for autocorrelated samples, where
+    growth levelled off, and when RSS would reach the cap at that slope. A soak is a
+    run: `mallocbench report OUT` and `compare` read it like any other.
+
+    \b
+    Examples:
+      mallocbench soak examples/myrocks-oom.toml --out oom
+      mallocbench soak my.toml --duration 6h --set 'steps=["point-query"]' --out soak
+      mallocbench soak my.toml --duration 6h --out soak --resume
+    """
+    loaded = experiment_mod.load(experiment_file, list(overrides))
+    spec = soak_spec(loaded, duration, segment, overrides)
+    experiment = soak_experiment(loaded, spec)
+    if dry_run:
+        _print_plan(experiment, spec)
+        return
+    options = RunOptions(
+        out_dir=out_dir,
+        store_path=store_path,
+        resume=resume,
+        keep_datadirs=keep_datadirs,
+        extra_metadata=soak_metadata(experiment, spec),
+    )
+    console = Console(stderr=True)
+    pairs = len(plan_soak(experiment))
+    banner = (
+        f"[bold]{experiment.name}[/]: soak of {pairs} setup(s) back to back, "
+        f"{soak_report.duration_text(spec.duration_s)} each; results in {out_dir}"
+    )
+    outcome, stopped_by = _run(
+        experiment, options, console, None if quiet else banner, spec.segment_s
+    )
+    _finish(outcome, out_dir, console, options.store_file, stopped_by)
+
+
+def _finish(
+    outcome: RunOutcome, out_dir: Path, console: Console, store_file: Path, stopped_by: int | None
+) -> None:
+    """Reports, the soak summary, notes and the exit status the run's end calls for."""
+    result = outcome.result
+    written = write_reports(result, out_dir)
+    try:
+        path = out_dir / "soak.md"
+        path.write_text("\n".join(soak_report.markdown_lines(result)) + "\n")
+        written.append(path)
+    except OSError as exc:
+        raise MallocbenchError(f"cannot write {out_dir / 'soak.md'}: {exc.strerror}") from exc
+    soak_report.print_soak(result, Console())
+    console.print("wrote " + ", ".join(str(p) for p in written))
+    for note in outcome.notes:
+        console.print(f"[yellow]note[/]: {note}")
+    if outcome.aborted == "interrupted":
+        console.print(
+            f"[yellow]interrupted[/]: {len(result.cells)} segments kept in {store_file}; "
+            "continue with --resume"
+        )
+        sys.exit(exitcodes.interrupted(stopped_by or signal.SIGINT))
+    if outcome.aborted:
+        click.echo(f"mallocbench: error: {outcome.aborted.splitlines()[0]}", err=True)
+        click.echo(
+            f"  ({len(result.cells)} segments measured so far are kept in {store_file})",
+            err=True,
+        )
+        sys.exit(exitcodes.ABORTED)
+
+
+commands = [soak_cmd]
