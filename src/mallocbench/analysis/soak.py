@@ -219,7 +219,7 @@ def _broken_line_sse(t: np.ndarray, y: np.ndarray, at: float) -> float:
     return float(resid @ resid)
 
 
-def breakpoint(series: Series) -> float | None:
+def bend_point(series: Series) -> float | None:
     """Where the best two-segment fit bends: the break of the continuous broken line
     (least squares) that fits the series best, searched from 1% to 2/3 of the way in (so
     the part after it is long enough to fit a slope on), on a grid of 1% steps and then
@@ -261,11 +261,11 @@ def find_plateau(series: Series) -> float | None:
 
     RSS levelled off from its first sample when the whole series `levels_off` (at its
     slope's upper end, RSS would grow at most 5% in as long again); else at the fit's
-    break (`breakpoint`) when the part after it levels off. Otherwise RSS still grows,
+    break (`bend_point`) when the part after it levels off. Otherwise RSS still grows,
     or the series is too short or too noisy to tell: None, as for one under 2 minutes.
     """
     t, _ = _arrays(series)
-    at = breakpoint(series)
+    at = bend_point(series)
     if at is None:
         return None
     span = float(t[-1] - t[0])
@@ -334,7 +334,7 @@ def analyze(series: Series, cap_bytes: float | None = None, ended: bool = False)
         return SeriesFit(0.0, 0.0, 0.0, 0.0, None, None, None, None, None)
     points = list(zip(t.tolist(), y.tolist(), strict=True))
     plateau = find_plateau(points)
-    start = plateau if plateau is not None else breakpoint(points)
+    start = plateau if plateau is not None else bend_point(points)
     start = float(t[0]) if start is None else start
     tail = window(points, start)
     slope = fit_slope(tail)
