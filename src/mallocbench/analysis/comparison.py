@@ -28,7 +28,7 @@ from mallocbench.analysis.summary import (
     percent,
     ratio_cell,
     slug,
-    summarize,
+    summarize_run,
     vsz_note,
 )
 from mallocbench.analysis.verdict import VerdictRow, verdict_for
@@ -146,7 +146,7 @@ def compare(
     effect = min_effect
     if effect is None:
         effect = min_effect_of(b) or min_effect_of(a)
-    sa, sb = summarize(a.cells), summarize(b.cells)
+    sa, sb = summarize_run(a), summarize_run(b)
     common = set(sa) & set(sb)
     setups = [s for s in _ordered_setups(a, b) if any(k[0] == s for k in common)]
     pairs_a = {(k[0], k[1]) for k in sa}

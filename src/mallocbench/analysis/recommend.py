@@ -27,7 +27,7 @@ from mallocbench.analysis.summary import (
     relative_tables,
     rss_ratio_cells,
     setup_order,
-    summarize,
+    summarize_run,
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.results import STATUS_OK, RunResult
@@ -328,7 +328,7 @@ def recommend(
 ) -> Recommendation:
     """The setup to run per engine, or the base when no candidate qualifies."""
     effect = min_effect_of(result, min_effect)
-    tables = relative_tables(result, effect, summarize(result.cells))
+    tables = relative_tables(result, effect, summarize_run(result))
     rss_cells = rss_ratio_cells(result, effect)
     p99 = _p99_cells(result, effect)
     peaks = peak_rss_by_repeat(result)

@@ -23,6 +23,7 @@ from typing import Any
 from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
+from mallocbench.analysis.soak import is_soak
 from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult
 from mallocbench.units import parse_fraction
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
@@ -94,7 +95,16 @@ def throughput(cell: Cell) -> tuple[float | None, str]:
     return cell.qps, QPS
 
 
-def summarize(cells: list[Cell]) -> dict[tuple[str, str, str, int], CellSummary]:
+def summarize(
+    cells: list[Cell], *, one_block: bool = False
+) -> dict[tuple[str, str, str, int], CellSummary]:
+    """Each setup x engine x step x threads over its repeats.
+
+    `one_block` is for runs whose repeats are not independent blocks (a soak's segments
+    are consecutive windows of one server lifetime): each summary then holds one value,
+    the mean over its repeats, so no interval is computed from windows that share a
+    server start, a cache state and a heap.
+    """
     summaries: dict[tuple[str, str, str, int], CellSummary] = {}
     metric_values: dict[tuple[str, str, str, int], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list)
@@ -126,7 +136,30 @@ def summarize(cells: list[Cell]) -> dict[tuple[str, str, str, int], CellSummary]
             summary.peak_vsz_bytes = max(summary.peak_vsz_bytes or 0, cell.peak_vsz_bytes)
     for key, by_name in metric_values.items():
         summaries[key].metrics = {n: statistics.fmean(v) for n, v in by_name.items()}
+    if one_block:
+        for summary in summaries.values():
+            _as_one_block(summary)
     return summaries
+
+
+def _as_one_block(summary: CellSummary) -> None:
+    if summary.qps_values:
+        summary.qps_values = [statistics.fmean(summary.qps_values)]
+        summary.by_repeat = {0: summary.qps_values[0]}
+    if summary.p95_values:
+        summary.p95_values = [statistics.median(summary.p95_values)]
+    if summary.p99_values:
+        summary.p99_values = [statistics.median(summary.p99_values)]
+
+
+def summarize_run(result: RunResult) -> dict[tuple[str, str, str, int], CellSummary]:
+    """`summarize` over a run's cells, knowing whether its repeats are blocks."""
+    return summarize(result.cells, one_block=repeats_share_a_server(result))
+
+
+def repeats_share_a_server(result: RunResult) -> bool:
+    """Whether the run's repeats are segments of one server lifetime (a soak), not starts."""
+    return is_soak(result)
 
 
 # ---------------------------------------------------------------- min_effect
@@ -437,7 +470,7 @@ def relative_tables(
     `min_effect` overrides the run's own (its metadata); see `min_effect_of`.
     """
     effect = min_effect_of(result, min_effect)
-    summaries = summaries if summaries is not None else summarize(result.cells)
+    summaries = summaries if summaries is not None else summarize_run(result)
     variance_blocks = stein_blocks(result)
     base = result.base_setup
     others = [s for s in setup_order(result) if s != base]
@@ -633,11 +666,14 @@ def peak_rss_by_repeat(result: RunResult) -> dict[tuple[str, str], dict[int, flo
     Sessions keep the server's lifetime peak; cells stand in where a session's end was lost.
     """
     peaks: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    # A soak's segments share one server: its lifetime peak is the one value it has.
+    one_block = repeats_share_a_server(result)
     for measured in [*result.sessions, *result.cells]:
         if not measured.peak_rss_bytes:
             continue
         by_repeat = peaks[(measured.setup, measured.engine)]
-        by_repeat[measured.repeat] = max(by_repeat.get(measured.repeat, 0), measured.peak_rss_bytes)
+        block = 0 if one_block else measured.repeat
+        by_repeat[block] = max(by_repeat.get(block, 0), measured.peak_rss_bytes)
     return dict(peaks)
 
 
@@ -787,6 +823,12 @@ def exploratory_note(result: RunResult) -> str | None:
     5 s cell on a busy machine varies that much); so such a run is exploratory, and its
     ratios are shown but never colored, marked or listed as faster or slower.
     """
+    if repeats_share_a_server(result):
+        return (
+            "Soak run: its segments are consecutive windows of one server lifetime per "
+            "setup, not independent server starts, so the relative values below have no "
+            "interval and none is a finding; the soak section's slopes are its result."
+        )
     counts: dict[tuple[str, str, str, int], int] = defaultdict(int)
     for cell in result.cells:
         if cell.status == STATUS_OK:

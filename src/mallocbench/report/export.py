@@ -14,7 +14,7 @@ from mallocbench.analysis.summary import (
     RatioTable,
     relative_tables,
     setup_order,
-    summarize,
+    summarize_run,
 )
 from mallocbench.results import RunResult
 from mallocbench.workloads.catalogue import label_order
@@ -93,7 +93,7 @@ def summary_records(result: RunResult) -> list[dict[str, Any]]:
     records = []
     order = {name: i for i, name in enumerate(setup_order(result))}
     summaries = sorted(
-        summarize(result.cells).values(),
+        summarize_run(result).values(),
         key=lambda s: (s.engine, s.threads, label_order(s.step), order.get(s.setup, 99)),
     )
     for summary in summaries:

@@ -53,7 +53,7 @@ from mallocbench.analysis.summary import (
     setup_order,
     significance_rule,
     slug,
-    summarize,
+    summarize_run,
     unit_note,
     vsz_note,
 )
@@ -812,7 +812,7 @@ class ReportContext:
 def build_context(result: RunResult, min_effect: float | None = None) -> ReportContext:
     """The page's content; `min_effect` overrides the run's own."""
     effect = min_effect_of(result, min_effect)
-    summaries = summarize(result.cells)
+    summaries = summarize_run(result)
     tables = relative_tables(result, effect, summaries)
     colors = _colors(result)
     relative = {t.key: relative_chart(t, colors) for t in tables}

@@ -18,7 +18,7 @@ from mallocbench.analysis.summary import (
     oom_text,
     setup_order,
     stability_notes,
-    summarize,
+    summarize_run,
     vsz_note,
 )
 from mallocbench.results import RunResult
@@ -131,7 +131,7 @@ PER_OP_NOTE = (
 def per_op_tables(result: RunResult) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) per engine and thread count: each step and setup in the long
     form, so a terminal keeps every setup's name however many there are."""
-    summaries = summarize(result.cells)
+    summaries = summarize_run(result)
     order = {name: i for i, name in enumerate(setup_order(result))}
     tables = []
     for engine in dict.fromkeys(c.engine for c in result.cells):
