@@ -426,7 +426,8 @@ def test_pattern_options_in_a_file_are_checked_too() -> None:
         "setups": {"g": {"allocator": "glibc", "options": {"min_size": 0}}},
         "patterns": [{"pattern": "oltp", "max_size": "-1K"}],
     }
-    with pytest.raises(MallocbenchError, match=r"^setups\.g\.options\.min_size: expected a size"):
+    # Both mistakes in one run, each naming its key.
+    with pytest.raises(MallocbenchError, match=r"^2 problems:\n  setups\.g\.options\.min_size: "):
         pexp.from_dict(doc, "t")
     doc["setups"]["g"]["options"] = {}
     with pytest.raises(MallocbenchError, match=r"^patterns\[0\]\.max_size: expected a size"):

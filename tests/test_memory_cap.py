@@ -138,7 +138,8 @@ def test_dry_run_refuses_a_cap_where_no_memory_cgroup_is_writable(tmp_path: Path
     assert refused.returncode == 2
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1, refused.stderr
-    assert lines[0].startswith("mallocbench: error: setup a has a memory_limit")
+    # Located at the key that asks for the cap.
+    assert lines[0].startswith(f"mallocbench: error: {capped}:4: setup a has a memory_limit")
     assert "writable memory cgroup" in lines[0] and "is not writable" in lines[0]
     # As root the same file validates, and the plan names the cap.
     allowed = run_cli("run", str(capped), "--dry-run")

@@ -30,7 +30,7 @@ def base_doc() -> dict:
 @pytest.mark.parametrize(
     ("mutate", "where"),
     [
-        (lambda d: d["patterns"][0].update(capacty="8M"), "patterns[0].capacty"),
+        (lambda d: d["patterns"][0].update(capacty="8M"), "unknown key 'capacty' in patterns[0]"),
         (lambda d: d["patterns"][0].update(pattern="heap"), "patterns[0].pattern"),
         (lambda d: d["patterns"][0].update(threads=0), "patterns[0].threads"),
         (lambda d: d["patterns"][0].update(setups=["nope"]), "patterns[0].setups"),
@@ -39,7 +39,7 @@ def base_doc() -> dict:
         (lambda d: d["setups"]["glibc"].update(options={"init": "calloc"}), "patterns[0].setups"),
         (lambda d: d.update(base="je"), "base"),
         (lambda d: d.update(repeats=0), "repeats"),
-        (lambda d: d.update(colour="red"), "experiment.colour"),
+        (lambda d: d.update(colour="red"), "unknown key 'colour' in the experiment"),
     ],
 )
 def test_experiment_errors_name_the_key(mutate, where: str) -> None:
@@ -96,9 +96,9 @@ def run_cli(*args: str) -> tuple[int, str, str]:
         (["-p", "sortbuf", "-o", "capacity=1M"], "--option capacity: no chosen pattern"),
         (["-p", "sortbuf", "-o", "size"], "expected KEY=VALUE"),
         (["-p", "sortbuf", "-o", "size=12Q", "-a", "glibc"], "sortbuf.size: expected a size"),
-        (["-a", "glibc:MALLOC_CONF=x"], "does not tune glibc"),
+        (["-a", "glibc:MALLOC_CONF=x"], "has no effect on glibc"),
         ([str(EXAMPLE), "-p", "oltp"], "cannot be combined with an experiment file"),
-        (["/nonexistent/x.toml"], "cannot read experiment file"),
+        (["/nonexistent/x.toml"], "experiment file /nonexistent/x.toml does not exist"),
         (["--report", "--out", "/nonexistent/out"], "no results store"),
     ],
 )

@@ -20,6 +20,7 @@ from mallocbench.commands import (
     patterns,
     recommend,
     run,
+    schema,
     soak,
 )
 from mallocbench.errors import MallocbenchError
@@ -62,7 +63,7 @@ def main() -> None:
     """
 
 
-for module in (allocators, run, compare, recommend, calibrate, soak, patterns, memory):
+for module in (allocators, run, compare, recommend, calibrate, soak, patterns, memory, schema):
     for command in module.commands:
         main.add_command(command)
 

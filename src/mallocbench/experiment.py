@@ -1,6 +1,9 @@
 """Experiment files: TOML -> validated model -> plan of cells in interleaved order.
 
-Every validation error names the key and how to fix it, in one line.
+Every validation error names the key and how to fix it, in one line; a file's problems
+are collected and reported together, each at its line (mallocbench.validation). The keys
+each table takes are listed once, in mallocbench.dialect, with the [[setup]] checks that
+`patterns` files share.
 """
 
 from __future__ import annotations
@@ -16,21 +19,33 @@ from typing import Any
 
 import psutil
 
-from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.dataset import Dataset, cache_root
+from mallocbench.dialect import (
+    RUN_DATASET,
+    RUN_DURATIONS,
+    RUN_SERVER,
+    RUN_TOP,
+    CommonSetup,
+    SetupTable,
+    common_setups,
+    setup_names,
+    setup_tables,
+    string_map,
+)
 from mallocbench.errors import MallocbenchError, did_you_mean
 from mallocbench.formatting import gb
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem
 from mallocbench.servers.engines import Engine
-from mallocbench.servers.options import check_config, check_knob
+from mallocbench.servers.options import check_config
+from mallocbench.tomlpos import KeyPath
 from mallocbench.units import parse_count, parse_duration, parse_fraction, parse_size
+from mallocbench.validation import Problems, read_toml
 from mallocbench.workloads.catalogue import Step, parse_steps
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 THP_MODES = ("always", "madvise", "never")
 
 # Bounds on what one experiment may ask for. Beyond them a value is a typo or a unit
@@ -232,46 +247,11 @@ def plan_extra_round(
 
 # --- loading and validation -----------------------------------------------------------------
 
-_TOP_KEYS = {
-    "name",
-    "description",
-    "base",
-    "engines",
-    "steps",
-    "threads",
-    "repeats",
-    "design",
-    "min_effect",
-    "dataset",
-    "durations",
-    "server",
-    "setup",
-}
-
 
 def _expect(value: object, kind: type | tuple[type, ...], key: str, hint: str) -> Any:
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
         raise MallocbenchError(f"{key} = {value!r} is invalid: {hint}")
     return value
-
-
-def _string_map(value: object, key: str) -> dict[str, str]:
-    _expect(value, dict, key, "write a table of NAME = value")
-    result = {}
-    for k, v in value.items():  # type: ignore[union-attr]
-        if isinstance(v, dict | list):
-            raise MallocbenchError(f"{key}.{k} must be a single value, not {type(v).__name__}")
-        result[str(k)] = str(v).lower() if isinstance(v, bool) else str(v)
-    return result
-
-
-def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(set(table) - allowed)
-    if extra:
-        raise MallocbenchError(
-            f"unknown key {extra[0]!r} in {where}{did_you_mean(extra[0], allowed)}: allowed "
-            f"keys are {', '.join(sorted(allowed))}"
-        )
 
 
 def _cpu_list(value: object, key: str) -> str | None:
@@ -383,7 +363,7 @@ def _memory_limit(value: object, key: str) -> int | None:
     return limit
 
 
-def _cpu_quota(value: object, setup_name: str, cpus: str | None) -> float | None:
+def _cpu_quota(value: object, label: str, cpus: str | None) -> float | None:
     """CPUs of time per second from "95%": a share of the setup's CPUs (all, if unset).
 
     A quota of every CPU but a little is the smallest handicap that can be given a server
@@ -391,7 +371,7 @@ def _cpu_quota(value: object, setup_name: str, cpus: str | None) -> float | None
     """
     if value is None:
         return None
-    key = f"setup {setup_name}.cpu_quota"
+    key = f"{label}.cpu_quota"
     share = parse_fraction(value, key, upper=1e6)
     if share <= 0:
         raise MallocbenchError(f"{key} = {value!r} would stop the server: give e.g. 95%")
@@ -406,16 +386,12 @@ def _cpu_quota(value: object, setup_name: str, cpus: str | None) -> float | None
     return share * count
 
 
-def _check_capping(setups: list[Setup]) -> None:
+def _check_capping(name: str) -> None:
     """A cap is only real in a memory cgroup of its own: say now if none can be made."""
-    capped = [s.name for s in setups if s.memory_limit_bytes is not None]
-    if not capped:
-        return
     problem = capping_problem()
     if problem is not None:
         raise MallocbenchError(
-            f"setup {capped[0]} has a memory_limit, which needs a writable memory cgroup, "
-            f"but {problem}"
+            f"setup {name} has a memory_limit, which needs a writable memory cgroup, but {problem}"
         )
 
 
@@ -448,15 +424,20 @@ def _check_disk(dataset: Dataset, engine_list: list[Engine]) -> None:
         )
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> list[str]:
+def apply_overrides(
+    data: dict[str, Any], overrides: list[str], overridden: dict[KeyPath, str] | None = None
+) -> list[str]:
     """Apply `--set KEY=VALUE` overrides to parsed TOML; returns them as TOML comment lines.
 
     KEY is dotted (durations.step, dataset.rows, server.config.sort_buffer_size); a setup
     is addressed by name (setup.je.knobs.MALLOC_CONF). VALUE is read as a TOML value
     (10, [1, 8], "2%") and otherwise taken as a string (512M, point-query), so the shell
-    needs no TOML quoting. The result is validated like the file itself.
+    needs no TOML quoting. The result is validated like the file itself. `overridden`,
+    when given, receives the data path each set with its `--set`, so that a problem in an
+    overridden value is reported at the option rather than at a line of the file.
     """
     recorded = []
+    overridden = {} if overridden is None else overridden
     for item in overrides:
         key, sep, raw = item.partition("=")
         path = [part.strip() for part in key.split(".")]
@@ -468,32 +449,36 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> list[str]:
             value = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw.strip()
-        _set_path(data, path, value, item)
+        overridden[_set_path(data, path, value, item)] = f"--set {key.strip()}={raw.strip()}"
         recorded.append(f"# --set {key.strip()}={raw.strip()}")
     return recorded
 
 
-def _set_path(data: dict[str, Any], path: list[str], value: object, item: str) -> None:
+def _set_path(data: dict[str, Any], path: list[str], value: object, item: str) -> KeyPath:
+    """Set `value` at `path`; returns the data path it set (a setup by its index)."""
     node: Any = data
     for depth, part in enumerate(path[:-1]):
         if part == "setup" and depth == 0:
             setups = node.get("setup") or []
             name = path[1] if len(path) > 2 else None
-            match = [s for s in setups if isinstance(s, dict) and s.get("name") == name]
+            match = [
+                i for i, s in enumerate(setups) if isinstance(s, dict) and s.get("name") == name
+            ]
             if not match:
                 names = ", ".join(str(s.get("name")) for s in setups if isinstance(s, dict))
                 raise MallocbenchError(
                     f"--set {item!r}: no setup named {name!r}; setups: {names or 'none'} "
                     "(address one as setup.NAME.KEY=VALUE)"
                 )
-            node = match[0]
+            node = setups[match[0]]
             rest = path[2:]
             for inner in rest[:-1]:
                 node = _child_table(node, inner, item)
             node[rest[-1]] = value
-            return
+            return ("setup", match[0], *rest)
         node = _child_table(node, part, item)
     node[path[-1]] = value
+    return tuple(path)
 
 
 def _child_table(node: dict[str, Any], key: str, item: str) -> dict[str, Any]:
@@ -504,220 +489,328 @@ def _child_table(node: dict[str, Any], key: str, item: str) -> dict[str, Any]:
 
 
 def load(path: str | Path, overrides: list[str] | None = None) -> Experiment:
+    """An experiment file, validated whole: every problem in it is reported at once."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError as exc:
-        raise MallocbenchError(f"experiment file {path} does not exist") from exc
-    except OSError as exc:
-        raise MallocbenchError(f"cannot read experiment file {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise MallocbenchError(
-            f"experiment file {path} is not text (byte {exc.start} is not UTF-8): "
-            "give a TOML experiment file"
-        ) from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise MallocbenchError(f"{path} is not valid TOML: {exc}") from exc
+    text, data = read_toml(path)
+    overridden: dict[KeyPath, str] = {}
     if overrides:
+        recorded = apply_overrides(data, overrides, overridden)
         # The stored text says what ran: the file, then what the command line changed.
-        text = text.rstrip("\n") + "\n\n" + "\n".join(apply_overrides(data, overrides)) + "\n"
-    experiment = from_dict(data, text, default_name=path.stem)
+        text = text.rstrip("\n") + "\n\n" + "\n".join(recorded) + "\n"
+    experiment = from_dict(data, text, path.stem, source=str(path), overridden=overridden)
     experiment.source = str(path)
     return experiment
 
 
-def from_dict(data: dict[str, Any], text: str = "", default_name: str = "experiment") -> Experiment:
-    _unknown(data, _TOP_KEYS, "the experiment")
-    name = str(data.get("name", default_name))
+def from_dict(
+    data: dict[str, Any],
+    text: str = "",
+    default_name: str = "experiment",
+    source: str | None = None,
+    overridden: dict[KeyPath, str] | None = None,
+) -> Experiment:
+    """The validated experiment, or one error listing every problem of `data`.
 
-    server = _expect(data.get("server", {}), dict, "server", "write a [server] table")
-    _unknown(server, {"basedir", "port", "config", "memory_limit"}, "[server]")
-    basedir = server.get("basedir") or None
-    default_limit = _memory_limit(server.get("memory_limit"), "server.memory_limit")
-    port = server.get("port")
-    if port is not None:
-        _expect(port, int, "server.port", "give a TCP port number, e.g. 33060")
-        if not 1024 <= port <= 65535:
-            raise MallocbenchError(f"server.port = {port} is out of range: use 1024-65535")
-    server_config = _string_map(server.get("config", {}), "server.config")
-    for key, value in server_config.items():
-        check_config(key, value, "[server]")
-
-    raw_setups = data.get("setup")
-    if not raw_setups:
-        raise MallocbenchError(
-            "the experiment has no setups: add [[setup]] tables with name and allocator"
-        )
-    _expect(raw_setups, list, "setup", "write [[setup]] tables")
-    setups: list[Setup] = []
-    for index, raw in enumerate(raw_setups):
-        where = f"setup #{index + 1}"
-        _expect(raw, dict, where, "write a [[setup]] table")
-        _unknown(
-            raw,
-            {
-                "name",
-                "allocator",
-                "knobs",
-                "config",
-                "basedir",
-                "cpus",
-                "thp",
-                "memory_limit",
-                "cpu_quota",
-                "description",
-            },
-            f"[[setup]] {raw.get('name', index + 1)}",
-        )
-        spec = raw.get("allocator")
-        if not spec:
-            raise MallocbenchError(f'{where} has no allocator: set allocator = "jemalloc" etc.')
-        allocator = allocators.get(str(spec))
-        setup_name = str(raw.get("name") or allocator.name)
-        if not _NAME.match(setup_name):
-            raise MallocbenchError(
-                f"setup name {setup_name!r} is invalid: use letters, digits, '-', '_' and '.'"
-            )
-        if any(s.name == setup_name for s in setups):
-            raise MallocbenchError(f"setup name {setup_name!r} is used twice: names must differ")
-        knobs = _string_map(raw.get("knobs", {}), f"setup {setup_name}.knobs")
-        for key, value in knobs.items():
-            check_knob(key, value, f"setup {setup_name}")
-        config = _string_map(raw.get("config", {}), f"setup {setup_name}.config")
-        for key, value in config.items():
-            check_config(key, value, f"setup {setup_name}")
-        foreign = allocators.knob_allocator_mismatch(allocator, knobs)
-        if foreign:
-            raise MallocbenchError(
-                f"setup {setup_name}: knob {foreign[0]} has no effect on {allocator.name}: "
-                "remove it or change the allocator"
-            )
-        cpus = _cpu_list(raw.get("cpus"), f"setup {setup_name}.cpus")
-        thp = raw.get("thp")
-        if thp is not None and str(thp) not in THP_MODES:
-            raise MallocbenchError(
-                f"setup {setup_name}.thp = {thp!r} is not a THP mode: use "
-                + ", ".join(f'"{m}"' for m in THP_MODES)
-            )
-        setups.append(
-            Setup(
-                name=setup_name,
-                allocator=allocator,
-                allocator_spec=str(spec),
-                knobs=knobs,
-                config=config,
-                basedir=raw.get("basedir") or basedir,
-                cpus=cpus,
-                thp=str(thp) if thp is not None else None,
-                memory_limit_bytes=(
-                    _memory_limit(raw["memory_limit"], f"setup {setup_name}.memory_limit")
-                    if "memory_limit" in raw
-                    else default_limit
-                ),
-                cpu_quota=_cpu_quota(raw.get("cpu_quota"), setup_name, cpus),
-                description=str(raw.get("description", "")),
-            )
-        )
-
-    _check_capping(setups)
-
-    base = str(data.get("base", setups[0].name))
-    if base not in {s.name for s in setups}:
-        raise MallocbenchError(
-            f"base = {base!r} is not a setup{did_you_mean(base, [s.name for s in setups])}: "
-            f"use one of {', '.join(s.name for s in setups)}"
-        )
-
-    engine_names = data.get("engines", ["innodb"])
-    if isinstance(engine_names, str):
-        engine_names = [engine_names]
-    _expect(engine_names, list, "engines", 'write a list, e.g. ["innodb", "myrocks"]')
-    engine_list = [engines.get(str(e)) for e in engine_names]
-    if not engine_list:
-        raise MallocbenchError('engines is empty: write e.g. engines = ["innodb"]')
-
-    step_specs = data.get("steps", ["point-query"])
-    if isinstance(step_specs, str):
-        step_specs = [step_specs]
-    _expect(step_specs, list, "steps", 'write a list of steps or groups, e.g. ["point", "scan"]')
-    steps = parse_steps([str(s) for s in step_specs])
-    if not steps:
-        raise MallocbenchError("steps is empty: name at least one step or group")
-
-    threads = data.get("threads", [1])
-    if isinstance(threads, int):
-        threads = [threads]
-    _expect(threads, list, "threads", "write a list of client counts, e.g. [1, 8]")
-    for t in threads:
-        if not isinstance(t, int) or isinstance(t, bool) or not 1 <= t <= 4096:
-            raise MallocbenchError(f"threads contains {t!r}: use whole numbers from 1 to 4096")
-
-    repeats = data.get("repeats", 1)
-    _expect(repeats, int, "repeats", "give a whole number of repeats, e.g. 3")
-    if repeats < 1:
-        raise MallocbenchError(f"repeats = {repeats} must be at least 1")
-
-    min_effect = parse_fraction(data.get("min_effect", 0), "min_effect", upper=MIN_EFFECT_UPPER)
-
-    raw_dataset = _expect(data.get("dataset", {}), dict, "dataset", "write a [dataset] table")
-    _unknown(raw_dataset, {"tables", "rows", "cache"}, "[dataset]")
-    dataset = Dataset()
-    if "tables" in raw_dataset:
-        dataset.tables = _bounded_int(raw_dataset["tables"], "dataset.tables", 1, MAX_TABLES)
-    if "rows" in raw_dataset:
-        dataset.rows = parse_count(raw_dataset["rows"], "dataset.rows", 1, MAX_ROWS)
-    if "cache" in raw_dataset:
-        dataset.cache_bytes = parse_size(raw_dataset["cache"], "dataset.cache")
-    _check_memory(dataset)
-    _check_disk(dataset, engine_list)
-
-    durations = _expect(data.get("durations", {}), dict, "durations", "write a [durations] table")
-    _unknown(durations, {"warmup", "max_warmup", "step", "slice"}, "[durations]")
-    warmup = _seconds(durations.get("warmup", 2), "durations.warmup", 0)
-    if "max_warmup" in durations:
-        if warmup == 0:
-            raise MallocbenchError(
-                "durations.max_warmup is set but warmup = 0 turns warming off: "
-                "remove max_warmup, or give warmup the minimum seconds to warm"
-            )
-        max_warmup = _seconds(durations["max_warmup"], "durations.max_warmup", 0)
-        if max_warmup < warmup:
-            raise MallocbenchError(
-                f"durations.max_warmup = {durations['max_warmup']!r} is below durations.warmup "
-                f"= {warmup:g}: warmup is the minimum, max_warmup the maximum"
-            )
-    else:
-        # A long minimum without a maximum is a fixed warmup, as before max_warmup existed.
-        max_warmup = max(DEFAULT_MAX_WARMUP_S, warmup)
-    duration = _seconds(durations.get("step", 10), "durations.step", 1)
-    slice_s = _slice(durations.get("slice"), duration)
-    design = str(data.get("design", INTERLEAVED))
-    if design not in DESIGNS:
-        raise MallocbenchError(
-            f"design = {design!r} is unknown: use {DESIGNS[0]!r} (setups' servers up at once, "
-            f"their slices alternating) or {DESIGNS[1]!r} (one server at a time)"
-        )
-
+    With `source` (the file `text` was read from) each problem carries its line.
+    """
+    problems = Problems()
+    problems.unknown_keys((), data, RUN_TOP, "the experiment")
+    server = _server(problems, data)
+    tables = setup_tables(problems, data, older=False)
+    setups = _setups(problems, tables, server)
+    base = _base(problems, data, tables, setups)
+    engine_list = _engines(problems, data)
+    steps, step_specs = _steps(problems, data)
+    threads = _threads(problems, data)
+    repeats = problems.check(("repeats",), _repeats, data.get("repeats", 1))
+    min_effect = problems.check(
+        ("min_effect",), parse_fraction, data.get("min_effect", 0), "min_effect", MIN_EFFECT_UPPER
+    )
+    dataset = _dataset(problems, data, engine_list)
+    timing = _durations(problems, data)
+    design = problems.check(("design",), _design, data.get("design", INTERLEAVED))
+    problems.raise_if_any(source, text, overridden)
     return Experiment(
-        name=name,
+        name=str(data.get("name", default_name)),
         text=text,
         setups=setups,
         base=base,
         engines=engine_list,
         steps=steps,
-        step_specs=[str(spec) for spec in step_specs],
+        step_specs=step_specs,
         threads=sorted(set(threads)),
         dataset=dataset,
-        warmup_s=warmup,
-        max_warmup_s=max_warmup,
-        duration_s=duration,
-        slice_s=slice_s,
-        design=design,
-        repeats=repeats,
-        min_effect=min_effect,
-        server_config=server_config,
-        basedir=basedir,
-        port=port,
+        warmup_s=timing.warmup,
+        max_warmup_s=timing.max_warmup,
+        duration_s=timing.step,
+        slice_s=timing.slice,
+        design=str(design),
+        repeats=int(repeats or 1),
+        min_effect=float(min_effect or 0),
+        server_config=server.config,
+        basedir=server.basedir,
+        port=server.port,
     )
+
+
+@dataclass
+class _Server:
+    """The [server] table: what every setup's server shares."""
+
+    basedir: str | None = None
+    port: int | None = None
+    config: dict[str, str] = field(default_factory=dict)
+    memory_limit: int | None = None
+
+
+def _server(problems: Problems, data: dict[str, Any]) -> _Server:
+    raw = problems.check(
+        ("server",), _expect, data.get("server", {}), dict, "server", "write a [server] table"
+    )
+    if raw is None:
+        return _Server()
+    problems.unknown_keys(("server",), raw, RUN_SERVER, "[server]")
+    return _Server(
+        basedir=raw.get("basedir") or None,
+        port=problems.check(("server", "port"), _port, raw.get("port")),
+        config=_config(problems, ("server", "config"), raw.get("config", {}), "[server]"),
+        memory_limit=problems.check(
+            ("server", "memory_limit"),
+            _memory_limit,
+            raw.get("memory_limit"),
+            "server.memory_limit",
+        ),
+    )
+
+
+def _port(port: object) -> int | None:
+    if port is None:
+        return None
+    _expect(port, int, "server.port", "give a TCP port number, e.g. 33060")
+    if not 1024 <= port <= 65535:  # type: ignore[operator]
+        raise MallocbenchError(f"server.port = {port} is out of range: use 1024-65535")
+    return port  # type: ignore[return-value]
+
+
+def _config(problems: Problems, path: KeyPath, value: object, label: str) -> dict[str, str]:
+    """my.cnf overrides, each checked; `label` names their owner ("[server]", "setup je")."""
+    key = "server.config" if label == "[server]" else f"{label}.config"
+    config = problems.check(path, string_map, value, key) or {}
+    for name, text in config.items():
+        problems.check(path + (name,), check_config, name, text, label)
+    return config
+
+
+def _setups(problems: Problems, tables: list[SetupTable], server: _Server) -> list[Setup]:
+    """The setups whose tables are right; the others' problems are recorded."""
+    common = common_setups(problems, tables)
+    setups = []
+    for index, table in enumerate(tables):
+        setup = _server_setup(problems, table, common.get(index), server)
+        if setup is not None:
+            setups.append(setup)
+    if len(setups) < len(tables):
+        return setups  # the cgroup check is for a plan whose setups are all right
+    capped = [(t, s) for t, s in zip(tables, setups, strict=True) if s.memory_limit_bytes]
+    if capped:
+        table, setup = capped[0]
+        own = "memory_limit" in table.raw
+        where = table.path + ("memory_limit",) if own else ("server", "memory_limit")
+        problems.check(where, _check_capping, setup.name)
+    return setups
+
+
+def _server_setup(
+    problems: Problems, table: SetupTable, common: CommonSetup | None, server: _Server
+) -> Setup | None:
+    """What a setup means to a server: config, CPUs, THP, caps; None if anything is wrong."""
+    raw, path = table.raw, table.path
+    if not isinstance(raw, dict):
+        return None
+    label = f"setup {common.name}" if common else table.label
+    config = _config(problems, path + ("config",), raw.get("config", {}), label)
+    cpus = problems.check(path + ("cpus",), _cpu_list, raw.get("cpus"), f"{label}.cpus")
+    thp = raw.get("thp")
+    if thp is not None and str(thp) not in THP_MODES:
+        problems.add(
+            path + ("thp",),
+            f"{label}.thp = {thp!r} is not a THP mode: use "
+            + ", ".join(f'"{m}"' for m in THP_MODES),
+        )
+    limit = server.memory_limit
+    if "memory_limit" in raw:
+        limit = problems.check(
+            path + ("memory_limit",), _memory_limit, raw["memory_limit"], f"{label}.memory_limit"
+        )
+    quota = None
+    if not problems.failed(*path, "cpus"):
+        quota = problems.check(path + ("cpu_quota",), _cpu_quota, raw.get("cpu_quota"), label, cpus)
+    if common is None or problems.failed(*path):
+        return None
+    return Setup(
+        name=common.name,
+        allocator=common.allocator,
+        allocator_spec=common.spec,
+        knobs=common.knobs,
+        config=config,
+        basedir=raw.get("basedir") or server.basedir,
+        cpus=cpus,
+        thp=str(thp) if thp is not None else None,
+        memory_limit_bytes=limit,
+        cpu_quota=quota,
+        description=common.description,
+    )
+
+
+def _base(
+    problems: Problems, data: dict[str, Any], tables: list[SetupTable], setups: list[Setup]
+) -> str:
+    # Names of broken setups count too, so a typo in one is not also reported as a base.
+    names = list(dict.fromkeys([s.name for s in setups] + setup_names(tables)))
+    base = str(data.get("base", setups[0].name if setups else ""))
+    if "base" in data and base not in names:
+        problems.add(
+            ("base",),
+            f"base = {base!r} is not a setup{did_you_mean(base, names)}: "
+            f"use one of {', '.join(s.name for s in setups)}",
+        )
+    return base
+
+
+def _as_list(value: object, types: type | tuple[type, ...]) -> object:
+    """One value of `types` stands for a list of one (engines = "innodb", threads = 8)."""
+    return [value] if isinstance(value, types) and not isinstance(value, bool) else value
+
+
+def _engines(problems: Problems, data: dict[str, Any]) -> list[Engine]:
+    names = _as_list(data.get("engines", ["innodb"]), str)
+    hint = 'write a list, e.g. ["innodb", "myrocks"]'
+    if problems.check(("engines",), _expect, names, list, "engines", hint) is None:
+        return []
+    if not names:
+        problems.add(("engines",), 'engines is empty: write e.g. engines = ["innodb"]')
+    found = [problems.check(("engines", i), engines.get, str(n)) for i, n in enumerate(names)]  # type: ignore[arg-type]
+    return [engine for engine in found if engine is not None]
+
+
+def _steps(problems: Problems, data: dict[str, Any]) -> tuple[list[Step], list[str]]:
+    """The steps in run order, and the specs as written (names and groups)."""
+    specs = _as_list(data.get("steps", ["point-query"]), str)
+    hint = 'write a list of steps or groups, e.g. ["point", "scan"]'
+    if problems.check(("steps",), _expect, specs, list, "steps", hint) is None:
+        return [], []
+    written = [str(spec) for spec in specs]  # type: ignore[attr-defined]
+    if not written:
+        problems.add(("steps",), "steps is empty: name at least one step or group")
+    for index, spec in enumerate(written):
+        problems.check(("steps", index), parse_steps, [spec])  # each, to locate each typo
+    if problems.failed("steps"):
+        return [], written
+    return parse_steps(written), written
+
+
+def _threads(problems: Problems, data: dict[str, Any]) -> list[int]:
+    threads = _as_list(data.get("threads", [1]), int)
+    hint = "write a list of client counts, e.g. [1, 8]"
+    if problems.check(("threads",), _expect, threads, list, "threads", hint) is None:
+        return []
+    good = []
+    for index, count in enumerate(threads):  # type: ignore[arg-type]
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 4096:
+            problems.add(
+                ("threads", index), f"threads contains {count!r}: use whole numbers from 1 to 4096"
+            )
+        else:
+            good.append(count)
+    return good
+
+
+def _repeats(value: object) -> int:
+    _expect(value, int, "repeats", "give a whole number of repeats, e.g. 3")
+    if value < 1:  # type: ignore[operator]
+        raise MallocbenchError(f"repeats = {value} must be at least 1")
+    return value  # type: ignore[return-value]
+
+
+def _design(value: object) -> str:
+    design = str(value)
+    if design not in DESIGNS:
+        raise MallocbenchError(
+            f"design = {design!r} is unknown: use {DESIGNS[0]!r} (setups' servers up at once, "
+            f"their slices alternating) or {DESIGNS[1]!r} (one server at a time)"
+        )
+    return design
+
+
+def _dataset(problems: Problems, data: dict[str, Any], engine_list: list[Engine]) -> Dataset:
+    dataset = Dataset()
+    hint = "write a [dataset] table"
+    raw = problems.check(("dataset",), _expect, data.get("dataset", {}), dict, "dataset", hint)
+    if raw is None:
+        return dataset
+    problems.unknown_keys(("dataset",), raw, RUN_DATASET, "[dataset]")
+    checks: dict[str, tuple[Any, ...]] = {
+        "tables": (_bounded_int, "dataset.tables", 1, MAX_TABLES),
+        "rows": (parse_count, "dataset.rows", 1, MAX_ROWS),
+        "cache": (parse_size, "dataset.cache"),
+    }
+    for key, (check, *args) in checks.items():
+        if key in raw:
+            value = problems.check(("dataset", key), check, raw[key], *args)
+            if value is not None:
+                setattr(dataset, "cache_bytes" if key == "cache" else key, value)
+    if any(problems.failed("dataset", key) for key in checks):
+        return dataset  # a machine check of a wrong shape would only repeat the problem
+    problems.check(("dataset", "cache"), _check_memory, dataset)
+    if engine_list:
+        problems.check(("dataset",), _check_disk, dataset, engine_list)
+    return dataset
+
+
+@dataclass
+class _Timing:
+    warmup: float = 2.0
+    max_warmup: float = DEFAULT_MAX_WARMUP_S
+    step: float = 10.0
+    slice: float = DEFAULT_SLICE_S
+
+
+def _durations(problems: Problems, data: dict[str, Any]) -> _Timing:
+    timing = _Timing()
+    hint = "write a [durations] table"
+    raw = problems.check(
+        ("durations",), _expect, data.get("durations", {}), dict, "durations", hint
+    )
+    if raw is None:
+        return timing
+    problems.unknown_keys(("durations",), raw, RUN_DURATIONS, "[durations]")
+    at = ("durations",)
+    warmup = problems.check(at + ("warmup",), _seconds, raw.get("warmup", 2), "durations.warmup", 0)
+    if warmup is not None:
+        timing.warmup = warmup
+        # A long minimum without a maximum is a fixed warmup, as before max_warmup existed.
+        timing.max_warmup = max(DEFAULT_MAX_WARMUP_S, warmup)
+        if "max_warmup" in raw:
+            found = problems.check(at + ("max_warmup",), _max_warmup, raw["max_warmup"], warmup)
+            timing.max_warmup = found if found is not None else timing.max_warmup
+    step = problems.check(at + ("step",), _seconds, raw.get("step", 10), "durations.step", 1)
+    if step is not None:
+        timing.step = step
+        slice_s = problems.check(at + ("slice",), _slice, raw.get("slice"), step)
+        timing.slice = slice_s if slice_s is not None else timing.slice
+    return timing
+
+
+def _max_warmup(value: object, warmup: float) -> float:
+    if warmup == 0:
+        raise MallocbenchError(
+            "durations.max_warmup is set but warmup = 0 turns warming off: "
+            "remove max_warmup, or give warmup the minimum seconds to warm"
+        )
+    max_warmup = _seconds(value, "durations.max_warmup", 0)
+    if max_warmup < warmup:
+        raise MallocbenchError(
+            f"durations.max_warmup = {value!r} is below durations.warmup "
+            f"= {warmup:g}: warmup is the minimum, max_warmup the maximum"
+        )
+    return max_warmup

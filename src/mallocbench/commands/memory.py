@@ -307,23 +307,9 @@ def profile(
     if file is not None:
         result = profile_mod.parse_file(file)
     else:
-        overrides = {}
-        for item in sets:
-            key, sep, value = item.partition("=")
-            if not sep or not key.strip():
-                raise MallocbenchError(f"--set takes VAR=VALUE, got {item!r}")
-            overrides[key.strip()] = value.strip()
+        overrides = _my_cnf_overrides(sets)
         chosen = _profile_step(step, sql, seconds, repeat, tables, rows)
-        for name, value in (
-            ("--connections", connections),
-            ("--repeat", repeat),
-            ("--tables", tables),
-            ("--rows", rows),
-        ):
-            if value is not None and value < 1:
-                raise MallocbenchError(f"{name} must be at least 1, got {value}")
-        if seconds is not None and seconds <= 0:
-            raise MallocbenchError(f"--seconds must be above 0, got {seconds:g}")
+        _check_profile_numbers(connections, repeat, tables, rows, seconds)
         result = profile_mod.profile_server(
             tool,
             out,
@@ -343,6 +329,36 @@ def profile(
         click.echo(json.dumps(result.to_dict(top), indent=2))
         return
     _print_profile(result, top)
+
+
+def _my_cnf_overrides(sets: tuple[str, ...]) -> dict[str, str]:
+    """`--set VAR=VALUE` options as my.cnf overrides."""
+    overrides = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise MallocbenchError(f"--set takes VAR=VALUE, got {item!r}")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def _check_profile_numbers(
+    connections: int,
+    repeat: int | None,
+    tables: int | None,
+    rows: int | None,
+    seconds: float | None,
+) -> None:
+    for name, value in (
+        ("--connections", connections),
+        ("--repeat", repeat),
+        ("--tables", tables),
+        ("--rows", rows),
+    ):
+        if value is not None and value < 1:
+            raise MallocbenchError(f"{name} must be at least 1, got {value}")
+    if seconds is not None and seconds <= 0:
+        raise MallocbenchError(f"--seconds must be above 0, got {seconds:g}")
 
 
 def _profile_step(

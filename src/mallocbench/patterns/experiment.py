@@ -37,34 +37,27 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
+from mallocbench.dialect import (
+    CASE,
+    PATTERNS_TOP,
+    SetupTable,
+    common_setups,
+    setup_knobs,
+    setup_names,
+    setup_tables,
+)
 from mallocbench.errors import MallocbenchError, did_you_mean
 from mallocbench.patterns.driver import PATTERN_OPTIONS, PATTERNS
-from mallocbench.servers.options import check_knob
+from mallocbench.tomlpos import KeyPath
+from mallocbench.validation import Problems, read_toml
 
-CASE_KEYS = ("pattern", "name", "threads", "seconds", "ops", "seed", "setups", "base")
-TOP_KEYS = (
-    "name",
-    "description",
-    "base",
-    "repeats",
-    "seconds",
-    "ops",
-    "threads",
-    "seed",
-    "setups",
-    "setup",
-    "patterns",
-)
-SETUP_KEYS = ("allocator", "knobs", "options", "description")
-# Keys of a `mallocbench run` setup that mean nothing without a server.
-SERVER_ONLY_KEYS = ("config", "cpus", "thp", "memory_limit", "cpu_quota", "basedir")
+CASE_KEYS = tuple(CASE)  # a case's own keys; the rest are driver options
 
 # How the driver reads each option and its bounds, as option_defs in native/mbpatterns.c
 # has them: checked here too so a file or --option fails before anything runs, --dry-run
@@ -199,15 +192,6 @@ def _fail(where: str, message: str) -> MallocbenchError:
     return MallocbenchError(f"{where}: {message}")
 
 
-def _check_keys(where: str, table: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    for key in table:
-        if key not in allowed:
-            raise _fail(
-                f"{where}.{key}",
-                f"unknown key{did_you_mean(key, allowed)}; use one of {', '.join(allowed)}",
-            )
-
-
 def _int(where: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise _fail(where, f"expected a whole number from {low} to {high}, not {value!r}")
@@ -257,14 +241,26 @@ def _option_value(where: str, option: str, value: Any) -> str | int | float:
     return value
 
 
-def _options(where: str, table: dict[str, Any], accepted: tuple[str, ...]) -> dict[str, Any]:
+def _options(
+    problems: Problems, path: KeyPath, where: str, table: object, accepted: tuple[str, ...]
+) -> dict[str, Any]:
+    """Driver options (TOML spelling, or with dashes), each checked and kept as written."""
+    if not isinstance(table, dict):
+        problems.add(path, f'{where}: expected a table, e.g. {{ init = "calloc" }}')
+        return {}
     out: dict[str, Any] = {}
+    unknown = {k: v for k, v in table.items() if k.replace("-", "_") not in accepted}
+    problems.unknown_keys(path, unknown, accepted, where)
     for key, value in table.items():
         norm = key.replace("-", "_")
-        if norm not in accepted:
-            raise _fail(f"{where}.{key}", f"not an option here; use one of {', '.join(accepted)}")
-        out[norm] = _option_value(f"{where}.{key}", norm, value)
+        if norm in accepted:
+            checked = problems.check(path + (key,), _option_value, f"{where}.{key}", norm, value)
+            if checked is not None:
+                out[norm] = checked
     return out
+
+
+ALL_OPTIONS = tuple(sorted({o for opts in PATTERN_OPTIONS.values() for o in opts}))
 
 
 def make_setup(
@@ -272,29 +268,35 @@ def make_setup(
     name: str,
     spec: str,
     knobs: dict[str, Any] | None = None,
-    options: dict[str, Any] | None = None,
-    description: str = "",
 ) -> PatternSetup:
+    """A setup from the command line (--allocator NAME:KNOB=VALUE)."""
     try:
         allocator = allocators.get(spec)
     except MallocbenchError as exc:
         raise _fail(f"{where}.allocator", str(exc)) from None
-    knob_values: dict[str, str] = {}
-    for key, value in (knobs or {}).items():
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise _fail(f"{where}.knobs.{key}", f"expected a string or number, not {value!r}")
-        check_knob(str(key), str(value), where)
-        knob_values[str(key)] = str(value)
-    foreign = allocators.knob_allocator_mismatch(allocator, knob_values)
-    if foreign:
-        raise _fail(
-            f"{where}.knobs",
-            f"{', '.join(foreign)} does not tune {allocator.name}: move it to a setup that "
-            "uses that allocator",
+    problems = Problems()
+    knob_values = setup_knobs(problems, (), knobs or {}, where, allocator)
+    problems.raise_if_any()
+    return PatternSetup(name, allocator, knob_values or {})
+
+
+def _table_setups(problems: Problems, tables: list[SetupTable]) -> dict[str, PatternSetup]:
+    """Setups from the file's tables; the keys that need a server are left out here."""
+    common = common_setups(problems, tables)
+    setups = {}
+    for index, table in enumerate(tables):
+        if not isinstance(table.raw, dict):
+            continue
+        where = f"{table.label}.options"
+        opts = _options(
+            problems, table.path + ("options",), where, table.raw.get("options", {}), ALL_OPTIONS
         )
-    all_options = tuple(sorted({o for opts in PATTERN_OPTIONS.values() for o in opts}))
-    opts = _options(f"{where}.options", options or {}, all_options)
-    return PatternSetup(name, allocator, knob_values, opts, description)
+        found = common.get(index)
+        if found is not None and not problems.failed(*table.path):
+            setups[found.name] = PatternSetup(
+                found.name, found.allocator, found.knobs, opts, found.description
+            )
+    return setups
 
 
 def default_case_name(pattern: str, options: dict[str, Any]) -> str:
@@ -303,146 +305,199 @@ def default_case_name(pattern: str, options: dict[str, Any]) -> str:
     return pattern + " " + " ".join(f"{k}={v}" for k, v in options.items())
 
 
+@dataclass
+class _Defaults:
+    """What a case takes from the top of the file unless it says otherwise."""
+
+    base: str
+    seconds: float | None = 1.0
+    ops: int | None = None
+    threads: list[int] = field(default_factory=lambda: [os.cpu_count() or 1])
+    seed: int = 1
+    names: list[str] = field(default_factory=list)  # every setup named, broken ones too
+
+
 def make_case(
+    problems: Problems,
+    path: KeyPath,
     where: str,
     table: dict[str, Any],
     setups: dict[str, PatternSetup],
-    defaults: dict[str, Any],
-) -> Case:
+    defaults: _Defaults,
+) -> Case | None:
+    """One [[patterns]] table (or --pattern), its problems recorded; None if any."""
     pattern = table.get("pattern")
     if pattern not in PATTERNS:
-        raise _fail(f"{where}.pattern", f"expected one of {', '.join(PATTERNS)}, not {pattern!r}")
+        hint = did_you_mean(str(pattern), PATTERNS)
+        problems.add(
+            path + ("pattern",),
+            f"{where}.pattern: expected one of {', '.join(PATTERNS)}, not {pattern!r}{hint}",
+        )
+        return None
     accepted = PATTERN_OPTIONS[pattern]
     option_table = {k: v for k, v in table.items() if k not in CASE_KEYS}
-    for key in option_table:
-        if key.replace("-", "_") not in accepted:
-            raise _fail(
-                f"{where}.{key}",
-                f"unknown key for {pattern}; options: {', '.join(accepted)}; "
-                f"other keys: {', '.join(CASE_KEYS)}",
-            )
-    options = _options(where, option_table, accepted)
-
-    names = table.get("setups", list(setups))
-    if not isinstance(names, list) or not names:
-        raise _fail(f"{where}.setups", "expected a list of setup names")
-    for name in names:
-        if name not in setups:
-            raise _fail(f"{where}.setups", f"no setup {name!r}; defined: {', '.join(setups)}")
-        foreign = [k for k in setups[name].options if k not in accepted]
-        if foreign:
-            raise _fail(
-                f"{where}.setups",
-                f"setup {name!r} sets {', '.join(foreign)}, which {pattern} does not take: "
-                "list the setups for this case with setups = [...]",
-            )
-    base = table.get("base", defaults["base"])
-    if base not in names:
-        raise _fail(
-            f"{where}.base",
-            f"base setup {base!r} is not among this case's setups ({', '.join(names)})",
-        )
-    seconds: float | None = defaults["seconds"]
-    ops: int | None = defaults["ops"]
-    if "seconds" in table and "ops" in table:
-        raise _fail(where, "give either seconds or ops, not both")
-    if "seconds" in table:
-        seconds, ops = _seconds(f"{where}.seconds", table["seconds"]), None
-    if "ops" in table:
-        seconds, ops = None, _int(f"{where}.ops", table["ops"], 1, 2**62)
-    threads = (
-        _threads(f"{where}.threads", table["threads"])
-        if "threads" in table
-        else defaults["threads"]
+    problems.unknown_keys(
+        path,
+        {k: v for k, v in option_table.items() if k.replace("-", "_") not in accepted},
+        (*CASE_KEYS, *accepted),
+        f"{where}, a {pattern} case",
     )
-    seed = _int(f"{where}.seed", table["seed"], 0, 2**63) if "seed" in table else defaults["seed"]
+    option_table = {k: v for k, v in option_table.items() if k.replace("-", "_") in accepted}
+    options = _options(problems, path, where, option_table, accepted)
+    known = defaults.names or list(setups)
+    names = _case_setups(
+        problems, path + ("setups",), table.get("setups", known), setups, known, pattern
+    )
+    base = table.get("base", defaults.base)
+    # A wrong setups list or a wrong top-level base is reported once, where it is.
+    settled = not problems.failed(*path, "setups") and (
+        "base" in table or not problems.failed("base")
+    )
+    if names and settled and base not in names:
+        problems.add(
+            path + ("base",),
+            f"{where}.base: base setup {base!r} is not among this case's setups "
+            f"({', '.join(names)}){did_you_mean(str(base), names)}",
+        )
+    run_length = _run_length(problems, path, where, table, defaults)
+    threads = defaults.threads
+    if "threads" in table:
+        threads = problems.check(
+            path + ("threads",), _threads, f"{where}.threads", table["threads"]
+        )
+    seed = defaults.seed
+    if "seed" in table:
+        seed = problems.check(path + ("seed",), _int, f"{where}.seed", table["seed"], 0, 2**63)
     name = table.get("name", default_case_name(pattern, options))
     if not isinstance(name, str) or not name:
-        raise _fail(f"{where}.name", "expected a non-empty string")
-    return Case(name, pattern, options, threads, list(names), base, seconds, ops, seed)
+        problems.add(path + ("name",), f"{where}.name: expected a non-empty string")
+    if problems.failed(*path) or run_length is None or threads is None or seed is None:
+        return None
+    seconds, ops = run_length
+    return Case(name, pattern, options, threads, names, str(base), seconds, ops, seed)
 
 
-def _setup_tables(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Setups by name, from `[[setup]]` tables (the run dialect) or `[setups.NAME]`."""
-    if "setup" in data and "setups" in data:
-        raise _fail("setups", "give the setups once: [[setup]] tables or [setups.NAME], not both")
-    if "setups" in data:
-        table = data["setups"]
-        if not isinstance(table, dict) or not table:
-            raise _fail("setups", 'define at least one setup, e.g. [[setup]] name = "glibc"')
-        return table
-    listed = data.get("setup")
-    if not isinstance(listed, list) or not listed:
-        raise _fail(
-            "setup", 'define at least one setup: [[setup]] name = "glibc" allocator = "glibc"'
+def _run_length(
+    problems: Problems, path: KeyPath, where: str, table: dict[str, Any], defaults: _Defaults
+) -> tuple[float | None, int | None] | None:
+    """(seconds, ops) of a case: one of them, from the case or else the defaults; None
+    when what the case gives is wrong (recorded at its key)."""
+    if "seconds" in table and "ops" in table:
+        problems.add(path + ("ops",), f"{where}: give either seconds or ops, not both")
+        return None
+    if "seconds" in table:
+        seconds = problems.check(
+            path + ("seconds",), _seconds, f"{where}.seconds", table["seconds"]
         )
-    out: dict[str, dict[str, Any]] = {}
-    for i, entry in enumerate(listed):
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise _fail(f"setup[{i}]", 'give each [[setup]] a name, e.g. name = "glibc"')
-        if entry["name"] in out:
-            raise _fail(f"setup[{i}].name", f"two setups are named {entry['name']!r}")
-        out[entry["name"]] = {
-            k: v for k, v in entry.items() if k != "name" and k not in SERVER_ONLY_KEYS
-        }
-    return out
+        return None if seconds is None else (seconds, None)
+    if "ops" in table:
+        ops = problems.check(path + ("ops",), _int, f"{where}.ops", table["ops"], 1, 2**62)
+        return None if ops is None else (None, ops)
+    return defaults.seconds, defaults.ops
 
 
-def from_dict(data: dict[str, Any], name: str, text: str = "") -> PatternExperiment:
-    _check_keys("experiment", data, TOP_KEYS)
-    setups_table = _setup_tables(data)
-    setups: dict[str, PatternSetup] = {}
-    for sname, st in setups_table.items():
-        where = f"setups.{sname}"
-        if not isinstance(st, dict):
-            raise _fail(where, "expected a table with allocator = ...")
-        _check_keys(where, st, SETUP_KEYS)
-        if "allocator" not in st:
-            raise _fail(f"{where}.allocator", "missing: name an allocator or a .so path")
-        for sub in ("knobs", "options"):
-            if sub in st and not isinstance(st[sub], dict):
-                raise _fail(f"{where}.{sub}", 'expected a table, e.g. { KEY = "value" }')
-        setups[sname] = make_setup(
-            where,
-            sname,
-            str(st["allocator"]),
-            st.get("knobs"),
-            st.get("options"),
-            str(st.get("description", "")),
+def _case_setups(
+    problems: Problems,
+    path: KeyPath,
+    names: object,
+    setups: dict[str, PatternSetup],
+    known: list[str],
+    pattern: str,
+) -> list[str]:
+    """The setups a case runs (`path` is its setups key): each must take the options it
+    sets; `known` are all setup names, the broken ones too."""
+    where = f"{path[0]}[{path[1]}].setups" if len(path) == 3 else f"--pattern {pattern}.setups"
+    if not isinstance(names, list) or not names:
+        problems.add(path, f"{where}: expected a list of setup names")
+        return []
+    for index, name in enumerate(names):
+        if name not in known:
+            problems.add(
+                path + (index,),
+                f"{where}: no setup {name!r}{did_you_mean(str(name), known)}; "
+                f"defined: {', '.join(known)}",
+            )
+            continue
+        options = setups[name].options if name in setups else {}
+        foreign = [k for k in options if k not in PATTERN_OPTIONS[pattern]]
+        if foreign:
+            problems.add(
+                path + (index,),
+                f"{where}: setup {name!r} sets {', '.join(foreign)}, which {pattern} does not "
+                "take: list the setups for this case with setups = [...]",
+            )
+    return [str(n) for n in names]
+
+
+def _defaults(problems: Problems, data: dict[str, Any], names: list[str]) -> _Defaults:
+    """The top of the file: the base and what every case inherits."""
+    base = str(data.get("base", names[0] if names else ""))
+    if names and base not in names:
+        problems.add(
+            ("base",),
+            f"base: no setup {base!r}{did_you_mean(base, names)}; defined: {', '.join(names)}",
         )
-    base = data.get("base", next(iter(setups)))
-    if base not in setups:
-        raise _fail("base", f"no setup {base!r}; defined: {', '.join(setups)}")
+    defaults = _Defaults(base=base, names=names)
     if "seconds" in data and "ops" in data:
-        raise _fail("experiment", "give either seconds or ops, not both")
-    defaults = {
-        "base": base,
-        "seconds": _seconds("seconds", data["seconds"])
-        if "seconds" in data
-        else (None if "ops" in data else 1.0),
-        "ops": _int("ops", data["ops"], 1, 2**62) if "ops" in data else None,
-        "threads": _threads("threads", data.get("threads", [os.cpu_count() or 1])),
-        "seed": _int("seed", data.get("seed", 1), 0, 2**63),
-    }
-    cases_table = data.get("patterns")
-    if not isinstance(cases_table, list) or not cases_table:
-        raise _fail("patterns", 'add at least one [[patterns]] table with pattern = "..."')
+        problems.add(("ops",), "experiment: give either seconds or ops, not both")
+    elif "seconds" in data:
+        defaults.seconds = problems.check(("seconds",), _seconds, "seconds", data["seconds"])
+    elif "ops" in data:
+        defaults.seconds = None
+        defaults.ops = problems.check(("ops",), _int, "ops", data["ops"], 1, 2**62)
+    if "threads" in data:
+        defaults.threads = problems.check(("threads",), _threads, "threads", data["threads"]) or []
+    defaults.seed = problems.check(("seed",), _int, "seed", data.get("seed", 1), 0, 2**63) or 0
+    return defaults
+
+
+def _cases(
+    problems: Problems, data: dict[str, Any], setups: dict[str, PatternSetup], defaults: _Defaults
+) -> list[Case]:
+    tables = data.get("patterns")
+    if not isinstance(tables, list) or not tables:
+        problems.add(
+            ("patterns",), 'patterns: add at least one [[patterns]] table with pattern = "..."'
+        )
+        return []
     cases = []
-    for i, table in enumerate(cases_table):
-        if not isinstance(table, dict):
-            raise _fail(f"patterns[{i}]", "expected a table")
-        cases.append(make_case(f"patterns[{i}]", table, setups, defaults))
     seen: set[str] = set()
-    for case in cases:
-        if case.name in seen:
-            raise _fail("patterns", f"two cases are named {case.name!r}: give them distinct names")
-        seen.add(case.name)
-    repeats = _int("repeats", data.get("repeats", 3), 1, 1000)
-    exp_name = data.get("name", name)
+    for i, table in enumerate(tables):
+        path: KeyPath = ("patterns", i)
+        if not isinstance(table, dict):
+            problems.add(path, f"patterns[{i}]: expected a table")
+            continue
+        case = make_case(problems, path, f"patterns[{i}]", table, setups, defaults)
+        if case is not None and case.name in seen:
+            problems.add(
+                path + ("name",),
+                f"patterns: two cases are named {case.name!r}: give them distinct names",
+            )
+        elif case is not None:
+            seen.add(case.name)
+            cases.append(case)
+    return cases
+
+
+def from_dict(
+    data: dict[str, Any], name: str, text: str = "", source: str | None = None
+) -> PatternExperiment:
+    """The validated experiment, or one error listing every problem of `data`.
+
+    With `source` (the file `text` was read from) each problem carries its line.
+    """
+    problems = Problems()
+    problems.unknown_keys((), data, PATTERNS_TOP, "the experiment")
+    tables = setup_tables(problems, data, older=True)
+    setups = _table_setups(problems, tables)
+    defaults = _defaults(problems, data, list(dict.fromkeys([*setups, *setup_names(tables)])))
+    cases = _cases(problems, data, setups, defaults)
+    repeats = problems.check(("repeats",), _int, "repeats", data.get("repeats", 3), 1, 1000)
+    problems.raise_if_any(source, text)
     return PatternExperiment(
-        name=str(exp_name),
-        base=base,
-        repeats=repeats,
+        name=str(data.get("name", name)),
+        base=defaults.base,
+        repeats=int(repeats or 1),
         setups=setups,
         cases=cases,
         text=text,
@@ -451,24 +506,10 @@ def from_dict(data: dict[str, Any], name: str, text: str = "") -> PatternExperim
 
 
 def load(path: str | os.PathLike[str]) -> PatternExperiment:
+    """A patterns file, validated whole: every problem in it is reported at once."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise MallocbenchError(f"cannot read experiment file {p}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise MallocbenchError(
-            f"experiment file {p} is not text (byte {exc.start} is not UTF-8): "
-            "give a TOML experiment file"
-        ) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise MallocbenchError(f"{p} is not valid TOML: {exc}") from None
-    try:
-        return from_dict(data, p.stem, text)
-    except MallocbenchError as exc:
-        raise MallocbenchError(f"{p}: {exc}") from None
+    text, data = read_toml(p)
+    return from_dict(data, p.stem, text, source=str(p))
 
 
 def parse_allocator_flag(value: str) -> tuple[str, str, dict[str, str]]:
@@ -531,23 +572,25 @@ def from_flags(
     base_name = base or next(iter(setups))
     if base_name not in setups:
         raise MallocbenchError(f"--base {base_name!r} is not a setup; setups: {', '.join(setups)}")
-    defaults = {
-        "base": base_name,
-        "seconds": None if ops else (seconds or 1.0),
-        "ops": ops,
-        "threads": threads or [os.cpu_count() or 1],
-        "seed": seed,
-    }
+    defaults = _Defaults(
+        base=base_name,
+        seconds=None if ops else (seconds or 1.0),
+        ops=ops,
+        threads=threads or [os.cpu_count() or 1],
+        seed=seed,
+    )
+    problems = Problems()
     cases = []
     for pattern in chosen:
         table: dict[str, Any] = {"pattern": pattern}
         table.update({k: v for k, v in option_values.items() if k in PATTERN_OPTIONS[pattern]})
-        cases.append(make_case(f"--pattern {pattern}", table, setups, defaults))
+        cases.append(make_case(problems, (), f"--pattern {pattern}", table, setups, defaults))
+    problems.raise_if_any()
     return PatternExperiment(
         name="patterns",
         base=base_name,
         repeats=repeats,
         setups=setups,
-        cases=cases,
+        cases=[case for case in cases if case is not None],
         text="",
     )

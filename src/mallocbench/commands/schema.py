@@ -1,0 +1,27 @@
+"""`mallocbench schema`: the JSON Schema of an experiment file, for editors."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from mallocbench.schema import KINDS, build
+
+
+@click.command("schema")
+@click.argument("kind", type=click.Choice(KINDS), default="run")
+def schema_cmd(kind: str) -> None:
+    """Print the JSON Schema of a run (default) or patterns experiment file.
+
+    \b
+    Editors then complete keys and mark typos as you type, e.g. with the
+    "Even Better TOML" extension: save it and name it in the file's first line,
+      mallocbench schema run > mallocbench-run.schema.json
+      #:schema ./mallocbench-run.schema.json
+    `mallocbench run FILE --dry-run` remains the full check.
+    """
+    click.echo(json.dumps(build(kind), indent=2))
+
+
+commands = [schema_cmd]
