@@ -29,7 +29,7 @@ demo: setup
 	@echo "Report: $(OUT)/report.html and $(OUT)/report.md  (results: $(OUT)/results.json)"
 
 test: setup
-	@bash scripts/install-deps.sh chromium systemd
+	@bash scripts/install-deps.sh chromium systemd postgresql-15
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) -m pytest -q tests
 

@@ -35,6 +35,14 @@ fi
 cleanup() { if [ "$placed_policy" = 1 ]; then $sudo rm -f "$policy"; fi; }
 trap cleanup EXIT
 
+# postgresql-common creates and starts a "main" cluster on the default port when a
+# server package is installed; the tests start private servers of their own instead.
+if printf '%s\n' "${missing[@]}" | grep -q '^postgresql'; then
+  $sudo mkdir -p /etc/postgresql-common/createcluster.d
+  echo 'create_main_cluster = false' |
+    $sudo tee /etc/postgresql-common/createcluster.d/mallocbench.conf >/dev/null
+fi
+
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -q
 $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,6 +50,38 @@ def server_user_can_reach_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
 def tmp_path(tmp_path: Path) -> Path:
     _allow_passage(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A private PostgreSQL server for the test session (tests/postgres_server.py).
+
+    Fails, not skips, when the binaries are missing: `make test` installs postgresql-15.
+    """
+    from postgres_server import bin_dir, postgres_server
+
+    try:
+        bin_dir()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres: Any) -> str:
+    """The URL of the session's database (shared by the tests that use it)."""
+    return str(postgres.url())
+
+
+@pytest.fixture
+def postgres_store_url(postgres: Any) -> Iterator[str]:
+    """A fresh database of the session's server, dropped afterwards: this test's alone."""
+    name = postgres.create_database()
+    try:
+        yield str(postgres.url(name))
+    finally:
+        postgres.drop_database(name)
 
 
 class IntegrityFigures:

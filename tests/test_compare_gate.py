@@ -306,7 +306,7 @@ def test_an_aborted_run_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         def execute(self) -> RunOutcome:
             return RunOutcome(measured, aborted="server je/innodb crashed at start\nlog line")
 
-    monkeypatch.setattr(run_mod, "Pipeline", AbortedPipeline)
+    monkeypatch.setattr(run_mod.cluster_mod, "pipeline_for", lambda *a, **k: AbortedPipeline())
     experiment = small_experiment(tmp_path)
     out = CliRunner().invoke(main, ["run", str(experiment), "--out", str(tmp_path / "o"), "-q"])
     assert out.exit_code == exitcodes.ABORTED == 3, out.output

@@ -15,6 +15,7 @@ from mallocbench import __version__, exitcodes
 from mallocbench.commands import (
     allocators,
     calibrate,
+    cluster,
     compare,
     memory,
     patterns,
@@ -22,6 +23,7 @@ from mallocbench.commands import (
     run,
     schema,
     soak,
+    store,
 )
 from mallocbench.errors import MallocbenchError
 
@@ -63,7 +65,19 @@ def main() -> None:
     """
 
 
-for module in (allocators, run, compare, recommend, calibrate, soak, patterns, memory, schema):
+for module in (
+    allocators,
+    run,
+    compare,
+    recommend,
+    calibrate,
+    soak,
+    patterns,
+    memory,
+    store,
+    cluster,
+    schema,
+):
     for command in module.commands:
         main.add_command(command)
 

@@ -153,6 +153,10 @@ class SessionInfo:
     # RSS once the server answered, before any cell: its fixed base (code, buffers it
     # allocates up front). At small scale it dwarfs what the cache and the load add.
     idle_rss_bytes: int | None = None
+    # The benchmark host that ran it (a cluster worker's name; None: a local run), and
+    # that worker process's CPU seconds per second while the session's cells measured.
+    host: str | None = None
+    worker_cpu_share: float | None = None
 
 
 @dataclass

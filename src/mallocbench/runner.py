@@ -57,7 +57,7 @@ from mallocbench.servers.mariadb import (
 )
 from mallocbench.servers.orphans import Orphan, stop_orphans
 from mallocbench.session import LiveSession, start_session, stop_session, warm_cache
-from mallocbench.store import Store, locks
+from mallocbench.store import ResultsStore, locks, open_store, store_label
 from mallocbench.store.sqlite import (
     STATUS_FINISHED,
     STATUS_INTERRUPTED,
@@ -105,7 +105,7 @@ class SilentProgress:
 @dataclass
 class RunOptions:
     out_dir: Path
-    store_path: Path | None = None
+    store_path: str | Path | None = None  # an SQLite file or a postgresql:// URL
     resume: bool = False
     keep_datadirs: bool = False
     # Adaptive repetition: add repeats until every relative QPS interval is narrower than
@@ -119,8 +119,18 @@ class RunOptions:
     extra_metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def store_file(self) -> Path:
+    def store_target(self) -> str | Path:
         return self.store_path or self.out_dir / "results.sqlite"
+
+    @property
+    def store_file(self) -> str | Path:
+        """The old name of store_target: a URL for a PostgreSQL store."""
+        return self.store_target
+
+    @property
+    def store_label(self) -> str:
+        """The store for messages: never a URL's password."""
+        return store_label(self.store_target)
 
 
 @dataclass
@@ -194,7 +204,7 @@ def _resolve_builds(experiment: Experiment) -> dict[str | None, ServerBuild]:
     return builds
 
 
-def _new_run_id(store: Store, experiment: Experiment) -> str:
+def _new_run_id(store: ResultsStore, experiment: Experiment) -> str:
     """Name-date-time, with a suffix when another run started in the same second."""
     base = f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_id, n = base, 1
@@ -204,7 +214,7 @@ def _new_run_id(store: Store, experiment: Experiment) -> str:
     return run_id
 
 
-def _resume_run_id(store: Store, experiment: Experiment) -> str:
+def _resume_run_id(store: ResultsStore, experiment: Experiment) -> str:
     for run in reversed(store.list_runs()):
         if run["experiment"] == experiment.name:
             existing = store.load_run(run["run_id"], with_samples=False)
@@ -215,7 +225,7 @@ def _resume_run_id(store: Store, experiment: Experiment) -> str:
                 )
             return str(run["run_id"])
     raise MallocbenchError(
-        f"nothing to resume: {store.path} has no run of experiment {experiment.name!r}; "
+        f"nothing to resume: {store.label} has no run of experiment {experiment.name!r}; "
         "run without --resume"
     )
 
@@ -249,59 +259,30 @@ class Pipeline:
             # a harness that died: stop it before its files are reused.
             orphans = stop_orphans(options.out_dir / "servers")
             builds = _resolve_builds(experiment)
-            store = Store(options.store_file)
+            store = open_store(options.store_target)
             try:
                 return self._execute(store, builds, orphans)
             finally:
                 store.close()
 
     def _execute(
-        self, store: Store, builds: dict[str | None, ServerBuild], orphans: list[Orphan]
+        self, store: ResultsStore, builds: dict[str | None, ServerBuild], orphans: list[Orphan]
     ) -> RunOutcome:
         experiment, options = self.experiment, self.options
         run_id = self.resume_run_id(store) if options.resume else _new_run_id(store, experiment)
-        with locks.lock_run(options.store_file, run_id):
+        with store.lock_run(run_id):
             return self._execute_locked(store, builds, orphans, run_id)
 
     def _execute_locked(
         self,
-        store: Store,
+        store: ResultsStore,
         builds: dict[str | None, ServerBuild],
         orphans: list[Orphan],
         run_id: str,
     ) -> RunOutcome:
         experiment, options = self.experiment, self.options
         setups = _setup_infos(experiment, builds)
-        metadata = host_metadata()
-        metadata.update(
-            {
-                "experiment_file": experiment.source,
-                "server_versions": sorted({b.label for b in builds.values()}),
-                "allocators": {
-                    s.name: {"version": s.allocator.version, "library": s.allocator.path}
-                    for s in experiment.setups
-                },
-                "dataset": {
-                    "tables": experiment.dataset.tables,
-                    "rows": experiment.dataset.rows,
-                    "cache_bytes": experiment.dataset.cache_bytes,
-                },
-                "durations": {
-                    "warmup_s": experiment.warmup_s,
-                    "max_warmup_s": experiment.max_warmup_s,
-                    "step_s": experiment.duration_s,
-                },
-                "threads": experiment.threads,
-                "engines": [e.name for e in experiment.engines],
-                "steps": [s.label for s in experiment.steps],
-                "repeats": experiment.repeats,
-                "design": self._design_record(),
-                "min_effect": (
-                    options.min_effect if options.min_effect is not None else experiment.min_effect
-                ),
-                **options.extra_metadata,
-            }
-        )
+        metadata = self._run_metadata(builds)
         result = RunResult(
             run_id=run_id,
             experiment=experiment.name,
@@ -348,6 +329,9 @@ class Pipeline:
             outcome.aborted = "interrupted"
         except ServerStartError as exc:
             outcome.aborted = str(exc)
+            # A unit lost with its benchmark host (cluster.UnitsLost) leaves the run
+            # "interrupted", resumable, rather than "failed".
+            status = getattr(exc, "run_status", status)
         except SystemExit:
             status = STATUS_INTERRUPTED
             raise
@@ -364,9 +348,44 @@ class Pipeline:
         outcome.result = store.load_run(run_id)
         return outcome
 
+    def _run_metadata(self, builds: dict[str | None, ServerBuild]) -> dict[str, Any]:
+        """What a run records of its host, versions, dataset, durations and design."""
+        experiment, options = self.experiment, self.options
+        metadata = host_metadata()
+        metadata.update(
+            {
+                "experiment_file": experiment.source,
+                "server_versions": sorted({b.label for b in builds.values()}),
+                "allocators": {
+                    s.name: {"version": s.allocator.version, "library": s.allocator.path}
+                    for s in experiment.setups
+                },
+                "dataset": {
+                    "tables": experiment.dataset.tables,
+                    "rows": experiment.dataset.rows,
+                    "cache_bytes": experiment.dataset.cache_bytes,
+                },
+                "durations": {
+                    "warmup_s": experiment.warmup_s,
+                    "max_warmup_s": experiment.max_warmup_s,
+                    "step_s": experiment.duration_s,
+                },
+                "threads": experiment.threads,
+                "engines": [e.name for e in experiment.engines],
+                "steps": [s.label for s in experiment.steps],
+                "repeats": experiment.repeats,
+                "design": self._design_record(),
+                "min_effect": (
+                    options.min_effect if options.min_effect is not None else experiment.min_effect
+                ),
+                **options.extra_metadata,
+            }
+        )
+        return metadata
+
     def _run_sessions(
         self,
-        store: Store,
+        store: ResultsStore,
         run_id: str,
         sessions: list[PlannedSession],
         done: set[tuple[str, str, str, int, int]],
@@ -394,14 +413,18 @@ class Pipeline:
     def plan_sessions(self) -> list[PlannedSession]:
         return plan(self.experiment)
 
-    def finished_keys(self, store: Store, run_id: str) -> set[tuple[str, str, str, int, int]]:
+    def finished_keys(
+        self, store: ResultsStore, run_id: str
+    ) -> set[tuple[str, str, str, int, int]]:
         """Keys of the cells a resumed run skips."""
         return store.finished_cell_keys(run_id)
 
-    def resume_run_id(self, store: Store) -> str:
+    def resume_run_id(self, store: ResultsStore) -> str:
         return _resume_run_id(store, self.experiment)
 
-    def session_id(self, store: Store, run_id: str, planned: PlannedSession, attempt: int) -> str:
+    def session_id(
+        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int
+    ) -> str:
         return planned.id if attempt == 0 else f"{planned.id}.{attempt + 1}"
 
     def takes_account(self, planned: PlannedCell) -> bool:
@@ -425,7 +448,7 @@ class Pipeline:
 
     def _repeat_until_narrow(
         self,
-        store: Store,
+        store: ResultsStore,
         run_id: str,
         metadata: dict[str, Any],
         builds: dict[str | None, ServerBuild],
@@ -479,7 +502,7 @@ class Pipeline:
         self._record_adaptive(store, run_id, metadata, outcome)
 
     def _record_adaptive(
-        self, store: Store, run_id: str, metadata: dict[str, Any], outcome: RunOutcome
+        self, store: ResultsStore, run_id: str, metadata: dict[str, Any], outcome: RunOutcome
     ) -> None:
         metadata["adaptive"] = {
             "target_ci_pct": self.options.target_ci_pct,
@@ -497,7 +520,7 @@ class Pipeline:
 
     def _begin_session(
         self,
-        store: Store,
+        store: ResultsStore,
         run_id: str,
         planned: PlannedSession,
         attempt: int,
@@ -532,21 +555,21 @@ class Pipeline:
         return live
 
     def _end_session(
-        self, store: Store, run_id: str, live: LiveSession, outcome: RunOutcome
+        self, store: ResultsStore, run_id: str, live: LiveSession, outcome: RunOutcome
     ) -> None:
         try:
             stop_session(live, self.options.keep_datadirs)
         finally:
             info = live.info
             if info.peak_rss_bytes is None:
-                info.peak_rss_bytes = _max_cell_value(store, run_id, info.id, "rss")
-                info.peak_vsz_bytes = _max_cell_value(store, run_id, info.id, "vsz")
+                info.peak_rss_bytes = store.max_session_value(run_id, info.id, "rss")
+                info.peak_vsz_bytes = store.max_session_value(run_id, info.id, "vsz")
             store.save_session(run_id, info)
             for note in live.notes:
                 if note not in outcome.notes:
                     outcome.notes.append(note)
 
-    def _save_cell(self, store: Store, run_id: str, cell: Cell, outcome: RunOutcome) -> None:
+    def _save_cell(self, store: ResultsStore, run_id: str, cell: Cell, outcome: RunOutcome) -> None:
         store.save_cell(run_id, cell)
         outcome.measured += 1
         self.progress.cell_finished(cell)
@@ -558,7 +581,7 @@ class Pipeline:
 
     def _run_session(
         self,
-        store: Store,
+        store: ResultsStore,
         run_id: str,
         planned: PlannedSession,
         pending: list[PlannedCell],
@@ -592,7 +615,7 @@ class Pipeline:
 
     def _run_block(
         self,
-        store: Store,
+        store: ResultsStore,
         run_id: str,
         sessions: list[PlannedSession],
         done: set[tuple[str, str, str, int, int]],
@@ -690,15 +713,6 @@ class Pipeline:
             record_charge(cell, live, exact_peak)
             cells[index] = cell
         return [c for c in cells if c is not None]
-
-
-def _max_cell_value(store: Store, run_id: str, session_id: str, kind: str) -> int | None:
-    column = "peak_rss_bytes" if kind == "rss" else "peak_vsz_bytes"
-    row = store.db.execute(
-        f"SELECT max({column}) FROM cells WHERE run_id = ? AND json_extract(data, '$.session') = ?",
-        (run_id, session_id),
-    ).fetchone()
-    return int(row[0]) if row and row[0] is not None else None
 
 
 def write_results_json(result: RunResult, path: Path) -> None:

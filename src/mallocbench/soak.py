@@ -47,7 +47,7 @@ from mallocbench.experiment import (
 )
 from mallocbench.results import STATUS_CRASHED, STATUS_OOM
 from mallocbench.runner import Pipeline
-from mallocbench.store import Store
+from mallocbench.store import ResultsStore
 from mallocbench.units import parse_duration
 
 MIN_SEGMENT_S = 10.0
@@ -219,22 +219,18 @@ class SoakPipeline(Pipeline):
     def plan_sessions(self) -> list[PlannedSession]:
         return plan_soak(self.experiment)
 
-    def finished_keys(self, store: Store, run_id: str) -> set[tuple[str, str, str, int, int]]:
+    def finished_keys(
+        self, store: ResultsStore, run_id: str
+    ) -> set[tuple[str, str, str, int, int]]:
         """Finished segments, and every segment of a setup whose server died in its soak."""
         done = store.finished_cell_keys(run_id)
-        ended = {
-            (str(setup), str(engine))
-            for setup, engine in store.db.execute(
-                "SELECT DISTINCT setup, engine FROM cells WHERE run_id = ? AND status IN (?, ?)",
-                (run_id, STATUS_OOM, STATUS_CRASHED),
-            )
-        }
+        ended = store.setups_with_status(run_id, (STATUS_OOM, STATUS_CRASHED))
         for session in self.plan_sessions():
             if (session.setup, session.engine) in ended:
                 done.update(cell.key for cell in session.cells)
         return done
 
-    def resume_run_id(self, store: Store) -> str:
+    def resume_run_id(self, store: ResultsStore) -> str:
         """The latest soak of this experiment; refused if it soaked otherwise."""
         experiment = self.experiment
         for run in reversed(store.list_runs()):
@@ -251,17 +247,16 @@ class SoakPipeline(Pipeline):
                 )
             return str(run["run_id"])
         raise MallocbenchError(
-            f"nothing to resume: {store.path} has no soak of experiment {experiment.name!r}; "
+            f"nothing to resume: {store.label} has no soak of experiment {experiment.name!r}; "
             "run without --resume"
         )
 
-    def session_id(self, store: Store, run_id: str, planned: PlannedSession, attempt: int) -> str:
+    def session_id(
+        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int
+    ) -> str:
         """The first id the run has not used: a resumed soak's server is a new lifetime,
         and must not overwrite the record of the one before."""
-        used = {
-            str(row[0])
-            for row in store.db.execute("SELECT id FROM sessions WHERE run_id = ?", (run_id,))
-        }
+        used = store.session_ids(run_id)
         while True:
             candidate = super().session_id(store, run_id, planned, attempt)
             if candidate not in used:

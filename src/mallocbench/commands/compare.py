@@ -36,8 +36,9 @@ from mallocbench.store.loading import load_result
 # ---------------------------------------------------------------- loading
 
 
-def load_run(source: str, store: Path | None = None) -> RunResult:
-    """A results.json, an output directory, a .sqlite store, or a run id in --store."""
+def load_run(source: str, store: str | Path | None = None) -> RunResult:
+    """A results.json, an output directory, a .sqlite store or a postgresql:// URL (its
+    latest run), or a run id in --store."""
     if store is not None:
         return load_result(store, run_id=source, with_samples=False)
     return load_result(source, with_samples=False)
@@ -60,8 +61,9 @@ FAIL_ON_HELP = (
 @click.option(
     "--store",
     "store_path",
-    type=click.Path(path_type=Path),
-    help="Read RUN_A and RUN_B as run ids in this store (.sqlite or output directory).",
+    metavar="FILE|DIR|URL",
+    help="Read RUN_A and RUN_B as run ids in this store: a .sqlite file, an output "
+    "directory or a PostgreSQL URL postgresql://user@host/db.",
 )
 @click.option(
     "--format",
@@ -103,7 +105,7 @@ FAIL_ON_HELP = (
 def compare_cmd(
     run_a: str,
     run_b: str,
-    store_path: Path | None,
+    store_path: str | None,
     fmt_name: str,
     html_path: Path | None,
     self_contained: bool,
@@ -114,8 +116,8 @@ def compare_cmd(
     """Compare run B against run A: QPS(B) / QPS(A) per engine, step, threads and setup.
 
     \b
-    RUN_A and RUN_B are results.json files, output directories, .sqlite stores (their
-    latest run), or, with --store, run ids in one store.
+    RUN_A and RUN_B are results.json files, output directories, .sqlite stores or
+    postgresql:// URLs (their latest run), or, with --store, run ids in one store.
 
     \b
     The runs must have measured the same workload: a different dataset (tables, rows)
@@ -131,6 +133,7 @@ def compare_cmd(
     Examples:
       mallocbench compare out-10.11/results.json out-11.4/results.json
       mallocbench compare --store out/results.sqlite small-20250101-1200 small-20250102-0900
+      mallocbench compare --store postgresql://bench@db-host/mallocbench RUN_A RUN_B
       mallocbench compare old-out new-out --html compare.html --min-effect 2%
       mallocbench compare baseline/results.json out --fail-on slower,rss-up
     """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +12,7 @@ import click
 
 from mallocbench.analysis.summary import parse_min_effect
 from mallocbench.errors import MallocbenchError
+from mallocbench.store.base import is_url
 from mallocbench.units import parse_percent
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,13 +67,34 @@ def percent_option(name: str, help_text: str, default: str | None = None) -> Cal
     )
 
 
-def store_option() -> Callable[[F], F]:
-    """--store FILE: the SQLite results store, when not OUT/results.sqlite."""
+STORE_HELP = (
+    "SQLite file (default OUT/results.sqlite) or a PostgreSQL URL postgresql://user@host/db "
+    "shared by several hosts (password from ~/.pgpass or PGPASSWORD). Several runs can "
+    "share one."
+)
+
+
+def store_target(value: str | None) -> str | Path | None:
+    """A --store value: a postgresql:// URL as given (a Path would fold its //), or a path."""
+    if value is None or is_url(value):
+        return value
+    path = Path(value)
+    if path.is_dir():
+        raise MallocbenchError(
+            f"--store {value} is a directory: give the store's file (e.g. "
+            f"{path / 'results.sqlite'}) or a postgresql:// URL"
+        )
+    return path
+
+
+def store_option(help_text: str = STORE_HELP) -> Callable[[F], F]:
+    """--store FILE|URL: the results store, when not OUT/results.sqlite."""
     return click.option(
         "--store",
         "store_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="SQLite results store (default: OUT/results.sqlite). Several runs can share one.",
+        metavar="FILE|URL",
+        callback=lambda _ctx, _param, value: store_target(value),
+        help=help_text,
     )
 
 
@@ -85,3 +108,41 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
+
+
+class StopOnSignals:
+    """SIGINT and SIGTERM as a request to stop, for the span of a `with` block.
+
+    A scheduler, `kill` or a CI timeout sends SIGTERM and is answered like Ctrl-C: the
+    first signal asks the pipeline to stop once the work under way is dropped, so every
+    finished cell is kept and the reports are written; a second aborts at once
+    (KeyboardInterrupt). `say`, when given, tells the user what the first one does.
+    """
+
+    def __init__(self, say: Callable[[str], None] | None = None, dropped: str = "cell") -> None:
+        self.signal: int | None = None
+        self._say = say
+        self._dropped = dropped
+        self._previous: dict[int, Any] = {}
+
+    def requested(self) -> bool:
+        return self.signal is not None
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signal is not None:
+            raise KeyboardInterrupt
+        self.signal = signum
+        if self._say is not None:
+            self._say(
+                f"{signal.Signals(signum).name}: stopping; the {self._dropped} under way is "
+                f"dropped, finished {self._dropped}s are kept (Ctrl-C again to abort at once)"
+            )
+
+    def __enter__(self) -> StopOnSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

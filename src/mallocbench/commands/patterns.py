@@ -12,6 +12,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.patterns import experiment as pexp
 from mallocbench.patterns import report, runner
 from mallocbench.patterns.driver import PATTERNS
+from mallocbench.store.base import is_url
 
 
 @click.command("patterns")
@@ -148,6 +149,11 @@ def patterns(
     every driver option.
     """
     out = Path(out_dir)
+    if is_url(store_path):
+        raise MallocbenchError(
+            "pattern runs are kept in SQLite only: give --store FILE, or copy server runs "
+            "to PostgreSQL with `mallocbench store copy`"
+        )
     store = Path(store_path) if store_path else out / "results.sqlite"
     console = Console()
 
@@ -158,24 +164,42 @@ def patterns(
         _show(run, out, store, console)
         return
 
-    if experiment_file is not None:
-        adhoc = {
-            "--pattern": patterns,
-            "--allocator": allocator_flags,
-            "--option": options,
-            "--base": base,
-            "--ops": ops,
-        }
-        given = [name for name, value in adhoc.items() if value]
-        if given:
-            raise MallocbenchError(
-                f"{', '.join(given)} cannot be combined with an experiment file: edit "
-                f"{experiment_file} instead (--threads, --seconds and --repeats do override it)"
-            )
-        experiment = pexp.load(experiment_file)
-        _override(experiment, threads, seconds, repeats)
-    else:
-        experiment = pexp.from_flags(
+    experiment = _experiment(
+        experiment_file,
+        (patterns, allocator_flags, options),
+        threads,
+        seconds,
+        ops,
+        repeats,
+        base,
+        seed,
+    )
+    if dry_run:
+        _print_plan(experiment, store, resume, console)
+        return
+    run = runner.execute(experiment, store, resume=resume)
+    _show(run, out, store, console)
+    if run["status"] != "finished":
+        raise MallocbenchError(f"the run ended {run['status']}")
+
+
+def _experiment(
+    experiment_file: str | None,
+    flags: tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]],
+    threads: tuple[int, ...],
+    seconds: float | None,
+    ops: int | None,
+    repeats: int | None,
+    base: str | None,
+    seed: int,
+) -> pexp.PatternExperiment:
+    """The experiment file (--threads, --seconds and --repeats over it), or the flags'.
+
+    `flags` are --pattern, --allocator and --option, which only an ad-hoc run takes.
+    """
+    patterns, allocator_flags, options = flags
+    if experiment_file is None:
+        return pexp.from_flags(
             list(patterns),
             list(allocator_flags),
             list(threads),
@@ -186,27 +210,42 @@ def patterns(
             base,
             seed,
         )
+    adhoc = {
+        "--pattern": patterns,
+        "--allocator": allocator_flags,
+        "--option": options,
+        "--base": base,
+        "--ops": ops,
+    }
+    given = [name for name, value in adhoc.items() if value]
+    if given:
+        raise MallocbenchError(
+            f"{', '.join(given)} cannot be combined with an experiment file: edit "
+            f"{experiment_file} instead (--threads, --seconds and --repeats do override it)"
+        )
+    experiment = pexp.load(experiment_file)
+    _override(experiment, threads, seconds, repeats)
+    return experiment
 
+
+def _print_plan(
+    experiment: pexp.PatternExperiment, store: Path, resume: bool, console: Console
+) -> None:
+    """--dry-run: the runs still to do, one a line, and how many."""
     plan = experiment.plan()
-    if dry_run:
-        done: set[tuple[str, str, int, int]] = set()
-        note = ""
-        if resume:
-            run_id, done = runner.resume_point(experiment, store)
-            note = f" ({len(done)} done in {run_id})"
-        for planned in plan:
-            if planned.key in done:
-                continue
-            console.print(
-                f"{planned.case.name:<32} threads={planned.threads:<3} "
-                f"setup={planned.setup.name:<24} repeat={planned.repeat + 1}"
-            )
-        console.print(f"{sum(1 for planned in plan if planned.key not in done)} runs{note}")
-        return
-    run = runner.execute(experiment, store, resume=resume)
-    _show(run, out, store, console)
-    if run["status"] != "finished":
-        raise MallocbenchError(f"the run ended {run['status']}")
+    done: set[tuple[str, str, int, int]] = set()
+    note = ""
+    if resume:
+        run_id, done = runner.resume_point(experiment, store)
+        note = f" ({len(done)} done in {run_id})"
+    for planned in plan:
+        if planned.key in done:
+            continue
+        console.print(
+            f"{planned.case.name:<32} threads={planned.threads:<3} "
+            f"setup={planned.setup.name:<24} repeat={planned.repeat + 1}"
+        )
+    console.print(f"{sum(1 for planned in plan if planned.key not in done)} runs{note}")
 
 
 def _override(

@@ -49,7 +49,8 @@ def _chosen(result: RunResult, choices: dict[str, str | None], engine: str | Non
 
 
 @click.command("recommend")
-@click.argument("source", type=click.Path(path_type=Path))
+# A str, not a Path: a postgresql:// URL would lose a slash.
+@click.argument("source")
 @click.option("--run", "run_id", help="Run id in the store (default: the latest).")
 @click.option(
     "--priority",
@@ -91,7 +92,7 @@ def _chosen(result: RunResult, choices: dict[str, str | None], engine: str | Non
     help="What to print on standard output.",
 )
 def recommend_cmd(
-    source: Path,
+    source: str,
     run_id: str | None,
     priority_text: str,
     budget_text: str | None,
@@ -112,7 +113,7 @@ def recommend_cmd(
     unstable or client-bound cells, few repeats) is said.
 
     \b
-    SOURCE is an output directory, a .sqlite store or a results.json.
+    SOURCE is an output directory, a .sqlite store, a postgresql:// URL or a results.json.
 
     \b
     Examples:

@@ -10,9 +10,11 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from mallocbench import cluster as cluster_mod
 from mallocbench import exitcodes
 from mallocbench import experiment as experiment_mod
 from mallocbench.commands.options import (
+    StopOnSignals,
     min_effect_option,
     out_dir_option,
     percent_option,
@@ -29,7 +31,7 @@ from mallocbench.runner import (
     cell_estimate,
     write_results_json,
 )
-from mallocbench.store import Store, locks
+from mallocbench.store import is_url, open_store
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_duration
 from mallocbench.workloads.catalogue import CATALOGUE, GROUPS, parse_steps
@@ -144,7 +146,45 @@ def _print_plan(
         )
 
 
-@click.command("run", epilog=exitcodes.POLICY_HELP)
+# The help `mallocbench run --help` prints; long, as a command that starts servers owes.
+RUN_HELP = """Run an experiment: every setup on every engine, step and thread count.
+
+\b
+Each session starts a private server from a copy of the loaded dataset, under the
+setup's allocator and knobs, checks that allocator is really mapped, then runs the
+steps with sysbench while probes sample RSS/VSZ, QPS and latency every second.
+The server is the run's alone: no TCP, its socket in a 0700 directory, a fresh
+random root password per start, FILE statements confined to its directory, and
+(as root) the unprivileged mysql user. Every cell is committed to the store as it
+finishes: Ctrl-C or SIGTERM keeps what was measured, --resume continues. One run
+at a time per --out directory; --resume first stops any server a killed run left.
+
+\b
+Design "interleaved" (the default): each repeat is a block in which every setup's
+server is up at once; a cell's measured seconds are cut into slices (durations.slice,
+5 s) that alternate between the setups in rotating order, so the machine's drift
+reaches all of them alike. Relative QPS pairs the setups within each block, and its
+95% interval (Student's t over blocks, pooled over setups) includes the
+differences between server starts: give 3 or more repeats for a verdict. Design
+"sequential" (or too little memory for every server at once) runs one server at a
+time, in A B C, C B A order.
+
+\b
+--target-ci: Stein's two-stage rule. 3 blocks of every cell (or the repeats, if
+more) measure the spread; it decides how many blocks each cell needs and alone
+sets the intervals' width, so stopping early never narrows them below 95%.
+
+\b
+Examples:
+  mallocbench run examples/quick.toml --out out
+  mallocbench run examples/quick.toml --out out --resume
+  mallocbench run examples/arenas.toml --target-ci 5% --budget 2h --min-effect 2%
+  mallocbench run my.toml --cluster tcp://sched:8786 --store postgresql://db/mb
+  mallocbench run --resume RUN_ID --store postgresql://db/mb   (no file: the stored one)
+"""
+
+
+@click.command("run", help=RUN_HELP, epilog=exitcodes.POLICY_HELP)
 @click.argument("experiment_file", type=click.Path(dir_okay=False, path_type=Path))
 @out_dir_option("Directory for results.json, report.md, CSVs, the store and server logs.")
 @store_option()
@@ -190,10 +230,17 @@ def _print_plan(
 )
 @click.option("--quiet", "-q", is_flag=True, help="No live progress; print the report only.")
 @click.option("--dry-run", is_flag=True, help="Validate the experiment and print the plan.")
+@click.option(
+    "--cluster",
+    "cluster_address",
+    metavar="ADDRESS",
+    help="Dispatch the blocks to benchmark hosts through the Dask scheduler at ADDRESS "
+    "(tcp://HOST:8786; see `mallocbench cluster`); give a store every host reaches.",
+)
 def run_cmd(
     experiment_file: Path,
     out_dir: Path,
-    store_path: Path | None,
+    store_path: str | Path | None,
     resume: bool,
     keep_datadirs: bool,
     target_ci_pct: float | None,
@@ -203,41 +250,14 @@ def run_cmd(
     overrides: tuple[str, ...],
     quiet: bool,
     dry_run: bool,
+    cluster_address: str | None,
 ) -> None:
-    """Run an experiment: every setup on every engine, step and thread count.
-
-    \b
-    Each session starts a private server from a copy of the loaded dataset, under the
-    setup's allocator and knobs, checks that allocator is really mapped, then runs the
-    steps with sysbench while probes sample RSS/VSZ, QPS and latency every second.
-    The server is the run's alone: no TCP, its socket in a 0700 directory, a fresh
-    random root password per start, FILE statements confined to its directory, and
-    (as root) the unprivileged mysql user. Every cell is committed to the store as it
-    finishes: Ctrl-C or SIGTERM keeps what was measured, --resume continues. One run
-    at a time per --out directory; --resume first stops any server a killed run left.
-
-    \b
-    Design "interleaved" (the default): each repeat is a block in which every setup's
-    server is up at once; a cell's measured seconds are cut into slices (durations.slice,
-    5 s) that alternate between the setups in rotating order, so the machine's drift
-    reaches all of them alike. Relative QPS pairs the setups within each block, and its
-    95% interval (Student's t over blocks, pooled over setups) includes the
-    differences between server starts: give 3 or more repeats for a verdict. Design
-    "sequential" (or too little memory for every server at once) runs one server at a
-    time, in A B C, C B A order.
-
-    \b
-    --target-ci: Stein's two-stage rule. 3 blocks of every cell (or the repeats, if
-    more) measure the spread; it decides how many blocks each cell needs and alone
-    sets the intervals' width, so stopping early never narrows them below 95%.
-
-    \b
-    Examples:
-      mallocbench run examples/quick.toml --out out
-      mallocbench run examples/quick.toml --out out --resume
-      mallocbench run examples/arenas.toml --target-ci 5% --budget 2h --min-effect 2%
-    """
-    experiment = experiment_mod.load(experiment_file, list(overrides))
+    experiment, pinned_run = cluster_mod.load_for_run(
+        experiment_file,
+        list(overrides),
+        resume,
+        RunOptions(out_dir=out_dir, store_path=store_path).store_target,
+    )
     budget_s = parse_duration(budget, "--budget")
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
@@ -245,6 +265,8 @@ def run_cmd(
     console = Console(stderr=True)
     if dry_run:
         _print_plan(experiment, sessions, per_cell)
+        if cluster_address is not None:
+            click.echo(cluster_mod.dispatch_line(experiment, cluster_address))
         if target_ci_pct is not None:
             click.echo(
                 f"then up to {max_repeats} repeats of the cells whose relative QPS interval is "
@@ -262,62 +284,64 @@ def run_cmd(
         max_repeats=max_repeats,
         min_effect=min_effect,
     )
-    interrupted: dict[str, int | None] = {"signal": None}
-
-    def stop_requested() -> bool:
-        return interrupted["signal"] is not None
-
-    def on_signal(signum: int, frame: object) -> None:
-        # SIGTERM (a scheduler, `kill`, a CI timeout) is handled like Ctrl-C: stop, keep
-        # every finished cell, write the reports.
-        if interrupted["signal"] is not None:
-            raise KeyboardInterrupt
-        interrupted["signal"] = signum
-        console.print(
-            f"[yellow]{signal.Signals(signum).name}: stopping; the cell being measured is "
-            "dropped, finished cells are kept and the reports written "
-            "(Ctrl-C again to abort at once)[/]"
+    stop = StopOnSignals(lambda text: console.print(f"[yellow]{text}[/]"))
+    with stop:
+        say = None if quiet else lambda text: console.print(f"[dim]{text}[/]")
+        pipeline = cluster_mod.pipeline_for(
+            experiment, options, None, stop.requested, pinned_run, cluster_address, say
         )
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
         if quiet:
-            outcome = Pipeline(experiment, options, stop_requested=stop_requested).execute()
+            outcome = pipeline.execute()
         else:
-            from mallocbench.commands.progress import RichProgress
-
             banner = (
                 f"[bold]{experiment.name}[/]: {cells} cells in {len(sessions)} sessions, "
                 f"about {cells * per_cell / 60:.1f} min; results in {out_dir}"
             )
-            with RichProgress(console, per_cell, banner) as progress:
-                outcome = Pipeline(
-                    experiment, options, progress, stop_requested=stop_requested
-                ).execute()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            outcome = _with_progress(pipeline, console, per_cell, banner)
+    _conclude(outcome, out_dir, options.store_label, console, target_ci_pct, stop.signal)
 
+
+def _with_progress(
+    pipeline: Pipeline, console: Console, per_cell: float, banner: str
+) -> RunOutcome:
+    """Execute the pipeline under a live progress display (it draws what the pipeline
+    reports, so it is handed over before anything runs)."""
+    from mallocbench.commands.progress import RichProgress
+
+    with RichProgress(console, per_cell, banner) as progress:
+        pipeline.progress = progress
+        return pipeline.execute()
+
+
+def _conclude(
+    outcome: RunOutcome,
+    out_dir: Path,
+    store_label: str,
+    console: Console,
+    target_ci_pct: float | None,
+    stopped_by: int | None,
+) -> None:
+    """Write the reports, print the run, and exit with the status its end deserves."""
     written = write_reports(outcome.result, out_dir)
     terminal.print_run(outcome.result, Console())
     console.print("wrote " + ", ".join(str(p) for p in written))
     if outcome.adaptive_stop is not None:
         _print_adaptive(console, outcome, target_ci_pct)
+    # On stderr too: the report above may go to a file, and these need the user's eyes.
     for note in outcome.notes:
         console.print(f"[yellow]note[/]: {note}")
     if outcome.aborted == "interrupted":
         console.print(
             f"[yellow]interrupted[/]: {len(outcome.result.cells)} cells kept in "
-            f"{options.store_file}; continue with --resume"
+            f"{store_label}; continue with --resume"
         )
-        sys.exit(exitcodes.interrupted(interrupted["signal"] or signal.SIGINT))
+        sys.exit(exitcodes.interrupted(stopped_by or signal.SIGINT))
     if outcome.aborted:
         click.echo(f"mallocbench: error: {outcome.aborted.splitlines()[0]}", err=True)
         for line in outcome.aborted.splitlines()[1:6]:
             click.echo(f"  {line}", err=True)
         click.echo(
-            f"  ({len(outcome.result.cells)} cells measured so far are kept in "
-            f"{options.store_file})",
+            f"  ({len(outcome.result.cells)} cells measured so far are kept in {store_label})",
             err=True,
         )
         # Not 1: a CI gate reads 1 as "found a regression"; an abort is not a verdict.
@@ -343,7 +367,8 @@ def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | N
 
 
 @click.command("report")
-@click.argument("source", required=False, type=click.Path(path_type=Path))
+# A str, not a Path: a postgresql:// URL would lose a slash.
+@click.argument("source", required=False, metavar="[SOURCE]")
 @click.option("--run", "run_id", help="Run id in the store (default: the latest).")
 @click.option(
     "--format",
@@ -391,7 +416,7 @@ def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | N
     "overrides the run's own min_effect, 0 turns it off."
 )
 def report_cmd(
-    source: Path | None,
+    source: str | None,
     run_id: str | None,
     fmt: str,
     out_dir: Path | None,
@@ -400,7 +425,8 @@ def report_cmd(
     setup_list: str | None,
     min_effect: float | None,
 ) -> None:
-    """Report a run from an output directory, a store (.sqlite) or a results.json.
+    """Report a run from an output directory, a store (.sqlite or a postgresql:// URL) or
+    a results.json.
 
     \b
     A directory holding both is read from its store, which keeps every run made there.
@@ -413,6 +439,7 @@ def report_cmd(
       mallocbench report out/results.json --format markdown --min-effect 2%
       mallocbench report out --reference je --setups je,glibc-arena1
       mallocbench report out --format html > report.html
+      mallocbench report postgresql://bench@db-host/mallocbench --run quick-20250101-1200
     """
     result = load_result(source, run_id)
     _say_if_running(source, result)
@@ -468,18 +495,27 @@ def select_setups(result: RunResult, reference: str | None, setup_list: str | No
     )
 
 
-def _say_if_running(source: Path | None, result: RunResult) -> None:
-    """A run still being measured shows MISSING cells that are only still to come."""
-    path = source if source is not None else Path("out")
+def _store_target(source: str | Path | None) -> str | Path | None:
+    """The store `source` names (a URL, a directory's results.sqlite, a file), or None
+    for a results.json or nothing."""
+    if is_url(source):
+        return str(source)
+    path = Path(source) if source is not None else Path("out")
     store = path / "results.sqlite" if path.is_dir() else path
-    if not store.is_file() or store.suffix == ".json":
+    return store if store.is_file() and store.suffix != ".json" else None
+
+
+def _say_if_running(source: str | None, result: RunResult) -> None:
+    """A run still being measured shows MISSING cells that are only still to come."""
+    target = _store_target(source)
+    if target is None:
         return
-    db = Store(store, readonly=True)
+    db = open_store(target, readonly=True)
     try:
         stored = next((r["status"] for r in db.list_runs() if r["run_id"] == result.run_id), "")
+        status = db.live_status(result.run_id, stored)
     finally:
         db.close()
-    status = locks.live_status(store, result.run_id, stored)
     if not status.startswith("running"):
         return
     meta = result.metadata
@@ -494,16 +530,18 @@ def _say_if_running(source: Path | None, result: RunResult) -> None:
 
 
 @click.command("runs")
-@click.argument("store", required=False, type=click.Path(path_type=Path), default=Path("out"))
-def runs_cmd(store: Path) -> None:
-    """List the runs in a store (an output directory or a .sqlite file)."""
-    path = store / "results.sqlite" if store.is_dir() else store
-    if not path.is_file():
-        raise MallocbenchError(f"no results store at {path}")
-    db = Store(path, readonly=True)
+@click.argument("store", required=False, default="out")
+def runs_cmd(store: str) -> None:
+    """List the runs in a store: an output directory, a .sqlite file or a postgresql:// URL."""
+    target: str | Path = store
+    if not is_url(store):
+        target = Path(store) / "results.sqlite" if Path(store).is_dir() else Path(store)
+        if not target.is_file():
+            raise MallocbenchError(f"no results store at {target}")
+    db = open_store(target, readonly=True)
     try:
         for run in db.list_runs():
-            status = locks.live_status(path, run["run_id"], run["status"])
+            status = db.live_status(run["run_id"], run["status"])
             click.echo(f"{run['run_id']}  {run['cells']:>4} cells  {run['experiment']}  {status}")
     finally:
         db.close()

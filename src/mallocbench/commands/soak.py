@@ -11,7 +11,7 @@ from rich.console import Console
 
 from mallocbench import exitcodes
 from mallocbench import experiment as experiment_mod
-from mallocbench.commands.options import out_dir_option, store_option
+from mallocbench.commands.options import StopOnSignals, out_dir_option, store_option
 from mallocbench.commands.run import write_reports
 from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import mib
@@ -67,34 +67,16 @@ def _run(
     """Run the soak with Ctrl-C and SIGTERM turned into a stop after the segment under way
     is dropped; returns the outcome and the signal that stopped it, if one did. No banner:
     no live progress."""
-    interrupted: dict[str, int | None] = {"signal": None}
-
-    def on_signal(signum: int, frame: object) -> None:
-        if interrupted["signal"] is not None:
-            raise KeyboardInterrupt
-        interrupted["signal"] = signum
-        console.print(
-            f"[yellow]{signal.Signals(signum).name}: stopping; the segment under way is "
-            "dropped, finished segments are kept (Ctrl-C again to abort at once)[/]"
-        )
-
-    def stop_requested() -> bool:
-        return interrupted["signal"] is not None
-
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    stop = StopOnSignals(lambda text: console.print(f"[yellow]{text}[/]"), dropped="segment")
+    with stop:
         if banner is None:
-            outcome = SoakPipeline(experiment, options, stop_requested=stop_requested).execute()
+            outcome = SoakPipeline(experiment, options, stop_requested=stop.requested).execute()
         else:
             from mallocbench.commands.progress import RichProgress
 
             with RichProgress(console, segment_s, banner) as progress:
-                pipeline = SoakPipeline(experiment, options, progress, stop_requested)
-                outcome = pipeline.execute()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return outcome, interrupted["signal"]
+                outcome = SoakPipeline(experiment, options, progress, stop.requested).execute()
+    return outcome, stop.signal
 
 
 @click.command("soak", epilog=exitcodes.POLICY_HELP)
@@ -136,7 +118,7 @@ def soak_cmd(
     duration: str | None,
     segment: str | None,
     out_dir: Path,
-    store_path: Path | None,
+    store_path: str | Path | None,
     resume: bool,
     keep_datadirs: bool,
     overrides: tuple[str, ...],
@@ -189,11 +171,11 @@ def soak_cmd(
     outcome, stopped_by = _run(
         experiment, options, console, None if quiet else banner, spec.segment_s
     )
-    _finish(outcome, out_dir, console, options.store_file, stopped_by)
+    _finish(outcome, out_dir, console, options.store_label, stopped_by)
 
 
 def _finish(
-    outcome: RunOutcome, out_dir: Path, console: Console, store_file: Path, stopped_by: int | None
+    outcome: RunOutcome, out_dir: Path, console: Console, store_file: str, stopped_by: int | None
 ) -> None:
     """Reports, the soak summary, notes and the exit status the run's end calls for."""
     result = outcome.result

@@ -2,7 +2,8 @@
 
 `report` and `compare` both read runs this way. A directory with both a results.sqlite
 and a results.json is read from the store: it holds every run made there (the json only
-the last), so `--run RUN_ID` can name any of them.
+the last), so `--run RUN_ID` can name any of them. A postgresql:// URL names a shared
+store, read the same way.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.results import RunResult
+from mallocbench.store.base import is_url
 from mallocbench.store.sqlite import Store
 
 STORE_NAME = "results.sqlite"
@@ -39,6 +41,8 @@ def load_result(
     source: str | Path | None = None, run_id: str | None = None, with_samples: bool = True
 ) -> RunResult:
     """One run from a directory, a store (the latest run, or `run_id`) or a results.json."""
+    if is_url(source):
+        return _from_url(str(source), run_id, with_samples)
     path = resolve(source if source is not None else Path("out"))
     if _is_sqlite(path):
         return _from_store(path, run_id, with_samples)
@@ -62,6 +66,16 @@ def _is_sqlite(path: Path) -> bool:
             return handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC
     except OSError as exc:
         raise MallocbenchError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _from_url(url: str, run_id: str | None, with_samples: bool) -> RunResult:
+    from mallocbench.store.postgresql import PostgresStore
+
+    store = PostgresStore(url, readonly=True)
+    try:
+        return store.load_run(run_id, with_samples=with_samples)
+    finally:
+        store.close()
 
 
 def _from_store(path: Path, run_id: str | None, with_samples: bool) -> RunResult:

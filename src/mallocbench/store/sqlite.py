@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import time
-from dataclasses import asdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
+from mallocbench.results import Cell, Sample
+from mallocbench.store import locks
+from mallocbench.store.base import STORE_SCHEMA_VERSION, schema_refusal
+from mallocbench.store.sql import CELL_COLUMNS, SAMPLE_COLUMNS, SqlStore, cell_row, sample_rows
 
 # What a run's status says, truthfully: a harness that dies leaves "running" behind, which
 # readers check against the run's lock (store.locks.run_holder) before believing it.
@@ -75,6 +77,7 @@ CREATE TABLE IF NOT EXISTS samples (
     extra TEXT
 );
 CREATE INDEX IF NOT EXISTS samples_cell ON samples(cell_id);
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 """
 
 
@@ -129,7 +132,7 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     return db
 
 
-class Store:
+class Store(SqlStore):
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         """Open (creating when needed) the store at `path` for writing runs.
 
@@ -139,6 +142,7 @@ class Store:
         self.path = Path(path)
         if readonly:
             self.db = _connect_readonly(self.path)
+            self._refuse_newer()
             return
         existed = self.path.is_file() and self.path.stat().st_size > 0
         try:
@@ -146,9 +150,17 @@ class Store:
             self.db = sqlite3.connect(str(self.path), timeout=30)
             if existed:
                 self._refuse_foreign()
+                self._refuse_newer()
             self.db.execute("PRAGMA foreign_keys = ON")
             self.db.execute("PRAGMA journal_mode = WAL")
             self.db.executescript(SCHEMA)
+            # A store from before versions were recorded has the same tables: it is
+            # version 1 and gets the record now.
+            self.db.execute(
+                "INSERT INTO schema_version (version) SELECT ? WHERE NOT EXISTS"
+                " (SELECT 1 FROM schema_version)",
+                (STORE_SCHEMA_VERSION,),
+            )
             self.db.commit()
         except (OSError, sqlite3.Error) as exc:
             raise MallocbenchError(
@@ -168,193 +180,70 @@ class Store:
                 "mallocbench writes only into its own stores: give a new file with --store"
             )
 
+    @property
+    def label(self) -> str:
+        return str(self.path)
+
+    def describe(self) -> str:
+        return f"SQLite store {self.path}"
+
+    def schema_version(self) -> int:
+        """The recorded version; 1 for a store from before versions were recorded."""
+        try:
+            row = self.db.execute("SELECT max(version) FROM schema_version").fetchone()
+        except sqlite3.OperationalError:
+            return 1
+        return int(row[0]) if row and row[0] is not None else 1
+
+    def _refuse_newer(self) -> None:
+        version = self.schema_version()
+        if version > STORE_SCHEMA_VERSION:
+            self.db.close()
+            raise MallocbenchError(schema_refusal(self.label, version))
+
     def close(self) -> None:
         self.db.close()
 
-    # --- runs -----------------------------------------------------------------------------
+    def lock_run(self, run_id: str) -> locks.HeldLock:
+        return locks.lock_run(self.path, run_id)
 
-    def create_run(self, result: RunResult) -> None:
-        with self.db:
-            self.db.execute(
-                "INSERT INTO runs (run_id, experiment, base_setup, experiment_text, metadata,"
-                " started_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    result.run_id,
-                    result.experiment,
-                    result.base_setup,
-                    result.experiment_text,
-                    json.dumps(result.metadata),
-                    time.time(),
-                ),
-            )
+    def live_status(self, run_id: str, status: str) -> str:
+        return locks.live_status(self.path, run_id, status)
 
-    def save_run(self, result: RunResult) -> None:
-        """A whole run at once: for importing results and for tests."""
-        self.create_run(result)
-        for setup in result.setups:
-            self.save_setup(result.run_id, setup)
-        for session in result.sessions:
-            self.save_session(result.run_id, session)
-        for cell in result.cells:
-            self.save_cell(result.run_id, cell)
+    # --- what SqlStore asks of a database ------------------------------------------------
 
-    def run_exists(self, run_id: str) -> bool:
-        row = self.db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return row is not None
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        return self.db.execute(sql, params)
 
-    def update_metadata(self, run_id: str, metadata: dict[str, Any]) -> None:
-        with self.db:
-            self.db.execute(
-                "UPDATE runs SET metadata = ? WHERE run_id = ?", (json.dumps(metadata), run_id)
-            )
+    def _transaction(self) -> sqlite3.Connection:
+        # The connection as a context manager commits on success and rolls back on error.
+        return self.db
 
-    def set_status(self, run_id: str, status: str) -> None:
-        with self.db:
-            self.db.execute(
-                "UPDATE runs SET status = ?, finished_at = NULL WHERE run_id = ?", (status, run_id)
-            )
+    def _insert_cell(self, run_id: str, cell: Cell, data: dict[str, Any]) -> int:
+        cur = self.db.execute(
+            f"INSERT INTO cells ({CELL_COLUMNS}, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            " ?, ?, ?)",
+            (*cell_row(run_id, cell), json.dumps(data)),
+        )
+        assert cur.lastrowid is not None
+        return cur.lastrowid
 
-    def finish_run(self, run_id: str, status: str) -> None:
-        with self.db:
-            self.db.execute(
-                "UPDATE runs SET finished_at = ?, status = ? WHERE run_id = ?",
-                (time.time(), status, run_id),
-            )
-
-    def list_runs(self) -> list[dict[str, Any]]:
-        rows = self.db.execute(
-            "SELECT r.run_id, r.experiment, r.started_at, r.finished_at, r.status,"
-            " (SELECT count(*) FROM cells c WHERE c.run_id = r.run_id)"
-            " FROM runs r ORDER BY r.started_at"
-        ).fetchall()
-        keys = ("run_id", "experiment", "started_at", "finished_at", "status", "cells")
-        return [dict(zip(keys, row, strict=True)) for row in rows]
-
-    def latest_run_id(self) -> str | None:
-        row = self.db.execute("SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1").fetchone()
-        return row[0] if row else None
-
-    # --- setups and sessions --------------------------------------------------------------
-
-    def save_setup(self, run_id: str, setup: SetupInfo) -> None:
-        with self.db:
-            self.db.execute(
-                "INSERT OR REPLACE INTO setups (run_id, name, data) VALUES (?, ?, ?)",
-                (run_id, setup.name, json.dumps(asdict(setup))),
-            )
-
-    def save_session(self, run_id: str, session: SessionInfo) -> None:
-        with self.db:
-            self.db.execute(
-                "INSERT OR REPLACE INTO sessions (run_id, id, data) VALUES (?, ?, ?)",
-                (run_id, session.id, json.dumps(asdict(session))),
-            )
+    def _insert_samples(self, cell_id: int, samples: list[Sample]) -> None:
+        self.db.executemany(
+            f"INSERT INTO samples ({SAMPLE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            sample_rows(cell_id, samples),
+        )
 
     # --- cells ----------------------------------------------------------------------------
 
-    def save_cell(self, run_id: str, cell: Cell) -> None:
-        """Commit one finished cell with its samples (replacing an earlier failed attempt)."""
-        data = cell.to_dict(with_samples=False)
-        with self.db:
-            self.db.execute(
-                "DELETE FROM cells WHERE run_id = ? AND setup = ? AND engine = ? AND step = ?"
-                " AND threads = ? AND repeat = ?",
-                (run_id, *cell.key),
-            )
-            cur = self.db.execute(
-                "INSERT INTO cells (run_id, setup, engine, step, threads, repeat, status, qps,"
-                " p95_ms, p99_ms, peak_rss_bytes, peak_vsz_bytes, data)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    run_id,
-                    *cell.key,
-                    cell.status,
-                    cell.qps,
-                    cell.p95_ms,
-                    cell.p99_ms,
-                    cell.peak_rss_bytes,
-                    cell.peak_vsz_bytes,
-                    json.dumps(data),
-                ),
-            )
-            self.db.executemany(
-                "INSERT INTO samples (cell_id, t, rss_bytes, vsz_bytes, qps, tps, latency_ms,"
-                " extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        cur.lastrowid,
-                        s.t,
-                        s.rss_bytes,
-                        s.vsz_bytes,
-                        s.qps,
-                        s.tps,
-                        s.latency_ms,
-                        json.dumps(s.extra) if s.extra else None,
-                    )
-                    for s in cell.samples
-                ],
-            )
-
-    def finished_cell_keys(self, run_id: str) -> set[tuple[str, str, str, int, int]]:
-        """Cells that need no re-run: measured, or a server crash/OOM (itself a result)."""
-        rows = self.db.execute(
-            "SELECT setup, engine, step, threads, repeat FROM cells"
-            " WHERE run_id = ? AND status != 'failed'",
-            (run_id,),
-        ).fetchall()
-        return {(r[0], r[1], r[2], int(r[3]), int(r[4])) for r in rows}
-
-    def load_run(self, run_id: str | None = None, with_samples: bool = True) -> RunResult:
-        run_id = run_id or self.latest_run_id()
-        if run_id is None:
-            raise MallocbenchError(f"the store {self.path} holds no runs yet: run an experiment")
+    def max_session_value(self, run_id: str, session_id: str, kind: str) -> int | None:
+        column = "peak_rss_bytes" if kind == "rss" else "peak_vsz_bytes"
         row = self.db.execute(
-            "SELECT run_id, experiment, base_setup, experiment_text, metadata FROM runs"
-            " WHERE run_id = ?",
-            (run_id,),
+            f"SELECT max({column}) FROM cells WHERE run_id = ?"
+            " AND json_extract(data, '$.session') = ?",
+            (run_id, session_id),
         ).fetchone()
-        if row is None:
-            known = ", ".join(r["run_id"] for r in self.list_runs()[-5:]) or "none"
-            raise MallocbenchError(f"no run {run_id!r} in {self.path} (latest: {known})")
-        result = RunResult(
-            run_id=row[0],
-            experiment=row[1],
-            base_setup=row[2],
-            experiment_text=row[3],
-            metadata=json.loads(row[4]),
-        )
-        for (data,) in self.db.execute(
-            "SELECT data FROM setups WHERE run_id = ? ORDER BY rowid", (run_id,)
-        ):
-            result.setups.append(SetupInfo(**json.loads(data)))
-        for (data,) in self.db.execute(
-            "SELECT data FROM sessions WHERE run_id = ? ORDER BY rowid", (run_id,)
-        ):
-            result.sessions.append(SessionInfo(**json.loads(data)))
-        for cell_id, data in self.db.execute(
-            "SELECT id, data FROM cells WHERE run_id = ? ORDER BY id", (run_id,)
-        ).fetchall():
-            cell = Cell.from_dict(json.loads(data))
-            if with_samples:
-                cell.samples = [
-                    Sample(
-                        t=s[0],
-                        rss_bytes=s[1],
-                        vsz_bytes=s[2],
-                        qps=s[3],
-                        tps=s[4],
-                        latency_ms=s[5],
-                        extra=json.loads(s[6]) if s[6] else {},
-                    )
-                    for s in self.db.execute(
-                        "SELECT t, rss_bytes, vsz_bytes, qps, tps, latency_ms, extra"
-                        " FROM samples WHERE cell_id = ? ORDER BY t",
-                        (cell_id,),
-                    )
-                ]
-            result.cells.append(cell)
-        return result
+        return int(row[0]) if row and row[0] is not None else None
 
 
-def open_store(path: str | os.PathLike[str]) -> Store:
-    return Store(path)
+SqliteStore = Store

@@ -1,0 +1,107 @@
+"""What every results store offers, whichever database holds it.
+
+The runner, `report`, `compare`, `recommend`, `store copy` and the cluster dispatcher are
+typed against `ResultsStore`, so a SQLite file and a shared PostgreSQL database are
+interchangeable behind `open_store`.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from mallocbench.results import Cell, RunResult, SessionInfo, SetupInfo
+
+# The version of the store's tables this code writes and understands. A store written by a
+# newer mallocbench is refused rather than misread; one without a version (written before
+# versions were recorded) is version 1.
+STORE_SCHEMA_VERSION = 1
+
+URL_SCHEMES = ("postgresql://", "postgres://")
+
+CellKey = tuple[str, str, str, int, int]
+
+
+def is_url(target: object) -> bool:
+    """A PostgreSQL URL rather than a path to an SQLite file."""
+    return isinstance(target, str) and target.lower().startswith(URL_SCHEMES)
+
+
+def redact(url: str) -> str:
+    """`url` without its password (in the user part or the query): safe to print."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.split("://", 1)[0] + "://..."
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    netloc = f"{userinfo.partition(':')[0]}{at}{hostport}" if at else parts.netloc
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k.lower() != "password"])
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+class SchemaTooNew(Exception):
+    """Raised inside stores; turned into one MallocbenchError line by `schema_refusal`."""
+
+
+def schema_refusal(label: str, version: int) -> str:
+    return (
+        f"the results store {label} has schema version {version}, newer than this "
+        f"mallocbench knows ({STORE_SCHEMA_VERSION}): upgrade mallocbench to read or write it"
+    )
+
+
+class ResultsStore(Protocol):
+    """Runs, setups, sessions, cells and per-second samples; each cell its own commit."""
+
+    @property
+    def label(self) -> str:
+        """What messages name the store by: a path, or a URL without its password."""
+        ...
+
+    def describe(self) -> str: ...
+    def schema_version(self) -> int: ...
+    def close(self) -> None: ...
+
+    # runs
+    def create_run(self, result: RunResult) -> None: ...
+    def save_run(
+        self,
+        result: RunResult,
+        *,
+        started_at: float | None = None,
+        finished_at: float | None = None,
+        status: str | None = None,
+    ) -> None: ...
+    def delete_run(self, run_id: str) -> None: ...
+    def run_exists(self, run_id: str) -> bool: ...
+    def update_metadata(self, run_id: str, metadata: dict[str, Any]) -> None: ...
+    def set_status(self, run_id: str, status: str) -> None: ...
+    def finish_run(self, run_id: str, status: str) -> None: ...
+    def list_runs(self) -> list[dict[str, Any]]: ...
+    def latest_run_id(self) -> str | None: ...
+
+    # setups, sessions, cells
+    def save_setup(self, run_id: str, setup: SetupInfo) -> None: ...
+    def save_session(self, run_id: str, session: SessionInfo) -> None: ...
+    def session_ids(self, run_id: str) -> set[str]: ...
+    def save_cell(self, run_id: str, cell: Cell) -> None: ...
+    def finished_cell_keys(self, run_id: str) -> set[CellKey]: ...
+    def setups_with_status(self, run_id: str, statuses: tuple[str, ...]) -> set[tuple[str, str]]:
+        """(setup, engine) pairs with a cell in one of `statuses`."""
+        ...
+
+    def max_session_value(self, run_id: str, session_id: str, kind: str) -> int | None:
+        """The highest peak ("rss" or "vsz") of the session's cells, in bytes."""
+        ...
+
+    def load_run(self, run_id: str | None = None, with_samples: bool = True) -> RunResult: ...
+
+    # one writer per run id
+    def lock_run(self, run_id: str) -> AbstractContextManager[object]:
+        """Held while a run writes `run_id`; a second holder is refused with one line."""
+        ...
+
+    def live_status(self, run_id: str, status: str) -> str:
+        """A stored status as it stands now: "running" only while someone holds the run."""
+        ...

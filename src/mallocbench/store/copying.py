@@ -1,0 +1,59 @@
+"""Copy runs between stores of any kind: SQLite to PostgreSQL, back, or file to file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.store.base import ResultsStore
+
+
+@dataclass
+class Copied:
+    runs: list[str] = field(default_factory=list)
+    cells: int = 0
+    samples: int = 0
+
+
+def copy_runs(
+    src: ResultsStore, dst: ResultsStore, run_ids: list[str], replace: bool = False
+) -> Copied:
+    """Copy `run_ids` (every run when empty) with their setups, sessions, cells and
+    samples, keeping their start and finish times and status.
+
+    Everything is checked before anything is written, so a refused copy writes nothing.
+    """
+    listed = {str(r["run_id"]): r for r in src.list_runs()}
+    wanted = list(dict.fromkeys(run_ids)) or list(listed)
+    if not wanted:
+        raise MallocbenchError(f"the store {src.label} holds no runs: nothing to copy")
+    for run_id in wanted:
+        if run_id not in listed:
+            latest = ", ".join(list(listed)[-5:]) or "none"
+            raise MallocbenchError(f"no run {run_id!r} in {src.label} (latest: {latest})")
+    if not replace:
+        for run_id in wanted:
+            if dst.run_exists(run_id):
+                raise MallocbenchError(
+                    f"run {run_id} is already in {dst.label}: give --replace to overwrite "
+                    "it, or leave it out of the --run list"
+                )
+    copied = Copied()
+    for run_id in wanted:
+        record = listed[run_id]
+        result = src.load_run(run_id)
+        # Whoever writes this run id into DST now (a run resumed there) would have its
+        # cells mixed with the copy's: hold the run's lock, refused if held.
+        with dst.lock_run(run_id):
+            if replace:
+                dst.delete_run(run_id)
+            dst.save_run(
+                result,
+                started_at=record["started_at"],
+                finished_at=record["finished_at"],
+                status=record["status"],
+            )
+        copied.runs.append(run_id)
+        copied.cells += len(result.cells)
+        copied.samples += sum(len(c.samples) for c in result.cells)
+    return copied
