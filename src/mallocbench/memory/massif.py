@@ -211,6 +211,19 @@ def _size(number: str, unit: str) -> int:
 
 def parse_heaptrack_print(text: str, source: str = "heaptrack_print") -> Profile:
     """Sites from `heaptrack_print --print-peaks` text (sizes there are decimal units)."""
+    blocks, peak_total = _heaptrack_blocks(text)
+    sites = _heaptrack_sites(blocks)
+    if not blocks:
+        raise MallocbenchError(
+            f"{source} has no PEAK MEMORY CONSUMERS section: the profiled run recorded no "
+            "allocations"
+        )
+    return Profile("heaptrack", None, peak_total, None, sites, source)
+
+
+def _heaptrack_blocks(text: str) -> tuple[list[dict[str, Any]], int]:
+    """The peak consumers as blocks (bytes, calls, frames, and the sub-blocks of their
+    callers), and the whole run's peak heap in bytes."""
     blocks: list[dict[str, Any]] = []
     peak_total = 0
     current: dict[str, Any] | None = None
@@ -249,14 +262,23 @@ def parse_heaptrack_print(text: str, source: str = "heaptrack_print") -> Profile
         stripped = line.strip()
         if not stripped or current is None:
             continue
-        target = sub if sub is not None else current
-        if stripped.startswith("at ") and target["frames"]:
-            target["frames"][-1][1] = stripped[3:]
-        elif stripped.startswith("in ") and target["frames"]:
-            if target["frames"][-1][1] is None:
-                target["frames"][-1][1] = stripped
-        else:
-            target["frames"].append([stripped, None])
+        _add_frame(sub if sub is not None else current, stripped)
+    return blocks, peak_total
+
+
+def _add_frame(target: dict[str, Any], stripped: str) -> None:
+    """A frame line, or the "at"/"in" line that gives the previous frame its location."""
+    if stripped.startswith("at ") and target["frames"]:
+        target["frames"][-1][1] = stripped[3:]
+    elif stripped.startswith("in ") and target["frames"]:
+        if target["frames"][-1][1] is None:
+            target["frames"][-1][1] = stripped
+    else:
+        target["frames"].append([stripped, None])
+
+
+def _heaptrack_sites(blocks: list[dict[str, Any]]) -> list[Site]:
+    """Blocks as sites, largest first: a wrapper's block is split between its callers."""
     sites: dict[tuple[str, str | None], Site] = {}
 
     def add(name: str, location: str | None, nbytes: int, calls: int, callers: list[str]) -> None:
@@ -284,10 +306,4 @@ def parse_heaptrack_print(text: str, source: str = "heaptrack_print") -> Profile
             continue
         callers = [f[0] for f in block["subs"][0]["frames"]] if block["subs"] else []
         add(name, location, block["bytes"], block["calls"], callers)
-    if not blocks:
-        raise MallocbenchError(
-            f"{source} has no PEAK MEMORY CONSUMERS section: the profiled run recorded no "
-            "allocations"
-        )
-    ordered = sorted(sites.values(), key=lambda s: s.bytes, reverse=True)
-    return Profile("heaptrack", None, peak_total, None, ordered, source)
+    return sorted(sites.values(), key=lambda s: s.bytes, reverse=True)

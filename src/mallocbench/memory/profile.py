@@ -196,15 +196,7 @@ def profile_server(
     build = mariadb.find_build(basedir)
     the_engine = engines.get(engine)
     threads = connections if isinstance(step, SqlStep) else threads_for(step, connections)
-    settings: dict[str, object] = {}
-    if tool == "massif":
-        # valgrind supports neither io_uring/libaio nor an 8 TiB address reservation.
-        settings["innodb_use_native_aio"] = "0"
-        if _has_variable(build, "innodb_buffer_pool_size_max"):
-            settings["innodb_buffer_pool_size_max"] = str(
-                max(cache_bytes, 32 * 1024 * 1024) if engine == "innodb" else 32 * 1024 * 1024
-            )
-    settings.update(overrides or {})
+    settings = _server_settings(tool, build, engine, cache_bytes, overrides)
     config = mariadb.ServerConfig(
         engine=the_engine,
         cache_bytes=cache_bytes,
@@ -247,14 +239,39 @@ def profile_server(
         server.shutdown()
     finally:
         server.stop()
+    return _read_profile(server, out)
+
+
+def _server_settings(
+    tool: str,
+    build: mariadb.ServerBuild,
+    engine: str,
+    cache_bytes: int,
+    overrides: Mapping[str, str] | None,
+) -> dict[str, object]:
+    """The my.cnf settings the profiler needs, then the user's overrides over them."""
+    settings: dict[str, object] = {}
     if tool == "massif":
-        if server.massif_file.exists():
-            shutil.move(server.massif_file, output)
-        if not output.exists():
-            raise MallocbenchError(
-                f"massif wrote no {output}: see {server.error_log} and {server.stdout_log}"
+        # valgrind supports neither io_uring/libaio nor an 8 TiB address reservation.
+        settings["innodb_use_native_aio"] = "0"
+        if _has_variable(build, "innodb_buffer_pool_size_max"):
+            settings["innodb_buffer_pool_size_max"] = str(
+                max(cache_bytes, 32 * 1024 * 1024) if engine == "innodb" else 32 * 1024 * 1024
             )
-        return parse_massif(output)
+    settings.update(overrides or {})
+    return settings
+
+
+def _read_profile(server: ProfiledServer, out: Path) -> Profile:
+    """The sites from the file the profiler wrote when the server stopped."""
+    if server.tool == "massif":
+        if server.massif_file.exists():
+            shutil.move(server.massif_file, server.output)
+        if not server.output.exists():
+            raise MallocbenchError(
+                f"massif wrote no {server.output}: see {server.error_log} and {server.stdout_log}"
+            )
+        return parse_massif(server.output)
     written = sorted(out.glob("heaptrack.*"))
     if not written:
         raise MallocbenchError(f"heaptrack wrote no data file in {out}: see {server.stdout_log}")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mallocbench.memory.breakdown import Breakdown, Footprint
+from mallocbench.memory.process import ProcessMemory
 from mallocbench.memory.report import MemoryReport
+from mallocbench.memory.server import ServerMemory
 
 MiB = 1024 * 1024
 
@@ -36,151 +41,165 @@ def render(report: MemoryReport, console: Console | None = None) -> None:
         title += f" ({srv.version})"
     console.print(f"[bold]{title}[/]")
 
-    proc = report.process
-    if proc is None:
+    if report.process is None:
         console.print(f"[yellow]process not inspected:[/] {report.pid_source}")
     else:
-        p = data["process"]
-        t = Table(
-            title=f"process {proc.pid} ({proc.name}), found by {report.pid_source}",
-            show_header=False,
-            title_justify="left",
-        )
-        t.add_column(justify="left")
-        t.add_column(justify="right")
-        for label, value in (
-            ("RSS", mb(p["rss"])),
-            ("VSZ", mb(p["vsz"])),
-            ("anonymous", mb(p["anonymous"])),
-            ("file-backed", mb(p["file_backed"])),
-            ("shared (clean + dirty)", mb(p["shared"])),
-            ("swap", mb(p["swap"])),
-            ("anon huge pages", mb(p["anon_huge_pages"])),
-            ("threads", str(p["threads"])),
-            (
-                "thread stacks reserved",
-                f"{mb(p['stack_reservation'])} in {p['stack_mappings']} mappings",
-            ),
-        ):
-            t.add_row(label, value)
-        console.print(t)
-
-        a = data["allocator"]
-        lines = [f"allocator {a.get('name')} ({a.get('path') or 'libc'})"]
-        if a.get("glibc_arenas") is not None:
-            lines.append(
-                f"glibc arenas: {a['glibc_arenas']} (the main one + {a['glibc_arenas'] - 1} in "
-                f"{a['glibc_heaps']} heaps of 64 MiB; {a['arena_source']})"
-            )
-        if a.get("arenas"):
-            lines.append(f"jemalloc arenas: {a['arenas']}")
-        knobs = a.get("knobs")
-        if knobs is None:
-            lines.append("knobs: environment not readable (run as the server's user or root)")
-        else:
-            shown = ", ".join(f"{k}={v}" for k, v in knobs.items()) or "none set (defaults)"
-            lines.append(f"knobs: {shown}")
-        lines.append(f"transparent huge pages: {a.get('thp') or 'unknown'}")
-        console.print(escape("\n".join(lines)))
-
-    fp = report.footprint
-    if fp is not None:
-        t = Table(
-            title="configured footprint (from variables, as mysqltuner estimates)",
-            title_justify="left",
-        )
-        t.add_column("")
-        t.add_column("bytes", justify="right")
-        for name, value in fp.global_buffers.items():
-            t.add_row(f"  {name}", mb(value))
-        if fp.performance_schema:
-            t.add_row("  performance_schema", mb(fp.performance_schema))
-        t.add_row("global buffers", mb(fp.global_total))
-        t.add_row("per connection", mb(fp.per_connection_total))
-        t.add_row(f"worst case: global + {fp.max_connections} max_connections", mb(fp.worst_case))
-        t.add_row(
-            f"peak so far: global + {fp.max_used_connections} Max_used_connections",
-            mb(fp.peak_so_far),
-        )
-        t.add_row(f"now: global + {fp.connections_now} connections", mb(fp.now))
-        if report.memory_limit:
-            t.add_row(f"memory limit ({report.memory_limit[1]})", mb(report.memory_limit[0]))
-        console.print(t)
-
+        console.print(_process_table(report.process, report.pid_source, data["process"]))
+        console.print(escape("\n".join(_allocator_lines(data["allocator"]))))
+    if report.footprint is not None:
+        console.print(_footprint_table(report, report.footprint))
     if srv is not None:
-        acc = data["accounted_by_server"]
-        t = Table(title="what the server accounts for", title_justify="left", show_header=False)
-        t.add_column()
-        t.add_column(justify="right")
-        bp = acc["innodb_buffer_pool"]
-        pages, page = bp["pages"], bp["page_size"] or 16384
-        if pages.get("total"):
-            used = ((pages.get("data") or 0) + (pages.get("misc") or 0)) * page
-            t.add_row("InnoDB buffer pool size", mb(bp["size"]))
-            t.add_row("  pages in use (data + misc)", mb(used))
-            t.add_row("  pages free", mb((pages.get("free") or 0) * page))
-        if srv.rocksdb is not None:
-            t.add_row("RocksDB block cache (capacity)", mb(srv.var("rocksdb_block_cache_size")))
-            t.add_row("  in use", mb(srv.rocksdb.get("Cache Total")))
-            t.add_row("RocksDB memtables", mb(srv.rocksdb.get("MemTable Total")))
-            t.add_row("RocksDB table readers", mb(srv.rocksdb.get("Table Readers Total")))
-        if acc["memory_used"] is not None:
-            t.add_row(
-                "Memory_used"
-                + (" (caches counted as reserved)" if acc["memory_used_includes_caches"] else ""),
-                mb(acc["memory_used"]),
-            )
-            t.add_row("  Memory_used_initial", mb(acc["memory_used_initial"]))
-            t.add_row(
-                f"  sessions ({len(srv.sessions)})", mb(sum(s["memory_used"] for s in srv.sessions))
-            )
-            for s in srv.sessions[:5]:
-                t.add_row(
-                    f"    id {s['id']} {s['user']} {s['state'] or s['command']}",
-                    mb(s["memory_used"]),
-                )
-        if srv.pfs_enabled:
-            t.add_row("performance_schema memory", mb(srv.pfs_total))
-            for name, value in srv.pfs_top[:5]:
-                t.add_row(escape(f"  {name}"), mb(value))
-        else:
-            t.add_row("performance_schema", "off")
-        console.print(t)
+        console.print(_server_table(srv, data["accounted_by_server"]))
+    if report.breakdown is not None:
+        _print_breakdown(report.breakdown, console)
+    _print_advice(report, console)
 
-    bd = report.breakdown
-    if bd is not None:
-        t = Table(title=f"where RSS goes ({mb(bd.rss)})", title_justify="left")
-        t.add_column("part")
-        t.add_column("bytes", justify="right")
-        t.add_column("of RSS", justify="right")
-        t.add_column("source", style="dim")
-        for row in bd.rows:
-            label = row.label if row.group == "process" else f"  heap: {row.label}"
-            style = "bold" if row.key == "unaccounted" else None
-            t.add_row(
-                escape(label),
-                mb(row.bytes),
-                pct(row.bytes, bd.rss),
-                escape(row.source),
-                style=style,
-            )
-        t.add_row("total (= RSS)", mb(bd.total()), pct(bd.total(), bd.rss), "")
-        console.print(t)
-        ratio = f"{bd.ratio:.2f}" if bd.ratio else "-"
-        heap_ratio = f"{bd.heap_ratio:.2f}" if bd.heap_ratio else "-"
-        console.print(
-            f"fragmentation ratio RSS/accounted = {ratio} ({mb(bd.unaccounted)} unaccounted); "
-            f"heap ratio = {heap_ratio} (heap RSS {mb(bd.heap_rss)} / accounted "
-            f"{mb(bd.heap_accounted)})"
+
+def _process_table(proc: ProcessMemory, pid_source: str, p: dict[str, Any]) -> Table:
+    t = Table(
+        title=f"process {proc.pid} ({proc.name}), found by {pid_source}",
+        show_header=False,
+        title_justify="left",
+    )
+    t.add_column(justify="left")
+    t.add_column(justify="right")
+    for label, value in (
+        ("RSS", mb(p["rss"])),
+        ("VSZ", mb(p["vsz"])),
+        ("anonymous", mb(p["anonymous"])),
+        ("file-backed", mb(p["file_backed"])),
+        ("shared (clean + dirty)", mb(p["shared"])),
+        ("swap", mb(p["swap"])),
+        ("anon huge pages", mb(p["anon_huge_pages"])),
+        ("threads", str(p["threads"])),
+        (
+            "thread stacks reserved",
+            f"{mb(p['stack_reservation'])} in {p['stack_mappings']} mappings",
+        ),
+    ):
+        t.add_row(label, value)
+    return t
+
+
+def _allocator_lines(a: dict[str, Any]) -> list[str]:
+    lines = [f"allocator {a.get('name')} ({a.get('path') or 'libc'})"]
+    if a.get("glibc_arenas") is not None:
+        lines.append(
+            f"glibc arenas: {a['glibc_arenas']} (the main one + {a['glibc_arenas'] - 1} in "
+            f"{a['glibc_heaps']} heaps of 64 MiB; {a['arena_source']})"
         )
-        for note in bd.notes:
-            console.print(f"[dim]note: {escape(note)}[/]")
+    if a.get("arenas"):
+        lines.append(f"jemalloc arenas: {a['arenas']}")
+    knobs = a.get("knobs")
+    if knobs is None:
+        lines.append("knobs: environment not readable (run as the server's user or root)")
+    else:
+        shown = ", ".join(f"{k}={v}" for k, v in knobs.items()) or "none set (defaults)"
+        lines.append(f"knobs: {shown}")
+    lines.append(f"transparent huge pages: {a.get('thp') or 'unknown'}")
+    return lines
 
+
+def _footprint_table(report: MemoryReport, fp: Footprint) -> Table:
+    t = Table(
+        title="configured footprint (from variables, as mysqltuner estimates)",
+        title_justify="left",
+    )
+    t.add_column("")
+    t.add_column("bytes", justify="right")
+    for name, value in fp.global_buffers.items():
+        t.add_row(f"  {name}", mb(value))
+    if fp.performance_schema:
+        t.add_row("  performance_schema", mb(fp.performance_schema))
+    t.add_row("global buffers", mb(fp.global_total))
+    t.add_row("per connection", mb(fp.per_connection_total))
+    t.add_row(f"worst case: global + {fp.max_connections} max_connections", mb(fp.worst_case))
+    t.add_row(
+        f"peak so far: global + {fp.max_used_connections} Max_used_connections",
+        mb(fp.peak_so_far),
+    )
+    t.add_row(f"now: global + {fp.connections_now} connections", mb(fp.now))
+    if report.memory_limit:
+        t.add_row(f"memory limit ({report.memory_limit[1]})", mb(report.memory_limit[0]))
+    return t
+
+
+def _server_table(srv: ServerMemory, acc: dict[str, Any]) -> Table:
+    t = Table(title="what the server accounts for", title_justify="left", show_header=False)
+    t.add_column()
+    t.add_column(justify="right")
+    bp = acc["innodb_buffer_pool"]
+    pages, page = bp["pages"], bp["page_size"] or 16384
+    if pages.get("total"):
+        used = ((pages.get("data") or 0) + (pages.get("misc") or 0)) * page
+        t.add_row("InnoDB buffer pool size", mb(bp["size"]))
+        t.add_row("  pages in use (data + misc)", mb(used))
+        t.add_row("  pages free", mb((pages.get("free") or 0) * page))
+    if srv.rocksdb is not None:
+        t.add_row("RocksDB block cache (capacity)", mb(srv.var("rocksdb_block_cache_size")))
+        t.add_row("  in use", mb(srv.rocksdb.get("Cache Total")))
+        t.add_row("RocksDB memtables", mb(srv.rocksdb.get("MemTable Total")))
+        t.add_row("RocksDB table readers", mb(srv.rocksdb.get("Table Readers Total")))
+    if acc["memory_used"] is not None:
+        t.add_row(
+            "Memory_used"
+            + (" (caches counted as reserved)" if acc["memory_used_includes_caches"] else ""),
+            mb(acc["memory_used"]),
+        )
+        t.add_row("  Memory_used_initial", mb(acc["memory_used_initial"]))
+        t.add_row(
+            f"  sessions ({len(srv.sessions)})", mb(sum(s["memory_used"] for s in srv.sessions))
+        )
+        for s in srv.sessions[:5]:
+            t.add_row(
+                f"    id {s['id']} {s['user']} {s['state'] or s['command']}",
+                mb(s["memory_used"]),
+            )
+    if srv.pfs_enabled:
+        t.add_row("performance_schema memory", mb(srv.pfs_total))
+        for name, value in srv.pfs_top[:5]:
+            t.add_row(escape(f"  {name}"), mb(value))
+    else:
+        t.add_row("performance_schema", "off")
+    return t
+
+
+def _print_breakdown(bd: Breakdown, console: Console) -> None:
+    t = Table(title=f"where RSS goes ({mb(bd.rss)})", title_justify="left")
+    t.add_column("part")
+    t.add_column("bytes", justify="right")
+    t.add_column("of RSS", justify="right")
+    t.add_column("source", style="dim")
+    for row in bd.rows:
+        label = row.label if row.group == "process" else f"  heap: {row.label}"
+        style = "bold" if row.key == "unaccounted" else None
+        t.add_row(
+            escape(label),
+            mb(row.bytes),
+            pct(row.bytes, bd.rss),
+            escape(row.source),
+            style=style,
+        )
+    t.add_row("total (= RSS)", mb(bd.total()), pct(bd.total(), bd.rss), "")
+    console.print(t)
+    ratio = f"{bd.ratio:.2f}" if bd.ratio else "-"
+    heap_ratio = f"{bd.heap_ratio:.2f}" if bd.heap_ratio else "-"
+    console.print(
+        f"fragmentation ratio RSS/accounted = {ratio} ({mb(bd.unaccounted)} unaccounted); "
+        f"heap ratio = {heap_ratio} (heap RSS {mb(bd.heap_rss)} / accounted "
+        f"{mb(bd.heap_accounted)})"
+    )
+    for note in bd.notes:
+        console.print(f"[dim]note: {escape(note)}[/]")
+
+
+def _print_advice(report: MemoryReport, console: Console) -> None:
     if report.advice:
         console.print("[bold]advice[/]")
         for a in report.advice:
             color = "red" if a.level == "warning" else "cyan"
             console.print(f"[{color}]{a.level}[/]: [bold]{escape(a.title)}[/] - {escape(a.advice)}")
             console.print(f"    [dim]evidence: {escape(a.evidence)}[/]")
-    elif bd is not None:
+    elif report.breakdown is not None:
+        # Without a breakdown the heap was not checked: "nothing stands out" would claim more.
         console.print("advice: nothing stands out")

@@ -61,7 +61,7 @@ from mallocbench.analysis.verdict import VerdictRow, verdict_rows
 from mallocbench.report.recommend import engine_lines
 from mallocbench.report.soak import soak_charts, soak_notes, soak_table
 from mallocbench.report.tables import memory_unit, run_notes
-from mallocbench.results import STATUS_OK, Cell, RunResult
+from mallocbench.results import STATUS_OK, Cell, RunResult, SessionInfo
 from mallocbench.workloads.catalogue import GROUPS, label_order
 
 _HERE = Path(__file__).parent
@@ -262,152 +262,203 @@ def memory_time_charts(result: RunResult, colors: dict[str, str]) -> list[Chart]
         for cell in result.cells:
             if cell.engine == engine and cell.samples:
                 by_session[cell.session].append(cell)
-        if not by_session:
-            continue
-        rss_traces = []
-        vsz_traces = []
-        shown: set[str] = set()  # server lines drawn
-        caps: dict[tuple[str, int], None] = {}  # (setup, memory cap), in order
-        boundaries: list[tuple[float, str]] = []
-        for index, (session_id, cells) in enumerate(by_session.items()):
-            cells.sort(key=lambda c: c.started_at or (c.samples[0].t if c.samples else 0))
-            info = sessions.get(session_id)
-            start = (
-                info.started_at
-                if info and info.started_at
-                else min(c.started_at or c.samples[0].t for c in cells)
-            )
-            xs: list[float | None] = []
-            rss: list[float | None] = []
-            vsz: list[float | None] = []
-            own: dict[str, list[float | None]] = {
-                key: [] for key, _, _ in (*SERVER_LINES, CHARGE_LINE)
-            }
-            labels: list[str | None] = []
-            for cell in cells:
-                for sample in cell.samples:
-                    xs.append(round(sample.t - start, 2))
-                    rss.append(sample.rss_bytes / fmt.GB if sample.rss_bytes else None)
-                    vsz.append(sample.vsz_bytes / fmt.GB if sample.vsz_bytes else None)
-                    for key, series in own.items():
-                        value = (sample.extra or {}).get(key)
-                        series.append(value / fmt.GB if value is not None else None)
-                    labels.append(f"{cell.step} @{cell.threads}")
-                # A gap between cells (warmup, restarts) must not be drawn as a line.
-                for series in (xs, rss, vsz, labels, *own.values()):
-                    series.append(None)
-                if index == 0 and cell.started_at:
-                    boundaries.append((cell.started_at - start, f"{cell.step} @{cell.threads}"))
-            setup = cells[0].setup
-            repeat = cells[0].repeat
-            common = {
-                "type": "scatter",
-                "mode": "lines+markers",
-                # Dashes are taken by the server's own lines, so repeats differ by marker.
-                "marker": {"size": 5, "symbol": REPEAT_MARKERS[repeat % len(REPEAT_MARKERS)]},
-                "name": session_id,
-                "x": xs,
-                "line": {"color": colors.get(setup), "width": 1.5},
-                "customdata": labels,
-                "legendgroup": setup,
-            }
-            rss_traces.append(
-                {**common, "y": rss, "hovertemplate": "RSS %{y:.3f} GiB, %{customdata}<extra>"
-                 + html_mod.escape(session_id) + "</extra>"}
-            )  # fmt: skip
-            vsz_traces.append(
-                {**common, "y": vsz, "hovertemplate": "%{y:.2f} GiB, %{customdata}<extra>"
-                 + html_mod.escape(session_id) + "</extra>"}
-            )  # fmt: skip
-            if info is not None and info.memory_limit_bytes:
-                caps[(setup, info.memory_limit_bytes)] = None
-            for key, label, dash in (*SERVER_LINES, CHARGE_LINE):
-                if not any(v is not None for v in own[key]):
-                    continue
-                shown.add(label)
-                name = f"{session_id} {label}"
-                # Out of the legend (the note explains the dashes); they toggle with their
-                # setup's RSS lines through the shared legendgroup.
-                rss_traces.append(
-                    {**common, "mode": "lines", "name": name, "y": own[key], "showlegend": False,
-                     "line": {"color": colors.get(setup), "width": 1.2, "dash": dash},
-                     "hovertemplate": f"{label} %{{y:.3f}} GiB, %{{customdata}}<extra>"
-                     + html_mod.escape(session_id) + "</extra>"}
-                )  # fmt: skip
-        first = next(iter(by_session))
-        shapes = [
-            {
-                "type": "line",
-                "xref": "x",
-                "yref": "paper",
-                "x0": x,
-                "x1": x,
-                "y0": 0,
-                "y1": 1,
-                "line": {"color": "#999", "width": 1, "dash": "dot"},
-            }
-            for x, _ in boundaries
-        ]
-        shapes += [
-            {
-                "type": "line",
-                "xref": "paper",
-                "x0": 0,
-                "x1": 1,
-                "y0": cap / fmt.GB,
-                "y1": cap / fmt.GB,
-                "line": {"color": colors.get(setup), "width": 1, "dash": "dashdot"},
-            }
-            for setup, cap in caps
-        ]
-        annotations = [
-            {
-                "x": x,
-                "y": 1,
-                "xref": "x",
-                "yref": "paper",
-                "text": label.split(" range=")[0] + label[label.rfind(" @") :],
-                "showarrow": False,
-                "textangle": -90,
-                "xanchor": "left",
-                "yanchor": "top",
-                "font": {"size": 9, "color": "#777"},
-            }
-            for x, label in boundaries
-        ]
-        server_note = ""
-        if shown - {CHARGE_LINE[1]}:
-            drawn = "; ".join(
-                f"{DASH_WORDS[dash]}: the server's own {label}"
-                for _, label, dash in SERVER_LINES
-                if label in shown
-            )
-            server_note = (
-                f" {drawn[0].upper()}{drawn[1:]} (the gap up to RSS is what it does not name)."
-            )
-        if CHARGE_LINE[1] in shown or caps:
-            server_note += (
-                " Dash-dotted: a capped server's cgroup charge, and across the chart its "
-                "memory cap, which acts on that charge, not on RSS."
-            )
-        for kind, traces in (("RSS", rss_traces), ("VSZ", vsz_traces)):
-            charts.append(
-                Chart(
-                    f"chart-{kind.lower()}-{slug(engine)}",
-                    f"{kind} over time, {engine}",
-                    traces,
-                    {
-                        "xaxis": {"title": {"text": "seconds since the server started"}},
-                        "yaxis": {"title": {"text": f"{kind} (GiB)"}, "rangemode": "tozero"},
-                        "shapes": shapes,
-                        "annotations": annotations,
-                    },
-                    f"One line per session (color: setup, marker: repeat). Dotted verticals: "
-                    f"step starts in session {first}; hover a line for the step it ran."
-                    + (server_note if kind == "RSS" else ""),
-                )
-            )
+        if by_session:
+            charts += _engine_memory_charts(engine, by_session, sessions, colors)
     return charts
+
+
+@dataclass
+class _SessionSeries:
+    """One session's samples in GiB against seconds since its server started."""
+
+    xs: list[float | None] = field(default_factory=list)
+    rss: list[float | None] = field(default_factory=list)
+    vsz: list[float | None] = field(default_factory=list)
+    own: dict[str, list[float | None]] = field(
+        default_factory=lambda: {key: [] for key, _, _ in (*SERVER_LINES, CHARGE_LINE)}
+    )
+    labels: list[str | None] = field(default_factory=list)
+    boundaries: list[tuple[float, str]] = field(default_factory=list)  # (x, step @threads)
+
+
+def _session_series(cells: list[Cell], start: float) -> _SessionSeries:
+    series = _SessionSeries()
+    for cell in cells:
+        for sample in cell.samples:
+            series.xs.append(round(sample.t - start, 2))
+            series.rss.append(sample.rss_bytes / fmt.GB if sample.rss_bytes else None)
+            series.vsz.append(sample.vsz_bytes / fmt.GB if sample.vsz_bytes else None)
+            for key, values in series.own.items():
+                value = (sample.extra or {}).get(key)
+                values.append(value / fmt.GB if value is not None else None)
+            series.labels.append(f"{cell.step} @{cell.threads}")
+        # A gap between cells (warmup, restarts) must not be drawn as a line.
+        for values in (series.xs, series.rss, series.vsz, series.labels, *series.own.values()):
+            values.append(None)
+        if cell.started_at:
+            series.boundaries.append((cell.started_at - start, f"{cell.step} @{cell.threads}"))
+    return series
+
+
+def _engine_memory_charts(
+    engine: str,
+    by_session: dict[str, list[Cell]],
+    sessions: dict[str, SessionInfo],
+    colors: dict[str, str],
+) -> list[Chart]:
+    rss_traces: list[dict[str, Any]] = []
+    vsz_traces: list[dict[str, Any]] = []
+    shown: set[str] = set()  # server lines drawn
+    caps: dict[tuple[str, int], None] = {}  # (setup, memory cap), in order
+    boundaries: list[tuple[float, str]] = []
+    for index, (session_id, cells) in enumerate(by_session.items()):
+        cells.sort(key=lambda c: c.started_at or (c.samples[0].t if c.samples else 0))
+        info = sessions.get(session_id)
+        start = (
+            info.started_at
+            if info and info.started_at
+            else min(c.started_at or c.samples[0].t for c in cells)
+        )
+        series = _session_series(cells, start)
+        if index == 0:
+            # Every session's step starts would crowd the axis; the note names this one.
+            boundaries = series.boundaries
+        rss, vsz, drawn = _session_traces(session_id, cells[0], series, colors)
+        rss_traces += rss
+        vsz_traces.append(vsz)
+        shown |= drawn
+        if info is not None and info.memory_limit_bytes:
+            caps[(cells[0].setup, info.memory_limit_bytes)] = None
+    first = next(iter(by_session))
+    shapes = _boundary_lines(boundaries) + _cap_lines(caps, colors)
+    annotations = _boundary_labels(boundaries)
+    server_note = _server_lines_note(shown, caps)
+    return [
+        Chart(
+            f"chart-{kind.lower()}-{slug(engine)}",
+            f"{kind} over time, {engine}",
+            traces,
+            {
+                "xaxis": {"title": {"text": "seconds since the server started"}},
+                "yaxis": {"title": {"text": f"{kind} (GiB)"}, "rangemode": "tozero"},
+                "shapes": shapes,
+                "annotations": annotations,
+            },
+            f"One line per session (color: setup, marker: repeat). Dotted verticals: "
+            f"step starts in session {first}; hover a line for the step it ran."
+            + (server_note if kind == "RSS" else ""),
+        )
+        for kind, traces in (("RSS", rss_traces), ("VSZ", vsz_traces))
+    ]
+
+
+def _session_traces(
+    session_id: str, first_cell: Cell, series: _SessionSeries, colors: dict[str, str]
+) -> tuple[list[dict[str, Any]], dict[str, Any], set[str]]:
+    """A session's RSS line and its server lines, its VSZ line, and the server lines drawn."""
+    setup = first_cell.setup
+    repeat = first_cell.repeat
+    common = {
+        "type": "scatter",
+        "mode": "lines+markers",
+        # Dashes are taken by the server's own lines, so repeats differ by marker.
+        "marker": {"size": 5, "symbol": REPEAT_MARKERS[repeat % len(REPEAT_MARKERS)]},
+        "name": session_id,
+        "x": series.xs,
+        "line": {"color": colors.get(setup), "width": 1.5},
+        "customdata": series.labels,
+        "legendgroup": setup,
+    }
+    rss_traces = [
+        {**common, "y": series.rss, "hovertemplate": "RSS %{y:.3f} GiB, %{customdata}<extra>"
+         + html_mod.escape(session_id) + "</extra>"}
+    ]  # fmt: skip
+    vsz_trace = {**common, "y": series.vsz, "hovertemplate": "%{y:.2f} GiB, %{customdata}<extra>"
+                 + html_mod.escape(session_id) + "</extra>"}  # fmt: skip
+    shown: set[str] = set()
+    for key, label, dash in (*SERVER_LINES, CHARGE_LINE):
+        if not any(v is not None for v in series.own[key]):
+            continue
+        shown.add(label)
+        name = f"{session_id} {label}"
+        # Out of the legend (the note explains the dashes); they toggle with their
+        # setup's RSS lines through the shared legendgroup.
+        rss_traces.append(
+            {**common, "mode": "lines", "name": name, "y": series.own[key], "showlegend": False,
+             "line": {"color": colors.get(setup), "width": 1.2, "dash": dash},
+             "hovertemplate": f"{label} %{{y:.3f}} GiB, %{{customdata}}<extra>"
+             + html_mod.escape(session_id) + "</extra>"}
+        )  # fmt: skip
+    return rss_traces, vsz_trace, shown
+
+
+def _boundary_lines(boundaries: list[tuple[float, str]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": x,
+            "x1": x,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": "#999", "width": 1, "dash": "dot"},
+        }
+        for x, _ in boundaries
+    ]
+
+
+def _cap_lines(caps: dict[tuple[str, int], None], colors: dict[str, str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "line",
+            "xref": "paper",
+            "x0": 0,
+            "x1": 1,
+            "y0": cap / fmt.GB,
+            "y1": cap / fmt.GB,
+            "line": {"color": colors.get(setup), "width": 1, "dash": "dashdot"},
+        }
+        for setup, cap in caps
+    ]
+
+
+def _boundary_labels(boundaries: list[tuple[float, str]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "x": x,
+            "y": 1,
+            "xref": "x",
+            "yref": "paper",
+            "text": label.split(" range=")[0] + label[label.rfind(" @") :],
+            "showarrow": False,
+            "textangle": -90,
+            "xanchor": "left",
+            "yanchor": "top",
+            "font": {"size": 9, "color": "#777"},
+        }
+        for x, label in boundaries
+    ]
+
+
+def _server_lines_note(shown: set[str], caps: dict[tuple[str, int], None]) -> str:
+    """What the RSS chart's dashed, dotted and dash-dotted lines are, for those drawn."""
+    server_note = ""
+    if shown - {CHARGE_LINE[1]}:
+        drawn = "; ".join(
+            f"{DASH_WORDS[dash]}: the server's own {label}"
+            for _, label, dash in SERVER_LINES
+            if label in shown
+        )
+        server_note = (
+            f" {drawn[0].upper()}{drawn[1:]} (the gap up to RSS is what it does not name)."
+        )
+    if CHARGE_LINE[1] in shown or caps:
+        server_note += (
+            " Dash-dotted: a capped server's cgroup charge, and across the chart its "
+            "memory cap, which acts on that charge, not on RSS."
+        )
+    return server_note
 
 
 def _threads_dropdown(threads_list: list[int], traces_per: int) -> list[dict[str, Any]]:

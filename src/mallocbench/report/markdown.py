@@ -9,6 +9,7 @@ from mallocbench.analysis.summary import (
     ACCOUNTING_NOTE,
     CAP_NOTE,
     RatioCell,
+    RatioTable,
     adaptive_lines,
     color_rule,
     exploratory_note,
@@ -63,94 +64,128 @@ def render(result: RunResult) -> str:
     exploratory = exploratory_note(result)
     if exploratory:
         out += [f"> **{exploratory}**", ""]
-    out += _table(
-        ["setup", "allocator", "version", "knobs", "config", "CPUs", "THP"],
-        [
+    out += _setups(result)
+    out += _recommendation(result)
+    out += _adaptive(result)
+    for table in relative_tables(result):
+        out += _relative_section(table)
+    out += _per_op(result)
+    out += _memory(result)
+    out += soak_markdown(result)
+    out += _findings(result)
+    if result.experiment_text:
+        out += ["## Experiment", "", "```toml", result.experiment_text.rstrip(), "```", ""]
+    return "\n".join(out)
+
+
+def _setups(result: RunResult) -> list[str]:
+    return [
+        *_table(
+            ["setup", "allocator", "version", "knobs", "config", "CPUs", "THP"],
             [
-                s.name + (" (base)" if s.name == result.base_setup else ""),
-                s.allocator,
-                s.allocator_version or "-",
-                fmt.knobs(s.knobs),
-                fmt.knobs(s.config),
-                s.cpus or "all",
-                s.thp or "system",
-            ]
-            for s in result.setups
-        ],
+                [
+                    s.name + (" (base)" if s.name == result.base_setup else ""),
+                    s.allocator,
+                    s.allocator_version or "-",
+                    fmt.knobs(s.knobs),
+                    fmt.knobs(s.config),
+                    s.cpus or "all",
+                    s.thp or "system",
+                ]
+                for s in result.setups
+            ],
+        ),
+        "",
+    ]
+
+
+def _adaptive(result: RunResult) -> list[str]:
+    """The adaptive stop: its headline in bold, its explanation, then one item per cell."""
+    adaptive = adaptive_lines(result)
+    if not adaptive:
+        return []
+    out = [f"**{adaptive[0]}**", ""]
+    if len(adaptive) > 1:
+        out += [adaptive[1], "", *[f"- {line.strip()}" for line in adaptive[2:]], ""]
+    return out
+
+
+def _relative_section(table: RatioTable) -> list[str]:
+    out = [f"## Relative QPS: {table.engine}, {table.threads} client thread(s)", ""]
+    out.append(
+        f"QPS(setup) / QPS({table.reference}); above 1.0 the setup is faster. "
+        f"`{table.reference} QPS` is the base's absolute queries per second. "
+        f"Colors in the HTML report: {color_rule(table.min_effect)}. "
+        + (
+            "With repeats, [low, high] is the 95% interval; "
+            + significance_rule(table.min_effect).replace("*", "\\*", 1)
+            + "."
+            if table.has_intervals
+            else "One repeat: no confidence intervals; add repeats to tell noise from effect."
+        )
+        + (f" {unit_note([table])}" if table.units else "")
     )
     out.append("")
-    out += _recommendation(result)
-    adaptive = adaptive_lines(result)
-    if adaptive:
-        out += [f"**{adaptive[0]}**", ""]
-        if len(adaptive) > 1:
-            out += [adaptive[1], "", *[f"- {line.strip()}" for line in adaptive[2:]], ""]
-    tables = relative_tables(result)
-    for table in tables:
-        out.append(f"## Relative QPS: {table.engine}, {table.threads} client thread(s)")
-        out.append("")
-        out.append(
-            f"QPS(setup) / QPS({table.reference}); above 1.0 the setup is faster. "
-            f"`{table.reference} QPS` is the base's absolute queries per second. "
-            f"Colors in the HTML report: {color_rule(table.min_effect)}. "
-            + (
-                "With repeats, [low, high] is the 95% interval; "
-                + significance_rule(table.min_effect).replace("*", "\\*", 1)
-                + "."
-                if table.has_intervals
-                else "One repeat: no confidence intervals; add repeats to tell noise from effect."
-            )
-            + (f" {unit_note([table])}" if table.units else "")
-        )
-        out.append("")
-        header = ["step", f"{table.reference} QPS", *table.columns]
-        rows: list[list[str]] = []
-        for group, title, group_rows, geomeans in table.groups():
-            rows.append([f"**{title}**", "", *["" for _ in table.columns]])
-            for row in group_rows:
-                rows.append(
-                    [
-                        row.step,
-                        reference_text(row, table.reference),
-                        *[ratio_text(row.cells[s]) for s in table.columns],
-                    ]
-                )
+    header = ["step", f"{table.reference} QPS", *table.columns]
+    rows: list[list[str]] = []
+    for group, title, group_rows, geomeans in table.groups():
+        rows.append([f"**{title}**", "", *["" for _ in table.columns]])
+        for row in group_rows:
             rows.append(
                 [
-                    f"*geomean {group}*",
-                    "",
-                    *[f"*{fmt.ratio(geomeans[s])}*" for s in table.columns],
+                    row.step,
+                    reference_text(row, table.reference),
+                    *[ratio_text(row.cells[s]) for s in table.columns],
                 ]
             )
-        out += _table(header, rows)
-        out.append("")
+        rows.append(
+            [
+                f"*geomean {group}*",
+                "",
+                *[f"*{fmt.ratio(geomeans[s])}*" for s in table.columns],
+            ]
+        )
+    return [*out, *_table(header, rows), ""]
+
+
+def _per_op(result: RunResult) -> list[str]:
     per_op = per_op_tables(result)
-    if per_op:
-        out += ["## Latency and cost per operation", "", PER_OP_NOTE, ""]
-        for title, header, rows in per_op:
-            out += [f"### {title}", "", *_table(header, rows), ""]
+    if not per_op:
+        return []
+    out = ["## Latency and cost per operation", "", PER_OP_NOTE, ""]
+    for title, header, rows in per_op:
+        out += [f"### {title}", "", *_table(header, rows), ""]
+    return out
+
+
+def _memory(result: RunResult) -> list[str]:
     memory = memory_rows(result)
-    if memory:
-        out.append("## Peak memory of the server")
-        out.append("")
-        out.append(
-            "Peak VSZ and RSS over each setup's sessions; RSS/cache divides peak RSS "
-            "by the configured cache (InnoDB buffer pool or RocksDB block cache)."
-            + (f" {ACCOUNTING_NOTE}" if has_accounting(memory) else "")
-            + (f" {CAP_NOTE}" if has_caps(memory) else "")
-            + (f" {IDLE_NOTE}" if any(r.idle_rss_bytes for r in memory) else "")
-        )
-        out.append("")
-        columns = memory_columns(memory)
-        out += _table(
-            [header for header, _ in columns],
-            [[cell(r) for _, cell in columns] for r in memory],
-        )
-        out.append("")
-        reserved = vsz_note(memory)
-        if reserved:
-            out += [f"> **Note:** {reserved}", ""]
-    out += soak_markdown(result)
+    if not memory:
+        return []
+    out = ["## Peak memory of the server", ""]
+    out.append(
+        "Peak VSZ and RSS over each setup's sessions; RSS/cache divides peak RSS "
+        "by the configured cache (InnoDB buffer pool or RocksDB block cache)."
+        + (f" {ACCOUNTING_NOTE}" if has_accounting(memory) else "")
+        + (f" {CAP_NOTE}" if has_caps(memory) else "")
+        + (f" {IDLE_NOTE}" if any(r.idle_rss_bytes for r in memory) else "")
+    )
+    out.append("")
+    columns = memory_columns(memory)
+    out += _table(
+        [header for header, _ in columns],
+        [[cell(r) for _, cell in columns] for r in memory],
+    )
+    out.append("")
+    reserved = vsz_note(memory)
+    if reserved:
+        out += [f"> **Note:** {reserved}", ""]
+    return out
+
+
+def _findings(result: RunResult) -> list[str]:
+    """The sections after the tables: SLA, load generator, run notes, failed cells."""
+    out: list[str] = []
     sla = [f"- {line}" if met else f"- **{line}**" for line, met in sla_lines(result)]
     if sla:
         out += ["## Insert benchmark: background rate (SLA)", "", *sla, ""]
@@ -170,9 +205,7 @@ def render(result: RunResult) -> str:
                 f"**{cell.status}**: {cell.error or ''}"
             )
         out.append("")
-    if result.experiment_text:
-        out += ["## Experiment", "", "```toml", result.experiment_text.rstrip(), "```", ""]
-    return "\n".join(out)
+    return out
 
 
 def _recommendation(result: RunResult) -> list[str]:

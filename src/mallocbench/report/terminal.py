@@ -14,7 +14,9 @@ from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.summary import (
     ACCOUNTING_NOTE,
     CAP_NOTE,
+    MemoryRow,
     RatioCell,
+    RatioTable,
     adaptive_lines,
     color_rule,
     exploratory_note,
@@ -84,67 +86,84 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
         console.print(f"[bold yellow]{exploratory}[/]")
     tables = relative_tables(result)
     for rel in tables:
-        caption = "QPS(setup)/QPS(base): " + color_rule(rel.min_effect)
-        if rel.has_intervals:
-            caption += "; " + significance_rule(rel.min_effect)
-        table = Table(
-            title=f"Relative QPS vs {rel.reference}: {rel.engine}, {rel.threads} thread(s)",
-            caption=caption,
-        )
-        table.add_column("step", overflow="fold")
-        table.add_column(f"{rel.reference} QPS", justify="right", overflow="fold")
-        for setup in rel.columns:
-            table.add_column(setup, justify="right", overflow="fold")
-        for group, title, rows, geomeans in rel.groups():
-            table.add_row(f"[bold]{title}[/]", "", *["" for _ in rel.columns])
-            for row in rows:
-                table.add_row(
-                    "  " + row.step,
-                    reference_text(row, rel.reference),
-                    *[ratio_text(row.cells[s]) for s in rel.columns],
-                )
-            table.add_row(
-                f"  [italic]geomean {group}[/]",
-                "",
-                *[geomean_text(geomeans[s]) for s in rel.columns],
-                end_section=True,
-            )
-        console.print(table)
+        console.print(_relative_table(rel))
     note = unit_note(tables)
     if note:
         console.print(f"[dim]{note}[/]")
     for title, header, rows in per_op_tables(result):
-        table = Table(title=f"Per operation: {title}", caption=PER_OP_NOTE)
-        for name in header:
-            table.add_column(
-                name, justify="left" if name in ("step", "setup") else "right", overflow="fold"
-            )
-        previous = None
-        for row in rows:
-            # The step once per group of setups, as the relative tables do.
-            table.add_row(row[0] if row[0] != previous else "", *row[1:])
-            previous = row[0]
-        console.print(table)
+        console.print(_per_op_table(title, header, rows))
     memory = memory_rows(result)
     if memory:
-        columns = memory_columns(memory)
-        notes = [ACCOUNTING_NOTE] if has_accounting(memory) else []
-        notes += [CAP_NOTE] if has_caps(memory) else []
-        notes += [IDLE_NOTE] if any(r.idle_rss_bytes for r in memory) else []
-        table = Table(title="Peak memory of the server", caption=" ".join(notes) or None)
-        for header, _ in columns:
-            table.add_column(
-                header,
-                justify="left" if header in ("engine", "setup") else "right",
-                overflow="fold",
-            )
-        for row in memory:
-            table.add_row(*[cell(row) for _, cell in columns])
-        console.print(table)
-        reserved = vsz_note(memory)
-        if reserved:
-            console.print(f"[yellow]note[/]: {reserved}")
+        _print_memory(memory, console)
     print_soak(result, console)
+    _print_findings(result, console)
+
+
+def _relative_table(rel: RatioTable) -> Table:
+    caption = "QPS(setup)/QPS(base): " + color_rule(rel.min_effect)
+    if rel.has_intervals:
+        caption += "; " + significance_rule(rel.min_effect)
+    table = Table(
+        title=f"Relative QPS vs {rel.reference}: {rel.engine}, {rel.threads} thread(s)",
+        caption=caption,
+    )
+    table.add_column("step", overflow="fold")
+    table.add_column(f"{rel.reference} QPS", justify="right", overflow="fold")
+    for setup in rel.columns:
+        table.add_column(setup, justify="right", overflow="fold")
+    for group, title, rows, geomeans in rel.groups():
+        table.add_row(f"[bold]{title}[/]", "", *["" for _ in rel.columns])
+        for row in rows:
+            table.add_row(
+                "  " + row.step,
+                reference_text(row, rel.reference),
+                *[ratio_text(row.cells[s]) for s in rel.columns],
+            )
+        table.add_row(
+            f"  [italic]geomean {group}[/]",
+            "",
+            *[geomean_text(geomeans[s]) for s in rel.columns],
+            end_section=True,
+        )
+    return table
+
+
+def _per_op_table(title: str, header: list[str], rows: list[list[str]]) -> Table:
+    table = Table(title=f"Per operation: {title}", caption=PER_OP_NOTE)
+    for name in header:
+        table.add_column(
+            name, justify="left" if name in ("step", "setup") else "right", overflow="fold"
+        )
+    previous = None
+    for row in rows:
+        # The step once per group of setups, as the relative tables do.
+        table.add_row(row[0] if row[0] != previous else "", *row[1:])
+        previous = row[0]
+    return table
+
+
+def _print_memory(memory: list[MemoryRow], console: Console) -> None:
+    columns = memory_columns(memory)
+    notes = [ACCOUNTING_NOTE] if has_accounting(memory) else []
+    notes += [CAP_NOTE] if has_caps(memory) else []
+    notes += [IDLE_NOTE] if any(r.idle_rss_bytes for r in memory) else []
+    table = Table(title="Peak memory of the server", caption=" ".join(notes) or None)
+    for header, _ in columns:
+        table.add_column(
+            header,
+            justify="left" if header in ("engine", "setup") else "right",
+            overflow="fold",
+        )
+    for row in memory:
+        table.add_row(*[cell(row) for _, cell in columns])
+    console.print(table)
+    reserved = vsz_note(memory)
+    if reserved:
+        console.print(f"[yellow]note[/]: {reserved}")
+
+
+def _print_findings(result: RunResult, console: Console) -> None:
+    """The lines under the tables: the verdict, then what a reader should double-check."""
     rec = recommend(result)
     if rec.engines and not rec.exploratory:
         for line in verdict_lines(rec):
