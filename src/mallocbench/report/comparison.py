@@ -19,7 +19,8 @@ from mallocbench.analysis.summary import (
 )
 from mallocbench.report import markdown
 from mallocbench.report.export import location_record, records_csv
-from mallocbench.report.terminal import colored, geomean_text, ratio_text
+from mallocbench.report.tables import relative_rows
+from mallocbench.report.terminal import TERMINAL_MARKUP, colored
 
 
 def _rules(cmp: Comparison, intervals: bool) -> str:
@@ -42,12 +43,8 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
         table.add_column("step", overflow="fold")
         for column in t.columns:
             table.add_column(column, justify="right", overflow="fold")
-        for group, title, rows, geomeans in t.groups():
-            table.add_row(f"[bold]{title}[/]", *["" for _ in t.columns])
-            for row in rows:
-                table.add_row("  " + row.step, *[ratio_text(row.cells[c]) for c in t.columns])
-            gm = [geomean_text(geomeans[column]) for column in t.columns]
-            table.add_row(f"  [italic]geomean {group}[/]", *gm, end_section=True)
+        for cells, last in relative_rows(t, TERMINAL_MARKUP, with_reference=False):
+            table.add_row(*cells, end_section=last)
         console.print(table)
     if cmp.memory:
         _print_memory(cmp, console)
@@ -202,16 +199,8 @@ def comparison_markdown(cmp: Comparison) -> str:
             out += ["1 repeat: no interval, so no significance can be claimed.", ""]
         out.append("| step | " + " | ".join(t.columns) + " |")
         out.append("|---|" + "|".join("---:" for _ in t.columns) + "|")
-        for _, title, rows, geomeans in t.groups():
-            out.append(f"| **{title}** |" + " |" * len(t.columns))
-            for row in rows:
-                values = [markdown.ratio_text(row.cells[column]) for column in t.columns]
-                out.append(f"| {row.step} | " + " | ".join(values) + " |")
-            out.append(
-                "| *geomean* | "
-                + " | ".join(f"*{fmt.ratio(geomeans[c])}*" for c in t.columns)
-                + " |"
-            )
+        for cells, _ in relative_rows(t, markdown.MARKDOWN_MARKUP, with_reference=False):
+            out.append("| " + " | ".join(cells) + " |")
         out.append("")
     if cmp.memory:
         out += [

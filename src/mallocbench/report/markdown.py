@@ -6,15 +6,11 @@ from mallocbench import formatting as fmt
 from mallocbench.analysis.client import client_cpu_warnings
 from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.summary import (
-    ACCOUNTING_NOTE,
-    CAP_NOTE,
     RatioCell,
     RatioTable,
     adaptive_lines,
     color_rule,
     exploratory_note,
-    has_accounting,
-    has_caps,
     memory_rows,
     relative_tables,
     significance_rule,
@@ -24,11 +20,12 @@ from mallocbench.analysis.summary import (
 from mallocbench.report.recommend import engine_lines
 from mallocbench.report.soak import markdown_lines as soak_markdown
 from mallocbench.report.tables import (
-    IDLE_NOTE,
     PER_OP_NOTE,
+    RelativeMarkup,
     memory_columns,
+    memory_notes,
     per_op_tables,
-    reference_text,
+    relative_rows,
     run_notes,
     sla_lines,
 )
@@ -53,6 +50,14 @@ def ratio_text(cell: RatioCell) -> str:
     if cell.same:
         parts.append("same")
     return " ".join(parts)
+
+
+MARKDOWN_MARKUP = RelativeMarkup(
+    heading=lambda title: f"**{title}**",
+    ratio=ratio_text,
+    geomean_label=lambda label: f"*{label}*",
+    geomean_value=lambda value: f"*{value}*",
+)
 
 
 def render(result: RunResult) -> str:
@@ -127,24 +132,7 @@ def _relative_section(table: RatioTable) -> list[str]:
     )
     out.append("")
     header = ["step", f"{table.reference} QPS", *table.columns]
-    rows: list[list[str]] = []
-    for group, title, group_rows, geomeans in table.groups():
-        rows.append([f"**{title}**", "", *["" for _ in table.columns]])
-        for row in group_rows:
-            rows.append(
-                [
-                    row.step,
-                    reference_text(row, table.reference),
-                    *[ratio_text(row.cells[s]) for s in table.columns],
-                ]
-            )
-        rows.append(
-            [
-                f"*geomean {group}*",
-                "",
-                *[f"*{fmt.ratio(geomeans[s])}*" for s in table.columns],
-            ]
-        )
+    rows = [cells for cells, _ in relative_rows(table, MARKDOWN_MARKUP)]
     return [*out, *_table(header, rows), ""]
 
 
@@ -166,9 +154,7 @@ def _memory(result: RunResult) -> list[str]:
     out.append(
         "Peak VSZ and RSS over each setup's sessions; RSS/cache divides peak RSS "
         "by the configured cache (InnoDB buffer pool or RocksDB block cache)."
-        + (f" {ACCOUNTING_NOTE}" if has_accounting(memory) else "")
-        + (f" {CAP_NOTE}" if has_caps(memory) else "")
-        + (f" {IDLE_NOTE}" if any(r.idle_rss_bytes for r in memory) else "")
+        + "".join(f" {note}" for note in memory_notes(memory))
     )
     out.append("")
     columns = memory_columns(memory)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis.run_noise import noise_notes
 from mallocbench.analysis.sla import sla_results
 from mallocbench.analysis.summary import (
+    ACCOUNTING_NOTE,
+    CAP_NOTE,
     QPS,
     CellSummary,
     MemoryRow,
+    RatioCell,
     RatioRow,
+    RatioTable,
     cs_per_op,
     has_accounting,
     has_caps,
@@ -152,3 +157,40 @@ def per_op_tables(result: RunResult) -> list[tuple[str, list[str], list[list[str
                 title = f"{engine}, {threads} client thread{'s' if threads != 1 else ''}"
                 tables.append((title, ["step", "setup", *[h for h, _ in PER_OP_COLUMNS]], rows))
     return tables
+
+
+@dataclass(frozen=True)
+class RelativeMarkup:
+    """How one output format marks the parts of a relative table."""
+
+    heading: Callable[[str], str]  # a group's title row
+    ratio: Callable[[RatioCell], str]  # a ratio with its interval and finding mark
+    geomean_label: Callable[[str], str]
+    geomean_value: Callable[[str], str]  # no interval: never marked as a finding
+    indent: str = ""  # before a step's name and the geomean label
+
+
+def relative_rows(
+    table: RatioTable, markup: RelativeMarkup, with_reference: bool = True
+) -> Iterator[tuple[list[str], bool]]:
+    """A relative table's rows, the one walk every format renders: per group a title
+    row, its steps, then the geomean (no interval, never a finding); the flag marks a
+    group's last row. `with_reference` adds the base's absolute throughput column."""
+    blank = [""] if with_reference else []
+    for group, title, rows, geomeans in table.groups():
+        yield [markup.heading(title), *blank, *["" for _ in table.columns]], False
+        for row in rows:
+            reference = [reference_text(row, table.reference)] if with_reference else []
+            ratios = [markup.ratio(row.cells[c]) for c in table.columns]
+            yield [markup.indent + row.step, *reference, *ratios], False
+        values = [markup.geomean_value(fmt.ratio(geomeans[c])) for c in table.columns]
+        label = markup.indent + markup.geomean_label(f"geomean {group}")
+        yield [label, *blank, *values], True
+
+
+def memory_notes(rows: list[MemoryRow]) -> list[str]:
+    """What a memory table's columns need said, for the columns it shows."""
+    notes = [ACCOUNTING_NOTE] if has_accounting(rows) else []
+    notes += [CAP_NOTE] if has_caps(rows) else []
+    notes += [IDLE_NOTE] if any(r.idle_rss_bytes for r in rows) else []
+    return notes

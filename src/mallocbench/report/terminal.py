@@ -8,20 +8,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mallocbench import formatting as fmt
 from mallocbench.analysis.client import client_cpu_warnings
 from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.summary import (
-    ACCOUNTING_NOTE,
-    CAP_NOTE,
     MemoryRow,
     RatioCell,
     RatioTable,
     adaptive_lines,
     color_rule,
     exploratory_note,
-    has_accounting,
-    has_caps,
     memory_rows,
     relative_tables,
     significance_rule,
@@ -31,11 +26,12 @@ from mallocbench.analysis.summary import (
 from mallocbench.report.recommend import verdict_lines
 from mallocbench.report.soak import print_soak
 from mallocbench.report.tables import (
-    IDLE_NOTE,
     PER_OP_NOTE,
+    RelativeMarkup,
     memory_columns,
+    memory_notes,
     per_op_tables,
-    reference_text,
+    relative_rows,
     run_notes,
     sla_lines,
 )
@@ -66,16 +62,21 @@ def colored(text: str, css: str) -> str:
     return f"[{color}]{text}[/]" if color else text
 
 
-def geomean_text(value: float | None) -> str:
-    """A geomean has no interval: dim, never colored as a finding."""
-    return f"[dim]{fmt.ratio(value)}[/]"
-
-
 def ratio_text(cell: RatioCell) -> str:
     """A relative value with its finding mark and, under it, its interval: without the
     interval a reader cannot see why a 1.07 is left uncolored."""
     text = colored(cell.text + cell.mark, cell.css) + (" [dim]same[/]" if cell.same else "")
     return text + (f"\n[dim]{cell.interval_text}[/]" if cell.interval_text else "")
+
+
+TERMINAL_MARKUP = RelativeMarkup(
+    heading=lambda title: f"[bold]{title}[/]",
+    ratio=ratio_text,
+    geomean_label=lambda label: f"[italic]{label}[/]",
+    # A geomean has no interval: dim, never colored as a finding.
+    geomean_value=lambda value: f"[dim]{value}[/]",
+    indent="  ",
+)
 
 
 def print_run(result: RunResult, console: Console | None = None) -> None:
@@ -111,20 +112,8 @@ def _relative_table(rel: RatioTable) -> Table:
     table.add_column(f"{rel.reference} QPS", justify="right", overflow="fold")
     for setup in rel.columns:
         table.add_column(setup, justify="right", overflow="fold")
-    for group, title, rows, geomeans in rel.groups():
-        table.add_row(f"[bold]{title}[/]", "", *["" for _ in rel.columns])
-        for row in rows:
-            table.add_row(
-                "  " + row.step,
-                reference_text(row, rel.reference),
-                *[ratio_text(row.cells[s]) for s in rel.columns],
-            )
-        table.add_row(
-            f"  [italic]geomean {group}[/]",
-            "",
-            *[geomean_text(geomeans[s]) for s in rel.columns],
-            end_section=True,
-        )
+    for cells, last in relative_rows(rel, TERMINAL_MARKUP):
+        table.add_row(*cells, end_section=last)
     return table
 
 
@@ -144,9 +133,7 @@ def _per_op_table(title: str, header: list[str], rows: list[list[str]]) -> Table
 
 def _print_memory(memory: list[MemoryRow], console: Console) -> None:
     columns = memory_columns(memory)
-    notes = [ACCOUNTING_NOTE] if has_accounting(memory) else []
-    notes += [CAP_NOTE] if has_caps(memory) else []
-    notes += [IDLE_NOTE] if any(r.idle_rss_bytes for r in memory) else []
+    notes = memory_notes(memory)
     table = Table(title="Peak memory of the server", caption=" ".join(notes) or None)
     for header, _ in columns:
         table.add_column(
