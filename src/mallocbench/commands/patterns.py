@@ -12,6 +12,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.patterns import experiment as pexp
 from mallocbench.patterns import report, runner
 from mallocbench.patterns.driver import PATTERNS
+from mallocbench.patterns.store import PatternRun
 from mallocbench.store.base import is_url
 
 
@@ -179,8 +180,8 @@ def patterns(
         return
     run = runner.execute(experiment, store, resume=resume)
     _show(run, out, store, console)
-    if run["status"] != "finished":
-        raise MallocbenchError(f"the run ended {run['status']}")
+    if run.status != "finished":
+        raise MallocbenchError(f"the run ended {run.status}")
 
 
 def _experiment(
@@ -264,12 +265,12 @@ def _override(
         experiment.repeats = repeats
 
 
-def _show(run: dict, out: Path, store: Path, console: Console) -> None:
-    rows = report.summarize(run["model"], run["results"])
-    report.print_table(rows, f"Allocation patterns: {run['experiment']} ({run['run_id']})", console)
+def _show(run: PatternRun, out: Path, store: Path, console: Console) -> None:
+    rows = report.summarize(run.model, run.results)
+    report.print_table(rows, f"Allocation patterns: {run.experiment} ({run.run_id})", console)
     paths = report.write_exports(out, run, rows)
     console.print(
-        f"Wrote {paths['md']}, {paths['csv']}, {paths['json']}; store {store} (run {run['run_id']})"
+        f"Wrote {paths['md']}, {paths['csv']}, {paths['json']}; store {store} (run {run.run_id})"
     )
 
 

@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from mallocbench.analysis import stats
+from mallocbench.patterns.experiment import Case
+from mallocbench.patterns.store import PatternResult, PatternRun, RunModel
 
 MIB = 1024 * 1024
 
@@ -62,27 +64,27 @@ class SummaryRow:
         )
 
 
-def _values(results: list[dict[str, Any]], key: str) -> list[float]:
-    return [float(r[key]) for r in results if r.get(key) is not None]
+def _values(results: list[PatternResult], key: str) -> list[float]:
+    return [float(v) for r in results if (v := r.metric(key)) is not None]
 
 
-def summarize(model: dict[str, Any], results: list[dict[str, Any]]) -> list[SummaryRow]:
+def summarize(model: RunModel, results: list[PatternResult]) -> list[SummaryRow]:
     """One row per case x threads x setup, in the order the experiment defines them."""
     rows: list[SummaryRow] = []
-    for case in model["cases"]:
-        for threads in case["threads"]:
+    for case in model.cases:
+        for threads in case.threads:
 
-            def cell(setup: str, case: dict[str, Any] = case, threads: int = threads) -> list:
+            def cell(setup: str, case: Case = case, threads: int = threads) -> list[PatternResult]:
                 return [
                     r
                     for r in results
-                    if r["case"] == case["name"] and r["setup"] == setup and r["threads"] == threads
+                    if r.case == case.name and r.setup == setup and r.threads == threads
                 ]
 
-            base_ok = [r for r in cell(case["base"]) if r["status"] == "ok"]
-            for setup in case["setups"]:
+            base_ok = [r for r in cell(case.base) if r.status == "ok"]
+            for setup in case.setups:
                 runs = cell(setup)
-                ok = [r for r in runs if r["status"] == "ok"]
+                ok = [r for r in runs if r.status == "ok"]
                 if not runs:
                     continue
                 ops = _values(ok, "ops_per_sec")
@@ -92,17 +94,17 @@ def summarize(model: dict[str, Any], results: list[dict[str, Any]]) -> list[Summ
                 # RSS/live at the end where something stays live (a cache); where nothing
                 # does (sortbuf frees every buffer), peak RSS over peak live instead
                 metric = "rss_per_live"
-                if any(r.get(metric) is None for r in ok + base_ok):
+                if any(r.metric(metric) is None for r in ok + base_ok):
                     metric = "peak_rss_per_live"
                 rel_rss = stats.relative(_values(ok, metric), _values(base_ok, metric))
-                errors = [r.get("error") for r in runs if r["status"] != "ok" and r.get("error")]
+                errors = [r.error for r in runs if r.status != "ok" and r.error]
                 rows.append(
                     SummaryRow(
-                        case=case["name"],
-                        pattern=case["pattern"],
+                        case=case.name,
+                        pattern=case.pattern,
                         threads=threads,
                         setup=setup,
-                        base=case["base"],
+                        base=case.base,
                         runs=len(ok),
                         failed=len(runs) - len(ok),
                         ops_per_sec=mean_ops,
@@ -246,25 +248,24 @@ LEGEND = (
 )
 
 
-def markdown(run: dict[str, Any], rows: list[SummaryRow]) -> str:
-    meta = run.get("metadata", {})
+def markdown(run: PatternRun, rows: list[SummaryRow]) -> str:
+    meta = run.metadata
     lines = [
-        f"# Allocation patterns: {run['experiment']}",
+        f"# Allocation patterns: {run.experiment}",
         "",
-        f"Run `{run['run_id']}` on {meta.get('host', '?')} ({meta.get('cpus', '?')} CPUs, "
-        f"kernel {meta.get('kernel', '?')}, glibc {meta.get('glibc', '?')}); "
-        f"{run['model']['repeats']} repeats, interleaved.",
+        f"Run `{run.run_id}` on {meta.host} ({meta.cpus} CPUs, "
+        f"kernel {meta.kernel}, glibc {meta.glibc}); "
+        f"{run.model.repeats} repeats, interleaved.",
         "",
         *([f"> **{note}**", ""] if (note := exploratory_note(rows)) else []),
         "| setup | allocator | version | knobs | options |",
         "| --- | --- | --- | --- | --- |",
     ]
-    for s in run["model"]["setups"]:
-        knobs = " ".join(f"`{k}={v}`" for k, v in s["knobs"].items()) or "-"
-        options = " ".join(f"`{k}={v}`" for k, v in s["options"].items()) or "-"
+    for s in run.model.setups:
+        knobs = " ".join(f"`{k}={v}`" for k, v in s.knobs.items()) or "-"
+        options = " ".join(f"`{k}={v}`" for k, v in s.options.items()) or "-"
         lines.append(
-            f"| {s['name']} | {s['allocator']} | {s['allocator_version'] or '-'} | {knobs} "
-            f"| {options} |"
+            f"| {s.name} | {s.allocator} | {s.allocator_version or '-'} | {knobs} | {options} |"
         )
     lines += ["", "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     for row in rows:
@@ -288,14 +289,14 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def write_exports(out: Path, run: dict[str, Any], rows: list[SummaryRow]) -> dict[str, Path]:
+def write_exports(out: Path, run: PatternRun, rows: list[SummaryRow]) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {
         "json": out / "patterns.json",
         "csv": out / "patterns.csv",
         "md": out / "patterns.md",
     }
-    document = dict(run)
+    document = run.to_dict()
     document["summary"] = [asdict(r) for r in rows]
     paths["json"].write_text(json.dumps(_json_safe(document), indent=2) + "\n", encoding="utf-8")
     with paths["csv"].open("w", newline="", encoding="utf-8") as f:

@@ -9,7 +9,6 @@ import secrets
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -18,37 +17,25 @@ from mallocbench import allocators
 from mallocbench.allocators.base import glibc_version
 from mallocbench.errors import MallocbenchError
 from mallocbench.patterns import store as pstore
-from mallocbench.patterns.driver import binary_path, driver_args, run_driver
+from mallocbench.patterns.driver import DriverRun, binary_path, driver_args, run_driver
 from mallocbench.patterns.experiment import PatternExperiment, PlannedRun
-
-METRICS = (
-    "ops_per_sec",
-    "peak_rss_bytes",
-    "final_rss_bytes",
-    "live_bytes",
-    "peak_live_bytes",
-    "rss_per_live",
-    "peak_rss_per_live",
-    "baseline_rss_bytes",
-    "peak_vsz_bytes",
-)
 
 
 def new_run_id() -> str:
     return time.strftime("p%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def metadata(binary: Path) -> dict[str, Any]:
-    return {
-        "host": platform.node(),
-        "cpus": os.cpu_count(),
-        "kernel": platform.release(),
-        "glibc": glibc_version(),
-        "python": platform.python_version(),
-        "driver": str(binary),
-        "command": sys.argv,
-        "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-    }
+def metadata(binary: Path) -> pstore.RunMetadata:
+    return pstore.RunMetadata(
+        host=platform.node(),
+        cpus=os.cpu_count(),
+        kernel=platform.release(),
+        glibc=glibc_version(),
+        python=platform.python_version(),
+        driver=str(binary),
+        command=list(sys.argv),
+        started=time.strftime("%Y-%m-%d %H:%M:%S %z"),
+    )
 
 
 def precheck(experiment: PatternExperiment, binary: Path) -> None:
@@ -72,27 +59,27 @@ def precheck(experiment: PatternExperiment, binary: Path) -> None:
             raise MallocbenchError(f"{where}: {exc}") from None
 
 
-def result_record(
-    planned: PlannedRun, status: str, data: dict[str, Any], error: str | None, command: list[str]
-) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "case": planned.case.name,
-        "pattern": planned.case.pattern,
-        "setup": planned.setup.name,
-        "threads": planned.threads,
-        "repeat": planned.repeat,
-        "status": status,
-        "error": error,
-        "allocator": planned.setup.allocator.name,
-        "allocator_library": data.get("malloc_library"),
-        "knobs": dict(planned.setup.knobs),
-        "options": planned.options(),
-        "command": command,
-        "finished_at": time.time(),
-    }
-    record.update({m: data.get(m) for m in METRICS})
-    record["driver"] = data
-    return record
+def result_record(planned: PlannedRun, outcome: DriverRun) -> pstore.PatternResult:
+    """The stored result of one driver run in the cell `planned`."""
+    data = outcome.data
+    return pstore.PatternResult(
+        case=planned.case.name,
+        pattern=planned.case.pattern,
+        setup=planned.setup.name,
+        threads=planned.threads,
+        repeat=planned.repeat,
+        status=outcome.status,
+        error=outcome.error,
+        allocator=planned.setup.allocator.name,
+        allocator_library=data.get("malloc_library"),
+        knobs=dict(planned.setup.knobs),
+        options=planned.options(),
+        command=outcome.command,
+        finished_at=time.time(),
+        driver=data,
+        # the driver's numbers lifted to the top, None where it gave none (or crashed)
+        **{m: data.get(m) for m in pstore.METRICS},
+    )
 
 
 def resume_point(
@@ -111,9 +98,10 @@ def resume_point(
                 f"nothing to resume: {store_path} has no run of experiment "
                 f"{experiment.name!r}; run without --resume"
             )
-        run_id, stored = latest
+        run_id, model = latest
         # Compared as stored (JSON), so a tuple here and a list there are the same.
         current = json.loads(json.dumps(experiment.to_dict()))
+        stored = model.to_dict()
         changed = [k for k in current if stored.get(k) != current[k]]
         if changed:
             raise MallocbenchError(
@@ -130,7 +118,7 @@ def execute(
     store_path: Path,
     console: Console | None = None,
     resume: bool = False,
-) -> dict[str, Any]:
+) -> pstore.PatternRun:
     """Run every planned cell (with `resume`, those the latest run of the same experiment
     has not finished) and return the stored run (model, metadata, results)."""
     console = console or Console(stderr=True)
@@ -146,7 +134,8 @@ def execute(
         pstore.reopen_run(store, run_id)
     else:
         run_id = new_run_id()
-        model = experiment.to_dict()
+        # through JSON, as stored: the model is read back exactly as it will load later
+        model = pstore.RunModel.from_dict(json.loads(json.dumps(experiment.to_dict())))
         meta = metadata(binary)
         pstore.create_run(
             store, run_id, experiment.name, experiment.base, experiment.text, model, meta
@@ -184,10 +173,7 @@ def execute(
                     timeout=timeout,
                     binary=binary,
                 )
-                record = result_record(
-                    planned, outcome.status, outcome.data, outcome.error, outcome.command
-                )
-                pstore.save_result(store, run_id, record)
+                pstore.save_result(store, run_id, result_record(planned, outcome))
                 if outcome.status != "ok":
                     progress.console.print(
                         f"[red]{case.name} / {planned.setup.name} / {planned.threads} threads "
@@ -205,7 +191,7 @@ def execute(
     return load(store_path, run_id)
 
 
-def load(store_path: Path, run_id: str | None) -> dict[str, Any]:
+def load(store_path: Path, run_id: str | None) -> pstore.PatternRun:
     if not store_path.is_file():
         raise MallocbenchError(
             f"no results store at {store_path}: run `mallocbench patterns` first"
