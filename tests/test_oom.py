@@ -384,3 +384,26 @@ def test_kernel_log_reader_skips_what_user_space_writes() -> None:
     assert whole is not None
     with contextlib.closing(whole):
         assert whole.read()  # the kernel's own records since boot, or the newest of them
+
+
+class _DyingServer:
+    """A live session whose server is seen dead after `alive_for` more looks."""
+
+    def __init__(self, alive_for: int | None) -> None:
+        self.looks = 0
+        self.alive_for = alive_for
+
+    def alive(self) -> bool:
+        self.looks += 1
+        return self.alive_for is None or self.looks <= self.alive_for
+
+
+def test_a_server_seen_dead_just_after_its_client_failed_is_a_death_not_a_failure() -> None:
+    from mallocbench.measure import died_meanwhile
+
+    # The client lost its connections a moment before the kill was seen: a death.
+    assert died_meanwhile(_DyingServer(alive_for=3), grace_s=5.0)  # type: ignore[arg-type]
+    # A server that stays up: the step itself failed, decided once the grace is over.
+    started = time.monotonic()
+    assert not died_meanwhile(_DyingServer(alive_for=None), grace_s=0.3)  # type: ignore[arg-type]
+    assert 0.3 <= time.monotonic() - started < 2.0

@@ -230,6 +230,8 @@ def warm_up(
     # Killed by us once the detector was done: no totals printed, and no failure either.
     cut_short = detector.done and warm.returncode == -signal.SIGKILL
     if not warm.ok and not cut_short:
+        if died_meanwhile(live):
+            return dead_server_cell(cell, live, "during warmup")
         cell.status = STATUS_FAILED
         cell.error = "warmup failed: " + (warm.output_tail.splitlines() or ["no output"])[-1]
         return cell
@@ -288,6 +290,8 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession, take_account: b
     if not live.alive():
         return dead_server_cell(cell, live, "while measuring")
     if not output.ok:
+        if died_meanwhile(live):
+            return dead_server_cell(cell, live, "while measuring")
         cell.status = STATUS_FAILED
         cell.error = "sysbench failed: " + (output.output_tail.splitlines() or ["no output"])[-1]
         return cell
@@ -312,6 +316,22 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession, take_account: b
     if not measurement.planned.step.definition.until_done:
         cell.stability = check_stability([s.qps for s in cell.samples]).to_dict()
     return cell
+
+
+# A server the kernel kills (a cgroup OOM kill, above all) is seen dead a moment after
+# its clients lost their connections: sysbench can fail first. Waiting this long before
+# calling a failed step a failure keeps a death from being recorded as "failed".
+DEATH_GRACE_S = 3.0
+
+
+def died_meanwhile(live: LiveSession, grace_s: float = DEATH_GRACE_S) -> bool:
+    """Whether the server is dead, or dies within `grace_s` of its client failing."""
+    deadline = time.monotonic() + grace_s
+    while live.alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def dead_server_cell(cell: Cell, live: LiveSession, when: str) -> Cell:
