@@ -323,7 +323,7 @@ def _conclude(
 ) -> None:
     """Write the reports, print the run, and exit with the status its end deserves."""
     written = write_reports(outcome.result, out_dir)
-    terminal.print_run(outcome.result, Console())
+    terminal.print_run(outcome.result, Console(), str(out_dir))
     console.print("wrote " + ", ".join(str(p) for p in written))
     if outcome.adaptive_stop is not None:
         _print_adaptive(console, outcome, target_ci_pct)
@@ -450,7 +450,7 @@ def report_cmd(
     if out_dir is not None:
         write_reports(result, out_dir, self_contained)
     if fmt == "terminal":
-        terminal.print_run(result, Console())
+        terminal.print_run(result, Console(), source or "out")
     elif fmt == "markdown":
         click.echo(markdown.render(result))
     elif fmt == "html":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from rich.console import Console
@@ -79,8 +80,12 @@ TERMINAL_MARKUP = RelativeMarkup(
 )
 
 
-def print_run(result: RunResult, console: Console | None = None) -> None:
-    """The relative-QPS tables and the peak-memory table, colored like the HTML report."""
+def print_run(result: RunResult, console: Console | None = None, source: str | None = None) -> None:
+    """The relative-QPS tables and the peak-memory table, colored like the HTML report.
+
+    `source` is where the run was read from (an output directory, a store), for the
+    commands the report suggests.
+    """
     console = console or Console()
     exploratory = exploratory_note(result)
     if exploratory:
@@ -97,7 +102,7 @@ def print_run(result: RunResult, console: Console | None = None) -> None:
     if memory:
         _print_memory(memory, console)
     print_soak(result, console)
-    _print_findings(result, console)
+    _print_findings(result, console, source)
 
 
 def _relative_table(rel: RatioTable) -> Table:
@@ -149,13 +154,15 @@ def _print_memory(memory: list[MemoryRow], console: Console) -> None:
         console.print(f"[yellow]note[/]: {reserved}")
 
 
-def _print_findings(result: RunResult, console: Console) -> None:
+def _print_findings(result: RunResult, console: Console, source: str | None) -> None:
     """The lines under the tables: the verdict, then what a reader should double-check."""
     rec = recommend(result)
     if rec.engines and not rec.exploratory:
         for line in verdict_lines(rec):
             console.print(f"[bold]recommendation[/]: {escape(line)}")
-        console.print("[dim]the evidence: mallocbench recommend OUT_DIR[/]")
+        where = shlex.quote(source) if source else "OUT_DIR"
+        run = f" --run {shlex.quote(result.run_id)}" if source else ""
+        console.print(f"[dim]the evidence: mallocbench recommend {escape(where)}{run}[/]")
     for line in adaptive_lines(result):
         console.print(escape(line))
     for line, met in sla_lines(result):
