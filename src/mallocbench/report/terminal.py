@@ -162,7 +162,10 @@ def _print_findings(result: RunResult, console: Console, source: str | None) -> 
             console.print(f"[bold]recommendation[/]: {escape(line)}")
         where = shlex.quote(source) if source else "OUT_DIR"
         run = f" --run {shlex.quote(result.run_id)}" if source else ""
-        console.print(f"[dim]the evidence: mallocbench recommend {escape(where)}{run}[/]")
+        # Unwrapped: a command to copy must stay on one line.
+        console.print(
+            f"[dim]the evidence: mallocbench recommend {escape(where)}{run}[/]", soft_wrap=True
+        )
     for line in adaptive_lines(result):
         console.print(escape(line))
     for line, met in sla_lines(result):
