@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from mallocbench.cli import main
 from mallocbench.errors import MallocbenchError
 from mallocbench.results import RunResult
-from mallocbench.store import Store, load_result
+from mallocbench.store import Store, load_result, store_target
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"
 
@@ -136,3 +136,20 @@ def test_report_min_effect_option(out_dir: Path, tmp_path: Path) -> None:
     assert out.exit_code == 2
     assert out.stderr.startswith("mallocbench: error: --min-effect = 'five' is not a fraction")
     assert out.stderr.count("\n") == 1
+
+
+def test_every_command_names_a_store_the_same_way(out_dir: Path, tmp_path: Path) -> None:
+    url = "postgresql://bench@db-host:5432/mallocbench"
+    assert store_target(url) == url  # a Path would fold the // of the URL
+    assert store_target(out_dir) == out_dir / "results.sqlite"
+    assert store_target(out_dir / "other.sqlite") == out_dir / "other.sqlite"
+    with pytest.raises(MallocbenchError, match=r"no results store at .*nowhere"):
+        store_target(tmp_path / "nowhere", must_exist=True)
+    runner = CliRunner()
+    listed = runner.invoke(main, ["runs", str(out_dir)])
+    info = runner.invoke(main, ["store", "info", str(out_dir)])
+    assert listed.exit_code == 0 and info.exit_code == 0, listed.output + info.output
+    assert "first" in listed.output and "second" in listed.output
+    assert "2 run(s)" in info.output
+    missing = runner.invoke(main, ["runs", str(tmp_path / "nowhere")])
+    assert missing.exit_code == 2 and "no results store at" in missing.output

@@ -58,6 +58,7 @@ from mallocbench.servers.mariadb import (
 from mallocbench.servers.orphans import Orphan, stop_orphans
 from mallocbench.session import LiveSession, start_session, stop_session, warm_cache
 from mallocbench.store import ResultsStore, locks, open_store, store_label
+from mallocbench.store.base import STORE_NAME
 from mallocbench.store.sqlite import (
     STATUS_FINISHED,
     STATUS_INTERRUPTED,
@@ -120,12 +121,7 @@ class RunOptions:
 
     @property
     def store_target(self) -> str | Path:
-        return self.store_path or self.out_dir / "results.sqlite"
-
-    @property
-    def store_file(self) -> str | Path:
-        """The old name of store_target: a URL for a PostgreSQL store."""
-        return self.store_target
+        return self.store_path or self.out_dir / STORE_NAME
 
     @property
     def store_label(self) -> str:

@@ -12,7 +12,7 @@ import click
 
 from mallocbench.analysis.summary import parse_min_effect
 from mallocbench.errors import MallocbenchError
-from mallocbench.store.base import is_url
+from mallocbench.store.factory import store_target
 from mallocbench.units import parse_percent
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -68,23 +68,14 @@ def percent_option(name: str, help_text: str, default: str | None = None) -> Cal
 
 
 STORE_HELP = (
-    "SQLite file (default OUT/results.sqlite) or a PostgreSQL URL postgresql://user@host/db "
-    "shared by several hosts (password from ~/.pgpass or PGPASSWORD). Several runs can "
-    "share one."
+    "SQLite file (default OUT/results.sqlite; a directory means its results.sqlite) or a "
+    "PostgreSQL URL postgresql://user@host/db shared by several hosts (password from "
+    "~/.pgpass or PGPASSWORD). Several runs can share one."
 )
 
 
-def store_target(value: str | None) -> str | Path | None:
-    """A --store value: a postgresql:// URL as given (a Path would fold its //), or a path."""
-    if value is None or is_url(value):
-        return value
-    path = Path(value)
-    if path.is_dir():
-        raise MallocbenchError(
-            f"--store {value} is a directory: give the store's file (e.g. "
-            f"{path / 'results.sqlite'}) or a postgresql:// URL"
-        )
-    return path
+def _store_option_value(value: str | None) -> str | Path | None:
+    return None if value is None else store_target(value)
 
 
 def store_option(help_text: str = STORE_HELP) -> Callable[[F], F]:
@@ -93,7 +84,7 @@ def store_option(help_text: str = STORE_HELP) -> Callable[[F], F]:
         "--store",
         "store_path",
         metavar="FILE|URL",
-        callback=lambda _ctx, _param, value: store_target(value),
+        callback=lambda _ctx, _param, value: _store_option_value(value),
         help=help_text,
     )
 

@@ -31,7 +31,7 @@ from mallocbench.runner import (
     cell_estimate,
     write_results_json,
 )
-from mallocbench.store import is_url, open_store
+from mallocbench.store import is_url, open_store, store_target
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_duration
 from mallocbench.workloads.catalogue import CATALOGUE, GROUPS, parse_steps
@@ -495,19 +495,17 @@ def select_setups(result: RunResult, reference: str | None, setup_list: str | No
     )
 
 
-def _store_target(source: str | Path | None) -> str | Path | None:
-    """The store `source` names (a URL, a directory's results.sqlite, a file), or None
-    for a results.json or nothing."""
-    if is_url(source):
-        return str(source)
-    path = Path(source) if source is not None else Path("out")
-    store = path / "results.sqlite" if path.is_dir() else path
-    return store if store.is_file() and store.suffix != ".json" else None
+def _store_of(source: str | Path | None) -> str | Path | None:
+    """The store `source` names, or None for a results.json or nothing."""
+    target = store_target(source if source is not None else "out")
+    if is_url(target) or (Path(target).is_file() and Path(target).suffix != ".json"):
+        return target
+    return None
 
 
 def _say_if_running(source: str | None, result: RunResult) -> None:
     """A run still being measured shows MISSING cells that are only still to come."""
-    target = _store_target(source)
+    target = _store_of(source)
     if target is None:
         return
     db = open_store(target, readonly=True)
@@ -533,12 +531,7 @@ def _say_if_running(source: str | None, result: RunResult) -> None:
 @click.argument("store", required=False, default="out")
 def runs_cmd(store: str) -> None:
     """List the runs in a store: an output directory, a .sqlite file or a postgresql:// URL."""
-    target: str | Path = store
-    if not is_url(store):
-        target = Path(store) / "results.sqlite" if Path(store).is_dir() else Path(store)
-        if not target.is_file():
-            raise MallocbenchError(f"no results store at {target}")
-    db = open_store(target, readonly=True)
+    db = open_store(store_target(store, must_exist=True), readonly=True)
     try:
         for run in db.list_runs():
             status = db.live_status(run["run_id"], run["status"])

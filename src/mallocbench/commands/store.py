@@ -2,28 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.store import is_url, open_store, store_label
+from mallocbench.store import open_store, store_label, store_target
 from mallocbench.store.copying import copy_runs
-
-
-def _target(value: str, must_exist: bool) -> str | Path:
-    """A URL as given; an output directory means the results.sqlite in it."""
-    if is_url(value):
-        return value
-    path = Path(value)
-    if path.is_dir():
-        path = path / "results.sqlite"
-    if must_exist and not path.is_file():
-        raise MallocbenchError(
-            f"no results store at {path}: give an output directory, a .sqlite file or a "
-            "postgresql:// URL"
-        )
-    return path
 
 
 @click.group("store")
@@ -61,7 +44,7 @@ def copy_cmd(src: str, dst: str, run_ids: tuple[str, ...], replace: bool) -> Non
       mallocbench store copy out postgresql://bench@db-host/mallocbench
       mallocbench store copy postgresql://bench@db-host/mallocbench copy.sqlite --run RUN_ID
     """
-    source, target = _target(src, must_exist=True), _target(dst, must_exist=False)
+    source, target = store_target(src, must_exist=True), store_target(dst)
     if store_label(source) == store_label(target):
         raise MallocbenchError(f"SRC and DST are both {store_label(source)}: name two stores")
     reader = open_store(source, readonly=True)
@@ -83,7 +66,7 @@ def copy_cmd(src: str, dst: str, run_ids: tuple[str, ...], replace: bool) -> Non
 @click.argument("target", default="out")
 def info_cmd(target: str) -> None:
     """What a store is: its kind, schema version and runs."""
-    store = open_store(_target(target, must_exist=True), readonly=True)
+    store = open_store(store_target(target, must_exist=True), readonly=True)
     try:
         runs = store.list_runs()
         click.echo(store.describe())

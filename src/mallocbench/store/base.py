@@ -19,6 +19,8 @@ from mallocbench.results import Cell, RunResult, SessionInfo, SetupInfo
 STORE_SCHEMA_VERSION = 1
 
 URL_SCHEMES = ("postgresql://", "postgres://")
+# The SQLite store's name in an output directory: a directory given as a store means it.
+STORE_NAME = "results.sqlite"
 
 CellKey = tuple[str, str, str, int, int]
 

@@ -5,8 +5,29 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mallocbench.store.base import ResultsStore, is_url, redact
+from mallocbench.errors import MallocbenchError
+from mallocbench.store.base import STORE_NAME, ResultsStore, is_url, redact
 from mallocbench.store.sqlite import Store
+
+
+def store_target(source: str | os.PathLike[str], *, must_exist: bool = False) -> str | Path:
+    """The store `source` names: a URL as given (a Path would fold its //), the
+    results.sqlite of an output directory, or a file.
+
+    Every command that takes a store names it this way, so `--store out`, `runs out`
+    and `store info out` all mean out/results.sqlite.
+    """
+    if is_url(source):
+        return str(source)
+    path = Path(source)
+    if path.is_dir():
+        path = path / STORE_NAME
+    if must_exist and not path.is_file():
+        raise MallocbenchError(
+            f"no results store at {path}: give an output directory, a .sqlite file or a "
+            "postgresql:// URL"
+        )
+    return path
 
 
 def open_store(target: str | os.PathLike[str], *, readonly: bool = False) -> ResultsStore:

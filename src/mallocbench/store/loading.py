@@ -14,10 +14,9 @@ from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.results import RunResult
-from mallocbench.store.base import is_url
+from mallocbench.store.base import STORE_NAME, is_url
 from mallocbench.store.sqlite import Store
 
-STORE_NAME = "results.sqlite"
 JSON_NAME = "results.json"
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
