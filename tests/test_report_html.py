@@ -41,7 +41,7 @@ def test_page_has_verdict_tables_memory_and_metadata(result: RunResult, page: st
     for key in ("rel-innodb-1", "rel-innodb-2", "rel-myrocks-1", "rel-myrocks-2"):
         assert f'<table class="ratios" id="{key}"' in page
     assert 'data-kind="verdict"' in page and 'data-kind="memory"' in page
-    assert "RSS / cache" in page
+    assert '<th class="num">RSS/cache</th>' in page
     # Colored cells carry the absolute QPS on hover.
     assert re.search(r'<td class="r (slower|same|faster|none)[^"]*" title="[\d,.]+ QPS vs', page)
     # Metadata: host facts, what differs between setups, the experiment file itself.
@@ -274,3 +274,29 @@ def test_new_sections_render_in_headless_chromium(result: RunResult, tmp_path: P
     assert 'data-kind="vsz-note"' in page  # the fixture's VSZ is 8 TiB for ~100 MiB RSS
     dom = check_in_browser(page, tmp_path, ARTIFACTS / "report-issue4.png")
     assert 'data-kind="adaptive"' in dom
+
+
+def _with_peaks(result: RunResult, factor: float) -> RunResult:
+    """The recorded run with je's server peaks `factor` times glibc's in each block."""
+    made = copy.deepcopy(result)
+    base = 400 << 20
+    for measured in [*made.sessions, *made.cells]:
+        jitter = 1 + 0.001 * measured.repeat  # blocks differ a little, as real ones do
+        peak = base * jitter * (factor if measured.setup == "je" else 1.0)
+        measured.peak_rss_bytes = int(peak)
+    return made
+
+
+def test_a_supported_rss_difference_is_a_finding_of_the_verdict(result: RunResult) -> None:
+    more = html.build_context(_with_peaks(result, 1.25))
+    row = next(r for r in more.verdict if (r.engine, r.setup) == ("innodb", "je"))
+    assert row.rss_more and row.rss_finding.startswith("peak RSS 1.25x [")
+    assert not row.note.startswith("no difference")  # the RSS difference is supported
+    page = html.render_html(_with_peaks(result, 1.25))
+    assert 'class="slower-text">more memory</span>: peak RSS 1.25x [' in page
+    less = html.build_context(_with_peaks(result, 0.8))
+    row = next(r for r in less.verdict if (r.engine, r.setup) == ("innodb", "je"))
+    assert not row.rss_more and row.rss_finding.startswith("peak RSS 0.80x [")
+    # Identical peaks: nothing to find, and nothing is worded as one.
+    same = html.build_context(_with_peaks(result, 1.0))
+    assert not any(r.rss_finding for r in same.verdict)

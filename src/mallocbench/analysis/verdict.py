@@ -34,6 +34,10 @@ class VerdictRow:
     problems: list[str]
     note: str
     rss_interval: str = ""  # 95% interval of the RSS ratio over repeats, when there is one
+    # The peak-RSS difference the statistics support, worded, and whether it is more
+    # memory than the base (empty: none is supported).
+    rss_finding: str = ""
+    rss_more: bool = False
 
 
 def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRow:
@@ -122,5 +126,18 @@ def verdict_rows(
             if rss is not None and rss.has_interval:
                 row.rss_interval = rss.interval_text
                 row.rss_text += f"; per-repeat peaks {rss.text} {rss.interval_text}, {rss.verdict}"
+                _add_rss_finding(row, rss)
             rows.append(row)
     return rows
+
+
+def _add_rss_finding(row: VerdictRow, rss: RatioCell) -> None:
+    """A supported peak-RSS difference is a finding beside the QPS ones, so the note must
+    not say that no difference is supported."""
+    if not rss.significant or rss.ratio is None:
+        return
+    # stats.classify words a ratio above 1 "faster": for RSS that is more memory.
+    row.rss_more = rss.verdict == stats.FASTER
+    row.rss_finding = f"peak RSS {rss.ratio:.2f}x {rss.interval_text}"
+    if row.note.startswith("no difference"):
+        row.note = "no QPS difference" + row.note.removeprefix("no difference")

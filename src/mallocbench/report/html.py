@@ -34,8 +34,6 @@ from mallocbench.analysis.comparison import Comparison
 from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.sla import SlaStatus, sla_results
 from mallocbench.analysis.summary import (
-    ACCOUNTING_NOTE,
-    CAP_NOTE,
     CellSummary,
     MemoryRow,
     RatioTable,
@@ -60,7 +58,13 @@ from mallocbench.analysis.summary import (
 from mallocbench.analysis.verdict import VerdictRow, verdict_rows
 from mallocbench.report.recommend import engine_lines
 from mallocbench.report.soak import soak_charts, soak_notes, soak_table
-from mallocbench.report.tables import memory_unit, run_notes
+from mallocbench.report.tables import (
+    MemoryColumn,
+    memory_columns,
+    memory_notes,
+    memory_unit,
+    run_notes,
+)
 from mallocbench.results import STATUS_OK, Cell, RunResult, SessionInfo
 from mallocbench.workloads.catalogue import GROUPS, label_order
 
@@ -99,11 +103,42 @@ class MemoryView:
     memory_limit: str = "-"
     peak_cgroup: str = "-"
     oom: str = "-"
+    # The row as the table shows it, one text per header of memory_headers.
+    cells: list[str] = field(default_factory=list)
+
+
+def memory_columns_html(result: RunResult, rows: list[MemoryRow]) -> list[MemoryColumn]:
+    """The columns every format shows (tables.memory_columns) and what the page adds:
+    RSS against the base, VSZ over RSS (only when VSZ is not mostly reserved), the cache."""
+    base_rss = {r.engine: r.peak_rss_bytes for r in rows if r.setup == result.base_setup}
+
+    def vs_base(r: MemoryRow) -> str:
+        base = base_rss.get(r.engine)
+        return fmt.ratio(r.peak_rss_bytes / base if r.peak_rss_bytes and base else None)
+
+    # Each beside the column it explains; VSZ/RSS only where VSZ is shown at all.
+    out: list[MemoryColumn] = []
+    for header, cell in memory_columns(rows):
+        if header == "RSS/cache":
+            out.append(("cache", lambda r: fmt.mib(r.cache_bytes)))
+        out.append((header, cell))
+        if header.startswith("peak VSZ"):
+            out.append(("VSZ / RSS", _vsz_per_rss))
+        elif header.startswith("peak RSS"):
+            out.append(("RSS vs base", vs_base))
+    return out
+
+
+def _vsz_per_rss(r: MemoryRow) -> str:
+    if r.peak_vsz_bytes and r.peak_rss_bytes:
+        return fmt.ratio(r.peak_vsz_bytes / r.peak_rss_bytes)
+    return "-"
 
 
 def memory_view(result: RunResult, rows: list[MemoryRow]) -> list[MemoryView]:
     base_rss = {r.engine: r.peak_rss_bytes for r in rows if r.setup == result.base_setup}
     unit = memory_unit(rows)
+    columns = memory_columns_html(result, rows)
     out = []
     for r in rows:
         base = base_rss.get(r.engine)
@@ -121,9 +156,7 @@ def memory_view(result: RunResult, rows: list[MemoryRow]) -> list[MemoryView]:
                 fmt.size(r.peak_rss_bytes, unit),
                 fmt.ratio(r.rss_per_cache),
                 r.peak_rss_bytes / base if r.peak_rss_bytes and base else None,
-                fmt.ratio(r.peak_vsz_bytes / r.peak_rss_bytes)
-                if r.peak_vsz_bytes and r.peak_rss_bytes
-                else "-",
+                _vsz_per_rss(r),
                 fmt.mib(r.cache_bytes),
                 fmt.size(r.accounted_bytes, unit),
                 fmt.size(r.unaccounted_bytes, unit),
@@ -132,6 +165,7 @@ def memory_view(result: RunResult, rows: list[MemoryRow]) -> list[MemoryView]:
                 fmt.size(r.memory_limit_bytes, unit),
                 fmt.size(r.peak_cgroup_bytes, unit),
                 oom_text(r),
+                [cell(r) for _, cell in columns],
             )
         )
     return out
@@ -839,6 +873,8 @@ class ReportContext:
     sla: list[tuple[str, SlaStatus]] = field(default_factory=list)
     client_warnings: list[str] = field(default_factory=list)
     memory_unit: str = "GiB"
+    memory_headers: list[str] = field(default_factory=list)
+    memory_notes: list[str] = field(default_factory=list)  # what the memory columns mean
     notes: list[str] = field(default_factory=list)
     accounting: bool = False  # any memory row has the server's account of its RSS
     caps: bool = False  # any memory row has a memory cap, a cgroup charge or an OOM kill
@@ -880,6 +916,7 @@ def build_context(result: RunResult, min_effect: float | None = None) -> ReportC
         tables=tables,
         verdict=verdict_rows(result, tables, rows),
         memory=memory_view(result, rows),
+        memory_headers=[h for h, _ in memory_columns_html(result, rows)],
         charts=charts,
         relative_charts=relative,
         facts=run_facts(result.metadata),
@@ -893,6 +930,7 @@ def build_context(result: RunResult, min_effect: float | None = None) -> ReportC
         memory_unit=memory_unit(rows),
         accounting=has_accounting(rows),
         caps=has_caps(rows),
+        memory_notes=memory_notes(rows),
         vsz_note=vsz_note(rows),
         unit_note=unit_note(tables),
         exploratory=exploratory_note(result),
@@ -927,8 +965,6 @@ def render_html(
         result=result,
         verdict_groups=_verdict_groups(ctx.verdict),
         other_charts=other_charts,
-        accounting_note=ACCOUNTING_NOTE,
-        cap_note=CAP_NOTE,
         title=f"mallocbench: {result.experiment}",
     )
 
