@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -108,12 +109,53 @@ def _configure(datadir: Path, port: int, socket_dir: Path) -> None:
     )
 
 
+PREFIX = "mallocbench-pg-"
+OWNER_FILE = "owner.pid"  # the test process that started the server in this directory
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans(binaries: Path, user: str | None) -> list[Path]:
+    """Stop and remove the servers of test sessions that died without cleaning up.
+
+    A SIGKILLed pytest cannot run its fixture's finally, so its server would stay up,
+    holding memory and a port, until the machine restarts. A directory whose owner is
+    alive belongs to a test session running now and is left alone.
+    """
+    swept = []
+    for base in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        try:
+            owner = int((base / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            owner = None
+        if owner is not None and _alive(owner):
+            continue
+        if owner is None and time.time() - base.stat().st_mtime < 3600:
+            continue  # no owner yet: a session may be creating it right now
+        if (base / "data" / "postmaster.pid").exists():
+            with contextlib.suppress(RuntimeError, subprocess.SubprocessError):
+                _run(user, binaries / "pg_ctl", "-D", base / "data", "-m", "immediate", "stop")
+        shutil.rmtree(base, ignore_errors=True)
+        swept.append(base)
+    return swept
+
+
 @contextlib.contextmanager
 def postgres_server() -> Iterator[PostgresServer]:
     """initdb, start, create a database, yield; then stop and remove, whatever happened."""
     binaries = bin_dir()
     user = _server_user()
-    base = Path(tempfile.mkdtemp(prefix="mallocbench-pg-"))
+    sweep_orphans(binaries, user)
+    base = Path(tempfile.mkdtemp(prefix=PREFIX))
+    (base / OWNER_FILE).write_text(str(os.getpid()))
     datadir, socket_dir, log = base / "data", base / "sock", base / "server.log"
     socket_dir.mkdir()
     if user is not None:

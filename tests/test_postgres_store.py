@@ -423,3 +423,34 @@ def test_a_real_run_writes_its_cells_into_postgresql(
     assert all(s.peak_rss_bytes for s in result.sessions)
     runs = _cli("runs", postgres_store_url)
     assert f"{result.run_id}  " in runs.stdout and "finished" in runs.stdout
+
+
+def test_a_killed_test_session_s_server_is_swept_by_the_next(tmp_path: Path) -> None:
+    """pytest killed with SIGKILL cannot stop its PostgreSQL: the next session does."""
+    from postgres_server import _server_user, bin_dir, sweep_orphans
+
+    tests_dir = Path(__file__).parent
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time\n"
+         f"sys.path.insert(0, {str(tests_dir)!r})\n"
+         "from postgres_server import postgres_server\n"
+         "with postgres_server() as server:\n"
+         "    print(server.port, flush=True)\n"
+         "    time.sleep(600)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    port = int(holder.stdout.readline())
+    url = f"postgresql://bench@127.0.0.1:{port}/mallocbench"
+    psycopg.connect(url, connect_timeout=5).close()
+    # Alive owner: the sweep leaves its server alone.
+    binaries, user = bin_dir(), _server_user()
+    sweep_orphans(binaries, user)
+    psycopg.connect(url, connect_timeout=5).close()
+    holder.kill()
+    holder.wait()
+    swept = sweep_orphans(binaries, user)
+    assert swept and not any(b.exists() for b in swept)
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(url, connect_timeout=5).close()
