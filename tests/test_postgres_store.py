@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -454,3 +455,29 @@ def test_a_killed_test_session_s_server_is_swept_by_the_next(tmp_path: Path) -> 
     assert swept and not any(b.exists() for b in swept)
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=5).close()
+
+
+def test_a_connection_lost_mid_run_is_one_line_and_keeps_what_was_stored(
+    postgres: Any, postgres_store_url: str
+) -> None:
+    run = _run()
+    store = open_store(postgres_store_url)
+    try:
+        store.save_run(run)
+        extra = copy.deepcopy(run.cells[0])
+        extra.repeat = 99
+        # The server ends this store's backend, as a restart or a network cut would.
+        with postgres.admin() as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (postgres_store_url.rsplit("/", 1)[1],),
+            )
+        with pytest.raises(MallocbenchError) as lost:
+            store.save_cell(run.run_id, extra)
+    finally:
+        store.close()
+    message = str(lost.value)
+    assert message.startswith("lost the connection to the results store postgresql://")
+    assert "\n" not in message and "--resume" in message
+    again = load_result(postgres_store_url, run.run_id)
+    assert len(again.cells) == len(run.cells)  # nothing stored before the loss is gone

@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -200,6 +200,50 @@ class RunLock:
         self.release()
 
 
+class GuardedConnection:
+    """The store's connection, on which a connection lost mid-way (a restarted server, a
+    network cut, a terminated backend) is one line, not psycopg's traceback.
+
+    Every cell is its own transaction, so what was stored before the loss is kept and a
+    resumed run goes on from there.
+    """
+
+    def __init__(self, conn: psycopg.Connection[Any], url: str) -> None:
+        self.raw = conn
+        self._url = url
+
+    @contextlib.contextmanager
+    def guarded(self) -> Iterator[None]:
+        psycopg = _psycopg()
+        try:
+            yield
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if not self.raw.closed and not self.raw.broken:
+                raise
+            line = _error_line(exc, self._url, None)
+            raise MallocbenchError(
+                f"lost the connection to the results store {redact(self._url)} ({line}): "
+                "what was stored before is kept; a run goes on with `mallocbench run --resume`"
+            ) from None
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        with self.guarded():
+            return self.raw.execute(sql, params)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[object]:
+        with self.guarded(), self.raw.transaction() as tx:
+            yield tx
+
+    @contextlib.contextmanager
+    def cursor(self) -> Iterator[psycopg.Cursor[Any]]:
+        with self.guarded(), self.raw.cursor() as cur:
+            yield cur
+
+    def close(self) -> None:
+        self.raw.close()
+
+
 class PostgresStore(SqlStore):
     order_column = "seq"
     sample_order_column = "id"
@@ -208,7 +252,7 @@ class PostgresStore(SqlStore):
         """Connect, and create the tables when needed (not when `readonly`)."""
         self.url = url
         self._label = redact(url)
-        self.conn = connect(url)
+        self.conn = GuardedConnection(connect(url), url)
         psycopg = _psycopg()
         try:
             if readonly:
