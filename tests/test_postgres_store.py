@@ -481,3 +481,29 @@ def test_a_connection_lost_mid_run_is_one_line_and_keeps_what_was_stored(
     assert "\n" not in message and "--resume" in message
     again = load_result(postgres_store_url, run.run_id)
     assert len(again.cells) == len(run.cells)  # nothing stored before the loss is gone
+
+
+def test_a_copy_cut_short_leaves_no_partial_run(tmp_path: Path) -> None:
+    from mallocbench.store.copying import copy_runs
+
+    run = _run()
+    _save(tmp_path / "src.sqlite", run)
+    src, dst = open_store(tmp_path / "src.sqlite"), open_store(tmp_path / "dst.sqlite")
+    saved = 0
+    real_save = dst.save_cell
+
+    def save_then_fail(run_id: str, cell: Cell) -> None:
+        nonlocal saved
+        if saved == 3:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the cells
+        saved += 1
+        real_save(run_id, cell)
+
+    dst.save_cell = save_then_fail  # type: ignore[method-assign]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            copy_runs(src, dst, [run.run_id])
+        assert saved == 3 and not dst.run_exists(run.run_id)
+    finally:
+        src.close()
+        dst.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 from mallocbench.errors import MallocbenchError
@@ -47,12 +48,19 @@ def copy_runs(
         with dst.lock_run(run_id):
             if replace:
                 dst.delete_run(run_id)
-            dst.save_run(
-                result,
-                started_at=record["started_at"],
-                finished_at=record["finished_at"],
-                status=record["status"],
-            )
+            try:
+                dst.save_run(
+                    result,
+                    started_at=record["started_at"],
+                    finished_at=record["finished_at"],
+                    status=record["status"],
+                )
+            except BaseException:
+                # Cut short (Ctrl-C, a full disk, a lost connection), the copy would read
+                # as a run with fewer cells: take it out, so DST has the run whole or not.
+                with contextlib.suppress(Exception):
+                    dst.delete_run(run_id)
+                raise
         copied.runs.append(run_id)
         copied.cells += len(result.cells)
         copied.samples += sum(len(c.samples) for c in result.cells)
