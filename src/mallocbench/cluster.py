@@ -18,7 +18,6 @@ unit whose retries are spent is recorded as lost, the run ends "interrupted" and
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import re
@@ -71,7 +70,6 @@ WORK_DIR_ENV = "MALLOCBENCH_WORK_DIR"
 POLL_S = 2.0
 # With units waiting and no benchmark host left for this long, they are recorded as lost.
 NO_HOST_GRACE_S = 60.0
-PR_SET_PDEATHSIG = 1
 # Host facts that must agree for blocks measured on different hosts to be combined.
 HOST_FACTS = (
     "cpu_model",
@@ -580,20 +578,6 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
             f"{tail[-1] if tail else 'no output'} (log: {out_dir / f'{stem}.log'})"
         )
     return dict(json.loads(result_path.read_text()))
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Get SIGTERM when the worker that started us dies, however it dies.
-
-    Set here rather than in a preexec_fn: the worker has threads, and Python documents
-    preexec_fn as unsafe in their presence (the child can deadlock before exec). The
-    parent check closes the window between fork and this call.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        raise MallocbenchError(f"prctl(PR_SET_PDEATHSIG) failed: errno {ctypes.get_errno()}")
-    if os.getppid() != parent_pid:
-        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class UnitPipeline(StoredRunPipeline):

@@ -19,9 +19,10 @@ from typing import Any
 
 import click
 
-from mallocbench.cluster import RESOURCE, WORK_DIR_ENV, die_with_parent, run_unit
+from mallocbench.cluster import RESOURCE, WORK_DIR_ENV, run_unit
 from mallocbench.commands.options import StopOnSignals
 from mallocbench.errors import MallocbenchError
+from mallocbench.servers.process import die_with_parent
 
 # A worker measures nothing itself, but it shares the host with the servers it runs:
 # Dask's defaults wake it every 10-500 ms (statistical profiler, system monitor,
@@ -156,7 +157,9 @@ def worker_cmd(scheduler_address: str, name: str | None, work_dir: Path) -> None
 def run_unit_cmd() -> None:
     """Internal: measure one unit (JSON spec on stdin) for a cluster worker."""
     spec = json.loads(sys.stdin.read())
-    die_with_parent(int(spec["worker_pid"]))
+    # Set here rather than in a preexec_fn: the worker has threads, and preexec_fn is
+    # unsafe in their presence (the child can deadlock before exec).
+    die_with_parent(int(spec["worker_pid"]), signal.SIGTERM)
     # As in a local run: the first signal stops after the cell under way (dropping it),
     # a second aborts at once; both stop the unit's servers.
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -59,3 +60,20 @@ if threading.current_thread() is threading.main_thread():
     with contextlib.suppress(ValueError):
         signal.signal(signal.SIGTERM, _on_sigterm)
         signal.signal(signal.SIGHUP, _on_sigterm)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int, sig: signal.Signals) -> None:
+    """Have the kernel send `sig` to this process when `parent_pid`, its parent, dies.
+
+    However the harness or a cluster worker ends, SIGKILL included, the load generator
+    or unit it started does not live on measuring nothing. The parent check closes the
+    window between fork and this call, when nobody would send the signal.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), sig)

@@ -6,7 +6,6 @@ sysbench (C + LuaJIT) generates the load; Python only reads one line per second.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import json
 import os
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.servers.process import die_with_parent
 from mallocbench.workloads.catalogue import Step, lua_dir
 
 # Errors a write step may hit under concurrency; sysbench retries the event and counts them.
@@ -185,20 +185,9 @@ def sysbench_binary() -> str:
     return binary
 
 
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent(parent: int) -> None:
-    """Runs in the forked child: a harness killed with SIGKILL takes its load with it."""
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    # The parent may have died between fork and prctl: then nobody would send the signal.
-    if os.getppid() != parent:
-        os._exit(1)
-
-
 def _child_setup() -> Callable[[], None]:
-    return functools.partial(_die_with_parent, os.getpid())
+    """Runs in the forked child: a harness killed with SIGKILL takes its load with it."""
+    return functools.partial(die_with_parent, os.getpid(), signal.SIGKILL)
 
 
 @dataclass
