@@ -36,6 +36,7 @@ import psutil
 
 from mallocbench.analysis.comparability import MEMORY_TOLERANCE
 from mallocbench.errors import MallocbenchError
+from mallocbench.executors.base import Executor, Session
 from mallocbench.experiment import (
     Experiment,
     PlannedCell,
@@ -52,11 +53,9 @@ from mallocbench.runner import (
     Progress,
     RunOptions,
     RunOutcome,
-    _resolve_builds,
 )
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError
 from mallocbench.servers.orphans import Orphan, stop_orphans
-from mallocbench.session import LiveSession
 from mallocbench.store import ResultsStore, is_url, locks, open_store
 from mallocbench.store.sqlite import STATUS_INTERRUPTED
 
@@ -232,8 +231,9 @@ class StoredRunPipeline(Pipeline):
         progress: Progress | None = None,
         stop_requested: Callable[[], bool] | None = None,
         run_id: str | None = None,
+        executor: Executor | None = None,
     ) -> None:
-        super().__init__(experiment, options, progress, stop_requested)
+        super().__init__(experiment, options, progress, stop_requested, executor)
         self.pinned_run_id = run_id
 
     def resume_run_id(self, store: ResultsStore) -> str:
@@ -618,14 +618,14 @@ class UnitPipeline(StoredRunPipeline):
         planned: PlannedSession,
         attempt: int,
         builds: dict[str | None, ServerBuild],
-    ) -> LiveSession:
+    ) -> Session:
         live = super()._begin_session(store, run_id, planned, attempt, builds)
         live.info.host = self.host
         store.save_session(run_id, live.info)
         return live
 
     def _measure_together(
-        self, pairs: list[tuple[LiveSession, PlannedCell]], interleave: bool
+        self, pairs: list[tuple[Session, PlannedCell]], interleave: bool
     ) -> list[Cell]:
         """Measure as a local run does, and what the worker process spent meanwhile."""
         before_cpu, before = _cpu_seconds(self.worker), time.monotonic()
@@ -692,8 +692,6 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
         try:
             stored = store.load_run(run_id, with_samples=False)
             experiment = experiment_from_run(stored)
-            builds = _resolve_builds(experiment)
-            result["metadata"] = _host_record(experiment, builds)
             options = RunOptions(
                 out_dir=out_dir,
                 store_path=spec["store"],
@@ -703,6 +701,8 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
             pipeline = UnitPipeline(
                 experiment, options, stop_requested, host, spec["worker_pid"], taken
             )
+            builds = pipeline.executor.resolve_builds(experiment)
+            result["metadata"] = _host_record(experiment, builds)
             # The driver decided the design for the whole run; every host follows it.
             pipeline.interleaved = bool(spec["interleaved"])
             outcome = RunOutcome(result=stored)

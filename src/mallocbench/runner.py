@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from mallocbench import dataset
 from mallocbench.analysis.convergence import WideCell, cells_to_repeat, wide_cells
 from mallocbench.analysis.steady import WINDOW_S
 from mallocbench.errors import MallocbenchError
+from mallocbench.executors.base import Executor, RunContext, Session
+from mallocbench.executors.real import RealExecutor
 from mallocbench.experiment import (
     INTERLEAVED,
     SEQUENTIAL,
@@ -30,33 +31,15 @@ from mallocbench.experiment import (
     plan_extra_round,
     slices_per_cell,
 )
-from mallocbench.measure import (
-    CellMeasurement,
-    finish_cell,
-    measure_slice,
-    new_cell,
-    record_charge,
-    restart_peak,
-    warm_up,
-)
-from mallocbench.probes.system import (
-    host_metadata,
-    system_thp_mode,
-)
+from mallocbench.probes.system import host_metadata
 from mallocbench.results import (
     STATUS_OK,
     Cell,
     RunResult,
     SetupInfo,
 )
-from mallocbench.servers import engines
-from mallocbench.servers.mariadb import (
-    ServerBuild,
-    ServerStartError,
-    find_build,
-)
+from mallocbench.servers.mariadb import ServerBuild, ServerStartError
 from mallocbench.servers.orphans import Orphan, stop_orphans
-from mallocbench.session import LiveSession, start_session, stop_session, warm_cache
 from mallocbench.store import ResultsStore, locks, open_store, store_label
 from mallocbench.store.base import STORE_NAME
 from mallocbench.store.sqlite import (
@@ -192,14 +175,6 @@ def _setup_infos(experiment: Experiment, builds: dict[str | None, ServerBuild]) 
     return infos
 
 
-def _resolve_builds(experiment: Experiment) -> dict[str | None, ServerBuild]:
-    builds: dict[str | None, ServerBuild] = {}
-    for setup in experiment.setups:
-        if setup.basedir not in builds:
-            builds[setup.basedir] = find_build(setup.basedir)
-    return builds
-
-
 def _new_run_id(store: ResultsStore, experiment: Experiment) -> str:
     """Name-date-time, with a suffix when another run started in the same second."""
     base = f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -237,11 +212,14 @@ class Pipeline:
         options: RunOptions,
         progress: Progress | None = None,
         stop_requested: Callable[[], bool] | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.experiment = experiment
         self.options = options
         self.progress = progress or SilentProgress()
         self.stop_requested = stop_requested or (lambda: False)
+        # What starts the servers and measures; the scheduler here decides the rest.
+        self.executor: Executor = executor or RealExecutor()
         # Why the setups' servers cannot be up at once, when the design asks for it.
         self.concurrency_problem = concurrency_problem(experiment)
         self.interleaved = experiment.design == INTERLEAVED and self.concurrency_problem is None
@@ -254,7 +232,7 @@ class Pipeline:
             # Holding the directory's lock, any server recorded under it is an orphan of
             # a harness that died: stop it before its files are reused.
             orphans = stop_orphans(options.out_dir / "servers")
-            builds = _resolve_builds(experiment)
+            builds = self.executor.resolve_builds(experiment)
             store = open_store(options.store_target)
             try:
                 return self._execute(store, builds, orphans)
@@ -314,7 +292,7 @@ class Pipeline:
         # Anything but a normal end (a bug, SystemExit, a signal) leaves the run "failed"
         # or "interrupted" in the store, never "finished".
         status = STATUS_RUN_FAILED
-        started = time.monotonic()
+        started = self.executor.now()
         try:
             self._run_sessions(store, run_id, sessions, done, builds, outcome)
             if options.target_ci_pct is not None:
@@ -487,7 +465,7 @@ class Pipeline:
                 )
             sessions = plan_extra_round(experiment, repeat, wanted)
             cells = sum(len(s.cells) for s in sessions)
-            elapsed = time.monotonic() - started
+            elapsed = self.executor.now() - started
             per_cell = elapsed / outcome.measured if outcome.measured else cell_estimate(experiment)
             if elapsed + cells * per_cell > options.budget_s:
                 outcome.adaptive_stop = "budget"
@@ -514,6 +492,17 @@ class Pipeline:
 
     # --- sessions and cells ---------------------------------------------------------------
 
+    def _run_context(self) -> RunContext:
+        # Built per use, never stored: the pipeline's attributes stay the one source.
+        return RunContext(
+            experiment=self.experiment,
+            out_dir=self.options.out_dir,
+            keep_datadirs=self.options.keep_datadirs,
+            progress=self.progress,
+            stop_requested=self.stop_requested,
+            takes_account=self.takes_account,
+        )
+
     def _begin_session(
         self,
         store: ResultsStore,
@@ -521,40 +510,19 @@ class Pipeline:
         planned: PlannedSession,
         attempt: int,
         builds: dict[str | None, ServerBuild],
-    ) -> LiveSession:
+    ) -> Session:
         """Start a server for the session's setup, warm its cache, record it."""
-        experiment = self.experiment
-        setup = experiment.setup(planned.setup)
-        engine = engines.get(planned.engine)
-        build = builds[setup.basedir]
+        build = builds[self.experiment.setup(planned.setup).basedir]
         session_id = self.session_id(store, run_id, planned, attempt)
-        try:
-            golden = dataset.golden_datadir(
-                build, engine, experiment.dataset, on_status=self.progress.status
-            )
-            self.progress.status(f"starting {setup.name} on {engine.name} ({session_id})")
-            live = start_session(
-                experiment,
-                planned,
-                session_id,
-                self.options.out_dir / "servers" / session_id,
-                build,
-                golden,
-            )
-        except ServerStartError:
-            raise
-        except MallocbenchError as exc:
-            raise ServerStartError(f"setup {setup.name}: {exc}") from exc
-        self.progress.status(f"warming the {engine.name} cache ({session_id})")
-        live.info.cache_warm = warm_cache(live.server, experiment)
+        live = self.executor.start_session(self._run_context(), planned, session_id, build)
         store.save_session(run_id, live.info)
         return live
 
     def _end_session(
-        self, store: ResultsStore, run_id: str, live: LiveSession, outcome: RunOutcome
+        self, store: ResultsStore, run_id: str, live: Session, outcome: RunOutcome
     ) -> None:
         try:
-            stop_session(live, self.options.keep_datadirs)
+            self.executor.stop_session(self._run_context(), live)
         finally:
             info = live.info
             if info.peak_rss_bytes is None:
@@ -586,11 +554,8 @@ class Pipeline:
     ) -> None:
         """Sequential design: the pending cells on one server; a dead one is replaced."""
         setup = self.experiment.setup(planned.setup)
-        # "never" is set on the server alone (PR_SET_THP_DISABLE); the other modes can
-        # only be had system-wide, for the session's duration.
-        system_thp = setup.thp if setup.thp in ("always", "madvise") else None
         attempt = 0
-        with system_thp_mode(system_thp):
+        with self.executor.host_prepared_for(setup):
             while pending:
                 live = self._begin_session(store, run_id, planned, attempt, builds)
                 attempt += 1
@@ -626,7 +591,7 @@ class Pipeline:
         keys = list(
             dict.fromkeys((c.step.label, c.threads) for s in sessions for c in pending[s.setup])
         )
-        lives: dict[str, LiveSession] = {}
+        lives: dict[str, Session] = {}
         attempts: dict[str, int] = {}
         try:
             for key in keys:
@@ -659,56 +624,10 @@ class Pipeline:
                 self._end_session(store, run_id, live, outcome)
 
     def _measure_together(
-        self, pairs: list[tuple[LiveSession, PlannedCell]], interleave: bool
+        self, pairs: list[tuple[Session, PlannedCell]], interleave: bool
     ) -> list[Cell]:
-        """One cell per (session, planned cell): warmed in turn, then their slices rotated.
-
-        Rotating the order each round gives every setup every position after every
-        other, so what one setup's slice leaves behind (a busy CPU cache, a flush
-        still running) reaches all setups alike.
-        """
-        experiment = self.experiment
-        cells: list[Cell | None] = []
-        active: list[tuple[int, LiveSession, CellMeasurement, bool]] = []
-        for index, (live, planned) in enumerate(pairs):
-            cell = new_cell(planned, live, experiment)
-            exact_peak = restart_peak(live)
-            until_done = planned.step.definition.until_done
-            failed = None
-            if experiment.warmup_s > 0 and not until_done:
-                self.progress.cell_started(planned, "warmup")
-                failed = warm_up(live, planned, cell, experiment, self.stop_requested)
-            if failed is not None:
-                record_charge(failed, live, exact_peak)
-                cells.append(failed)
-                continue
-            cells.append(None)
-            drop_first = interleave and not until_done
-            active.append((index, live, CellMeasurement(cell, planned, drop_first), exact_peak))
-        sliced = interleave and all(
-            not m.planned.step.definition.until_done for _, _, m, _ in active
-        )
-        rounds = slices_per_cell(experiment) if sliced else 1
-        seconds = experiment.slice_s if sliced else experiment.duration_s
-        dead: set[int] = set()
-        for round_index in range(rounds):
-            turn = round_index % len(active) if active else 0
-            for index, live, measurement, _ in active[turn:] + active[:turn]:
-                if index in dead:
-                    continue
-                phase = f"measure {round_index + 1}/{rounds}" if rounds > 1 else "measure"
-                self.progress.cell_started(measurement.planned, phase)
-                if not measure_slice(
-                    live, measurement, seconds, self.progress.interval, self.stop_requested
-                ):
-                    dead.add(index)
-                if self.stop_requested():
-                    raise KeyboardInterrupt
-        for index, live, measurement, exact_peak in active:
-            cell = finish_cell(measurement, live, self.takes_account(measurement.planned))
-            record_charge(cell, live, exact_peak)
-            cells[index] = cell
-        return [c for c in cells if c is not None]
+        """One cell per (session, planned cell), measured by the executor."""
+        return self.executor.measure(self._run_context(), pairs, interleave)
 
 
 def write_results_json(result: RunResult, path: Path) -> None:

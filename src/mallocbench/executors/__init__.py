@@ -1,0 +1,1 @@
+"""Executors: what starts servers and measures cells for the run pipeline (base.py)."""

@@ -1,0 +1,140 @@
+"""The executor of real runs: private servers under their allocators, sysbench, probes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+
+from mallocbench import dataset
+from mallocbench.errors import MallocbenchError
+from mallocbench.executors.base import RunContext, Session
+from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, Setup, slices_per_cell
+from mallocbench.measure import (
+    CellMeasurement,
+    finish_cell,
+    measure_slice,
+    new_cell,
+    record_charge,
+    restart_peak,
+    warm_up,
+)
+from mallocbench.probes.system import system_thp_mode
+from mallocbench.results import Cell
+from mallocbench.servers import engines
+from mallocbench.servers.mariadb import ServerBuild, ServerStartError, find_build
+from mallocbench.session import LiveSession, start_session, stop_session, warm_cache
+
+
+def resolve_builds(experiment: Experiment) -> dict[str | None, ServerBuild]:
+    builds: dict[str | None, ServerBuild] = {}
+    for setup in experiment.setups:
+        if setup.basedir not in builds:
+            builds[setup.basedir] = find_build(setup.basedir)
+    return builds
+
+
+def _live(session: Session) -> LiveSession:
+    # Only sessions this executor started come back to it.
+    assert isinstance(session, LiveSession), type(session)
+    return session
+
+
+class RealExecutor:
+    """Starts real servers (golden datadir copies) and measures with sysbench."""
+
+    def resolve_builds(self, experiment: Experiment) -> dict[str | None, ServerBuild]:
+        return resolve_builds(experiment)
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def host_prepared_for(self, setup: Setup) -> AbstractContextManager[None]:
+        # "never" is set on the server alone (PR_SET_THP_DISABLE); the other modes can
+        # only be had system-wide, for the session's duration.
+        return system_thp_mode(setup.thp if setup.thp in ("always", "madvise") else None)
+
+    def start_session(
+        self, run: RunContext, planned: PlannedSession, session_id: str, build: ServerBuild
+    ) -> LiveSession:
+        """Start a server for the session's setup on a golden datadir's copy, warm its cache."""
+        experiment, progress = run.experiment, run.progress
+        setup = experiment.setup(planned.setup)
+        engine = engines.get(planned.engine)
+        try:
+            golden = dataset.golden_datadir(
+                build, engine, experiment.dataset, on_status=progress.status
+            )
+            progress.status(f"starting {setup.name} on {engine.name} ({session_id})")
+            live = start_session(
+                experiment,
+                planned,
+                session_id,
+                run.out_dir / "servers" / session_id,
+                build,
+                golden,
+            )
+        except ServerStartError:
+            raise
+        except MallocbenchError as exc:
+            raise ServerStartError(f"setup {setup.name}: {exc}") from exc
+        progress.status(f"warming the {engine.name} cache ({session_id})")
+        live.info.cache_warm = warm_cache(live.server, experiment)
+        return live
+
+    def stop_session(self, run: RunContext, session: Session) -> None:
+        stop_session(_live(session), run.keep_datadirs)
+
+    def measure(
+        self, run: RunContext, pairs: Sequence[tuple[Session, PlannedCell]], interleave: bool
+    ) -> list[Cell]:
+        """One cell per (session, planned cell): warmed in turn, then their slices rotated.
+
+        Rotating the order each round gives every setup every position after every
+        other, so what one setup's slice leaves behind (a busy CPU cache, a flush
+        still running) reaches all setups alike.
+        """
+        experiment, progress, stop_requested = run.experiment, run.progress, run.stop_requested
+        cells: list[Cell | None] = []
+        active: list[tuple[int, LiveSession, CellMeasurement, bool]] = []
+        for index, (session, planned) in enumerate(pairs):
+            live = _live(session)
+            cell = new_cell(planned, live, experiment)
+            exact_peak = restart_peak(live)
+            until_done = planned.step.definition.until_done
+            failed = None
+            if experiment.warmup_s > 0 and not until_done:
+                progress.cell_started(planned, "warmup")
+                failed = warm_up(live, planned, cell, experiment, stop_requested)
+            if failed is not None:
+                record_charge(failed, live, exact_peak)
+                cells.append(failed)
+                continue
+            cells.append(None)
+            drop_first = interleave and not until_done
+            active.append((index, live, CellMeasurement(cell, planned, drop_first), exact_peak))
+        sliced = interleave and all(
+            not m.planned.step.definition.until_done for _, _, m, _ in active
+        )
+        rounds = slices_per_cell(experiment) if sliced else 1
+        seconds = experiment.slice_s if sliced else experiment.duration_s
+        dead: set[int] = set()
+        for round_index in range(rounds):
+            turn = round_index % len(active) if active else 0
+            for index, live, measurement, _ in active[turn:] + active[:turn]:
+                if index in dead:
+                    continue
+                phase = f"measure {round_index + 1}/{rounds}" if rounds > 1 else "measure"
+                progress.cell_started(measurement.planned, phase)
+                if not measure_slice(live, measurement, seconds, progress.interval, stop_requested):
+                    dead.add(index)
+                if stop_requested():
+                    raise KeyboardInterrupt
+        for index, live, measurement, exact_peak in active:
+            cell = finish_cell(measurement, live, run.takes_account(measurement.planned))
+            record_charge(cell, live, exact_peak)
+            cells[index] = cell
+        return [c for c in cells if c is not None]
+
+
+__all__ = ["RealExecutor", "resolve_builds"]
