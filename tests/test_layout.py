@@ -75,3 +75,32 @@ def test_analysis_computes_and_never_renders() -> None:
                 t for t in targets if t.startswith(("mallocbench.commands", "mallocbench.report"))
             }
             assert not wrong, f"{name} imports {wrong}"
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(source: str) -> list[tuple[str, int]]:
+    return [
+        (node.name, node.end_lineno - node.lineno + 1)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+
+
+def test_the_length_check_finds_a_long_function() -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    assert long_functions(f"def long():\n{body}") == [("long", MAX_FUNCTION_LINES + 1)]
+    assert long_functions("def short():\n    return 1\n") == []
+
+
+def test_no_function_is_longer_than_a_screen() -> None:
+    """A function a reader cannot see whole mixes steps that want names of their own."""
+    found = {
+        f"{path.relative_to(SRC)}:{name}": lines
+        for path in SRC.rglob("*.py")
+        for name, lines in long_functions(path.read_text())
+    }
+    assert found == {}
