@@ -16,7 +16,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.memory.advice import advise
 from mallocbench.memory.breakdown import Breakdown
 from mallocbench.memory.process import ProcessMemory
-from mallocbench.memory.report import MemoryReport
+from mallocbench.memory.report import AllocatorSummary, MemoryReport
 from mallocbench.results import SetupInfo
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import ServerBuild, ServerConfig, running
@@ -302,7 +302,7 @@ def memory_report(allocator: str, knobs: dict[str, str]) -> MemoryReport:
         server=None,
         process=proc,
         pid_source="--pid",
-        allocator={"name": allocator, "path": None},
+        allocator=AllocatorSummary(name=allocator, path=None),
         footprint=None,
         breakdown=Breakdown(rss=2 << 30, rows=[], heap_rss=1 << 30, heap_accounted=512 << 20),
         memory_limit=None,

@@ -200,7 +200,7 @@ def test_sorts_caused_rss_they_are_accounted_for(glibc_server: mariadb.PrivateSe
 
 def test_glibc_allocator_and_arenas(glibc_server: mariadb.PrivateServer, held: HeldSorts) -> None:
     report = take_mod.take(_opts(glibc_server), pid=glibc_server.pid)
-    assert report.allocator and report.allocator["name"] == "glibc"
+    assert report.allocator and report.allocator.name == "glibc"
     assert report.process is not None
     assert report.process.arenas is not None and report.process.arenas >= 2
     assert report.process.glibc_heaps() >= report.process.arenas - 1
@@ -297,8 +297,8 @@ def test_jemalloc_server(tmp_path: Path) -> None:
             report = take_mod.take(_opts(server))
         finally:
             sorts.close()
-    assert report.allocator and report.allocator["name"] == "jemalloc"
-    assert "4 per CPU" in report.allocator["arenas"]
+    assert report.allocator and report.allocator.name == "jemalloc"
+    assert report.allocator.jemalloc_arenas and "4 per CPU" in report.allocator.jemalloc_arenas
     assert report.process is not None and report.process.arenas is None
     assert report.process.glibc_heaps() == 0
     assert report.process.knobs and "libjemalloc" in report.process.knobs["LD_PRELOAD"]

@@ -217,18 +217,51 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
-def _interference_summary(starts: list[StartResult]) -> dict[str, float | None]:
+@dataclass
+class Costs:
+    """What each level of a run costs, in seconds (medians over the starts and slices)."""
+
+    start_s: float  # copy the datadir, start the server, warm its cache
+    warmup_s: float  # the step's warmup until steady
+    slice_wall_s: float  # a slice's sysbench run, dropped second and start-up included
+
+
+@dataclass
+class InterferenceSummary:
+    """Median and maximum over the slices of each interference measure (None: never
+    measured). Shares are of the machine's CPU time, from 0 to 1."""
+
+    median_other_cpu_share: float | None
+    max_other_cpu_share: float | None
+    median_harness_cpu_share: float | None
+    max_harness_cpu_share: float | None
+    median_steal_share: float | None
+    max_steal_share: float | None
+    median_load_avg_1m: float | None
+    max_load_avg_1m: float | None
+
+
+def _interference_summary(starts: list[StartResult]) -> InterferenceSummary:
     per_slice = [s.interference for start in starts for s in start.slices]
 
-    def values(key: str) -> list[float]:
-        return [i[key] for i in per_slice if key in i]
+    def spread(key: str) -> tuple[float | None, float | None]:
+        found = [i[key] for i in per_slice if key in i]
+        return (_median(found), max(found)) if found else (None, None)
 
-    summary: dict[str, float | None] = {}
-    for key in ("other_cpu_share", "harness_cpu_share", "steal_share", "load_avg_1m"):
-        found = values(key)
-        summary[f"median_{key}"] = _median(found) if found else None
-        summary[f"max_{key}"] = max(found) if found else None
-    return summary
+    other, harness, steal, load = (
+        spread(key)
+        for key in ("other_cpu_share", "harness_cpu_share", "steal_share", "load_avg_1m")
+    )
+    return InterferenceSummary(
+        median_other_cpu_share=other[0],
+        max_other_cpu_share=other[1],
+        median_harness_cpu_share=harness[0],
+        max_harness_cpu_share=harness[1],
+        median_steal_share=steal[0],
+        max_steal_share=steal[1],
+        median_load_avg_1m=load[0],
+        max_load_avg_1m=load[1],
+    )
 
 
 @dataclass(frozen=True)
@@ -247,7 +280,7 @@ class Plan:
 
 def plan_run(
     components: noise.VarianceComponents,
-    costs: dict[str, float],
+    costs: Costs,
     setups: int,
     budget_s: float,
     target_width_pct: float,
@@ -259,7 +292,7 @@ def plan_run(
     the setups, plus the setup's own step warmup; a slice costs its wall time, the
     dropped second included.
     """
-    start_s, warmup_s, slice_s = costs["start_s"], costs["warmup_s"], costs["slice_wall_s"]
+    start_s, warmup_s, slice_s = costs.start_s, costs.warmup_s, costs.slice_wall_s
     slices = noise.optimal_slices_per_start(
         components.within_var, components.between_var or 0.0, slice_s, start_s / setups + warmup_s
     )
@@ -283,53 +316,80 @@ def plan_run(
     )
 
 
+@dataclass
+class CalibrationSummary:
+    """Everything the terminal table and --json show: what was calibrated, the noise at
+    each level, what each level costs, the interference met and the plan that follows."""
+
+    experiment: str
+    setup: str
+    engine: str
+    step: str  # its label
+    threads: int
+    slice_s: float
+    second_cv_pct: float | None  # None: no series long enough
+    aggregation_curve: list[tuple[int, float]]  # (k seconds, CV % of their means)
+    components: noise.VarianceComponents
+    costs: Costs
+    interference: InterferenceSummary
+    plan: Plan
+    starts: list[StartResult]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        # The components' CVs are properties, which asdict leaves out.
+        return {**asdict(self), "components": self.components.to_dict()}
+
+
 def summarize(
     experiment: Experiment,
     target: Target,
     starts: list[StartResult],
     options: dict[str, Any],
-) -> dict[str, Any]:
-    """Everything the terminal table and --json show, as plain data."""
+) -> CalibrationSummary:
+    """Everything the terminal table and --json show."""
     components = noise.variance_components([[s.qps for s in start.slices] for start in starts])
     series = [start.seconds for start in starts]
-    costs = {
-        "start_s": _median([s.start_s for s in starts]),
-        "warmup_s": _median([s.warmup_s for s in starts]),
-        "slice_wall_s": _median([sl.wall_s for s in starts for sl in s.slices]),
-    }
+    costs = Costs(
+        start_s=_median([s.start_s for s in starts]),
+        warmup_s=_median([s.warmup_s for s in starts]),
+        slice_wall_s=_median([sl.wall_s for s in starts for sl in s.slices]),
+    )
     setups = max(2, len(experiment.setups))
-    plan = plan_run(components, costs, setups, options["budget_s"], options["target_ci_pct"])
-    summary = {
-        "experiment": experiment.name,
-        "setup": target.setup.name,
-        "engine": target.engine.name,
-        "step": target.step.label,
-        "threads": target.threads,
-        "slice_s": options["slice_s"],
-        "second_cv_pct": next(iter(noise.pooled_aggregation_curve(series, (1,))), (1, None))[1],
-        "aggregation_curve": noise.pooled_aggregation_curve(series),
-        "components": components.to_dict(),
-        "costs": costs,
-        "interference": _interference_summary(starts),
-        "plan": asdict(plan),
-        "starts": [asdict(s) for s in starts],
-    }
-    summary["notes"] = _notes(experiment, target, starts, summary)
-    return summary
+    interference = _interference_summary(starts)
+    return CalibrationSummary(
+        experiment=experiment.name,
+        setup=target.setup.name,
+        engine=target.engine.name,
+        step=target.step.label,
+        threads=target.threads,
+        slice_s=options["slice_s"],
+        second_cv_pct=next(iter(noise.pooled_aggregation_curve(series, (1,))), (1, None))[1],
+        aggregation_curve=noise.pooled_aggregation_curve(series),
+        components=components,
+        costs=costs,
+        interference=interference,
+        plan=plan_run(components, costs, setups, options["budget_s"], options["target_ci_pct"]),
+        starts=starts,
+        notes=_notes(experiment, starts, interference, components),
+    )
 
 
 def _notes(
-    experiment: Experiment, target: Target, starts: list[StartResult], summary: dict[str, Any]
+    experiment: Experiment,
+    starts: list[StartResult],
+    interference: InterferenceSummary,
+    components: noise.VarianceComponents,
 ) -> list[str]:
     notes = []
-    busy = summary["interference"]["median_other_cpu_share"]
+    busy = interference.median_other_cpu_share
     if busy is not None and busy > BUSY_SHARE:
         notes.append(
             f"other processes used {100 * busy:.0f}% of the machine's CPU time (median per "
             "slice) while measuring: these numbers include that interference; calibrate "
             "again on a quiet machine to see its own noise"
         )
-    if summary["components"]["between_var"] == 0:
+    if components.between_var == 0:
         notes.append(
             "the starts differed no more than their slices predict: the between-start "
             "variance is estimated as 0, and more starts would refine that"
@@ -349,59 +409,58 @@ def _pct(value: float | None, digits: int = 1) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}f}%"
 
 
-def _levels_table(summary: dict[str, Any]) -> Table:
-    components, costs = summary["components"], summary["costs"]
+def _levels_table(summary: CalibrationSummary) -> Table:
+    components, costs = summary.components, summary.costs
     table = Table(title="Noise by level (coefficient of variation of throughput)")
     table.add_column("level")
     table.add_column("CV", justify="right")
     table.add_column("from")
-    table.add_row("one second", _pct(summary["second_cv_pct"]), "seconds within each start")
+    table.add_row("one second", _pct(summary.second_cv_pct), "seconds within each start")
     table.add_row(
-        f"one slice ({summary['slice_s']:g} s)",
-        _pct(components["slice_cv_pct"]),
-        f"{components['slices']} slices, {components['within_df']} df within starts",
+        f"one slice ({summary.slice_s:g} s)",
+        _pct(components.slice_cv_pct),
+        f"{components.slices} slices, {components.within_df} df within starts",
     )
     table.add_row(
         "one server start",
-        _pct(components["start_cv_pct"]),
-        f"{components['starts']} starts (variance component, clamped at 0)",
+        _pct(components.start_cv_pct),
+        f"{components.starts} starts (variance component, clamped at 0)",
     )
     table.add_section()
-    table.add_row("cost of a start", f"{costs['start_s']:.1f} s", "copy datadir, start, warm cache")
-    table.add_row("step warmup", f"{costs['warmup_s']:.1f} s", "until steady")
-    table.add_row("cost of a slice", f"{costs['slice_wall_s']:.1f} s", "wall, start-up included")
+    table.add_row("cost of a start", f"{costs.start_s:.1f} s", "copy datadir, start, warm cache")
+    table.add_row("step warmup", f"{costs.warmup_s:.1f} s", "until steady")
+    table.add_row("cost of a slice", f"{costs.slice_wall_s:.1f} s", "wall, start-up included")
     return table
 
 
-def _curve_table(summary: dict[str, Any]) -> Table:
+def _curve_table(summary: CalibrationSummary) -> Table:
     """Measured CV of k-second means beside what white noise would give (CV_1 / sqrt(k))."""
     table = Table(title="Averaging seconds: CV of the mean of k consecutive seconds")
     for column in ("k (s)", "measured", "white noise"):
         table.add_column(column, justify="right")
-    first = summary["second_cv_pct"]
-    for k, cv in summary["aggregation_curve"]:
+    first = summary.second_cv_pct
+    for k, cv in summary.aggregation_curve:
         white = first / math.sqrt(k) if first is not None else None
         table.add_row(str(k), _pct(cv, 2), _pct(white, 2))
     return table
 
 
-def _interference_table(summary: dict[str, Any]) -> Table:
-    found = summary["interference"]
+def _interference_table(summary: CalibrationSummary) -> Table:
+    found = summary.interference
     table = Table(title="Interference per slice")
     for column in ("", "median", "max"):
         table.add_column(column, justify="right" if column else "left")
-    for key, label in (
-        ("other_cpu_share", "other processes' CPU"),
-        ("harness_cpu_share", "  of which mallocbench's"),
-        ("steal_share", "steal"),
+    for label, median, top in (
+        ("other processes' CPU", found.median_other_cpu_share, found.max_other_cpu_share),
+        ("  of which mallocbench's", found.median_harness_cpu_share, found.max_harness_cpu_share),
+        ("steal", found.median_steal_share, found.max_steal_share),
     ):
-        median, top = found[f"median_{key}"], found[f"max_{key}"]
         table.add_row(
             label,
             _pct(None if median is None else 100 * median),
             _pct(None if top is None else 100 * top),
         )
-    median, top = found["median_load_avg_1m"], found["max_load_avg_1m"]
+    median, top = found.median_load_avg_1m, found.max_load_avg_1m
     table.add_row(
         "load average (1 min)",
         "-" if median is None else f"{median:.2f}",
@@ -410,61 +469,61 @@ def _interference_table(summary: dict[str, Any]) -> Table:
     return table
 
 
-def plan_lines(summary: dict[str, Any]) -> list[str]:
+def plan_lines(summary: CalibrationSummary) -> list[str]:
     """The verdict in words: slices per start, what the budget buys, what the target costs."""
-    plan = summary["plan"]
+    plan = summary.plan
     lines = [
-        f"Kalibera-Jones: {plan['slices_per_start']} slices of {summary['slice_s']:g} s per "
+        f"Kalibera-Jones: {plan.slices_per_start} slices of {summary.slice_s:g} s per "
         "server start spend the time best for this noise and these costs."
     ]
-    budget = f"{plan['budget_s'] / 60:g} min"
-    if plan["budget_width_pct"] is None:
+    budget = f"{plan.budget_s / 60:g} min"
+    if plan.budget_width_pct is None:
         lines.append(
-            f"With {plan['setups']} setups, a budget of {budget} does not fit the 2 starts an "
+            f"With {plan.setups} setups, a budget of {budget} does not fit the 2 starts an "
             "interval needs (per cell)."
         )
     else:
         lines.append(
-            f"With {plan['setups']} setups, a budget of {budget} ({plan['budget_starts']} starts) "
-            f"resolves an interval width of about {plan['budget_width_pct']:.1f} points (per cell)."
+            f"With {plan.setups} setups, a budget of {budget} ({plan.budget_starts} starts) "
+            f"resolves an interval width of about {plan.budget_width_pct:.1f} points (per cell)."
         )
-    if plan["target_starts"] is None:
+    if plan.target_starts is None:
         lines.append(
-            f"A width of {plan['target_width_pct']:g} points needs more than 50 starts: "
+            f"A width of {plan.target_width_pct:g} points needs more than 50 starts: "
             "quiet the machine or accept a wider interval."
         )
     else:
         lines.append(
-            f"A width of {plan['target_width_pct']:g} points needs about {plan['target_starts']} "
-            f"starts and {plan['target_s'] / 60:.1f} minutes."
+            f"A width of {plan.target_width_pct:g} points needs about {plan.target_starts} "
+            f"starts and {plan.target_s / 60:.1f} minutes."
         )
     return lines
 
 
-def print_calibration(summary: dict[str, Any], console: Console) -> None:
+def print_calibration(summary: CalibrationSummary, console: Console) -> None:
     console.print(
-        f"[bold]{summary['experiment']}[/]: {summary['setup']} on {summary['engine']}, "
-        f"{summary['step']} at {summary['threads']} threads"
+        f"[bold]{summary.experiment}[/]: {summary.setup} on {summary.engine}, "
+        f"{summary.step} at {summary.threads} threads"
     )
     console.print(_levels_table(summary))
     console.print(_curve_table(summary))
     console.print(_interference_table(summary))
     for line in plan_lines(summary):
         console.print(line)
-    for note in summary["notes"]:
+    for note in summary.notes:
         console.print(f"[yellow]note[/]: {note}")
 
 
-def write_json(summary: dict[str, Any], path: Path) -> None:
+def write_json(summary: CalibrationSummary, path: Path) -> None:
     try:
-        path.write_text(json.dumps(summary, indent=1) + "\n")
+        path.write_text(json.dumps(summary.to_dict(), indent=1) + "\n")
     except OSError as exc:
         raise MallocbenchError(f"cannot write {path}: {exc.strerror}; give another --json") from exc
 
 
 def calibrate(
     experiment: Experiment, target: Target, out_dir: Path, options: dict[str, Any], console: Console
-) -> dict[str, Any]:
+) -> CalibrationSummary:
     """Measure `options["starts"]` starts under the output directory's lock; summarize."""
     build = find_build(target.setup.basedir)
     calibrate_dir = out_dir / "calibrate"
@@ -492,7 +551,7 @@ def calibrate(
                         f"{start.warmup_s:.0f} s; slice QPS {qps}"
                     )
     summary = summarize(experiment, target, starts, options)
-    summary["notes"].extend(session_notes)
+    summary.notes.extend(session_notes)
     return summary
 
 

@@ -52,7 +52,7 @@ def _heap_fix(allocator: str | None, knobs: dict[str, str] | None) -> str:
 
 def advise(report: MemoryReport) -> list[Advice]:
     """Every piece of advice that applies, in the order a reader should act on them."""
-    allocator = report.allocator["name"] if report.allocator else None
+    allocator = report.allocator.name if report.allocator else None
     candidates = [
         *_footprint_advice(report),
         _oom_risk(report),
@@ -69,9 +69,9 @@ def advise(report: MemoryReport) -> list[Advice]:
 def _footprint_advice(report: MemoryReport) -> list[Advice]:
     """The configured footprint against the memory limit: the worst case, else the peak."""
     fp = report.footprint
-    if fp is None or not report.memory_limit:
+    if fp is None or report.memory_limit is None:
         return []
-    limit, source = report.memory_limit
+    limit, source = report.memory_limit.bytes, report.memory_limit.source
     if fp.worst_case > limit:
         return [
             Advice(
@@ -98,14 +98,14 @@ def _footprint_advice(report: MemoryReport) -> list[Advice]:
 
 
 def _oom_risk(report: MemoryReport) -> Advice | None:
-    proc = report.process
-    if proc is None or not report.memory_limit or proc.rss <= 0.8 * report.memory_limit[0]:
+    proc, limit = report.process, report.memory_limit
+    if proc is None or limit is None or proc.rss <= 0.8 * limit.bytes:
         return None
     return Advice(
         "warning",
         "RSS is close to the memory limit: OOM kill risk",
         "reduce the caches or move to a larger host before the next peak",
-        f"RSS {_mb(proc.rss)} vs limit {_mb(report.memory_limit[0])}",
+        f"RSS {_mb(proc.rss)} vs limit {_mb(limit.bytes)}",
     )
 
 

@@ -262,7 +262,7 @@ def _memory_used_rows(server: ServerMemory, memory_used: int, notes: list[str]) 
     rows: list[Row] = []
     sessions = 0
     if server.sessions_complete:
-        sessions = sum(s["memory_used"] for s in server.sessions)
+        sessions = sum(s.memory_used for s in server.sessions)
         rows.append(
             Row(
                 "connections",

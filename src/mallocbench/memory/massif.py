@@ -221,13 +221,29 @@ def parse_heaptrack_print(text: str, source: str = "heaptrack_print") -> Profile
     return Profile("heaptrack", None, peak_total, None, sites, source)
 
 
-def _heaptrack_blocks(text: str) -> tuple[list[dict[str, Any]], int]:
-    """The peak consumers as blocks (bytes, calls, frames, and the sub-blocks of their
-    callers), and the whole run's peak heap in bytes."""
-    blocks: list[dict[str, Any]] = []
+@dataclass
+class Frame:
+    function: str
+    location: str | None = None  # file:line, or "in LIBRARY" when that is all there is
+
+
+@dataclass
+class HeaptrackBlock:
+    """A peak consumer of heaptrack_print: its bytes and calls, its frames nearest first,
+    and one sub-block per caller (sub-blocks have none of their own)."""
+
+    bytes: int
+    calls: int
+    frames: list[Frame] = field(default_factory=list)
+    subs: list[HeaptrackBlock] = field(default_factory=list)
+
+
+def _heaptrack_blocks(text: str) -> tuple[list[HeaptrackBlock], int]:
+    """The peak consumers as blocks, and the whole run's peak heap in bytes."""
+    blocks: list[HeaptrackBlock] = []
     peak_total = 0
-    current: dict[str, Any] | None = None
-    sub: dict[str, Any] | None = None
+    current: HeaptrackBlock | None = None
+    sub: HeaptrackBlock | None = None
     in_peaks = False
     for raw in text.splitlines():
         line = raw.rstrip()
@@ -245,19 +261,14 @@ def _heaptrack_blocks(text: str) -> tuple[list[dict[str, Any]], int]:
             continue
         match = _PEAK.match(line)
         if match:
-            current = {
-                "bytes": _size(match[1], match[2]),
-                "calls": int(match[3]),
-                "frames": [],
-                "subs": [],
-            }
+            current = HeaptrackBlock(_size(match[1], match[2]), int(match[3]))
             blocks.append(current)
             sub = None
             continue
         match = _SUB.match(line.strip())
         if match and current is not None:
-            sub = {"bytes": _size(match[1], match[2]), "calls": int(match[3]), "frames": []}
-            current["subs"].append(sub)
+            sub = HeaptrackBlock(_size(match[1], match[2]), int(match[3]))
+            current.subs.append(sub)
             continue
         stripped = line.strip()
         if not stripped or current is None:
@@ -266,18 +277,18 @@ def _heaptrack_blocks(text: str) -> tuple[list[dict[str, Any]], int]:
     return blocks, peak_total
 
 
-def _add_frame(target: dict[str, Any], stripped: str) -> None:
+def _add_frame(target: HeaptrackBlock, stripped: str) -> None:
     """A frame line, or the "at"/"in" line that gives the previous frame its location."""
-    if stripped.startswith("at ") and target["frames"]:
-        target["frames"][-1][1] = stripped[3:]
-    elif stripped.startswith("in ") and target["frames"]:
-        if target["frames"][-1][1] is None:
-            target["frames"][-1][1] = stripped
+    if stripped.startswith("at ") and target.frames:
+        target.frames[-1].location = stripped[3:]
+    elif stripped.startswith("in ") and target.frames:
+        if target.frames[-1].location is None:
+            target.frames[-1].location = stripped
     else:
-        target["frames"].append([stripped, None])
+        target.frames.append(Frame(stripped))
 
 
-def _heaptrack_sites(blocks: list[dict[str, Any]]) -> list[Site]:
+def _heaptrack_sites(blocks: list[HeaptrackBlock]) -> list[Site]:
     """Blocks as sites, largest first: a wrapper's block is split between its callers."""
     sites: dict[tuple[str, str | None], Site] = {}
 
@@ -289,21 +300,21 @@ def _heaptrack_sites(blocks: list[dict[str, Any]]) -> list[Site]:
         site.calls = (site.calls or 0) + calls
 
     for block in blocks:
-        if not block["frames"]:
+        if not block.frames:
             continue
-        name, location = block["frames"][0]
-        if _passes_through(name) and block["subs"]:
-            for sub_block in block["subs"]:
-                frames = [f for f in sub_block["frames"] if not _passes_through(f[0])]
+        top = block.frames[0]
+        if _passes_through(top.function) and block.subs:
+            for sub_block in block.subs:
+                frames = [f for f in sub_block.frames if not _passes_through(f.function)]
                 if frames:
                     add(
-                        frames[0][0],
-                        frames[0][1],
-                        sub_block["bytes"],
-                        sub_block["calls"],
-                        [f[0] for f in frames[1:]],
+                        frames[0].function,
+                        frames[0].location,
+                        sub_block.bytes,
+                        sub_block.calls,
+                        [f.function for f in frames[1:]],
                     )
             continue
-        callers = [f[0] for f in block["subs"][0]["frames"]] if block["subs"] else []
-        add(name, location, block["bytes"], block["calls"], callers)
+        callers = [f.function for f in block.subs[0].frames] if block.subs else []
+        add(top.function, top.location, block.bytes, block.calls, callers)
     return sorted(sites.values(), key=lambda s: s.bytes, reverse=True)

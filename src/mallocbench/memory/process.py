@@ -513,14 +513,22 @@ def sample(
     )
 
 
-def memory_limit(pid: int) -> tuple[int | None, str]:
+@dataclass
+class MemoryLimit:
+    """The most memory the process can have, and what sets that bound."""
+
+    bytes: int
+    source: str
+
+
+def memory_limit(pid: int) -> MemoryLimit:
     """The smaller of physical memory and the process's cgroup memory.max, with its source."""
     total = psutil.virtual_memory().total
     try:
         rel = Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1]
         raw = (Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.max").read_text().strip()
         if raw != "max" and int(raw) < total:
-            return int(raw), f"cgroup memory.max of {rel}"
+            return MemoryLimit(int(raw), f"cgroup memory.max of {rel}")
     except (OSError, IndexError, ValueError):
         pass
-    return total, "physical memory (MemTotal)"
+    return MemoryLimit(total, "physical memory (MemTotal)")

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from mallocbench.memory.breakdown import Breakdown, Footprint
-from mallocbench.memory.process import ProcessMemory
-from mallocbench.memory.report import MemoryReport
-from mallocbench.memory.server import ServerMemory
+from mallocbench.memory.report import (
+    AllocatorSummary,
+    MemoryReport,
+    ProcessSummary,
+    ServerAccount,
+)
 
 MiB = 1024 * 1024
 
@@ -34,69 +35,66 @@ def pct(part: int, whole: int) -> str:
 
 def render(report: MemoryReport, console: Console | None = None) -> None:
     console = console or Console()
-    data = report.to_dict()
     srv = report.server
     title = f"mallocbench memory: {report.where}"
     if srv is not None:
         title += f" ({srv.version})"
     console.print(f"[bold]{title}[/]")
 
-    if report.process is None:
+    if report.process_summary is None:
         console.print(f"[yellow]process not inspected:[/] {report.pid_source}")
     else:
-        console.print(_process_table(report.process, report.pid_source, data["process"]))
-        console.print(escape("\n".join(_allocator_lines(data["allocator"]))))
+        console.print(_process_table(report.process_summary, report.pid_source))
+        if report.allocator is not None:
+            console.print(escape("\n".join(_allocator_lines(report.allocator, report.thp))))
     if report.footprint is not None:
         console.print(_footprint_table(report, report.footprint))
-    if srv is not None:
-        console.print(_server_table(srv, data["accounted_by_server"]))
+    if report.server_account is not None:
+        console.print(_server_table(report.server_account))
     if report.breakdown is not None:
         _print_breakdown(report.breakdown, console)
     _print_advice(report, console)
 
 
-def _process_table(proc: ProcessMemory, pid_source: str, p: dict[str, Any]) -> Table:
+def _process_table(p: ProcessSummary, pid_source: str) -> Table:
     t = Table(
-        title=f"process {proc.pid} ({proc.name}), found by {pid_source}",
+        title=f"process {p.pid} ({p.name}), found by {pid_source}",
         show_header=False,
         title_justify="left",
     )
     t.add_column(justify="left")
     t.add_column(justify="right")
     for label, value in (
-        ("RSS", mb(p["rss"])),
-        ("VSZ", mb(p["vsz"])),
-        ("anonymous", mb(p["anonymous"])),
-        ("file-backed", mb(p["file_backed"])),
-        ("shared (clean + dirty)", mb(p["shared"])),
-        ("swap", mb(p["swap"])),
-        ("anon huge pages", mb(p["anon_huge_pages"])),
-        ("threads", str(p["threads"])),
-        (
-            "thread stacks reserved",
-            f"{mb(p['stack_reservation'])} in {p['stack_mappings']} mappings",
-        ),
+        ("RSS", mb(p.rss)),
+        ("VSZ", mb(p.vsz)),
+        ("anonymous", mb(p.anonymous)),
+        ("file-backed", mb(p.file_backed)),
+        ("shared (clean + dirty)", mb(p.shared)),
+        ("swap", mb(p.swap)),
+        ("anon huge pages", mb(p.anon_huge_pages)),
+        ("threads", str(p.threads)),
+        ("thread stacks reserved", f"{mb(p.stack_reservation)} in {p.stack_mappings} mappings"),
     ):
         t.add_row(label, value)
     return t
 
 
-def _allocator_lines(a: dict[str, Any]) -> list[str]:
-    lines = [f"allocator {a.get('name')} ({a.get('path') or 'libc'})"]
-    if a.get("glibc_arenas") is not None:
+def _allocator_lines(a: AllocatorSummary, thp: str | None) -> list[str]:
+    lines = [f"allocator {a.name} ({a.path or 'libc'})"]
+    if a.glibc_arenas is not None:
         lines.append(
-            f"glibc arenas: {a['glibc_arenas']} (the main one + {a['glibc_arenas'] - 1} in "
-            f"{a['glibc_heaps']} heaps of 64 MiB; {a['arena_source']})"
+            f"glibc arenas: {a.glibc_arenas} (the main one + {a.glibc_arenas - 1} in "
+            f"{a.glibc_heaps} heaps of 64 MiB; {a.arena_source})"
         )
-    if a.get("arenas"):
-        lines.append(f"jemalloc arenas: {a['arenas']}")
-    knobs = a.get("knobs")
+    if a.jemalloc_arenas:
+        lines.append(f"jemalloc arenas: {a.jemalloc_arenas}")
+    knobs = a.knobs
     if knobs is None:
         lines.append("knobs: environment not readable (run as the server's user or root)")
     else:
         shown = ", ".join(f"{k}={v}" for k, v in knobs.items()) or "none set (defaults)"
         lines.append(f"knobs: {shown}")
-    lines.append(f"transparent huge pages: {a.get('thp') or 'unknown'}")
+    lines.append(f"transparent huge pages: {thp or 'unknown'}")
     return lines
 
 
@@ -119,46 +117,42 @@ def _footprint_table(report: MemoryReport, fp: Footprint) -> Table:
         mb(fp.peak_so_far),
     )
     t.add_row(f"now: global + {fp.connections_now} connections", mb(fp.now))
-    if report.memory_limit:
-        t.add_row(f"memory limit ({report.memory_limit[1]})", mb(report.memory_limit[0]))
+    if report.memory_limit is not None:
+        t.add_row(f"memory limit ({report.memory_limit.source})", mb(report.memory_limit.bytes))
     return t
 
 
-def _server_table(srv: ServerMemory, acc: dict[str, Any]) -> Table:
+def _server_table(acc: ServerAccount) -> Table:
     t = Table(title="what the server accounts for", title_justify="left", show_header=False)
     t.add_column()
     t.add_column(justify="right")
-    bp = acc["innodb_buffer_pool"]
-    pages, page = bp["pages"], bp["page_size"] or 16384
-    if pages.get("total"):
-        used = ((pages.get("data") or 0) + (pages.get("misc") or 0)) * page
-        t.add_row("InnoDB buffer pool size", mb(bp["size"]))
+    bp = acc.innodb_buffer_pool
+    pages, page = bp.pages, bp.page_size or 16384
+    if pages.total:
+        used = ((pages.data or 0) + (pages.misc or 0)) * page
+        t.add_row("InnoDB buffer pool size", mb(bp.size))
         t.add_row("  pages in use (data + misc)", mb(used))
-        t.add_row("  pages free", mb((pages.get("free") or 0) * page))
-    if srv.rocksdb is not None:
-        t.add_row("RocksDB block cache (capacity)", mb(srv.var("rocksdb_block_cache_size")))
-        t.add_row("  in use", mb(srv.rocksdb.get("Cache Total")))
-        t.add_row("RocksDB memtables", mb(srv.rocksdb.get("MemTable Total")))
-        t.add_row("RocksDB table readers", mb(srv.rocksdb.get("Table Readers Total")))
-    if acc["memory_used"] is not None:
+        t.add_row("  pages free", mb((pages.free or 0) * page))
+    if acc.rocksdb is not None:
+        t.add_row("RocksDB block cache (capacity)", mb(acc.rocksdb_block_cache_size))
+        t.add_row("  in use", mb(acc.rocksdb.get("Cache Total")))
+        t.add_row("RocksDB memtables", mb(acc.rocksdb.get("MemTable Total")))
+        t.add_row("RocksDB table readers", mb(acc.rocksdb.get("Table Readers Total")))
+    if acc.memory_used is not None:
         t.add_row(
             "Memory_used"
-            + (" (caches counted as reserved)" if acc["memory_used_includes_caches"] else ""),
-            mb(acc["memory_used"]),
+            + (" (caches counted as reserved)" if acc.memory_used_includes_caches else ""),
+            mb(acc.memory_used),
         )
-        t.add_row("  Memory_used_initial", mb(acc["memory_used_initial"]))
-        t.add_row(
-            f"  sessions ({len(srv.sessions)})", mb(sum(s["memory_used"] for s in srv.sessions))
-        )
-        for s in srv.sessions[:5]:
-            t.add_row(
-                f"    id {s['id']} {s['user']} {s['state'] or s['command']}",
-                mb(s["memory_used"]),
-            )
-    if srv.pfs_enabled:
-        t.add_row("performance_schema memory", mb(srv.pfs_total))
-        for name, value in srv.pfs_top[:5]:
-            t.add_row(escape(f"  {name}"), mb(value))
+        t.add_row("  Memory_used_initial", mb(acc.memory_used_initial))
+        t.add_row(f"  sessions ({len(acc.sessions)})", mb(sum(s.memory_used for s in acc.sessions)))
+        for s in acc.sessions[:5]:
+            t.add_row(f"    id {s.id} {s.user} {s.state or s.command}", mb(s.memory_used))
+    pfs = acc.performance_schema
+    if pfs.enabled:
+        t.add_row("performance_schema memory", mb(pfs.total))
+        for consumer in pfs.top[:5]:
+            t.add_row(escape(f"  {consumer.event_name}"), mb(consumer.bytes))
     else:
         t.add_row("performance_schema", "off")
     return t

@@ -1,4 +1,8 @@
-"""One memory account of a running server, kept as data (memory.take collects it)."""
+"""One memory account of a running server, kept as data (memory.take collects it).
+
+The live objects (ServerMemory, ProcessMemory) keep everything read; the records here
+are the parts of them the report shows, in the shape its JSON has.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mallocbench.memory.breakdown import Breakdown, Footprint
-from mallocbench.memory.process import ProcessMemory
-from mallocbench.memory.server import ServerMemory
+from mallocbench.memory.process import MemoryLimit, ProcessMemory
+from mallocbench.memory.server import ServerMemory, Session
+
+# Sessions in the JSON account, largest first: enough to find the heavy ones.
+JSON_SESSIONS = 20
 
 
 @dataclass
@@ -24,83 +31,212 @@ class Advice:
 
 
 @dataclass
+class ProcessSummary:
+    """The process's memory in the figures a reader compares (bytes unless said)."""
+
+    pid: int
+    name: str
+    exe: str | None
+    rss: int
+    vsz: int
+    anonymous: int | None
+    file_backed: int | None
+    shmem: int | None
+    shared: int  # clean + dirty
+    swap: int | None
+    anon_huge_pages: int | None
+    threads: int
+    stack_mappings: int
+    stack_reservation: int
+    mappings_by_kind: dict[str, dict[str, int]]  # kind -> rss, size, count
+
+    @classmethod
+    def of(cls, proc: ProcessMemory) -> ProcessSummary:
+        kinds = proc.by_kind()
+        return cls(
+            pid=proc.pid,
+            name=proc.name,
+            exe=proc.exe,
+            rss=proc.rss,
+            vsz=proc.vsz,
+            anonymous=proc.rollup.get("Anonymous", proc.status.get("RssAnon")),
+            file_backed=proc.status.get("RssFile"),
+            shmem=proc.status.get("RssShmem"),
+            shared=proc.rollup.get("Shared_Clean", 0) + proc.rollup.get("Shared_Dirty", 0),
+            swap=proc.status.get("VmSwap"),
+            anon_huge_pages=proc.rollup.get("AnonHugePages"),
+            threads=proc.threads,
+            stack_mappings=kinds["stack"]["count"],
+            stack_reservation=proc.stack_reservation(),
+            mappings_by_kind=kinds,
+        )
+
+
+@dataclass
+class AllocatorSummary:
+    """The allocator mapped into the process, its arenas and the knobs in force."""
+
+    name: str
+    path: str | None  # None: the allocator built into libc, not found mapped
+    jemalloc_arenas: str | None = None  # what bounds jemalloc's arenas; None for others
+    glibc_arenas: int | None = None  # the main one included; None when not glibc
+    glibc_heaps: int | None = None
+    arena_source: str | None = None
+    knobs: dict[str, str] | None = None  # None: the process's environment is unreadable
+
+    @classmethod
+    def of(
+        cls, name: str, path: str | None, proc: ProcessMemory, jemalloc_arenas: str | None
+    ) -> AllocatorSummary:
+        return cls(
+            name=name,
+            path=path,
+            jemalloc_arenas=jemalloc_arenas,
+            glibc_arenas=proc.arenas,
+            glibc_heaps=proc.glibc_heaps() if proc.arenas is not None else None,
+            arena_source=proc.arena_source or None,
+            knobs=proc.knobs,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        # The JSON calls jemalloc's bound "arenas" and has it only for jemalloc.
+        out: dict[str, Any] = {"name": self.name, "path": self.path}
+        if self.jemalloc_arenas is not None:
+            out["arenas"] = self.jemalloc_arenas
+        return {
+            **out,
+            "glibc_arenas": self.glibc_arenas,
+            "glibc_heaps": self.glibc_heaps,
+            "arena_source": self.arena_source,
+            "knobs": self.knobs,
+        }
+
+
+@dataclass
+class BufferPoolPages:
+    total: int | None
+    data: int | None
+    misc: int | None
+    free: int | None
+
+
+@dataclass
+class BufferPoolAccount:
+    size: int | None
+    page_size: int | None
+    pages: BufferPoolPages
+    # From SHOW ENGINE INNODB STATUS; None when it did not say (or was refused).
+    total_large_memory: int | None = None
+    dictionary_memory: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        # The JSON has InnoDB's own counters only when InnoDB gave them.
+        counters = ("total_large_memory", "dictionary_memory")
+        return {k: v for k, v in asdict(self).items() if k not in counters or v is not None}
+
+
+@dataclass
+class MemoryConsumer:
+    """One performance_schema memory event and the bytes it holds now."""
+
+    event_name: str
+    bytes: int
+
+
+@dataclass
+class PerformanceSchemaAccount:
+    enabled: bool
+    total: int | None  # None: off, or its tables were unreadable
+    top: list[MemoryConsumer]
+
+
+@dataclass
+class ServerAccount:
+    """What the server accounts for itself: caches, heap, sessions, performance_schema."""
+
+    innodb_buffer_pool: BufferPoolAccount
+    rocksdb: dict[str, int] | None  # MEMORY_STATS of SHOW ENGINE ROCKSDB STATUS, by name
+    rocksdb_block_cache_size: int | None
+    memory_used: int | None
+    memory_used_initial: int | None
+    memory_used_includes_caches: bool
+    sessions: list[Session]  # every one, largest first
+    performance_schema: PerformanceSchemaAccount
+
+    @classmethod
+    def of(cls, srv: ServerMemory) -> ServerAccount:
+        pages = BufferPoolPages(
+            *(srv.stat(f"Innodb_buffer_pool_pages_{k}") for k in ("total", "data", "misc", "free"))
+        )
+        return cls(
+            innodb_buffer_pool=BufferPoolAccount(
+                size=srv.var("innodb_buffer_pool_size"),
+                page_size=srv.var("innodb_page_size"),
+                pages=pages,
+                total_large_memory=srv.innodb_status.get("total_large_memory"),
+                dictionary_memory=srv.innodb_status.get("dictionary_memory"),
+            ),
+            rocksdb=srv.rocksdb,
+            rocksdb_block_cache_size=srv.var("rocksdb_block_cache_size"),
+            memory_used=srv.stat("Memory_used"),
+            memory_used_initial=srv.stat("Memory_used_initial"),
+            memory_used_includes_caches=srv.memory_used_includes_caches,
+            sessions=srv.sessions,
+            performance_schema=PerformanceSchemaAccount(
+                enabled=srv.pfs_enabled,
+                total=srv.pfs_total,
+                top=[MemoryConsumer(name, nbytes) for name, nbytes in srv.pfs_top],
+            ),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **asdict(self),
+            "innodb_buffer_pool": self.innodb_buffer_pool.to_dict(),
+            "sessions": [asdict(s) for s in self.sessions[:JSON_SESSIONS]],
+        }
+
+
+@dataclass
 class MemoryReport:
     taken_at: float
     where: str
     server: ServerMemory | None
     process: ProcessMemory | None
     pid_source: str
-    allocator: dict[str, Any] | None
+    allocator: AllocatorSummary | None  # None when the process was not inspected
     footprint: Footprint | None
     breakdown: Breakdown | None
-    memory_limit: tuple[int, str] | None
+    memory_limit: MemoryLimit | None
     thp: str | None
     advice: list[Advice] = field(default_factory=list)
+    # Views of the live objects above, taken once so text and JSON show the same figures.
+    server_account: ServerAccount | None = field(init=False, default=None)
+    process_summary: ProcessSummary | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        if self.server is not None:
+            self.server_account = ServerAccount.of(self.server)
+        if self.process is not None:
+            self.process_summary = ProcessSummary.of(self.process)
 
     def to_dict(self) -> dict[str, Any]:
-        proc = self.process
-        srv = self.server
         out: dict[str, Any] = {
             "taken_at": self.taken_at,
             "server": self.where,
             "pid_source": self.pid_source,
         }
-        if srv is not None:
-            bp_pages = {
-                k: srv.stat(f"Innodb_buffer_pool_pages_{k}")
-                for k in ("total", "data", "misc", "free")
-            }
-            out["server_info"] = {"version": srv.version, "flavor": srv.flavor}
+        if self.server is not None and self.server_account is not None:
+            out["server_info"] = {"version": self.server.version, "flavor": self.server.flavor}
             # Each source the server would not give: what is unknown, why, and the fix.
-            out["gaps"] = [g.to_dict() for g in srv.gaps]
-            out["accounted_by_server"] = {
-                "innodb_buffer_pool": {
-                    "size": srv.var("innodb_buffer_pool_size"),
-                    "page_size": srv.var("innodb_page_size"),
-                    "pages": bp_pages,
-                    **srv.innodb_status,
-                },
-                "rocksdb": srv.rocksdb,
-                "rocksdb_block_cache_size": srv.var("rocksdb_block_cache_size"),
-                "memory_used": srv.stat("Memory_used"),
-                "memory_used_initial": srv.stat("Memory_used_initial"),
-                "memory_used_includes_caches": srv.memory_used_includes_caches,
-                "sessions": srv.sessions[:20],
-                "performance_schema": {
-                    "enabled": srv.pfs_enabled,
-                    "total": srv.pfs_total,
-                    "top": [{"event_name": n, "bytes": b} for n, b in srv.pfs_top],
-                },
-            }
-        if proc is not None:
-            kinds = proc.by_kind()
-            out["process"] = {
-                "pid": proc.pid,
-                "name": proc.name,
-                "exe": proc.exe,
-                "rss": proc.rss,
-                "vsz": proc.vsz,
-                "anonymous": proc.rollup.get("Anonymous", proc.status.get("RssAnon")),
-                "file_backed": proc.status.get("RssFile"),
-                "shmem": proc.status.get("RssShmem"),
-                "shared": proc.rollup.get("Shared_Clean", 0) + proc.rollup.get("Shared_Dirty", 0),
-                "swap": proc.status.get("VmSwap"),
-                "anon_huge_pages": proc.rollup.get("AnonHugePages"),
-                "threads": proc.threads,
-                "stack_mappings": kinds["stack"]["count"],
-                "stack_reservation": proc.stack_reservation(),
-                "mappings_by_kind": kinds,
-            }
-            out["allocator"] = {
-                **(self.allocator or {}),
-                "glibc_arenas": proc.arenas,
-                "glibc_heaps": proc.glibc_heaps() if proc.arenas is not None else None,
-                "arena_source": proc.arena_source or None,
-                "knobs": proc.knobs,
-                "thp": self.thp,
-            }
-        if self.memory_limit:
-            out["memory_limit"] = {"bytes": self.memory_limit[0], "source": self.memory_limit[1]}
+            out["gaps"] = [g.to_dict() for g in self.server.gaps]
+            out["accounted_by_server"] = self.server_account.to_dict()
+        if self.process_summary is not None:
+            out["process"] = asdict(self.process_summary)
+        if self.allocator is not None:
+            out["allocator"] = {**self.allocator.to_dict(), "thp": self.thp}
+        if self.memory_limit is not None:
+            out["memory_limit"] = asdict(self.memory_limit)
         if self.footprint is not None:
             out["configured_footprint"] = self.footprint.to_dict()
         if self.breakdown is not None:

@@ -617,6 +617,17 @@ class Gap:
 
 
 @dataclass
+class Session:
+    """One connection as information_schema.PROCESSLIST shows it (no query text)."""
+
+    id: int
+    user: str
+    memory_used: int
+    command: str
+    state: str | None
+
+
+@dataclass
 class ServerMemory:
     """What the server knows about its own memory, and its memory settings."""
 
@@ -624,7 +635,7 @@ class ServerMemory:
     flavor: str
     variables: dict[str, str]
     status: dict[str, str]
-    sessions: list[dict[str, Any]]  # id, user, memory_used, command, state (no query text)
+    sessions: list[Session]
     pfs_enabled: bool
     pfs_total: int | None
     pfs_top: list[tuple[str, int]]
@@ -713,7 +724,7 @@ def collect(conn: pymysql.Connection) -> ServerMemory:
             gaps.append(_memory_used_gap(flavor))
         innodb = _ask(cur, "SHOW ENGINE INNODB STATUS")
         has_process = innodb.error != 1227
-        sessions: list[dict[str, Any]] = []
+        sessions: list[Session] = []
         if flavor == "mariadb":
             sessions = _sessions(cur, has_process, account, gaps)
         pfs_enabled = variables.get("performance_schema", "OFF").upper() in ("ON", "1")
@@ -767,7 +778,7 @@ def _memory_used_gap(flavor: str) -> Gap:
 
 def _sessions(
     cur: pymysql.cursors.Cursor, has_process: bool, account: str, gaps: list[Gap]
-) -> list[dict[str, Any]]:
+) -> list[Session]:
     answer = _ask(
         cur,
         "SELECT ID, USER, MEMORY_USED, COMMAND, STATE FROM "
@@ -791,13 +802,9 @@ def _sessions(
             )
         )
     return [
-        {
-            "id": int(row[0]),
-            "user": row[1],
-            "memory_used": int(row[2] or 0),
-            "command": row[3],
-            "state": row[4],
-        }
+        Session(
+            id=int(row[0]), user=row[1], memory_used=int(row[2] or 0), command=row[3], state=row[4]
+        )
         for row in answer.rows
     ]
 

@@ -14,7 +14,7 @@ from mallocbench.memory import breakdown as breakdown_mod
 from mallocbench.memory import process as process_mod
 from mallocbench.memory import server as server_mod
 from mallocbench.memory.advice import advise
-from mallocbench.memory.report import MemoryReport
+from mallocbench.memory.report import AllocatorSummary, MemoryReport
 from mallocbench.memory.server import ConnectOptions, ServerMemory
 from mallocbench.probes.system import thp_mode
 
@@ -68,14 +68,13 @@ def take(
     else:
         pid, pid_source = server_mod.find_pid(srv, opts)
     proc = None
-    allocator = None
+    allocator: AllocatorSummary | None = None
     limit = None
     if pid is not None:
         mapped = allocators.detect(pid)
-        allocator = {"name": mapped.name, "path": mapped.path}
         proc = process_mod.sample(pid, mapped.name, srv.var("innodb_buffer_pool_size"))
-        if mapped.name == "jemalloc":
-            allocator["arenas"] = jemalloc_arenas(proc.knobs, pid)
+        arenas = jemalloc_arenas(proc.knobs, pid) if mapped.name == "jemalloc" else None
+        allocator = AllocatorSummary.of(mapped.name, mapped.path, proc, arenas)
         limit = process_mod.memory_limit(pid)
     bd = breakdown_mod.build(proc, srv) if proc is not None else None
     report = MemoryReport(

@@ -52,18 +52,17 @@ CHART_SERIES = (
 
 
 def row_of(report: MemoryReport, started: float) -> dict[str, object]:
-    data = report.to_dict()
-    proc = data.get("process", {})
+    proc = report.process_summary
     bd = report.breakdown
     rows = {r.key: r.bytes for r in bd.rows} if bd else {}
     return {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(report.taken_at)),
         "elapsed_s": round(report.taken_at - started, 2),
-        "rss": proc.get("rss"),
-        "vsz": proc.get("vsz"),
-        "anonymous": proc.get("anonymous"),
-        "file_backed": proc.get("file_backed"),
-        "threads": proc.get("threads"),
+        "rss": proc.rss if proc else None,
+        "vsz": proc.vsz if proc else None,
+        "anonymous": proc.anonymous if proc else None,
+        "file_backed": proc.file_backed if proc else None,
+        "threads": proc.threads if proc else None,
         "buffer_pool": rows.get("buffer_pool"),
         "stacks": rows.get("stacks"),
         "heap_rss": bd.heap_rss if bd else None,
@@ -71,7 +70,7 @@ def row_of(report: MemoryReport, started: float) -> dict[str, object]:
         "unaccounted": bd.unaccounted if bd else None,
         "ratio": round(bd.ratio, 4) if bd and bd.ratio else None,
         "heap_ratio": round(bd.heap_ratio, 4) if bd and bd.heap_ratio else None,
-        "glibc_arenas": data.get("allocator", {}).get("glibc_arenas"),
+        "glibc_arenas": report.allocator.glibc_arenas if report.allocator else None,
         "memory_used": report.server.stat("Memory_used") if report.server else None,
         "connections": rows.get("connections"),
         "rocksdb_block_cache": rows.get("rocksdb_block_cache"),
