@@ -9,6 +9,7 @@ import pytest
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.convergence import wide_cells
+from mallocbench.metadata import AdaptiveRecord
 from mallocbench.results import Cell, RunResult, SetupInfo
 
 
@@ -108,6 +109,6 @@ def test_wide_cells_judge_the_width_from_the_first_stage_once_it_is_recorded() -
     )
     run.cells = _cells("glibc", base) + _cells("je", je)
     assert not wide_cells(run, 10.0)  # all blocks' spread: narrow enough
-    run.metadata["adaptive"] = {"stage1_blocks": 3}
+    run.metadata.adaptive = AdaptiveRecord(stage1_blocks=3)
     (wide,) = wide_cells(run, 10.0)
     assert wide.setup == "je" and wide.width_pct > 20.0

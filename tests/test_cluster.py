@@ -6,6 +6,7 @@ The hosts here are two workers on this one machine, told apart by their names.
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import signal
 import socket
@@ -30,6 +31,7 @@ from mallocbench.cluster import (
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import blocks, plan
+from mallocbench.metadata import HostFacts, HostRecord
 from mallocbench.results import RunResult
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import open_store
@@ -105,14 +107,15 @@ def test_the_experiment_is_rebuilt_from_the_stored_text(tmp_path: Path) -> None:
 
 
 def test_host_differences_and_the_share_note() -> None:
-    same = {"kernel": "6.1.0", "memory_bytes": 8_000_000_000, "allocators": {"je": "5.3"}}
-    hosts = {
-        "host-a": same,
-        "host-b": {**same, "kernel": "6.5.0", "memory_bytes": 8_100_000_000},
-    }
-    notes = host_differences(hosts)
+    same = HostRecord(
+        host=HostFacts(kernel="6.1.0", memory_bytes=8_000_000_000), allocators={"je": "5.3"}
+    )
+    other = copy.deepcopy(same)
+    assert other.host is not None
+    other.host.kernel, other.host.memory_bytes = "6.5.0", 8_100_000_000
+    notes = host_differences({"host-a": same, "host-b": other})
     assert len(notes) == 1 and "host.kernel: host-a 6.1.0, host-b 6.5.0" in notes[0]
-    assert host_differences({"host-a": same, "host-b": dict(same)}) == []
+    assert host_differences({"host-a": same, "host-b": copy.deepcopy(same)}) == []
     note = share_note([0.002, 0.004, 0.003])
     assert note is not None and note.startswith("Dask worker used 0.30% of a CPU")
     assert share_note([]) is None
@@ -304,12 +307,14 @@ def test_a_host_killed_mid_run_loses_no_finished_cell(
         store.close()
     if code == 3:
         assert "lost with their benchmark host" in driver_log and run["status"] == "interrupted"
-        assert any("lost" in note for note in result.metadata["notes"])
+        assert any("lost" in note for note in result.metadata.notes or [])
     after = {c.key: len(c.samples) for c in result.cells}
     for key, samples in before.items():
         assert key in after and after[key] >= samples > 0, key
-    assert any(n.startswith("Dask worker used") for n in result.metadata["notes"])
-    share = result.metadata["cluster"]["worker_cpu_share"]["median"]
+    assert any(n.startswith("Dask worker used") for n in result.metadata.notes or [])
+    recorded = result.metadata.cluster
+    assert recorded is not None and recorded.worker_cpu_share is not None
+    share = recorded.worker_cpu_share.median
     assert 0 <= share < 0.05, share  # the engine stays quiet while hosts measure
     assert {s.host for s in result.sessions} == {"host-a", "host-b"}
 
@@ -326,7 +331,8 @@ def test_a_host_killed_mid_run_loses_no_finished_cell(
     finally:
         store.close()
     assert run["status"] == "finished"
-    assert final.metadata["cluster"]["worker_cpu_share"]  # kept through a local resume
+    recorded = final.metadata.cluster  # kept through a local resume
+    assert recorded is not None and recorded.worker_cpu_share is not None
     assert len(final.cells) == 16 and all(c.status == "ok" for c in final.cells)
     for key, samples in before.items():
         cell = next(c for c in final.cells if c.key == key)

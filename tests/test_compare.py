@@ -146,7 +146,7 @@ def test_min_effect_turns_a_small_change_into_same(files: tuple[Path, Path]) -> 
     je = {r["verdict"] for r in records if r["setup"] == "je" and r["engine"] == "innodb"}
     assert je == {stats.SLOWER}
     # The runs' own min_effect applies when no option is given: B's first.
-    b.metadata["min_effect"] = 0.02
+    b.metadata.min_effect = 0.02
     assert compare(a, b).min_effect == 0.02
     assert "whole interval within ±2%" in comparison_markdown(cmp)
 

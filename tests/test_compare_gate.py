@@ -19,6 +19,7 @@ from mallocbench import exitcodes
 from mallocbench.analysis import comparability
 from mallocbench.analysis import comparison as cmp_mod
 from mallocbench.cli import main
+from mallocbench.metadata import DatasetRecord, RunMetadata
 from mallocbench.results import STATUS_CRASHED, STATUS_OOM, Cell, RunResult, SessionInfo, SetupInfo
 
 MIB = 1 << 20
@@ -58,7 +59,7 @@ def make_run(
     draw = random.Random(seed)
     qps = {"glibc": 10000.0, "je": 12000.0, **(qps or {})}
     rss = {"glibc": 900.0 * MIB, "je": 700.0 * MIB, **(rss or {})}
-    run = RunResult(run_id, "gate", "glibc", _metadata(**metadata))
+    run = RunResult(run_id, "gate", "glibc", RunMetadata.from_dict(_metadata(**metadata)))
     run.setups = [
         SetupInfo(s, "glibc" if s == "glibc" else "jemalloc", server_version="10.11.6-MariaDB")
         for s in SETUPS
@@ -263,12 +264,13 @@ def test_differences_of_cache_and_older_runs() -> None:
     # ... but a dataset cache difference is not repeated for every cell.
     for c in b.cells:
         c.cache_bytes = 512 * MIB
-    b.metadata["dataset"] = {"tables": 4, "rows": 20000, "cache_bytes": 512 * MIB}
+    b.metadata.dataset = DatasetRecord(tables=4, rows=20000, cache_bytes=512 * MIB)
     assert [d.field for d in comparability.differences(a, b)] == ["dataset.cache"]
     # A run without the dataset in its metadata is read from its experiment text;
     # one that recorded nothing about its host is compared on what it has.
     old = make_run("old", seed=1, repeats=1)
-    del old.metadata["dataset"], old.metadata["kernel"]
+    assert old.metadata.host is not None
+    old.metadata.dataset, old.metadata.host.kernel = None, None
     old.experiment_text = '[dataset]\ntables = 4\nrows = 20000\ncache = "512M"\n'
     assert comparability.facts(old)["dataset.cache"].value == 512 * MIB
     assert [d.field for d in comparability.differences(a, old)] == ["dataset.cache"]

@@ -48,7 +48,8 @@ def run(tmp_path: Path, design: str) -> RunResult:
 @pytest.mark.server
 def test_interleaved_blocks_alternate_slices_between_servers_up_at_once(tmp_path: Path) -> None:
     result = run(tmp_path, "interleaved")
-    assert result.metadata["design"] == {
+    design = result.metadata.design
+    assert design is not None and design.to_dict() == {
         "asked": "interleaved",
         "used": "interleaved",
         "slice_s": 3.0,
@@ -83,7 +84,8 @@ def test_interleaved_blocks_alternate_slices_between_servers_up_at_once(tmp_path
 @pytest.mark.server
 def test_sequential_design_runs_one_server_at_a_time(tmp_path: Path) -> None:
     result = run(tmp_path, "sequential")
-    assert result.metadata["design"]["used"] == "sequential"
+    design = result.metadata.design
+    assert design is not None and design.used == "sequential"
     sessions = sorted(result.sessions, key=lambda s: s.started_at or 0)
     for earlier, later in zip(sessions, sessions[1:], strict=False):
         assert earlier.ended_at is not None and later.started_at is not None

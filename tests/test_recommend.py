@@ -16,6 +16,7 @@ import pytest
 from cli_runner import run_cli
 from mallocbench.analysis import recommend as rec
 from mallocbench.errors import MallocbenchError
+from mallocbench.metadata import RunMetadata
 from mallocbench.report.markdown import render as markdown_render
 from mallocbench.report.recommend import recommendation_lines
 from mallocbench.results import Cell, RunResult, SessionInfo, SetupInfo
@@ -56,7 +57,7 @@ def _run(
         "rec-1",
         "rec",
         "glibc",
-        metadata={"min_effect": "3%"},
+        metadata=RunMetadata(min_effect="3%"),
         setups=[
             SetupInfo("glibc", "glibc"),
             SetupInfo(

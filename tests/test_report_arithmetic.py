@@ -20,6 +20,7 @@ from mallocbench.analysis.summary import (
     summarize,
     verdict_class,
 )
+from mallocbench.metadata import AdaptiveRecord
 from mallocbench.report import export, html, markdown, terminal
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 
@@ -86,7 +87,7 @@ def tight_run(je_level: float, min_effect: float | None = None) -> RunResult:
         run.cells.append(cell("glibc", "point-query range=100", 1000 * noise, i))
         run.cells.append(cell("je", "point-query range=100", je_level * noise, i))
     if min_effect is not None:
-        run.metadata["min_effect"] = min_effect
+        run.metadata.min_effect = min_effect
     return run
 
 
@@ -245,7 +246,7 @@ def test_bad_min_effect_in_metadata_is_one_clear_error() -> None:
     from mallocbench.errors import MallocbenchError
 
     run = tight_run(1010)
-    run.metadata["min_effect"] = "lots"
+    run.metadata.min_effect = "lots"
     with pytest.raises(MallocbenchError, match="min_effect"):
         relative_tables(run)
 
@@ -368,23 +369,20 @@ def test_vsz_note_when_reserved_address_space_dominates() -> None:
 
 def test_adaptive_repetition_is_reported_everywhere() -> None:
     run = sample_run()
-    run.metadata["adaptive"] = {
-        "target_ci_pct": 5.0, "budget_s": 600.0, "rounds": 4, "stopped": "converged",
-        "not_converged": [],
-    }  # fmt: skip
+    run.metadata.adaptive = adaptive = AdaptiveRecord(
+        target_ci_pct=5.0, budget_s=600.0, rounds=4, stopped="converged", not_converged=[]
+    )
     line = "adaptive repetition: target 5% interval width, 4 rounds, converged"
     assert line in markdown.render(run)
     page = html.render_html(run)
     assert line in page and page.index('data-kind="adaptive"') < page.index('id="relative"')
     assert line in terminal_text(run)
 
-    run.metadata["adaptive"].update(
-        stopped="budget",
-        not_converged=[
-            {"engine": "innodb", "step": "point-query range=100", "threads": 8, "setup": "je",
-             "width_pct": 7.25},
-        ],
-    )  # fmt: skip
+    adaptive.stopped = "budget"
+    adaptive.not_converged = [
+        {"engine": "innodb", "step": "point-query range=100", "threads": 8, "setup": "je",
+         "width_pct": 7.25},
+    ]  # fmt: skip
     text = markdown.render(run)
     assert "stopped: another round would overrun the 10 min budget" in text
     assert "- je / innodb / point-query range=100 / 8 threads: interval width 7.2%" in text
@@ -444,13 +442,13 @@ def test_sla_and_client_warnings_in_terminal_and_html() -> None:
 def test_run_notes_reach_every_report() -> None:
     result = sample_run()
     note = "setup je asks for THP always, but the server turns THP off for itself"
-    result.metadata["notes"] = [note]
+    result.metadata.notes = [note]
     assert f"- {note}" in markdown.render(result)
     assert note in html.render_html(result)
     console = Console(record=True, width=200)
     terminal.print_run(result, console)
     assert note in console.export_text()
-    del result.metadata["notes"]
+    result.metadata.notes = None
     assert "Notes from the run" not in markdown.render(result)
 
 
@@ -483,12 +481,18 @@ def test_cpu_and_thp_settings_are_shown_with_what_the_server_ran_under() -> None
     result.sessions[1].thp = "never (PR_SET_THP_DISABLE, set by mallocbench)"
     result.sessions[0].thp = "madvise"
     text = markdown.render(result)
-    assert "| je | jemalloc | - | - | - | 0-1 | never |" in text
-    assert "| glibc (base) | glibc | - | - | - | all | system |" in text
+    assert "| je | jemalloc | - | - | - | - | - | 0-1 | never |" in text
+    assert "| glibc (base) | glibc | - | - | - | - | - | all | system |" in text
     differences = dict(html.setup_differences(result))
-    assert differences["THP (asked)"] == {"glibc": "-", "je": "never"}
+    # One label and one wording per setup field, and one setups table, in every report
+    # (report/facts.py).
+    header = "| setup | allocator | allocator version | allocator library | knobs | config |"
+    assert header + " server version | CPU set | THP (asked) |" in text
+    page = html.render_html(result)
+    assert "<th>allocator library</th><th>knobs</th><th>config</th><th>server version</th>" in page
+    assert differences["THP (asked)"] == {"glibc": "system", "je": "never"}
     assert differences["THP (ran under)"]["glibc"] == "madvise"
-    assert differences["CPU set"]["je"] == "0-1"
+    assert differences["CPU set"] == {"glibc": "all", "je": "0-1"}
     empty = markdown.render(RunResult("r2", "t", "glibc"))
     assert empty.startswith("# mallocbench: t\n\nRun `r2`.\n")
 

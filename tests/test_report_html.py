@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mallocbench.metadata import AdaptiveRecord
 from mallocbench.report import html
 from mallocbench.results import RunResult
 
@@ -226,12 +227,12 @@ def _with_new_facts(result: RunResult) -> RunResult:
     """The recorded run as a newer mallocbench records it: the server's memory account,
     its own counters per second, min_effect and the adaptive-repetition outcome."""
     made = copy.deepcopy(result)
-    made.metadata["min_effect"] = 0.02
-    made.metadata["adaptive"] = {
-        "target_ci_pct": 5.0, "budget_s": 300.0, "rounds": 3, "stopped": "budget",
-        "not_converged": [{"engine": "innodb", "step": "point-query range=100", "threads": 2,
-                           "setup": "je", "width_pct": 9.5}],
-    }  # fmt: skip
+    made.metadata.min_effect = 0.02
+    made.metadata.adaptive = AdaptiveRecord(
+        target_ci_pct=5.0, budget_s=300.0, rounds=3, stopped="budget",
+        not_converged=[{"engine": "innodb", "step": "point-query range=100", "threads": 2,
+                        "setup": "je", "width_pct": 9.5}],
+    )  # fmt: skip
     for cell in made.cells:
         rss = float(cell.peak_rss_bytes or 100 << 20)
         cell.metrics.update(

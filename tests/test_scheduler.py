@@ -93,10 +93,11 @@ def test_target_ci_converges_when_the_recorded_spread_allows(tmp_path: Path) -> 
     outcome = replay(experiment, RecordedExecutor(recording), tmp_path / "out", target_ci_pct=30)
     assert outcome.aborted is None and outcome.adaptive_stop == "converged"
     assert outcome.not_converged == []
-    adaptive = outcome.result.metadata["adaptive"]
-    assert adaptive["stopped"] == "converged" and adaptive["not_converged"] == []
-    assert adaptive["stage1_blocks"] == STAGE1_BLOCKS
-    assert adaptive["rounds"] == outcome.repeats_done >= STAGE1_BLOCKS
+    adaptive = outcome.result.metadata.adaptive
+    assert adaptive is not None
+    assert adaptive.stopped == "converged" and adaptive.not_converged == []
+    assert adaptive.stage1_blocks == STAGE1_BLOCKS
+    assert adaptive.rounds == outcome.repeats_done >= STAGE1_BLOCKS
     assert run_status(tmp_path / "out", outcome.result.run_id) == "finished"
 
 
@@ -112,9 +113,10 @@ def test_target_ci_stops_at_max_repeats_when_the_spread_is_too_wide(tmp_path: Pa
     )
     assert outcome.adaptive_stop == "max repeats" and outcome.repeats_done == 6
     assert {c.repeat for c in outcome.result.cells} == set(range(6))
-    adaptive = outcome.result.metadata["adaptive"]
-    assert adaptive["stopped"] == "max repeats" and adaptive["rounds"] == 6
-    (wide,) = adaptive["not_converged"]
+    adaptive = outcome.result.metadata.adaptive
+    assert adaptive is not None
+    assert adaptive.stopped == "max repeats" and adaptive.rounds == 6
+    (wide,) = adaptive.not_converged
     assert wide["setup"] == "glibc-b" and wide["width_pct"] > 1
 
 
@@ -127,7 +129,7 @@ def test_target_ci_stops_before_a_round_would_overspend_the_budget(tmp_path: Pat
         experiment, executor, tmp_path / "out", target_ci_pct=1, budget_s=150, max_repeats=50
     )
     assert outcome.adaptive_stop == "budget"
-    assert outcome.result.metadata["adaptive"]["stopped"] == "budget"
+    assert outcome.result.metadata.adaptive.stopped == "budget"
     # The virtual clock ran on the recorded seconds (about 11 s a cell here).
     spent = executor.now() - started
     assert 100 < spent <= 150
@@ -153,10 +155,11 @@ def test_stage_one_runs_every_cell_then_only_the_wide_ones(tmp_path: Path) -> No
     for repeat in range(STAGE1_BLOCKS, outcome.repeats_done or 0):
         setups = Counter(c.setup for c in cells if c.repeat == repeat)
         assert setups["glibc"] == setups["je"]
-    adaptive = outcome.result.metadata["adaptive"]
-    assert adaptive["stage1_blocks"] == STAGE1_BLOCKS
-    assert adaptive["stopped"] == outcome.adaptive_stop == "max repeats"
-    wide = {(w["engine"], w["step"], w["threads"]) for w in adaptive["not_converged"]}
+    adaptive = outcome.result.metadata.adaptive
+    assert adaptive is not None
+    assert adaptive.stage1_blocks == STAGE1_BLOCKS
+    assert adaptive.stopped == outcome.adaptive_stop == "max repeats"
+    wide = {(w["engine"], w["step"], w["threads"]) for w in adaptive.not_converged}
     assert wide and wide <= later[-1]
 
 
@@ -231,7 +234,7 @@ def test_interleaved_blocks_hold_every_setup_and_rotate(tmp_path: Path) -> None:
     experiment = experiment_of(recording, tmp_path, ["durations.step=6", "durations.slice=3"])
     executor = RecordedExecutor(recording)
     outcome = replay(experiment, executor, tmp_path / "out")
-    assert outcome.result.metadata["design"]["used"] == "interleaved"
+    assert outcome.result.metadata.design.used == "interleaved"
     assert len(executor.calls) == 24
     for call in executor.calls:
         assert call.interleave and len(call.cells) == 2
@@ -255,7 +258,7 @@ def test_sequential_design_runs_one_session_per_setup_engine_and_repeat(tmp_path
     experiment = experiment_of(recording, tmp_path, ['design="sequential"'])
     executor = RecordedExecutor(recording)
     outcome = replay(experiment, executor, tmp_path / "out")
-    assert outcome.result.metadata["design"]["used"] == "sequential"
+    assert outcome.result.metadata.design.used == "sequential"
     assert all(not call.interleave and len(call.cells) == 1 for call in executor.calls)
     ids = [s.info.id for s in executor.sessions]
     assert len(ids) == len(set(ids)) == 2 * 2 * 2

@@ -29,6 +29,7 @@ from mallocbench.analysis.soak import (
     time_to_cap,
 )
 from mallocbench.errors import MallocbenchError
+from mallocbench.metadata import RunMetadata, SoakRecord
 from mallocbench.report import soak as soak_report
 from mallocbench.report.html import Chart
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
@@ -207,8 +208,8 @@ def recorded_soak() -> RunResult:
         run_id="soak-1",
         experiment="soak",
         base_setup="grow",
-        metadata={"soak": {"duration_s": 1800, "segment_s": 600, "segments": 3,
-                           "step": "point-query range=100", "threads": 8}},
+        metadata=RunMetadata(soak=SoakRecord(duration_s=1800, segment_s=600, segments=3,
+                                             step="point-query range=100", threads=8)),
         setups=[SetupInfo("grow", "glibc", memory_limit_bytes=int(380 * MiB)),
                 SetupInfo("flat", "jemalloc", memory_limit_bytes=int(380 * MiB))],
         sessions=sessions,
@@ -259,7 +260,7 @@ def test_the_soak_table_notes_and_chart() -> None:
     spec = chart.spec()
     json.dumps(spec, allow_nan=False)
     # A run that is no soak has no soak section at all.
-    run.metadata = {}
+    run.metadata = RunMetadata()
     assert soak_report.soak_table(run)[1] == [] and soak_report.markdown_lines(run) == []
     assert soak_report.soak_charts(run, {}) == [] and soak_report.soak_notes(run) == []
 
@@ -466,7 +467,9 @@ def test_a_real_soak_commits_segments_survives_sigterm_and_resumes(
     shown = run_cli("report", str(out), "--format", "json")
     assert shown.returncode == 0, shown.stderr
     run = RunResult.from_dict(json.loads(shown.stdout))
-    assert run.metadata["soak"]["segments"] == 4 and run.metadata["design"]["used"] == "sequential"
+    soak, design = run.metadata.soak, run.metadata.design
+    assert soak is not None and soak.segments == 4
+    assert design is not None and design.used == "sequential"
     soaks = {s.setup: s for s in soak_setups(run)}
     assert len(soaks["a"].lifetimes) == 2 and soaks["capped"].killed is not None
     # The server's full account moves RSS itself: a soak takes it after its last segment.
@@ -509,9 +512,11 @@ def consistent_soak(segments: int = 6) -> RunResult:
         run_id="soak-2",
         experiment="soak",
         base_setup="glibc",
-        metadata={"soak": {"duration_s": 600 * segments, "segment_s": 600,
-                           "segments": segments, "step": "point-query range=100",
-                           "threads": 8}, "repeats": segments},
+        metadata=RunMetadata(
+            soak=SoakRecord(duration_s=600 * segments, segment_s=600, segments=segments,
+                            step="point-query range=100", threads=8),
+            repeats=segments,
+        ),
         setups=[SetupInfo("glibc", "glibc"), SetupInfo("je", "jemalloc")],
         sessions=sessions,
         cells=cells,

@@ -46,7 +46,8 @@ from mallocbench.experiment import (
     from_dict,
     plan_extra_round,
 )
-from mallocbench.probes.system import host_metadata
+from mallocbench.metadata import ClusterRecord, HostRecord, WorkerCpuShare
+from mallocbench.probes.system import host_facts
 from mallocbench.results import Cell, RunResult
 from mallocbench.runner import (
     Pipeline,
@@ -123,7 +124,7 @@ def experiment_from_run(stored: RunResult) -> Experiment:
         raise MallocbenchError(f"run {stored.run_id}: its stored experiment text: {exc}") from exc
     apply_overrides(data, overrides)
     experiment = from_dict(data, text, default_name=stored.experiment)
-    experiment.source = str(stored.metadata.get("experiment_file") or "")
+    experiment.source = str(stored.metadata.experiment_file or "")
     return experiment
 
 
@@ -240,9 +241,11 @@ class StoredRunPipeline(Pipeline):
         run_id = self.pinned_run_id or super().resume_run_id(store)
         # The resumed run's metadata is written anew: keep what its hosts recorded so far.
         previous = store.load_run(run_id, with_samples=False).metadata
-        for key in ("hosts", "cluster"):
-            if key in previous:
-                self.options.extra_metadata.setdefault(key, previous[key])
+        carried = self.options.extra_metadata
+        if carried.hosts is None and previous.hosts is not None:
+            carried.hosts = previous.hosts
+        if carried.cluster is None and previous.cluster is not None:
+            carried.cluster = previous.cluster
         return run_id
 
 
@@ -250,7 +253,7 @@ class StoredRunPipeline(Pipeline):
 class _Dispatch:
     """What the driver learns from the units as they end."""
 
-    hosts: dict[str, dict[str, Any]]
+    hosts: dict[str, HostRecord]
     shares: list[float]
     lost: list[str]
     aborted: str | None = None
@@ -294,7 +297,7 @@ class ClusterPipeline(StoredRunPipeline):
         outcome: RunOutcome,
     ) -> None:
         stored = store.load_run(run_id, with_samples=False).metadata
-        state = _Dispatch(hosts=dict(stored.get("hosts") or {}), shares=[], lost=[])
+        state = _Dispatch(hosts=dict(stored.hosts or {}), shares=[], lost=[])
         units = units_of(sessions, done)
         try:
             self._dispatch(store, run_id, units, outcome, state)
@@ -433,7 +436,7 @@ class ClusterPipeline(StoredRunPipeline):
             if note not in outcome.notes:
                 outcome.notes.append(note)
         if result.get("metadata"):
-            state.hosts[host] = result["metadata"]
+            state.hosts[host] = HostRecord.from_dict(result["metadata"])
         if result.get("worker_cpu_share") is not None:
             state.shares.append(result["worker_cpu_share"])
         if result.get("aborted") == "interrupted":
@@ -460,20 +463,20 @@ class ClusterPipeline(StoredRunPipeline):
     ) -> None:
         """Hosts, their differences and the engine's CPU share, in the run's metadata."""
         metadata = outcome.result.metadata
-        metadata["hosts"] = state.hosts
+        metadata.hosts = state.hosts
         for note in host_differences(state.hosts):
             if note not in outcome.notes:
                 outcome.notes.append(note)
         share = share_note(state.shares)
-        cluster = dict(metadata.get("cluster") or {})
-        cluster.update({"scheduler": self.address, "resource": RESOURCE})
+        cluster = metadata.cluster or ClusterRecord()
+        cluster.scheduler, cluster.resource = self.address, RESOURCE
         if state.shares:
-            cluster["worker_cpu_share"] = {
-                "median": statistics.median(state.shares),
-                "max": max(state.shares),
-                "units": len(state.shares),
-            }
-        metadata["cluster"] = cluster
+            cluster.worker_cpu_share = WorkerCpuShare(
+                median=statistics.median(state.shares),
+                max=max(state.shares),
+                units=len(state.shares),
+            )
+        metadata.cluster = cluster
         if share:
             outcome.notes[:] = [n for n in outcome.notes if not n.startswith("Dask worker used")]
             outcome.notes.append(share)
@@ -481,13 +484,17 @@ class ClusterPipeline(StoredRunPipeline):
             outcome.notes.append(
                 f"lost unit {lost}; its finished cells are kept, --resume measures the rest"
             )
-        # Facts every host agrees on describe the run as a local run's host facts do.
+        # Facts every host agrees on describe the run as a local run's host facts do. They
+        # are compared, and taken, as stored: a host's "allocators" (setup -> version)
+        # then replaces the run's (setup -> version and library), as it always has.
+        held = metadata.to_dict()
+        hosts = [record.to_dict() for record in state.hosts.values()]
         for key in HOST_FACTS:
-            values = {json.dumps(meta.get(key), sort_keys=True) for meta in state.hosts.values()}
-            if len(values) == 1 and key in metadata:
-                metadata[key] = json.loads(values.pop())
+            values = {json.dumps(host.get(key), sort_keys=True) for host in hosts}
+            if len(values) == 1 and key in held:
+                metadata.update_from_dict({key: json.loads(values.pop())})
         if outcome.notes:
-            metadata["notes"] = outcome.notes
+            metadata.notes = outcome.notes
         store.update_metadata(run_id, metadata)
 
 
@@ -502,11 +509,13 @@ def share_note(shares: list[float]) -> str | None:
     )
 
 
-def host_differences(hosts: dict[str, dict[str, Any]]) -> list[str]:
-    """One note per host fact that differs between the hosts that measured."""
+def host_differences(hosts: dict[str, HostRecord]) -> list[str]:
+    """One note per host fact that differs between the hosts that measured (compared as
+    stored: HOST_FACTS names their keys)."""
+    stored = {name: record.to_dict() for name, record in sorted(hosts.items())}
     notes = []
     for key in HOST_FACTS:
-        values = {name: meta.get(key) for name, meta in sorted(hosts.items())}
+        values = {name: meta.get(key) for name, meta in stored.items()}
         distinct = {json.dumps(v, sort_keys=True) for v in values.values()}
         if len(distinct) < 2:
             continue
@@ -658,11 +667,12 @@ def _cpu_seconds(process: psutil.Process | None) -> float:
     return float(times.user + times.system)
 
 
-def _host_record(experiment: Experiment, builds: dict[str | None, ServerBuild]) -> dict[str, Any]:
-    record = host_metadata()
-    record["server_versions"] = sorted({b.label for b in builds.values()})
-    record["allocators"] = {s.name: s.allocator.version for s in experiment.setups}
-    return record
+def _host_record(experiment: Experiment, builds: dict[str | None, ServerBuild]) -> HostRecord:
+    return HostRecord(
+        host=host_facts(),
+        server_versions=sorted({b.label for b in builds.values()}),
+        allocators={s.name: s.allocator.version for s in experiment.setups},
+    )
 
 
 def _other_runs_orphans(out_dir: Path) -> list[Orphan]:
@@ -702,7 +712,7 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
                 experiment, options, stop_requested, host, spec["worker_pid"], taken
             )
             builds = pipeline.executor.resolve_builds(experiment)
-            result["metadata"] = _host_record(experiment, builds)
+            result["metadata"] = _host_record(experiment, builds).to_dict()
             # The driver decided the design for the whole run; every host follows it.
             pipeline.interleaved = bool(spec["interleaved"])
             outcome = RunOutcome(result=stored)

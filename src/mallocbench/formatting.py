@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from mallocbench.metadata import Durations
+
 GB = 1024**3
 MB = 1024**2
 
@@ -43,11 +45,9 @@ def knobs(values: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in values.items()) or "-"
 
 
-def durations(recorded: dict[str, object]) -> str:
+def durations(recorded: Durations) -> str:
     """A run's durations as every report words them (runs before max_warmup included)."""
-    warmup, step, most = recorded.get("warmup_s", 0), recorded.get("step_s", 0), None
-    if "max_warmup_s" in recorded:
-        most = recorded["max_warmup_s"]
+    warmup, step, most = recorded.warmup_s or 0, recorded.step_s or 0, recorded.max_warmup_s
     if not warmup:
         lead = "no warmup"
     elif most is None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from mallocbench.metadata import RunMetadata
+
 SCHEMA_VERSION = 1
 
 STATUS_OK = "ok"
@@ -164,7 +166,7 @@ class RunResult:
     run_id: str
     experiment: str
     base_setup: str
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: RunMetadata = field(default_factory=RunMetadata)
     setups: list[SetupInfo] = field(default_factory=list)
     sessions: list[SessionInfo] = field(default_factory=list)
     cells: list[Cell] = field(default_factory=list)
@@ -177,7 +179,7 @@ class RunResult:
             "run_id": self.run_id,
             "experiment": self.experiment,
             "base_setup": self.base_setup,
-            "metadata": self.metadata,
+            "metadata": self.metadata.to_dict(),
             "setups": [asdict(s) for s in self.setups],
             "sessions": [asdict(s) for s in self.sessions],
             "cells": [c.to_dict(with_samples) for c in self.cells],
@@ -190,7 +192,7 @@ class RunResult:
             run_id=data["run_id"],
             experiment=data.get("experiment", ""),
             base_setup=data["base_setup"],
-            metadata=data.get("metadata") or {},
+            metadata=RunMetadata.from_dict(data.get("metadata") or {}),
             setups=[SetupInfo(**s) for s in data.get("setups") or []],
             sessions=[SessionInfo(**s) for s in data.get("sessions") or []],
             cells=[Cell.from_dict(c) for c in data.get("cells") or []],

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from mallocbench.analysis.convergence import WideCell, cells_to_repeat, wide_cells
 from mallocbench.analysis.steady import WINDOW_S
@@ -31,7 +31,15 @@ from mallocbench.experiment import (
     plan_extra_round,
     slices_per_cell,
 )
-from mallocbench.probes.system import host_metadata
+from mallocbench.metadata import (
+    AdaptiveRecord,
+    AllocatorRecord,
+    DatasetRecord,
+    DesignRecord,
+    Durations,
+    RunMetadata,
+)
+from mallocbench.probes.system import host_facts
 from mallocbench.results import (
     STATUS_OK,
     Cell,
@@ -99,8 +107,8 @@ class RunOptions:
     budget_s: float = 3600.0
     max_repeats: int = 20
     min_effect: float | None = None  # overrides the experiment's min_effect
-    # Recorded in the run's metadata beside what the pipeline records (a soak's "soak").
-    extra_metadata: dict[str, Any] = field(default_factory=dict)
+    # Recorded in the run's metadata beside what the pipeline records (a soak's soak).
+    extra_metadata: RunMetadata = field(default_factory=RunMetadata)
 
     @property
     def store_target(self) -> str | Path:
@@ -311,7 +319,7 @@ class Pipeline:
             raise
         finally:
             if outcome.notes:
-                metadata["notes"] = outcome.notes
+                metadata.notes = outcome.notes
                 store.update_metadata(run_id, metadata)
             if options.target_ci_pct is not None and outcome.adaptive_stop is None:
                 outcome.adaptive_stop = (
@@ -322,39 +330,38 @@ class Pipeline:
         outcome.result = store.load_run(run_id)
         return outcome
 
-    def _run_metadata(self, builds: dict[str | None, ServerBuild]) -> dict[str, Any]:
+    def _run_metadata(self, builds: dict[str | None, ServerBuild]) -> RunMetadata:
         """What a run records of its host, versions, dataset, durations and design."""
         experiment, options = self.experiment, self.options
-        metadata = host_metadata()
-        metadata.update(
-            {
-                "experiment_file": experiment.source,
-                "server_versions": sorted({b.label for b in builds.values()}),
-                "allocators": {
-                    s.name: {"version": s.allocator.version, "library": s.allocator.path}
-                    for s in experiment.setups
-                },
-                "dataset": {
-                    "tables": experiment.dataset.tables,
-                    "rows": experiment.dataset.rows,
-                    "cache_bytes": experiment.dataset.cache_bytes,
-                },
-                "durations": {
-                    "warmup_s": experiment.warmup_s,
-                    "max_warmup_s": experiment.max_warmup_s,
-                    "step_s": experiment.duration_s,
-                },
-                "threads": experiment.threads,
-                "engines": [e.name for e in experiment.engines],
-                "steps": [s.label for s in experiment.steps],
-                "repeats": experiment.repeats,
-                "design": self._design_record(),
-                "min_effect": (
-                    options.min_effect if options.min_effect is not None else experiment.min_effect
-                ),
-                **options.extra_metadata,
-            }
+        metadata = RunMetadata(
+            host=host_facts(),
+            experiment_file=experiment.source,
+            server_versions=sorted({b.label for b in builds.values()}),
+            allocators={
+                s.name: AllocatorRecord(version=s.allocator.version, library=s.allocator.path)
+                for s in experiment.setups
+            },
+            dataset=DatasetRecord(
+                tables=experiment.dataset.tables,
+                rows=experiment.dataset.rows,
+                cache_bytes=experiment.dataset.cache_bytes,
+            ),
+            durations=Durations(
+                warmup_s=experiment.warmup_s,
+                max_warmup_s=experiment.max_warmup_s,
+                step_s=experiment.duration_s,
+            ),
+            threads=experiment.threads,
+            engines=[e.name for e in experiment.engines],
+            steps=[s.label for s in experiment.steps],
+            repeats=experiment.repeats,
+            design=self._design_record(),
         )
+        # Assigned, not given: a run records its min_effect even when None (null).
+        metadata.min_effect = (
+            options.min_effect if options.min_effect is not None else experiment.min_effect
+        )
+        metadata.update_from_dict(options.extra_metadata.to_dict())
         return metadata
 
     def _run_sessions(
@@ -405,17 +412,16 @@ class Pipeline:
         """Whether the cell ends with the server's full account of its RSS."""
         return True
 
-    def _design_record(self) -> dict[str, Any]:
+    def _design_record(self) -> DesignRecord:
         experiment = self.experiment
-        record: dict[str, Any] = {
-            "asked": experiment.design,
-            "used": INTERLEAVED if self.interleaved else SEQUENTIAL,
-        }
+        record = DesignRecord(
+            asked=experiment.design, used=INTERLEAVED if self.interleaved else SEQUENTIAL
+        )
         if self.interleaved:
-            record["slice_s"] = experiment.slice_s
-            record["slices_per_cell"] = slices_per_cell(experiment)
+            record.slice_s = experiment.slice_s
+            record.slices_per_cell = slices_per_cell(experiment)
         if self.concurrency_problem is not None:
-            record["why"] = self.concurrency_problem
+            record.why = self.concurrency_problem
         return record
 
     # --- adaptive repetition --------------------------------------------------------------
@@ -424,7 +430,7 @@ class Pipeline:
         self,
         store: ResultsStore,
         run_id: str,
-        metadata: dict[str, Any],
+        metadata: RunMetadata,
         builds: dict[str | None, ServerBuild],
         outcome: RunOutcome,
         started: float,
@@ -446,7 +452,9 @@ class Pipeline:
             outcome.repeats_done = repeat
             if repeat >= stage1:
                 self.stage1_blocks = stage1
-                current.metadata.setdefault("adaptive", {})["stage1_blocks"] = stage1
+                # The loaded copy's intervals (wide_cells) follow Stein's rule from now on.
+                current.metadata.adaptive = current.metadata.adaptive or AdaptiveRecord()
+                current.metadata.adaptive.stage1_blocks = stage1
             outcome.not_converged = wide_cells(current, options.target_ci_pct)
             if not outcome.not_converged:
                 outcome.adaptive_stop = "converged"
@@ -476,18 +484,17 @@ class Pipeline:
         self._record_adaptive(store, run_id, metadata, outcome)
 
     def _record_adaptive(
-        self, store: ResultsStore, run_id: str, metadata: dict[str, Any], outcome: RunOutcome
+        self, store: ResultsStore, run_id: str, metadata: RunMetadata, outcome: RunOutcome
     ) -> None:
-        metadata["adaptive"] = {
-            "target_ci_pct": self.options.target_ci_pct,
-            "budget_s": self.options.budget_s,
-            "max_repeats": self.options.max_repeats,
-            "rounds": outcome.repeats_done or self.experiment.repeats,
-            "stopped": outcome.adaptive_stop or "running",
-            "not_converged": [w.to_dict() for w in outcome.not_converged],
-        }
-        if self.stage1_blocks is not None:
-            metadata["adaptive"]["stage1_blocks"] = self.stage1_blocks
+        metadata.adaptive = AdaptiveRecord(
+            target_ci_pct=self.options.target_ci_pct,
+            budget_s=self.options.budget_s,
+            max_repeats=self.options.max_repeats,
+            rounds=outcome.repeats_done or self.experiment.repeats,
+            stopped=outcome.adaptive_stop or "running",
+            not_converged=[w.to_dict() for w in outcome.not_converged],
+            stage1_blocks=self.stage1_blocks,
+        )
         store.update_metadata(run_id, metadata)
 
     # --- sessions and cells ---------------------------------------------------------------

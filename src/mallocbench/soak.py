@@ -35,7 +35,6 @@ import dataclasses
 import math
 import tomllib
 from dataclasses import dataclass
-from typing import Any
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import (
@@ -45,6 +44,7 @@ from mallocbench.experiment import (
     PlannedCell,
     PlannedSession,
 )
+from mallocbench.metadata import DesignRecord, RunMetadata, SoakRecord
 from mallocbench.results import STATUS_CRASHED, STATUS_OOM
 from mallocbench.runner import Pipeline
 from mallocbench.store import ResultsStore
@@ -192,23 +192,23 @@ def plan_soak(experiment: Experiment) -> list[PlannedSession]:
     ]
 
 
-def soak_metadata(experiment: Experiment, spec: SoakSpec) -> dict[str, Any]:
-    """The run's "soak" record: what marks a run as a soak for every report."""
-    return {
-        "soak": {
-            "duration_s": spec.duration_s,
-            "segment_s": spec.segment_s,
-            "segments": spec.segments,
-            "step": experiment.steps[0].label,
-            "threads": experiment.threads[0],
-            "design": SEQUENTIAL_WHY,
-            "after_death": "a killed or crashed server ends its setup's soak",
-            "lifetimes": "each server lifetime is fitted on its own; the longest gives a "
+def soak_metadata(experiment: Experiment, spec: SoakSpec) -> RunMetadata:
+    """The run's soak record: what marks a run as a soak for every report."""
+    return RunMetadata(
+        soak=SoakRecord(
+            duration_s=spec.duration_s,
+            segment_s=spec.segment_s,
+            segments=spec.segments,
+            step=experiment.steps[0].label,
+            threads=experiment.threads[0],
+            design=SEQUENTIAL_WHY,
+            after_death="a killed or crashed server ends its setup's soak",
+            lifetimes="each server lifetime is fitted on its own; the longest gives a "
             "setup's figures",
-            "account": "the server's full account of its RSS is taken after the last "
+            account="the server's full account of its RSS is taken after the last "
             "segment only: its queries move RSS",
-        }
-    }
+        )
+    )
 
 
 class SoakPipeline(Pipeline):
@@ -237,7 +237,7 @@ class SoakPipeline(Pipeline):
             if run["experiment"] != experiment.name:
                 continue
             existing = store.load_run(run["run_id"], with_samples=False)
-            if "soak" not in existing.metadata:
+            if existing.metadata.soak is None:
                 continue
             if existing.experiment_text != experiment.text:
                 raise MallocbenchError(
@@ -267,8 +267,8 @@ class SoakPipeline(Pipeline):
         """Only the last segment: the account's own queries move RSS (see the module)."""
         return planned.repeat == self.experiment.repeats - 1
 
-    def _design_record(self) -> dict[str, Any]:
-        return {"asked": SEQUENTIAL, "used": SEQUENTIAL, "why": SEQUENTIAL_WHY}
+    def _design_record(self) -> DesignRecord:
+        return DesignRecord(asked=SEQUENTIAL, used=SEQUENTIAL, why=SEQUENTIAL_WHY)
 
 
 __all__ = [

@@ -17,6 +17,7 @@ from typing import Any
 
 from mallocbench import formatting as fmt
 from mallocbench.errors import MallocbenchError
+from mallocbench.metadata import DatasetRecord, Durations, HostFacts
 from mallocbench.results import RunResult
 from mallocbench.units import parse_size
 
@@ -69,22 +70,22 @@ def _seconds(value: Any) -> str:
     return f"{value:g} s" if isinstance(value, int | float) else str(value)
 
 
-def _dataset(result: RunResult) -> dict[str, Any]:
+def _dataset(result: RunResult) -> DatasetRecord:
     """tables, rows and cache_bytes: from the metadata, else from the experiment text."""
-    recorded = result.metadata.get("dataset")
-    if isinstance(recorded, dict) and recorded:
+    recorded = result.metadata.dataset
+    if recorded is not None and recorded.to_dict():
         return recorded
     try:
         table = tomllib.loads(result.experiment_text or "").get("dataset")
     except tomllib.TOMLDecodeError:
-        return {}
+        return DatasetRecord()
     if not isinstance(table, dict):
-        return {}
-    out = {k: table[k] for k in ("tables", "rows") if k in table}
+        return DatasetRecord()
+    out = DatasetRecord(tables=table.get("tables"), rows=table.get("rows"))
     if "cache" in table:
         # An unreadable size is left unknown: compared, it could only be a false alarm.
         with contextlib.suppress(MallocbenchError):
-            out["cache_bytes"] = parse_size(table["cache"], "dataset.cache")
+            out.cache_bytes = parse_size(table["cache"], "dataset.cache")
     return out
 
 
@@ -93,30 +94,39 @@ def _run_facts(result: RunResult) -> dict[str, Fact]:
     meta = result.metadata
     facts: dict[str, Fact] = {}
     dataset = _dataset(result)
-    for key, name, show in (
-        ("tables", "dataset.tables", str),
-        ("rows", "dataset.rows", str),
-        ("cache_bytes", "dataset.cache", _bytes),
+    for name, value, show in (
+        ("dataset.tables", dataset.tables, str),
+        ("dataset.rows", dataset.rows, str),
+        ("dataset.cache", dataset.cache_bytes, _bytes),
     ):
-        if dataset.get(key) is not None:
-            facts[name] = Fact(dataset[key], show(dataset[key]), REFUSE)
-    durations = dict(meta.get("durations") or {})
-    design = meta.get("design") or {}
-    if isinstance(design, dict) and design.get("slice_s") is not None:
-        durations["slice_s"] = design["slice_s"]
-    for key in ("warmup_s", "max_warmup_s", "step_s", "slice_s"):
-        if durations.get(key) is not None:
-            facts[f"durations.{key[:-2]}"] = Fact(durations[key], _seconds(durations[key]), WARN)
-    used = design.get("used") if isinstance(design, dict) else design
+        if value is not None:
+            facts[name] = Fact(value, show(value), REFUSE)
+    durations = meta.durations or Durations()
+    design = meta.design
+    for name, seconds in (
+        ("warmup", durations.warmup_s),
+        ("max_warmup", durations.max_warmup_s),
+        ("step", durations.step_s),
+        ("slice", design.slice_s if design is not None else None),
+    ):
+        if seconds is not None:
+            facts[f"durations.{name}"] = Fact(seconds, _seconds(seconds), WARN)
+    used = design.used if design is not None else None
     if used:
         facts["design"] = Fact(used, str(used), WARN)
-    for key in ("cpu_model", "cpus", "memory_bytes", "kernel", "glibc", "thp"):
-        if meta.get(key) not in (None, ""):
-            name = "host.memory" if key == "memory_bytes" else f"host.{key}"
-            value = meta[key]
-            text = f"{value / fmt.GB:.1f} GiB" if key == "memory_bytes" else str(value)
-            tolerance = MEMORY_TOLERANCE if key == "memory_bytes" else 0.0
-            facts[name] = Fact(value, text, WARN, tolerance)
+    host = meta.host or HostFacts()
+    for name, value in (
+        ("cpu_model", host.cpu_model),
+        ("cpus", host.cpus),
+        ("memory", host.memory_bytes),
+        ("kernel", host.kernel),
+        ("glibc", host.glibc),
+        ("thp", host.thp),
+    ):
+        if value not in (None, ""):
+            memory = name == "memory" and isinstance(value, int | float)
+            text = f"{value / fmt.GB:.1f} GiB" if memory else str(value)
+            facts[f"host.{name}"] = Fact(value, text, WARN, MEMORY_TOLERANCE if memory else 0.0)
     return facts
 
 

@@ -274,7 +274,7 @@ def _thin_evidence(result: RunResult, engine: str) -> list[str]:
     client_bound = sum(client_cpu_warning(c) is not None for c in cells)
     if client_bound:
         thin.append(f"{client_bound} client-bound cell{'s' if client_bound != 1 else ''}")
-    if result.metadata.get("soak"):
+    if result.metadata.soak is not None:
         # A soak's repeats are segments of one server lifetime: no start-to-start spread.
         thin.append("a soak: its repeats are segments of one server start, not starts")
     repeats = {c.repeat for c in cells}

@@ -474,7 +474,7 @@ def soak_setups(result: RunResult) -> list[SetupSoak]:
 
 
 def is_soak(result: RunResult) -> bool:
-    return isinstance(result.metadata.get("soak"), dict)
+    return result.metadata.soak is not None
 
 
 __all__ = [

@@ -169,7 +169,7 @@ def min_effect_of(result: RunResult, override: float | None = None) -> float:
     """The smallest relative change worth reporting: `override`, else the run's own."""
     if override is not None:
         return override
-    value = result.metadata.get("min_effect")
+    value = result.metadata.min_effect
     if value in (None, ""):
         return 0.0
     return parse_fraction(value, f"min_effect of run {result.run_id}", upper=MIN_EFFECT_UPPER)
@@ -445,8 +445,8 @@ def stein_blocks(result: RunResult) -> int | None:
     Stein's two-stage rule: the first stage's spread decides how many blocks to add and
     alone gives the intervals' width, so stopping early cannot make them too narrow.
     """
-    adaptive = result.metadata.get("adaptive") or {}
-    stage = adaptive.get("stage1_blocks")
+    adaptive = result.metadata.adaptive
+    stage = adaptive.stage1_blocks if adaptive is not None else None
     return int(stage) if isinstance(stage, int) and stage >= 2 else None
 
 
@@ -774,18 +774,18 @@ def vsz_note(rows: list[MemoryRow]) -> str | None:
 
 def adaptive_lines(result: RunResult) -> list[str]:
     """How adaptive repetition ended: a headline, then each cell that did not converge."""
-    info = result.metadata.get("adaptive")
-    if not isinstance(info, dict):
+    info = result.metadata.adaptive
+    if info is None:
         return []
     parts = []
-    target = _number(info.get("target_ci_pct"))
+    target = _number(info.target_ci_pct)
     if target is not None:
         parts.append(f"target {target:g}% interval width")
-    rounds = _number(info.get("rounds"))
+    rounds = _number(info.rounds)
     if rounds is not None:
         parts.append(f"{rounds:g} round{'s' if rounds != 1 else ''}")
-    stopped = info.get("stopped")
-    budget = _number(info.get("budget_s"))
+    stopped = info.stopped
+    budget = _number(info.budget_s)
     if stopped == "converged":
         parts.append("converged")
     elif stopped == "budget" and budget is not None:
@@ -793,7 +793,7 @@ def adaptive_lines(result: RunResult) -> list[str]:
     elif stopped:
         parts.append(f"stopped: {stopped}")
     lines = ["adaptive repetition: " + (", ".join(parts) or "on")]
-    missed = info.get("not_converged") or []
+    missed = info.not_converged or []
     if isinstance(missed, list) and missed:
         lines.append(f"{len(missed)} cell(s) did not reach the target:")
         for entry in missed:

@@ -349,7 +349,8 @@ def _conclude(
 
 
 def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | None) -> None:
-    rounds = outcome.result.metadata.get("adaptive", {}).get("rounds")
+    adaptive = outcome.result.metadata.adaptive
+    rounds = adaptive.rounds if adaptive is not None else None
     if outcome.adaptive_stop == "converged":
         console.print(
             f"[green]converged[/]: every relative QPS interval is narrower than {target_pct:g}% "
@@ -446,7 +447,7 @@ def report_cmd(
     result = select_setups(result, reference, setup_list)
     if min_effect is not None:
         # Every report reads it from the run, so the files written with --out agree too.
-        result.metadata["min_effect"] = min_effect
+        result.metadata.min_effect = min_effect
     if out_dir is not None:
         write_reports(result, out_dir, self_contained)
     if fmt == "terminal":
@@ -518,9 +519,9 @@ def _say_if_running(source: str | None, result: RunResult) -> None:
         return
     meta = result.metadata
     planned = 1
-    for key in ("engines", "steps", "threads"):
-        planned *= len(meta.get(key) or [1])
-    planned *= len(result.setups) * int(meta.get("repeats") or 1)
+    for listed in (meta.engines, meta.steps, meta.threads):
+        planned *= len(listed or [1])
+    planned *= len(result.setups) * int(meta.repeats or 1)
     Console(stderr=True).print(
         f"[yellow]run {result.run_id} is still {status}[/]: {len(result.cells)} of about "
         f"{planned} cells measured so far; MISSING cells are not measured yet"

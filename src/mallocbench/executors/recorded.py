@@ -122,7 +122,7 @@ class RecordedExecutor:
     def resolve_builds(self, experiment: Experiment) -> dict[str | None, ServerBuild]:
         """The builds the recording names; nothing is looked for on this machine."""
         recorded = {s.name: s for s in self.recording.setups}
-        labels = self.recording.metadata.get("server_versions") or ["mariadb"]
+        labels = self.recording.metadata.server_versions or ["mariadb"]
         flavor = str(labels[0]).split()[0]
         builds: dict[str | None, ServerBuild] = {}
         for setup in experiment.setups:

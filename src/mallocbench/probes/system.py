@@ -12,11 +12,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mallocbench import __version__
 from mallocbench.allocators.base import glibc_version
 from mallocbench.errors import MallocbenchError
+from mallocbench.metadata import HostFacts
 
 
 def _read(path: str) -> str | None:
@@ -90,24 +90,24 @@ def sysbench_version() -> str | None:
     return out.stdout.strip().removeprefix("sysbench ") or None
 
 
-def host_metadata() -> dict[str, Any]:
-    return {
-        "host": socket.gethostname(),
-        "cpus": os.cpu_count(),
-        "cpu_model": cpu_model(),
-        "memory_bytes": memory_total_bytes(),
-        "kernel": platform.release(),
-        "os": _read("/etc/debian_version") and f"Debian {_read('/etc/debian_version')}",
-        "glibc": glibc_version(),
-        "thp": thp_mode(),
-        "thp_defrag": (
+def host_facts() -> HostFacts:
+    return HostFacts(
+        name=socket.gethostname(),
+        cpus=os.cpu_count(),
+        cpu_model=cpu_model(),
+        memory_bytes=memory_total_bytes(),
+        kernel=platform.release(),
+        os=_read("/etc/debian_version") and f"Debian {_read('/etc/debian_version')}",
+        glibc=glibc_version(),
+        thp=thp_mode(),
+        thp_defrag=(
             re.search(r"\[(\w+)\]", _read("/sys/kernel/mm/transparent_hugepage/defrag") or "")
             or [None, None]
         )[1],
-        "python": platform.python_version(),
-        "sysbench": sysbench_version(),
-        "mallocbench": __version__,
-    }
+        python=platform.python_version(),
+        sysbench=sysbench_version(),
+        mallocbench=__version__,
+    )
 
 
 # The states of /proc/stat's "cpu" line, in order. guest and guest_nice are left out:

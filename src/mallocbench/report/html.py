@@ -56,6 +56,7 @@ from mallocbench.analysis.summary import (
     vsz_note,
 )
 from mallocbench.analysis.verdict import VerdictRow, verdict_rows
+from mallocbench.report.facts import headline_facts, run_facts, setup_differences, setup_table
 from mallocbench.report.recommend import engine_lines
 from mallocbench.report.soak import soak_charts, soak_notes, soak_table
 from mallocbench.report.tables import (
@@ -659,94 +660,6 @@ def scalability_charts(
     return charts
 
 
-# ---------------------------------------------------------------- metadata
-
-
-def run_facts(meta: dict[str, Any]) -> list[tuple[str, str]]:
-    facts: list[tuple[str, str]] = []
-
-    def add(label: str, value: Any) -> None:
-        if value not in (None, "", [], {}):
-            facts.append((label, str(value)))
-
-    add("host", meta.get("host"))
-    add("OS", meta.get("os"))
-    if meta.get("cpu_model") or meta.get("cpus"):
-        add("CPU", f"{meta.get('cpus', '?')} x {meta.get('cpu_model', 'unknown model')}")
-    if meta.get("memory_bytes"):
-        add("memory", f"{fmt.gb(meta['memory_bytes'])} GiB")
-    add("kernel", meta.get("kernel"))
-    add("glibc", meta.get("glibc"))
-    if meta.get("thp"):
-        add("transparent huge pages", f"{meta['thp']} (defrag: {meta.get('thp_defrag', '?')})")
-    add("server", ", ".join(meta.get("server_versions") or []))
-    add("sysbench", meta.get("sysbench"))
-    add("mallocbench", meta.get("mallocbench"))
-    add("python", meta.get("python"))
-    dataset = meta.get("dataset")
-    if isinstance(dataset, dict):
-        add(
-            "dataset",
-            f"{dataset.get('tables')} table(s) x {dataset.get('rows', 0):,} rows, cache "
-            f"{fmt.mib(dataset.get('cache_bytes'))}",
-        )
-    durations = meta.get("durations")
-    if isinstance(durations, dict):
-        add("durations", fmt.durations(durations))
-    add("repeats", meta.get("repeats"))
-    add("client threads", ", ".join(str(t) for t in meta.get("threads") or []))
-    add("experiment file", meta.get("experiment_file"))
-    known = {
-        "host", "os", "cpus", "cpu_model", "memory_bytes", "kernel", "glibc", "thp",
-        "thp_defrag", "server_versions", "sysbench", "mallocbench", "python", "dataset",
-        "durations", "repeats", "threads", "experiment_file", "allocators", "engines", "steps",
-        "min_effect", "adaptive",
-    }  # fmt: skip
-    for key, value in meta.items():
-        if key not in known and isinstance(value, str | int | float):
-            add(key, value)
-    return facts
-
-
-def setup_differences(result: RunResult) -> list[tuple[str, dict[str, str]]]:
-    """Only what differs between setups: the reader's question is 'what did we change?'."""
-    setups = result.setups
-    if len(setups) < 2:
-        return []
-    fields: dict[str, dict[str, str]] = {}
-
-    def put(name: str, setup: str, value: str | None) -> None:
-        fields.setdefault(name, {})[setup] = value if value not in (None, "") else "-"
-
-    for s in setups:
-        put("allocator", s.name, s.allocator)
-        put("allocator version", s.name, s.allocator_version)
-        put("allocator library", s.name, s.allocator_library)
-        put("server", s.name, s.server)
-        put("server version", s.name, s.server_version)
-        put("CPU set", s.name, s.cpus)
-        put("THP (asked)", s.name, s.thp)
-    # What each setup's servers really ran under, which may differ from what was asked.
-    ran_under: dict[str, set[str]] = {}
-    for session in result.sessions:
-        if session.thp:
-            ran_under.setdefault(session.setup, set()).add(session.thp)
-    for s in setups:
-        put("THP (ran under)", s.name, "; ".join(sorted(ran_under.get(s.name, ()))))
-    knob_names = sorted({k for s in setups for k in s.knobs})
-    config_names = sorted({k for s in setups for k in s.config})
-    for s in setups:
-        for k in knob_names:
-            put(f"knob {k}", s.name, s.knobs.get(k))
-        for k in config_names:
-            put(f"config {k}", s.name, s.config.get(k))
-    return [
-        (name, values)
-        for name, values in fields.items()
-        if len({values.get(s.name, "-") for s in setups}) > 1
-    ]
-
-
 # ---------------------------------------------------------------- rendering
 
 
@@ -963,6 +876,8 @@ def render_html(
         plotly_src,
         ctx=ctx,
         result=result,
+        headline=headline_facts(result.metadata),
+        setup_columns=setup_table(result.setups),
         verdict_groups=_verdict_groups(ctx.verdict),
         other_charts=other_charts,
         title=f"mallocbench: {result.experiment}",

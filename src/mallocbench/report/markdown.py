@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from mallocbench import formatting as fmt
 from mallocbench.analysis.client import client_cpu_warnings
 from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.summary import (
@@ -17,6 +16,8 @@ from mallocbench.analysis.summary import (
     unit_note,
     vsz_note,
 )
+from mallocbench.metadata import RunMetadata
+from mallocbench.report.facts import brief_facts, setup_table
 from mallocbench.report.recommend import engine_lines
 from mallocbench.report.soak import markdown_lines as soak_markdown
 from mallocbench.report.tables import (
@@ -84,18 +85,14 @@ def render(result: RunResult) -> str:
 
 
 def _setups(result: RunResult) -> list[str]:
+    columns = setup_table(result.setups)
     return [
         *_table(
-            ["setup", "allocator", "version", "knobs", "config", "CPUs", "THP"],
+            ["setup", *(c.label for c in columns)],
             [
                 [
                     s.name + (" (base)" if s.name == result.base_setup else ""),
-                    s.allocator,
-                    s.allocator_version or "-",
-                    fmt.knobs(s.knobs),
-                    fmt.knobs(s.config),
-                    s.cpus or "all",
-                    s.thp or "system",
+                    *(c.text(s) for c in columns),
                 ]
                 for s in result.setups
             ],
@@ -207,28 +204,6 @@ def _recommendation(result: RunResult) -> list[str]:
     return out
 
 
-def _run_facts(meta: dict[str, object]) -> str:
-    parts = []
-    if meta.get("host"):
-        parts.append(f"Host {meta['host']}: {meta.get('cpus')} CPUs ({meta.get('cpu_model')})")
-    if meta.get("memory_bytes"):
-        parts.append(f"{fmt.gb(meta['memory_bytes'])} GiB RAM")  # type: ignore[arg-type]
-    if meta.get("kernel"):
-        parts.append(f"kernel {meta['kernel']}")
-    if meta.get("glibc"):
-        parts.append(f"glibc {meta['glibc']}")
-    if meta.get("thp"):
-        parts.append(f"THP {meta['thp']}")
-    versions = meta.get("server_versions")
-    if versions:
-        parts.append("server " + ", ".join(versions))  # type: ignore[arg-type]
-    dataset = meta.get("dataset")
-    if isinstance(dataset, dict):
-        parts.append(
-            f"dataset {dataset['tables']} x {dataset['rows']:,} rows, cache "
-            f"{fmt.mib(dataset['cache_bytes'])}"
-        )
-    durations = meta.get("durations")
-    if isinstance(durations, dict):
-        parts.append(fmt.durations(durations))
-    return "; ".join(parts) + "." if parts else ""
+def _run_facts(meta: RunMetadata) -> str:
+    facts = brief_facts(meta)
+    return "; ".join(f"{label}: {value}" for label, value in facts) + "." if facts else ""

@@ -188,15 +188,20 @@ def soak_table(
     return HEADER, rows
 
 
+def _or(value: object, unknown: str) -> object:
+    return unknown if value is None else value
+
+
 def soak_notes(result: RunResult, soaks: list[SetupSoak] | None = None) -> list[str]:
     """Sentences the soak table needs beside it: design, method, restarts, what is missing."""
     if not is_soak(result):
         return []
-    meta = result.metadata["soak"]
+    meta = result.metadata.soak
+    assert meta is not None  # is_soak
     notes = [
-        f"Soak: {meta.get('step', '?')} with {meta.get('threads', '?')} client threads for "
-        f"{duration_text(meta.get('duration_s'))} per setup, in segments of "
-        f"{duration_text(meta.get('segment_s'))} committed as each ends. The setups ran back "
+        f"Soak: {_or(meta.step, '?')} with {_or(meta.threads, '?')} client threads for "
+        f"{duration_text(meta.duration_s)} per setup, in segments of "
+        f"{duration_text(meta.segment_s)} committed as each ends. The setups ran back "
         "to back (design sequential): each needs hours of continuous load, so they cannot "
         "be interleaved, and drift of the machine between them is not paired out. A server "
         "killed or crashed ends its setup's soak: the death is the outcome.",
@@ -205,7 +210,7 @@ def soak_notes(result: RunResult, soaks: list[SetupSoak] | None = None) -> list[
         "intervals pair segments of one server lifetime per setup, not server starts, so "
         "they leave out the variation between starts and are narrower than a verdict needs.",
     ]
-    planned = int(meta.get("segments") or 0)
+    planned = int(meta.segments or 0)
     for soak in soaks if soaks is not None else soak_setups(result):
         notes += _lifetime_notes(soak)
         done = sum(life.segments for life in soak.lifetimes)
@@ -262,11 +267,12 @@ def print_soak(result: RunResult, console: Console | None = None) -> None:
     if not rows:
         return
     console = console or Console()
-    meta = result.metadata["soak"]
+    meta = result.metadata.soak
+    assert meta is not None  # is_soak
     for engine in dict.fromkeys(row[0] for row in rows):
         table = Table(
-            title=f"Soak: RSS over time, {engine}, {meta.get('step', '')} with "
-            f"{meta.get('threads', '?')} threads"
+            title=f"Soak: RSS over time, {engine}, {_or(meta.step, '')} with "
+            f"{_or(meta.threads, '?')} threads"
         )
         for name in TERMINAL_COLUMNS:
             table.add_column(name, justify="left" if name == "setup" else "right", overflow="fold")

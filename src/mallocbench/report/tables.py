@@ -109,7 +109,7 @@ def sla_lines(result: RunResult) -> list[tuple[str, bool]]:
 def run_notes(result: RunResult) -> list[str]:
     """What the run itself found worth telling the reader (e.g. a THP knob with no effect),
     and the cells whose measured seconds did not hold one level."""
-    notes = result.metadata.get("notes") or []
+    notes = result.metadata.notes or []
     recorded = [str(n) for n in notes] if isinstance(notes, list) else []
     return recorded + noise_notes(result) + stability_notes(result)
 

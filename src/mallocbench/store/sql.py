@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.metadata import RunMetadata
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.store.base import CellKey
 
@@ -98,7 +99,7 @@ class SqlStore:
                     result.experiment,
                     result.base_setup,
                     result.experiment_text,
-                    json.dumps(result.metadata),
+                    json.dumps(result.metadata.to_dict()),
                     time.time(),
                 ),
             )
@@ -139,10 +140,11 @@ class SqlStore:
     def run_exists(self, run_id: str) -> bool:
         return self._run("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
 
-    def update_metadata(self, run_id: str, metadata: dict[str, Any]) -> None:
+    def update_metadata(self, run_id: str, metadata: RunMetadata) -> None:
         with self._transaction():
             self._run(
-                "UPDATE runs SET metadata = ? WHERE run_id = ?", (json.dumps(metadata), run_id)
+                "UPDATE runs SET metadata = ? WHERE run_id = ?",
+                (json.dumps(metadata.to_dict()), run_id),
             )
 
     def set_status(self, run_id: str, status: str) -> None:
@@ -250,7 +252,7 @@ class SqlStore:
             experiment=row[1],
             base_setup=row[2],
             experiment_text=row[3],
-            metadata=json.loads(row[4]),
+            metadata=RunMetadata.from_dict(json.loads(row[4])),
         )
         order = self.order_column
         for (data,) in self._run(
