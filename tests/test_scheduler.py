@@ -225,6 +225,24 @@ def test_resume_measures_nothing_already_stored(tmp_path: Path) -> None:
     assert third.skipped == 48
 
 
+def test_a_resume_keeps_what_earlier_attempts_noted(tmp_path: Path) -> None:
+    recording = load_result(SMALL)
+    experiment = experiment_of(recording, tmp_path)
+    out = tmp_path / "out"
+    first = replay(experiment, RecordedExecutor(recording), out, progress=StopAfter(cells=10))
+    store = open_store(out / "results.sqlite")
+    try:
+        interrupted = store.load_run(first.result.run_id, with_samples=False).metadata
+        interrupted.notes = ["stopped 1 server(s) left running by an earlier run"]
+        store.update_metadata(first.result.run_id, interrupted)
+    finally:
+        store.close()
+    # The resume writes the run's metadata anew (here its adaptive record, as it goes).
+    second = replay(experiment, RecordedExecutor(recording), out, resume=True, target_ci_pct=30)
+    assert second.result.metadata.adaptive is not None
+    assert second.result.metadata.notes == interrupted.notes
+
+
 # --- the two designs ---------------------------------------------------------------------------
 
 

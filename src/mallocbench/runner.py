@@ -285,6 +285,11 @@ class Pipeline:
             ]
         else:
             outcome_notes = []
+        if options.resume:
+            # The metadata is written anew; what earlier attempts found (a lost unit, the
+            # orphans they stopped) stays part of the run's story.
+            earlier = store.load_run(run_id, with_samples=False).metadata.notes or []
+            outcome_notes = [*earlier, *(n for n in outcome_notes if n not in earlier)]
         done = self.finished_keys(store, run_id)
         sessions = self.plan_sessions()
         total = sum(len(s.cells) for s in sessions)
