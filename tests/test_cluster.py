@@ -316,6 +316,10 @@ def test_a_host_killed_mid_run_loses_no_finished_cell(
     assert recorded is not None and recorded.worker_cpu_share is not None
     share = recorded.worker_cpu_share.median
     assert 0 <= share < 0.05, share  # the engine stays quiet while hosts measure
+    # The hosts' allocator versions, with each setup's library kept.
+    allocators = result.metadata.allocators
+    assert allocators and all(a.library and a.version for a in allocators.values())
+    assert "allocators" not in result.metadata.extra
     assert {s.host for s in result.sessions} == {"host-a", "host-b"}
 
     # No experiment file, no cluster: the stored run is enough (another machine would do).

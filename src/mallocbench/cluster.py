@@ -46,7 +46,7 @@ from mallocbench.experiment import (
     from_dict,
     plan_extra_round,
 )
-from mallocbench.metadata import ClusterRecord, HostRecord, WorkerCpuShare
+from mallocbench.metadata import ClusterRecord, HostRecord, RunMetadata, WorkerCpuShare
 from mallocbench.probes.system import host_facts
 from mallocbench.results import Cell, RunResult
 from mallocbench.runner import (
@@ -484,18 +484,30 @@ class ClusterPipeline(StoredRunPipeline):
             outcome.notes.append(
                 f"lost unit {lost}; its finished cells are kept, --resume measures the rest"
             )
-        # Facts every host agrees on describe the run as a local run's host facts do. They
-        # are compared, and taken, as stored: a host's "allocators" (setup -> version)
-        # then replaces the run's (setup -> version and library), as it always has.
+        # Facts every host agrees on describe the run as a local run's host facts do.
         held = metadata.to_dict()
         hosts = [record.to_dict() for record in state.hosts.values()]
         for key in HOST_FACTS:
             values = {json.dumps(host.get(key), sort_keys=True) for host in hosts}
-            if len(values) == 1 and key in held:
-                metadata.update_from_dict({key: json.loads(values.pop())})
+            if len(values) != 1 or key not in held:
+                continue
+            agreed = json.loads(values.pop())
+            if key == "allocators":
+                _take_versions(metadata, agreed)
+            else:
+                metadata.update_from_dict({key: agreed})
         if outcome.notes:
             metadata.notes = outcome.notes
         store.update_metadata(run_id, metadata)
+
+
+def _take_versions(metadata: RunMetadata, versions: dict[str, str | None]) -> None:
+    """The hosts' allocator versions (setup -> version) into the run's record, which also
+    names each library: replacing the record would drop the libraries, and its shape."""
+    for setup, version in versions.items():
+        record = (metadata.allocators or {}).get(setup)
+        if record is not None:
+            record.version = version
 
 
 def share_note(shares: list[float]) -> str | None:
