@@ -22,6 +22,7 @@ from mallocbench.commands.options import (
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import durations, mib
+from mallocbench.metadata import Durations
 from mallocbench.report import export, html, markdown, terminal
 from mallocbench.results import RunResult
 from mallocbench.runner import (
@@ -125,11 +126,11 @@ def _print_plan(
     click.echo(f"  threads  {', '.join(str(t) for t in experiment.threads)}")
     click.echo(f"  repeats  {experiment.repeats} (blocks: a server start of every setup each)")
     wording = durations(
-        {
-            "warmup_s": experiment.warmup_s,
-            "max_warmup_s": experiment.max_warmup_s,
-            "step_s": experiment.duration_s,
-        }
+        Durations(
+            warmup_s=experiment.warmup_s,
+            max_warmup_s=experiment.max_warmup_s,
+            step_s=experiment.duration_s,
+        )
     )
     click.echo(f"  cell     {wording}; about {per_cell:.0f} s each")
     click.echo(f"  {_design_line(experiment)}")
