@@ -45,7 +45,6 @@ from mallocbench.analysis.summary import (
     has_caps,
     memory_rows,
     min_effect_of,
-    oom_text,
     percent,
     relative_tables,
     setup_order,
@@ -88,24 +87,41 @@ PALETTE = (
 
 @dataclass
 class MemoryView:
+    """One row of the page's memory table: the text of each column, by header."""
+
     engine: str
     setup: str
     is_base: bool
-    vsz: str
-    rss: str
-    rss_per_cache: str
-    rss_vs_base: float | None
-    vsz_per_rss: str
-    cache: str
-    accounted: str
-    unaccounted: str
-    heap_ratio: str
-    accounted_title: str
-    memory_limit: str = "-"
-    peak_cgroup: str = "-"
-    oom: str = "-"
-    # The row as the table shows it, one text per header of memory_headers.
-    cells: list[str] = field(default_factory=list)
+    accounted_title: str  # where the server's account was taken, for hover
+    cells: dict[str, str]
+
+    def column(self, header_start: str) -> str:
+        """The text under the header starting with `header_start` ("-": not shown)."""
+        return next((t for h, t in self.cells.items() if h.startswith(header_start)), "-")
+
+    @property
+    def accounted(self) -> str:
+        return self.column("server accounts for")
+
+    @property
+    def unaccounted(self) -> str:
+        return self.column("unaccounted")
+
+    @property
+    def heap_ratio(self) -> str:
+        return self.column("heap ratio")
+
+    @property
+    def memory_limit(self) -> str:
+        return self.column("memory cap")
+
+    @property
+    def peak_cgroup(self) -> str:
+        return self.column("peak cgroup charge")
+
+    @property
+    def oom(self) -> str:
+        return self.column("OOM")
 
 
 def memory_columns_html(result: RunResult, rows: list[MemoryRow]) -> list[MemoryColumn]:
@@ -137,38 +153,16 @@ def _vsz_per_rss(r: MemoryRow) -> str:
 
 
 def memory_view(result: RunResult, rows: list[MemoryRow]) -> list[MemoryView]:
-    base_rss = {r.engine: r.peak_rss_bytes for r in rows if r.setup == result.base_setup}
-    unit = memory_unit(rows)
     columns = memory_columns_html(result, rows)
     out = []
     for r in rows:
-        base = base_rss.get(r.engine)
         title = ""
         if r.accounted_in:
             title = f"account taken at the end of {r.accounted_in}"
             if r.rss_at_accounting_bytes is not None:
                 title += f", RSS then {fmt.mib(r.rss_at_accounting_bytes)}"
-        out.append(
-            MemoryView(
-                r.engine,
-                r.setup,
-                r.setup == result.base_setup,
-                fmt.gb(r.peak_vsz_bytes),
-                fmt.size(r.peak_rss_bytes, unit),
-                fmt.ratio(r.rss_per_cache),
-                r.peak_rss_bytes / base if r.peak_rss_bytes and base else None,
-                _vsz_per_rss(r),
-                fmt.mib(r.cache_bytes),
-                fmt.size(r.accounted_bytes, unit),
-                fmt.size(r.unaccounted_bytes, unit),
-                fmt.ratio(r.heap_ratio),
-                title,
-                fmt.size(r.memory_limit_bytes, unit),
-                fmt.size(r.peak_cgroup_bytes, unit),
-                oom_text(r),
-                [cell(r) for _, cell in columns],
-            )
-        )
+        cells = {header: cell(r) for header, cell in columns}
+        out.append(MemoryView(r.engine, r.setup, r.setup == result.base_setup, title, cells))
     return out
 
 
