@@ -317,6 +317,27 @@ def test_an_aborted_run_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert (tmp_path / "o" / "results.json").is_file()
 
 
+def test_a_lost_environment_exits_3_and_bad_input_2() -> None:
+    """The CLI's one mapping of errors to statuses, on a group of two stand-in commands."""
+    from mallocbench.cli import Group
+    from mallocbench.errors import EnvironmentLost, MallocbenchError
+
+    group = Group("mb")
+
+    @group.command("lost")
+    def lost() -> None:
+        raise EnvironmentLost("lost the connection to the results store")
+
+    @group.command("bad")
+    def bad() -> None:
+        raise MallocbenchError("--budget 5x is not a duration")
+
+    out = CliRunner().invoke(group, ["lost"])
+    assert out.exit_code == exitcodes.ABORTED, out.output
+    assert out.stderr == "mallocbench: error: lost the connection to the results store\n"
+    assert CliRunner().invoke(group, ["bad"]).exit_code == exitcodes.USAGE
+
+
 def test_statuses_are_only_the_policys() -> None:
     """No command picks an exit status of its own: sys.exit takes a named constant."""
     src = Path(__file__).resolve().parents[1] / "src" / "mallocbench"

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from cli_runner import run_cli
 from mallocbench.cli import main
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.results import Cell, RunResult, Sample
 from mallocbench.store import ResultsStore, Store, load_result, open_store
 from mallocbench.store.base import STORE_SCHEMA_VERSION, redact
@@ -477,6 +477,8 @@ def test_a_connection_lost_mid_run_is_one_line_and_keeps_what_was_stored(
     finally:
         store.close()
     message = str(lost.value)
+    # The environment went away, not the input: exit status 3 (aborted), not 2.
+    assert isinstance(lost.value, EnvironmentLost)
     assert message.startswith("lost the connection to the results store postgresql://")
     assert "\n" not in message and "--resume" in message
     again = load_result(postgres_store_url, run.run_id)

@@ -1,7 +1,8 @@
 """The `mallocbench` command group. Thin: parse, call one function, print.
 
 Every MallocbenchError becomes one line on stderr and exit status 2 (`exitcodes`, the one
-policy of every command); nothing else is caught here, so a real bug still shows its
+policy of every command), or 3 when the environment, not the input, went away
+(EnvironmentLost); nothing else is caught here, so a real bug still shows its
 traceback.
 """
 
@@ -25,7 +26,7 @@ from mallocbench.commands import (
     soak,
     store,
 )
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import EnvironmentLost, MallocbenchError
 
 
 class Group(click.Group):
@@ -34,7 +35,8 @@ class Group(click.Group):
             return super().invoke(ctx)
         except MallocbenchError as exc:
             click.echo(f"mallocbench: error: {exc}", err=True)
-            sys.exit(exitcodes.USAGE)
+            lost = isinstance(exc, EnvironmentLost)
+            sys.exit(exitcodes.ABORTED if lost else exitcodes.USAGE)
         except KeyboardInterrupt:
             click.echo("mallocbench: interrupted", err=True)
             sys.exit(exitcodes.interrupted())

@@ -10,6 +10,12 @@ class MallocbenchError(Exception):
     """A problem the user can fix; the message names it and says how."""
 
 
+class EnvironmentLost(MallocbenchError):
+    """Something the command relied on went away mid-way (the results store's server,
+    its network): not the user's input, so not a usage error. What was measured and
+    stored before is kept, and the message says how to go on."""
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """ " (did you mean 'jemalloc'?)" for a near miss such as 'jemaloc', else ""."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.results import Cell, Sample
 from mallocbench.store.base import STORE_SCHEMA_VERSION, redact, schema_refusal
 from mallocbench.store.sql import CELL_COLUMNS, SAMPLE_COLUMNS, SqlStore, cell_row, sample_rows
@@ -221,7 +221,7 @@ class GuardedConnection:
             if not self.raw.closed and not self.raw.broken:
                 raise
             line = _error_line(exc, self._url, None)
-            raise MallocbenchError(
+            raise EnvironmentLost(
                 f"lost the connection to the results store {redact(self._url)} ({line}): "
                 "what was stored before is kept; a run goes on with `mallocbench run --resume`"
             ) from None
