@@ -101,7 +101,7 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     result = run_cli(
         "calibrate",
         str(_tiny(tmp_path)),
-        "--starts", "2", "--slices", "2", "--slice", "2",
+        "--starts", "2", "--slices", "2", "--slice", "3",
         "--out", str(out), "--json", str(report),
         timeout=300,
     )  # fmt: skip
@@ -136,4 +136,12 @@ def test_unknown_setup_is_one_clean_error_line(tmp_path: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("mallocbench: error: no setup 'nope'") and "glibc" in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_a_slice_shorter_than_a_runs_is_refused(tmp_path: Path) -> None:
+    """calibrate must measure slices a run could use: durations.slice is at least 3 s."""
+    result = run_cli("calibrate", str(_tiny(tmp_path)), "--slice", "2", "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert "--slice" in result.stderr and "2<=" not in result.stderr
     assert "Traceback" not in result.stderr
