@@ -25,8 +25,8 @@ def new_run_id() -> str:
     return time.strftime("p%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def metadata(binary: Path) -> pstore.RunMetadata:
-    return pstore.RunMetadata(
+def metadata(binary: Path) -> pstore.PatternRunMetadata:
+    return pstore.PatternRunMetadata(
         host=platform.node(),
         cpus=os.cpu_count(),
         kernel=platform.release(),

@@ -155,7 +155,7 @@ class RunModel:
 
 
 @dataclass(frozen=True)
-class RunMetadata:
+class PatternRunMetadata:
     """Where and how a run ran: host, kernel, glibc, the driver and the command line."""
 
     host: str | None
@@ -180,7 +180,7 @@ class RunMetadata:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunMetadata:
+    def from_dict(cls, data: dict[str, Any]) -> PatternRunMetadata:
         return cls(
             host=data.get("host"),
             cpus=data.get("cpus"),
@@ -293,7 +293,7 @@ class PatternRun:
     base_setup: str
     experiment_text: str
     model: RunModel
-    metadata: RunMetadata
+    metadata: PatternRunMetadata
     status: str  # running, finished, interrupted, failed
     results: list[PatternResult]
     started_at: float | None = None
@@ -320,7 +320,7 @@ class PatternRun:
             base_setup=data["base_setup"],
             experiment_text=data.get("experiment_text", ""),
             model=RunModel.from_dict(data["model"]),
-            metadata=RunMetadata.from_dict(data.get("metadata") or {}),
+            metadata=PatternRunMetadata.from_dict(data.get("metadata") or {}),
             status=data["status"],
             results=[PatternResult.from_dict(r) for r in data.get("results", [])],
             started_at=data.get("started_at"),
@@ -355,7 +355,7 @@ def create_run(
     base: str,
     text: str,
     model: RunModel,
-    metadata: RunMetadata,
+    metadata: PatternRunMetadata,
 ) -> None:
     with store.db:
         store.db.execute(
@@ -460,7 +460,7 @@ def load_run(store: Store, run_id: str) -> PatternRun | None:
         base_setup=row[2],
         experiment_text=row[3],
         model=RunModel.from_dict(json.loads(row[4])),
-        metadata=RunMetadata.from_dict(json.loads(row[5])),
+        metadata=PatternRunMetadata.from_dict(json.loads(row[5])),
         status=row[6],
         results=load_results(store, run_id),
         started_at=row[7],
