@@ -180,8 +180,13 @@ def test_starts_for_width_is_the_fewest_that_reach_it() -> None:
     assert needed is not None and needed > 2
     assert noise.resolvable_effect_pct(components, 3, 5, needed) <= 3.0
     assert noise.resolvable_effect_pct(components, 3, 5, needed - 1) > 3.0
-    assert noise.starts_for_width(components, 3, 5, target_width_pct=0.1) is None
+    assert noise.starts_for_width(components, 3, 5, 0.1, max_starts=50) is None
     assert noise.starts_for_width(components, 3, 5, 0.5, max_starts=500) is not None
+    # Hours of starts are still counted, not cut off: the user learns how far away it is.
+    far = noise.starts_for_width(components, 3, 5, target_width_pct=0.2)
+    assert far is not None and far > 1000
+    assert noise.resolvable_effect_pct(components, 3, 5, far) <= 0.2
+    assert noise.resolvable_effect_pct(components, 3, 5, far - 1) > 0.2
 
 
 def test_time_for_starts_and_what_fits_a_budget() -> None:
@@ -189,3 +194,26 @@ def test_time_for_starts_and_what_fits_a_budget() -> None:
     assert noise.time_for_starts(5, 3, 4, 6.0, 20.0, 8.0) == 5 * (20 + 24 + 72)
     assert noise.starts_within(600, 3, 4, 6.0, 20.0, 8.0) == 5
     assert noise.starts_within(100, 3, 4, 6.0, 20.0, 8.0) == 0
+
+
+def test_calibrate_says_how_far_a_target_is_and_what_a_start_costs() -> None:
+    """The figures a calibration on this 2-core VM gave (InnoDB point-query, 8 threads):
+    3 points is hours away, and the words say so rather than "more than N starts"."""
+    from types import SimpleNamespace
+
+    from mallocbench.commands.calibrate import Costs, plan_lines, plan_run
+
+    components = noise.VarianceComponents(
+        5.32e-3, 1.24e-3, starts=3, slices=24, within_df=21, mean_log=10.2
+    )
+    costs = Costs(start_s=1.2, warmup_s=6.0, slice_wall_s=5.05)
+    plan = plan_run(components, costs, setups=4, budget_s=300, target_width_pct=3.0)
+    assert plan.target_starts is not None and plan.target_starts > 50
+    assert plan.target_s is not None and plan.target_s > 3600
+    summary = SimpleNamespace(plan=plan, slice_s=5.0, components=components)
+    text = " ".join(plan_lines(summary))  # type: ignore[arg-type]
+    assert f"needs about {plan.target_starts} starts and" in text and "hours" in text
+    assert "quiet the machine" in text
+    start_cv = components.start_cv_pct
+    assert start_cv is not None
+    assert f"typically differ by {start_cv * math.sqrt(2):.1f}%" in text

@@ -235,14 +235,30 @@ def starts_for_width(
     setups: int,
     slices_per_start: int,
     target_width_pct: float,
-    max_starts: int = 50,
+    max_starts: int = 10_000,
 ) -> int | None:
     """The fewest starts (2 or more) whose expected width is at most the target; None
-    when even `max_starts` do not reach it."""
-    for starts in range(2, max_starts + 1):
-        if resolvable_effect_pct(components, setups, slices_per_start, starts) <= target_width_pct:
-            return starts
-    return None
+    when even `max_starts` do not reach it.
+
+    The limit is high on purpose: on a noisy host the honest answer to "how long for 3
+    points" may be hours, and saying so beats "more than N". The width only shrinks as
+    starts are added (t and the standard error both fall), so a bisection finds it.
+    """
+
+    def reaches(starts: int) -> bool:
+        width = resolvable_effect_pct(components, setups, slices_per_start, starts)
+        return width <= target_width_pct
+
+    if not reaches(max_starts):
+        return None
+    low, high = 2, max_starts  # reaches(high) holds throughout
+    while low < high:
+        middle = (low + high) // 2
+        if reaches(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return high
 
 
 def time_for_starts(

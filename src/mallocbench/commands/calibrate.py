@@ -274,7 +274,7 @@ class Plan:
     budget_starts: int
     budget_width_pct: float | None  # None: the budget does not fit 2 starts
     target_width_pct: float
-    target_starts: int | None  # None: more than the 50 starts looked at
+    target_starts: int | None  # None: out of reach (more than noise.starts_for_width looks at)
     target_s: float | None
 
 
@@ -487,17 +487,31 @@ def plan_lines(summary: CalibrationSummary) -> list[str]:
             f"With {plan.setups} setups, a budget of {budget} ({plan.budget_starts} starts) "
             f"resolves an interval width of about {plan.budget_width_pct:.1f} points (per cell)."
         )
-    if plan.target_starts is None:
+    if plan.target_starts is None or plan.target_s is None:
         lines.append(
-            f"A width of {plan.target_width_pct:g} points needs more than 50 starts: "
+            f"A width of {plan.target_width_pct:g} points is out of reach at this noise: "
             "quiet the machine or accept a wider interval."
         )
     else:
         lines.append(
             f"A width of {plan.target_width_pct:g} points needs about {plan.target_starts} "
-            f"starts and {plan.target_s / 60:.1f} minutes."
+            f"starts and {_wall(plan.target_s)}"
+            + (": quiet the machine or accept a wider interval." if plan.target_s > 3600 else ".")
+        )
+    start_cv = summary.components.start_cv_pct
+    if start_cv is not None and start_cv > 0:
+        lines.append(
+            f"Two starts of one setup typically differ by {start_cv * math.sqrt(2):.1f}% with no "
+            "change at all: a comparison needs several server starts per setup, which is "
+            "why a run's repeats restart the servers."
         )
     return lines
+
+
+def _wall(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 60:.1f} minutes"
 
 
 def print_calibration(summary: CalibrationSummary, console: Console) -> None:
