@@ -98,6 +98,10 @@ def test_the_runner_s_store_calls_behave_alike(any_store: ResultsStore) -> None:
     any_store.save_cell(run.run_id, cell)
     assert cell.key in any_store.finished_cell_keys(run.run_id)
     assert len(any_store.load_run(run.run_id).cells) == len(run.cells)
+    header = any_store.load_run_header(run.run_id)
+    assert not header.cells and not header.setups and not header.sessions
+    assert header.experiment_text == run.experiment_text
+    assert header.metadata.to_dict() == run.metadata.to_dict()
 
     session = cell.session
     expected = max(c.peak_rss_bytes for c in run.cells if c.session == session and c.peak_rss_bytes)

@@ -240,7 +240,7 @@ class StoredRunPipeline(Pipeline):
     def resume_run_id(self, store: ResultsStore) -> str:
         run_id = self.pinned_run_id or super().resume_run_id(store)
         # The resumed run's metadata is written anew: keep what its hosts recorded so far.
-        previous = store.load_run(run_id, with_samples=False).metadata
+        previous = store.load_run_header(run_id).metadata
         carried = self.options.extra_metadata
         if carried.hosts is None and previous.hosts is not None:
             carried.hosts = previous.hosts

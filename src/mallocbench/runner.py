@@ -47,7 +47,6 @@ from mallocbench.results import (
     SetupInfo,
 )
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError
-from mallocbench.servers.orphans import Orphan, stop_orphans
 from mallocbench.store import ResultsStore, locks, open_store, store_label
 from mallocbench.store.base import STORE_NAME
 from mallocbench.store.sqlite import (
@@ -196,7 +195,7 @@ def _new_run_id(store: ResultsStore, experiment: Experiment) -> str:
 def _resume_run_id(store: ResultsStore, experiment: Experiment) -> str:
     for run in reversed(store.list_runs()):
         if run["experiment"] == experiment.name:
-            existing = store.load_run(run["run_id"], with_samples=False)
+            existing = store.load_run_header(run["run_id"])
             if existing.experiment_text != experiment.text:
                 raise MallocbenchError(
                     f"cannot resume {run['run_id']}: the experiment file changed since; "
@@ -239,7 +238,7 @@ class Pipeline:
         with locks.lock_directory(options.out_dir):
             # Holding the directory's lock, any server recorded under it is an orphan of
             # a harness that died: stop it before its files are reused.
-            orphans = stop_orphans(options.out_dir / "servers")
+            orphans = self.executor.stop_leftovers(options.out_dir)
             builds = self.executor.resolve_builds(experiment)
             store = open_store(options.store_target)
             try:
@@ -248,7 +247,7 @@ class Pipeline:
                 store.close()
 
     def _execute(
-        self, store: ResultsStore, builds: dict[str | None, ServerBuild], orphans: list[Orphan]
+        self, store: ResultsStore, builds: dict[str | None, ServerBuild], orphans: list[int]
     ) -> RunOutcome:
         experiment, options = self.experiment, self.options
         run_id = self.resume_run_id(store) if options.resume else _new_run_id(store, experiment)
@@ -259,7 +258,7 @@ class Pipeline:
         self,
         store: ResultsStore,
         builds: dict[str | None, ServerBuild],
-        orphans: list[Orphan],
+        orphans: list[int],
         run_id: str,
     ) -> RunOutcome:
         experiment, options = self.experiment, self.options
@@ -288,7 +287,7 @@ class Pipeline:
         if options.resume:
             # The metadata is written anew; what earlier attempts found (a lost unit, the
             # orphans they stopped) stays part of the run's story.
-            earlier = store.load_run(run_id, with_samples=False).metadata.notes or []
+            earlier = store.load_run_header(run_id).metadata.notes or []
             outcome_notes = [*earlier, *(n for n in outcome_notes if n not in earlier)]
         done = self.finished_keys(store, run_id)
         sessions = self.plan_sessions()
@@ -299,7 +298,7 @@ class Pipeline:
         if orphans:
             outcome.notes.append(
                 f"stopped {len(orphans)} server(s) left running by an earlier run whose "
-                "harness died: PID " + ", ".join(str(o.pid) for o in orphans)
+                "harness died: PID " + ", ".join(str(pid) for pid in orphans)
             )
         store.set_status(run_id, STATUS_RUNNING)
         # Anything but a normal end (a bug, SystemExit, a signal) leaves the run "failed"

@@ -60,6 +60,11 @@ class Executor(Protocol):
         """The server build of every setup's basedir (None: the packaged server)."""
         ...
 
+    def stop_leftovers(self, out_dir: Path) -> list[int]:
+        """Stop the servers a dead harness left running under `out_dir` (the caller holds
+        the directory's lock, so none of them is anyone's); their PIDs."""
+        ...
+
     def now(self) -> float:
         """Seconds on a monotonic clock: what adaptive repetition's budget is spent on."""
         ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 from mallocbench import dataset
 from mallocbench.errors import MallocbenchError
@@ -23,6 +24,7 @@ from mallocbench.probes.system import system_thp_mode
 from mallocbench.results import Cell
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError, find_build
+from mallocbench.servers.orphans import stop_orphans
 from mallocbench.session import LiveSession, start_session, stop_session, warm_cache
 
 
@@ -45,6 +47,9 @@ class RealExecutor:
 
     def resolve_builds(self, experiment: Experiment) -> dict[str | None, ServerBuild]:
         return resolve_builds(experiment)
+
+    def stop_leftovers(self, out_dir: Path) -> list[int]:
+        return [orphan.pid for orphan in stop_orphans(out_dir / "servers")]
 
     def now(self) -> float:
         return time.monotonic()

@@ -119,6 +119,9 @@ class RecordedExecutor:
 
     # --- the Executor protocol -------------------------------------------------------------
 
+    def stop_leftovers(self, out_dir: Path) -> list[int]:
+        return []  # a recording starts no processes, so none can be left over
+
     def resolve_builds(self, experiment: Experiment) -> dict[str | None, ServerBuild]:
         """The builds the recording names; nothing is looked for on this machine."""
         recorded = {s.name: s for s in self.recording.setups}

@@ -99,6 +99,9 @@ class ResultsStore(Protocol):
         ...
 
     def load_run(self, run_id: str | None = None, with_samples: bool = True) -> RunResult: ...
+    def load_run_header(self, run_id: str | None = None) -> RunResult:
+        """The run's row alone: experiment, its text and metadata; no setups or cells."""
+        ...
 
     # one writer per run id
     def lock_run(self, run_id: str) -> AbstractContextManager[object]:

@@ -235,7 +235,10 @@ class SqlStore:
 
     # --- reading a run back ---------------------------------------------------------------
 
-    def load_run(self, run_id: str | None = None, with_samples: bool = True) -> RunResult:
+    def load_run_header(self, run_id: str | None = None) -> RunResult:
+        """The run's own row (experiment, its text, metadata) without setups or cells:
+        what a resume checks and carries over, at the cost of one row however long the
+        run."""
         run_id = run_id or self.latest_run_id()
         if run_id is None:
             raise MallocbenchError(f"the store {self.label} holds no runs yet: run an experiment")
@@ -247,13 +250,17 @@ class SqlStore:
         if row is None:
             known = ", ".join(r["run_id"] for r in self.list_runs()[-5:]) or "none"
             raise MallocbenchError(f"no run {run_id!r} in {self.label} (latest: {known})")
-        result = RunResult(
+        return RunResult(
             run_id=row[0],
             experiment=row[1],
             base_setup=row[2],
             experiment_text=row[3],
             metadata=RunMetadata.from_dict(json.loads(row[4])),
         )
+
+    def load_run(self, run_id: str | None = None, with_samples: bool = True) -> RunResult:
+        result = self.load_run_header(run_id)
+        run_id = result.run_id
         order = self.order_column
         for (data,) in self._run(
             f"SELECT data FROM setups WHERE run_id = ? ORDER BY {order}", (run_id,)
