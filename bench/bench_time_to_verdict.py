@@ -7,7 +7,10 @@ are stopped with SIGTERM as a user's Ctrl-C would (every finished cell is kept):
 - before: one server at a time in A B C D, D C B A rounds, independent-samples
   intervals (Welch on log throughput), as the tool did until now;
 - after: interleaved blocks (all four servers up at once, alternating 5 s slices),
-  intervals paired by block and pooled over setups.
+  intervals paired by block and pooled over setups;
+- after-1slice: the same with one slice per server start, which `mallocbench
+  calibrate` recommends on this host (the start-to-start variance is as large as a
+  slice's, and a start costs little next to the step's warmup), so more starts fit.
 
 After each block the widest of the three relative-QPS intervals is recorded with the
 wall time it took, so the output shows width against time for both, the width at the
@@ -79,6 +82,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=5)
     parser.add_argument("--target", type=float, default=3.0, help="interval width, points")
     parser.add_argument("--out", type=Path, default=Path("/tmp/mb-bench-ttv"))
+    parser.add_argument("--designs", default="before,after,after-1slice")
     args = parser.parse_args()
     designs = {
         "before": (
@@ -97,8 +101,22 @@ def main() -> int:
             ),
             True,
         ),
+        "after-1slice": (
+            Plan(
+                "after1",
+                SETUPS,
+                repeats=80,
+                design="interleaved",
+                step_s=5,
+                slice_s=5,
+                max_warmup=15,
+            ),
+            True,
+        ),
     }
     for name, (plan, paired) in designs.items():
+        if name not in args.designs.split(","):
+            continue
         started = time.monotonic()
         result, _ = run(plan, args.out / name, stop_after_s=args.minutes * 60)
         curve = widths(result, paired)
