@@ -121,6 +121,17 @@ def cells_in(out: Path) -> list[tuple[str, str, float | None]]:
         db.close()
 
 
+def cells_so_far(out: Path) -> list[tuple[str, str, float | None]]:
+    """The stored cells while a run is under way: none yet while the store file exists
+    but the run has not created its tables (a moment the poll can land in)."""
+    if not (out / "results.sqlite").exists():
+        return []
+    try:
+        return cells_in(out)
+    except sqlite3.OperationalError:
+        return []
+
+
 def run_status(out: Path) -> list[tuple[str, str]]:
     db = sqlite3.connect(f"file:{out / 'results.sqlite'}?mode=ro", uri=True)
     try:
@@ -214,7 +225,7 @@ def test_sigterm_stops_like_ctrl_c_and_keeps_finished_cells(
     out = tmp_path / "out"
     harness = start_run(str(exp), "--out", str(out))
     wait_for(
-        lambda: (out / "results.sqlite").exists() and cells_in(out),
+        lambda: cells_so_far(out),
         "the first cell",
         harness=harness,
     )
