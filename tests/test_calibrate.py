@@ -140,7 +140,7 @@ def test_unknown_setup_is_one_clean_error_line(tmp_path: Path) -> None:
 
 
 def test_a_slice_shorter_than_a_runs_is_refused(tmp_path: Path) -> None:
-    """calibrate must measure slices a run could use: durations.slice is at least 3 s."""
+    """calibrate's slices are sysbench runs of their own, whose first second is dropped."""
     result = run_cli("calibrate", str(_tiny(tmp_path)), "--slice", "2", "--out", str(tmp_path))
     assert result.returncode == 2
     assert "--slice" in result.stderr and "2<=" not in result.stderr

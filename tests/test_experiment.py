@@ -134,6 +134,11 @@ def test_min_effect_thp_and_cpu_counts_parse() -> None:
         ({"setup": [{"name": "g", "allocator": "glibc", "cpu_quota": 0}]}, "stop the server"),
         ({"design": "paired"}, "design = 'paired' is unknown"),
         ({"durations": {"step": 10, "slice": 1}}, "durations.slice = 1 is out of range"),
+        (
+            {"alternate": "turns", "durations": {"step": 10, "slice": 0.5}},
+            "durations.slice = 0.5 is out of range",
+        ),
+        ({"alternate": "rounds"}, "alternate = 'rounds' is unknown"),
         ({"durations": {"step": 4, "slice": 5}}, "longer than durations.step"),
     ],
 )

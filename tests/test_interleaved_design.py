@@ -15,6 +15,7 @@ EXPERIMENT = """
 name = "il"
 base = "glibc"
 design = "{design}"
+alternate = "{alternate}"
 engines = ["innodb"]
 steps = ["point-query"]
 threads = [2]
@@ -36,10 +37,10 @@ allocator = "jemalloc"
 """
 
 
-def run(tmp_path: Path, design: str) -> RunResult:
+def run(tmp_path: Path, design: str, alternate: str = "runs") -> RunResult:
     tmp_path.chmod(0o711)
     path = tmp_path / "il.toml"
-    path.write_text(EXPERIMENT.format(design=design))
+    path.write_text(EXPERIMENT.format(design=design, alternate=alternate))
     outcome = Pipeline(load(path), RunOptions(out_dir=tmp_path / "out")).execute()
     assert outcome.aborted is None and not outcome.failures, outcome.failures
     return outcome.result
@@ -91,3 +92,37 @@ def test_sequential_design_runs_one_server_at_a_time(tmp_path: Path) -> None:
         assert earlier.ended_at is not None and later.started_at is not None
         assert later.started_at >= earlier.ended_at
     assert all(len(c.slices) == 1 for c in result.cells)
+
+
+@pytest.mark.server
+def test_turns_keep_clients_connected_and_never_overlap(tmp_path: Path) -> None:
+    result = run(tmp_path, "interleaved", alternate="turns")
+    design = result.metadata.design
+    assert design is not None and design.alternate == "turns" and design.slices_per_cell == 2
+    assert len(result.cells) == 4 and all(len(c.slices) == 2 for c in result.cells)
+    for block in (0, 1):
+        spans = sorted(
+            (s["t"], s["t"] + s["seconds"], c.setup)
+            for c in result.cells
+            if c.repeat == block
+            for s in c.slices
+        )
+        # Rotated rounds, A B then B A, one client working at a time: a turn ends with
+        # the event under way at its end, a few milliseconds at most here.
+        order = [setup for _, _, setup in spans]
+        assert order[0] != order[1] and order[1] == order[2] and order[2] != order[3]
+        for (_, end, _), (begin, _, _) in zip(spans, spans[1:], strict=False):
+            assert begin >= end - 0.05, spans
+    for cell in result.cells:
+        for piece in cell.slices:
+            # Nothing dropped: a turn is its 3 s, the client having settled in a turn before.
+            assert piece["qps"] > 0 and 2.5 <= piece["seconds"] <= 3.1 and piece["turn"] == 1.0
+            assert 0.0 <= piece["other_cpu_share"] <= 1.0
+        assert cell.qps == pytest.approx(sum(s["qps"] for s in cell.slices) / 2)
+        # Per-op costs and latency come from the turns alone.
+        assert cell.metrics["server_cpu_us_per_op"] > 0 and cell.metrics["client_cpu_s"] > 0
+        assert cell.p99_ms is not None and cell.p99_ms < 1000
+        assert cell.duration_s is not None and 5 <= cell.duration_s <= 6.2
+    (table,) = relative_tables(result)
+    (row,) = table.rows
+    assert row.cells["je"].paired and row.cells["je"].has_interval

@@ -77,7 +77,8 @@ RUN_DURATIONS: dict[str, Schema] = {
     "warmup": DURATION | {"description": "at least this warmup (0: none)"},
     "max_warmup": DURATION | {"description": "at most this warmup"},
     "step": DURATION | {"description": "measured seconds per cell"},
-    "slice": DURATION | {"description": "seconds per slice alternating between setups"},
+    "slice": DURATION
+    | {"description": "seconds per slice alternating between setups (runs: 5, turns: 1)"},
 }
 RUN_SERVER: dict[str, Schema] = {
     "basedir": _of("string", "the mysqld build every setup runs"),
@@ -94,6 +95,11 @@ RUN_TOP: dict[str, Schema] = {
     "threads": _list_of(_of("integer", "clients", minimum=1), "client counts"),
     "repeats": _of("integer", "blocks: server starts of every setup", minimum=1),
     "design": _of("string", "how setups share time", enum=["interleaved", "sequential"]),
+    "alternate": _of(
+        "string",
+        "interleaved slices: sysbench runs of their own, or turns of connected clients",
+        enum=["runs", "turns"],
+    ),
     "min_effect": FRACTION | {"description": "smaller changes are never findings"},
     "dataset": table(RUN_DATASET, "the sysbench tables every engine loads"),
     "durations": table(RUN_DURATIONS, "how long each cell warms and is measured"),

@@ -70,10 +70,19 @@ MIN_MEMORY_LIMIT = 128 << 20
 INTERLEAVED = "interleaved"
 SEQUENTIAL = "sequential"
 DESIGNS = (INTERLEAVED, SEQUENTIAL)
-# A slice's first second is sysbench starting its clients and is dropped, so a slice
-# shorter than this would be mostly start-up.
-MIN_SLICE_S = 3.0
+# How interleaved setups alternate (see `alternate` and measure.measure_turns): each
+# slice a sysbench run of its own, or turns of clients that stay connected.
+RUNS = "runs"
+TURNS = "turns"
+ALTERNATIONS = (RUNS, TURNS)
+# A slice that is a sysbench run of its own drops its first second (clients connecting),
+# so a shorter one would be mostly start-up.
+MIN_RUN_SLICE_S = 3.0
 DEFAULT_SLICE_S = 5.0
+# A turn loses nothing to connecting: a second is enough, and short turns share the
+# machine's drift best.
+MIN_TURN_S = 1.0
+DEFAULT_TURN_S = 1.0
 # What one idle private server takes beside its cache (MariaDB 10.11: 110-180 MiB at
 # start, plus connection and per-thread buffers under 8-16 clients).
 SERVER_BASE_BYTES = 400 << 20
@@ -118,9 +127,10 @@ class Experiment:
     max_warmup_s: float = DEFAULT_MAX_WARMUP_S
     duration_s: float = 10.0
     # Measured seconds are cut into slices this long, alternated between the setups'
-    # servers (design "interleaved"); each slice's first second is dropped.
+    # servers (design "interleaved"): sysbench runs of their own, or turns.
     slice_s: float = DEFAULT_SLICE_S
     design: str = INTERLEAVED
+    alternate: str = RUNS
     repeats: int = 1
     min_effect: float = 0.0  # relative changes smaller than this are reported as "same"
     server_config: dict[str, str] = field(default_factory=dict)
@@ -321,11 +331,17 @@ def _seconds(value: object, key: str, low: float) -> float:
     return float(value)
 
 
-def _slice(value: object, duration: float) -> float:
-    """Seconds per slice: given, or 5 s (the whole step when it is shorter than 2 slices)."""
+def _slice(value: object, duration: float, alternate: str) -> float:
+    """Seconds per slice: given, or the default of `alternate` (at most the whole step).
+
+    A run's default is 5 s, and the whole step when that is shorter than 2 slices.
+    """
     if value is None:
+        if alternate == TURNS:
+            return min(duration, DEFAULT_TURN_S)
         return duration if duration < 2 * DEFAULT_SLICE_S else DEFAULT_SLICE_S
-    slice_s = _seconds(value, "durations.slice", MIN_SLICE_S)
+    low = MIN_TURN_S if alternate == TURNS else MIN_RUN_SLICE_S
+    slice_s = _seconds(value, "durations.slice", low)
     if slice_s > duration:
         raise MallocbenchError(
             f"durations.slice = {value!r} is longer than durations.step = {duration:g}: a "
@@ -527,7 +543,8 @@ def from_dict(
         ("min_effect",), parse_fraction, data.get("min_effect", 0), "min_effect", MIN_EFFECT_UPPER
     )
     dataset = _dataset(problems, data, engine_list)
-    timing = _durations(problems, data)
+    alternate = problems.check(("alternate",), _alternate, data.get("alternate", RUNS))
+    timing = _durations(problems, data, alternate or RUNS)
     design = problems.check(("design",), _design, data.get("design", INTERLEAVED))
     problems.raise_if_any(source, text, overridden)
     return Experiment(
@@ -545,6 +562,7 @@ def from_dict(
         duration_s=timing.step,
         slice_s=timing.slice,
         design=str(design),
+        alternate=str(alternate),
         repeats=int(repeats or 1),
         min_effect=float(min_effect or 0),
         server_config=server.config,
@@ -775,8 +793,18 @@ class _Timing:
     slice: float = DEFAULT_SLICE_S
 
 
-def _durations(problems: Problems, data: dict[str, Any]) -> _Timing:
-    timing = _Timing()
+def _alternate(value: object) -> str:
+    alternate = str(value)
+    if alternate not in ALTERNATIONS:
+        raise MallocbenchError(
+            f"alternate = {alternate!r} is unknown: use {RUNS!r} (each slice a sysbench run "
+            f"of its own) or {TURNS!r} (clients stay connected and take turns)"
+        )
+    return alternate
+
+
+def _durations(problems: Problems, data: dict[str, Any], alternate: str) -> _Timing:
+    timing = _Timing(slice=DEFAULT_TURN_S if alternate == TURNS else DEFAULT_SLICE_S)
     hint = "write a [durations] table"
     raw = problems.check(
         ("durations",), _expect, data.get("durations", {}), dict, "durations", hint
@@ -796,7 +824,7 @@ def _durations(problems: Problems, data: dict[str, Any]) -> _Timing:
     step = problems.check(at + ("step",), _seconds, raw.get("step", 10), "durations.step", 1)
     if step is not None:
         timing.step = step
-        slice_s = problems.check(at + ("slice",), _slice, raw.get("slice"), step)
+        slice_s = problems.check(at + ("slice",), _slice, raw.get("slice"), step, alternate)
         timing.slice = slice_s if slice_s is not None else timing.slice
     return timing
 

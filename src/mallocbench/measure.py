@@ -1,16 +1,21 @@
 """Measuring cells on live sessions: warm until steady, then measured slices.
 
-A cell's measured seconds come in one or more *slices*, each a separate sysbench run.
-In the interleaved design the slices of several setups' cells alternate on servers that
-are up at once, so slow drift of the machine reaches every setup alike; a slice's first
-second (sysbench connecting its clients and preparing statements) is then dropped from
-its throughput. Per-operation costs, latency percentiles and errors cover whole slices.
+A cell's measured seconds come in one or more *slices*. In the interleaved design the
+slices of several setups' cells alternate on servers that are up at once, so drift of
+the machine reaches every setup alike. A slice is a separate sysbench run
+(measure_slice), whose first second (clients connecting, statements prepared) is
+dropped; or, with `alternate = "turns"`, a *turn* (measure_turns): every setup's client
+stays connected and they take turns on the wall clock, a second each by default, so
+faster drift is shared by neighbouring turns too. Per-operation costs, latency
+percentiles and errors cover whole slices.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,11 +25,19 @@ from mallocbench.analysis.steady import WarmupDetector, check_stability
 from mallocbench.experiment import Experiment, PlannedCell
 from mallocbench.probes import process as proc_probe
 from mallocbench.probes.server import CGROUP_METRIC, ServerMemoryProbe, account
-from mallocbench.probes.system import cpu_snapshot, interference
+from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
 from mallocbench.results import STATUS_FAILED, STATUS_OOM, Cell, Sample
 from mallocbench.session import LiveSession
 from mallocbench.workloads.catalogue import Step
-from mallocbench.workloads.sysbench import Interval, RunOutput, Sysbench, merge_outputs
+from mallocbench.workloads.sysbench import (
+    TURN_DIGITS,
+    Interval,
+    RunOutput,
+    Sysbench,
+    Turn,
+    TurnPlan,
+    merge_outputs,
+)
 
 IntervalCallback = Callable[[PlannedCell, Interval, int | None], None]
 
@@ -35,6 +48,25 @@ class Measured:
     samples: list[Sample]
     peak_rss_bytes: int | None
     peak_vsz_bytes: int | None
+
+
+def sample_of(
+    t: float,
+    memory: proc_probe.Memory | None,
+    qps: float,
+    tps: float,
+    reported: dict[str, float],
+    latency_ms: float | None = None,
+) -> Sample:
+    return Sample(
+        t=t,
+        rss_bytes=memory.rss_bytes if memory else None,
+        vsz_bytes=memory.vsz_bytes if memory else None,
+        qps=qps,
+        tps=tps,
+        latency_ms=latency_ms,
+        extra=reported,
+    )
 
 
 def measure(
@@ -59,15 +91,7 @@ def measure(
         memory = proc_probe.read_memory(server_pid) if probes else None
         reported = server_probe.read() if probes and server_probe is not None else {}
         samples.append(
-            Sample(
-                t=interval.t,
-                rss_bytes=memory.rss_bytes if memory else None,
-                vsz_bytes=memory.vsz_bytes if memory else None,
-                qps=interval.qps,
-                tps=interval.tps,
-                latency_ms=interval.latency_ms,
-                extra=reported,
-            )
+            sample_of(interval.t, memory, interval.qps, interval.tps, reported, interval.latency_ms)
         )
         if on_interval is not None:
             on_interval(interval, memory.rss_bytes if memory else None)
@@ -186,6 +210,234 @@ class CellMeasurement:
         else:
             self.counters = None
         self.system_cs = _moved(self.system_cs, *system_cs)
+
+    def add_turn(self, turn: Turn, taken: TurnTaken) -> None:
+        """One measured turn: a sample and a slice, and the server's counters in it."""
+        self.cell.samples.append(
+            sample_of(turn.ended, taken.memory, turn.qps, turn.tps, taken.reported)
+        )
+        self.cell.slices.append(
+            {
+                "t": turn.began,
+                "qps": turn.qps,
+                "tps": turn.tps,
+                "seconds": turn.seconds,
+                "turn": 1.0,  # a turn, not a sysbench run of its own
+            }
+            | taken.noise
+        )
+        before, after = taken.server
+        if self.counters is not None and before is not None and after is not None:
+            self.counters = _add_delta(self.counters, before, after)
+        else:
+            self.counters = None
+        self.system_cs = _moved(self.system_cs, *taken.system_cs)
+
+
+@dataclass
+class TurnTaken:
+    """What the harness read around one turn, beside what the client reported of it."""
+
+    server: tuple[proc_probe.Counters | None, proc_probe.Counters | None]
+    system_cs: tuple[int | None, int | None]
+    client_cpu_s: float
+    noise: dict[str, float]
+    memory: proc_probe.Memory | None
+    reported: dict[str, float]
+
+
+@dataclass
+class _Boundary:
+    """The counters read where one turn ends and the next begins."""
+
+    cpu: CpuSnapshot
+    servers: list[proc_probe.Counters | None]
+    clients: list[proc_probe.Counters | None]
+    system_cs: int | None
+
+
+# Turns begin this long after their clients are launched (sysbench starts and connects
+# every worker first), plus a little per client. A client still connecting then loses
+# part of its first turn, which settles it and is never measured.
+TURN_LEAD_S = 1.0
+TURN_LEAD_PER_CLIENT_S = 0.25
+# The harness reads the counters this long after a turn's end: its last events end then.
+TURN_GRACE_S = 0.02
+# A client whose turns are over ends by itself; past this it is taken for stuck.
+TURN_EXIT_S = 30.0
+
+
+def takes_turns(steps: list[Step]) -> bool:
+    """Whether these cells' clients can take turns: every step can, and few enough."""
+    return len(steps) <= len(TURN_DIGITS) and all(s.definition.takes_turns for s in steps)
+
+
+def turn_order(clients: int, rounds: int) -> str:
+    """A settle turn for every client, then `rounds` rounds of one turn each.
+
+    The order rotates by one every round, as slices do, so every client follows every
+    other: what one leaves behind (a flush still running, a cold CPU cache) reaches all.
+    """
+    order = list(range(clients))
+    for round_index in range(rounds):
+        first = round_index % clients
+        order += list(range(first, clients)) + list(range(first))
+    return "".join(TURN_DIGITS[i] for i in order)
+
+
+def _sleep_until(moment: float) -> None:
+    delay = moment - time.time()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _cpu_delta(before: proc_probe.Counters | None, after: proc_probe.Counters | None) -> float:
+    """CPU seconds between two readings; 0 when either is missing (a client ending)."""
+    if before is None or after is None:
+        return 0.0
+    return after.user_s + after.system_s - before.user_s - before.system_s
+
+
+def measure_turns(
+    active: list[tuple[LiveSession, CellMeasurement]],
+    rounds: int,
+    width_s: float,
+    on_interval: IntervalCallback,
+    should_stop: Callable[[], bool],
+) -> None:
+    """Measure several setups' cells at once, their clients taking turns (mb_common.lua).
+
+    Each setup's sysbench runs for the whole of it, connected, working only in its own
+    turns. The harness reads every server's and client's counters at each turn's end,
+    so each turn has its own per-op costs and its own record of what else ran; the
+    clients report what they did in each turn. A client's first turn settles it (its
+    statements get prepared) and is not measured. A server that dies leaves its turns
+    empty; the other setups' turns go on.
+    """
+    plan = TurnPlan(
+        turn_order(len(active), rounds),
+        time.time() + TURN_LEAD_S + TURN_LEAD_PER_CLIENT_S * len(active),
+        width_s,
+    )
+    outputs: list[RunOutput | None] = [None] * len(active)
+    pids: dict[int, int] = {}
+    latest_rss: dict[int, int | None] = {}
+    # Set when the harness stops early: each client then ends itself at its next report.
+    abandoned = threading.Event()
+
+    def client(index: int, live: LiveSession, planned: PlannedCell) -> None:
+        def turn_done(turn: Turn) -> None:
+            if turn.index >= len(active):
+                progress = Interval(turn.ended, turn.seconds, turn.events, turn.queries, 0, 0.0)
+                on_interval(planned, progress, latest_rss.get(index))
+
+        outputs[index] = live.sysbench.run(
+            planned.step,
+            planned.threads,
+            plan.end - time.time() + TURN_EXIT_S,
+            should_stop=abandoned.is_set,
+            turns=(plan, index),
+            on_start=lambda pid: pids.__setitem__(index, pid),
+            on_turn=turn_done,
+        )
+
+    workers = [
+        threading.Thread(target=client, args=(i, live, m.planned), daemon=True)
+        for i, (live, m) in enumerate(active)
+    ]
+    for worker in workers:
+        worker.start()
+    taken: dict[int, TurnTaken] = {}
+    try:
+        with contextlib.ExitStack() as stack:
+            peaks = [stack.enter_context(proc_probe.PeakSampler(live.pid)) for live, _ in active]
+            _sleep_until(plan.start)
+            before = _boundary(active, pids)
+            for turn in range(len(plan.order)):
+                _sleep_until(plan.bounds(turn)[1] + TURN_GRACE_S)
+                after = _boundary(active, pids)
+                owner = plan.owner(turn)
+                if turn >= len(active):
+                    taken[turn] = _taken(active[owner][0], owner, before, after)
+                    latest_rss[owner] = taken[turn].memory.rss_bytes if taken[turn].memory else None
+                before = after
+                if should_stop():
+                    raise KeyboardInterrupt
+            for index, sampler in enumerate(peaks):
+                _note_peaks(active[index][1].cell, sampler)
+    except BaseException:
+        abandoned.set()  # Ctrl-C, or the harness failed: no client outlives the cell
+        raise
+    finally:
+        for worker in workers:
+            worker.join(TURN_EXIT_S)
+    for index, (_, measurement) in enumerate(active):
+        output = outputs[index] or RunOutput(returncode=-1, output_tail="the client did not end")
+        own = sorted(t for t in taken if plan.owner(t) == index)
+        measurement.outputs.append(_turns_output(output, own, taken))
+        for turn in own:
+            if turn in output.turns:
+                measurement.add_turn(output.turns[turn], taken[turn])
+
+
+def _boundary(active: list[tuple[LiveSession, CellMeasurement]], pids: dict[int, int]) -> _Boundary:
+    return _Boundary(
+        cpu=cpu_snapshot(),
+        servers=[proc_probe.read_counters(live.pid) for live, _ in active],
+        clients=[
+            proc_probe.read_counters(pids[i]) if i in pids else None for i in range(len(active))
+        ],
+        system_cs=proc_probe.system_context_switches(),
+    )
+
+
+def _taken(live: LiveSession, owner: int, before: _Boundary, after: _Boundary) -> TurnTaken:
+    """The owner's share of a turn's counters; everything else that ran is interference.
+
+    Every setup's server and client count as the run's own CPU: the others idle then,
+    and what they still do (a flush, a purge) is the run's doing, not the machine's.
+    """
+    own = sum(_cpu_delta(b, a) for b, a in zip(before.servers, after.servers, strict=True))
+    clients = [_cpu_delta(b, a) for b, a in zip(before.clients, after.clients, strict=True)]
+    memory = proc_probe.read_memory(live.pid)
+    if live.probe is None:
+        live.probe = ServerMemoryProbe(live.server)
+    return TurnTaken(
+        server=(before.servers[owner], after.servers[owner]),
+        system_cs=(before.system_cs, after.system_cs),
+        client_cpu_s=clients[owner],
+        noise=interference(before.cpu, after.cpu, own + sum(clients)),
+        memory=memory,
+        reported=live.probe.read() if live.alive() else {},
+    )
+
+
+def _note_peaks(cell: Cell, sampler: proc_probe.PeakSampler) -> None:
+    if sampler.peak_rss:
+        cell.peak_rss_bytes = max(cell.peak_rss_bytes or 0, sampler.peak_rss)
+    if sampler.peak_vsz:
+        cell.peak_vsz_bytes = max(cell.peak_vsz_bytes or 0, sampler.peak_vsz)
+
+
+def _turns_output(output: RunOutput, own: list[int], taken: dict[int, TurnTaken]) -> RunOutput:
+    """The client's run as the cell's output: totals of its measured turns alone."""
+    turns = [output.turns[t] for t in own if t in output.turns]
+    return RunOutput(
+        returncode=output.returncode,
+        seconds=sum(t.seconds for t in turns),
+        events=sum(t.events for t in turns),
+        queries=sum(t.queries for t in turns),
+        errors=sum(t.errors for t in turns),
+        reconnects=output.reconnects,
+        p95_ms=output.p95_ms,
+        p99_ms=output.p99_ms,
+        avg_ms=output.avg_ms,
+        client_cpu_s=sum(taken[t].client_cpu_s for t in own),
+        threads=output.threads,
+        output_tail=output.output_tail,
+        metrics=output.metrics,
+        histogram=output.histogram,
+    )
 
 
 def new_cell(planned: PlannedCell, live: LiveSession, experiment: Experiment) -> Cell:
@@ -385,6 +637,8 @@ __all__ = [
     "finish_cell",
     "measure",
     "measure_slice",
+    "measure_turns",
+    "takes_turns",
     "new_cell",
     "per_op_metrics",
     "record_charge",

@@ -242,6 +242,7 @@ class DesignRecord(Record):
     slice_s: float | None = None
     slices_per_cell: int | None = None
     why: str | None = None
+    alternate: str | None = None  # "turns"; absent: each slice a sysbench run of its own
 
 
 @dataclass

@@ -22,6 +22,7 @@ from mallocbench.executors.real import RealExecutor
 from mallocbench.experiment import (
     INTERLEAVED,
     SEQUENTIAL,
+    TURNS,
     Experiment,
     PlannedCell,
     PlannedSession,
@@ -135,13 +136,16 @@ class RunOutcome:
 def cell_estimate(experiment: Experiment) -> float:
     """Seconds per cell before any was measured: warmup + measured + a second a run.
 
-    Interleaved cells run slices of durations.slice seconds, each a sysbench start.
+    Interleaved cells run slices of durations.slice seconds, each a sysbench start, or
+    take turns of that length after a settle turn each.
     """
     # Warming cannot end before the detector has a full window of seconds to judge.
     warmup = min(max(experiment.warmup_s, WINDOW_S), experiment.max_warmup_s)
     warmup = warmup + 1.0 if experiment.warmup_s > 0 else 0.0
     if experiment.design == INTERLEAVED:
         slices = slices_per_cell(experiment)
+        if experiment.alternate == TURNS:
+            return warmup + (slices + 1) * experiment.slice_s + 1.0
         return warmup + slices * (experiment.slice_s + 0.5)
     return warmup + experiment.duration_s + 1.0
 
@@ -424,6 +428,8 @@ class Pipeline:
         if self.interleaved:
             record.slice_s = experiment.slice_s
             record.slices_per_cell = slices_per_cell(experiment)
+            if experiment.alternate == TURNS:
+                record.alternate = TURNS
         if self.concurrency_problem is not None:
             record.why = self.concurrency_problem
         return record

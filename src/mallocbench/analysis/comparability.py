@@ -113,7 +113,10 @@ def _run_facts(result: RunResult) -> dict[str, Fact]:
             facts[f"durations.{name}"] = Fact(seconds, _seconds(seconds), WARN)
     used = design.used if design is not None else None
     if used:
-        facts["design"] = Fact(used, str(used), WARN)
+        # Interleaved slices were runs of their own unless the run says turns.
+        turns = design is not None and design.alternate == "turns"
+        shown = f"{used}, turns" if turns else str(used)
+        facts["design"] = Fact(shown, shown, WARN)
     host = meta.host or HostFacts()
     for name, value in (
         ("cpu_model", host.cpu_model),

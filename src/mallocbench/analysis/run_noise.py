@@ -59,7 +59,12 @@ def run_noise(result: RunResult, start_cost_s: float = 30.0) -> RunNoise | None:
         by_cell[(cell.setup, cell.engine, cell.step, cell.threads)][cell.repeat] = rates
         shares += [float(s["other_cpu_share"]) for s in cell.slices if "other_cpu_share" in s]
         steals += [float(s["steal_share"]) for s in cell.slices if "steal_share" in s]
-        slice_s += [float(s["seconds"]) for s in cell.slices if s.get("seconds")]
+        # A slice that was a sysbench run of its own also cost the second it dropped.
+        slice_s += [
+            float(s["seconds"]) + (0.0 if s.get("turn") else 1.0)
+            for s in cell.slices
+            if s.get("seconds")
+        ]
     within, between, judged = [], [], 0
     for blocks in by_cell.values():
         starts = [rates for rates in blocks.values() if rates]
@@ -76,7 +81,7 @@ def run_noise(result: RunResult, start_cost_s: float = 30.0) -> RunNoise | None:
     best = None
     if within_var is not None and between_var is not None and slice_s:
         best = optimal_slices_per_start(
-            within_var, between_var, statistics.median(slice_s) + 1.0, start_cost_s
+            within_var, between_var, statistics.median(slice_s), start_cost_s
         )
     return RunNoise(
         cells=judged,

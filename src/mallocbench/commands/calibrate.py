@@ -29,7 +29,7 @@ from mallocbench import experiment as experiment_mod
 from mallocbench.analysis import noise
 from mallocbench.commands.options import out_dir_option, percent_option
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import MIN_SLICE_S, Experiment, PlannedCell, PlannedSession, Setup
+from mallocbench.experiment import MIN_RUN_SLICE_S, Experiment, PlannedCell, PlannedSession, Setup
 from mallocbench.measure import CellMeasurement, new_cell, warm_up
 from mallocbench.measure import measure_slice as measure_cell_slice
 from mallocbench.probes.system import cpu_snapshot, system_thp_mode
@@ -592,7 +592,7 @@ def calibrate(
 @click.option(
     "--slice",
     "slice_s",
-    type=click.IntRange(int(MIN_SLICE_S), 3600),
+    type=click.IntRange(int(MIN_RUN_SLICE_S), 3600),
     default=5,
     show_default=True,
     metavar="SECONDS",

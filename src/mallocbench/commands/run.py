@@ -76,9 +76,10 @@ def _design_line(experiment: experiment_mod.Experiment) -> str:
     if problem is not None:
         return f"design sequential (interleaved asked, but {problem})"
     slices = experiment_mod.slices_per_cell(experiment)
+    kind = "turn" if experiment.alternate == experiment_mod.TURNS else "slice"
     return (
         f"design interleaved: {len(experiment.setups)} servers up at once per block; each "
-        f"cell is {slices} slice(s) of {experiment.slice_s:g} s alternating between them"
+        f"cell is {slices} {kind}(s) of {experiment.slice_s:g} s alternating between them"
     )
 
 

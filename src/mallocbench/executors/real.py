@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
 from mallocbench import dataset
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.base import RunContext, Session
-from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, Setup, slices_per_cell
+from mallocbench.executors.base import CellProgress, RunContext, Session
+from mallocbench.experiment import (
+    MIN_RUN_SLICE_S,
+    TURNS,
+    Experiment,
+    PlannedCell,
+    PlannedSession,
+    Setup,
+    slices_per_cell,
+)
 from mallocbench.measure import (
     CellMeasurement,
     finish_cell,
     measure_slice,
+    measure_turns,
     new_cell,
     record_charge,
     restart_peak,
+    takes_turns,
     warm_up,
 )
 from mallocbench.probes.system import system_thp_mode
@@ -123,6 +133,39 @@ class RealExecutor:
         )
         rounds = slices_per_cell(experiment) if sliced else 1
         seconds = experiment.slice_s if sliced else experiment.duration_s
+        steps = [m.planned.step for _, _, m, _ in active]
+        if sliced and active and experiment.alternate == TURNS and takes_turns(steps):
+            for _, _, measurement, _ in active:
+                progress.cell_started(measurement.planned, f"{rounds} turns of {seconds:g} s")
+            measure_turns(
+                [(live, m) for _, live, m, _ in active],
+                rounds,
+                seconds,
+                progress.interval,
+                stop_requested,
+            )
+        else:
+            if sliced and seconds < MIN_RUN_SLICE_S:
+                # Turns asked of steps that cannot take them: runs drop a second, so
+                # keep them long enough.
+                seconds = min(MIN_RUN_SLICE_S, experiment.duration_s)
+                rounds = max(1, round(experiment.duration_s / seconds))
+            self._measure_slices(active, rounds, seconds, progress, stop_requested)
+        for index, live, measurement, exact_peak in active:
+            cell = finish_cell(measurement, live, run.takes_account(measurement.planned))
+            record_charge(cell, live, exact_peak)
+            cells[index] = cell
+        return [c for c in cells if c is not None]
+
+    @staticmethod
+    def _measure_slices(
+        active: list[tuple[int, LiveSession, CellMeasurement, bool]],
+        rounds: int,
+        seconds: float,
+        progress: CellProgress,
+        stop_requested: Callable[[], bool],
+    ) -> None:
+        """Each slice its own sysbench run, the setups' slices in rotating order."""
         dead: set[int] = set()
         for round_index in range(rounds):
             turn = round_index % len(active) if active else 0
@@ -135,11 +178,6 @@ class RealExecutor:
                     dead.add(index)
                 if stop_requested():
                     raise KeyboardInterrupt
-        for index, live, measurement, exact_peak in active:
-            cell = finish_cell(measurement, live, run.takes_account(measurement.planned))
-            record_charge(cell, live, exact_peak)
-            cells[index] = cell
-        return [c for c in cells if c is not None]
 
 
 __all__ = ["RealExecutor", "resolve_builds"]

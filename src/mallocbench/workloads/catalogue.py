@@ -35,6 +35,9 @@ class StepDef:
     insert benchmark's query steps need exactly one query connection and two writers.
     `until_done` steps do a fixed amount of work and end by themselves (a load, an index
     build); they are not cut at the step duration and a warmup run would redo the work.
+    `takes_turns` is False for steps whose background work holds a rate in wall time
+    (the insert benchmark's writers): interleaved, they are measured in slices that are
+    separate sysbench runs, not in turns (measure.measure_turns).
     """
 
     name: str
@@ -46,6 +49,7 @@ class StepDef:
     sysbench_args: tuple[str, ...] = ()
     threads: int | None = None
     until_done: bool = False
+    takes_turns: bool = True
 
     @property
     def script_name(self) -> str:
@@ -74,6 +78,7 @@ def _ibench_query(rate: int, kind: str) -> StepDef:
         script=f"ibench-{kind}.lua",
         sysbench_args=(f"--ibench-rate={rate}",),
         threads=3,
+        takes_turns=False,
     )
 
 

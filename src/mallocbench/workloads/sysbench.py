@@ -48,6 +48,74 @@ class Interval:
         return self.events / self.seconds if self.seconds > 0 else 0.0
 
 
+# Turn owners are written one character a turn, so at most this many clients take turns.
+TURN_DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """Clients of several servers taking turns on the wall clock (mb_common.lua).
+
+    `order` has one character per turn naming the client whose turn it is (an index
+    into TURN_DIGITS); turn k runs from start + k x width to start + (k+1) x width.
+    """
+
+    order: str
+    start: float  # Unix time the first turn begins
+    width: float  # seconds
+
+    def bounds(self, turn: int) -> tuple[float, float]:
+        return self.start + turn * self.width, self.start + (turn + 1) * self.width
+
+    @property
+    def end(self) -> float:
+        return self.start + len(self.order) * self.width
+
+    def owner(self, turn: int) -> int:
+        return TURN_DIGITS.index(self.order[turn])
+
+    def args(self, mine: int) -> list[str]:
+        return [
+            f"--turns={self.order}",
+            f"--turn-mine={TURN_DIGITS[mine]}",
+            f"--turn-start={self.start:.6f}",
+            f"--turn-width={self.width:.6f}",
+        ]
+
+
+@dataclass
+class Turn:
+    """What one client's workers did in one of its turns, summed over the workers."""
+
+    index: int
+    queries: int = 0
+    events: int = 0
+    errors: int = 0
+    # Each worker's throughput over its own busy span (its first event to the end of
+    # its last), summed: a worker whose last event ran past the turn's end is not
+    # credited with time it did not count.
+    qps: float = 0.0
+    tps: float = 0.0
+    began: float = 0.0  # the first worker's first event
+    ended: float = 0.0  # the last worker's last event ended
+    workers: int = 0  # how many reported it
+
+    def add(self, record: dict[str, float]) -> None:
+        busy = record["ended"] - record["began"]
+        self.queries += int(record["queries"])
+        self.events += int(record["events"])
+        self.errors += int(record["errors"])
+        if busy > 0:
+            self.qps += record["queries"] / busy
+            self.tps += record["events"] / busy
+        self.began = min(self.began or record["began"], record["began"])
+        self.ended = max(self.ended, record["ended"])
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.ended - self.began)
+
+
 @dataclass
 class RunOutput:
     returncode: int
@@ -66,6 +134,7 @@ class RunOutput:
     # Step-specific numbers a script reports with `mb.report_metric` (summed over threads).
     metrics: dict[str, float] = field(default_factory=dict)
     histogram: list[tuple[float, int]] = field(default_factory=list)  # latency ms, count
+    turns: dict[int, Turn] = field(default_factory=dict)  # by turn index, with --turns
 
     @property
     def ok(self) -> bool:
@@ -262,17 +331,25 @@ class Sysbench:
         seconds: float,
         on_interval: Callable[[Interval], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        turns: tuple[TurnPlan, int] | None = None,
+        on_start: Callable[[int], None] | None = None,
+        on_turn: Callable[[Turn], None] | None = None,
     ) -> RunOutput:
         """Run one step for `seconds`, calling `on_interval` as each second is reported.
 
         A step with a fixed amount of work (`until_done`) ignores `seconds` and ends when
-        its work is done; a step that fixes its thread count ignores `threads`.
+        its work is done; a step that fixes its thread count ignores `threads`. With
+        `turns` (the plan and this client's index in it) the workers run only in this
+        client's turns and end after its last; `seconds` is then a limit, and each turn's
+        work is in the output's `turns`, each also given to `on_turn` once every worker
+        has reported it. `on_start` gets sysbench's PID once it runs.
         """
         threads = threads_for(step, threads)
         until_done = step.definition.until_done
         limit_s = UNTIL_DONE_LIMIT_S if until_done else seconds
         cmd = [
             *self._command(step, step.definition.script_name, threads),
+            *(turns[0].args(turns[1]) if turns else []),
             "--time=0" if until_done else f"--time={max(1, round(seconds))}",
             "--report-interval=1",
             "--histogram=on",
@@ -292,47 +369,28 @@ class Sysbench:
             bufsize=1,
             preexec_fn=_child_setup(),
         )
+        if on_start is not None:
+            on_start(proc.pid)
         watchdog = threading.Timer(limit_s + 60, _kill_quietly, args=(proc,))
         watchdog.daemon = True
         watchdog.start()
         result = RunOutput(returncode=-1, threads=threads)
-        histogram: list[tuple[float, int]] = []
-        tail: list[str] = []
+        reports = _Reports(result, on_interval, on_turn)
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
-                if line.startswith("MBSTAT "):
-                    interval = _interval(_first_json(line[7:]))
-                    result.intervals.append(interval)
-                    if on_interval is not None:
-                        on_interval(interval)
-                    if should_stop is not None and should_stop():
-                        _kill_quietly(proc)
-                elif line.startswith("MBFINAL "):
-                    final = _first_json(line[8:])
-                    result.seconds = float(final["total"])
-                    result.events = int(final["events"])
-                    result.queries = int(final["reads"] + final["writes"] + final["other"])
-                    result.errors = int(final["errors"])
-                    result.reconnects = int(final["reconnects"])
-                elif line.startswith("MBMETRIC "):
-                    for name, value in _first_json(line[9:]).items():
-                        result.metrics[name] = result.metrics.get(name, 0.0) + float(value)
-                else:
-                    row = _HISTOGRAM_ROW.match(line)
-                    if row:
-                        histogram.append((float(row.group(1)), int(row.group(2))))
-                    elif line.strip():
-                        tail = [*tail[-19:], line.rstrip()]
+                # Asked once a second, as each report arrives.
+                if reports.read(line) and should_stop is not None and should_stop():
+                    _kill_quietly(proc)
         finally:
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
             watchdog.cancel()
         result.returncode = proc.returncode
         result.client_cpu_s = usage.ru_utime + usage.ru_stime
-        result.histogram = histogram
+        result.histogram = reports.histogram
         _set_latency(result)
-        result.output_tail = "\n".join(tail[-8:])
+        result.output_tail = "\n".join(reports.tail[-8:])
         return result
 
     def explain(self, step: Step, timeout: float = 120) -> list[Explained]:
@@ -353,6 +411,51 @@ class Sysbench:
             tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-5:])
             raise MallocbenchError(f"explaining {step.label} with sysbench failed: {tail}")
         return explained
+
+
+@dataclass
+class _Reports:
+    """One sysbench run's output, read line by line into its RunOutput."""
+
+    result: RunOutput
+    on_interval: Callable[[Interval], None] | None
+    on_turn: Callable[[Turn], None] | None
+    histogram: list[tuple[float, int]] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
+
+    def read(self, line: str) -> bool:
+        """Take one line; True when it was a per-second report."""
+        result = self.result
+        if line.startswith("MBSTAT "):
+            interval = _interval(_first_json(line[7:]))
+            result.intervals.append(interval)
+            if self.on_interval is not None:
+                self.on_interval(interval)
+            return True
+        if line.startswith("MBFINAL "):
+            final = _first_json(line[8:])
+            result.seconds = float(final["total"])
+            result.events = int(final["events"])
+            result.queries = int(final["reads"] + final["writes"] + final["other"])
+            result.errors = int(final["errors"])
+            result.reconnects = int(final["reconnects"])
+        elif line.startswith("MBTURN "):
+            record = _first_json(line[7:])
+            turn = result.turns.setdefault(int(record["turn"]), Turn(int(record["turn"])))
+            turn.add(record)
+            turn.workers += 1
+            if self.on_turn is not None and turn.workers == result.threads:
+                self.on_turn(turn)
+        elif line.startswith("MBMETRIC "):
+            for name, value in _first_json(line[9:]).items():
+                result.metrics[name] = result.metrics.get(name, 0.0) + float(value)
+        else:
+            row = _HISTOGRAM_ROW.match(line)
+            if row:
+                self.histogram.append((float(row.group(1)), int(row.group(2))))
+            elif line.strip():
+                self.tail = [*self.tail[-19:], line.rstrip()]
+        return False
 
 
 def _first_json(text: str) -> dict[str, float]:

@@ -11,7 +11,19 @@ sysbench.cmdline.options = {
   engine = {"Storage engine for CREATE TABLE", "InnoDB"},
   batch_rows = {"Rows per INSERT while loading", 1000},
   secondary = {"Create the secondary index k_N(k) while loading", true},
+  turns = {"Turn owners, one digit a turn (\"0110\"): clients that take turns", ""},
+  turn_mine = {"This client's digit in --turns", "0"},
+  turn_start = {"Wall-clock second (Unix time) the first turn begins", 0},
+  turn_width = {"Seconds per turn", 1},
 }
+
+local ffi = require("ffi")
+ffi.cdef[[
+typedef struct { long tv_sec; long tv_nsec; } mb_timespec;
+int clock_gettime(int clk_id, mb_timespec *tp);
+int usleep(unsigned int usec);
+uint64_t sb_counter_val(int thread_id, int counter);
+]]
 
 mb = {}
 
@@ -228,6 +240,87 @@ function mb.report_metrics(values)
     parts[#parts + 1] = string.format('"%s":%.6f', name, value)
   end
   mb.emit("MBMETRIC {" .. table.concat(parts, ",") .. "}")
+end
+
+-- Turns ----------------------------------------------------------------------------------
+-- Several setups' clients, each its own sysbench process on its own server, share the
+-- machine by turns: with --turns, a worker runs events only in the turns its process
+-- owns and sleeps through the others, on the wall clock every process reads alike. The
+-- clients stay connected, so a turn can be a second long and the machine's fast drift
+-- reaches neighbouring turns of different setups alike. The wait is outside
+-- sb_event_start/stop, so latencies are the queries' own. At the end of each own turn a
+-- worker reports what it did in it, from sysbench's own per-thread counters.
+
+local CLOCK_REALTIME, CLOCK_MONOTONIC = 0, 1
+local ts = ffi.new("mb_timespec")
+local CNT_OTHER, CNT_READ, CNT_WRITE, CNT_EVENT, CNT_ERROR = 0, 1, 2, 3, 4
+
+local function clock(id)
+  ffi.C.clock_gettime(id, ts)
+  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
+end
+function mb.now() return clock(CLOCK_MONOTONIC) end
+function mb.wall() return clock(CLOCK_REALTIME) end
+function mb.sleep(seconds)
+  if seconds > 0 then ffi.C.usleep(math.floor(seconds * 1e6)) end
+end
+
+local function counters(thread_id)
+  local c = function(kind) return tonumber(ffi.C.sb_counter_val(thread_id, kind)) end
+  return c(CNT_OTHER) + c(CNT_READ) + c(CNT_WRITE), c(CNT_EVENT), c(CNT_ERROR)
+end
+
+-- One event as sysbench's own loop runs it; true when event() asked to stop.
+local function one_event(thread_id)
+  ffi.C.sb_event_start(thread_id)
+  local success, ret
+  repeat
+    success, ret = pcall(event, thread_id)
+    if not success then
+      if type(ret) == "table" and ret.errcode == sysbench.error.RESTART_EVENT then
+        if sysbench.hooks.before_restart_event then
+          sysbench.hooks.before_restart_event(ret)
+        end
+      else
+        error(ret, 2)
+      end
+    end
+  until success
+  if ret then return true end
+  ffi.C.sb_event_stop(thread_id)
+  return false
+end
+
+local function take_turns(thread_id)
+  local order, mine = sysbench.opt.turns, tostring(sysbench.opt.turn_mine)
+  local start, width = sysbench.opt.turn_start, sysbench.opt.turn_width
+  for k = 1, #order do
+    if order:sub(k, k) == mine then
+      local from, to = start + (k - 1) * width, start + k * width
+      -- A sleep a signal cut short must not start the turn early.
+      while mb.wall() < from do mb.sleep(from - mb.wall()) end
+      local queries, events, errors = counters(thread_id)
+      local began = mb.wall()
+      local stop = false
+      while not stop and mb.wall() < to and ffi.C.sb_more_events(thread_id) do
+        stop = one_event(thread_id)
+      end
+      local ended = mb.wall()
+      local q, e, err = counters(thread_id)
+      mb.emit(string.format(
+        'MBTURN {"turn":%d,"thread":%d,"from":%.6f,"to":%.6f,"began":%.6f,"ended":%.6f,' ..
+        '"queries":%d,"events":%d,"errors":%d}',
+        k - 1, thread_id, from, to, began, ended, q - queries, e - events, err - errors))
+      if stop or not ffi.C.sb_more_events(thread_id) then return end
+    end
+  end
+end
+
+function thread_run(thread_id)
+  if sysbench.opt.turns ~= "" then return take_turns(thread_id) end
+  while ffi.C.sb_more_events(thread_id) do
+    if one_event(thread_id) then break end
+  end
 end
 
 -- Reporting ------------------------------------------------------------------------------

@@ -3,13 +3,7 @@
 -- background writers hold a target rate (qr*, qp*). The table is not in the golden
 -- datadir, so every step can build what it needs: a step run alone (say qr100) first
 -- loads the table and adds the indexes, untimed, in init().
-local ffi = require("ffi")
-
-ffi.cdef[[
-typedef struct { long tv_sec; long tv_nsec; } mb_timespec;
-int clock_gettime(int clk_id, mb_timespec *tp);
-int usleep(unsigned int usec);
-]]
+local ffi = require("ffi")  -- declarations: mb_common
 
 local opts = sysbench.cmdline.options
 opts.ibench_rows = {"Rows l.i0 loads (0: tables x table_size)", 0}
@@ -28,17 +22,8 @@ ib.INDEXES = {
 local CASHREGISTERS, PRODUCTS, CUSTOMERS, MAX_PRICE = 1000, 10000, 100000, 500.0
 ib.MAX_PRICE = math.floor((MAX_PRICE + CUSTOMERS) / 100)
 
-local CLOCK_MONOTONIC = 1
-local ts = ffi.new("mb_timespec")
-
-function ib.now()
-  ffi.C.clock_gettime(CLOCK_MONOTONIC, ts)
-  return tonumber(ts.tv_sec) + tonumber(ts.tv_nsec) * 1e-9
-end
-
-function ib.sleep(seconds)
-  if seconds > 0 then ffi.C.usleep(math.floor(seconds * 1e6)) end
-end
+ib.now = mb.now
+ib.sleep = mb.sleep
 
 function ib.tid() return sysbench.tid or 0 end
 function ib.batch() return sysbench.opt.ibench_batch end
