@@ -6,11 +6,11 @@ are stopped with SIGTERM as a user's Ctrl-C would (every finished cell is kept):
 
 - before: one server at a time in A B C D, D C B A rounds, independent-samples
   intervals (Welch on log throughput), as the tool did until now;
-- after: interleaved blocks (all four servers up at once, alternating 5 s slices),
-  intervals paired by block and pooled over setups;
-- after-1slice: the same with one slice per server start, which `mallocbench
-  calibrate` recommends on this host (the start-to-start variance is as large as a
-  slice's, and a start costs little next to the step's warmup), so more starts fit.
+- after: interleaved blocks (all four servers up at once, 5 s slices alternating, each
+  a sysbench run of its own), intervals paired by block and pooled over setups;
+- turns: the same with the clients taking 1 s turns (alternate = "turns"), 10 each
+  per cell;
+- turns-short: turns again, 4 per cell, so more server starts fit in the time.
 
 After each block the widest of the three relative-QPS intervals is recorded with the
 wall time it took, so the output shows width against time for both, the width at the
@@ -41,7 +41,7 @@ def widths(result: RunResult, paired: bool) -> list[tuple[int, float, float]]:
     """(blocks, wall seconds, widest interval in points) after each completed block."""
     start = min(s.started_at for s in result.sessions if s.started_at)
     out = []
-    for k in range(1, 1 + max(c.repeat for c in result.cells)):
+    for k in range(1, 2 + max(c.repeat for c in result.cells)):
         cells = [c for c in result.cells if c.repeat < k]
         by_setup = summarize(cells)
         if len({key[0] for key in by_setup}) < len(SETUPS):
@@ -82,7 +82,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=5)
     parser.add_argument("--target", type=float, default=3.0, help="interval width, points")
     parser.add_argument("--out", type=Path, default=Path("/tmp/mb-bench-ttv"))
-    parser.add_argument("--designs", default="before,after,after-1slice")
+    parser.add_argument("--designs", default="before,after,turns,turns-short")
     args = parser.parse_args()
     designs = {
         "before": (
@@ -90,25 +90,23 @@ def main() -> int:
             False,
         ),
         "after": (
+            Plan("after", SETUPS, repeats=40, step_s=10, slice_s=5, max_warmup=15),
+            True,
+        ),
+        "turns": (
             Plan(
-                "after",
-                SETUPS,
-                repeats=40,
-                design="interleaved",
-                step_s=10,
-                slice_s=5,
-                max_warmup=15,
+                "turns", SETUPS, repeats=40, alternate="turns", step_s=10, slice_s=1, max_warmup=15
             ),
             True,
         ),
-        "after-1slice": (
+        "turns-short": (
             Plan(
-                "after1",
+                "turns-short",
                 SETUPS,
                 repeats=80,
-                design="interleaved",
-                step_s=5,
-                slice_s=5,
+                alternate="turns",
+                step_s=4,
+                slice_s=1,
                 max_warmup=15,
             ),
             True,

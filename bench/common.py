@@ -22,6 +22,7 @@ EXPERIMENT = """
 name = "{name}"
 base = "{base}"
 design = "{design}"
+alternate = "{alternate}"
 engines = ["{engine}"]
 steps = ["{step}"]
 threads = [{threads}]
@@ -52,6 +53,7 @@ class Plan:
     setups: list[tuple[str, str, str]]  # (name, allocator, extra TOML lines)
     repeats: int = 3
     design: str = "interleaved"
+    alternate: str = "runs"
     engine: str = "innodb"
     step: str = "point-query"
     threads: int = 8
@@ -65,6 +67,7 @@ class Plan:
             name=self.name,
             base=self.setups[0][0],
             design=self.design,
+            alternate=self.alternate,
             engine=self.engine,
             step=self.step,
             threads=self.threads,
