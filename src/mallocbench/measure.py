@@ -320,6 +320,7 @@ def measure_turns(
         width_s,
     )
     outputs: list[RunOutput | None] = [None] * len(active)
+    failures: list[BaseException] = []  # raised in a client's thread, raised again here
     pids: dict[int, int] = {}
     latest_rss: dict[int, int | None] = {}
     # Set when the harness stops early: each client then ends itself at its next report.
@@ -331,15 +332,18 @@ def measure_turns(
                 progress = Interval(turn.ended, turn.seconds, turn.events, turn.queries, 0, 0.0)
                 on_interval(planned, progress, latest_rss.get(index))
 
-        outputs[index] = live.sysbench.run(
-            planned.step,
-            planned.threads,
-            plan.end - time.time() + TURN_EXIT_S,
-            should_stop=abandoned.is_set,
-            turns=(plan, index),
-            on_start=lambda pid: pids.__setitem__(index, pid),
-            on_turn=turn_done,
-        )
+        try:
+            outputs[index] = live.sysbench.run(
+                planned.step,
+                planned.threads,
+                plan.end - time.time() + TURN_EXIT_S,
+                should_stop=abandoned.is_set,
+                turns=(plan, index),
+                on_start=lambda pid: pids.__setitem__(index, pid),
+                on_turn=turn_done,
+            )
+        except BaseException as exc:  # a thread's traceback would reach the user raw
+            failures.append(exc)
 
     workers = [
         threading.Thread(target=client, args=(i, live, m.planned), daemon=True)
@@ -371,6 +375,18 @@ def measure_turns(
     finally:
         for worker in workers:
             worker.join(TURN_EXIT_S)
+    if failures:
+        raise failures[0]
+    _add_turns(active, outputs, plan, taken)
+
+
+def _add_turns(
+    active: list[tuple[LiveSession, CellMeasurement]],
+    outputs: list[RunOutput | None],
+    plan: TurnPlan,
+    taken: dict[int, TurnTaken],
+) -> None:
+    """Each cell's measured turns, from its client's reports and the harness's readings."""
     for index, (_, measurement) in enumerate(active):
         output = outputs[index] or RunOutput(returncode=-1, output_tail="the client did not end")
         own = sorted(t for t in taken if plan.owner(t) == index)
