@@ -832,3 +832,120 @@ def _delegate(parent: Path, controller: str) -> None:
             f"no writable {controller} cgroup: cannot enable {controller} in {control} "
             f"({exc.strerror}); {_fix_hint(exc, controller)}"
         ) from None
+
+
+# --- the limit a cgroup puts on a process ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CgroupLimit:
+    """The tightest memory limit over a cgroup and its ancestors, and where it is set."""
+
+    bytes: int
+    version: int
+    directory: Path  # the group whose file sets it
+    file: str  # memory.max, memory.limit_in_bytes or memory.stat's hierarchical_memory_limit
+
+
+def _limit_in(directory: Path, version: int) -> tuple[int, str] | None:
+    """The limit one group sets by itself; None for none ("max", v1's huge value) or unreadable."""
+    name = "memory.max" if version == 2 else "memory.limit_in_bytes"
+    value = _read_int(directory / name)
+    # v1 shows "no limit" as the largest page-aligned 63-bit value.
+    if value is None or value >= (1 << 62):
+        return None
+    return value, name
+
+
+def memory_limit_in(directory: Path, top: Path) -> CgroupLimit | None:
+    """The tightest memory limit on `directory` and each ancestor up to `top` (its mount).
+
+    Given a root path rather than finding one, so a fabricated tree can stand in for the
+    cgroup file system. A child's limit above an ancestor's does not loosen it: the kernel
+    charges each page to every group up the tree. v1 also tells, in memory.stat, the limit
+    of ancestors a container cannot see (hierarchical_memory_limit).
+    """
+    version = 2 if _is_v2(directory) else 1
+    best: CgroupLimit | None = None
+    current = directory
+    while True:
+        found = _limit_in(current, version)
+        if found is not None and (best is None or found[0] < best.bytes):
+            best = CgroupLimit(found[0], version, current, found[1])
+        if current == top or current.parent == current or top not in current.parents:
+            break
+        current = current.parent
+    if version == 1:
+        stat = parse_counters(_read_text(directory / "memory.stat"))
+        hierarchical = stat.get("hierarchical_memory_limit", 1 << 62)
+        if hierarchical < (1 << 62) and (best is None or hierarchical < best.bytes):
+            best = CgroupLimit(hierarchical, 1, directory, "memory.stat hierarchical_memory_limit")
+    return best
+
+
+def memory_limit_of(pid: int | str) -> CgroupLimit | None:
+    """The memory limit the cgroup of `pid` (v1 or v2) holds it to; None when there is none."""
+    directory = memory_cgroup_of(pid)
+    if directory is None:
+        return None
+    for mount in memory_mounts():
+        if directory == mount.mount_point or mount.mount_point in directory.parents:
+            return memory_limit_in(directory, mount.mount_point)
+    return None
+
+
+# --- groups left by a harness that was killed ------------------------------------------------
+
+
+_OWN_GROUP = re.compile(r"^mallocbench-.+-(\d+)$")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def abandoned_groups(parent: Path) -> list[Path]:
+    """Groups below `parent` named by cgroup_name for a harness pid that no longer runs."""
+    try:
+        entries = sorted(parent.iterdir())
+    except OSError:
+        return []
+    found = []
+    for entry in entries:
+        match = _OWN_GROUP.match(entry.name)
+        # A live pid may be a harness still using its group, or a reused pid: either way
+        # the group is left alone; only a group whose harness is gone is ours to remove.
+        if match and entry.is_dir() and not _pid_alive(int(match.group(1))):
+            found.append(entry)
+    return found
+
+
+def remove_abandoned_groups(parents: Iterable[Path] | None = None) -> list[Path]:
+    """Remove the empty groups that harnesses killed before they could clean up left behind.
+
+    A group whose processes still run (a server a run left behind, not yet stopped) is
+    kept: rmdir refuses it, and moving its processes out would uncap them. The default
+    parents are where MemoryCgroup.create and CpuCgroup.create put groups.
+    """
+    if parents is None:
+        parents = []
+        for controller in _V1_MARKER:
+            with contextlib.suppress(MallocbenchError):
+                parents.append(_default_parent(controller))
+    removed = []
+    for parent in dict.fromkeys(parents):
+        for group in abandoned_groups(parent):
+            if _read_procs(group):
+                continue
+            try:
+                group.rmdir()
+            except OSError:
+                continue
+            removed.append(group)
+    return removed

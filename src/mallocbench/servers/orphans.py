@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.servers.cgroup import remove_abandoned_groups
 from mallocbench.servers.mariadb import SERVER_RECORD, process_start_time
 
 
@@ -112,10 +113,15 @@ def _remove_socket_dir(record: Path) -> None:
 
 
 def stop_orphans(servers_dir: Path) -> list[Orphan]:
-    """Stop every server recorded under a run's servers/ directory; the ones that ran."""
+    """Stop every server recorded under a run's servers/ directory; the ones that ran.
+
+    Then the cgroups that killed harnesses left behind go too, now that the servers in
+    them are stopped: nothing else would ever remove them.
+    """
     stopped = []
     for record in sorted(servers_dir.glob(f"*/{SERVER_RECORD}")):
         orphan = stop_orphan(record)
         if orphan is not None:
             stopped.append(orphan)
+    remove_abandoned_groups()
     return stopped
