@@ -27,12 +27,14 @@ def _permanent_jemalloc() -> str:
     return deploy.dropin_hint({"LD_PRELOAD": library}, "jemalloc")
 
 
-def _permanent_malloc_conf(knobs: dict[str, str] | None, extra: str) -> str:
+def _permanent_malloc_conf(
+    knobs: dict[str, str] | None, extra: str, what: str = "the shorter decay"
+) -> str:
     # Keep what the server already has: a new MALLOC_CONF line would replace it, and
     # jemalloc lets the later of two repeated options win.
     current = (knobs or {}).get("MALLOC_CONF")
     conf = f"{current},{extra}" if current else extra
-    return deploy.dropin_hint({"MALLOC_CONF": conf}, "the shorter decay")
+    return deploy.dropin_hint({"MALLOC_CONF": conf}, what)
 
 
 def _heap_fix(allocator: str | None, knobs: dict[str, str] | None) -> str:
@@ -59,6 +61,8 @@ def advise(report: MemoryReport) -> list[Advice]:
         _myrocks_on_glibc(report, allocator),
         _glibc_arenas(report, allocator, os.cpu_count() or 1),
         _heap_gap(report, allocator),
+        _lazy_free(report, allocator),
+        _jemalloc_dirty(report),
         _huge_pages(report, allocator),
         _reserved_address_space(report),
         _performance_schema(report),
@@ -159,23 +163,112 @@ def _heap_gap(report: MemoryReport, allocator: str | None) -> Advice | None:
     )
 
 
+# Kept memory worth a word: at least this much, and this share of RSS.
+_KEPT_MIN = 64 * MiB
+_KEPT_SHARE = 0.10
+
+
+def _worth_saying(kept: int | None, rss: int) -> bool:
+    return kept is not None and kept >= _KEPT_MIN and kept >= _KEPT_SHARE * rss
+
+
+def _lazy_free(report: MemoryReport, allocator: str | None) -> Advice | None:
+    """Pages freed with MADV_FREE: in RSS until the kernel wants them, then gone at once."""
+    proc = report.process
+    lazy = proc.rollup.get("LazyFree") if proc else None
+    if proc is None or lazy is None or not _worth_saying(lazy, proc.rss):
+        return None
+    if allocator == "jemalloc":
+        fix = (
+            "these are jemalloc's muzzy pages; muzzy_decay_ms:0 has it give them back with "
+            "MADV_DONTNEED, which RSS shows at once, and background_thread:true purges on "
+            "time instead of at the next allocation; "
+            + _permanent_malloc_conf(
+                proc.knobs, "muzzy_decay_ms:0,background_thread:true", "the immediate purge"
+            )
+        )
+    else:
+        fix = (
+            f"{allocator or 'the allocator'} gave these pages back with MADV_FREE: the kernel "
+            "reclaims them as soon as it needs memory, so they are no leak; judge the "
+            "server's use by RSS minus LazyFree"
+        )
+    return Advice(
+        "info",
+        "RSS counts memory the allocator has already freed (MADV_FREE)",
+        fix,
+        f"LazyFree {_mb(lazy)} of RSS {_mb(proc.rss)} (/proc/{proc.pid}/smaps_rollup)",
+    )
+
+
+def _jemalloc_dirty(report: MemoryReport) -> Advice | None:
+    """jemalloc's dirty pages, where jemalloc printed its statistics for the process."""
+    keeps, proc = report.allocator_keeps, report.process
+    stats = keeps.jemalloc if keeps else None
+    if stats is None or proc is None or not _worth_saying(stats.dirty, stats.resident):
+        return None
+    decay = "background_thread:true,dirty_decay_ms:5000"
+    settings = ", ".join(
+        f"{name} {value}"
+        for name, value in (
+            ("dirty_decay_ms", stats.dirty_decay_ms),
+            ("background_thread", stats.background_thread),
+        )
+        if value is not None
+    )
+    return Advice(
+        "info",
+        "jemalloc keeps freed pages resident (dirty)",
+        "dirty pages wait out dirty_decay_ms (10 s by default) and, without a background "
+        "thread, are purged only when the server next allocates; a shorter decay with "
+        f"background_thread purges them on time: {_permanent_malloc_conf(proc.knobs, decay)}",
+        f"dirty {_mb(stats.dirty)} of jemalloc's resident {_mb(stats.resident)} in its last "
+        f"print for process {stats.printed_by}" + (f" ({settings})" if settings else ""),
+    )
+
+
+def _thp_evidence(report: MemoryReport, huge: int | None) -> str:
+    setup = report.thp_setup
+    parts = [f"THP mode {report.thp}", f"AnonHugePages {_mb(huge) if huge is not None else '?'}"]
+    if setup is not None and setup.defrag:
+        parts.append(f"defrag {setup.defrag}")
+    if setup is not None and setup.max_ptes_none is not None:
+        parts.append(f"khugepaged max_ptes_none {setup.max_ptes_none}")
+    return ", ".join(parts)
+
+
 def _huge_pages(report: MemoryReport, allocator: str | None) -> Advice | None:
-    proc, thp = report.process, report.thp
-    if allocator == "jemalloc" and thp == "always":
+    proc, thp, setup = report.process, report.thp, report.thp_setup
+    if thp != "always" or (setup is not None and setup.process_disabled):
+        # THP is off for this process (PR_SET_THP_DISABLE): the host's mode does not apply.
+        return None
+    huge = proc.rollup.get("AnonHugePages") if proc else None
+    ptes = setup.max_ptes_none if setup is not None else None
+    khugepaged = (
+        f"; or lower khugepaged's max_ptes_none ({ptes} now) to 0 so it stops making huge "
+        "pages out of mostly empty ranges"
+        if ptes
+        else ""
+    )
+    if allocator == "jemalloc":
         return Advice(
             "warning",
             "transparent huge pages are 'always' with jemalloc",
-            "set THP to madvise (echo madvise > /sys/kernel/mm/transparent_hugepage/enabled) "
-            "or MALLOC_CONF=thp:never: huge pages keep freed memory resident",
-            "THP mode always, AnonHugePages "
-            f"{_mb(proc.rollup.get('AnonHugePages', 0)) if proc else '?'}",
+            "huge pages keep freed memory resident: turn THP off for the server alone with "
+            "MALLOC_CONF=thp:never ("
+            + _permanent_malloc_conf(proc.knobs if proc else None, "thp:never", "THP off")
+            + "), or set the host's THP to madvise (echo madvise > "
+            "/sys/kernel/mm/transparent_hugepage/enabled)" + khugepaged,
+            _thp_evidence(report, huge),
         )
-    if thp == "always" and proc is not None and proc.rollup.get("AnonHugePages", 0) > 64 * MiB:
+    if proc is not None and huge is not None and huge > _KEPT_MIN:
         return Advice(
             "info",
             "transparent huge pages are 'always'",
-            "THP can inflate RSS of a fragmented heap; madvise is the safer mode for databases",
-            f"AnonHugePages {_mb(proc.rollup['AnonHugePages'])}",
+            "THP can inflate RSS of a fragmented heap; madvise is the safer mode for databases "
+            "(echo madvise > /sys/kernel/mm/transparent_hugepage/enabled: systemd has no "
+            "per-service THP setting)" + khugepaged,
+            _thp_evidence(report, huge),
         )
     return None
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.servers import cgroup
 
 # glibc's non-main arenas live in heaps of HEAP_MAX_SIZE = 2 * DEFAULT_MMAP_THRESHOLD_MAX,
 # 64 MiB on 64-bit, always aligned to that size (heap_for_ptr masks pointers with it).
@@ -272,8 +273,8 @@ def _classify_buffer_pool(
             ):
                 best, note = _split_tail(pid, mappings, i, pool_size)
                 break
-        if best is None:
-            return None, None
+    if best is None:
+        return None, None
     best.kind = "buffer_pool"
     index = mappings.index(best)
     following = mappings[index + 1] if index + 1 < len(mappings) else None
@@ -513,6 +514,44 @@ def sample(
     )
 
 
+THP_DIR = Path("/sys/kernel/mm/transparent_hugepage")
+
+
+@dataclass
+class ThpSetup:
+    """How transparent huge pages are set up, for the host and for one process."""
+
+    mode: str | None  # enabled: always, madvise or never
+    defrag: str | None  # always, defer, defer+madvise, madvise or never
+    # How many empty small pages khugepaged may fill to make a huge page (of 511).
+    max_ptes_none: int | None
+    # True: prctl(PR_SET_THP_DISABLE) keeps THP off for the process (status THP_enabled: 0);
+    # None: the kernel does not say (before 3.15), or status was unreadable.
+    process_disabled: bool | None
+
+
+def _bracketed(path: Path) -> str | None:
+    try:
+        match = re.search(r"\[([\w+]+)\]", path.read_text())
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def read_thp(pid: int | None, sysfs: Path = THP_DIR, proc: Path = Path("/proc")) -> ThpSetup:
+    """The host's THP settings, and whether `pid` has THP disabled (None: not asked)."""
+    max_ptes: int | None = None
+    with contextlib.suppress(OSError, ValueError):
+        max_ptes = int((sysfs / "khugepaged" / "max_ptes_none").read_text())
+    disabled: bool | None = None
+    if pid is not None:
+        with contextlib.suppress(OSError):
+            status = (proc / str(pid) / "status").read_text()
+            match = re.search(r"^THP_enabled:\s*(\d)", status, re.M)
+            disabled = match.group(1) == "0" if match else None
+    return ThpSetup(_bracketed(sysfs / "enabled"), _bracketed(sysfs / "defrag"), max_ptes, disabled)
+
+
 @dataclass
 class MemoryLimit:
     """The most memory the process can have, and what sets that bound."""
@@ -522,13 +561,14 @@ class MemoryLimit:
 
 
 def memory_limit(pid: int) -> MemoryLimit:
-    """The smaller of physical memory and the process's cgroup memory.max, with its source."""
+    """The smaller of physical memory and the limit of the process's memory cgroup (v1 or
+    v2, its ancestors included), with its source."""
     total = psutil.virtual_memory().total
-    try:
-        rel = Path(f"/proc/{pid}/cgroup").read_text().strip().split("::", 1)[1]
-        raw = (Path("/sys/fs/cgroup") / rel.lstrip("/") / "memory.max").read_text().strip()
-        if raw != "max" and int(raw) < total:
-            return MemoryLimit(int(raw), f"cgroup memory.max of {rel}")
-    except (OSError, IndexError, ValueError):
-        pass
+    limit = cgroup.memory_limit_of(pid)
+    if limit is not None and limit.bytes < total:
+        return MemoryLimit(limit.bytes, limit_source(limit))
     return MemoryLimit(total, "physical memory (MemTotal)")
+
+
+def limit_source(limit: cgroup.CgroupLimit) -> str:
+    return f"cgroup v{limit.version} {limit.file} of {limit.directory}"

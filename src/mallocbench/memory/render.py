@@ -7,7 +7,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from mallocbench.memory.breakdown import Breakdown, Footprint
+from mallocbench.memory.process import ThpSetup
 from mallocbench.memory.report import (
+    AllocatorKeeps,
     AllocatorSummary,
     MemoryReport,
     ProcessSummary,
@@ -46,7 +48,10 @@ def render(report: MemoryReport, console: Console | None = None) -> None:
     else:
         console.print(_process_table(report.process_summary, report.pid_source))
         if report.allocator is not None:
-            console.print(escape("\n".join(_allocator_lines(report.allocator, report.thp))))
+            lines = _allocator_lines(report.allocator, report.thp, report.thp_setup)
+            console.print(escape("\n".join(lines)))
+        if report.allocator_keeps is not None:
+            _print_keeps(report.allocator_keeps, console)
     if report.footprint is not None:
         console.print(_footprint_table(report, report.footprint))
     if report.server_account is not None:
@@ -72,6 +77,7 @@ def _process_table(p: ProcessSummary, pid_source: str) -> Table:
         ("shared (clean + dirty)", mb(p.shared)),
         ("swap", mb(p.swap)),
         ("anon huge pages", mb(p.anon_huge_pages)),
+        ("lazily freed (LazyFree, MADV_FREE)", mb(p.lazy_free)),
         ("threads", str(p.threads)),
         ("thread stacks reserved", f"{mb(p.stack_reservation)} in {p.stack_mappings} mappings"),
     ):
@@ -79,7 +85,45 @@ def _process_table(p: ProcessSummary, pid_source: str) -> Table:
     return t
 
 
-def _allocator_lines(a: AllocatorSummary, thp: str | None) -> list[str]:
+def thp_line(thp: str | None, setup: ThpSetup | None) -> str:
+    """THP as the host sets it up, and whether the process opted out."""
+    if setup is None:
+        return f"transparent huge pages: {thp or 'unknown'}"
+    if setup.process_disabled is None:
+        process = "not told"
+    else:
+        process = "disabled (PR_SET_THP_DISABLE)" if setup.process_disabled else "not disabled"
+    ptes = "-" if setup.max_ptes_none is None else str(setup.max_ptes_none)
+    return (
+        f"transparent huge pages: {setup.mode or 'unknown'} (defrag {setup.defrag or '-'}, "
+        f"khugepaged max_ptes_none {ptes}); for this process: {process}"
+    )
+
+
+def _print_keeps(k: AllocatorKeeps, console: Console) -> None:
+    t = Table(title="what the allocator keeps", title_justify="left", show_header=False)
+    t.add_column()
+    t.add_column(justify="right")
+    t.add_row("lazily freed, still in RSS (LazyFree)", mb(k.lazy_free))
+    t.add_row("in transparent huge pages (AnonHugePages)", mb(k.anon_huge_pages))
+    je = k.jemalloc
+    if je is not None:
+        t.add_row("jemalloc: allocated (in use by the server)", mb(je.allocated))
+        t.add_row("  active pages", mb(je.active))
+        t.add_row("  dirty: freed, not yet purged (in RSS)", mb(je.dirty))
+        t.add_row("  muzzy: purged with MADV_FREE (in RSS until reclaimed)", mb(je.muzzy))
+        t.add_row("  metadata", mb(je.metadata))
+        t.add_row("  resident", mb(je.resident))
+        t.add_row("  retained: unused address space, not in RSS", mb(je.retained))
+    console.print(t)
+    console.print(f"[dim]source: {escape(k.source)}[/]")
+    if k.how_to_see_more:
+        console.print(f"[dim]note: {escape(k.how_to_see_more)}[/]")
+
+
+def _allocator_lines(
+    a: AllocatorSummary, thp: str | None, setup: ThpSetup | None = None
+) -> list[str]:
     lines = [f"allocator {a.name} ({a.path or 'libc'})"]
     if a.glibc_arenas is not None:
         lines.append(
@@ -94,7 +138,7 @@ def _allocator_lines(a: AllocatorSummary, thp: str | None) -> list[str]:
     else:
         shown = ", ".join(f"{k}={v}" for k, v in knobs.items()) or "none set (defaults)"
         lines.append(f"knobs: {shown}")
-    lines.append(f"transparent huge pages: {thp or 'unknown'}")
+    lines.append(thp_line(thp, setup))
     return lines
 
 

@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mallocbench.memory.breakdown import Breakdown, Footprint
-from mallocbench.memory.process import MemoryLimit, ProcessMemory
+from mallocbench.memory.jemalloc import JemallocStats
+from mallocbench.memory.process import MemoryLimit, ProcessMemory, ThpSetup
 from mallocbench.memory.server import ServerMemory, Session
 
 # Sessions in the JSON account, largest first: enough to find the heavy ones.
@@ -45,6 +46,8 @@ class ProcessSummary:
     shared: int  # clean + dirty
     swap: int | None
     anon_huge_pages: int | None
+    # Freed with MADV_FREE but still counted in RSS until the kernel needs the memory.
+    lazy_free: int | None
     threads: int
     stack_mappings: int
     stack_reservation: int
@@ -65,6 +68,7 @@ class ProcessSummary:
             shared=proc.rollup.get("Shared_Clean", 0) + proc.rollup.get("Shared_Dirty", 0),
             swap=proc.status.get("VmSwap"),
             anon_huge_pages=proc.rollup.get("AnonHugePages"),
+            lazy_free=proc.rollup.get("LazyFree"),
             threads=proc.threads,
             stack_mappings=kinds["stack"]["count"],
             stack_reservation=proc.stack_reservation(),
@@ -110,6 +114,23 @@ class AllocatorSummary:
             "arena_source": self.arena_source,
             "knobs": self.knobs,
         }
+
+
+@dataclass
+class AllocatorKeeps:
+    """What the allocator holds beyond what the program uses, as far as anyone can tell.
+
+    The kernel's view (LazyFree, AnonHugePages) is there for every process; the allocator's
+    own (jemalloc's dirty, muzzy and retained pages) only where it printed them for the
+    running process. `source` names which one the figures come from.
+    """
+
+    source: str
+    lazy_free: int | None
+    anon_huge_pages: int | None
+    jemalloc: JemallocStats | None = None
+    # How to get the allocator's own figures when they are missing; None when present.
+    how_to_see_more: str | None = None
 
 
 @dataclass
@@ -210,6 +231,8 @@ class MemoryReport:
     memory_limit: MemoryLimit | None
     thp: str | None
     advice: list[Advice] = field(default_factory=list)
+    thp_setup: ThpSetup | None = None
+    allocator_keeps: AllocatorKeeps | None = None
     # Views of the live objects above, taken once so text and JSON show the same figures.
     server_account: ServerAccount | None = field(init=False, default=None)
     process_summary: ProcessSummary | None = field(init=False, default=None)
@@ -235,6 +258,10 @@ class MemoryReport:
             out["process"] = asdict(self.process_summary)
         if self.allocator is not None:
             out["allocator"] = {**self.allocator.to_dict(), "thp": self.thp}
+        if self.thp_setup is not None:
+            out["thp_setup"] = asdict(self.thp_setup)
+        if self.allocator_keeps is not None:
+            out["allocator_keeps"] = asdict(self.allocator_keeps)
         if self.memory_limit is not None:
             out["memory_limit"] = asdict(self.memory_limit)
         if self.footprint is not None:

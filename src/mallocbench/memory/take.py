@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pymysql
 
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory import breakdown as breakdown_mod
+from mallocbench.memory import jemalloc as jemalloc_mod
 from mallocbench.memory import process as process_mod
 from mallocbench.memory import server as server_mod
 from mallocbench.memory.advice import advise
-from mallocbench.memory.report import AllocatorSummary, MemoryReport
+from mallocbench.memory.process import ProcessMemory
+from mallocbench.memory.report import AllocatorKeeps, AllocatorSummary, MemoryReport
 from mallocbench.memory.server import ConnectOptions, ServerMemory
 from mallocbench.probes.system import thp_mode
 
@@ -30,6 +33,48 @@ def jemalloc_arenas(knobs: dict[str, str] | None, pid: int) -> str:
     except OSError:
         cpus = 0
     return f"up to {4 * cpus} (jemalloc default: 4 per CPU, created on demand)" if cpus else "?"
+
+
+def error_log(srv: ServerMemory) -> Path | None:
+    """Where the server writes its error log (and its allocator its stderr); None: nowhere
+    a file names (stderr, syslog)."""
+    name = srv.variables.get("log_error", "")
+    if not name or name.lower() in ("stderr", "0", "off"):
+        return None
+    path = Path(name)
+    if not path.is_absolute():
+        path = Path(srv.variables.get("datadir", "/")) / path
+    return path
+
+
+def allocator_keeps(srv: ServerMemory, proc: ProcessMemory, allocator: str) -> AllocatorKeeps:
+    """The kernel's view of what the allocator keeps, and jemalloc's own where it printed it."""
+    lazy_free, huge = proc.rollup.get("LazyFree"), proc.rollup.get("AnonHugePages")
+    proc_only = "/proc only (live server): LazyFree and AnonHugePages of smaps_rollup"
+    if allocator != "jemalloc":
+        return AllocatorKeeps(proc_only, lazy_free, huge)
+    log = error_log(srv)
+    stats = jemalloc_mod.stats_from_log(log, proc.pid) if log is not None else None
+    if stats is None:
+        where = f"its error log {log}" if log is not None else "an error log file (log_error)"
+        return AllocatorKeeps(
+            proc_only,
+            lazy_free,
+            huge,
+            how_to_see_more=(
+                f"jemalloc printed no statistics for process {proc.pid} into {where}: start "
+                f"the server with MALLOC_CONF={jemalloc_mod.STATS_INTERVAL_CONF} to have it "
+                "print them as it runs (jemalloc 5.3+), or with "
+                f"{jemalloc_mod.STATS_AT_EXIT_CONF} for one print at exit"
+            ),
+        )
+    return AllocatorKeeps(
+        f"jemalloc's own statistics, the last of {stats.prints} it printed for process "
+        f"{proc.pid} into {log}; LazyFree and AnonHugePages from /proc now",
+        lazy_free,
+        huge,
+        jemalloc=stats,
+    )
 
 
 def connect_and_collect(opts: ConnectOptions) -> tuple[pymysql.Connection, ServerMemory]:
@@ -70,12 +115,14 @@ def take(
     proc = None
     allocator: AllocatorSummary | None = None
     limit = None
+    keeps = None
     if pid is not None:
         mapped = allocators.detect(pid)
         proc = process_mod.sample(pid, mapped.name, srv.var("innodb_buffer_pool_size"))
         arenas = jemalloc_arenas(proc.knobs, pid) if mapped.name == "jemalloc" else None
         allocator = AllocatorSummary.of(mapped.name, mapped.path, proc, arenas)
         limit = process_mod.memory_limit(pid)
+        keeps = allocator_keeps(srv, proc, mapped.name)
     bd = breakdown_mod.build(proc, srv) if proc is not None else None
     report = MemoryReport(
         taken_at=time.time(),
@@ -88,6 +135,8 @@ def take(
         breakdown=bd,
         memory_limit=limit,
         thp=thp_mode(),
+        thp_setup=process_mod.read_thp(pid),
+        allocator_keeps=keeps,
     )
     report.advice = advise(report)
     return report

@@ -38,6 +38,8 @@ COLUMNS = (
     "rocksdb_block_cache",
     "rocksdb_memtables",
     "performance_schema",
+    "lazy_free",
+    "anon_huge_pages",
 )
 # Series drawn in the chart, with their colours.
 CHART_SERIES = (
@@ -76,6 +78,8 @@ def row_of(report: MemoryReport, started: float) -> dict[str, object]:
         "rocksdb_block_cache": rows.get("rocksdb_block_cache"),
         "rocksdb_memtables": rows.get("rocksdb_memtables"),
         "performance_schema": rows.get("performance_schema"),
+        "lazy_free": proc.lazy_free if proc else None,
+        "anon_huge_pages": proc.anon_huge_pages if proc else None,
     }
 
 
