@@ -19,6 +19,8 @@ from mallocbench import allocators
 from mallocbench.memory import jemalloc as jemalloc_mod
 from mallocbench.memory import process as process_mod
 from mallocbench.memory import take as take_mod
+from mallocbench.memory.advice import advise
+from mallocbench.memory.report import Advice, AllocatorKeeps, AllocatorSummary, MemoryReport
 from mallocbench.memory.server import ConnectOptions
 from mallocbench.servers import engines, mariadb
 
@@ -345,3 +347,103 @@ def _kill_members(group: Path) -> None:
     deadline = time.monotonic() + 10
     while (group / "cgroup.procs").read_text().split() and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+# --- advice: which setting fits, and nothing said on too little --------------------------------
+
+
+def _report(
+    allocator: str,
+    rollup: dict[str, int],
+    thp: str = "madvise",
+    process_disabled: bool | None = False,
+    jemalloc: jemalloc_mod.JemallocStats | None = None,
+) -> MemoryReport:
+    proc = process_mod.ProcessMemory(
+        pid=7,
+        name="mariadbd",
+        exe=None,
+        rss=1024 * MiB,
+        vsz=2048 * MiB,
+        status={},
+        rollup=rollup,
+        threads=20,
+        knobs={"MALLOC_CONF": "narenas:4"} if allocator == "jemalloc" else {},
+    )
+    return MemoryReport(
+        taken_at=0.0,
+        where="test",
+        server=None,
+        process=proc,
+        pid_source="--pid",
+        allocator=AllocatorSummary(name=allocator, path=None),
+        footprint=None,
+        breakdown=None,
+        memory_limit=None,
+        thp=thp,
+        thp_setup=process_mod.ThpSetup(thp, "madvise", 511, process_disabled),
+        allocator_keeps=AllocatorKeeps("test", rollup.get("LazyFree"), None, jemalloc=jemalloc),
+    )
+
+
+def _titles(report: MemoryReport) -> dict[str, Advice]:
+    return {a.title: a for a in advise(report)}
+
+
+def _stats(dirty: int, resident: int) -> jemalloc_mod.JemallocStats:
+    return jemalloc_mod.JemallocStats(
+        allocated=resident - dirty,
+        active=resident - dirty,
+        metadata=0,
+        resident=resident,
+        mapped=resident,
+        retained=0,
+        dirty=dirty,
+        muzzy=0,
+        dirty_decay_ms=10000,
+        muzzy_decay_ms=0,
+        background_thread=False,
+        printed_by=7,
+        prints=3,
+    )
+
+
+LAZY_TITLE = "RSS counts memory the allocator has already freed (MADV_FREE)"
+DIRTY_TITLE = "jemalloc keeps freed pages resident (dirty)"
+
+
+def test_lazy_free_advice_fits_the_allocator() -> None:
+    je = _titles(_report("jemalloc", {"LazyFree": 200 * MiB}))[LAZY_TITLE]
+    assert "Environment=MALLOC_CONF=narenas:4,muzzy_decay_ms:0,background_thread:true" in (
+        je.advice
+    )
+    assert je.evidence == "LazyFree 200 MiB of RSS 1,024 MiB (/proc/7/smaps_rollup)"
+    mi = _titles(_report("mimalloc", {"LazyFree": 200 * MiB}))[LAZY_TITLE]
+    assert "RSS minus LazyFree" in mi.advice and "MALLOC_CONF" not in mi.advice
+    # Too little to matter (under 64 MiB, or under a tenth of RSS): nothing is said.
+    assert LAZY_TITLE not in _titles(_report("jemalloc", {"LazyFree": 60 * MiB}))
+
+
+def test_dirty_advice_only_from_jemalloc_own_figures() -> None:
+    dirty = _titles(_report("jemalloc", {}, jemalloc=_stats(300 * MiB, 900 * MiB)))[DIRTY_TITLE]
+    assert "MALLOC_CONF=narenas:4,background_thread:true,dirty_decay_ms:5000" in dirty.advice
+    assert "last print for process 7" in dirty.evidence
+    assert "dirty_decay_ms 10000, background_thread False" in dirty.evidence
+    assert DIRTY_TITLE not in _titles(_report("jemalloc", {}, jemalloc=_stats(MiB, 900 * MiB)))
+    assert DIRTY_TITLE not in _titles(_report("jemalloc", {}))
+
+
+def test_thp_advice_follows_the_mode_and_the_process() -> None:
+    huge = {"AnonHugePages": 300 * MiB}
+    je = _titles(_report("jemalloc", huge, thp="always"))
+    warning = je["transparent huge pages are 'always' with jemalloc"]
+    assert "Environment=MALLOC_CONF=narenas:4,thp:never" in warning.advice
+    assert "max_ptes_none (511 now) to 0" in warning.advice
+    assert "khugepaged max_ptes_none 511" in warning.evidence
+    glibc = _titles(_report("glibc", huge, thp="always"))["transparent huge pages are 'always'"]
+    assert "echo madvise" in glibc.advice and glibc.level == "info"
+    # A process with THP turned off for itself (MariaDB does so) gets none of it.
+    for allocator in ("jemalloc", "glibc"):
+        titles = _titles(_report(allocator, huge, thp="always", process_disabled=True))
+        assert not any("huge pages" in t for t in titles)
+    assert not any("huge pages" in t for t in _titles(_report("glibc", huge, thp="madvise")))

@@ -69,8 +69,9 @@ def allocator_keeps(srv: ServerMemory, proc: ProcessMemory, allocator: str) -> A
             ),
         )
     return AllocatorKeeps(
-        f"jemalloc's own statistics, the last of {stats.prints} it printed for process "
-        f"{proc.pid} into {log}; LazyFree and AnonHugePages from /proc now",
+        f"jemalloc's own statistics as of the last of the {stats.prints} prints it made "
+        f"for process {proc.pid} into {log} (jemalloc puts no time on them); LazyFree and "
+        "AnonHugePages from /proc now",
         lazy_free,
         huge,
         jemalloc=stats,
