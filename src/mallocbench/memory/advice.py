@@ -178,26 +178,28 @@ def _lazy_free(report: MemoryReport, allocator: str | None) -> Advice | None:
     lazy = proc.rollup.get("LazyFree") if proc else None
     if proc is None or lazy is None or not _worth_saying(lazy, proc.rss):
         return None
-    if allocator == "jemalloc":
+    stats = report.allocator_keeps.jemalloc if report.allocator_keeps else None
+    # jemalloc's own figures, where it printed them, may show the pages are not its own.
+    if allocator == "jemalloc" and (stats is None or stats.muzzy >= lazy / 2):
         fix = (
-            "these are jemalloc's muzzy pages; muzzy_decay_ms:0 has it give them back with "
-            "MADV_DONTNEED, which RSS shows at once, and background_thread:true purges on "
-            "time instead of at the next allocation; "
+            "under jemalloc these are normally its muzzy pages; muzzy_decay_ms:0 has it give "
+            "them back with MADV_DONTNEED, which RSS shows at once, and background_thread:true "
+            "purges on time instead of at the next allocation; "
             + _permanent_malloc_conf(
                 proc.knobs, "muzzy_decay_ms:0,background_thread:true", "the immediate purge"
             )
         )
     else:
         fix = (
-            f"{allocator or 'the allocator'} gave these pages back with MADV_FREE: the kernel "
-            "reclaims them as soon as it needs memory, so they are no leak; judge the "
-            "server's use by RSS minus LazyFree"
+            f"these pages were given back with MADV_FREE (by {allocator or 'the allocator'} or "
+            "another part of the server): the kernel reclaims them as soon as it needs "
+            "memory, so they are no leak; judge the server's use by RSS minus LazyFree"
         )
+    evidence = f"LazyFree {_mb(lazy)} of RSS {_mb(proc.rss)} (/proc/{proc.pid}/smaps_rollup)"
+    if stats is not None:
+        evidence += f"; jemalloc's muzzy pages in its last print: {_mb(stats.muzzy)}"
     return Advice(
-        "info",
-        "RSS counts memory the allocator has already freed (MADV_FREE)",
-        fix,
-        f"LazyFree {_mb(lazy)} of RSS {_mb(proc.rss)} (/proc/{proc.pid}/smaps_rollup)",
+        "info", "RSS counts memory the allocator has already freed (MADV_FREE)", fix, evidence
     )
 
 
