@@ -50,6 +50,7 @@ CHART_SERIES = (
     ("connections", "#9467bd"),
     ("rocksdb_block_cache", "#ff7f0e"),
     ("stacks", "#8c564b"),
+    ("lazy_free", "#17becf"),
 )
 
 
