@@ -55,6 +55,14 @@ def allocator_keeps(srv: ServerMemory, proc: ProcessMemory, allocator: str) -> A
         return AllocatorKeeps(proc_only, lazy_free, huge)
     log = error_log(srv)
     stats = jemalloc_mod.stats_from_log(log, proc.pid) if log is not None else None
+    if log is not None and not os.access(log, os.R_OK):
+        return AllocatorKeeps(
+            proc_only,
+            lazy_free,
+            huge,
+            how_to_see_more=f"the error log {log}, where jemalloc prints its statistics, is "
+            "not readable: run as the server's user or root",
+        )
     if stats is None:
         where = f"its error log {log}" if log is not None else "an error log file (log_error)"
         return AllocatorKeeps(
