@@ -734,9 +734,11 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
                 )
             done = store.finished_cell_keys(run_id)
             try:
-                pipeline._run_sessions(
-                    store, run_id, unit.sessions(experiment), done, builds, outcome
-                )
+                # The unit's own runtime directory (root): created here, gone when it ends.
+                with pipeline.executor.server_state(f"{run_id}.{host}"):
+                    pipeline._run_sessions(
+                        store, run_id, unit.sessions(experiment), done, builds, outcome
+                    )
             except KeyboardInterrupt:
                 result["aborted"] = "interrupted"
             except ServerStartError as exc:
