@@ -27,6 +27,7 @@ import pytest
 
 from cli_runner import small_experiment
 from mallocbench import allocators
+from mallocbench.errors import MallocbenchError
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import SERVER_USER, PrivateServer, ServerBuild, ServerConfig
 from mallocbench.servers.runtime import RUNTIME_ROOT, RuntimeDir
@@ -175,6 +176,7 @@ _VICTIM = """
 import sys, time
 from pathlib import Path
 from mallocbench import allocators
+from mallocbench.errors import MallocbenchError
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, find_build, server_user
 from mallocbench.servers.mariadb import ServerConfig
@@ -240,3 +242,21 @@ def test_session_directory_stays_roots_and_state_goes_with_the_session(tmp_path:
         (server.datadir / "x").mkdir(parents=True)
         server.discard_state(keep_datadir=True)
         assert (server.rundir / "data" / "x").is_dir() and not server.statedir.exists()
+
+
+@needs_root
+def test_a_runtime_root_others_could_write_or_not_pass_is_refused(tmp_path: Path) -> None:
+    mysql = _mysql()
+    # Under pytest's 0700 temp dirs: the server's user could never reach it.
+    with pytest.raises(MallocbenchError, match="keeps the server's user out"):
+        RuntimeDir.create("t", mysql.pw_uid, mysql.pw_gid, root=tmp_path / "run")
+    open_parent = Path(tempfile.mkdtemp(prefix="mallocbench-root-"))
+    try:
+        open_parent.chmod(0o755)
+        (open_parent / "run").mkdir(mode=0o777)
+        (open_parent / "run").chmod(0o777)  # someone else's, or a careless umask's
+        with pytest.raises(MallocbenchError, match="writable by nobody else"):
+            RuntimeDir.create("t", mysql.pw_uid, mysql.pw_gid, root=open_parent / "run")
+        assert list((open_parent / "run").iterdir()) == []
+    finally:
+        shutil.rmtree(open_parent, ignore_errors=True)

@@ -115,6 +115,14 @@ def _prepare_root(root: Path) -> None:
             f"{stat.S_IMODE(info.st_mode):o}, owner uid {info.st_uid}): remove it, and "
             "mallocbench creates it anew"
         )
+    for directory in [root, *root.parents]:
+        # System directories and ours: the server's user passes as "other".
+        if not directory.stat().st_mode & stat.S_IXOTH:
+            raise MallocbenchError(
+                f"{directory} (mode {stat.S_IMODE(directory.stat().st_mode):o}) keeps the "
+                f"server's user out of the runtime directories under {root}: it needs "
+                "mode 755, as mallocbench creates its own directories there"
+            )
 
 
 @contextlib.contextmanager
