@@ -37,6 +37,7 @@ import psutil
 from mallocbench.analysis.comparability import MEMORY_TOLERANCE
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.base import Executor, Session
+from mallocbench.executors.real import RealExecutor
 from mallocbench.experiment import (
     Experiment,
     PlannedCell,
@@ -260,6 +261,13 @@ class _Dispatch:
     interrupted: bool = False
 
 
+class _DriverExecutor(RealExecutor):
+    """The driver starts no server: each unit makes its own runtime directory on its host."""
+
+    def server_state(self, label: str) -> contextlib.AbstractContextManager[str | None]:
+        return contextlib.nullcontext(None)
+
+
 class ClusterPipeline(StoredRunPipeline):
     """Runs each block as a unit on a benchmark host of a Dask cluster."""
 
@@ -274,7 +282,9 @@ class ClusterPipeline(StoredRunPipeline):
         address: str,
         say: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(experiment, options, progress, stop_requested, run_id)
+        super().__init__(
+            experiment, options, progress, stop_requested, run_id, executor=_DriverExecutor()
+        )
         self.address = address
         self.say = say or self.progress.status
         self.client: Any = None
