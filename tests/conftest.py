@@ -22,34 +22,14 @@ def build() -> ServerBuild:
 
 @pytest.fixture(scope="session", autouse=True)
 def dataset_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Keep golden datadirs of the test run apart from the user's cache."""
-    cache = Path(os.environ.get("MALLOCBENCH_TEST_CACHE") or tmp_path_factory.mktemp("cache"))
-    _allow_passage(cache)
+    """Keep golden datadirs of the test run apart from the user's cache.
+
+    pytest's temp dirs stay 0700: a server that drops root to `mysql` keeps its own
+    state in a runtime directory (servers/runtime.py) and never enters them.
+    """
+    cache = Path(os.environ.get("MALLOCBENCH_CACHE") or tmp_path_factory.mktemp("cache"))
     os.environ["MALLOCBENCH_CACHE"] = str(cache)
     return cache
-
-
-def _allow_passage(directory: Path) -> None:
-    """pytest makes its temp dirs 0700; a server that drops root to `mysql` must pass them.
-
-    Search permission only (0711): the directories stay unlistable for other users, and
-    every private server directory below is 0700 and owned by the server's user.
-    """
-    if directory.stat().st_uid == os.geteuid():
-        directory.chmod(directory.stat().st_mode & 0o777 | 0o711)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def server_user_can_reach_tmp(tmp_path_factory: pytest.TempPathFactory) -> None:
-    base = tmp_path_factory.getbasetemp()
-    _allow_passage(base.parent)
-    _allow_passage(base)
-
-
-@pytest.fixture
-def tmp_path(tmp_path: Path) -> Path:
-    _allow_passage(tmp_path)
-    return tmp_path
 
 
 @pytest.fixture(scope="session")

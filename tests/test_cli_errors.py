@@ -72,6 +72,10 @@ def test_server_that_fails_to_start(tmp_path: Path) -> None:
     result = run_cli("run", str(path), "--out", str(tmp_path / "o"), "-q")
     assert_one_line_error(result, "setup a", "did not start")
     assert "innodb_no_such_knob" in result.stderr  # the error log line that says why
+    # Nothing was measured: no empty report dressed up as a result.
+    assert "no cell was measured: no report written" in result.stdout + result.stderr
+    assert "wrote" not in result.stdout + result.stderr
+    assert not any((tmp_path / "o" / name).exists() for name in ("results.json", "report.md"))
 
 
 def test_report_of_a_missing_directory(tmp_path: Path) -> None:

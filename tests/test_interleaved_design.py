@@ -38,7 +38,6 @@ allocator = "jemalloc"
 
 
 def run(tmp_path: Path, design: str, alternate: str = "runs") -> RunResult:
-    tmp_path.chmod(0o711)
     path = tmp_path / "il.toml"
     path.write_text(EXPERIMENT.format(design=design, alternate=alternate))
     outcome = Pipeline(load(path), RunOptions(out_dir=tmp_path / "out")).execute()

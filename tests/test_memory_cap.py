@@ -9,7 +9,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,10 +125,23 @@ def _dry_run_as_nobody(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_dry_run_refuses_a_cap_where_no_memory_cgroup_is_writable(tmp_path: Path) -> None:
+@pytest.fixture
+def readable_dir() -> Iterator[Path]:
+    """A directory of this test's own that the unprivileged user may read (pytest's temp
+    dirs are 0700)."""
+    directory = Path(tempfile.mkdtemp(prefix="mallocbench-nobody-"))
+    directory.chmod(0o755)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_dry_run_refuses_a_cap_where_no_memory_cgroup_is_writable(readable_dir: Path) -> None:
     """An unprivileged user cannot create cgroups here: the cap is refused up front."""
     if os.geteuid() != 0:
         pytest.skip("needs root, to drop to an unprivileged user")
+    tmp_path = readable_dir
     _writable_cgroup()
     uncapped = tmp_path / "uncapped.toml"
     uncapped.write_text('[[setup]]\nname = "a"\nallocator = "glibc"\n')

@@ -62,10 +62,12 @@ def mariadb_client() -> str:
 
 def test_socket_only_by_default_and_tcp_only_on_loopback(tmp_path: Path) -> None:
     build = ServerBuild("/usr/sbin/mariadbd", None, "10.11", "mariadb")
-    settings = PrivateServer(build, tmp_path / "a", config()).settings()
+    server = PrivateServer(build, tmp_path / "a", config())
+    settings = server.settings()
     assert settings["skip-networking"] == "ON"
     assert "port" not in settings and "bind-address" not in settings
-    assert settings["secure-file-priv"] == str(tmp_path / "a" / "files")
+    assert settings["secure-file-priv"] == str(server.statedir / "files")
+    assert Path(settings["socket"]).parent == server.statedir
     tcp = PrivateServer(build, tmp_path / "b", config(port=free_port())).settings()
     assert "skip-networking" not in tcp and tcp["bind-address"] == "127.0.0.1"
 
@@ -164,14 +166,21 @@ def test_tcp_needs_this_starts_random_password(
 
 @pytest.mark.server
 def test_two_starts_get_two_passwords(build: ServerBuild, tmp_path: Path) -> None:
-    with running(build, tmp_path / "a", config()) as first:
+    first = PrivateServer(build, tmp_path / "a", config())
+    first.initialize_datadir()
+    with first:
+        first.start()
         first_password = first.password
+    # A second server on the same session directory finds the first one's datadir.
     second = PrivateServer(build, tmp_path / "a", config())
-    assert second.password != first_password
-    with second:
-        second.start()
-        with pytest.raises(pymysql.err.OperationalError, match="Access denied"):
-            pymysql.connect(
-                unix_socket=str(second.socket), user="root", password=first_password
-            ).close()
-        assert second.query("SELECT 1") == [(1,)]
+    assert second.password != first_password and second.datadir == first.datadir
+    try:
+        with second:
+            second.start()
+            with pytest.raises(pymysql.err.OperationalError, match="Access denied"):
+                pymysql.connect(
+                    unix_socket=str(second.socket), user="root", password=first_password
+                ).close()
+            assert second.query("SELECT 1") == [(1,)]
+    finally:
+        second.discard_state()

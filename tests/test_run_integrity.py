@@ -206,8 +206,11 @@ def test_sigkill_of_the_harness_then_resume_leaves_no_server_behind(
         leftovers = processes_under(out)
         integrity_figures.add("orphans", len(leftovers) + int(running(orphan_pid)))
         assert not running(orphan_pid)
-        # Its socket's private temp dir (deep run directories need one) went with it.
+        # Its socket's private temp dir (deep run directories need one) went with it, and
+        # so did the dead harness's runtime directory (run as root).
         assert socket_dir == out / "servers" / "glibc.innodb.r0" or not socket_dir.exists()
+        statedir = Path(str(records[0].get("statedir")))
+        assert statedir == out / "servers" / "glibc.innodb.r0" or not statedir.parent.exists()
         assert leftovers == []
         assert [s for _, s in run_status(out)] == ["finished"]
         assert sorted(s for s, st, _ in cells_in(out) if st == "ok") == ["glibc", "glibc-b"]

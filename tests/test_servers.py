@@ -44,7 +44,7 @@ def test_config_rendering_merges_defaults_engine_and_overrides(tmp_path: Path) -
     )
     settings = server.settings()
     assert settings["skip-networking"] == "ON" and "port" not in settings
-    assert settings["socket"].startswith(str(tmp_path))
+    assert settings["socket"].startswith(str(server.statedir))
     assert settings["plugin-load-add"] == "ha_rocksdb.so"
     assert settings["rocksdb_block_cache_size"] == "1G"  # the override wins over the engine
     assert settings["sort_buffer_size"] == "2M"

@@ -323,7 +323,6 @@ def test_a_real_run_warms_until_steady_then_measures_warm(tmp_path: Path) -> Non
 
 def real_cell(directory: Path, max_warmup: float) -> tuple[Cell, SessionInfo]:
     directory.mkdir()
-    directory.chmod(0o711)
     outcome = run_real(directory, warmup=1, max_warmup=max_warmup, step=8)
     assert outcome.aborted is None and not outcome.failures, outcome.failures
     (cell,) = outcome.result.cells

@@ -37,6 +37,7 @@ import psutil
 from mallocbench.analysis.comparability import MEMORY_TOLERANCE
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.base import Executor, Session
+from mallocbench.executors.real import RealExecutor
 from mallocbench.experiment import (
     Experiment,
     PlannedCell,
@@ -260,6 +261,13 @@ class _Dispatch:
     interrupted: bool = False
 
 
+class _DriverExecutor(RealExecutor):
+    """The driver starts no server: each unit makes its own runtime directory on its host."""
+
+    def server_state(self, label: str) -> contextlib.AbstractContextManager[str | None]:
+        return contextlib.nullcontext(None)
+
+
 class ClusterPipeline(StoredRunPipeline):
     """Runs each block as a unit on a benchmark host of a Dask cluster."""
 
@@ -274,7 +282,9 @@ class ClusterPipeline(StoredRunPipeline):
         address: str,
         say: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(experiment, options, progress, stop_requested, run_id)
+        super().__init__(
+            experiment, options, progress, stop_requested, run_id, executor=_DriverExecutor()
+        )
         self.address = address
         self.say = say or self.progress.status
         self.client: Any = None
@@ -734,9 +744,11 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
                 )
             done = store.finished_cell_keys(run_id)
             try:
-                pipeline._run_sessions(
-                    store, run_id, unit.sessions(experiment), done, builds, outcome
-                )
+                # The unit's own runtime directory (root): created here, gone when it ends.
+                with pipeline.executor.server_state(f"{run_id}.{host}"):
+                    pipeline._run_sessions(
+                        store, run_id, unit.sessions(experiment), done, builds, outcome
+                    )
             except KeyboardInterrupt:
                 result["aborted"] = "interrupted"
             except ServerStartError as exc:

@@ -25,8 +25,6 @@ from mallocbench.servers.mariadb import (
     PrivateServer,
     ServerBuild,
     ServerConfig,
-    check_reachable,
-    server_user,
 )
 from mallocbench.servers.orphans import stop_orphan
 from mallocbench.workloads.catalogue import lua_dir
@@ -51,8 +49,10 @@ def cache_root() -> Path:
     if explicit:
         return Path(explicit)
     if os.geteuid() == 0 and not os.environ.get("XDG_CACHE_HOME"):
-        # root's home is usually 0700, and the unprivileged server user loads the
-        # datasets: the system cache directory is the place both can reach.
+        # One cache for all of root's checkouts, beside the runtime directories
+        # (servers/runtime.py), so a session's copy usually stays on one file system.
+        # The server's user never enters it: loads run in a runtime directory and root
+        # copies the result in and out.
         return Path("/var/cache/mallocbench")
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
     return Path(base) / "mallocbench"
@@ -105,12 +105,6 @@ def golden_datadir(
                     continue  # the lock file itself
                 stop_orphan(leftover / SERVER_RECORD)
                 shutil.rmtree(leftover, ignore_errors=True)
-            try:
-                check_reachable(root / "datasets" / key, server_user())
-            except MallocbenchError as exc:
-                raise MallocbenchError(
-                    f"{exc}; or set MALLOCBENCH_CACHE to a directory it can reach"
-                ) from exc
             if on_status:
                 on_status(f"loading dataset {key} (once; later runs reuse it)")
             work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root / "datasets"))
@@ -136,27 +130,38 @@ def _load(build: ServerBuild, engine: Engine, dataset: Dataset, workdir: Path) -
         engine=engine, cache_bytes=dataset.cache_bytes, allocator=allocators.get("glibc")
     )
     server = PrivateServer(build, workdir, config)
-    server.initialize_datadir()
-    with server:
-        server.start()
-        server.query("CREATE DATABASE IF NOT EXISTS sbtest")
-        loader = Sysbench(
-            connection_file=str(server.sysbench_options),
-            tables=dataset.tables,
-            table_size=dataset.rows,
-            engine_sql=engine.sql_engine,
-        )
-        loader.prepare(threads=min(dataset.tables, os.cpu_count() or 1))
-        # Persist everything so a copy needs no crash recovery at its first start.
-        if engine.name == "innodb":
-            server.query("SET GLOBAL innodb_fast_shutdown = 0")
-        # The copies must never start with a passwordless root, even for the moment
-        # before their own init file runs: give it one that nobody keeps.
-        server.query(
-            "ALTER USER IF EXISTS 'root'@'localhost' IDENTIFIED BY %s, "
-            "'root'@'127.0.0.1' IDENTIFIED BY %s, 'root'@'::1' IDENTIFIED BY %s",
-            (secrets.token_urlsafe(24),) * 3,
-        )
+    try:
+        server.initialize_datadir()
+        with server:
+            server.start()
+            _fill(server, engine, dataset)
+        if server.statedir != workdir:
+            # Loaded in a runtime directory (as root): the cache keeps the datadir alone.
+            shutil.move(server.datadir, workdir / "data")
+    finally:
+        if server.statedir != workdir:
+            server.discard_state()
     for leftover in ("mysqld.sock", "mysqld.pid"):
         with contextlib.suppress(FileNotFoundError):
             (workdir / leftover).unlink()
+
+
+def _fill(server: PrivateServer, engine: Engine, dataset: Dataset) -> None:
+    server.query("CREATE DATABASE IF NOT EXISTS sbtest")
+    loader = Sysbench(
+        connection_file=str(server.sysbench_options),
+        tables=dataset.tables,
+        table_size=dataset.rows,
+        engine_sql=engine.sql_engine,
+    )
+    loader.prepare(threads=min(dataset.tables, os.cpu_count() or 1))
+    # Persist everything so a copy needs no crash recovery at its first start.
+    if engine.name == "innodb":
+        server.query("SET GLOBAL innodb_fast_shutdown = 0")
+    # The copies must never start with a passwordless root, even for the moment
+    # before their own init file runs: give it one that nobody keeps.
+    server.query(
+        "ALTER USER IF EXISTS 'root'@'localhost' IDENTIFIED BY %s, "
+        "'root'@'127.0.0.1' IDENTIFIED BY %s, 'root'@'::1' IDENTIFIED BY %s",
+        (secrets.token_urlsafe(24),) * 3,
+    )

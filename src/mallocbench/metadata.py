@@ -324,6 +324,10 @@ class RunMetadata(Record):
     cluster: ClusterRecord | None = _record(ClusterRecord)
     adaptive: AdaptiveRecord | None = _record(AdaptiveRecord)
     notes: list[str] | None = None
+    # Where the servers kept their own state while the run ran, when run as root (a
+    # runtime directory of the server's user, removed at the end); None: under the
+    # run's directory.
+    runtime_dir: str | None = None
 
 
 __all__ = [

@@ -235,6 +235,7 @@ class Pipeline:
         self.concurrency_problem = concurrency_problem(experiment)
         self.interleaved = experiment.design == INTERLEAVED and self.concurrency_problem is None
         self.stage1_blocks: int | None = None  # set once --target-ci's first stage is done
+        self.runtime_dir: str | None = None  # where the servers keep their state (root)
 
     def execute(self) -> RunOutcome:
         experiment, options = self.experiment, self.options
@@ -255,7 +256,8 @@ class Pipeline:
     ) -> RunOutcome:
         experiment, options = self.experiment, self.options
         run_id = self.resume_run_id(store) if options.resume else _new_run_id(store, experiment)
-        with store.lock_run(run_id):
+        with store.lock_run(run_id), self.executor.server_state(run_id) as state:
+            self.runtime_dir = state
             return self._execute_locked(store, builds, orphans, run_id)
 
     def _execute_locked(
@@ -370,6 +372,8 @@ class Pipeline:
             options.min_effect if options.min_effect is not None else experiment.min_effect
         )
         metadata.update_from_dict(options.extra_metadata.to_dict())
+        if self.runtime_dir is not None:
+            metadata.runtime_dir = self.runtime_dir
         return metadata
 
     def _run_sessions(

@@ -8,7 +8,6 @@ and when; the cell code (measure.py) drives a live session's server.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from mallocbench.results import SessionInfo
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup
 from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig, ServerStartError
+from mallocbench.servers.runtime import RuntimeDir
 from mallocbench.workloads.sysbench import Sysbench
 
 # The server aborts a cache-warming read that runs longer (a dataset on a slow disk);
@@ -101,10 +101,12 @@ def start_session(
     rundir: Path,
     build: ServerBuild,
     golden: Path,
+    runtime_dir: RuntimeDir | None = None,
 ) -> LiveSession:
     """Start the setup's server on a copy of the golden datadir; raises ServerStartError.
 
     On failure everything made so far (cgroups, the server) is undone before raising.
+    The server keeps its own state in `runtime_dir` when mallocbench runs as root.
     """
     setup = experiment.setup(planned.setup)
     engine = engines.get(planned.engine)
@@ -116,7 +118,7 @@ def start_session(
     )
     cpu_group = CpuCgroup.create(session_id, setup.cpu_quota) if setup.cpu_quota else None
     server = PrivateServer(
-        build, rundir, server_config(experiment, planned, memory_group, cpu_group)
+        build, rundir, server_config(experiment, planned, memory_group, cpu_group), runtime_dir
     )
     info = SessionInfo(
         id=session_id, setup=planned.setup, engine=planned.engine, repeat=planned.repeat
@@ -202,8 +204,7 @@ def stop_session(live: LiveSession, keep_datadir: bool) -> None:
             except MallocbenchError as exc:
                 live.notes.append(str(exc))
         info.ended_at = time.time()
-        if not keep_datadir:
-            shutil.rmtree(server.datadir, ignore_errors=True)
+        server.discard_state(keep_datadir)
 
 
 def _quoted(name: str) -> str:

@@ -324,9 +324,13 @@ def _conclude(
     stopped_by: int | None,
 ) -> None:
     """Write the reports, print the run, and exit with the status its end deserves."""
-    written = write_reports(outcome.result, out_dir)
-    terminal.print_run(outcome.result, Console(), str(out_dir))
-    console.print("wrote " + ", ".join(str(p) for p in written))
+    if outcome.result.cells:
+        written = write_reports(outcome.result, out_dir)
+        terminal.print_run(outcome.result, Console(), str(out_dir))
+        console.print("wrote " + ", ".join(str(p) for p in written))
+    else:
+        # Empty reports would read like a finished comparison.
+        console.print("no cell was measured: no report written")
     if outcome.adaptive_stop is not None:
         _print_adaptive(console, outcome, target_ci_pct)
     # On stderr too: the report above may go to a file, and these need the user's eyes.

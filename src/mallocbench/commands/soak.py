@@ -179,15 +179,19 @@ def _finish(
 ) -> None:
     """Reports, the soak summary, notes and the exit status the run's end calls for."""
     result = outcome.result
-    written = write_reports(result, out_dir)
-    try:
-        path = out_dir / "soak.md"
-        path.write_text("\n".join(soak_report.markdown_lines(result)) + "\n")
-        written.append(path)
-    except OSError as exc:
-        raise MallocbenchError(f"cannot write {out_dir / 'soak.md'}: {exc.strerror}") from exc
-    soak_report.print_soak(result, Console())
-    console.print("wrote " + ", ".join(str(p) for p in written))
+    if result.cells:
+        written = write_reports(result, out_dir)
+        try:
+            path = out_dir / "soak.md"
+            path.write_text("\n".join(soak_report.markdown_lines(result)) + "\n")
+            written.append(path)
+        except OSError as exc:
+            raise MallocbenchError(f"cannot write {out_dir / 'soak.md'}: {exc.strerror}") from exc
+        soak_report.print_soak(result, Console())
+        console.print("wrote " + ", ".join(str(p) for p in written))
+    else:
+        # Empty reports would read like a finished soak.
+        console.print("no segment was measured: no report written")
     for note in outcome.notes:
         console.print(f"[yellow]note[/]: {note}")
     if outcome.aborted == "interrupted":

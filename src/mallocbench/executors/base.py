@@ -60,6 +60,12 @@ class Executor(Protocol):
         """The server build of every setup's basedir (None: the packaged server)."""
         ...
 
+    def server_state(self, label: str) -> AbstractContextManager[str | None]:
+        """Held while a run's servers may run: the directory they keep their own state in
+        (a runtime directory when run as root), removed on the way out; None: their
+        session directories under --out."""
+        ...
+
     def stop_leftovers(self, out_dir: Path) -> list[int]:
         """Stop the servers a dead harness left running under `out_dir` (the caller holds
         the directory's lock, so none of them is anyone's); their PIDs."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -33,8 +34,9 @@ from mallocbench.measure import (
 from mallocbench.probes.system import system_thp_mode
 from mallocbench.results import Cell
 from mallocbench.servers import engines
-from mallocbench.servers.mariadb import ServerBuild, ServerStartError, find_build
+from mallocbench.servers.mariadb import ServerBuild, ServerStartError, find_build, server_user
 from mallocbench.servers.orphans import stop_orphans
+from mallocbench.servers.runtime import RuntimeDir
 from mallocbench.session import LiveSession, start_session, stop_session, warm_cache
 
 
@@ -54,6 +56,22 @@ def _live(session: Session) -> LiveSession:
 
 class RealExecutor:
     """Starts real servers (golden datadir copies) and measures with sysbench."""
+
+    def __init__(self) -> None:
+        self._runtime: RuntimeDir | None = None
+
+    @contextlib.contextmanager
+    def server_state(self, label: str) -> Iterator[str | None]:
+        user = server_user()
+        if user is None:
+            yield None
+            return
+        with RuntimeDir.create(label, user.uid, user.gid) as runtime:
+            self._runtime = runtime
+            try:
+                yield str(runtime.path)
+            finally:
+                self._runtime = None
 
     def resolve_builds(self, experiment: Experiment) -> dict[str | None, ServerBuild]:
         return resolve_builds(experiment)
@@ -88,6 +106,7 @@ class RealExecutor:
                 run.out_dir / "servers" / session_id,
                 build,
                 golden,
+                self._runtime,
             )
         except ServerStartError:
             raise

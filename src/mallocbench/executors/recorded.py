@@ -122,6 +122,9 @@ class RecordedExecutor:
     def stop_leftovers(self, out_dir: Path) -> list[int]:
         return []  # a recording starts no processes, so none can be left over
 
+    def server_state(self, label: str) -> AbstractContextManager[str | None]:
+        return nullcontext(None)  # no server, no state
+
     def resolve_builds(self, experiment: Experiment) -> dict[str | None, ServerBuild]:
         """The builds the recording names; nothing is looked for on this machine."""
         recorded = {s.name: s for s in self.recording.setups}

@@ -135,15 +135,15 @@ class ProfiledServer(mariadb.PrivateServer):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.tool = tool
         self.output = output
-        self.massif_file = self.rundir / "massif.out"
+        self.massif_file = self.statedir / "massif.out"
 
     def command(self) -> list[str]:
         if self.tool == "massif":
             prefix = [
                 "valgrind",
                 "--tool=massif",
-                # massif writes as the server's (unprivileged) user: into the run directory,
-                # which that user owns; the harness moves the file out afterwards.
+                # massif writes as the server's (unprivileged) user: into its state
+                # directory, which that user owns; the harness moves the file out afterwards.
                 f"--massif-out-file={self.massif_file}",
                 "--threshold=0.2",
                 "--quiet",

@@ -6,13 +6,20 @@ environment (LD_PRELOAD + allocator knobs), and the allocator is checked in
 /proc/PID/maps before anything is measured.
 
 Who can reach it: by default nobody over TCP (`skip-networking`); the socket lives in
-the run directory, mode 0700 and owned by the server's user, so only that user and
-root get to it. Every start sets a fresh random root password (an init file read
+the server's state directory, mode 0700 and owned by the server's user, so only that
+user and root get to it. Every start sets a fresh random root password (an init file read
 before the first connection is accepted) that clients read from 0600 files, never
 from a command line; with an explicit `port` the server also listens on 127.0.0.1,
-behind that password. FILE statements are confined to the run directory
-(`secure_file_priv`), and when mallocbench runs as root the server drops to the
+behind that password. FILE statements are confined to the state directory's
+`files/` (`secure_file_priv`), and when mallocbench runs as root the server drops to the
 unprivileged `mysql` user.
+
+Two directories: the session directory (`rundir`, under `--out`) holds what people and
+the harness read, my.cnf (mysqld reads it as root, before dropping privileges), the
+client files, the server's stdout and a copy of its error log; the state directory
+holds what the server itself must reach. Run as root, that is a directory of the
+server's user in a runtime directory (servers/runtime.py), so `--out` may be anywhere,
+a 0700 home included; otherwise it is the session directory itself.
 """
 
 from __future__ import annotations
@@ -27,7 +34,6 @@ import secrets
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import tempfile
 import time
@@ -40,7 +46,7 @@ import pymysql
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
-from mallocbench.servers import process
+from mallocbench.servers import process, runtime
 from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup, OomWatch
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config
@@ -229,28 +235,6 @@ def server_user() -> ServerUser | None:
     return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
-def _can_search(directory: Path, user: ServerUser) -> bool:
-    info = directory.stat()
-    if info.st_uid == user.uid:
-        return bool(info.st_mode & stat.S_IXUSR)
-    if info.st_gid == user.gid:
-        return bool(info.st_mode & stat.S_IXGRP)
-    return bool(info.st_mode & stat.S_IXOTH)
-
-
-def check_reachable(path: Path, user: ServerUser | None) -> None:
-    """Refuse a run directory the server's user cannot reach, before it fails obscurely."""
-    if user is None:
-        return
-    for directory in reversed(path.parents):
-        if directory.exists() and not _can_search(directory, user):
-            raise MallocbenchError(
-                f"the private server runs as user {user.name}, which cannot enter {directory} "
-                f"(mode {stat.S_IMODE(directory.stat().st_mode):o}) to reach {path}: choose a "
-                f"directory outside it, or allow passage with `chmod o+x {directory}`"
-            )
-
-
 def _chown_tree(path: Path, user: ServerUser | None) -> None:
     if user is None:
         return
@@ -289,23 +273,36 @@ def process_start_time(pid: int) -> int | None:
 class PrivateServer:
     """One server lifetime in `rundir`; use as a context manager so it is always stopped."""
 
-    def __init__(self, build: ServerBuild, rundir: str | os.PathLike[str], config: ServerConfig):
+    def __init__(
+        self,
+        build: ServerBuild,
+        rundir: str | os.PathLike[str],
+        config: ServerConfig,
+        runtime_dir: runtime.RuntimeDir | None = None,
+    ):
         self.build = build
         self.config = config
         # mysqld resolves a relative datadir against its basedir, not our working directory.
         self.rundir = Path(rundir).absolute()
-        self.datadir = self.rundir / "data"
+        self.user = server_user()
+        # What the server itself reads and writes; see the module's docstring.
+        self.statedir = self.rundir
+        if self.user is not None:
+            where = runtime_dir or runtime.process_default(self.user.uid, self.user.gid)
+            self.statedir = where.state_dir(self.rundir)
+        self.datadir = self.statedir / "data"
         self.cnf_path = self.rundir / "my.cnf"
-        self.error_log = self.rundir / "error.log"
-        self.stdout_log = self.rundir / "server.out"
-        self.tmpdir = self.rundir / "tmp"
-        self.files_dir = self.rundir / "files"  # the only place FILE statements may touch
-        self.init_file = self.rundir / "init.sql"
+        self.error_log = self.statedir / "error.log"
+        # Where the error log is kept once the server stops (the state goes with the session).
+        self.kept_error_log = self.rundir / "error.log"
+        self.stdout_log = self.rundir / "server.out"  # we open it; the server inherits the fd
+        self.tmpdir = self.statedir / "tmp"
+        self.files_dir = self.statedir / "files"  # the only place FILE statements may touch
+        self.init_file = self.statedir / "init.sql"
         # For people: `mariadb --defaults-file=client.cnf` reaches this server.
         self.client_cnf = self.rundir / "client.cnf"
         self.sysbench_options = self.rundir / "sysbench.cnf"
         self.record = self.rundir / SERVER_RECORD
-        self.user = server_user()
         self.socket = self._socket_path()
         self.port = config.port
         self.password = secrets.token_urlsafe(24)
@@ -318,7 +315,7 @@ class PrivateServer:
     # --- paths and config -------------------------------------------------------------------
 
     def _socket_path(self) -> Path:
-        path = self.rundir / "mysqld.sock"
+        path = self.statedir / "mysqld.sock"
         if len(str(path)) <= _SOCKET_PATH_MAX:
             return path
         # Deep run directories overflow sun_path; keep the socket in a private temp dir
@@ -330,7 +327,7 @@ class PrivateServer:
         settings: dict[str, str] = {
             "datadir": str(self.datadir),
             "socket": str(self.socket),
-            "pid-file": str(self.rundir / "mysqld.pid"),
+            "pid-file": str(self.statedir / "mysqld.pid"),
             "log-error": str(self.error_log),
             # A private tmpdir: concurrent servers sharing /tmp collide on temp-table names.
             "tmpdir": str(self.tmpdir),
@@ -415,23 +412,21 @@ class PrivateServer:
 
     def prepare_rundir(self) -> None:
         try:
-            self.rundir.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.rundir, 0o700)
-            check_reachable(self.rundir, self.user)
-            for directory in (self.tmpdir, self.files_dir):
-                directory.mkdir(exist_ok=True)
+            for directory in (self.rundir, self.statedir, self.tmpdir, self.files_dir):
+                directory.mkdir(parents=True, exist_ok=True)
                 os.chmod(directory, 0o700)
             self.cnf_path.write_text(self.render_config())
             self._write_credentials()
-            # The socket's own directory when sun_path forced it out of the run directory.
-            if self.socket.parent != self.rundir and self.user is not None:
+            # The socket's own directory when sun_path forced it out of the state directory.
+            if self.socket.parent != self.statedir and self.user is not None:
                 os.chown(self.socket.parent, self.user.uid, self.user.gid)
             if self.user is not None:
-                for path in (self.rundir, self.tmpdir, self.files_dir):
+                # Only the state directory is handed over: the session directory, in the
+                # user's --out, stays root's and the server never enters it.
+                for path in (self.statedir, self.tmpdir, self.files_dir):
                     os.chown(path, self.user.uid, self.user.gid)
-                for path in (self.error_log, self.stdout_log):
-                    if path.exists():
-                        os.chown(path, self.user.uid, self.user.gid)
+                if self.error_log.exists():
+                    os.chown(self.error_log, self.user.uid, self.user.gid)
         except OSError as exc:
             raise MallocbenchError(
                 f"cannot write the server directory {self.rundir}: {exc.strerror}; "
@@ -559,6 +554,7 @@ class PrivateServer:
             "harness_pid": os.getpid(),
             "mysqld": self.build.mysqld,
             "rundir": str(self.rundir),
+            "statedir": str(self.statedir),
             "socket": str(self.socket),
         }
         self.record.write_text(json.dumps(record) + "\n")
@@ -572,7 +568,7 @@ class PrivateServer:
                 process.untrack(self.proc)
                 raise ServerStartError(
                     f"server failed to start (exit code {self.proc.returncode}); "
-                    f"error log {self.error_log}:\n{self._start_failure_summary()}"
+                    f"error log {self.kept_error_log}:\n{self._start_failure_summary()}"
                 )
             if self.socket.exists():
                 try:
@@ -583,7 +579,7 @@ class PrivateServer:
             time.sleep(0.1)
         raise ServerStartError(
             f"server not ready after {timeout:.0f}s ({last_error or 'no socket'}); "
-            f"see {self.error_log}"
+            f"see {self.kept_error_log}"
         )
 
     def _start_failure_summary(self) -> str:
@@ -639,13 +635,32 @@ class PrivateServer:
             process.untrack(self.proc)
         with contextlib.suppress(FileNotFoundError):
             self.record.unlink()
-        if self.socket.parent != self.rundir:
-            # The private temp dir a deep run directory needed for its socket.
+        if self.socket.parent != self.statedir:
+            # The private temp dir a deep state directory needed for its socket.
             shutil.rmtree(self.socket.parent, ignore_errors=True)
+        self._keep_error_log()
         exit_info = self.exit_info()
         if self._oom_watch is not None:
             self._oom_watch.close()  # after exit_info: it may still read the kernel log
         return exit_info
+
+    def _keep_error_log(self) -> None:
+        if self.error_log != self.kept_error_log:
+            with contextlib.suppress(OSError):
+                shutil.copyfile(self.error_log, self.kept_error_log)
+
+    def discard_state(self, keep_datadir: bool = False) -> None:
+        """Remove what the stopped server kept in its state directory; a datadir kept for
+        inspection moves into the session directory, beside its logs."""
+        if self.statedir == self.rundir:
+            if not keep_datadir:
+                shutil.rmtree(self.datadir, ignore_errors=True)
+            return
+        if keep_datadir and self.datadir.is_dir():
+            kept = self.rundir / "data"
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.move(self.datadir, kept)
+        shutil.rmtree(self.statedir, ignore_errors=True)
 
     def __enter__(self) -> PrivateServer:
         return self
@@ -664,3 +679,4 @@ def running(build: ServerBuild, rundir: Path, config: ServerConfig) -> Iterator[
         yield server
     finally:
         server.stop()
+        server.discard_state()
