@@ -29,7 +29,6 @@ from mallocbench.report.comparison import (
     comparison_markdown,
     print_comparison,
 )
-from mallocbench.report.html import write_compare_html
 from mallocbench.results import RunResult
 from mallocbench.store.loading import load_result
 
@@ -144,6 +143,9 @@ def compare_cmd(
         # Before the tables: whoever reads the verdicts should know this first.
         click.echo(f"compare: warning: the runs differ: {difference.text}", err=True)
     if html_path is not None:
+        # Imported here: jinja2 is for the HTML report only, not every comparison.
+        from mallocbench.report.html import write_compare_html
+
         try:
             write_compare_html(cmp, html_path, self_contained)
         except OSError as exc:

@@ -23,7 +23,7 @@ from mallocbench.commands.options import (
 from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import durations, mib
 from mallocbench.metadata import Durations
-from mallocbench.report import export, html, markdown, terminal
+from mallocbench.report import export, markdown, terminal
 from mallocbench.results import RunResult
 from mallocbench.runner import (
     Pipeline,
@@ -44,6 +44,9 @@ def write_reports(result: RunResult, out_dir: Path, self_contained: bool = False
     Only these files are written: a directory that refuses them loses no measurement,
     which the store already holds, so it is one line naming the directory.
     """
+    # Imported here: jinja2 and plotly's script are for runs that end, not for `--dry-run`.
+    from mallocbench.report import html
+
     written: list[Path] = []
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -457,6 +460,8 @@ def report_cmd(
     elif fmt == "markdown":
         click.echo(markdown.render(result))
     elif fmt == "html":
+        from mallocbench.report import html
+
         click.echo(html.render_html(result), nl=False)
     elif fmt == "csv":
         click.echo(export.cells_csv(result), nl=False)
