@@ -13,7 +13,6 @@ import sys
 from typing import NamedTuple
 
 import click
-from click.utils import make_default_short_help
 
 from mallocbench import __version__, exitcodes
 from mallocbench.errors import EnvironmentLost, MallocbenchError
@@ -159,7 +158,8 @@ class LazyGroup(Group):
     def _summary(self, ctx: click.Context, name: str, limit: int) -> str:
         if name in self.commands:
             return self.commands[name].get_short_help_str(limit)
-        return make_default_short_help(COMMANDS[name].summary, limit)
+        # A stand-in command shortens the summary exactly as the real one would.
+        return click.Command(name, help=COMMANDS[name].summary).get_short_help_str(limit)
 
 
 @click.group(

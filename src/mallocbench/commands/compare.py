@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from mallocbench import exitcodes
 from mallocbench.analysis.comparison import (
@@ -22,6 +21,7 @@ from mallocbench.analysis.comparison import (
     parse_fail_on,
 )
 from mallocbench.commands.options import min_effect_option
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.report.comparison import (
     comparison_csv,
@@ -154,7 +154,7 @@ def compare_cmd(
             ) from exc
     _print(cmp, fmt_name)
     if html_path is not None and fmt_name == "terminal":
-        Console(stderr=True).print(f"wrote {html_path}")
+        make_console(stderr=True).print(f"wrote {html_path}")
     if fail_on and _gate(cmp, fail_on):
         sys.exit(exitcodes.FINDING)
 
@@ -177,7 +177,7 @@ def _gate(cmp: Comparison, kinds: tuple[str, ...]) -> int:
 
 def _print(cmp: Comparison, fmt_name: str) -> None:
     if fmt_name == "terminal":
-        print_comparison(cmp, Console())
+        print_comparison(cmp, make_console())
     elif fmt_name == "markdown":
         click.echo(comparison_markdown(cmp))
     elif fmt_name == "csv":

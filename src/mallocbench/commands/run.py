@@ -20,6 +20,7 @@ from mallocbench.commands.options import (
     percent_option,
     store_option,
 )
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import durations, mib
 from mallocbench.metadata import Durations
@@ -267,7 +268,7 @@ def run_cmd(
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
     per_cell = cell_estimate(experiment)
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     if dry_run:
         _print_plan(experiment, sessions, per_cell)
         if cluster_address is not None:
@@ -328,7 +329,7 @@ def _conclude(
 ) -> None:
     """Write the reports, print the run, and exit with the status its end deserves."""
     written = write_reports(outcome.result, out_dir)
-    terminal.print_run(outcome.result, Console(), str(out_dir))
+    terminal.print_run(outcome.result, make_console(), str(out_dir))
     console.print("wrote " + ", ".join(str(p) for p in written))
     if outcome.adaptive_stop is not None:
         _print_adaptive(console, outcome, target_ci_pct)
@@ -456,7 +457,7 @@ def report_cmd(
     if out_dir is not None:
         write_reports(result, out_dir, self_contained)
     if fmt == "terminal":
-        terminal.print_run(result, Console(), source or "out")
+        terminal.print_run(result, make_console(), source or "out")
     elif fmt == "markdown":
         click.echo(markdown.render(result))
     elif fmt == "html":
@@ -529,7 +530,7 @@ def _say_if_running(source: str | None, result: RunResult) -> None:
     for listed in (meta.engines, meta.steps, meta.threads):
         planned *= len(listed or [1])
     planned *= len(result.setups) * int(meta.repeats or 1)
-    Console(stderr=True).print(
+    make_console(stderr=True).print(
         f"[yellow]run {result.run_id} is still {status}[/]: {len(result.cells)} of about "
         f"{planned} cells measured so far; MISSING cells are not measured yet"
     )
