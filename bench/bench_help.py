@@ -4,7 +4,9 @@ The median of --runs `mallocbench --help` against the median of --runs `python -
 each a fresh process, alternated so that a busy host slows both alike; one unmeasured
 run of each first, so that neither pays for a cold page cache. Fails (exit 1) when the
 difference of the medians exceeds --limit seconds (0.3 by default): --help must not wait
-for the libraries only a measurement or a report needs.
+for the libraries only a measurement or a report needs. The CPU seconds are printed
+beside the wall-clock ones: a busy host stretches the latter, hardly the former, so the
+two together tell a slow start from a crowded machine.
 
     .venv/bin/python bench/bench_help.py [--runs 10] [--limit 0.3]
 """
@@ -12,6 +14,8 @@ for the libraries only a measurement or a report needs.
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -29,10 +33,15 @@ def mallocbench_command() -> list[str]:
     return [found]
 
 
-def elapsed(argv: list[str]) -> float:
+def elapsed(argv: list[str]) -> tuple[float, float]:
+    """Wall-clock seconds (the verdict) and CPU seconds (what a busy host cannot inflate)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu
 
 
 def main() -> int:
@@ -43,18 +52,22 @@ def main() -> int:
     bare = [sys.executable, "-c", "pass"]
     helps = [*mallocbench_command(), "--help"]
     elapsed(bare), elapsed(helps)
-    bare_s: list[float] = []
-    help_s: list[float] = []
+    bare_s: list[tuple[float, float]] = []
+    help_s: list[tuple[float, float]] = []
     for _ in range(args.runs):
         bare_s.append(elapsed(bare))
         help_s.append(elapsed(helps))
-    bare_median = statistics.median(bare_s)
-    help_median = statistics.median(help_s)
-    difference = help_median - bare_median
-    print(f"python -c pass      median {bare_median:.3f} s of {args.runs}")
-    print(f"mallocbench --help  median {help_median:.3f} s of {args.runs}")
+    bare_wall, bare_cpu = (statistics.median(x) for x in zip(*bare_s, strict=True))
+    help_wall, help_cpu = (statistics.median(x) for x in zip(*help_s, strict=True))
+    difference = help_wall - bare_wall
+    print(f"load average {os.getloadavg()[0]:.1f}; medians of {args.runs} runs, wall (cpu)")
+    print(f"python -c pass      {bare_wall:.3f} s ({bare_cpu:.3f} s)")
+    print(f"mallocbench --help  {help_wall:.3f} s ({help_cpu:.3f} s)")
     verdict = "ok" if difference <= args.limit else "too slow"
-    print(f"difference          {difference:+.3f} s (limit {args.limit:.1f} s): {verdict}")
+    print(
+        f"difference          {difference:+.3f} s ({help_cpu - bare_cpu:+.3f} s); "
+        f"limit {args.limit:.1f} s: {verdict}"
+    )
     return 0 if difference <= args.limit else 1
 
 
