@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from mallocbench.commands.progress import RichProgress
-from mallocbench.console import NATURAL_WIDTH, make_console
+from mallocbench.console import NATURAL_WIDTH, make_console, wants_colour
 from mallocbench.experiment import PlannedCell
 from mallocbench.results import Cell
 from mallocbench.workloads.catalogue import step_from_label
@@ -185,3 +185,12 @@ def test_progress_in_a_pipe_is_one_plain_line_per_cell(monkeypatch: pytest.Monke
     assert "3,297 MiB" in lines[2] and "jemalloc" in lines[2]
     assert lines[3].startswith("3/3 ") and "failed: server exited with signal 6" in lines[3]
     assert not CURSOR.search(out.getvalue()) and not ANSI.search(out.getvalue())
+
+
+def test_colour_follows_the_terminal_and_the_two_variables() -> None:
+    assert wants_colour(True, {}) and not wants_colour(False, {})
+    assert wants_colour(False, {"FORCE_COLOR": "1"})
+    assert not wants_colour(True, {"NO_COLOR": "1"})
+    assert not wants_colour(False, {"NO_COLOR": "1", "FORCE_COLOR": "1"})
+    # Set but empty means unset (no-color.org, force-color.org).
+    assert wants_colour(True, {"NO_COLOR": ""}) and not wants_colour(False, {"FORCE_COLOR": ""})

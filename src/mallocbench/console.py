@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 NATURAL_WIDTH = 1000
 
 
-def wants_colour(terminal: bool, environ: dict[str, str] | None = None) -> bool:
+def wants_colour(terminal: bool, environ: Mapping[str, str] | None = None) -> bool:
     env = os.environ if environ is None else environ
     if env.get("NO_COLOR"):
         return False
@@ -32,7 +33,7 @@ def wants_colour(terminal: bool, environ: dict[str, str] | None = None) -> bool:
     return terminal
 
 
-def pipe_width(environ: dict[str, str] | None = None) -> int:
+def pipe_width(environ: Mapping[str, str] | None = None) -> int:
     """COLUMNS when the user set it, else the natural width."""
     columns = (os.environ if environ is None else environ).get("COLUMNS", "").strip()
     return int(columns) if columns.isdigit() and int(columns) > 0 else NATURAL_WIDTH
