@@ -146,7 +146,7 @@ class LazyGroup(Group):
         if not names:
             return
         limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = [(name, self._summary(ctx, name, limit)) for name in names]
+        rows = [(name, self._summary(name, limit)) for name in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
@@ -155,7 +155,7 @@ class LazyGroup(Group):
             return self.commands[name].hidden
         return COMMANDS[name].hidden
 
-    def _summary(self, ctx: click.Context, name: str, limit: int) -> str:
+    def _summary(self, name: str, limit: int) -> str:
         if name in self.commands:
             return self.commands[name].get_short_help_str(limit)
         # A stand-in command shortens the summary exactly as the real one would.
