@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT ?= demo-out
 
-.PHONY: setup deps venv native demo test lint clean
+.PHONY: setup deps venv native demo test lint clean bench-help
 
 setup: deps venv native
 
@@ -36,6 +36,10 @@ test: setup
 lint: venv
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+
+# --help within 0.3 s of a bare interpreter (medians of 10); exits 1 when slower.
+bench-help: venv
+	$(PY) bench/bench_help.py
 
 clean:
 	rm -rf $(VENV) $(OUT) native/build .pytest_cache

@@ -8,25 +8,108 @@ traceback.
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import NamedTuple
 
 import click
 
 from mallocbench import __version__, exitcodes
-from mallocbench.commands import (
-    allocators,
-    calibrate,
-    cluster,
-    compare,
-    memory,
-    patterns,
-    recommend,
-    run,
-    schema,
-    soak,
-    store,
-)
 from mallocbench.errors import EnvironmentLost, MallocbenchError
+
+
+class LazyCommand(NamedTuple):
+    """Where a command lives, and the line `--help` lists for it without importing it."""
+
+    module: str
+    attribute: str
+    summary: str
+    hidden: bool = False
+
+
+# Commands are imported only when invoked: importing them all put scipy, jinja2 and rich
+# (1-2 s) in front of `--help`. tests/test_cli_startup.py checks each summary against the
+# command's own help, so the two cannot drift apart.
+COMMANDS: dict[str, LazyCommand] = {
+    "allocators": LazyCommand(
+        "allocators",
+        "allocators_cmd",
+        "List the allocators mallocbench knows, with version, library and availability.",
+    ),
+    "run": LazyCommand(
+        "run", "run_cmd", "Run an experiment: every setup on every engine, step and thread count."
+    ),
+    "report": LazyCommand(
+        "run",
+        "report_cmd",
+        "Report a run from an output directory, a store (.sqlite or a postgresql:// URL) "
+        "or a results.json.",
+    ),
+    "runs": LazyCommand(
+        "run",
+        "runs_cmd",
+        "List the runs in a store: an output directory, a .sqlite file or a postgresql:// URL.",
+    ),
+    "steps": LazyCommand(
+        "run", "steps_cmd", "List the microbenchmark steps, their groups, ranges and SQL."
+    ),
+    "compare": LazyCommand(
+        "compare",
+        "compare_cmd",
+        "Compare run B against run A: QPS(B) / QPS(A) per engine, step, threads and setup.",
+    ),
+    "recommend": LazyCommand(
+        "recommend",
+        "recommend_cmd",
+        "Recommend a setup for production from a run, and show how to deploy it.",
+    ),
+    "calibrate": LazyCommand(
+        "calibrate",
+        "calibrate_cmd",
+        "Measure this machine's noise now, and plan a run's repeats from it.",
+    ),
+    "soak": LazyCommand(
+        "soak",
+        "soak_cmd",
+        "Soak: hold one step's load on each setup for hours; measure how RSS grows.",
+    ),
+    "patterns": LazyCommand(
+        "patterns",
+        "patterns",
+        "Replay database-shaped allocation patterns under each allocator, in seconds.",
+    ),
+    "memory": LazyCommand(
+        "memory",
+        "memory",
+        "Explain where a running MariaDB/MySQL server's memory goes, adding up to its RSS.",
+    ),
+    "profile": LazyCommand(
+        "memory",
+        "profile",
+        "Top allocation sites by peak bytes, from a private server under a heap profiler.",
+    ),
+    "store": LazyCommand(
+        "store",
+        "store_group",
+        "Results stores: copy runs between SQLite files and a shared PostgreSQL database.",
+    ),
+    "cluster": LazyCommand(
+        "cluster",
+        "cluster_group",
+        "Run one experiment's blocks on many benchmark hosts (Dask distributed).",
+    ),
+    "_run-unit": LazyCommand(
+        "cluster",
+        "run_unit_cmd",
+        "Internal: measure one unit (JSON spec on stdin) for a cluster worker.",
+        hidden=True,
+    ),
+    "schema": LazyCommand(
+        "schema",
+        "schema_cmd",
+        "Print the JSON Schema of a run (default) or patterns experiment file.",
+    ),
+}
 
 
 class Group(click.Group):
@@ -42,8 +125,45 @@ class Group(click.Group):
             sys.exit(exitcodes.interrupted())
 
 
+class LazyGroup(Group):
+    """A group whose commands in COMMANDS are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        lazy = COMMANDS.get(cmd_name)
+        if command is None and lazy is not None:
+            module = importlib.import_module(f"mallocbench.commands.{lazy.module}")
+            command = getattr(module, lazy.attribute)
+            self.add_command(command, cmd_name)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from COMMANDS' summaries, so `--help` imports no command."""
+        names = [n for n in self.list_commands(ctx) if not self._hidden(n)]
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(name, self._summary(name, limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def _hidden(self, name: str) -> bool:
+        if name in self.commands:
+            return self.commands[name].hidden
+        return COMMANDS[name].hidden
+
+    def _summary(self, name: str, limit: int) -> str:
+        if name in self.commands:
+            return self.commands[name].get_short_help_str(limit)
+        # A stand-in command shortens the summary exactly as the real one would.
+        return click.Command(name, help=COMMANDS[name].summary).get_short_help_str(limit)
+
+
 @click.group(
-    cls=Group,
+    cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"]},
     epilog=exitcodes.POLICY_HELP,
 )
@@ -66,22 +186,6 @@ def main() -> None:
     tell a finding (1) from a mistake (2) and an aborted run (3).
     """
 
-
-for module in (
-    allocators,
-    run,
-    compare,
-    recommend,
-    calibrate,
-    soak,
-    patterns,
-    memory,
-    store,
-    cluster,
-    schema,
-):
-    for command in module.commands:
-        main.add_command(command)
 
 if __name__ == "__main__":
     main()

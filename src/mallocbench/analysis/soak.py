@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import stats
 
 from mallocbench.results import STATUS_CRASHED, STATUS_OOM, Cell, RunResult, SessionInfo
 
@@ -127,6 +126,9 @@ def _effective(resid: np.ndarray) -> float | None:
 
 
 def _t_half(se: float, df: float) -> float:
+    # Imported here: scipy takes a second to load and `run --dry-run` never needs it.
+    from scipy import stats
+
     return float(stats.t.ppf(0.975, df)) * se
 
 

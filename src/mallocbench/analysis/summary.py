@@ -23,7 +23,6 @@ from typing import Any
 from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
-from mallocbench.analysis.soak import is_soak
 from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult
 from mallocbench.units import parse_fraction
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
@@ -159,6 +158,9 @@ def summarize_run(result: RunResult) -> dict[tuple[str, str, str, int], CellSumm
 
 def repeats_share_a_server(result: RunResult) -> bool:
     """Whether the run's repeats are segments of one server lifetime (a soak), not starts."""
+    # Imported here: analysis.soak loads numpy, which `run --dry-run` and `steps` never need.
+    from mallocbench.analysis.soak import is_soak
+
     return is_soak(result)
 
 

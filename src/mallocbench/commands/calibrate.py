@@ -28,6 +28,7 @@ from mallocbench import dataset
 from mallocbench import experiment as experiment_mod
 from mallocbench.analysis import noise
 from mallocbench.commands.options import out_dir_option, percent_option
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import MIN_RUN_SLICE_S, Experiment, PlannedCell, PlannedSession, Setup
 from mallocbench.measure import CellMeasurement, new_cell, warm_up
@@ -657,12 +658,12 @@ def calibrate_cmd(
         "budget_s": parse_duration(budget, "--budget"),
         "target_ci_pct": target_ci_pct,
     }
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     console.print(
         f"calibrating {target.describe()}: {starts} starts x {slices} slices of {slice_s} s"
     )
     summary = calibrate(experiment, target, out_dir, options, console)
-    print_calibration(summary, Console())
+    print_calibration(summary, make_console())
     if json_path is not None:
         write_json(summary, json_path)
         console.print(f"wrote {json_path}")

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from mallocbench import exitcodes
 from mallocbench.analysis.comparison import (
@@ -22,6 +21,7 @@ from mallocbench.analysis.comparison import (
     parse_fail_on,
 )
 from mallocbench.commands.options import min_effect_option
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.report.comparison import (
     comparison_csv,
@@ -29,7 +29,6 @@ from mallocbench.report.comparison import (
     comparison_markdown,
     print_comparison,
 )
-from mallocbench.report.html import write_compare_html
 from mallocbench.results import RunResult
 from mallocbench.store.loading import load_result
 
@@ -144,6 +143,9 @@ def compare_cmd(
         # Before the tables: whoever reads the verdicts should know this first.
         click.echo(f"compare: warning: the runs differ: {difference.text}", err=True)
     if html_path is not None:
+        # Imported here: jinja2 is for the HTML report only, not every comparison.
+        from mallocbench.report.html import write_compare_html
+
         try:
             write_compare_html(cmp, html_path, self_contained)
         except OSError as exc:
@@ -152,7 +154,7 @@ def compare_cmd(
             ) from exc
     _print(cmp, fmt_name)
     if html_path is not None and fmt_name == "terminal":
-        Console(stderr=True).print(f"wrote {html_path}")
+        make_console(stderr=True).print(f"wrote {html_path}")
     if fail_on and _gate(cmp, fail_on):
         sys.exit(exitcodes.FINDING)
 
@@ -175,7 +177,7 @@ def _gate(cmp: Comparison, kinds: tuple[str, ...]) -> int:
 
 def _print(cmp: Comparison, fmt_name: str) -> None:
     if fmt_name == "terminal":
-        print_comparison(cmp, Console())
+        print_comparison(cmp, make_console())
     elif fmt_name == "markdown":
         click.echo(comparison_markdown(cmp))
     elif fmt_name == "csv":

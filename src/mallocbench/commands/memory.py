@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.units import parse_size
 
@@ -388,14 +389,13 @@ def _profile_step(
 
 
 def _print_profile(result: object, top: int) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from mallocbench.memory.massif import Profile
 
     assert isinstance(result, Profile)
     mib = 1024 * 1024
-    console = Console()
+    console = make_console()
     extra = (
         f", allocator overhead {result.peak_extra_bytes / mib:,.1f} MiB"
         if result.peak_extra_bytes

@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 
 from mallocbench.commands.options import FiniteFloatRange
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.patterns import experiment as pexp
 from mallocbench.patterns import report, runner
@@ -156,7 +157,7 @@ def patterns(
             "to PostgreSQL with `mallocbench store copy`"
         )
     store = Path(store_path) if store_path else out / "results.sqlite"
-    console = Console()
+    console = make_console()
 
     if report_run is not None:
         if resume:

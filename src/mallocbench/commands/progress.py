@@ -1,8 +1,14 @@
-"""Live progress for `mallocbench run`: current cell, phase, QPS and RSS, elapsed, ETA."""
+"""Progress for `mallocbench run`: current cell, phase, QPS and RSS, elapsed, ETA.
+
+On a terminal a live bar redraws in place; anywhere else (a pipe, a CI log) each finished
+cell is one plain line with its count, and nothing is redrawn: cursor codes and a bar
+squeezed to an assumed width are noise in a log.
+"""
 
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -26,6 +32,7 @@ class RichProgress:
         self.seconds_per_cell = seconds_per_cell
         self.banner = banner
         self.started = False
+        self.live = console.is_terminal
         # Time-based progress: the bar advances with seconds of work so the ETA is honest
         # even though cells take the same time whatever their QPS.
         self.progress = Progress(
@@ -41,6 +48,7 @@ class RichProgress:
         )
         self.task = self.progress.add_task("starting", total=1)
         self.cells_done = 0
+        self.total_cells = 0
 
     def __enter__(self) -> RichProgress:
         return self
@@ -52,9 +60,11 @@ class RichProgress:
     def start(self, total_cells: int, skipped: int) -> None:
         if self.banner:
             self.console.print(self.banner)
-        self.progress.start()
-        self.started = True
+        if self.live:
+            self.progress.start()
+            self.started = True
         self.progress.update(self.task, total=total_cells, completed=skipped)
+        self.cells_done, self.total_cells = skipped, total_cells
         if skipped:
             self.console.print(f"resuming: {skipped} of {total_cells} cells already measured")
 
@@ -70,21 +80,27 @@ class RichProgress:
 
     def cell_finished(self, cell: Cell) -> None:
         self.progress.advance(self.task)
+        self.cells_done += 1
+        # Off a terminal the bar is not drawn, so each line carries the count instead.
+        count = "" if self.live else f"{self.cells_done}/{self.total_cells} "
+        name = (
+            f"{count}  {escape(cell.setup):>12} {escape(cell.engine):<8} "
+            f"{escape(cell.step):<28} {cell.threads:>3}t "
+        )
         if cell.status == STATUS_OK:
-            self.console.print(
-                f"  {cell.setup:>12} {cell.engine:<8} {cell.step:<28} {cell.threads:>3}t "
+            text = (
                 f"{cell.qps or 0:>10,.0f} qps  p99 {cell.p99_ms or 0:7.2f} ms  "
                 f"peak RSS {(cell.peak_rss_bytes or 0) / (1 << 20):,.0f} MiB"
             )
         else:
-            self.console.print(
-                f"  {cell.setup:>12} {cell.engine:<8} {cell.step:<28} {cell.threads:>3}t "
-                f"[red]{cell.status}[/]: {cell.error}"
-            )
+            text = f"[red]{cell.status}[/]: {escape(cell.error or '')}"
+        # soft_wrap: a log line is never broken inside a number; the viewer wraps it.
+        self.console.print(name + text, soft_wrap=not self.live)
 
     def round_started(self, repeat: int, cells: int, reason: str) -> None:
         task = self.progress.tasks[self.task]
         self.progress.update(self.task, total=(task.total or 0) + cells)
+        self.total_cells += cells
         self.console.print(f"[bold]block {repeat + 1}[/]: {cells} more cells, because {reason}")
 
 

@@ -11,11 +11,11 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from mallocbench import deploy
 from mallocbench.analysis.recommend import DEFAULT_PRIORITIES, parse_priorities, recommend
 from mallocbench.commands.options import min_effect_option
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.report.recommend import recommendation_lines
 from mallocbench.results import RunResult, SetupInfo
@@ -153,10 +153,10 @@ def recommend_cmd(
         click.echo(text)
     if dropin_dir is not None:
         if deployment is None:
-            Console(stderr=True).print("no change recommended: no drop-in written")
+            make_console(stderr=True).print("no change recommended: no drop-in written")
             return
         path = deploy.write_dropin(deployment, dropin_dir)
-        Console(stderr=True).print(
+        make_console(stderr=True).print(
             f"wrote {path}; apply with: systemctl daemon-reload && systemctl restart {service}"
         )
 

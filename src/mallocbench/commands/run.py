@@ -20,10 +20,11 @@ from mallocbench.commands.options import (
     percent_option,
     store_option,
 )
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import durations, mib
 from mallocbench.metadata import Durations
-from mallocbench.report import export, html, markdown, terminal
+from mallocbench.report import export, markdown, terminal
 from mallocbench.results import RunResult
 from mallocbench.runner import (
     Pipeline,
@@ -44,6 +45,9 @@ def write_reports(result: RunResult, out_dir: Path, self_contained: bool = False
     Only these files are written: a directory that refuses them loses no measurement,
     which the store already holds, so it is one line naming the directory.
     """
+    # Imported here: jinja2 and plotly's script are for runs that end, not for `--dry-run`.
+    from mallocbench.report import html
+
     written: list[Path] = []
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -264,7 +268,7 @@ def run_cmd(
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
     per_cell = cell_estimate(experiment)
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     if dry_run:
         _print_plan(experiment, sessions, per_cell)
         if cluster_address is not None:
@@ -326,7 +330,7 @@ def _conclude(
     """Write the reports, print the run, and exit with the status its end deserves."""
     if outcome.result.cells:
         written = write_reports(outcome.result, out_dir)
-        terminal.print_run(outcome.result, Console(), str(out_dir))
+        terminal.print_run(outcome.result, make_console(), str(out_dir))
         console.print("wrote " + ", ".join(str(p) for p in written))
     else:
         # Empty reports would read like a finished comparison.
@@ -457,10 +461,12 @@ def report_cmd(
     if out_dir is not None:
         write_reports(result, out_dir, self_contained)
     if fmt == "terminal":
-        terminal.print_run(result, Console(), source or "out")
+        terminal.print_run(result, make_console(), source or "out")
     elif fmt == "markdown":
         click.echo(markdown.render(result))
     elif fmt == "html":
+        from mallocbench.report import html
+
         click.echo(html.render_html(result), nl=False)
     elif fmt == "csv":
         click.echo(export.cells_csv(result), nl=False)
@@ -528,7 +534,7 @@ def _say_if_running(source: str | None, result: RunResult) -> None:
     for listed in (meta.engines, meta.steps, meta.threads):
         planned *= len(listed or [1])
     planned *= len(result.setups) * int(meta.repeats or 1)
-    Console(stderr=True).print(
+    make_console(stderr=True).print(
         f"[yellow]run {result.run_id} is still {status}[/]: {len(result.cells)} of about "
         f"{planned} cells measured so far; MISSING cells are not measured yet"
     )

@@ -13,6 +13,7 @@ from mallocbench import exitcodes
 from mallocbench import experiment as experiment_mod
 from mallocbench.commands.options import StopOnSignals, out_dir_option, store_option
 from mallocbench.commands.run import write_reports
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import mib
 from mallocbench.report import soak as soak_report
@@ -162,7 +163,7 @@ def soak_cmd(
         keep_datadirs=keep_datadirs,
         extra_metadata=soak_metadata(experiment, spec),
     )
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     pairs = len(plan_soak(experiment))
     banner = (
         f"[bold]{experiment.name}[/]: soak of {pairs} setup(s) back to back, "
@@ -187,7 +188,7 @@ def _finish(
             written.append(path)
         except OSError as exc:
             raise MallocbenchError(f"cannot write {out_dir / 'soak.md'}: {exc.strerror}") from exc
-        soak_report.print_soak(result, Console())
+        soak_report.print_soak(result, make_console())
         console.print("wrote " + ", ".join(str(p) for p in written))
     else:
         # Empty reports would read like a finished soak.

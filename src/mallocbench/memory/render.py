@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from mallocbench.console import make_console
 from mallocbench.memory.breakdown import Breakdown, Footprint
 from mallocbench.memory.process import ThpSetup
 from mallocbench.memory.report import (
@@ -36,7 +37,7 @@ def pct(part: int, whole: int) -> str:
 
 
 def render(report: MemoryReport, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     srv = report.server
     title = f"mallocbench memory: {report.where}"
     if srv is not None:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mallocbench.analysis import stats
+from mallocbench.console import make_console
 from mallocbench.patterns.experiment import Case
 from mallocbench.patterns.store import PatternResult, PatternRun, RunModel
 
@@ -206,10 +207,7 @@ def _cells(row: SummaryRow) -> list[str]:
 
 def print_table(rows: list[SummaryRow], title: str, console: Console | None = None) -> None:
     """One small table per case and thread count, so each stays narrow."""
-    console = console or Console()
-    if not console.is_terminal:
-        # piped or captured output has no width to respect: do not squeeze the tables
-        console.width = max(console.width, 160)
+    console = console or make_console()
     console.print(f"[bold]{title}[/]")
     exploratory = exploratory_note(rows)
     if exploratory:

@@ -15,6 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from mallocbench import allocators
 from mallocbench.allocators.base import glibc_version
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.patterns import store as pstore
 from mallocbench.patterns.driver import DriverRun, binary_path, driver_args, run_driver
@@ -121,7 +122,7 @@ def execute(
 ) -> pstore.PatternRun:
     """Run every planned cell (with `resume`, those the latest run of the same experiment
     has not finished) and return the stored run (model, metadata, results)."""
-    console = console or Console(stderr=True)
+    console = console or make_console(stderr=True)
     binary = binary_path()
     precheck(experiment, binary)
     plan = experiment.plan()

@@ -17,6 +17,7 @@ from mallocbench.analysis.summary import (
     ratio_cell,
     significance_rule,
 )
+from mallocbench.console import make_console
 from mallocbench.report import markdown
 from mallocbench.report.export import location_record, records_csv
 from mallocbench.report.tables import relative_rows
@@ -31,7 +32,7 @@ def _rules(cmp: Comparison, intervals: bool) -> str:
 
 
 def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     console.print(
         f"[bold]B / A[/]: A = {cmp.a.run_id} ({cmp.a.experiment}), "
         f"B = {cmp.b.run_id} ({cmp.b.experiment})"

@@ -20,6 +20,7 @@ from rich.table import Table
 from mallocbench import formatting as fmt
 from mallocbench.analysis.soak import Lifetime, SetupSoak, Slope, is_soak, soak_setups, window
 from mallocbench.analysis.summary import slug
+from mallocbench.console import make_console
 from mallocbench.results import STATUS_CRASHED, STATUS_OOM, RunResult
 
 MiB = float(1 << 20)
@@ -266,7 +267,7 @@ def print_soak(result: RunResult, console: Console | None = None) -> None:
     header, rows = soak_table(result, soaks)
     if not rows:
         return
-    console = console or Console()
+    console = console or make_console()
     meta = result.metadata.soak
     assert meta is not None  # is_soak
     for engine in dict.fromkeys(row[0] for row in rows):

@@ -24,6 +24,7 @@ from mallocbench.analysis.summary import (
     unit_note,
     vsz_note,
 )
+from mallocbench.console import make_console
 from mallocbench.report.recommend import verdict_lines
 from mallocbench.report.soak import print_soak
 from mallocbench.report.tables import (
@@ -42,7 +43,7 @@ COLORS = {"slower": "red", "faster": "green", "problem": "bold red"}
 
 
 def print_allocators(entries: list[dict[str, Any]], console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     table = Table(title="Allocators")
     for column in ("name", "version", "library", "status"):
         table.add_column(column, overflow="fold")
@@ -86,7 +87,7 @@ def print_run(result: RunResult, console: Console | None = None, source: str | N
     `source` is where the run was read from (an output directory, a store), for the
     commands the report suggests.
     """
-    console = console or Console()
+    console = console or make_console()
     exploratory = exploratory_note(result)
     if exploratory:
         console.print(f"[bold yellow]{exploratory}[/]")
