@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -57,7 +58,7 @@ from mallocbench.runner import (
 )
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError
 from mallocbench.servers.orphans import Orphan, stop_orphans
-from mallocbench.store import ResultsStore, is_url, locks, open_store
+from mallocbench.store import ResultsStore, is_url, locks, open_store, store_label
 from mallocbench.store.sqlite import STATUS_INTERRUPTED
 
 # The resource every benchmark host's worker advertises once: a unit asks for one, so
@@ -82,6 +83,11 @@ HOST_FACTS = (
     "server_versions",
     "allocators",
 )
+
+
+# A lost unit's note while the run is incomplete, and once a resume measured the rest.
+LOST_NOTE = "lost unit {}; its finished cells are kept, --resume measures the rest"
+LOST_NOTE_DONE = "lost unit {}; its finished cells were kept, and a --resume measured the rest"
 
 
 class UnitsLost(ServerStartError):
@@ -192,16 +198,21 @@ def stop_event_name(run_id: str) -> str:
 # --- the driver ------------------------------------------------------------------------------
 
 
-def connect(address: str, timeout: float = 15.0) -> Any:
-    """A Dask client of the scheduler at `address`, with at least one benchmark host."""
+def connect(address: str, security: Any = None, timeout: float = 15.0) -> Any:
+    """A Dask client of the scheduler at `address`, with at least one benchmark host.
+
+    With `security` (clustertls.security) it presents this host's certificate and
+    accepts only a scheduler whose certificate the cluster's CA signed.
+    """
     from distributed import Client
 
     try:
-        client = Client(address, timeout=timeout, set_as_default=False)
+        client = Client(address, timeout=timeout, set_as_default=False, security=security)
     except (OSError, TimeoutError, ValueError) as exc:
         raise MallocbenchError(
             f"cannot reach the Dask scheduler at {address} ({str(exc).splitlines()[0]}): start "
-            "it with `mallocbench cluster scheduler` and check that its port is reachable"
+            "it with `mallocbench cluster scheduler`, check that its port is reachable and "
+            "that --tls names a host directory of the same `cluster init` CA"
         ) from exc
     if not benchmark_hosts(client):
         client.close()
@@ -222,8 +233,20 @@ def benchmark_hosts(client: Any) -> dict[str, str]:
     }
 
 
+def resume_command(run_id: str, options: RunOptions) -> str:
+    """The command that measures what a run misses, from any machine reaching its store
+    (a URL without its password: libpq finds it in ~/.pgpass or PGPASSWORD)."""
+    return (
+        f"mallocbench run --resume {shlex.quote(run_id)} "
+        f"--store {shlex.quote(store_label(store_target(options)))}"
+    )
+
+
 class StoredRunPipeline(Pipeline):
     """A pipeline that resumes the run id it is given (`--resume RUN_ID`), if any."""
+
+    # A local resume of a run measured on several hosts is one more host of it.
+    joins_hosts = True
 
     def __init__(
         self,
@@ -247,6 +270,40 @@ class StoredRunPipeline(Pipeline):
         if carried.cluster is None and previous.cluster is not None:
             carried.cluster = previous.cluster
         return run_id
+
+    def completed_notes(self, notes: list[str]) -> list[str]:
+        done = []
+        for note in notes:
+            unit = _lost_unit(note)
+            done.append(note if unit is None else LOST_NOTE_DONE.format(unit))
+        return done
+
+    def _run_sessions(
+        self,
+        store: ResultsStore,
+        run_id: str,
+        sessions: list[PlannedSession],
+        done: set[tuple[str, str, str, int, int]],
+        builds: dict[str | None, ServerBuild],
+        outcome: RunOutcome,
+    ) -> None:
+        before = outcome.measured
+        try:
+            super()._run_sessions(store, run_id, sessions, done, builds, outcome)
+        finally:
+            hosts = outcome.result.metadata.hosts
+            measured = outcome.measured > before
+            if self.joins_hosts and measured and hosts is not None and self.host_name not in hosts:
+                hosts[self.host_name] = _host_record(self.experiment, builds)
+                store.update_metadata(run_id, outcome.result.metadata)
+
+
+def _lost_unit(note: str) -> str | None:
+    """The unit a LOST_NOTE names, or None for any other note."""
+    head, tail = LOST_NOTE.split("{}")
+    if note.startswith(head) and note.endswith(tail):
+        return note[len(head) : len(note) - len(tail)]
+    return None
 
 
 @dataclass
@@ -272,16 +329,18 @@ class ClusterPipeline(StoredRunPipeline):
         run_id: str | None = None,
         *,
         address: str,
+        security: Any = None,
         say: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(experiment, options, progress, stop_requested, run_id)
         self.address = address
+        self.security = security
         self.say = say or self.progress.status
         self.client: Any = None
 
     def execute(self) -> RunOutcome:
         # Before anything is created or measured: a cluster without hosts is one line.
-        self.client = connect(self.address)
+        self.client = connect(self.address, self.security)
         try:
             return super().execute()
         finally:
@@ -311,7 +370,9 @@ class ClusterPipeline(StoredRunPipeline):
             raise UnitsLost(
                 f"{len(state.lost)} unit(s) lost with their benchmark host ("
                 + "; ".join(state.lost)
-                + "): their finished cells are kept; continue with --resume"
+                + "): their finished cells are kept; measure the rest with: "
+                + resume_command(run_id, self.options)
+                + " (add --cluster and --tls to spread them over the hosts again)"
             )
         if state.aborted:
             raise ServerStartError(state.aborted)
@@ -481,9 +542,7 @@ class ClusterPipeline(StoredRunPipeline):
             outcome.notes[:] = [n for n in outcome.notes if not n.startswith("Dask worker used")]
             outcome.notes.append(share)
         for lost in state.lost:
-            outcome.notes.append(
-                f"lost unit {lost}; its finished cells are kept, --resume measures the rest"
-            )
+            outcome.notes.append(LOST_NOTE.format(lost))
         # Facts every host agrees on describe the run as a local run's host facts do.
         held = metadata.to_dict()
         hosts = [record.to_dict() for record in state.hosts.values()]
@@ -604,6 +663,8 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
 class UnitPipeline(StoredRunPipeline):
     """The local pipeline's block and session code, run for one unit on one host."""
 
+    joins_hosts = False  # the driver records the hosts, from the units' results
+
     def __init__(
         self,
         experiment: Experiment,
@@ -614,7 +675,7 @@ class UnitPipeline(StoredRunPipeline):
         taken: set[str],
     ) -> None:
         super().__init__(experiment, options, stop_requested=stop_requested)
-        self.host = host
+        self.host = self.host_name = host
         self.taken = taken  # session ids already in the store: a retry never reuses one
         self.worker = _process(worker_pid)
         self.cpu_s = 0.0
@@ -631,19 +692,6 @@ class UnitPipeline(StoredRunPipeline):
             session_id = f"{base}.{self.host}.{n}"
         self.taken.add(session_id)
         return session_id
-
-    def _begin_session(
-        self,
-        store: ResultsStore,
-        run_id: str,
-        planned: PlannedSession,
-        attempt: int,
-        builds: dict[str | None, ServerBuild],
-    ) -> Session:
-        live = super()._begin_session(store, run_id, planned, attempt, builds)
-        live.info.host = self.host
-        store.save_session(run_id, live.info)
-        return live
 
     def _measure_together(
         self, pairs: list[tuple[Session, PlannedCell]], interleave: bool
@@ -812,12 +860,20 @@ def pipeline_for(
     run_id: str | None,
     address: str | None,
     say: Callable[[str], None] | None = None,
+    security: Any = None,
 ) -> Pipeline:
     """The local pipeline, or the cluster's when an address is given."""
     if address is None:
         return StoredRunPipeline(experiment, options, progress, stop_requested, run_id)
     return ClusterPipeline(
-        experiment, options, progress, stop_requested, run_id, address=address, say=say
+        experiment,
+        options,
+        progress,
+        stop_requested,
+        run_id,
+        address=address,
+        security=security,
+        say=say,
     )
 
 
