@@ -66,6 +66,9 @@ from mallocbench.store.sqlite import STATUS_INTERRUPTED
 RESOURCE = "benchmark_host"
 # Set by `mallocbench cluster worker` in its own process: where units keep their files.
 WORK_DIR_ENV = "MALLOCBENCH_WORK_DIR"
+# The scheduler's event topic where a unit's worker announces its host's facts as soon
+# as they are known: a host killed mid-unit returns no result, yet measured cells.
+HOSTS_TOPIC = "mallocbench-hosts"
 # How often the driver and the unit tasks look around (store, stop event, hosts). Every
 # look is a message to the scheduler: rare enough to keep a measuring host quiet.
 POLL_S = 2.0
@@ -259,6 +262,9 @@ class StoredRunPipeline(Pipeline):
     ) -> None:
         super().__init__(experiment, options, progress, stop_requested, executor)
         self.pinned_run_id = run_id
+        # Session ids already in the store: a resume or a retry never reuses one, which
+        # would replace that session's record (its host, its peak memory) with its own.
+        self.taken: set[str] | None = None
 
     def resume_run_id(self, store: ResultsStore) -> str:
         run_id = self.pinned_run_id or super().resume_run_id(store)
@@ -270,6 +276,19 @@ class StoredRunPipeline(Pipeline):
         if carried.cluster is None and previous.cluster is not None:
             carried.cluster = previous.cluster
         return run_id
+
+    def session_id(
+        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int
+    ) -> str:
+        if self.taken is None:
+            self.taken = store.session_ids(run_id)
+        base = super().session_id(store, run_id, planned, attempt)
+        session_id, n = base, 1
+        while session_id in self.taken:
+            n += 1
+            session_id = f"{base}.{self.host_name}.{n}"
+        self.taken.add(session_id)
+        return session_id
 
     def completed_notes(self, notes: list[str]) -> list[str]:
         done = []
@@ -519,11 +538,21 @@ class ClusterPipeline(StoredRunPipeline):
                     self.progress.cell_finished(cell)
         return keys
 
+    def _announced_hosts(self, store: ResultsStore, run_id: str) -> dict[str, HostRecord]:
+        """The hosts that started measuring, with their facts, results returned or not."""
+        announced = _announced(self.client, run_id)
+        if not announced:
+            return {}
+        measured = {s.host for s in store.load_run(run_id, with_samples=False).sessions}
+        return {host: record for host, record in announced.items() if host in measured}
+
     def _record(
         self, store: ResultsStore, run_id: str, outcome: RunOutcome, state: _Dispatch
     ) -> None:
         """Hosts, their differences and the engine's CPU share, in the run's metadata."""
         metadata = outcome.result.metadata
+        for host, record in self._announced_hosts(store, run_id).items():
+            state.hosts.setdefault(host, record)
         metadata.hosts = state.hosts
         for note in host_differences(state.hosts):
             if note not in outcome.notes:
@@ -558,6 +587,16 @@ class ClusterPipeline(StoredRunPipeline):
         if outcome.notes:
             metadata.notes = outcome.notes
         store.update_metadata(run_id, metadata)
+
+
+def _announced(client: Any, run_id: str) -> dict[str, HostRecord]:
+    """Host name -> facts, as the units' workers announced them for this run."""
+    found = {}
+    with contextlib.suppress(OSError, TimeoutError):
+        for _, event in client.get_events(HOSTS_TOPIC):
+            if isinstance(event, dict) and event.get("run_id") == run_id:
+                found[str(event["host"])] = HostRecord.from_dict(event["record"])
+    return found
 
 
 def _take_versions(metadata: RunMetadata, versions: dict[str, str | None]) -> None:
@@ -617,14 +656,16 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     unit = Unit.from_dict(spec["unit"])
     stem = f"unit-{unit.engine}-r{unit.repeat}"
-    result_path = out_dir / f"{stem}.result.json"
+    result_path, host_path = out_dir / f"{stem}.result.json", out_dir / f"{stem}.host.json"
     result_path.unlink(missing_ok=True)
+    host_path.unlink(missing_ok=True)
     spec = {
         **spec,
         "host": host,
         "out_dir": str(out_dir),
         "worker_pid": os.getpid(),
         "result": str(result_path),
+        "host_record": str(host_path),
     }
     stop = Event(stop_event_name(spec["run_id"]))
     with open(out_dir / f"{stem}.log", "a") as log:
@@ -642,12 +683,14 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
         assert proc.stdin is not None
         proc.stdin.write(json.dumps(spec))
         proc.stdin.close()
-        signalled = False
+        signalled = announced = False
         while True:
             try:
                 code = proc.wait(timeout=POLL_S)
                 break
             except subprocess.TimeoutExpired:
+                if not announced and host_path.is_file():
+                    announced = _announce_host(worker, spec, host_path)
                 if not signalled and stop.is_set():
                     proc.send_signal(signal.SIGTERM)
                     signalled = True
@@ -658,6 +701,16 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
             f"{tail[-1] if tail else 'no output'} (log: {out_dir / f'{stem}.log'})"
         )
     return dict(json.loads(result_path.read_text()))
+
+
+def _announce_host(worker: Any, spec: dict[str, Any], path: Path) -> bool:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    event = {"run_id": spec["run_id"], "host": spec["host"], "record": record}
+    worker.log_event(HOSTS_TOPIC, event)
+    return True
 
 
 class UnitPipeline(StoredRunPipeline):
@@ -676,22 +729,11 @@ class UnitPipeline(StoredRunPipeline):
     ) -> None:
         super().__init__(experiment, options, stop_requested=stop_requested)
         self.host = self.host_name = host
-        self.taken = taken  # session ids already in the store: a retry never reuses one
+        self.taken = taken
         self.worker = _process(worker_pid)
         self.cpu_s = 0.0
         self.wall_s = 0.0
         self.per_session: dict[str, tuple[float, float]] = {}
-
-    def session_id(
-        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int
-    ) -> str:
-        base = super().session_id(store, run_id, planned, attempt)
-        session_id, n = base, 1
-        while session_id in self.taken:
-            n += 1
-            session_id = f"{base}.{self.host}.{n}"
-        self.taken.add(session_id)
-        return session_id
 
     def _measure_together(
         self, pairs: list[tuple[Session, PlannedCell]], interleave: bool
@@ -773,6 +815,9 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
             )
             builds = pipeline.executor.resolve_builds(experiment)
             result["metadata"] = _host_record(experiment, builds).to_dict()
+            announce = Path(spec["host_record"])
+            announce.with_suffix(".tmp").write_text(json.dumps(result["metadata"]))
+            announce.with_suffix(".tmp").replace(announce)
             # The driver decided the design for the whole run; every host follows it.
             pipeline.interleaved = bool(spec["interleaved"])
             outcome = RunOutcome(result=stored)
