@@ -302,6 +302,19 @@ def test_plain_tcp_and_open_interfaces_need_asking_for(
     assert len([line for line in result.stderr.splitlines() if "rror:" in line]) == 1
 
 
+def test_a_dashboard_without_bokeh_is_one_line(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is not None:
+        pytest.skip("bokeh is installed: the dashboard would start")
+    args = ["cluster", "scheduler", "--host", "127.0.0.1", "--port", str(_free_port())]
+    result = run_cli(*args, "--insecure", "--dashboard", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "mallocbench: error: --dashboard needs bokeh" in result.stderr
+    # --insecure says what it opens, before anything listens.
+    assert "plain TCP on 127.0.0.1" in result.stderr and "Traceback" not in result.stderr
+
+
 def _stored_run(store_path: Path, run_id: str, tmp_path: Path) -> None:
     loaded = experiment_mod.load(write_experiment(tmp_path))
     store = open_store(store_path)
