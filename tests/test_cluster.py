@@ -288,6 +288,8 @@ def test_init_makes_a_ca_and_private_host_certificates(tmp_path: Path) -> None:
         (["run", "x.toml", "--cluster", "tcp://h:1", "--tls", "T"], "use tls://h:1"),
         (["run", "x.toml", "--cluster", "tls://h:1", "--insecure"], "use tcp://h:1 with"),
         (["run", "x.toml", "--tls", "T"], "go with --cluster"),
+        # TEST-NET-1: documentation only, no machine's address.
+        (["cluster", "worker", "h:1", "--host", "192.0.2.1", "--tls", "T"], "cannot listen on"),
     ],
 )
 def test_plain_tcp_and_open_interfaces_need_asking_for(

@@ -72,6 +72,21 @@ def _http(host: str, port: int | None) -> dict[str, Any]:
     return {"dashboard": port is not None, "dashboard_address": [(host, port or 0)]}
 
 
+def _check_listen(host: str, port: int) -> None:
+    """A --host this machine cannot listen on is one line, before Dask logs its failure
+    at length."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise MallocbenchError(
+            f"cannot listen on {host} port {port or '(any)'}: {exc.strerror or exc}; give "
+            "--host an address of this machine" + (" and a free --port" if port else "")
+        ) from exc
+
+
 def _quiet_http(role: str, dashboard: bool) -> None:
     """Without a dashboard, Dask's HTTP server serves nothing, and no log line claims one."""
     import dask
@@ -244,6 +259,7 @@ def scheduler_cmd(
     (--tls), and listens on --host alone; no dashboard unless --dashboard.
     """
     access = clustertls.access(tls_dir, insecure)
+    _check_listen(host, port)
     _warn_insecure(access, f"{host}:{port}")
     _quiet_http("scheduler", dashboard_port is not None)
     try:
@@ -297,6 +313,7 @@ def worker_cmd(
 
     access = clustertls.access(tls_dir, insecure)
     scheduler_address = access.address(scheduler_address)
+    _check_listen(host, port)
     _warn_insecure(access, f"{host}:{port or 'any port'}")
     work_dir = work_dir.resolve()
     try:
