@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 import signal
 import socket
+import ssl
+import stat
 import subprocess
 import sys
 import time
@@ -21,8 +24,12 @@ import psutil
 import pytest
 
 from cli_runner import run_cli
+from mallocbench import clustertls
 from mallocbench import experiment as experiment_mod
 from mallocbench.cluster import (
+    LOST_NOTE,
+    LOST_NOTE_DONE,
+    StoredRunPipeline,
     Unit,
     experiment_from_run,
     host_differences,
@@ -33,6 +40,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import blocks, plan
 from mallocbench.metadata import HostFacts, HostRecord
 from mallocbench.results import RunResult
+from mallocbench.runner import _check_reports_dir
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import open_store
 
@@ -165,12 +173,24 @@ class Cluster:
     scheduler: subprocess.Popen[bytes]
     workers: dict[str, subprocess.Popen[bytes]]
     work_dirs: dict[str, Path]
+    tls: Path  # the certificates `cluster init` made: TLS/NAME per host, TLS/driver
+
+    def run_args(self) -> list[str]:
+        """What `mallocbench run` adds to reach this cluster, as the driver host."""
+        return ["--cluster", self.address, "--tls", str(self.tls / "driver")]
+
+    def worker_address(self, name: str) -> str:
+        log = self.work_dirs[name].parent / f"worker-{name}.log"
+        line = next(x for x in log.read_text().splitlines() if f"worker {name} at" in x)
+        return line.split(" at ", 1)[1].split(",", 1)[0]
 
 
 @contextlib.contextmanager
 def cluster(directory: Path, names: list[str], allowed_failures: int = 3) -> Iterator[Cluster]:
     port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
+    address = f"tls://127.0.0.1:{port}"
+    tls = directory / "tls"
+    clustertls.init(tls, ["sched", *names, "driver"])
     scheduler_log = directory / "scheduler.log"
     scheduler = _start(
         [
@@ -180,18 +200,21 @@ def cluster(directory: Path, names: list[str], allowed_failures: int = 3) -> Ite
             "127.0.0.1",
             "--port",
             str(port),
+            "--tls",
+            str(tls / "sched"),
             "--allowed-failures",
             str(allowed_failures),
         ],
         scheduler_log,
     )
-    running = Cluster(address, scheduler, {}, {})
+    running = Cluster(address, scheduler, {}, {}, tls)
     try:
         _wait_for(scheduler_log, "scheduler listening", scheduler)
         for name in names:
             work_dir = directory / f"work-{name}"
             log = directory / f"worker-{name}.log"
-            args = ["cluster", "worker", address, "--name", name, "--work-dir", str(work_dir)]
+            args = ["cluster", "worker", address, "--host", "127.0.0.1", "--name", name]
+            args += ["--work-dir", str(work_dir), "--tls", str(tls / name)]
             running.workers[name] = _start(args, log)
             running.work_dirs[name] = work_dir
             _wait_for(log, f"worker {name} at", running.workers[name])
@@ -208,9 +231,7 @@ def cluster(directory: Path, names: list[str], allowed_failures: int = 3) -> Ite
 def test_a_scheduler_without_benchmark_hosts_is_one_line(tmp_path: Path) -> None:
     exp = write_experiment(tmp_path)
     with cluster(tmp_path, []) as running:
-        result = run_cli(
-            "run", str(exp), "--cluster", running.address, "--out", str(tmp_path / "out")
-        )
+        result = run_cli("run", str(exp), *running.run_args(), "--out", str(tmp_path / "out"))
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "no worker with the 'benchmark_host' resource" in lines[0]
@@ -222,6 +243,207 @@ def test_resume_of_an_unknown_run_id_is_one_line(tmp_path: Path) -> None:
     result = run_cli("run", "--resume", "nope-1", "--store", str(tmp_path / "s.sqlite"))
     assert result.returncode == 2
     assert "nope-1 is neither an experiment file nor a run in" in result.stderr
+
+
+def test_init_makes_a_ca_and_private_host_certificates(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    tls = tmp_path / "tls"
+    made, kept = clustertls.init(tls, ["sched", "db1", "10.0.0.7"])
+    assert [p.name for p in made] == ["sched", "db1", "10.0.0.7"] and kept == []
+    for path in [tls, *tls.rglob("*")]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
+    # No host directory holds the CA's key; each one's certificate is the CA's.
+    assert sorted(p.name for p in (tls / "db1").iterdir()) == ["ca.pem", "cert.pem", "key.pem"]
+    ca = x509.load_pem_x509_certificate((tls / "ca.pem").read_bytes())
+    cert = x509.load_pem_x509_certificate((tls / "db1" / "cert.pem").read_bytes())
+    cert.verify_directly_issued_by(ca)
+    # Again with a new name: the same CA signs it, the existing host is kept as it was.
+    before = (tls / "db1" / "cert.pem").read_bytes()
+    made, kept = clustertls.init(tls, ["db1", "db2"])
+    assert [p.name for p in made] == ["db2"] and [p.name for p in kept] == ["db1"]
+    assert (tls / "db1" / "cert.pem").read_bytes() == before
+    x509.load_pem_x509_certificate(
+        (tls / "db2" / "cert.pem").read_bytes()
+    ).verify_directly_issued_by(ca)
+    with pytest.raises(MallocbenchError, match="cannot name a certificate directory"):
+        clustertls.init(tls, ["../etc"])
+    assert clustertls.security(tls / "db2").require_encryption
+    (tls / "db2" / "key.pem").chmod(0o640)
+    with pytest.raises(MallocbenchError, match="readable by others"):
+        clustertls.security(tls / "db2")
+    with pytest.raises(MallocbenchError, match="has no cert.pem, key.pem"):
+        clustertls.security(tls)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["cluster", "scheduler", "--host", "127.0.0.1"], "the cluster needs --tls DIR"),
+        (["cluster", "worker", "tcp://127.0.0.1:1", "--host", "127.0.0.1"], "needs --tls DIR"),
+        (["cluster", "scheduler", "--port", "1"], "Missing option '--host'"),
+        (["cluster", "worker", "tls://127.0.0.1:1"], "Missing option '--host'"),
+        (["run", "x.toml", "--cluster", "tcp://127.0.0.1:1"], "the cluster needs --tls DIR"),
+        (["run", "x.toml", "--cluster", "tcp://h:1", "--tls", "T"], "use tls://h:1"),
+        (["run", "x.toml", "--cluster", "tls://h:1", "--insecure"], "use tcp://h:1 with"),
+        (["run", "x.toml", "--tls", "T"], "go with --cluster"),
+        # TEST-NET-1: documentation only, no machine's address.
+        (["cluster", "worker", "h:1", "--host", "192.0.2.1", "--tls", "T"], "cannot listen on"),
+    ],
+)
+def test_plain_tcp_and_open_interfaces_need_asking_for(
+    tmp_path: Path, args: list[str], says: str
+) -> None:
+    clustertls.init(tmp_path / "T", ["h"])
+    args = [str(tmp_path / "T" / "h") if a == "T" else a for a in args]
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert says in result.stderr and "Traceback" not in result.stderr
+    # One line saying what is wrong (a usage error comes after click's usage lines).
+    assert len([line for line in result.stderr.splitlines() if "rror:" in line]) == 1
+
+
+def test_a_dashboard_without_bokeh_is_one_line(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("bokeh") is not None:
+        pytest.skip("bokeh is installed: the dashboard would start")
+    args = ["cluster", "scheduler", "--host", "127.0.0.1", "--port", str(_free_port())]
+    result = run_cli(*args, "--insecure", "--dashboard", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "mallocbench: error: --dashboard needs bokeh" in result.stderr
+    # --insecure says what it opens, before anything listens.
+    assert "plain TCP on 127.0.0.1" in result.stderr and "Traceback" not in result.stderr
+
+
+def _stored_run(store_path: Path, run_id: str, tmp_path: Path) -> None:
+    loaded = experiment_mod.load(write_experiment(tmp_path))
+    store = open_store(store_path)
+    try:
+        store.create_run(
+            RunResult(
+                run_id=run_id,
+                experiment=loaded.name,
+                base_setup="glibc",
+                experiment_text=loaded.text,
+            )
+        )
+    finally:
+        store.close()
+
+
+def test_a_resume_never_replaces_reports_its_store_cannot_rebuild(tmp_path: Path) -> None:
+    store_path = tmp_path / "shared.sqlite"
+    _stored_run(store_path, "spread-1", tmp_path)
+    # ./out holds the reports of a local run of another store (its own results.sqlite).
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps({"schema": 3, "run_id": "mine-7", "cells": []}))
+    (out / "report.md").write_text("mine-7's report\n")
+    result = run_cli("run", "--resume", "spread-1", "--store", str(store_path), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "out holds the reports of run mine-7" in line and "--out out/spread-1" in line
+    assert (out / "report.md").read_text() == "mine-7's report\n"
+    store = open_store(store_path, readonly=True)
+    try:
+        assert [r["cells"] for r in store.list_runs()] == [0]  # refused before measuring
+        # Reports of this run, or of one the same store keeps, are one `report` away.
+        _check_reports_dir(out, store, "mine-7")
+        _stored_run(store_path, "mine-7", tmp_path)
+        _check_reports_dir(out, store, "spread-1")
+    finally:
+        store.close()
+
+
+def test_a_completed_run_drops_what_its_notes_said_was_missing() -> None:
+    notes = [LOST_NOTE.format("innodb r1: its host died"), "unit innodb r2 moved from a to b"]
+    done = StoredRunPipeline.completed_notes(None, notes)  # type: ignore[arg-type]
+    assert done == [LOST_NOTE_DONE.format("innodb r1: its host died"), notes[1]]
+    assert not any("--resume measures the rest" in n for n in done)
+
+
+def _handshake(port: int, tls: Path, host_dir: Path | None) -> str:
+    """Connect with TLS as a stranger would: with no certificate, or `host_dir`'s."""
+    context = ssl.create_default_context(cafile=str(tls / "ca.pem"))
+    context.check_hostname = False
+    if host_dir is not None:
+        context.load_cert_chain(host_dir / "cert.pem", host_dir / "key.pem")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        try:
+            with context.wrap_socket(raw) as conn:
+                conn.settimeout(3)
+                # TLS 1.3 refuses a client's certificate after the handshake, on first read.
+                return "accepted" if conn.recv(1) else "closed"
+        except TimeoutError:
+            return "accepted"  # the server waits for our first message: we are in
+        except (ssl.SSLError, ConnectionError) as exc:
+            return f"refused ({exc.__class__.__name__})"
+
+
+def _listening(procs: list[subprocess.Popen[bytes]]) -> set[tuple[str, int]]:
+    """The addresses the processes and their descendants listen on (TCP and UDP)."""
+    found = set()
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            parent = psutil.Process(proc.pid)
+            for each in [parent, *parent.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    for conn in each.net_connections(kind="inet"):
+                        if conn.status in (psutil.CONN_LISTEN, psutil.CONN_NONE):
+                            found.add((conn.laddr.ip, conn.laddr.port))
+    return found
+
+
+@pytest.mark.server
+def test_the_cluster_admits_only_its_own_certificates_and_listens_where_told(
+    tmp_path: Path, postgres_store_url: str
+) -> None:
+    from distributed import Client
+
+    exp = write_experiment(tmp_path, repeats=2)
+    clustertls.init(tmp_path / "stranger", ["intruder"])
+    with cluster(tmp_path, ["host-a", "host-b"]) as running:
+        tls = running.tls
+        scheduler_port = int(running.address.rsplit(":", 1)[1])
+        worker_port = int(running.worker_address("host-a").rsplit(":", 1)[1])
+        for port in (scheduler_port, worker_port):
+            assert _handshake(port, tls, tls / "driver") == "accepted"  # the control
+            assert _handshake(port, tls, None).startswith(("refused", "closed"))
+            assert _handshake(port, tls, tmp_path / "stranger" / "intruder").startswith(
+                ("refused", "closed")
+            )
+        with pytest.raises((OSError, TimeoutError)):
+            Client(running.address.replace("tls://", "tcp://"), timeout=5).close()
+        stranger = clustertls.security(tmp_path / "stranger" / "intruder")
+        with pytest.raises((OSError, TimeoutError)):
+            Client(running.address, security=stranger, timeout=5).close()
+
+        driver = _start(
+            ["run", str(exp), *running.run_args(), "--store", postgres_store_url]
+            + ["--set", 'steps=["point-query"]', "--out", str(tmp_path / "out"), "-q"],
+            tmp_path / "driver.log",
+        )
+        procs = [running.scheduler, *running.workers.values(), driver]
+        listening: set[tuple[str, int]] = set()
+        while driver.poll() is None:
+            listening |= _listening(procs)
+            time.sleep(0.5)
+        log = (tmp_path / "driver.log").read_text()
+        assert driver.returncode == 0, log[-3000:]
+        assert "dashboard" not in (tmp_path / "scheduler.log").read_text()
+    assert ("127.0.0.1", scheduler_port) in listening and ("127.0.0.1", worker_port) in listening
+    assert {ip for ip, _ in listening} == {"127.0.0.1"}, listening
+    store = open_store(postgres_store_url, readonly=True)
+    try:
+        (run,) = store.list_runs()
+        result = store.load_run(run["run_id"])
+    finally:
+        store.close()
+    assert run["status"] == "finished" and len(result.cells) == 4
+    assert {s.host for s in result.sessions} <= {"host-a", "host-b"}
+    assert set(result.metadata.hosts or {}) == {s.host for s in result.sessions}
 
 
 # --- with real servers on two "hosts" ------------------------------------------------------
@@ -274,8 +496,7 @@ def test_a_host_killed_mid_run_loses_no_finished_cell(
             [
                 "run",
                 str(exp),
-                "--cluster",
-                running.address,
+                *running.run_args(),
                 "--store",
                 postgres_store_url,
                 "--out",
@@ -315,7 +536,7 @@ def test_a_host_killed_mid_run_loses_no_finished_cell(
     recorded = result.metadata.cluster
     assert recorded is not None and recorded.worker_cpu_share is not None
     share = recorded.worker_cpu_share.median
-    assert 0 <= share < 0.05, share  # the engine stays quiet while hosts measure
+    assert share is not None and 0 <= share < 0.05, share  # the engine stays quiet
     # The hosts' allocator versions, with each setup's library kept.
     allocators = result.metadata.allocators
     assert allocators and all(a.library and a.version for a in allocators.values())
@@ -323,11 +544,22 @@ def test_a_host_killed_mid_run_loses_no_finished_cell(
     assert {s.host for s in result.sessions} == {"host-a", "host-b"}
 
     # No experiment file, no cluster: the stored run is enough (another machine would do).
+    command = f"mallocbench run --resume {run_id} --store {postgres_store_url}"
+    if code == 3:
+        assert command in driver_log  # the lost-unit error says exactly what to type
     resumed_at = time.monotonic()
-    again = run_cli(
-        "run", "--resume", run_id, "--store", postgres_store_url, "--out", str(tmp_path / "r")
+    # Its report and notes on one output, as on a terminal: every note once.
+    again = subprocess.run(
+        [sys.executable, "-m", "mallocbench.cli", *command.split()[1:]]
+        + ["--out", str(tmp_path / "r")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=600,
     )
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.returncode == 0, again.stdout[-3000:]
     store = open_store(postgres_store_url, readonly=True)
     try:
         final = store.load_run(run_id)
@@ -341,6 +573,17 @@ def test_a_host_killed_mid_run_loses_no_finished_cell(
     for key, samples in before.items():
         cell = next(c for c in final.cells if c.key == key)
         assert len(cell.samples) == samples  # a finished cell is never measured again
+    notes = final.metadata.notes or []
+    assert notes and not any("--resume measures the rest" in n for n in notes), notes
+    for note in notes:
+        assert again.stdout.count(note[:60]) == 1, note
+    # Every session names its host; the local resume's is this machine's, and a host.
+    assert all(s.host for s in final.sessions)
+    here = socket.gethostname()
+    measured_by = {s.host for s in final.sessions}
+    assert set(final.metadata.hosts or {}) == measured_by
+    if code == 3:
+        assert here in measured_by and any("a --resume measured the rest" in n for n in notes)
     resume_s = time.monotonic() - resumed_at
     print(
         f"\ncluster part {cluster_s:.0f} s (exit {code}), resume {resume_s:.0f} s; "

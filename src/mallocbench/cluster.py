@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 import statistics
 import subprocess
@@ -58,7 +59,7 @@ from mallocbench.runner import (
 )
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError
 from mallocbench.servers.orphans import Orphan, stop_orphans
-from mallocbench.store import ResultsStore, is_url, locks, open_store
+from mallocbench.store import ResultsStore, is_url, locks, open_store, store_label
 from mallocbench.store.sqlite import STATUS_INTERRUPTED
 
 # The resource every benchmark host's worker advertises once: a unit asks for one, so
@@ -66,6 +67,9 @@ from mallocbench.store.sqlite import STATUS_INTERRUPTED
 RESOURCE = "benchmark_host"
 # Set by `mallocbench cluster worker` in its own process: where units keep their files.
 WORK_DIR_ENV = "MALLOCBENCH_WORK_DIR"
+# The scheduler's event topic where a unit's worker announces its host's facts as soon
+# as they are known: a host killed mid-unit returns no result, yet measured cells.
+HOSTS_TOPIC = "mallocbench-hosts"
 # How often the driver and the unit tasks look around (store, stop event, hosts). Every
 # look is a message to the scheduler: rare enough to keep a measuring host quiet.
 POLL_S = 2.0
@@ -83,6 +87,11 @@ HOST_FACTS = (
     "server_versions",
     "allocators",
 )
+
+
+# A lost unit's note while the run is incomplete, and once a resume measured the rest.
+LOST_NOTE = "lost unit {}; its finished cells are kept, --resume measures the rest"
+LOST_NOTE_DONE = "lost unit {}; its finished cells were kept, and a --resume measured the rest"
 
 
 class UnitsLost(ServerStartError):
@@ -193,16 +202,21 @@ def stop_event_name(run_id: str) -> str:
 # --- the driver ------------------------------------------------------------------------------
 
 
-def connect(address: str, timeout: float = 15.0) -> Any:
-    """A Dask client of the scheduler at `address`, with at least one benchmark host."""
+def connect(address: str, security: Any = None, timeout: float = 15.0) -> Any:
+    """A Dask client of the scheduler at `address`, with at least one benchmark host.
+
+    With `security` (clustertls.security) it presents this host's certificate and
+    accepts only a scheduler whose certificate the cluster's CA signed.
+    """
     from distributed import Client
 
     try:
-        client = Client(address, timeout=timeout, set_as_default=False)
+        client = Client(address, timeout=timeout, set_as_default=False, security=security)
     except (OSError, TimeoutError, ValueError) as exc:
         raise MallocbenchError(
             f"cannot reach the Dask scheduler at {address} ({str(exc).splitlines()[0]}): start "
-            "it with `mallocbench cluster scheduler` and check that its port is reachable"
+            "it with `mallocbench cluster scheduler`, check that its port is reachable and "
+            "that --tls names a host directory of the same `cluster init` CA"
         ) from exc
     if not benchmark_hosts(client):
         client.close()
@@ -223,8 +237,20 @@ def benchmark_hosts(client: Any) -> dict[str, str]:
     }
 
 
+def resume_command(run_id: str, options: RunOptions) -> str:
+    """The command that measures what a run misses, from any machine reaching its store
+    (a URL without its password: libpq finds it in ~/.pgpass or PGPASSWORD)."""
+    return (
+        f"mallocbench run --resume {shlex.quote(run_id)} "
+        f"--store {shlex.quote(store_label(store_target(options)))}"
+    )
+
+
 class StoredRunPipeline(Pipeline):
     """A pipeline that resumes the run id it is given (`--resume RUN_ID`), if any."""
+
+    # A local resume of a run measured on several hosts is one more host of it.
+    joins_hosts = True
 
     def __init__(
         self,
@@ -237,6 +263,9 @@ class StoredRunPipeline(Pipeline):
     ) -> None:
         super().__init__(experiment, options, progress, stop_requested, executor)
         self.pinned_run_id = run_id
+        # Session ids already in the store: a resume or a retry never reuses one, which
+        # would replace that session's record (its host, its peak memory) with its own.
+        self.taken: set[str] | None = None
 
     def resume_run_id(self, store: ResultsStore) -> str:
         run_id = self.pinned_run_id or super().resume_run_id(store)
@@ -248,6 +277,53 @@ class StoredRunPipeline(Pipeline):
         if carried.cluster is None and previous.cluster is not None:
             carried.cluster = previous.cluster
         return run_id
+
+    def session_id(
+        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int
+    ) -> str:
+        if self.taken is None:
+            self.taken = store.session_ids(run_id)
+        base = super().session_id(store, run_id, planned, attempt)
+        session_id, n = base, 1
+        while session_id in self.taken:
+            n += 1
+            session_id = f"{base}.{self.host_name}.{n}"
+        self.taken.add(session_id)
+        return session_id
+
+    def completed_notes(self, notes: list[str]) -> list[str]:
+        done = []
+        for note in notes:
+            unit = _lost_unit(note)
+            done.append(note if unit is None else LOST_NOTE_DONE.format(unit))
+        return done
+
+    def _run_sessions(
+        self,
+        store: ResultsStore,
+        run_id: str,
+        sessions: list[PlannedSession],
+        done: set[tuple[str, str, str, int, int]],
+        builds: dict[str | None, ServerBuild],
+        outcome: RunOutcome,
+    ) -> None:
+        before = outcome.measured
+        try:
+            super()._run_sessions(store, run_id, sessions, done, builds, outcome)
+        finally:
+            hosts = outcome.result.metadata.hosts
+            measured = outcome.measured > before
+            if self.joins_hosts and measured and hosts is not None and self.host_name not in hosts:
+                hosts[self.host_name] = _host_record(self.experiment, builds)
+                store.update_metadata(run_id, outcome.result.metadata)
+
+
+def _lost_unit(note: str) -> str | None:
+    """The unit a LOST_NOTE names, or None for any other note."""
+    head, tail = LOST_NOTE.split("{}")
+    if note.startswith(head) and note.endswith(tail):
+        return note[len(head) : len(note) - len(tail)]
+    return None
 
 
 @dataclass
@@ -280,18 +356,20 @@ class ClusterPipeline(StoredRunPipeline):
         run_id: str | None = None,
         *,
         address: str,
+        security: Any = None,
         say: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(
             experiment, options, progress, stop_requested, run_id, executor=_DriverExecutor()
         )
         self.address = address
+        self.security = security
         self.say = say or self.progress.status
         self.client: Any = None
 
     def execute(self) -> RunOutcome:
         # Before anything is created or measured: a cluster without hosts is one line.
-        self.client = connect(self.address)
+        self.client = connect(self.address, self.security)
         try:
             return super().execute()
         finally:
@@ -321,7 +399,9 @@ class ClusterPipeline(StoredRunPipeline):
             raise UnitsLost(
                 f"{len(state.lost)} unit(s) lost with their benchmark host ("
                 + "; ".join(state.lost)
-                + "): their finished cells are kept; continue with --resume"
+                + "): their finished cells are kept; measure the rest with: "
+                + resume_command(run_id, self.options)
+                + " (add --cluster and --tls to spread them over the hosts again)"
             )
         if state.aborted:
             raise ServerStartError(state.aborted)
@@ -468,11 +548,21 @@ class ClusterPipeline(StoredRunPipeline):
                     self.progress.cell_finished(cell)
         return keys
 
+    def _announced_hosts(self, store: ResultsStore, run_id: str) -> dict[str, HostRecord]:
+        """The hosts that started measuring, with their facts, results returned or not."""
+        announced = _announced(self.client, run_id)
+        if not announced:
+            return {}
+        measured = {s.host for s in store.load_run(run_id, with_samples=False).sessions}
+        return {host: record for host, record in announced.items() if host in measured}
+
     def _record(
         self, store: ResultsStore, run_id: str, outcome: RunOutcome, state: _Dispatch
     ) -> None:
         """Hosts, their differences and the engine's CPU share, in the run's metadata."""
         metadata = outcome.result.metadata
+        for host, record in self._announced_hosts(store, run_id).items():
+            state.hosts.setdefault(host, record)
         metadata.hosts = state.hosts
         for note in host_differences(state.hosts):
             if note not in outcome.notes:
@@ -491,9 +581,7 @@ class ClusterPipeline(StoredRunPipeline):
             outcome.notes[:] = [n for n in outcome.notes if not n.startswith("Dask worker used")]
             outcome.notes.append(share)
         for lost in state.lost:
-            outcome.notes.append(
-                f"lost unit {lost}; its finished cells are kept, --resume measures the rest"
-            )
+            outcome.notes.append(LOST_NOTE.format(lost))
         # Facts every host agrees on describe the run as a local run's host facts do.
         held = metadata.to_dict()
         hosts = [record.to_dict() for record in state.hosts.values()]
@@ -509,6 +597,16 @@ class ClusterPipeline(StoredRunPipeline):
         if outcome.notes:
             metadata.notes = outcome.notes
         store.update_metadata(run_id, metadata)
+
+
+def _announced(client: Any, run_id: str) -> dict[str, HostRecord]:
+    """Host name -> facts, as the units' workers announced them for this run."""
+    found = {}
+    with contextlib.suppress(OSError, TimeoutError):
+        for _, event in client.get_events(HOSTS_TOPIC):
+            if isinstance(event, dict) and event.get("run_id") == run_id:
+                found[str(event["host"])] = HostRecord.from_dict(event["record"])
+    return found
 
 
 def _take_versions(metadata: RunMetadata, versions: dict[str, str | None]) -> None:
@@ -568,14 +666,16 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     unit = Unit.from_dict(spec["unit"])
     stem = f"unit-{unit.engine}-r{unit.repeat}"
-    result_path = out_dir / f"{stem}.result.json"
+    result_path, host_path = out_dir / f"{stem}.result.json", out_dir / f"{stem}.host.json"
     result_path.unlink(missing_ok=True)
+    host_path.unlink(missing_ok=True)
     spec = {
         **spec,
         "host": host,
         "out_dir": str(out_dir),
         "worker_pid": os.getpid(),
         "result": str(result_path),
+        "host_record": str(host_path),
     }
     stop = Event(stop_event_name(spec["run_id"]))
     with open(out_dir / f"{stem}.log", "a") as log:
@@ -593,12 +693,14 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
         assert proc.stdin is not None
         proc.stdin.write(json.dumps(spec))
         proc.stdin.close()
-        signalled = False
+        signalled = announced = False
         while True:
             try:
                 code = proc.wait(timeout=POLL_S)
                 break
             except subprocess.TimeoutExpired:
+                if not announced and host_path.is_file():
+                    announced = _announce_host(worker, spec, host_path)
                 if not signalled and stop.is_set():
                     proc.send_signal(signal.SIGTERM)
                     signalled = True
@@ -611,8 +713,20 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(result_path.read_text()))
 
 
+def _announce_host(worker: Any, spec: dict[str, Any], path: Path) -> bool:
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    event = {"run_id": spec["run_id"], "host": spec["host"], "record": record}
+    worker.log_event(HOSTS_TOPIC, event)
+    return True
+
+
 class UnitPipeline(StoredRunPipeline):
     """The local pipeline's block and session code, run for one unit on one host."""
+
+    joins_hosts = False  # the driver records the hosts, from the units' results
 
     def __init__(
         self,
@@ -624,36 +738,12 @@ class UnitPipeline(StoredRunPipeline):
         taken: set[str],
     ) -> None:
         super().__init__(experiment, options, stop_requested=stop_requested)
-        self.host = host
-        self.taken = taken  # session ids already in the store: a retry never reuses one
+        self.host = self.host_name = host
+        self.taken = taken
         self.worker = _process(worker_pid)
         self.cpu_s = 0.0
         self.wall_s = 0.0
         self.per_session: dict[str, tuple[float, float]] = {}
-
-    def session_id(
-        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int
-    ) -> str:
-        base = super().session_id(store, run_id, planned, attempt)
-        session_id, n = base, 1
-        while session_id in self.taken:
-            n += 1
-            session_id = f"{base}.{self.host}.{n}"
-        self.taken.add(session_id)
-        return session_id
-
-    def _begin_session(
-        self,
-        store: ResultsStore,
-        run_id: str,
-        planned: PlannedSession,
-        attempt: int,
-        builds: dict[str | None, ServerBuild],
-    ) -> Session:
-        live = super()._begin_session(store, run_id, planned, attempt, builds)
-        live.info.host = self.host
-        store.save_session(run_id, live.info)
-        return live
 
     def _measure_together(
         self, pairs: list[tuple[Session, PlannedCell]], interleave: bool
@@ -735,6 +825,9 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
             )
             builds = pipeline.executor.resolve_builds(experiment)
             result["metadata"] = _host_record(experiment, builds).to_dict()
+            announce = Path(spec["host_record"])
+            announce.with_suffix(".tmp").write_text(json.dumps(result["metadata"]))
+            announce.with_suffix(".tmp").replace(announce)
             # The driver decided the design for the whole run; every host follows it.
             pipeline.interleaved = bool(spec["interleaved"])
             outcome = RunOutcome(result=stored)
@@ -824,12 +917,20 @@ def pipeline_for(
     run_id: str | None,
     address: str | None,
     say: Callable[[str], None] | None = None,
+    security: Any = None,
 ) -> Pipeline:
     """The local pipeline, or the cluster's when an address is given."""
     if address is None:
         return StoredRunPipeline(experiment, options, progress, stop_requested, run_id)
     return ClusterPipeline(
-        experiment, options, progress, stop_requested, run_id, address=address, say=say
+        experiment,
+        options,
+        progress,
+        stop_requested,
+        run_id,
+        address=address,
+        security=security,
+        say=say,
     )
 
 

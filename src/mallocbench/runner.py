@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -212,6 +214,34 @@ def _resume_run_id(store: ResultsStore, experiment: Experiment) -> str:
     )
 
 
+_RUN_ID_FIELD = re.compile(r'"run_id": "((?:[^"\\]|\\.)*)"')
+
+
+def _check_reports_dir(out_dir: Path, store: ResultsStore, run_id: str) -> None:
+    """Refuse to replace another run's reports that this run's store cannot rebuild.
+
+    Reports of a run the store keeps are one `report` away, so a directory shared by
+    the runs of one store is fine; those of a run from elsewhere (a local run's `out`
+    met by a resume from a PostgreSQL store) would be lost without a word.
+    """
+    path = out_dir / "results.json"
+    try:
+        with path.open(errors="replace") as reports:
+            head = reports.read(4096)
+    except OSError:
+        return
+    match = _RUN_ID_FIELD.search(head)
+    if match is None:
+        return
+    other = json.loads(f'"{match.group(1)}"')
+    if other == run_id or store.run_exists(other):
+        return
+    raise MallocbenchError(
+        f"{out_dir} holds the reports of run {other}, which {store.label} does not keep: "
+        f"give run {run_id} a directory of its own, e.g. --out {out_dir / run_id}"
+    )
+
+
 class Pipeline:
     # A server that died mid-session is replaced for the session's remaining cells; a
     # soak (soak.py) ends the setup's soak instead, its death being the outcome.
@@ -236,6 +266,9 @@ class Pipeline:
         self.interleaved = experiment.design == INTERLEAVED and self.concurrency_problem is None
         self.stage1_blocks: int | None = None  # set once --target-ci's first stage is done
         self.runtime_dir: str | None = None  # where the servers keep their state (root)
+        # What every session records as the host that measured it (a cluster unit: the
+        # worker's --name).
+        self.host_name = socket.gethostname()
 
     def execute(self) -> RunOutcome:
         experiment, options = self.experiment, self.options
@@ -256,6 +289,7 @@ class Pipeline:
     ) -> RunOutcome:
         experiment, options = self.experiment, self.options
         run_id = self.resume_run_id(store) if options.resume else _new_run_id(store, experiment)
+        _check_reports_dir(options.out_dir, store, run_id)
         with store.lock_run(run_id), self.executor.server_state(run_id) as state:
             self.runtime_dir = state
             return self._execute_locked(store, builds, orphans, run_id)
@@ -316,6 +350,7 @@ class Pipeline:
             if options.target_ci_pct is not None:
                 self._repeat_until_narrow(store, run_id, metadata, builds, outcome, started)
             status = STATUS_FINISHED
+            outcome.notes[:] = self.completed_notes(outcome.notes)
         except KeyboardInterrupt:
             status = STATUS_INTERRUPTED
             outcome.aborted = "interrupted"
@@ -414,6 +449,10 @@ class Pipeline:
 
     def resume_run_id(self, store: ResultsStore) -> str:
         return _resume_run_id(store, self.experiment)
+
+    def completed_notes(self, notes: list[str]) -> list[str]:
+        """The run's notes once every cell is measured: none may still say what is missing."""
+        return notes
 
     def session_id(
         self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int
@@ -536,6 +575,7 @@ class Pipeline:
         build = builds[self.experiment.setup(planned.setup).basedir]
         session_id = self.session_id(store, run_id, planned, attempt)
         live = self.executor.start_session(self._run_context(), planned, session_id, build)
+        live.info.host = live.info.host or self.host_name
         store.save_session(run_id, live.info)
         return live
 

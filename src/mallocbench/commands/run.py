@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import sys
 from pathlib import Path
+from typing import TextIO
 
 import click
 from rich.console import Console
@@ -185,7 +187,7 @@ Examples:
   mallocbench run examples/quick.toml --out out
   mallocbench run examples/quick.toml --out out --resume
   mallocbench run examples/arenas.toml --target-ci 5% --budget 2h --min-effect 2%
-  mallocbench run my.toml --cluster tcp://sched:8786 --store postgresql://db/mb
+  mallocbench run my.toml --cluster tls://sched:8786 --tls tls/driver --store postgresql://db/mb
   mallocbench run --resume RUN_ID --store postgresql://db/mb   (no file: the stored one)
 """
 
@@ -241,7 +243,21 @@ Examples:
     "cluster_address",
     metavar="ADDRESS",
     help="Dispatch the blocks to benchmark hosts through the Dask scheduler at ADDRESS "
-    "(tcp://HOST:8786; see `mallocbench cluster`); give a store every host reaches.",
+    "(tls://HOST:8786; see `mallocbench cluster`); give a store every host reaches.",
+)
+@click.option(
+    "--tls",
+    "tls_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    help="With --cluster: this machine's certificates (a directory `mallocbench cluster "
+    "init` made); the run's client presents them to the scheduler.",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="With --cluster: plain TCP, no TLS and no authentication (the scheduler must "
+    "have been started with --insecure too).",
 )
 def run_cmd(
     experiment_file: Path,
@@ -257,7 +273,10 @@ def run_cmd(
     quiet: bool,
     dry_run: bool,
     cluster_address: str | None,
+    tls_dir: Path | None,
+    insecure: bool,
 ) -> None:
+    cluster_address, security = _cluster_access(cluster_address, tls_dir, insecure)
     experiment, pinned_run = cluster_mod.load_for_run(
         experiment_file,
         list(overrides),
@@ -294,7 +313,7 @@ def run_cmd(
     with stop:
         say = None if quiet else lambda text: console.print(f"[dim]{text}[/]")
         pipeline = cluster_mod.pipeline_for(
-            experiment, options, None, stop.requested, pinned_run, cluster_address, say
+            experiment, options, None, stop.requested, pinned_run, cluster_address, say, security
         )
         if quiet:
             outcome = pipeline.execute()
@@ -305,6 +324,20 @@ def run_cmd(
             )
             outcome = _with_progress(pipeline, console, per_cell, banner)
     _conclude(outcome, out_dir, options.store_label, console, target_ci_pct, stop.signal)
+
+
+def _cluster_access(
+    address: str | None, tls_dir: Path | None, insecure: bool
+) -> tuple[str | None, object]:
+    """--cluster's address with its scheme, and the security its client presents."""
+    from mallocbench import clustertls
+
+    if address is None:
+        if tls_dir is not None or insecure:
+            raise MallocbenchError("--tls and --insecure go with --cluster ADDRESS: add it")
+        return None, None
+    access = clustertls.access(tls_dir, insecure)
+    return access.address(address), access.security
 
 
 def _with_progress(
@@ -337,9 +370,11 @@ def _conclude(
         console.print("no cell was measured: no report written")
     if outcome.adaptive_stop is not None:
         _print_adaptive(console, outcome, target_ci_pct)
-    # On stderr too: the report above may go to a file, and these need the user's eyes.
-    for note in outcome.notes:
-        console.print(f"[yellow]note[/]: {note}")
+    # On stderr too when the report above goes elsewhere (a file): these need the user's
+    # eyes, once.
+    if not _same_file(sys.stdout, sys.stderr):
+        for note in outcome.notes:
+            console.print(f"[yellow]note[/]: {note}")
     if outcome.aborted == "interrupted":
         console.print(
             f"[yellow]interrupted[/]: {len(outcome.result.cells)} cells kept in "
@@ -356,6 +391,15 @@ def _conclude(
         )
         # Not 1: a CI gate reads 1 as "found a regression"; an abort is not a verdict.
         sys.exit(exitcodes.ABORTED)
+
+
+def _same_file(one: TextIO, other: TextIO) -> bool:
+    """Whether two streams write to one place (a terminal, or a pipe given both)."""
+    try:
+        a, b = os.fstat(one.fileno()), os.fstat(other.fileno())
+    except (OSError, ValueError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | None) -> None:
