@@ -27,9 +27,9 @@ from rich.console import Console
 
 from mallocbench.analysis.comparison import compare
 from mallocbench.analysis.recommend import recommend
-from mallocbench.commands.run import select_setups
+from mallocbench.analysis.run_analysis import RunAnalysis, analyze
 from mallocbench.report import comparison as cmp_report
-from mallocbench.report import export, html, markdown, terminal
+from mallocbench.report import export, formats, html
 from mallocbench.report import recommend as rec_report
 from mallocbench.report import soak as soak_report
 from mallocbench.results import RunResult
@@ -56,30 +56,34 @@ def console_text(draw: Callable[[Console], None], colour: bool = False) -> str:
     return out.getvalue()
 
 
-def with_min_effect(result: RunResult, min_effect: float) -> RunResult:
-    """What `report --min-effect` hands the reports."""
-    changed = copy.deepcopy(result)
-    changed.metadata.min_effect = min_effect
-    return changed
-
-
-def run_reports(name: str, result: RunResult) -> dict[str, Callable[[], str]]:
-    return {
+def run_reports(name: str, analysis: RunAnalysis) -> dict[str, Callable[[], str]]:
+    """Every format of one analysed run, as `report --format` prints it (the golden
+    files predate the registry: they end as the old per-format calls ended)."""
+    out: dict[str, Callable[[], str]] = {
         f"{name}.terminal.txt": lambda: console_text(
-            lambda c: terminal.print_run(result, c, "out")
+            lambda c: formats.print_terminal(analysis, c, "out")
         ),
         f"{name}.terminal.ansi": lambda: console_text(
-            lambda c: terminal.print_run(result, c, "out"), colour=True
+            lambda c: formats.print_terminal(analysis, c, "out"), colour=True
         ),
-        f"{name}.report.md": lambda: markdown.render(result),
-        f"{name}.report.html": lambda: html.render_html(result, plotly_src=PLOTLY),
-        f"{name}.cells.csv": lambda: export.cells_csv(result),
-        f"{name}.summary.csv": lambda: export.summary_csv(result),
-        f"{name}.relative.csv": lambda: export.relative_csv(result),
-        f"{name}.relative.json": lambda: export.relative_json(result),
-        f"{name}.results.json": lambda: export.results_json(result),
-        f"{name}.results-nosamples.json": lambda: export.results_json(result, with_samples=False),
+        f"{name}.report.html": lambda: html.render_html(analysis, plotly_src=PLOTLY),
+        f"{name}.results-nosamples.json": lambda: export.results_json(analysis, with_samples=False),
     }
+    golden_names = {
+        "markdown": "report.md",
+        "csv": "cells.csv",
+        "summary-csv": "summary.csv",
+        "relative-csv": "relative.csv",
+        "relative-json": "relative.json",
+        "json": "results.json",
+    }
+    for fmt, file in golden_names.items():
+        # `report --format` adds the newline the older print added after these three.
+        trim = fmt in ("markdown", "relative-json", "json")
+        out[f"{name}.{file}"] = lambda f=fmt, t=trim: (
+            formats.render(f, analysis)[:-1] if t else formats.render(f, analysis)
+        )
+    return out
 
 
 def comparison_reports() -> dict[str, Callable[[], str]]:
@@ -120,7 +124,7 @@ def recommend_reports() -> dict[str, Callable[[], str]]:
 
 
 def soak_reports() -> dict[str, Callable[[], str]]:
-    run = load("soak")
+    run = analyze(load("soak"))
     return {
         "soak.soak-terminal.txt": lambda: console_text(lambda c: soak_report.print_soak(run, c)),
         "soak.soak.md": lambda: "\n".join(soak_report.markdown_lines(run)),
@@ -130,11 +134,11 @@ def soak_reports() -> dict[str, Callable[[], str]]:
 def all_reports() -> dict[str, Callable[[], str]]:
     reports: dict[str, Callable[[], str]] = {}
     for name in RUNS:
-        reports |= run_reports(name, load(name))
-    reports |= run_reports("small-min2pct", with_min_effect(load("small"), 0.02))
-    reports |= run_reports("small-min0", with_min_effect(load("small"), 0.0))
+        reports |= run_reports(name, analyze(load(name)))
+    reports |= run_reports("small-min2pct", analyze(load("small"), min_effect=0.02))
+    reports |= run_reports("small-min0", analyze(load("small"), min_effect=0.0))
     # `report --reference je`: the same cells, relative to another setup.
-    reports |= run_reports("small-ref-je", select_setups(load("small"), "je", None))
+    reports |= run_reports("small-ref-je", analyze(load("small"), reference="je"))
     return reports | comparison_reports() | recommend_reports() | soak_reports()
 
 

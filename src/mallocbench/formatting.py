@@ -27,6 +27,16 @@ def size(value: int | float | None, unit: str) -> str:
     return gb(value) if unit == "GiB" else f"{value / MB:,.0f}"
 
 
+def percent(fraction: float) -> str:
+    """A fraction as a percentage: 0.02 is "2%"."""
+    return f"{fraction * 100:g}%"
+
+
+def slug(text: str) -> str:
+    """`text` as an HTML id: lower case, runs of other characters as dashes."""
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+
+
 def ratio(value: float | None) -> str:
     return f"{value:.2f}" if value is not None else "-"
 

@@ -24,6 +24,7 @@ from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
 from mallocbench.analysis.soak import is_soak
+from mallocbench.formatting import percent, slug
 from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult
 from mallocbench.units import parse_fraction
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
@@ -74,6 +75,10 @@ class CellSummary:
     def problem(self) -> str | None:
         bad = [s for s in self.statuses if s != STATUS_OK]
         return bad[0] if bad else None
+
+    @property
+    def cs_per_op(self) -> float | None:
+        return cs_per_op(self)
 
 
 def cs_per_op(summary: CellSummary) -> float | None:
@@ -182,10 +187,6 @@ def parse_min_effect(value: str | None) -> float | None:
     return parse_fraction(value, "--min-effect", upper=MIN_EFFECT_UPPER)
 
 
-def percent(min_effect: float) -> str:
-    return f"{min_effect * 100:g}%"
-
-
 # After a ratio whose cells (either side) were unstable while measured.
 UNSTABLE_MARK = "~"
 
@@ -194,23 +195,6 @@ def verdict_class(verdict: str) -> str:
     """The color of a verdict. Only findings (faster, slower) are colored; "same" gets a
     neutral grey because it too is a claim the interval supports; everything else none."""
     return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.SAME: "same"}.get(verdict, "none")
-
-
-def color_rule(min_effect: float = 0.0) -> str:
-    """How the reports color ratios, in words."""
-    band = f" and the change is at least {percent(min_effect)}" if min_effect > 0 else ""
-    text = f"green faster / red slower: the 95% interval excludes 1.0{band}"
-    if min_effect > 0:
-        text += f"; grey same: the whole interval within ±{percent(min_effect)}"
-    return text + "; no color: not significant, inconclusive or no interval (not a finding)"
-
-
-def significance_rule(min_effect: float = 0.0) -> str:
-    """What "*" means, in words."""
-    text = "* a finding: the 95% interval excludes 1.0"
-    if min_effect > 0:
-        text += f" and the change is at least {percent(min_effect)}"
-    return text
 
 
 # ---------------------------------------------------------------- relative values
@@ -435,10 +419,6 @@ def setup_order(result: RunResult) -> list[str]:
     return names
 
 
-def slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
-
-
 def stein_blocks(result: RunResult) -> int | None:
     """The blocks whose spread sets every interval when --target-ci chose how many to run.
 
@@ -534,18 +514,6 @@ def relative_tables(
                     )
                 )
     return tables
-
-
-def unit_note(tables: list[RatioTable]) -> str:
-    """A sentence naming the insert benchmark's units, or "" when no table uses them."""
-    units = list(dict.fromkeys(u for t in tables for u in t.units))
-    if not units:
-        return ""
-    return (
-        "Insert-benchmark steps compare their own rate instead of QPS: "
-        + " and ".join(units)
-        + " (rows/s inserted for the loads, queries/s for the query steps)."
-    )
 
 
 # ---------------------------------------------------------------- memory
@@ -721,40 +689,6 @@ def _add_cgroup(row: MemoryRow, result: RunResult) -> None:
     row.oom_cells = sum(1 for c in cells if c.status == STATUS_OOM)
 
 
-def has_caps(rows: list[MemoryRow]) -> bool:
-    """Any row to show a cap, a cgroup charge or an OOM kill for."""
-    return any(r.memory_limit_bytes or r.peak_cgroup_bytes or r.oom_cells for r in rows)
-
-
-def oom_text(row: MemoryRow) -> str:
-    if not row.oom_cells:
-        return "-"
-    return f"OOM-killed ({row.oom_cells} cell{'s' if row.oom_cells != 1 else ''})"
-
-
-CAP_NOTE = (
-    "memory_limit caps the server's own memory cgroup, and the kernel acts on the group's "
-    "charge, not on RSS: the charge adds the page cache and kernel memory charged to the "
-    "group (files the server reads and writes, socket buffers) and leaves out shared file "
-    "pages that another process was charged for first, so it can sit above or below RSS. "
-    "When the charge reaches the cap the kernel first reclaims page cache, then OOM-kills "
-    "the server; an OOM-killed cell is a result, with its samples up to the kill."
-)
-
-
-def has_accounting(rows: list[MemoryRow]) -> bool:
-    return any(r.unaccounted_bytes is not None for r in rows)
-
-
-ACCOUNTING_NOTE = (
-    "'server accounts for' is the part of RSS the server can name (code, files, buffer "
-    "pool pages, stacks, and the heap it says it holds); 'unaccounted' is RSS minus that: "
-    "allocator overhead and fragmentation (negative when the server counts memory it never "
-    "touched). Both from the cell with the largest unaccounted RSS; heap ratio = resident "
-    "heap / heap the server accounts for."
-)
-
-
 def vsz_note(rows: list[MemoryRow]) -> str | None:
     """A warning when peak VSZ is dominated by reserved address space, else None."""
     reserved = [r for r in rows if r.vsz_reserved]
@@ -767,53 +701,6 @@ def vsz_note(rows: list[MemoryRow]) -> str | None:
         "reserves innodb_buffer_pool_size_max), not by memory in use, so comparing VSZ "
         "across allocators is not meaningful on this build."
     )
-
-
-# ---------------------------------------------------------------- adaptive repetition
-
-
-def adaptive_lines(result: RunResult) -> list[str]:
-    """How adaptive repetition ended: a headline, then each cell that did not converge."""
-    info = result.metadata.adaptive
-    if info is None:
-        return []
-    parts = []
-    target = _number(info.target_ci_pct)
-    if target is not None:
-        parts.append(f"target {target:g}% interval width")
-    rounds = _number(info.rounds)
-    if rounds is not None:
-        parts.append(f"{rounds:g} round{'s' if rounds != 1 else ''}")
-    stopped = info.stopped
-    budget = _number(info.budget_s)
-    if stopped == "converged":
-        parts.append("converged")
-    elif stopped == "budget" and budget is not None:
-        parts.append(f"stopped: another round would overrun the {budget / 60:g} min budget")
-    elif stopped:
-        parts.append(f"stopped: {stopped}")
-    lines = ["adaptive repetition: " + (", ".join(parts) or "on")]
-    missed = info.not_converged or []
-    if isinstance(missed, list) and missed:
-        lines.append(f"{len(missed)} cell(s) did not reach the target:")
-        for entry in missed:
-            if not isinstance(entry, dict):
-                continue
-            where = " / ".join(
-                str(entry[k]) for k in ("setup", "engine", "step") if entry.get(k) not in (None, "")
-            )
-            if entry.get("threads"):
-                where += f" / {entry['threads']} threads"
-            width = _number(entry.get("width_pct"))
-            shown = f"{width:.1f}%" if width is not None and math.isfinite(width) else None
-            lines.append(f"  {where}: interval width {shown or 'no interval yet'}")
-    return lines
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
 
 
 def exploratory_note(result: RunResult) -> str | None:

@@ -105,11 +105,15 @@ def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRo
 
 
 def verdict_rows(
-    result: RunResult, tables: list[RatioTable], memory_list: list[MemoryRow]
+    result: RunResult,
+    tables: list[RatioTable],
+    memory_list: list[MemoryRow],
+    min_effect: float | None = None,
 ) -> list[VerdictRow]:
+    """`min_effect` overrides the run's own, as in `relative_tables`."""
     base = result.base_setup
     memory = {(m.engine, m.setup): m for m in memory_list}
-    rss_cells = rss_ratio_cells(result)
+    rss_cells = rss_ratio_cells(result, min_effect)
     rows = []
     for engine in dict.fromkeys(t.engine for t in tables):
         base_mem = memory.get((engine, base))

@@ -11,11 +11,12 @@ from rich.console import Console
 
 from mallocbench import exitcodes
 from mallocbench import experiment as experiment_mod
+from mallocbench.analysis.run_analysis import analyze
 from mallocbench.commands.options import StopOnSignals, out_dir_option, store_option
-from mallocbench.commands.run import write_reports
 from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import mib
 from mallocbench.report import soak as soak_report
+from mallocbench.report.formats import write_reports
 from mallocbench.runner import RunOptions, RunOutcome
 from mallocbench.soak import (
     DEFAULT_DURATION,
@@ -179,14 +180,15 @@ def _finish(
 ) -> None:
     """Reports, the soak summary, notes and the exit status the run's end calls for."""
     result = outcome.result
-    written = write_reports(result, out_dir)
+    analysis = analyze(result)
+    written = write_reports(analysis, out_dir)
     try:
         path = out_dir / "soak.md"
-        path.write_text("\n".join(soak_report.markdown_lines(result)) + "\n")
+        path.write_text("\n".join(soak_report.markdown_lines(analysis)) + "\n")
         written.append(path)
     except OSError as exc:
         raise MallocbenchError(f"cannot write {out_dir / 'soak.md'}: {exc.strerror}") from exc
-    soak_report.print_soak(result, Console())
+    soak_report.print_soak(analysis, Console())
     console.print("wrote " + ", ".join(str(p) for p in written))
     for note in outcome.notes:
         console.print(f"[yellow]note[/]: {note}")

@@ -10,17 +10,13 @@ from rich.table import Table
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis.comparison import PEAK_RSS, Comparison, MemoryChange
-from mallocbench.analysis.summary import (
-    RSS,
-    color_rule,
-    percent,
-    ratio_cell,
-    significance_rule,
-)
+from mallocbench.analysis.summary import RSS, RatioCell
+from mallocbench.formatting import percent
 from mallocbench.report import markdown
 from mallocbench.report.export import location_record, records_csv
 from mallocbench.report.tables import relative_rows
 from mallocbench.report.terminal import TERMINAL_MARKUP, colored
+from mallocbench.report.words import color_rule, significance_rule
 
 
 def _rules(cmp: Comparison, intervals: bool) -> str:
@@ -98,7 +94,14 @@ def memory_records(cmp: Comparison) -> list[dict[str, Any]]:
     absolute values are bytes (unit "bytes"), each run's mean of its per-repeat peaks."""
     records = []
     for m in cmp.memory:
-        cell = m.rss or ratio_cell([], [], "no RSS in both runs", "run A", cmp.min_effect, RSS)
+        cell = m.rss or RatioCell(
+            None,
+            repeats=(0, 0),
+            problem="no RSS in both runs",
+            reference_label="run A",
+            min_effect=cmp.min_effect,
+            unit=RSS,
+        )
         records.append(
             {
                 "engine": m.engine,

@@ -1,0 +1,120 @@
+"""Numbers into words, colours and CSS classes: the one place the reports share them.
+
+The analysis returns numbers, verdicts and records; how a verdict is coloured and what
+a reader is told about it is decided here, once for every format.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mallocbench.analysis.summary import MemoryRow, RatioTable
+from mallocbench.formatting import percent
+from mallocbench.metadata import AdaptiveRecord
+
+__all__ = [
+    "ACCOUNTING_NOTE",
+    "CAP_NOTE",
+    "adaptive_lines",
+    "color_rule",
+    "oom_text",
+    "percent",
+    "significance_rule",
+    "unit_note",
+]
+
+
+def color_rule(min_effect: float = 0.0) -> str:
+    """How the reports color ratios, in words."""
+    band = f" and the change is at least {percent(min_effect)}" if min_effect > 0 else ""
+    text = f"green faster / red slower: the 95% interval excludes 1.0{band}"
+    if min_effect > 0:
+        text += f"; grey same: the whole interval within ±{percent(min_effect)}"
+    return text + "; no color: not significant, inconclusive or no interval (not a finding)"
+
+
+def significance_rule(min_effect: float = 0.0) -> str:
+    """What "*" means, in words."""
+    text = "* a finding: the 95% interval excludes 1.0"
+    if min_effect > 0:
+        text += f" and the change is at least {percent(min_effect)}"
+    return text
+
+
+def unit_note(tables: list[RatioTable] | tuple[RatioTable, ...]) -> str:
+    """A sentence naming the insert benchmark's units, or "" when no table uses them."""
+    units = list(dict.fromkeys(u for t in tables for u in t.units))
+    if not units:
+        return ""
+    return (
+        "Insert-benchmark steps compare their own rate instead of QPS: "
+        + " and ".join(units)
+        + " (rows/s inserted for the loads, queries/s for the query steps)."
+    )
+
+
+def oom_text(row: MemoryRow) -> str:
+    if not row.oom_cells:
+        return "-"
+    return f"OOM-killed ({row.oom_cells} cell{'s' if row.oom_cells != 1 else ''})"
+
+
+CAP_NOTE = (
+    "memory_limit caps the server's own memory cgroup, and the kernel acts on the group's "
+    "charge, not on RSS: the charge adds the page cache and kernel memory charged to the "
+    "group (files the server reads and writes, socket buffers) and leaves out shared file "
+    "pages that another process was charged for first, so it can sit above or below RSS. "
+    "When the charge reaches the cap the kernel first reclaims page cache, then OOM-kills "
+    "the server; an OOM-killed cell is a result, with its samples up to the kill."
+)
+
+ACCOUNTING_NOTE = (
+    "'server accounts for' is the part of RSS the server can name (code, files, buffer "
+    "pool pages, stacks, and the heap it says it holds); 'unaccounted' is RSS minus that: "
+    "allocator overhead and fragmentation (negative when the server counts memory it never "
+    "touched). Both from the cell with the largest unaccounted RSS; heap ratio = resident "
+    "heap / heap the server accounts for."
+)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def adaptive_lines(info: AdaptiveRecord | None) -> list[str]:
+    """How adaptive repetition ended: a headline, then each cell that did not converge."""
+    if info is None:
+        return []
+    parts = []
+    target = _number(info.target_ci_pct)
+    if target is not None:
+        parts.append(f"target {target:g}% interval width")
+    rounds = _number(info.rounds)
+    if rounds is not None:
+        parts.append(f"{rounds:g} round{'s' if rounds != 1 else ''}")
+    stopped = info.stopped
+    budget = _number(info.budget_s)
+    if stopped == "converged":
+        parts.append("converged")
+    elif stopped == "budget" and budget is not None:
+        parts.append(f"stopped: another round would overrun the {budget / 60:g} min budget")
+    elif stopped:
+        parts.append(f"stopped: {stopped}")
+    lines = ["adaptive repetition: " + (", ".join(parts) or "on")]
+    missed = info.not_converged or []
+    if isinstance(missed, list) and missed:
+        lines.append(f"{len(missed)} cell(s) did not reach the target:")
+        for entry in missed:
+            if not isinstance(entry, dict):
+                continue
+            where = " / ".join(
+                str(entry[k]) for k in ("setup", "engine", "step") if entry.get(k) not in (None, "")
+            )
+            if entry.get("threads"):
+                where += f" / {entry['threads']} threads"
+            width = _number(entry.get("width_pct"))
+            shown = f"{width:.1f}%" if width is not None and math.isfinite(width) else None
+            lines.append(f"  {where}: interval width {shown or 'no interval yet'}")
+    return lines
