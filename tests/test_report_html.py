@@ -61,8 +61,8 @@ def test_page_is_self_contained(page: str) -> None:
 
 
 def test_written_reports_share_one_plotly_beside_them(result: RunResult, tmp_path: Path) -> None:
-    first = html.write_html(result, tmp_path / "report.html")
-    second = html.write_html(result, tmp_path / "again.html")
+    first = html.write_html(analyze(result), tmp_path / "report.html")
+    second = html.write_html(analyze(result), tmp_path / "again.html")
     (shared,) = tmp_path.glob("plotly-*.min.js")
     for page in (first, second):
         text = page.read_text()
@@ -113,7 +113,7 @@ def test_clear_difference_is_significant(result: RunResult) -> None:
 
 
 def test_write_html(result: RunResult, tmp_path: Path) -> None:
-    path = html.write_html(result, tmp_path / "sub" / "report.html")
+    path = html.write_html(analyze(result), tmp_path / "sub" / "report.html")
     assert path.is_file() and path.read_text().startswith("<!DOCTYPE html>")
 
 
