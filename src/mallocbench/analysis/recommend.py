@@ -14,15 +14,15 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import client_cpu_warning
 from mallocbench.analysis.summary import (
-    CellSummary,
     RatioCell,
+    RatioTable,
     min_effect_of,
     peak_rss_by_repeat,
     ratio_cell,
@@ -327,13 +327,13 @@ def recommend(
     priorities: tuple[str, ...] = DEFAULT_PRIORITIES,
     min_effect: float | None = None,
     memory_budget_bytes: int | None = None,
-    summaries: Mapping[tuple[str, str, str, int], CellSummary] | None = None,
+    tables: Sequence[RatioTable] | None = None,
 ) -> Recommendation:
     """The setup to run per engine, or the base when no candidate qualifies.
-    `summaries`: summarize_run(result), when already at hand."""
+    `tables`: relative_tables(result, min_effect), when already at hand."""
     effect = min_effect_of(result, min_effect)
-    summaries = summaries if summaries is not None else summarize_run(result)
-    tables = relative_tables(result, effect, summaries)
+    if tables is None:
+        tables = relative_tables(result, effect, summarize_run(result))
     rss_cells = rss_ratio_cells(result, effect)
     p99 = _p99_cells(result, effect)
     peaks = peak_rss_by_repeat(result)

@@ -128,7 +128,7 @@ def analyze(
         tables=tuple(tables),
         memory=tuple(memory),
         verdict=tuple(verdict_rows(run, tables, memory, effect)),
-        recommendation=recommend(run, min_effect=effect, summaries=summaries),
+        recommendation=recommend(run, min_effect=effect, tables=tables),
         sla=tuple(sla_results(run.cells)),
         is_soak=is_soak(run),
         soaks=tuple(soak_setups(run)) if is_soak(run) else (),
