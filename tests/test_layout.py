@@ -243,7 +243,6 @@ TEXT_NOT_YET_MOVED = {
     "summary.py:verdict_class",
     "summary.py:_bound",
     "summary.py:vsz_note",
-    "summary.py:exploratory_note",
     "summary.py:stability_notes",
     "summary.py:mark",
     "summary.py:css",

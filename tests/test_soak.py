@@ -533,10 +533,12 @@ def consistent_soak(segments: int = 6) -> RunResult:
 def test_soak_segments_are_never_paired_as_blocks_into_a_finding() -> None:
     from mallocbench.analysis.recommend import recommend
     from mallocbench.analysis.summary import (
-        exploratory_note,
+        Exploratory,
+        exploratory,
         relative_tables,
         rss_ratio_cells,
     )
+    from mallocbench.report.words import exploratory_note
 
     run = consistent_soak()
     (table,) = relative_tables(run)
@@ -547,7 +549,8 @@ def test_soak_segments_are_never_paired_as_blocks_into_a_finding() -> None:
     rss = rss_ratio_cells(run)[("innodb", "je")]
     assert rss.ratio == pytest.approx(0.8, rel=0.01)
     assert not rss.has_interval and not rss.significant
-    note = exploratory_note(run)
+    assert exploratory(run) is Exploratory.SOAK
+    note = exploratory_note(exploratory(run))
     assert note is not None and "one server lifetime" in note
     (engine,) = recommend(run).engines
     assert engine.choice is None

@@ -19,9 +19,10 @@ from mallocbench.analysis.sla import SlaStatus, sla_results
 from mallocbench.analysis.soak import SetupSoak, is_soak, soak_setups
 from mallocbench.analysis.summary import (
     CellSummary,
+    Exploratory,
     MemoryRow,
     RatioTable,
-    exploratory_note,
+    exploratory,
     memory_rows,
     min_effect_of,
     relative_tables,
@@ -58,9 +59,9 @@ class RunAnalysis:
     soaks: tuple[SetupSoak, ...]  # empty unless the run is a soak
     problems: tuple[Cell, ...]  # cells that did not measure
     adaptive: AdaptiveRecord | None
+    exploratory: Exploratory | None  # why no finding is possible, when so
     # Sentences the analysis still words itself (noise, stability, client load); the
     # report side prints them as they are.
-    exploratory: str | None
     client_warnings: tuple[str, ...]
     noise_notes: tuple[str, ...]
     stability_notes: tuple[str, ...]
@@ -134,7 +135,7 @@ def analyze(
         soaks=tuple(soak_setups(run)) if is_soak(run) else (),
         problems=tuple(c for c in run.cells if c.status != STATUS_OK),
         adaptive=run.metadata.adaptive,
-        exploratory=exploratory_note(run),
+        exploratory=exploratory(run),
         client_warnings=tuple(client_cpu_warnings(run.cells)),
         noise_notes=tuple(noise_notes(run)),
         stability_notes=tuple(stability_notes(run)),

@@ -13,6 +13,7 @@ queries/s of the query steps (`analysis.sla.ibench_throughput`), since sysbench'
 
 from __future__ import annotations
 
+import enum
 import math
 import statistics
 from collections import defaultdict
@@ -703,29 +704,29 @@ def vsz_note(rows: list[MemoryRow]) -> str | None:
     )
 
 
-def exploratory_note(result: RunResult) -> str | None:
-    """The line every report puts first when the run cannot support any finding.
+class Exploratory(enum.Enum):
+    """Why a run can support no finding at all (report.words says it to the reader)."""
+
+    SOAK = "soak"  # repeats are segments of one server lifetime, not server starts
+    ONE_REPEAT = "one repeat"  # every cell measured once: no interval anywhere
+
+
+def exploratory(result: RunResult) -> Exploratory | None:
+    """Whether the run cannot support any finding, and why; None when it can.
 
     One measurement per cell gives no interval, and without one a 1.9x can be noise (a
     5 s cell on a busy machine varies that much); so such a run is exploratory, and its
     ratios are shown but never colored, marked or listed as faster or slower.
     """
     if repeats_share_a_server(result):
-        return (
-            "Soak run: its segments are consecutive windows of one server lifetime per "
-            "setup, not independent server starts, so the relative values below have no "
-            "interval and none is a finding; the soak section's slopes are its result."
-        )
+        return Exploratory.SOAK
     counts: dict[tuple[str, str, str, int], int] = defaultdict(int)
     for cell in result.cells:
         if cell.status == STATUS_OK:
             counts[(cell.setup, cell.engine, cell.step, cell.threads)] += 1
     if not counts or max(counts.values()) >= 2:
         return None
-    return (
-        "Exploratory run: every cell was measured once, so no difference below has an "
-        "interval and none is a finding. For a verdict, run with repeats >= 3 or --target-ci."
-    )
+    return Exploratory.ONE_REPEAT
 
 
 def stability_notes(result: RunResult) -> list[str]:

@@ -47,7 +47,13 @@ from mallocbench.report.tables import (
     memory_unit,
     run_notes,
 )
-from mallocbench.report.words import adaptive_lines, color_rule, significance_rule, unit_note
+from mallocbench.report.words import (
+    adaptive_lines,
+    color_rule,
+    exploratory_note,
+    significance_rule,
+    unit_note,
+)
 from mallocbench.results import Cell, RunResult
 from mallocbench.workloads.catalogue import GROUPS
 
@@ -315,7 +321,7 @@ def build_context(analysis: RunAnalysis) -> ReportContext:
         memory_notes=memory_notes(rows),
         vsz_note=analysis.vsz_note,
         unit_note=unit_note(analysis.tables),
-        exploratory=analysis.exploratory,
+        exploratory=exploratory_note(analysis.exploratory),
         recommendation=_recommendation(analysis.recommendation),
         soak=soak_table(analysis),
         soak_notes=soak_notes(analysis),

@@ -18,7 +18,13 @@ from mallocbench.report.tables import (
     run_notes,
     sla_lines,
 )
-from mallocbench.report.words import adaptive_lines, color_rule, significance_rule, unit_note
+from mallocbench.report.words import (
+    adaptive_lines,
+    color_rule,
+    exploratory_note,
+    significance_rule,
+    unit_note,
+)
 from mallocbench.results import RunResult
 
 
@@ -57,8 +63,9 @@ def render(analysis: RunAnalysis) -> str:
     facts = _run_facts(meta)
     out.append(f"Run `{result.run_id}`." + (f" {facts}" if facts else ""))
     out.append("")
-    if analysis.exploratory:
-        out += [f"> **{analysis.exploratory}**", ""]
+    exploratory = exploratory_note(analysis.exploratory)
+    if exploratory:
+        out += [f"> **{exploratory}**", ""]
     out += _setups(result)
     out += _recommendation(analysis)
     out += _adaptive(analysis)

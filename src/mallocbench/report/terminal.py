@@ -23,7 +23,13 @@ from mallocbench.report.tables import (
     run_notes,
     sla_lines,
 )
-from mallocbench.report.words import adaptive_lines, color_rule, significance_rule, unit_note
+from mallocbench.report.words import (
+    adaptive_lines,
+    color_rule,
+    exploratory_note,
+    significance_rule,
+    unit_note,
+)
 
 COLORS = {"slower": "red", "faster": "green", "problem": "bold red"}
 
@@ -76,8 +82,9 @@ def print_run(
     commands the report suggests.
     """
     console = console or Console()
-    if analysis.exploratory:
-        console.print(f"[bold yellow]{analysis.exploratory}[/]")
+    exploratory = exploratory_note(analysis.exploratory)
+    if exploratory:
+        console.print(f"[bold yellow]{exploratory}[/]")
     tables = analysis.tables
     for rel in tables:
         console.print(_relative_table(rel))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from mallocbench.analysis.summary import MemoryRow, RatioTable
+from mallocbench.analysis.summary import Exploratory, MemoryRow, RatioTable
 from mallocbench.formatting import percent
 from mallocbench.metadata import AdaptiveRecord
 
@@ -17,6 +17,7 @@ __all__ = [
     "CAP_NOTE",
     "adaptive_lines",
     "color_rule",
+    "exploratory_note",
     "oom_text",
     "percent",
     "significance_rule",
@@ -118,3 +119,21 @@ def adaptive_lines(info: AdaptiveRecord | None) -> list[str]:
             shown = f"{width:.1f}%" if width is not None and math.isfinite(width) else None
             lines.append(f"  {where}: interval width {shown or 'no interval yet'}")
     return lines
+
+
+EXPLORATORY = {
+    Exploratory.SOAK: (
+        "Soak run: its segments are consecutive windows of one server lifetime per "
+        "setup, not independent server starts, so the relative values below have no "
+        "interval and none is a finding; the soak section's slopes are its result."
+    ),
+    Exploratory.ONE_REPEAT: (
+        "Exploratory run: every cell was measured once, so no difference below has an "
+        "interval and none is a finding. For a verdict, run with repeats >= 3 or --target-ci."
+    ),
+}
+
+
+def exploratory_note(reason: Exploratory | None) -> str | None:
+    """The line every report puts first when the run cannot support any finding."""
+    return None if reason is None else EXPLORATORY[reason]
