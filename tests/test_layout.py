@@ -240,15 +240,11 @@ TEXT_NOT_YET_MOVED = {
     "stats.py:mark",
     "stats.py:text",
     "steady.py:describe",
-    "summary.py:verdict_class",
-    "summary.py:_bound",
     "summary.py:vsz_note",
     "summary.py:stability_notes",
     "summary.py:mark",
-    "summary.py:css",
     "summary.py:text",
     "summary.py:interval_text",
-    "summary.py:title",
 }
 TEXT_TYPES = {"str", "str | None", "list[str]", "Iterator[str]"}
 PROSE_WORDS = 6  # a module-level string of more words than this is a sentence

@@ -19,10 +19,10 @@ from mallocbench.analysis.summary import (
     memory_rows,
     relative_tables,
     summarize,
-    verdict_class,
 )
 from mallocbench.metadata import AdaptiveRecord
 from mallocbench.report import export, html, markdown, terminal
+from mallocbench.report.words import cell_class, cell_title, verdict_class
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 
 GIB = 1 << 30
@@ -174,7 +174,7 @@ def test_without_min_effect_a_one_percent_change_is_significant() -> None:
     je = row.cells["je"]
     assert je.ratio == pytest.approx(1.01)
     assert je.verdict == stats.FASTER and je.significant and je.mark == "*"
-    assert je.css == "faster"  # a finding is colored however small: min_effect sets the bar
+    assert cell_class(je) == "faster"  # a finding is colored however small: min_effect sets the bar
 
 
 def test_min_effect_reports_a_small_significant_change_as_same() -> None:
@@ -226,15 +226,15 @@ def test_colors_follow_the_verdict_not_the_value() -> None:
     for unsupported in (stats.NOT_SIGNIFICANT, stats.INCONCLUSIVE, stats.NO_INTERVAL):
         assert verdict_class(unsupported) == "none"
     run = tight_run(970, min_effect=0.02)
-    assert relative_tables(run)[0].rows[0].cells["je"].css == "slower"
-    assert relative_tables(tight_run(970))[0].rows[0].cells["je"].css == "slower"
+    assert cell_class(relative_tables(run)[0].rows[0].cells["je"]) == "slower"
+    assert cell_class(relative_tables(tight_run(970))[0].rows[0].cells["je"]) == "slower"
     # A ratio far from 1.0 without an interval (one repeat) is never colored.
     lone = RunResult("r", "t", "glibc", setups=[SetupInfo("glibc", "glibc"), SetupInfo("je", "x")])
     lone.cells = [cell("glibc", "point-query range=100", 1000, 0)]
     lone.cells += [cell("je", "point-query range=100", 1910, 0)]
     one = relative_tables(lone)[0].rows[0].cells["je"]
     assert one.ratio == pytest.approx(1.91) and one.verdict == stats.NO_INTERVAL
-    assert one.css == "none" and one.mark == ""
+    assert cell_class(one) == "none" and one.mark == ""
     page = html.render_html(analyze(lone))
     assert '<td class="r none' in page and '<td class="r faster' not in page
     assert "Exploratory run" in page and "Exploratory run" in markdown.render(analyze(lone))
@@ -520,7 +520,7 @@ def test_unstable_cells_are_marked_and_named_in_every_report() -> None:
     shifted.stability = {"stable": False, "reason": "level shift of 8% after 6 s"}
     shifted.warmup_s, shifted.warmup_steady = 30.0, False
     je = relative_tables(run)[0].rows[0].cells["je"]
-    assert je.unstable and je.text.endswith("~") and "unstable" in je.title
+    assert je.unstable and je.text.endswith("~") and "unstable" in cell_title(je)
     # Stable cells stay unmarked.
     assert not relative_tables(tight_run(1200))[0].rows[0].cells["je"].unstable
     for text in (markdown.render(analyze(run)), terminal_text(run), html.render_html(analyze(run))):

@@ -538,14 +538,14 @@ def test_soak_segments_are_never_paired_as_blocks_into_a_finding() -> None:
         relative_tables,
         rss_ratio_cells,
     )
-    from mallocbench.report.words import exploratory_note
+    from mallocbench.report.words import cell_class, exploratory_note
 
     run = consistent_soak()
     (table,) = relative_tables(run)
     cell = table.rows[0].cells["je"]
     # The ratio is shown, but with no interval it is neither coloured nor a finding.
     assert cell.ratio == pytest.approx(1.08, rel=0.01)
-    assert not cell.has_interval and not cell.significant and cell.css == "none"
+    assert not cell.has_interval and not cell.significant and cell_class(cell) == "none"
     rss = rss_ratio_cells(run)[("innodb", "je")]
     assert rss.ratio == pytest.approx(0.8, rel=0.01)
     assert not rss.has_interval and not rss.significant

@@ -192,24 +192,11 @@ def parse_min_effect(value: str | None) -> float | None:
 UNSTABLE_MARK = "~"
 
 
-def verdict_class(verdict: str) -> str:
-    """The color of a verdict. Only findings (faster, slower) are colored; "same" gets a
-    neutral grey because it too is a claim the interval supports; everything else none."""
-    return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.SAME: "same"}.get(verdict, "none")
-
-
 # ---------------------------------------------------------------- relative values
 
 
 def _nan(x: float | None) -> bool:
     return x is None or math.isnan(x)
-
-
-def _bound(x: float) -> str:
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    # A bound of 0.0017 printed as 0.00 would read as zero; log-scale bounds never are.
-    return f"{x:.2g}" if 0 < x < 0.01 else f"{x:.2f}"
 
 
 @dataclass
@@ -254,12 +241,13 @@ class RatioCell:
         return not _nan(self.low) and not _nan(self.high)
 
     @property
-    def width(self) -> float:
-        return stats.interval_width(self.low, self.high)
+    def excludes_one(self) -> bool:
+        """The 95% interval lies wholly above or below 1.0 (whatever min_effect says)."""
+        return stats.significant(self.low, self.high)
 
     @property
-    def css(self) -> str:
-        return "problem" if self.problem else verdict_class(self.verdict)
+    def width(self) -> float:
+        return stats.interval_width(self.low, self.high)
 
     def interval_fields(self) -> dict[str, Any]:
         """What every export has beside a ratio: its interval (JSON has no nan) and verdict."""
@@ -285,38 +273,10 @@ class RatioCell:
         if self.problem or self.ratio is None:
             return ""
         if self.has_interval:
-            return f"[{_bound(self.low)}, {_bound(self.high)}]"
+            return f"[{fmt.bound(self.low)}, {fmt.bound(self.high)}]"
         if min(self.repeats) <= 1:
             return "1 repeat: no interval"
         return "no interval"
-
-    @property
-    def title(self) -> str:
-        if self.problem:
-            return f"this cell did not measure: {self.problem}"
-        unit = self.unit
-        parts = [
-            f"{fmt.qps(self.value)} {unit} vs {fmt.qps(self.reference)} {unit} "
-            f"({self.reference_label})"
-        ]
-        if self.ratio is not None:
-            parts.append(f"ratio {self.ratio:.3f}")
-        if self.has_interval:
-            parts.append(
-                f"95% interval {_bound(self.low)} to {_bound(self.high)}"
-                + (" (excludes 1.0)" if stats.significant(self.low, self.high) else "")
-            )
-        elif self.ratio is not None:
-            parts.append(self.interval_text)
-        parts.append(f"verdict: {self.verdict}")
-        if self.same:
-            parts[-1] += f" (the whole interval within ±{percent(self.min_effect)})"
-        elif self.verdict == stats.INCONCLUSIVE:
-            parts[-1] += f" (excludes 1.0 but may be smaller than ±{percent(self.min_effect)})"
-        parts.append(f"repeats {self.repeats[0]} / {self.repeats[1]}")
-        if self.unstable:
-            parts.append("unstable: a repeat's throughput trended or shifted while measured")
-        return "; ".join(parts)
 
 
 def ratio_cell(

@@ -17,6 +17,7 @@ from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import CellSummary, RatioTable
 from mallocbench.formatting import slug
 from mallocbench.report.soak import soak_charts
+from mallocbench.report.words import cell_title
 from mallocbench.results import Cell, RunResult, SessionInfo
 from mallocbench.workloads.catalogue import label_order
 
@@ -105,7 +106,7 @@ def relative_chart(table: RatioTable, colors: dict[str, str]) -> Chart:
             "x": x,
             "y": ys,
             "marker": {"color": colors.get(setup)},
-            "hovertext": [f"{step}: {c.title}" for step, c in zip(steps, cells, strict=True)],
+            "hovertext": [f"{step}: {cell_title(c)}" for step, c in zip(steps, cells, strict=True)],
             "hoverinfo": "text+name",
         }
         if any(v is not None and math.isfinite(v) for v in up):

@@ -16,7 +16,7 @@ from mallocbench.report import markdown
 from mallocbench.report.export import location_record, records_csv
 from mallocbench.report.tables import relative_rows
 from mallocbench.report.terminal import TERMINAL_MARKUP, colored
-from mallocbench.report.words import color_rule, significance_rule
+from mallocbench.report.words import cell_class, color_rule, significance_rule
 
 
 def _rules(cmp: Comparison, intervals: bool) -> str:
@@ -72,7 +72,7 @@ def _rss_text(m: MemoryChange) -> str:
     if m.rss is None or m.rss.ratio is None:
         return fmt.ratio(m.rss_ratio)
     cell = m.rss
-    text = colored(cell.text + cell.mark, _RSS_CSS.get(cell.css, ""))
+    text = colored(cell.text + cell.mark, _RSS_CSS.get(cell_class(cell), ""))
     return text + (f"\n[dim]{cell.interval_text}[/]" if cell.interval_text else "")
 
 

@@ -49,6 +49,8 @@ from mallocbench.report.tables import (
 )
 from mallocbench.report.words import (
     adaptive_lines,
+    cell_class,
+    cell_title,
     color_rule,
     exploratory_note,
     significance_rule,
@@ -159,6 +161,8 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["ratio"] = fmt.ratio
     env.filters["qps"] = fmt.qps
+    env.filters["cell_class"] = cell_class
+    env.filters["cell_title"] = cell_title
     env.globals["color_rule"] = color_rule
     env.globals["percent"] = percent
     env.globals["significance_rule"] = significance_rule

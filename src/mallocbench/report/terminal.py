@@ -25,6 +25,7 @@ from mallocbench.report.tables import (
 )
 from mallocbench.report.words import (
     adaptive_lines,
+    cell_class,
     color_rule,
     exploratory_note,
     significance_rule,
@@ -59,7 +60,7 @@ def colored(text: str, css: str) -> str:
 def ratio_text(cell: RatioCell) -> str:
     """A relative value with its finding mark and, under it, its interval: without the
     interval a reader cannot see why a 1.07 is left uncolored."""
-    text = colored(cell.text + cell.mark, cell.css) + (" [dim]same[/]" if cell.same else "")
+    text = colored(cell.text + cell.mark, cell_class(cell)) + (" [dim]same[/]" if cell.same else "")
     return text + (f"\n[dim]{cell.interval_text}[/]" if cell.interval_text else "")
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 
-from mallocbench.analysis.summary import Exploratory, MemoryRow, RatioTable
+from mallocbench import formatting as fmt
+from mallocbench.analysis import stats
+from mallocbench.analysis.summary import Exploratory, MemoryRow, RatioCell, RatioTable
 from mallocbench.formatting import percent
 from mallocbench.metadata import AdaptiveRecord
 
@@ -16,13 +18,55 @@ __all__ = [
     "ACCOUNTING_NOTE",
     "CAP_NOTE",
     "adaptive_lines",
+    "cell_class",
+    "cell_title",
     "color_rule",
     "exploratory_note",
     "oom_text",
     "percent",
     "significance_rule",
     "unit_note",
+    "verdict_class",
 ]
+
+
+def verdict_class(verdict: str) -> str:
+    """The color of a verdict. Only findings (faster, slower) are colored; "same" gets a
+    neutral grey because it too is a claim the interval supports; everything else none."""
+    return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.SAME: "same"}.get(verdict, "none")
+
+
+def cell_class(cell: RatioCell) -> str:
+    """The CSS class (and terminal colour) of a relative value."""
+    return "problem" if cell.problem else verdict_class(cell.verdict)
+
+
+def cell_title(cell: RatioCell) -> str:
+    """What hovering a relative value shows: both sides, the ratio, its interval, verdict."""
+    if cell.problem:
+        return f"this cell did not measure: {cell.problem}"
+    unit = cell.unit
+    parts = [
+        f"{fmt.qps(cell.value)} {unit} vs {fmt.qps(cell.reference)} {unit} ({cell.reference_label})"
+    ]
+    if cell.ratio is not None:
+        parts.append(f"ratio {cell.ratio:.3f}")
+    if cell.has_interval:
+        parts.append(
+            f"95% interval {fmt.bound(cell.low)} to {fmt.bound(cell.high)}"
+            + (" (excludes 1.0)" if cell.excludes_one else "")
+        )
+    elif cell.ratio is not None:
+        parts.append(cell.interval_text)
+    parts.append(f"verdict: {cell.verdict}")
+    if cell.same:
+        parts[-1] += f" (the whole interval within ±{percent(cell.min_effect)})"
+    elif cell.verdict == stats.INCONCLUSIVE:
+        parts[-1] += f" (excludes 1.0 but may be smaller than ±{percent(cell.min_effect)})"
+    parts.append(f"repeats {cell.repeats[0]} / {cell.repeats[1]}")
+    if cell.unstable:
+        parts.append("unstable: a repeat's throughput trended or shifted while measured")
+    return "; ".join(parts)
 
 
 def color_rule(min_effect: float = 0.0) -> str:
