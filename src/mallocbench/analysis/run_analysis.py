@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import client_cpu_warnings
 from mallocbench.analysis.recommend import Recommendation, recommend
-from mallocbench.analysis.run_noise import noise_notes
+from mallocbench.analysis.run_noise import RunNoise, run_noise
 from mallocbench.analysis.sla import SlaStatus, sla_results
 from mallocbench.analysis.soak import SetupSoak, is_soak, soak_setups
 from mallocbench.analysis.summary import (
@@ -27,7 +27,6 @@ from mallocbench.analysis.summary import (
     min_effect_of,
     relative_tables,
     setup_order,
-    stability_notes,
     summarize_run,
     vsz_note,
 )
@@ -60,11 +59,11 @@ class RunAnalysis:
     problems: tuple[Cell, ...]  # cells that did not measure
     adaptive: AdaptiveRecord | None
     exploratory: Exploratory | None  # why no finding is possible, when so
-    # Sentences the analysis still words itself (noise, stability, client load); the
-    # report side prints them as they are.
+    noise: RunNoise | None  # the noise the run met, from its slices
+    unstable: tuple[Cell, ...]  # cells whose measured seconds trended or shifted level
+    not_steady: tuple[Cell, ...]  # cells whose warmup ran out still trending
+    # Sentences the analysis still words itself (client load); printed as they are.
     client_warnings: tuple[str, ...]
-    noise_notes: tuple[str, ...]
-    stability_notes: tuple[str, ...]
     vsz_note: str | None  # peak VSZ mostly reserved address space (compare says it too)
 
     @property
@@ -137,7 +136,8 @@ def analyze(
         adaptive=run.metadata.adaptive,
         exploratory=exploratory(run),
         client_warnings=tuple(client_cpu_warnings(run.cells)),
-        noise_notes=tuple(noise_notes(run)),
-        stability_notes=tuple(stability_notes(run)),
+        noise=run_noise(run),
+        unstable=tuple(c for c in run.cells if c.unstable),
+        not_steady=tuple(c for c in run.cells if c.warmup_steady is False),
         vsz_note=vsz_note(memory),
     )

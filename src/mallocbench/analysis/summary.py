@@ -687,31 +687,3 @@ def exploratory(result: RunResult) -> Exploratory | None:
     if not counts or max(counts.values()) >= 2:
         return None
     return Exploratory.ONE_REPEAT
-
-
-def stability_notes(result: RunResult) -> list[str]:
-    """Cells whose measured seconds did not hold one level, and warmups that ran out.
-
-    Their samples are kept and their means used; the reader is told which they are,
-    since a mean over a ramp or a step describes neither level.
-    """
-    unstable = [c for c in result.cells if c.unstable]
-    not_steady = [c for c in result.cells if c.warmup_steady is False]
-    notes = []
-    if unstable:
-        where = ", ".join(
-            f"{c.setup}/{c.engine}/{c.step}@{c.threads} r{c.repeat} "
-            f"({c.stability.get('reason', 'unstable')})"
-            for c in unstable[:8]
-        )
-        more = f" and {len(unstable) - 8} more" if len(unstable) > 8 else ""
-        notes.append(
-            f"{len(unstable)} cell(s) unstable, marked {UNSTABLE_MARK}: their throughput "
-            f"trended or shifted level while measured: {where}{more}"
-        )
-    if not_steady:
-        notes.append(
-            f"{len(not_steady)} cell(s) reached durations.max_warmup still trending: raise "
-            "it, or expect their first measured seconds to be part of the ramp"
-        )
-    return notes

@@ -15,7 +15,13 @@ from mallocbench.analysis.summary import (
     RatioRow,
     RatioTable,
 )
-from mallocbench.report.words import ACCOUNTING_NOTE, CAP_NOTE, oom_text
+from mallocbench.report.words import (
+    ACCOUNTING_NOTE,
+    CAP_NOTE,
+    noise_notes,
+    oom_text,
+    stability_notes,
+)
 from mallocbench.workloads.catalogue import label_order
 
 MemoryRows = list[MemoryRow] | tuple[MemoryRow, ...]
@@ -107,7 +113,11 @@ def sla_lines(analysis: RunAnalysis) -> list[tuple[str, bool]]:
 def run_notes(analysis: RunAnalysis) -> list[str]:
     """What the run itself found worth telling the reader (e.g. a THP knob with no effect),
     and the cells whose measured seconds did not hold one level."""
-    return [*analysis.recorded_notes, *analysis.noise_notes, *analysis.stability_notes]
+    return [
+        *analysis.recorded_notes,
+        *noise_notes(analysis.noise),
+        *stability_notes(analysis.unstable, analysis.not_steady),
+    ]
 
 
 def _number(value: float | None, digits: int) -> str:

@@ -10,9 +10,17 @@ import math
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
-from mallocbench.analysis.summary import Exploratory, MemoryRow, RatioCell, RatioTable
+from mallocbench.analysis.run_noise import BUSY_SHARE, RunNoise
+from mallocbench.analysis.summary import (
+    UNSTABLE_MARK,
+    Exploratory,
+    MemoryRow,
+    RatioCell,
+    RatioTable,
+)
 from mallocbench.formatting import percent
 from mallocbench.metadata import AdaptiveRecord
+from mallocbench.results import Cell
 
 __all__ = [
     "ACCOUNTING_NOTE",
@@ -22,6 +30,8 @@ __all__ = [
     "cell_title",
     "color_rule",
     "exploratory_note",
+    "noise_notes",
+    "stability_notes",
     "oom_text",
     "percent",
     "significance_rule",
@@ -181,3 +191,63 @@ EXPLORATORY = {
 def exploratory_note(reason: Exploratory | None) -> str | None:
     """The line every report puts first when the run cannot support any finding."""
     return None if reason is None else EXPLORATORY[reason]
+
+
+def noise_notes(noise: RunNoise | None) -> list[str]:
+    """One or two sentences on the noise the run met, for every report's notes."""
+    if noise is None:
+        return []
+    notes = []
+    if noise.slice_cv_pct is not None:
+        text = (
+            f"noise in this run: one slice varies by ±{noise.slice_cv_pct:.1f}% within a "
+            f"server start"
+        )
+        if noise.start_cv_pct is not None:
+            text += f", server starts by ±{noise.start_cv_pct:.1f}%"
+        text += f" (medians over {noise.cells} cells)"
+        if noise.best_slices_per_start is not None:
+            text += (
+                f"; at these levels about {noise.best_slices_per_start} slices per start "
+                "narrow intervals fastest (Kalibera and Jones)"
+            )
+        notes.append(text)
+    if noise.other_cpu_median is not None and noise.other_cpu_max is not None:
+        text = (
+            f"other processes used a median {noise.other_cpu_median:.0%} of the CPU time "
+            f"while slices ran (at most {noise.other_cpu_max:.0%})"
+        )
+        if noise.steal_max:
+            text += f", the hypervisor stole up to {noise.steal_max:.0%}"
+        if noise.other_cpu_median > BUSY_SHARE:
+            text += ": the measurements include that interference"
+        notes.append(text)
+    return notes
+
+
+def stability_notes(
+    unstable: tuple[Cell, ...] | list[Cell], not_steady: tuple[Cell, ...] | list[Cell]
+) -> list[str]:
+    """Cells whose measured seconds did not hold one level, and warmups that ran out.
+
+    Their samples are kept and their means used; the reader is told which they are,
+    since a mean over a ramp or a step describes neither level.
+    """
+    notes = []
+    if unstable:
+        where = ", ".join(
+            f"{c.setup}/{c.engine}/{c.step}@{c.threads} r{c.repeat} "
+            f"({c.stability.get('reason', 'unstable')})"
+            for c in unstable[:8]
+        )
+        more = f" and {len(unstable) - 8} more" if len(unstable) > 8 else ""
+        notes.append(
+            f"{len(unstable)} cell(s) unstable, marked {UNSTABLE_MARK}: their throughput "
+            f"trended or shifted level while measured: {where}{more}"
+        )
+    if not_steady:
+        notes.append(
+            f"{len(not_steady)} cell(s) reached durations.max_warmup still trending: raise "
+            "it, or expect their first measured seconds to be part of the ramp"
+        )
+    return notes
