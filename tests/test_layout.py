@@ -223,9 +223,6 @@ TEXT_ALLOWED = {
 # report/words.py (the analysis returning a record or an enum instead). Listed so that
 # nothing new joins them, and so that one that moves must leave this list too.
 TEXT_NOT_YET_MOVED = {
-    "client.py:client_cpu_warning",
-    "client.py:client_cpu_warnings",
-    "client.py:_where",
     "comparability.py:_bytes",
     "comparability.py:_seconds",
     "comparability.py:refusal_message",

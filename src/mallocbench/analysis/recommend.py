@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mallocbench.analysis import stats
-from mallocbench.analysis.client import client_cpu_warning
+from mallocbench.analysis.client import client_bound
 from mallocbench.analysis.summary import (
     RatioCell,
     RatioTable,
@@ -273,9 +273,9 @@ def _thin_evidence(result: RunResult, engine: str) -> list[str]:
     unstable = sum(c.unstable for c in cells)
     if unstable:
         thin.append(f"{unstable} unstable cell{'s' if unstable != 1 else ''}")
-    client_bound = sum(client_cpu_warning(c) is not None for c in cells)
-    if client_bound:
-        thin.append(f"{client_bound} client-bound cell{'s' if client_bound != 1 else ''}")
+    bound = sum(client_bound(c) for c in cells)
+    if bound:
+        thin.append(f"{bound} client-bound cell{'s' if bound != 1 else ''}")
     if result.metadata.soak is not None:
         # A soak's repeats are segments of one server lifetime: no start-to-start spread.
         thin.append("a soak: its repeats are segments of one server start, not starts")

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mallocbench.analysis import stats
-from mallocbench.analysis.client import client_cpu_warnings
+from mallocbench.analysis.client import client_bound
 from mallocbench.analysis.recommend import Recommendation, recommend
 from mallocbench.analysis.run_noise import RunNoise, run_noise
 from mallocbench.analysis.sla import SlaStatus, sla_results
@@ -62,8 +62,7 @@ class RunAnalysis:
     noise: RunNoise | None  # the noise the run met, from its slices
     unstable: tuple[Cell, ...]  # cells whose measured seconds trended or shifted level
     not_steady: tuple[Cell, ...]  # cells whose warmup ran out still trending
-    # Sentences the analysis still words itself (client load); printed as they are.
-    client_warnings: tuple[str, ...]
+    client_bound: tuple[Cell, ...]  # cells whose client used more CPU than the server
     vsz_note: str | None  # peak VSZ mostly reserved address space (compare says it too)
 
     @property
@@ -135,7 +134,7 @@ def analyze(
         problems=tuple(c for c in run.cells if c.status != STATUS_OK),
         adaptive=run.metadata.adaptive,
         exploratory=exploratory(run),
-        client_warnings=tuple(client_cpu_warnings(run.cells)),
+        client_bound=tuple(c for c in run.cells if client_bound(c)),
         noise=run_noise(run),
         unstable=tuple(c for c in run.cells if c.unstable),
         not_steady=tuple(c for c in run.cells if c.warmup_steady is False),

@@ -20,6 +20,7 @@ from mallocbench.report.tables import (
 )
 from mallocbench.report.words import (
     adaptive_lines,
+    client_cpu_warnings,
     color_rule,
     exploratory_note,
     significance_rule,
@@ -167,7 +168,7 @@ def _findings(analysis: RunAnalysis) -> list[str]:
     sla = [f"- {line}" if met else f"- **{line}**" for line, met in sla_lines(analysis)]
     if sla:
         out += ["## Insert benchmark: background rate (SLA)", "", *sla, ""]
-    warnings = analysis.client_warnings
+    warnings = client_cpu_warnings(analysis.client_bound)
     if warnings:
         out += ["## Load generator warnings", "", *[f"- {w}" for w in warnings], ""]
     notes = run_notes(analysis)

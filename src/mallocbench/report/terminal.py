@@ -26,6 +26,7 @@ from mallocbench.report.tables import (
 from mallocbench.report.words import (
     adaptive_lines,
     cell_class,
+    client_cpu_warnings,
     color_rule,
     exploratory_note,
     significance_rule,
@@ -166,7 +167,7 @@ def _print_findings(analysis: RunAnalysis, console: Console, source: str | None)
         console.print(escape(line))
     for line, met in sla_lines(analysis):
         console.print(escape(line), style=None if met else "red")
-    for warning in analysis.client_warnings:
+    for warning in client_cpu_warnings(analysis.client_bound):
         console.print(f"[yellow]warning[/]: {escape(warning)}")
     for note in run_notes(analysis):
         console.print(f"[yellow]note[/]: {escape(note)}")

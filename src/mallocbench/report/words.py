@@ -7,9 +7,11 @@ a reader is told about it is decided here, once for every format.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
+from mallocbench.analysis.client import CellLike
 from mallocbench.analysis.run_noise import BUSY_SHARE, RunNoise
 from mallocbench.analysis.summary import (
     UNSTABLE_MARK,
@@ -28,6 +30,8 @@ __all__ = [
     "adaptive_lines",
     "cell_class",
     "cell_title",
+    "client_cpu_warning",
+    "client_cpu_warnings",
     "color_rule",
     "exploratory_note",
     "noise_notes",
@@ -251,3 +255,35 @@ def stability_notes(
             "it, or expect their first measured seconds to be part of the ramp"
         )
     return notes
+
+
+def client_cpu_warning(cell: CellLike) -> str:
+    """The one-line warning for a cell whose client used more CPU than the server
+    (`analysis.client.client_bound`)."""
+    metrics = cell.metrics or {}
+    share = metrics.get("client_cpu_share", math.nan)
+    detail = ""
+    if "client_cpu_s" in metrics and "server_cpu_s" in metrics:
+        detail = f" ({metrics['client_cpu_s']:.1f} s vs {metrics['server_cpu_s']:.1f} s)"
+    return (
+        f"{_where(cell)}the client (sysbench) used more CPU than the server{detail}, "
+        f"{share:.0%} of the total: the load generator may be the bottleneck; "
+        "use fewer threads, pin the server to other CPUs (setup `cpus`), or a bigger host"
+    )
+
+
+def client_cpu_warnings(bound: Iterable[CellLike]) -> list[str]:
+    """The warning of each client-bound cell, in the order given."""
+    return [client_cpu_warning(c) for c in bound]
+
+
+def _where(cell: object) -> str:
+    parts = [
+        str(getattr(cell, name))
+        for name in ("setup", "engine", "step")
+        if getattr(cell, name, None) not in (None, "")
+    ]
+    threads = getattr(cell, "threads", None)
+    if threads:
+        parts.append(f"{threads} threads")
+    return f"{' / '.join(parts)}: " if parts else ""
