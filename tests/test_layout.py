@@ -236,7 +236,6 @@ TEXT_NOT_YET_MOVED = {
     "stats.py:mark",
     "stats.py:text",
     "steady.py:describe",
-    "summary.py:vsz_note",
     "summary.py:mark",
     "summary.py:text",
     "summary.py:interval_text",

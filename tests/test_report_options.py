@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cli_runner import run_cli
 from mallocbench.analysis.run_analysis import analyze
-from mallocbench.analysis.summary import memory_rows, vsz_note
+from mallocbench.analysis.summary import memory_rows, reserved_vsz_bytes
 from mallocbench.report import html
 from mallocbench.report.tables import memory_columns
 from mallocbench.results import RunResult, SessionInfo
@@ -81,7 +81,7 @@ def test_memory_table_drops_what_says_nothing_and_shows_growth_above_idle() -> N
             for i, c in enumerate(result.cells)
         ]
     rows = memory_rows(result)
-    headers = [h for h, _ in memory_columns(rows, vsz_note(rows) is not None)]
+    headers = [h for h, _ in memory_columns(rows, reserved_vsz_bytes(rows) is not None)]
     assert "idle RSS (MiB)" in headers and "(RSS − idle)/cache" in headers
     row = rows[0]
     assert row.growth_per_cache is not None and row.rss_per_cache is not None
@@ -95,7 +95,7 @@ def test_memory_table_drops_what_says_nothing_and_shows_growth_above_idle() -> N
     # VSZ in the TiB (reserved address space) is left out; the note says why.
     for r in rows:
         r.peak_vsz_bytes = (r.peak_rss_bytes or 1) * 1000
-    reserved = vsz_note(rows) is not None
+    reserved = reserved_vsz_bytes(rows) is not None
     assert reserved
     assert not any(h.startswith("peak VSZ") for h, _ in memory_columns(rows, reserved))
     page = html.memory_columns_html(result, rows, reserved)

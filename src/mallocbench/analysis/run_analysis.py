@@ -26,9 +26,9 @@ from mallocbench.analysis.summary import (
     memory_rows,
     min_effect_of,
     relative_tables,
+    reserved_vsz_bytes,
     setup_order,
     summarize_run,
-    vsz_note,
 )
 from mallocbench.analysis.verdict import VerdictRow, verdict_rows
 from mallocbench.errors import MallocbenchError
@@ -63,7 +63,8 @@ class RunAnalysis:
     unstable: tuple[Cell, ...]  # cells whose measured seconds trended or shifted level
     not_steady: tuple[Cell, ...]  # cells whose warmup ran out still trending
     client_bound: tuple[Cell, ...]  # cells whose client used more CPU than the server
-    vsz_note: str | None  # peak VSZ mostly reserved address space (compare says it too)
+    # Largest peak VSZ when VSZ is mostly reserved address space (then not compared).
+    reserved_vsz_bytes: int | None
 
     @property
     def recorded_notes(self) -> list[str]:
@@ -138,5 +139,5 @@ def analyze(
         noise=run_noise(run),
         unstable=tuple(c for c in run.cells if c.unstable),
         not_steady=tuple(c for c in run.cells if c.warmup_steady is False),
-        vsz_note=vsz_note(memory),
+        reserved_vsz_bytes=reserved_vsz_bytes(memory),
     )

@@ -650,18 +650,13 @@ def _add_cgroup(row: MemoryRow, result: RunResult) -> None:
     row.oom_cells = sum(1 for c in cells if c.status == STATUS_OOM)
 
 
-def vsz_note(rows: list[MemoryRow]) -> str | None:
-    """A warning when peak VSZ is dominated by reserved address space, else None."""
+def reserved_vsz_bytes(rows: list[MemoryRow] | tuple[MemoryRow, ...]) -> int | None:
+    """The largest peak VSZ among rows whose VSZ is mostly reserved address space, or
+    None when no row's is (then VSZ is worth showing and comparing)."""
     reserved = [r for r in rows if r.vsz_reserved]
     if not reserved:
         return None
-    biggest = max(r.peak_vsz_bytes or 0 for r in reserved)
-    return (
-        f"Peak VSZ (up to {biggest / (1 << 40):,.1f} TiB) is more than {VSZ_RESERVED_FACTOR}x "
-        "peak RSS: it is dominated by address space the server reserves (MariaDB 10.11 "
-        "reserves innodb_buffer_pool_size_max), not by memory in use, so comparing VSZ "
-        "across allocators is not meaningful on this build."
-    )
+    return max(r.peak_vsz_bytes or 0 for r in reserved)
 
 
 class Exploratory(enum.Enum):

@@ -16,7 +16,7 @@ from mallocbench.report import markdown
 from mallocbench.report.export import location_record, records_csv
 from mallocbench.report.tables import relative_rows
 from mallocbench.report.terminal import TERMINAL_MARKUP, colored
-from mallocbench.report.words import cell_class, color_rule, significance_rule
+from mallocbench.report.words import cell_class, color_rule, significance_rule, vsz_note
 
 
 def _rules(cmp: Comparison, intervals: bool) -> str:
@@ -85,8 +85,9 @@ def _print_memory(cmp: Comparison, console: Console) -> None:
     for m in cmp.memory:
         table.add_row(m.engine, m.setup, m.rss_a, m.rss_b, _rss_text(m), m.vsz_a, m.vsz_b)
     console.print(table)
-    if cmp.vsz_note:
-        console.print(f"[yellow]note[/]: {cmp.vsz_note}")
+    reserved = vsz_note(cmp.reserved_vsz_bytes)
+    if reserved:
+        console.print(f"[yellow]note[/]: {reserved}")
 
 
 def memory_records(cmp: Comparison) -> list[dict[str, Any]]:
@@ -221,6 +222,7 @@ def comparison_markdown(cmp: Comparison) -> str:
                 f"| {m.vsz_a} | {m.vsz_b} |"
             )
         out.append("")
-        if cmp.vsz_note:
-            out += [f"> **Note:** {cmp.vsz_note}", ""]
+        reserved = vsz_note(cmp.reserved_vsz_bytes)
+        if reserved:
+            out += [f"> **Note:** {reserved}", ""]
     return "\n".join(out)

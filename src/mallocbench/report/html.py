@@ -56,6 +56,7 @@ from mallocbench.report.words import (
     exploratory_note,
     significance_rule,
     unit_note,
+    vsz_note,
 )
 from mallocbench.results import Cell, RunResult
 from mallocbench.workloads.catalogue import GROUPS
@@ -135,7 +136,7 @@ def _vsz_per_rss(r: MemoryRow) -> str:
 
 def memory_view(analysis: RunAnalysis) -> list[MemoryView]:
     result, rows = analysis.result, analysis.memory
-    columns = memory_columns_html(result, rows, analysis.vsz_note is not None)
+    columns = memory_columns_html(result, rows, analysis.reserved_vsz_bytes is not None)
     out = []
     for r in rows:
         title = ""
@@ -303,7 +304,7 @@ def build_context(analysis: RunAnalysis) -> ReportContext:
     """The page's content, from the run's analysis."""
     result, rows = analysis.result, analysis.memory
     relative, charts = run_charts(analysis)
-    vsz_reserved = analysis.vsz_note is not None
+    vsz_reserved = analysis.reserved_vsz_bytes is not None
     return ReportContext(
         result=result,
         tables=list(analysis.tables),
@@ -324,7 +325,7 @@ def build_context(analysis: RunAnalysis) -> ReportContext:
         accounting=has_accounting(rows),
         caps=has_caps(rows),
         memory_notes=memory_notes(rows),
-        vsz_note=analysis.vsz_note,
+        vsz_note=vsz_note(analysis.reserved_vsz_bytes),
         unit_note=unit_note(analysis.tables),
         exploratory=exploratory_note(analysis.exploratory),
         recommendation=_recommendation(analysis.recommendation),
@@ -392,6 +393,7 @@ def render_compare_html(comparison: Comparison, plotly_src: str | None = None) -
         plotly_src,
         cmp=comparison,
         verdict_groups=_verdict_groups(comparison.verdict),
+        vsz_note=vsz_note(comparison.reserved_vsz_bytes),
         chart_by_key={t.key: c for t, c in zip(comparison.tables, charts, strict=True)},
         facts_a=dict(run_facts(comparison.a.metadata)),
         facts_b=dict(run_facts(comparison.b.metadata)),

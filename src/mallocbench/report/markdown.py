@@ -25,6 +25,7 @@ from mallocbench.report.words import (
     exploratory_note,
     significance_rule,
     unit_note,
+    vsz_note,
 )
 from mallocbench.results import RunResult
 
@@ -151,14 +152,15 @@ def _memory(analysis: RunAnalysis) -> list[str]:
         + "".join(f" {note}" for note in memory_notes(memory))
     )
     out.append("")
-    columns = memory_columns(memory, analysis.vsz_note is not None)
+    columns = memory_columns(memory, analysis.reserved_vsz_bytes is not None)
     out += _table(
         [header for header, _ in columns],
         [[cell(r) for _, cell in columns] for r in memory],
     )
     out.append("")
-    if analysis.vsz_note:
-        out += [f"> **Note:** {analysis.vsz_note}", ""]
+    reserved = vsz_note(analysis.reserved_vsz_bytes)
+    if reserved:
+        out += [f"> **Note:** {reserved}", ""]
     return out
 
 

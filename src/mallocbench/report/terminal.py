@@ -31,6 +31,7 @@ from mallocbench.report.words import (
     exploratory_note,
     significance_rule,
     unit_note,
+    vsz_note,
 )
 
 COLORS = {"slower": "red", "faster": "green", "problem": "bold red"}
@@ -134,7 +135,7 @@ def _per_op_table(title: str, header: list[str], rows: list[list[str]]) -> Table
 
 def _print_memory(analysis: RunAnalysis, console: Console) -> None:
     memory = analysis.memory
-    columns = memory_columns(memory, analysis.vsz_note is not None)
+    columns = memory_columns(memory, analysis.reserved_vsz_bytes is not None)
     notes = memory_notes(memory)
     table = Table(title="Peak memory of the server", caption=" ".join(notes) or None)
     for header, _ in columns:
@@ -146,8 +147,9 @@ def _print_memory(analysis: RunAnalysis, console: Console) -> None:
     for row in memory:
         table.add_row(*[cell(row) for _, cell in columns])
     console.print(table)
-    if analysis.vsz_note:
-        console.print(f"[yellow]note[/]: {analysis.vsz_note}")
+    reserved = vsz_note(analysis.reserved_vsz_bytes)
+    if reserved:
+        console.print(f"[yellow]note[/]: {reserved}")
 
 
 def _print_findings(analysis: RunAnalysis, console: Console, source: str | None) -> None:

@@ -15,6 +15,7 @@ from mallocbench.analysis.client import CellLike
 from mallocbench.analysis.run_noise import BUSY_SHARE, RunNoise
 from mallocbench.analysis.summary import (
     UNSTABLE_MARK,
+    VSZ_RESERVED_FACTOR,
     Exploratory,
     MemoryRow,
     RatioCell,
@@ -41,6 +42,7 @@ __all__ = [
     "significance_rule",
     "unit_note",
     "verdict_class",
+    "vsz_note",
 ]
 
 
@@ -287,3 +289,15 @@ def _where(cell: object) -> str:
     if threads:
         parts.append(f"{threads} threads")
     return f"{' / '.join(parts)}: " if parts else ""
+
+
+def vsz_note(reserved_bytes: int | None) -> str | None:
+    """A warning when peak VSZ is dominated by reserved address space, else None."""
+    if reserved_bytes is None:
+        return None
+    return (
+        f"Peak VSZ (up to {reserved_bytes / (1 << 40):,.1f} TiB) is more than "
+        f"{VSZ_RESERVED_FACTOR}x peak RSS: it is dominated by address space the server "
+        "reserves (MariaDB 10.11 reserves innodb_buffer_pool_size_max), not by memory in "
+        "use, so comparing VSZ across allocators is not meaningful on this build."
+    )
