@@ -231,7 +231,6 @@ TEXT_NOT_YET_MOVED = {
     "comparison.py:describe",
     "convergence.py:describe",
     "recommend.py:_thin_evidence",
-    "sla.py:describe",
     "stats.py:_bound",
     "stats.py:mark",
     "stats.py:text",

@@ -9,7 +9,7 @@ import pytest
 from mallocbench.analysis.client import client_bound
 from mallocbench.analysis.sla import ibench_rates, sla_status
 from mallocbench.errors import MallocbenchError
-from mallocbench.report.words import client_cpu_warning, client_cpu_warnings
+from mallocbench.report.words import client_cpu_warning, client_cpu_warnings, sla_text
 from mallocbench.workloads.catalogue import (
     CATALOGUE,
     GROUPS,
@@ -171,7 +171,7 @@ def test_sla_met_and_missed() -> None:
     assert status is not None
     target, achieved, ok = status
     assert (target, achieved, ok) == (100, 99.0, True)
-    assert "met" in status.describe()
+    assert "met" in sla_text(status)
 
     # Inserts kept up but deletes did not: the slower writer decides.
     slow_deletes = FakeCell({**met.metrics, "ibench_delete_rows": 900})
@@ -182,7 +182,7 @@ def test_sla_met_and_missed() -> None:
     )
     status = sla_status(missed)
     assert status is not None and not status.met and status.achieved == 900
-    assert "MISSED" in status.describe()
+    assert "MISSED" in sla_text(status)
 
     # No writer report at all is a miss, not a pass.
     assert sla_status(FakeCell({"ibench_target_rate": 100})) == (100, 0.0, False)

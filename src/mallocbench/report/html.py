@@ -55,6 +55,7 @@ from mallocbench.report.words import (
     color_rule,
     exploratory_note,
     significance_rule,
+    sla_text,
     unit_note,
     vsz_note,
 )
@@ -165,6 +166,7 @@ def _environment() -> jinja2.Environment:
     env.filters["qps"] = fmt.qps
     env.filters["cell_class"] = cell_class
     env.filters["cell_title"] = cell_title
+    env.filters["sla_text"] = sla_text
     env.globals["color_rule"] = color_rule
     env.globals["percent"] = percent
     env.globals["significance_rule"] = significance_rule

@@ -20,6 +20,7 @@ from mallocbench.report.words import (
     CAP_NOTE,
     noise_notes,
     oom_text,
+    sla_text,
     stability_notes,
 )
 from mallocbench.workloads.catalogue import label_order
@@ -107,7 +108,7 @@ def reference_text(row: RatioRow, base: str) -> str:
 
 def sla_lines(analysis: RunAnalysis) -> list[tuple[str, bool]]:
     """("where: SLA met: 98 of 100 rows/s", met) per insert-benchmark query cell."""
-    return [(f"{where}: {status.describe()}", status.met) for where, status in analysis.sla]
+    return [(f"{where}: {sla_text(status)}", status.met) for where, status in analysis.sla]
 
 
 def run_notes(analysis: RunAnalysis) -> list[str]:

@@ -13,6 +13,7 @@ from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import CellLike
 from mallocbench.analysis.run_noise import BUSY_SHARE, RunNoise
+from mallocbench.analysis.sla import SlaStatus
 from mallocbench.analysis.summary import (
     UNSTABLE_MARK,
     VSZ_RESERVED_FACTOR,
@@ -40,6 +41,7 @@ __all__ = [
     "oom_text",
     "percent",
     "significance_rule",
+    "sla_text",
     "unit_note",
     "verdict_class",
     "vsz_note",
@@ -301,3 +303,9 @@ def vsz_note(reserved_bytes: int | None) -> str | None:
         "reserves (MariaDB 10.11 reserves innodb_buffer_pool_size_max), not by memory in "
         "use, so comparing VSZ across allocators is not meaningful on this build."
     )
+
+
+def sla_text(status: SlaStatus) -> str:
+    """An insert-benchmark cell's background rate against its target."""
+    verdict = "met" if status.met else "MISSED"
+    return f"SLA {verdict}: {status.achieved:,.0f} of {status.target:,.0f} rows/s"
