@@ -295,6 +295,7 @@ COUNTED = (
     "mallocbench.analysis.summary.memory_rows",
     "mallocbench.analysis.recommend.recommend",
     "mallocbench.analysis.verdict.verdict_rows",
+    "mallocbench.analysis.summary.rss_ratio_cells",
 )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,13 +328,16 @@ def recommend(
     min_effect: float | None = None,
     memory_budget_bytes: int | None = None,
     tables: Sequence[RatioTable] | None = None,
+    rss_cells: Mapping[tuple[str, str], RatioCell] | None = None,
 ) -> Recommendation:
     """The setup to run per engine, or the base when no candidate qualifies.
-    `tables`: relative_tables(result, min_effect), when already at hand."""
+    `tables` and `rss_cells`: relative_tables(result, min_effect) and
+    rss_ratio_cells(result, min_effect), when already at hand."""
     effect = min_effect_of(result, min_effect)
     if tables is None:
         tables = relative_tables(result, effect, summarize_run(result))
-    rss_cells = rss_ratio_cells(result, effect)
+    if rss_cells is None:
+        rss_cells = rss_ratio_cells(result, effect)
     p99 = _p99_cells(result, effect)
     peaks = peak_rss_by_repeat(result)
     base = result.base_setup

@@ -27,6 +27,7 @@ from mallocbench.analysis.summary import (
     min_effect_of,
     relative_tables,
     reserved_vsz_bytes,
+    rss_ratio_cells,
     setup_order,
     summarize_run,
 )
@@ -118,6 +119,7 @@ def analyze(
     summaries = summarize_run(run)
     tables = relative_tables(run, effect, summaries)
     memory = memory_rows(run)
+    rss_cells = rss_ratio_cells(run, effect)
     return RunAnalysis(
         result=run,
         min_effect=effect,
@@ -127,8 +129,8 @@ def analyze(
         intervals={key: stats.mean_ci(s.qps_values) for key, s in summaries.items()},
         tables=tuple(tables),
         memory=tuple(memory),
-        verdict=tuple(verdict_rows(run, tables, memory, effect)),
-        recommendation=recommend(run, min_effect=effect, tables=tables),
+        verdict=tuple(verdict_rows(run, tables, memory, effect, rss_cells)),
+        recommendation=recommend(run, min_effect=effect, tables=tables, rss_cells=rss_cells),
         sla=tuple(sla_results(run.cells)),
         is_soak=is_soak(run),
         soaks=tuple(soak_setups(run)) if is_soak(run) else (),
