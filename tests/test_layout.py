@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -104,3 +107,230 @@ def test_no_function_is_longer_than_a_screen() -> None:
         for name, lines in long_functions(path.read_text())
     }
     assert found == {}
+
+
+# --- data flows one way: analyse once, render many ----------------------------------------------
+
+ANALYSIS = "mallocbench.analysis"
+
+
+def analysis_calls(source: str) -> list[tuple[int, str]]:
+    """(line, function) of every call into an analysis *function* in `source`.
+
+    Counted by walking the AST: a name imported from an analysis module and called, or a
+    call through an imported analysis module (`stats.mean_ci(...)`). Names starting with
+    a capital are value types and enums (constructing a RatioCell is not analysing), and
+    methods and properties of the values a renderer holds are not counted.
+    """
+    tree = ast.parse(source)
+    functions: dict[str, str] = {}
+    modules: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(ANALYSIS):
+            for alias in node.names:
+                if node.module == ANALYSIS:
+                    modules[alias.asname or alias.name] = f"{ANALYSIS}.{alias.name}"
+                elif not alias.name[0].isupper():
+                    functions[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith(ANALYSIS):
+                    modules[alias.asname or alias.name] = alias.name
+    calls = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in functions:
+            calls.append((node.lineno, functions[func.id]))
+        elif (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in modules
+            and not func.attr[0].isupper()
+        ):
+            calls.append((node.lineno, f"{modules[func.value.id]}.{func.attr}"))
+    return sorted(calls)
+
+
+def test_the_call_counter_finds_calls_into_analysis() -> None:
+    source = (
+        "from mallocbench.analysis import stats\n"
+        "from mallocbench.analysis.summary import RatioCell, relative_tables as rt\n"
+        "def f(run):\n"
+        "    RatioCell(1.0)\n"
+        "    run.tables()\n"
+        "    return rt(run), stats.mean_ci([1]), stats.FASTER\n"
+    )
+    assert analysis_calls(source) == [
+        (6, "mallocbench.analysis.stats.mean_ci"),
+        (6, "mallocbench.analysis.summary.relative_tables"),
+    ]
+
+
+def test_renderers_never_call_the_analysis() -> None:
+    """report/ reads a RunAnalysis (or a Comparison, a Recommendation): a renderer that
+    analyses again computes the figures once per format and can disagree with the others.
+    (Before the RunAnalysis there were 77 such calls.)"""
+    found = {
+        f"{path.name}:{line} {target}"
+        for path in (SRC / "mallocbench" / "report").glob("*.py")
+        for line, target in analysis_calls(path.read_text())
+    }
+    assert found == set()
+
+
+def command_modules() -> set[str]:
+    """The modules under commands/ that define commands (a module-level `commands` list);
+    options.py and progress.py are helpers every command may share."""
+    out = set()
+    for path in (SRC / "mallocbench" / "commands").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "commands" for t in node.targets
+            ):
+                out.add(f"mallocbench.commands.{path.stem}")
+    return out
+
+
+def test_no_command_imports_another() -> None:
+    """What two commands share belongs in the package that does it (report/, analysis/,
+    the runner), not in one of them."""
+    commands = command_modules()
+    assert "mallocbench.commands.run" in commands and len(commands) >= 10
+    graph = import_graph()
+    wrong = {f"{name} -> {sorted(graph[name] & commands - {name})}" for name in commands}
+    assert {w for w in wrong if not w.endswith("[]")} == set()
+
+
+# Functions in analysis/ that return text. Allowed: names, ids and verdict constants,
+# which are keys rather than sentences.
+TEXT_ALLOWED = {
+    "stats.py:classify",  # a verdict constant (stats.FASTER, ...)
+    "stats.py:verdict",
+    "summary.py:verdict",
+    "summary.py:problem",  # a cell status name ("oom", "missing")
+    "summary.py:setup_order",  # setup names
+    "summary.py:units",  # unit names of a table
+    "sla.py:setup",  # protocol attributes: names
+    "sla.py:engine",
+    "sla.py:step",
+    "comparison.py:_ordered_setups",
+    "run_analysis.py:recorded_notes",  # sentences the run stored, passed on as data
+}
+# Still worded inside analysis when the RunAnalysis was introduced; each should move to
+# report/words.py (the analysis returning a record or an enum instead). Listed so that
+# nothing new joins them, and so that one that moves must leave this list too.
+TEXT_NOT_YET_MOVED = {
+    "comparability.py:_bytes",
+    "comparability.py:_seconds",
+    "comparability.py:refusal_message",
+    "comparability.py:text",
+    "comparison.py:findings_summary",
+    "comparison.py:describe",
+    "convergence.py:describe",
+    "recommend.py:_thin_evidence",
+    "stats.py:_bound",
+    "stats.py:mark",
+    "stats.py:text",
+    "steady.py:describe",
+    "summary.py:mark",
+    "summary.py:text",
+    "summary.py:interval_text",
+}
+TEXT_TYPES = {"str", "str | None", "list[str]", "Iterator[str]"}
+PROSE_WORDS = 6  # a module-level string of more words than this is a sentence
+
+
+def text_in_analysis(path: Path) -> list[str]:
+    """Functions annotated to return text, and module-level prose constants."""
+    tree = ast.parse(path.read_text())
+    found = [
+        f"{path.name}:{node.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.returns is not None
+        and ast.unparse(node.returns) in TEXT_TYPES
+    ]
+    for node in tree.body:
+        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
+        # One literal each ("a" "b" written side by side is one); f-strings by their text.
+        strings = [
+            n.value if isinstance(n, ast.Constant) else ast.unparse(n)
+            for n in ast.walk(value or ast.Constant(0))
+            if isinstance(n, ast.JoinedStr)
+            or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+        ]
+        if any(len(text.split()) > PROSE_WORDS for text in strings):
+            found.append(f"{path.name}:{ast.unparse(node).split('=')[0].strip()} (prose)")
+    return found
+
+
+def test_the_text_check_finds_words_and_prose(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(
+        'NOTE = ("a sentence that is long " "enough to be prose")\nKEY = "rel"\n'
+        "def words(x) -> str | None:\n    return None\ndef number(x) -> float:\n    return 1.0\n"
+    )
+    assert text_in_analysis(path) == ["m.py:words", "m.py:NOTE (prose)"]
+
+
+def test_analysis_returns_numbers_and_records_not_words() -> None:
+    found = {
+        entry
+        for path in (SRC / "mallocbench" / "analysis").glob("*.py")
+        for entry in text_in_analysis(path)
+    }
+    new = found - TEXT_ALLOWED - TEXT_NOT_YET_MOVED
+    assert new == set(), "words belong in report/words.py; the analysis returns records"
+    moved = TEXT_NOT_YET_MOVED - found
+    assert moved == set(), f"{moved} no longer return text: take them off the list"
+
+
+COUNTED = (
+    "mallocbench.analysis.run_analysis.analyze",
+    "mallocbench.analysis.summary.summarize_run",
+    "mallocbench.analysis.summary.relative_tables",
+    "mallocbench.analysis.summary.memory_rows",
+    "mallocbench.analysis.recommend.recommend",
+    "mallocbench.analysis.verdict.verdict_rows",
+    "mallocbench.analysis.summary.rss_ratio_cells",
+)
+
+
+def test_one_report_with_every_file_analyses_the_run_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`report --out` writes results.json, report.md, the CSVs and report.html and prints
+    the Markdown: each analysis step runs once, wherever the function was imported."""
+    import importlib
+    import sys
+
+    from click.testing import CliRunner
+
+    from mallocbench.cli import main
+
+    # Loaded before the wrapping: the CLI may import its commands only when they run.
+    importlib.import_module("mallocbench.commands.run")
+    calls: dict[str, int] = {}
+    for dotted in COUNTED:
+        module_name, name = dotted.rsplit(".", 1)
+        original = getattr(importlib.import_module(module_name), name)
+
+        def counted(*args: Any, _name: str = name, _f: Any = original, **kw: Any) -> Any:
+            calls[_name] = calls.get(_name, 0) + 1
+            return _f(*args, **kw)
+
+        for module in list(sys.modules.values()):
+            if (module.__name__ or "").startswith("mallocbench") and (
+                getattr(module, name, None) is original
+            ):
+                monkeypatch.setattr(module, name, counted)
+    fixture = Path(__file__).parent / "fixtures" / "results-small.json"
+    done = CliRunner().invoke(
+        main, ["report", str(fixture), "--out", str(tmp_path), "--format", "markdown"]
+    )
+    assert done.exit_code == 0, done.output
+    assert (tmp_path / "report.html").is_file() and "## Recommendation" in done.output
+    assert calls == {name.rsplit(".", 1)[1]: 1 for name in COUNTED}

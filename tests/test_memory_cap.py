@@ -21,10 +21,12 @@ from rich.console import Console
 
 from cli_runner import run_cli
 from mallocbench import formatting as fmt
-from mallocbench.analysis.summary import CAP_NOTE, memory_rows
+from mallocbench.analysis.run_analysis import analyze
+from mallocbench.analysis.summary import memory_rows
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import MIN_MEMORY_LIMIT, from_dict
 from mallocbench.report import html, markdown, terminal
+from mallocbench.report.words import CAP_NOTE
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.servers.cgroup import MemoryCgroup, capping_problem, memory_cgroup_of
 
@@ -263,16 +265,16 @@ def test_memory_rows_carry_the_cap_the_peak_charge_and_the_oom_kills() -> None:
 
 def test_reports_show_cap_charge_and_oom_beside_rss_and_say_what_the_cap_acts_on() -> None:
     run = _recorded()
-    md = markdown.render(run)
+    md = markdown.render(analyze(run))
     assert "| peak RSS (MiB) | memory cap (MiB) | peak cgroup charge (MiB) | OOM |" in md
     assert "| innodb | capped | - | 406 | 384 | 384 | OOM-killed (1 cell) |" in md
     assert "| innodb | free | - | 800 | - | - | - |" in md
     assert CAP_NOTE in md
     console = Console(record=True, width=300)
-    terminal.print_run(run, console)
+    terminal.print_run(analyze(run), console)
     text = " ".join(console.export_text().split())
     assert "OOM-killed (1 cell)" in text and "acts on the group's charge" in text
-    ctx = html.build_context(run)
+    ctx = html.build_context(analyze(run))
     assert ctx.caps
     view = {m.setup: m for m in ctx.memory}
     assert (view["capped"].memory_limit, view["capped"].peak_cgroup) == ("384", "384")
@@ -282,16 +284,16 @@ def test_reports_show_cap_charge_and_oom_beside_rss_and_say_what_the_cap_acts_on
     assert [s["y0"] for s in cap_lines] == [CAP / GiB]
     charge = next(d for d in chart.data if d["name"] == "capped.innodb.r0 cgroup charge")
     assert charge["y"][:2] == [190 * MiB / GiB, 303 * MiB / GiB]
-    page = html.render_html(run)
+    page = html.render_html(analyze(run))
     assert "peak cgroup charge" in page and "OOM-killed (1 cell)" in page
 
 
 def test_runs_without_caps_keep_the_memory_table_they_had() -> None:
     run = _recorded(capped=False)
     run.cells[1].status = "crashed"
-    md = markdown.render(run)
+    md = markdown.render(analyze(run))
     assert "memory cap" not in md and "cgroup" not in md
-    assert not html.build_context(run).caps
+    assert not html.build_context(analyze(run)).caps
 
 
 def _memory_table(md: str) -> dict[str, dict[str, str]]:

@@ -15,6 +15,7 @@ import pytest
 
 from cli_runner import run_cli
 from mallocbench.analysis import recommend as rec
+from mallocbench.analysis.run_analysis import analyze
 from mallocbench.errors import MallocbenchError
 from mallocbench.metadata import RunMetadata
 from mallocbench.report.markdown import render as markdown_render
@@ -161,7 +162,7 @@ def test_priorities_parse_and_refuse_unknown_names() -> None:
 
 
 def test_the_markdown_report_carries_the_recommendation() -> None:
-    text = markdown_render(_run(qps_factor=1.0, rss_factor=0.75))
+    text = markdown_render(analyze(_run(qps_factor=1.0, rss_factor=0.75)))
     assert "## Recommendation" in text
     assert "**myrocks: run jemalloc instead of glibc**" in text
 

@@ -13,15 +13,16 @@ from rich.console import Console
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
+from mallocbench.analysis.run_analysis import analyze
 from mallocbench.analysis.summary import (
     geomean,
     memory_rows,
     relative_tables,
     summarize,
-    verdict_class,
 )
 from mallocbench.metadata import AdaptiveRecord
 from mallocbench.report import export, html, markdown, terminal
+from mallocbench.report.words import cell_class, cell_title, verdict_class
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 
 GIB = 1 << 30
@@ -74,7 +75,7 @@ def sample_run() -> RunResult:
 def terminal_text(run: RunResult, width: int = 250) -> str:
     """What print_run shows, with wrapped lines joined so phrases can be searched."""
     console = Console(record=True, width=width)
-    terminal.print_run(run, console)
+    terminal.print_run(analyze(run), console)
     return " ".join(console.export_text().split())
 
 
@@ -124,15 +125,15 @@ def test_summaries_keep_failed_repeats_out_of_the_mean() -> None:
 
 
 def test_markdown_and_csv_render_the_tables() -> None:
-    text = markdown.render(sample_run())
+    text = markdown.render(analyze(sample_run()))
     # 2 blocks, paired: block ratios 2.5 and 0.833, log spread 1.0986 / 2 = 0.549 per
     # mean, t(1 df) = 12.706: 1.25 x exp(-+6.98), very wide but positive and bounded.
     assert "| point-query range=100 | 2,000 | 1.25 [0.0012, 1343.11] |" in text
     # Without the server's account its three columns would only hold "-": left out.
     assert "CRASHED" in text and "| innodb | glibc | 8.00 | 3.00 | 3.00 |\n" in text
-    csv_text = export.relative_csv(sample_run())
+    csv_text = export.relative_csv(analyze(sample_run()))
     assert "innodb,8,point-query range=100,point,je,2500.0,2000.0,1.25," in csv_text
-    assert export.cells_csv(sample_run()).count("\n") == 9
+    assert export.cells_csv(analyze(sample_run())).count("\n") == 9
 
 
 def test_intervals_appear_with_repeats_and_mark_real_differences() -> None:
@@ -148,7 +149,7 @@ def test_intervals_appear_with_repeats_and_mark_real_differences() -> None:
     noisy = rows["point-query range=100"]
     assert noisy.low < 1.0 < noisy.high and not noisy.significant
     assert noisy.verdict == stats.NOT_SIGNIFICANT
-    assert "* a finding: the 95% interval excludes 1.0" in markdown.render(run)
+    assert "* a finding: the 95% interval excludes 1.0" in markdown.render(analyze(run))
 
 
 # ---------------------------------------------------------------- one source for every report
@@ -156,7 +157,7 @@ def test_intervals_appear_with_repeats_and_mark_real_differences() -> None:
 
 def test_html_and_text_reports_share_the_relative_tables() -> None:
     run = sample_run()
-    ctx = html.build_context(run)
+    ctx = html.build_context(analyze(run))
     (mine,) = relative_tables(run)
     (theirs,) = ctx.tables
     for a, b in zip(mine.rows, theirs.rows, strict=True):
@@ -173,7 +174,7 @@ def test_without_min_effect_a_one_percent_change_is_significant() -> None:
     je = row.cells["je"]
     assert je.ratio == pytest.approx(1.01)
     assert je.verdict == stats.FASTER and je.significant and je.mark == "*"
-    assert je.css == "faster"  # a finding is colored however small: min_effect sets the bar
+    assert cell_class(je) == "faster"  # a finding is colored however small: min_effect sets the bar
 
 
 def test_min_effect_reports_a_small_significant_change_as_same() -> None:
@@ -183,7 +184,7 @@ def test_min_effect_reports_a_small_significant_change_as_same() -> None:
     assert stats.significant(je.low, je.high)  # the interval alone would call it faster
     assert je.verdict == stats.SAME and not je.significant and je.mark == ""
     # Markdown: no star, the word "same", and the rule in the table's text.
-    text = markdown.render(run)
+    text = markdown.render(analyze(run))
     row = next(line for line in text.splitlines() if line.startswith("| point-query"))
     assert row.endswith(" same |") and "\\*" not in row
     assert "whole interval within ±2%" in text
@@ -191,17 +192,17 @@ def test_min_effect_reports_a_small_significant_change_as_same() -> None:
     out = terminal_text(run)
     assert "1.01 same" in out and "1.01*" not in out and "whole interval within ±2%" in out
     # HTML: not in the verdict's faster list, grey, and the legend says why.
-    ctx = html.build_context(run)
+    ctx = html.build_context(analyze(run))
     (verdict,) = ctx.verdict
     assert not verdict.faster and "no difference of at least ±2%" in verdict.note
-    page = html.render_html(run)
+    page = html.render_html(analyze(run))
     assert 'data-verdict="same"' in page and "<sup>*</sup>" not in page
     assert "whole interval within ±2%" in page
     # Exports carry the verdict and the interval.
-    (record,) = list(csv.DictReader(io.StringIO(export.relative_csv(run))))
+    (record,) = list(csv.DictReader(io.StringIO(export.relative_csv(analyze(run)))))
     assert record["verdict"] == "same" and record["significant"] == "False"
     assert float(record["low"]) > 1.0 and float(record["high"]) < 1.02
-    (entry,) = json.loads(export.relative_json(run))["cells"]
+    (entry,) = json.loads(export.relative_json(analyze(run)))["cells"]
     assert entry["verdict"] == "same" and entry["min_effect"] == 0.02
 
 
@@ -209,14 +210,14 @@ def test_a_change_beyond_min_effect_is_still_reported() -> None:
     run = tight_run(970, min_effect=0.02)
     je = relative_tables(run)[0].rows[0].cells["je"]
     assert je.verdict == stats.SLOWER and je.mark == "*"
-    (verdict,) = html.build_context(run).verdict
+    (verdict,) = html.build_context(analyze(run)).verdict
     assert verdict.slower and verdict.slower[0].startswith("point-query range=100 @8 0.97x")
 
 
 def test_min_effect_override_beats_the_runs_own() -> None:
     run = tight_run(1010, min_effect=0.02)
     assert relative_tables(run, min_effect=0.0)[0].rows[0].cells["je"].verdict == stats.FASTER
-    assert html.build_context(run, min_effect=0.0).verdict[0].faster
+    assert html.build_context(analyze(run, min_effect=0.0)).verdict[0].faster
 
 
 def test_colors_follow_the_verdict_not_the_value() -> None:
@@ -225,20 +226,20 @@ def test_colors_follow_the_verdict_not_the_value() -> None:
     for unsupported in (stats.NOT_SIGNIFICANT, stats.INCONCLUSIVE, stats.NO_INTERVAL):
         assert verdict_class(unsupported) == "none"
     run = tight_run(970, min_effect=0.02)
-    assert relative_tables(run)[0].rows[0].cells["je"].css == "slower"
-    assert relative_tables(tight_run(970))[0].rows[0].cells["je"].css == "slower"
+    assert cell_class(relative_tables(run)[0].rows[0].cells["je"]) == "slower"
+    assert cell_class(relative_tables(tight_run(970))[0].rows[0].cells["je"]) == "slower"
     # A ratio far from 1.0 without an interval (one repeat) is never colored.
     lone = RunResult("r", "t", "glibc", setups=[SetupInfo("glibc", "glibc"), SetupInfo("je", "x")])
     lone.cells = [cell("glibc", "point-query range=100", 1000, 0)]
     lone.cells += [cell("je", "point-query range=100", 1910, 0)]
     one = relative_tables(lone)[0].rows[0].cells["je"]
     assert one.ratio == pytest.approx(1.91) and one.verdict == stats.NO_INTERVAL
-    assert one.css == "none" and one.mark == ""
-    page = html.render_html(lone)
+    assert cell_class(one) == "none" and one.mark == ""
+    page = html.render_html(analyze(lone))
     assert '<td class="r none' in page and '<td class="r faster' not in page
-    assert "Exploratory run" in page and "Exploratory run" in markdown.render(lone)
+    assert "Exploratory run" in page and "Exploratory run" in markdown.render(analyze(lone))
     assert "Exploratory run" in terminal_text(lone)
-    legend = html.render_html(run)
+    legend = html.render_html(analyze(run))
     assert "slower*" in legend and "not significant / inconclusive / no interval" in legend
 
 
@@ -290,18 +291,18 @@ def test_memory_rows_take_the_account_with_the_most_unaccounted_rss() -> None:
 
 def test_accounted_and_unaccounted_columns_in_every_report() -> None:
     run = accounted_run()
-    text = markdown.render(run)
+    text = markdown.render(analyze(run))
     assert "| server accounts for (GiB) | unaccounted: RSS − accounted (GiB) | heap ratio |" in text
     assert "| innodb | glibc | 8.00 | 3.00 | 3.00 | 1.76 | 1.17 | 5.00 |" in text
     assert "| innodb | je | 20.00 | 1.25 | 1.25 | 1.17 | 0.08 | 1.25 |" in text
     out = terminal_text(run)
     assert "server accounts for" in out and "5.00" in out and "1.17" in out
-    views = {v.setup: v for v in html.build_context(run).memory}
+    views = {v.setup: v for v in html.build_context(analyze(run)).memory}
     assert (views["glibc"].accounted, views["glibc"].unaccounted) == ("1.76", "1.17")
     assert views["glibc"].heap_ratio == "5.00"
-    page = html.render_html(run)
+    page = html.render_html(analyze(run))
     assert "unaccounted: RSS − accounted (GiB)</th>" in page
-    header = export.cells_csv(run).splitlines()[0].split(",")
+    header = export.cells_csv(analyze(run)).splitlines()[0].split(",")
     assert {"rss_accounted_bytes", "rss_unaccounted_bytes", "pfs_memory_bytes"} <= set(header)
 
 
@@ -310,7 +311,7 @@ def test_a_negative_unaccounted_remainder_keeps_its_sign() -> None:
     for c in run.cells:
         if c.setup == "je" and "rss_unaccounted_bytes" in c.metrics:
             c.metrics["rss_unaccounted_bytes"] = -0.5 * GIB
-    assert "| innodb | je | 20.00 | 1.25 | 1.25 | 1.17 | -0.50 |" in markdown.render(run)
+    assert "| innodb | je | 20.00 | 1.25 | 1.25 | 1.17 | -0.50 |" in markdown.render(analyze(run))
 
 
 def test_old_results_without_the_account_still_render() -> None:
@@ -318,11 +319,11 @@ def test_old_results_without_the_account_still_render() -> None:
     data = json.loads(json.dumps(run.to_dict()))
     old = RunResult.from_dict(data)
     assert all(r.accounted_bytes is None and r.heap_ratio is None for r in memory_rows(old))
-    assert "| innodb | je | 20.00 | 1.25 | 1.25 |\n" in markdown.render(old)
+    assert "| innodb | je | 20.00 | 1.25 | 1.25 |\n" in markdown.render(analyze(old))
     assert "server accounts for" not in terminal_text(old)
     # Every format leaves out the columns of an account the server never gave.
-    assert "server accounts for" not in html.render_html(old)
-    record = next(csv.DictReader(io.StringIO(export.cells_csv(old))))
+    assert "server accounts for" not in html.render_html(analyze(old))
+    record = next(csv.DictReader(io.StringIO(export.cells_csv(analyze(old)))))
     assert record["rss_unaccounted_bytes"] == ""
 
 
@@ -336,7 +337,7 @@ def test_server_lines_join_rss_over_time() -> None:
             Sample(t0 + i, rss_bytes=GIB, extra={"server_memory_used_bytes": GIB / 2})
             for i in range(3)
         ]
-    charts = {c.id: c for c in html.build_context(run).charts}
+    charts = {c.id: c for c in html.build_context(analyze(run)).charts}
     rss = charts["chart-rss-innodb"]
     names = [t["name"] for t in rss.data]
     assert not any(t.get("showlegend", True) for t in rss.data if "Memory_used" in t["name"])
@@ -356,11 +357,11 @@ def test_server_lines_join_rss_over_time() -> None:
 
 def test_vsz_note_when_reserved_address_space_dominates() -> None:
     run = sample_run()
-    assert "not meaningful" not in markdown.render(run)  # 20 GiB VSZ vs 1.25 GiB RSS: 16x
+    assert "not meaningful" not in markdown.render(analyze(run))  # 20 GiB VSZ vs 1.25 GiB RSS: 16x
     run.sessions[0].peak_vsz_bytes = 8 << 40  # 8 TiB vs 3 GiB RSS
     note = "comparing VSZ across allocators is not meaningful on this build"
-    assert note in markdown.render(run)
-    assert note in html.render_html(run)
+    assert note in markdown.render(analyze(run))
+    assert note in html.render_html(analyze(run))
     assert note in terminal_text(run)
 
 
@@ -373,8 +374,8 @@ def test_adaptive_repetition_is_reported_everywhere() -> None:
         target_ci_pct=5.0, budget_s=600.0, rounds=4, stopped="converged", not_converged=[]
     )
     line = "adaptive repetition: target 5% interval width, 4 rounds, converged"
-    assert line in markdown.render(run)
-    page = html.render_html(run)
+    assert line in markdown.render(analyze(run))
+    page = html.render_html(analyze(run))
     assert line in page and page.index('data-kind="adaptive"') < page.index('id="relative"')
     assert line in terminal_text(run)
 
@@ -383,15 +384,15 @@ def test_adaptive_repetition_is_reported_everywhere() -> None:
         {"engine": "innodb", "step": "point-query range=100", "threads": 8, "setup": "je",
          "width_pct": 7.25},
     ]  # fmt: skip
-    text = markdown.render(run)
+    text = markdown.render(analyze(run))
     assert "stopped: another round would overrun the 10 min budget" in text
     assert "- je / innodb / point-query range=100 / 8 threads: interval width 7.2%" in text
-    assert "je / innodb / point-query range=100 / 8 threads" in html.render_html(run)
+    assert "je / innodb / point-query range=100 / 8 threads" in html.render_html(analyze(run))
 
 
 def test_no_adaptive_section_without_adaptive_metadata() -> None:
-    assert "adaptive repetition" not in markdown.render(sample_run())
-    assert 'data-kind="adaptive"' not in html.render_html(sample_run())
+    assert "adaptive repetition" not in markdown.render(analyze(sample_run()))
+    assert 'data-kind="adaptive"' not in html.render_html(analyze(sample_run()))
 
 
 # ---------------------------------------------------------------- insert benchmark
@@ -423,7 +424,7 @@ def test_insert_benchmark_steps_compare_their_own_rates() -> None:
     assert rows["l.i0"].cells["je"].ratio == pytest.approx(1.5)
     assert rows["qr100"].unit == "queries/s" and rows["qr100"].cells["je"].ratio == 1.5
     assert rows["l.x"].unit == "QPS"  # builds indexes: no rate of its own
-    text = markdown.render(run)
+    text = markdown.render(analyze(run))
     assert "| l.i0 | 10,000 rows/s | 1.50 |" in text and "queries/s" in text
 
 
@@ -433,23 +434,23 @@ def test_sla_and_client_warnings_in_terminal_and_html() -> None:
     assert "glibc / innodb / qr100 r0: SLA met: 99 of 100 rows/s" in out
     assert "je / innodb / qr100 r0: SLA MISSED: 80 of 100 rows/s" in out
     assert "the client (sysbench) used more CPU than the server" in out
-    page = html.render_html(run)
+    page = html.render_html(analyze(run))
     assert 'data-kind="sla"' in page and "SLA MISSED: 80 of 100 rows/s" in page
     assert 'data-kind="client-warnings"' in page and "load generator may be the bottleneck" in page
-    assert "**je / innodb / qr100 r0: SLA MISSED" in markdown.render(run)
+    assert "**je / innodb / qr100 r0: SLA MISSED" in markdown.render(analyze(run))
 
 
 def test_run_notes_reach_every_report() -> None:
     result = sample_run()
     note = "setup je asks for THP always, but the server turns THP off for itself"
     result.metadata.notes = [note]
-    assert f"- {note}" in markdown.render(result)
-    assert note in html.render_html(result)
+    assert f"- {note}" in markdown.render(analyze(result))
+    assert note in html.render_html(analyze(result))
     console = Console(record=True, width=200)
-    terminal.print_run(result, console)
+    terminal.print_run(analyze(result), console)
     assert note in console.export_text()
     result.metadata.notes = None
-    assert "Notes from the run" not in markdown.render(result)
+    assert "Notes from the run" not in markdown.render(analyze(result))
 
 
 def test_summary_csv_has_mean_interval_and_per_op_costs() -> None:
@@ -457,7 +458,7 @@ def test_summary_csv_has_mean_interval_and_per_op_costs() -> None:
     for c in result.cells:
         if c.setup == "je" and c.step == "point-query range=100":
             c.metrics = {"server_cpu_us_per_op": 40.0 + c.repeat * 10, "system_cs_per_op": 3.0}
-    rows = list(csv.DictReader(io.StringIO(export.summary_csv(result))))
+    rows = list(csv.DictReader(io.StringIO(export.summary_csv(analyze(result)))))
     glibc = next(r for r in rows if r["setup"] == "glibc" and r["step"].startswith("point-query"))
     je = next(r for r in rows if r["setup"] == "je" and r["step"].startswith("point-query"))
     # glibc: 1000 and 3000 -> mean 2000, sd 1414.2, t(0.975, 1) = 12.706
@@ -480,7 +481,7 @@ def test_cpu_and_thp_settings_are_shown_with_what_the_server_ran_under() -> None
     result.setups[1].thp = "never"
     result.sessions[1].thp = "never (PR_SET_THP_DISABLE, set by mallocbench)"
     result.sessions[0].thp = "madvise"
-    text = markdown.render(result)
+    text = markdown.render(analyze(result))
     assert "| je | jemalloc | - | - | - | - | - | 0-1 | never |" in text
     assert "| glibc (base) | glibc | - | - | - | - | - | all | system |" in text
     differences = dict(html.setup_differences(result))
@@ -488,12 +489,12 @@ def test_cpu_and_thp_settings_are_shown_with_what_the_server_ran_under() -> None
     # (report/facts.py).
     header = "| setup | allocator | allocator version | allocator library | knobs | config |"
     assert header + " server version | CPU set | THP (asked) |" in text
-    page = html.render_html(result)
+    page = html.render_html(analyze(result))
     assert "<th>allocator library</th><th>knobs</th><th>config</th><th>server version</th>" in page
     assert differences["THP (asked)"] == {"glibc": "system", "je": "never"}
     assert differences["THP (ran under)"]["glibc"] == "madvise"
     assert differences["CPU set"] == {"glibc": "all", "je": "0-1"}
-    empty = markdown.render(RunResult("r2", "t", "glibc"))
+    empty = markdown.render(analyze(RunResult("r2", "t", "glibc")))
     assert empty.startswith("# mallocbench: t\n\nRun `r2`.\n")
 
 
@@ -504,7 +505,7 @@ def test_small_servers_get_their_memory_in_mib() -> None:
     for c in result.cells:
         c.peak_rss_bytes = None
         c.metrics = {"rss_accounted_bytes": 150 * MIB, "rss_unaccounted_bytes": 50 * MIB}
-    text = markdown.render(result)
+    text = markdown.render(analyze(result))
     # VSZ of 20 GiB against 200 MiB of RSS is reserved address space: the column goes,
     # the note says why.
     assert "| peak RSS (MiB) | RSS/cache | server accounts for (MiB) |" in text
@@ -519,10 +520,10 @@ def test_unstable_cells_are_marked_and_named_in_every_report() -> None:
     shifted.stability = {"stable": False, "reason": "level shift of 8% after 6 s"}
     shifted.warmup_s, shifted.warmup_steady = 30.0, False
     je = relative_tables(run)[0].rows[0].cells["je"]
-    assert je.unstable and je.text.endswith("~") and "unstable" in je.title
+    assert je.unstable and je.text.endswith("~") and "unstable" in cell_title(je)
     # Stable cells stay unmarked.
     assert not relative_tables(tight_run(1200))[0].rows[0].cells["je"].unstable
-    for text in (markdown.render(run), terminal_text(run), html.render_html(run)):
+    for text in (markdown.render(analyze(run)), terminal_text(run), html.render_html(analyze(run))):
         assert "1.20~" in text
         assert "1 cell(s) unstable" in text and "level shift of 8% after 6 s" in text
         assert "1 cell(s) reached durations.max_warmup still trending" in text

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mallocbench.analysis.run_analysis import analyze
 from mallocbench.metadata import AdaptiveRecord
 from mallocbench.report import html
 from mallocbench.results import RunResult
@@ -32,7 +33,7 @@ def result() -> RunResult:
 
 @pytest.fixture(scope="module")
 def page(result: RunResult) -> str:
-    return html.render_html(result)
+    return html.render_html(analyze(result))
 
 
 def test_page_has_verdict_tables_memory_and_metadata(result: RunResult, page: str) -> None:
@@ -60,8 +61,8 @@ def test_page_is_self_contained(page: str) -> None:
 
 
 def test_written_reports_share_one_plotly_beside_them(result: RunResult, tmp_path: Path) -> None:
-    first = html.write_html(result, tmp_path / "report.html")
-    second = html.write_html(result, tmp_path / "again.html")
+    first = html.write_html(analyze(result), tmp_path / "report.html")
+    second = html.write_html(analyze(result), tmp_path / "again.html")
     (shared,) = tmp_path.glob("plotly-*.min.js")
     for page in (first, second):
         text = page.read_text()
@@ -79,7 +80,7 @@ def test_written_reports_share_one_plotly_beside_them(result: RunResult, tmp_pat
 
 
 def test_charts_cover_each_kind(result: RunResult) -> None:
-    ctx = html.build_context(result)
+    ctx = html.build_context(analyze(result))
     ids = [c.id for c in ctx.charts]
     assert len(ids) == len(set(ids))
     for prefix in ("chart-rel-", "chart-rss-", "chart-vsz-", "chart-threads-", "chart-p99-",
@@ -93,7 +94,7 @@ def test_charts_cover_each_kind(result: RunResult) -> None:
 def test_one_repeat_says_there_is_no_interval(result: RunResult) -> None:
     single = copy.deepcopy(result)
     single.cells = [c for c in single.cells if c.repeat == 0]
-    page = html.render_html(single)
+    page = html.render_html(analyze(single))
     assert "1 repeat: no interval" in page
     assert "<sup>*</sup>" not in page
 
@@ -103,16 +104,16 @@ def test_clear_difference_is_significant(result: RunResult) -> None:
     for cell in made.cells:
         level = 1000.0 if cell.setup == "glibc" else 700.0
         cell.qps = level * (1 + 0.01 * cell.repeat)
-    ctx = html.build_context(made)
+    ctx = html.build_context(analyze(made))
     verdict = {(v.engine, v.setup): v for v in ctx.verdict}
     row = verdict[("innodb", "je")]
     assert row.slower and not row.faster
     assert row.group_geomeans["point"].ratio == pytest.approx(0.7, rel=0.01)
-    assert "<sup>*</sup>" in html.render_html(made)
+    assert "<sup>*</sup>" in html.render_html(analyze(made))
 
 
 def test_write_html(result: RunResult, tmp_path: Path) -> None:
-    path = html.write_html(result, tmp_path / "sub" / "report.html")
+    path = html.write_html(analyze(result), tmp_path / "sub" / "report.html")
     assert path.is_file() and path.read_text().startswith("<!DOCTYPE html>")
 
 
@@ -204,10 +205,10 @@ def test_crashed_cells_are_shown_not_hidden(result: RunResult) -> None:
         if cell.setup == "je" and cell.engine == "myrocks" and cell.group == "write":
             cell.status, cell.qps = "oom", None
             cell.error, cell.exit_signal, cell.log_tail = "OOM-killed", "SIGKILL", "Killed"
-    page = html.render_html(made)
+    page = html.render_html(analyze(made))
     assert 'class="r problem"' in page and ">OOM<" in page
     assert 'id="problems"' in page and "server log tail" in page
-    row = next(v for v in html.build_context(made).verdict if v.engine == "myrocks")
+    row = next(v for v in html.build_context(analyze(made)).verdict if v.engine == "myrocks")
     assert row.problems and "write" not in row.group_geomeans
 
 
@@ -215,9 +216,9 @@ def test_base_only_and_empty_runs_still_render(result: RunResult) -> None:
     base_only = copy.deepcopy(result)
     base_only.cells = [c for c in base_only.cells if c.setup == "glibc"]
     base_only.setups = base_only.setups[:1]
-    assert "Only the base setup ran" in html.render_html(base_only)
+    assert "Only the base setup ran" in html.render_html(analyze(base_only))
     base_only.cells, base_only.sessions = [], []
-    assert 'data-charts-expected="0"' in html.render_html(base_only)
+    assert 'data-charts-expected="0"' in html.render_html(analyze(base_only))
 
 
 # ---------------------------------------------------------------- issue 4 additions
@@ -250,7 +251,7 @@ def _with_new_facts(result: RunResult) -> RunResult:
 
 
 def test_relative_charts_show_whole_step_names(result: RunResult) -> None:
-    ctx = html.build_context(result)
+    ctx = html.build_context(analyze(result))
     chart = ctx.relative_charts["rel-innodb-1"]
     # Plain category labels at an angle: multicategory axes cut long names off.
     assert chart.layout["xaxis"]["tickangle"] and chart.layout["xaxis"]["automargin"]
@@ -261,11 +262,11 @@ def test_relative_charts_show_whole_step_names(result: RunResult) -> None:
 
 def test_new_sections_render_in_headless_chromium(result: RunResult, tmp_path: Path) -> None:
     made = _with_new_facts(result)
-    ctx = html.build_context(made)
+    ctx = html.build_context(analyze(made))
     rss = next(c for c in ctx.charts if c.id == "chart-rss-myrocks")
     names = {t["name"].split(" ", 1)[-1] for t in rss.data if " " in t["name"]}
     assert names == {"Memory_used", "block cache"}
-    page = html.render_html(made)
+    page = html.render_html(analyze(made))
     assert (
         "adaptive repetition: target 5% interval width, 3 rounds, "
         "stopped: another round would overrun the 5 min budget"
@@ -289,15 +290,15 @@ def _with_peaks(result: RunResult, factor: float) -> RunResult:
 
 
 def test_a_supported_rss_difference_is_a_finding_of_the_verdict(result: RunResult) -> None:
-    more = html.build_context(_with_peaks(result, 1.25))
+    more = html.build_context(analyze(_with_peaks(result, 1.25)))
     row = next(r for r in more.verdict if (r.engine, r.setup) == ("innodb", "je"))
     assert row.rss_more and row.rss_finding.startswith("peak RSS 1.25x [")
     assert not row.note.startswith("no difference")  # the RSS difference is supported
-    page = html.render_html(_with_peaks(result, 1.25))
+    page = html.render_html(analyze(_with_peaks(result, 1.25)))
     assert 'class="slower-text">more memory</span>: peak RSS 1.25x [' in page
-    less = html.build_context(_with_peaks(result, 0.8))
+    less = html.build_context(analyze(_with_peaks(result, 0.8)))
     row = next(r for r in less.verdict if (r.engine, r.setup) == ("innodb", "je"))
     assert not row.rss_more and row.rss_finding.startswith("peak RSS 0.80x [")
     # Identical peaks: nothing to find, and nothing is worded as one.
-    same = html.build_context(_with_peaks(result, 1.0))
+    same = html.build_context(analyze(_with_peaks(result, 1.0)))
     assert not any(r.rss_finding for r in same.verdict)

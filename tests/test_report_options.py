@@ -8,7 +8,8 @@ import os
 from pathlib import Path
 
 from cli_runner import run_cli
-from mallocbench.analysis.summary import memory_rows
+from mallocbench.analysis.run_analysis import analyze
+from mallocbench.analysis.summary import memory_rows, reserved_vsz_bytes
 from mallocbench.report import html
 from mallocbench.report.tables import memory_columns
 from mallocbench.results import RunResult, SessionInfo
@@ -80,20 +81,22 @@ def test_memory_table_drops_what_says_nothing_and_shows_growth_above_idle() -> N
             for i, c in enumerate(result.cells)
         ]
     rows = memory_rows(result)
-    headers = [h for h, _ in memory_columns(rows)]
+    headers = [h for h, _ in memory_columns(rows, reserved_vsz_bytes(rows) is not None)]
     assert "idle RSS (MiB)" in headers and "(RSS − idle)/cache" in headers
     row = rows[0]
     assert row.growth_per_cache is not None and row.rss_per_cache is not None
     assert row.growth_per_cache < row.rss_per_cache
     # The page shows the same columns as the terminal and Markdown, in their order, and
     # its own beside them.
-    page_headers = html.build_context(result).memory_headers
+    page_headers = html.build_context(analyze(result)).memory_headers
     assert [h for h in page_headers if h in headers] == headers
     assert page_headers[page_headers.index("peak RSS (MiB)") + 1] == "RSS vs base"
-    assert '<th class="num">idle RSS (MiB)</th>' in html.render_html(result)
+    assert '<th class="num">idle RSS (MiB)</th>' in html.render_html(analyze(result))
     # VSZ in the TiB (reserved address space) is left out; the note says why.
     for r in rows:
         r.peak_vsz_bytes = (r.peak_rss_bytes or 1) * 1000
-    assert not any(h.startswith("peak VSZ") for h, _ in memory_columns(rows))
-    page = html.memory_columns_html(result, rows)
+    reserved = reserved_vsz_bytes(rows) is not None
+    assert reserved
+    assert not any(h.startswith("peak VSZ") for h, _ in memory_columns(rows, reserved))
+    page = html.memory_columns_html(result, rows, reserved)
     assert not any(h.startswith("peak VSZ") or h == "VSZ / RSS" for h, _ in page)

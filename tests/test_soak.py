@@ -20,6 +20,7 @@ from scipy.signal import lfilter
 
 from cli_runner import run_cli
 from mallocbench import experiment as experiment_mod
+from mallocbench.analysis.run_analysis import analyze as analyze_run
 from mallocbench.analysis.soak import (
     Slope,
     analyze,
@@ -31,7 +32,7 @@ from mallocbench.analysis.soak import (
 from mallocbench.errors import MallocbenchError
 from mallocbench.metadata import RunMetadata, SoakRecord
 from mallocbench.report import soak as soak_report
-from mallocbench.report.html import Chart
+from mallocbench.report.charts import Chart
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.soak import SoakSpec, plan_soak, soak_experiment, soak_spec
 
@@ -237,7 +238,7 @@ def test_lifetimes_are_kept_apart_and_the_longest_gives_the_figures() -> None:
 
 def test_the_soak_table_notes_and_chart() -> None:
     run = recorded_soak()
-    header, rows = soak_report.soak_table(run)
+    header, rows = soak_report.soak_table(analyze_run(run))
     table = {row[1]: dict(zip(header, row, strict=True)) for row in rows}
     assert table["grow"]["OOM / time to the cap"] == "OOM-killed at 15.1 min"
     assert table["grow"]["cap (MiB)"] == "380" and table["grow"]["peak RSS (MiB)"] == "380"
@@ -246,12 +247,12 @@ def test_the_soak_table_notes_and_chart() -> None:
     assert table["flat"]["plateau"] == "flat from the start, 240 MiB"
     assert table["flat"]["ran"] == "30.1 min (2 lifetimes)"
     assert table["flat"]["RSS slope (MiB/h, 95%)"].startswith("+0 [+0, +0] from ")
-    notes = " ".join(soak_report.soak_notes(run))
+    notes = " ".join(soak_report.soak_notes(analyze_run(run)))
     assert "back to back" in notes and "2 server lifetimes" in notes
     assert "flat.innodb.r0 (10.1 min): slope +0 [+0, +0] from 5 s" in notes
-    md = "\n".join(soak_report.markdown_lines(run))
+    md = "\n".join(soak_report.markdown_lines(analyze_run(run)))
     assert md.startswith("## Soak: RSS over time") and "| innodb | grow |" in md
-    (spec,) = soak_report.soak_charts(run, {"grow": "#111", "flat": "#222"})
+    (spec,) = soak_report.soak_charts(analyze_run(run), {"grow": "#111", "flat": "#222"})
     chart = Chart(**spec)
     assert chart.id == "chart-soak-innodb" and chart.wide
     assert [s["y0"] for s in chart.layout["shapes"]] == [380.0, 380.0]
@@ -261,8 +262,14 @@ def test_the_soak_table_notes_and_chart() -> None:
     json.dumps(spec, allow_nan=False)
     # A run that is no soak has no soak section at all.
     run.metadata = RunMetadata()
-    assert soak_report.soak_table(run)[1] == [] and soak_report.markdown_lines(run) == []
-    assert soak_report.soak_charts(run, {}) == [] and soak_report.soak_notes(run) == []
+    assert (
+        soak_report.soak_table(analyze_run(run))[1] == []
+        and soak_report.markdown_lines(analyze_run(run)) == []
+    )
+    assert (
+        soak_report.soak_charts(analyze_run(run), {}) == []
+        and soak_report.soak_notes(analyze_run(run)) == []
+    )
 
 
 # --- the plan -------------------------------------------------------------------------------------
@@ -526,21 +533,24 @@ def consistent_soak(segments: int = 6) -> RunResult:
 def test_soak_segments_are_never_paired_as_blocks_into_a_finding() -> None:
     from mallocbench.analysis.recommend import recommend
     from mallocbench.analysis.summary import (
-        exploratory_note,
+        Exploratory,
+        exploratory,
         relative_tables,
         rss_ratio_cells,
     )
+    from mallocbench.report.words import cell_class, exploratory_note
 
     run = consistent_soak()
     (table,) = relative_tables(run)
     cell = table.rows[0].cells["je"]
     # The ratio is shown, but with no interval it is neither coloured nor a finding.
     assert cell.ratio == pytest.approx(1.08, rel=0.01)
-    assert not cell.has_interval and not cell.significant and cell.css == "none"
+    assert not cell.has_interval and not cell.significant and cell_class(cell) == "none"
     rss = rss_ratio_cells(run)[("innodb", "je")]
     assert rss.ratio == pytest.approx(0.8, rel=0.01)
     assert not rss.has_interval and not rss.significant
-    note = exploratory_note(run)
+    assert exploratory(run) is Exploratory.SOAK
+    note = exploratory_note(exploratory(run))
     assert note is not None and "one server lifetime" in note
     (engine,) = recommend(run).engines
     assert engine.choice is None

@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mallocbench.analysis.client import client_cpu_warning, client_cpu_warnings
+from mallocbench.analysis.client import client_bound
 from mallocbench.analysis.sla import ibench_rates, sla_status
 from mallocbench.errors import MallocbenchError
+from mallocbench.report.words import client_cpu_warning, client_cpu_warnings, sla_text
 from mallocbench.workloads.catalogue import (
     CATALOGUE,
     GROUPS,
@@ -170,7 +171,7 @@ def test_sla_met_and_missed() -> None:
     assert status is not None
     target, achieved, ok = status
     assert (target, achieved, ok) == (100, 99.0, True)
-    assert "met" in status.describe()
+    assert "met" in sla_text(status)
 
     # Inserts kept up but deletes did not: the slower writer decides.
     slow_deletes = FakeCell({**met.metrics, "ibench_delete_rows": 900})
@@ -181,7 +182,7 @@ def test_sla_met_and_missed() -> None:
     )
     status = sla_status(missed)
     assert status is not None and not status.met and status.achieved == 900
-    assert "MISSED" in status.describe()
+    assert "MISSED" in sla_text(status)
 
     # No writer report at all is a miss, not a pass.
     assert sla_status(FakeCell({"ibench_target_rate": 100})) == (100, 0.0, False)
@@ -205,11 +206,12 @@ def test_ibench_rates() -> None:
 
 def test_client_cpu_warning_only_when_client_outworks_server() -> None:
     busy = FakeCell({"client_cpu_share": 0.62, "client_cpu_s": 6.2, "server_cpu_s": 3.8})
+    assert client_bound(busy)
     warning = client_cpu_warning(busy)
-    assert warning is not None
     assert "more CPU than the server" in warning and "62%" in warning and "je" in warning
     assert "\n" not in warning
-    assert client_cpu_warning(FakeCell({"client_cpu_share": 0.5})) is None
-    assert client_cpu_warning(FakeCell({"client_cpu_share": 0.2})) is None
-    assert client_cpu_warning(FakeCell()) is None
-    assert client_cpu_warnings([busy, FakeCell({"client_cpu_share": 0.1})]) == [warning]
+    assert not client_bound(FakeCell({"client_cpu_share": 0.5}))
+    assert not client_bound(FakeCell({"client_cpu_share": 0.2}))
+    assert not client_bound(FakeCell())
+    cells = [busy, FakeCell({"client_cpu_share": 0.1})]
+    assert client_cpu_warnings([c for c in cells if client_bound(c)]) == [warning]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from mallocbench.metadata import Durations
@@ -25,6 +26,24 @@ def size(value: int | float | None, unit: str) -> str:
     if value is None:
         return "-"
     return gb(value) if unit == "GiB" else f"{value / MB:,.0f}"
+
+
+def percent(fraction: float) -> str:
+    """A fraction as a percentage: 0.02 is "2%"."""
+    return f"{fraction * 100:g}%"
+
+
+def slug(text: str) -> str:
+    """`text` as an HTML id: lower case, runs of other characters as dashes."""
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+
+
+def bound(x: float) -> str:
+    """An interval's end: two decimals, or two digits where that would print 0.00."""
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    # A bound of 0.0017 printed as 0.00 would read as zero; log-scale bounds never are.
+    return f"{x:.2g}" if 0 < x < 0.01 else f"{x:.2f}"
 
 
 def ratio(value: float | None) -> str:

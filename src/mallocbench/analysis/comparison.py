@@ -27,9 +27,9 @@ from mallocbench.analysis.summary import (
     peak_rss_by_repeat,
     percent,
     ratio_cell,
+    reserved_vsz_bytes,
     slug,
     summarize_run,
-    vsz_note,
 )
 from mallocbench.analysis.verdict import VerdictRow, verdict_for
 from mallocbench.errors import MallocbenchError
@@ -115,7 +115,8 @@ class Comparison:
     memory: list[MemoryChange] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)  # "setup/engine" in one run only
     min_effect: float = 0.0
-    vsz_note: str | None = None  # when either run's VSZ is mostly reserved address space
+    # Largest peak VSZ when either run's VSZ is mostly reserved address space, else None.
+    reserved_vsz_bytes: int | None = None
     changes: list[Change] = field(default_factory=list)  # what --fail-on may fail on
     differences: list[Difference] = field(default_factory=list)  # analysis.comparability
 
@@ -166,7 +167,7 @@ def compare(
             "setup): nothing to compare"
         )
     verdict, memory, memory_changes = _memory(a, b, engines, setups, tables, effect)
-    reserved = vsz_note(memory_rows(a) + memory_rows(b))
+    reserved = reserved_vsz_bytes(memory_rows(a) + memory_rows(b))
     return Comparison(
         a,
         b,

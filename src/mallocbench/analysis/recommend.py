@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mallocbench.analysis import stats
-from mallocbench.analysis.client import client_cpu_warning
+from mallocbench.analysis.client import client_bound
 from mallocbench.analysis.summary import (
     RatioCell,
+    RatioTable,
     min_effect_of,
     peak_rss_by_repeat,
     ratio_cell,
@@ -271,9 +273,9 @@ def _thin_evidence(result: RunResult, engine: str) -> list[str]:
     unstable = sum(c.unstable for c in cells)
     if unstable:
         thin.append(f"{unstable} unstable cell{'s' if unstable != 1 else ''}")
-    client_bound = sum(client_cpu_warning(c) is not None for c in cells)
-    if client_bound:
-        thin.append(f"{client_bound} client-bound cell{'s' if client_bound != 1 else ''}")
+    bound = sum(client_bound(c) for c in cells)
+    if bound:
+        thin.append(f"{bound} client-bound cell{'s' if bound != 1 else ''}")
     if result.metadata.soak is not None:
         # A soak's repeats are segments of one server lifetime: no start-to-start spread.
         thin.append("a soak: its repeats are segments of one server start, not starts")
@@ -325,11 +327,17 @@ def recommend(
     priorities: tuple[str, ...] = DEFAULT_PRIORITIES,
     min_effect: float | None = None,
     memory_budget_bytes: int | None = None,
+    tables: Sequence[RatioTable] | None = None,
+    rss_cells: Mapping[tuple[str, str], RatioCell] | None = None,
 ) -> Recommendation:
-    """The setup to run per engine, or the base when no candidate qualifies."""
+    """The setup to run per engine, or the base when no candidate qualifies.
+    `tables` and `rss_cells`: relative_tables(result, min_effect) and
+    rss_ratio_cells(result, min_effect), when already at hand."""
     effect = min_effect_of(result, min_effect)
-    tables = relative_tables(result, effect, summarize_run(result))
-    rss_cells = rss_ratio_cells(result, effect)
+    if tables is None:
+        tables = relative_tables(result, effect, summarize_run(result))
+    if rss_cells is None:
+        rss_cells = rss_ratio_cells(result, effect)
     p99 = _p99_cells(result, effect)
     peaks = peak_rss_by_repeat(result)
     base = result.base_setup

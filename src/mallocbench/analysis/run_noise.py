@@ -93,36 +93,3 @@ def run_noise(result: RunResult, start_cost_s: float = 30.0) -> RunNoise | None:
         steal_max=max(steals) if steals else None,
         best_slices_per_start=best,
     )
-
-
-def noise_notes(result: RunResult) -> list[str]:
-    """One or two sentences on the noise the run met, for every report's notes."""
-    noise = run_noise(result)
-    if noise is None:
-        return []
-    notes = []
-    if noise.slice_cv_pct is not None:
-        text = (
-            f"noise in this run: one slice varies by ±{noise.slice_cv_pct:.1f}% within a "
-            f"server start"
-        )
-        if noise.start_cv_pct is not None:
-            text += f", server starts by ±{noise.start_cv_pct:.1f}%"
-        text += f" (medians over {noise.cells} cells)"
-        if noise.best_slices_per_start is not None:
-            text += (
-                f"; at these levels about {noise.best_slices_per_start} slices per start "
-                "narrow intervals fastest (Kalibera and Jones)"
-            )
-        notes.append(text)
-    if noise.other_cpu_median is not None and noise.other_cpu_max is not None:
-        text = (
-            f"other processes used a median {noise.other_cpu_median:.0%} of the CPU time "
-            f"while slices ran (at most {noise.other_cpu_max:.0%})"
-        )
-        if noise.steal_max:
-            text += f", the hypervisor stole up to {noise.steal_max:.0%}"
-        if noise.other_cpu_median > BUSY_SHARE:
-            text += ": the measurements include that interference"
-        notes.append(text)
-    return notes

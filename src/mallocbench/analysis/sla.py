@@ -25,10 +25,6 @@ class SlaStatus(NamedTuple):
     achieved: float  # rows/s they did: the slower of inserts and deletes
     met: bool
 
-    def describe(self) -> str:
-        verdict = "met" if self.met else "MISSED"
-        return f"SLA {verdict}: {self.achieved:,.0f} of {self.target:,.0f} rows/s"
-
 
 class IbenchRates(NamedTuple):
     insert_rows_per_s: float | None

@@ -13,6 +13,7 @@ queries/s of the query steps (`analysis.sla.ibench_throughput`), since sysbench'
 
 from __future__ import annotations
 
+import enum
 import math
 import statistics
 from collections import defaultdict
@@ -23,6 +24,7 @@ from typing import Any
 from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
+from mallocbench.formatting import percent, slug
 from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult
 from mallocbench.units import parse_fraction
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
@@ -73,6 +75,10 @@ class CellSummary:
     def problem(self) -> str | None:
         bad = [s for s in self.statuses if s != STATUS_OK]
         return bad[0] if bad else None
+
+    @property
+    def cs_per_op(self) -> float | None:
+        return cs_per_op(self)
 
 
 def cs_per_op(summary: CellSummary) -> float | None:
@@ -184,35 +190,8 @@ def parse_min_effect(value: str | None) -> float | None:
     return parse_fraction(value, "--min-effect", upper=MIN_EFFECT_UPPER)
 
 
-def percent(min_effect: float) -> str:
-    return f"{min_effect * 100:g}%"
-
-
 # After a ratio whose cells (either side) were unstable while measured.
 UNSTABLE_MARK = "~"
-
-
-def verdict_class(verdict: str) -> str:
-    """The color of a verdict. Only findings (faster, slower) are colored; "same" gets a
-    neutral grey because it too is a claim the interval supports; everything else none."""
-    return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.SAME: "same"}.get(verdict, "none")
-
-
-def color_rule(min_effect: float = 0.0) -> str:
-    """How the reports color ratios, in words."""
-    band = f" and the change is at least {percent(min_effect)}" if min_effect > 0 else ""
-    text = f"green faster / red slower: the 95% interval excludes 1.0{band}"
-    if min_effect > 0:
-        text += f"; grey same: the whole interval within ±{percent(min_effect)}"
-    return text + "; no color: not significant, inconclusive or no interval (not a finding)"
-
-
-def significance_rule(min_effect: float = 0.0) -> str:
-    """What "*" means, in words."""
-    text = "* a finding: the 95% interval excludes 1.0"
-    if min_effect > 0:
-        text += f" and the change is at least {percent(min_effect)}"
-    return text
 
 
 # ---------------------------------------------------------------- relative values
@@ -220,13 +199,6 @@ def significance_rule(min_effect: float = 0.0) -> str:
 
 def _nan(x: float | None) -> bool:
     return x is None or math.isnan(x)
-
-
-def _bound(x: float) -> str:
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    # A bound of 0.0017 printed as 0.00 would read as zero; log-scale bounds never are.
-    return f"{x:.2g}" if 0 < x < 0.01 else f"{x:.2f}"
 
 
 @dataclass
@@ -271,12 +243,13 @@ class RatioCell:
         return not _nan(self.low) and not _nan(self.high)
 
     @property
-    def width(self) -> float:
-        return stats.interval_width(self.low, self.high)
+    def excludes_one(self) -> bool:
+        """The 95% interval lies wholly above or below 1.0 (whatever min_effect says)."""
+        return stats.significant(self.low, self.high)
 
     @property
-    def css(self) -> str:
-        return "problem" if self.problem else verdict_class(self.verdict)
+    def width(self) -> float:
+        return stats.interval_width(self.low, self.high)
 
     def interval_fields(self) -> dict[str, Any]:
         """What every export has beside a ratio: its interval (JSON has no nan) and verdict."""
@@ -302,38 +275,10 @@ class RatioCell:
         if self.problem or self.ratio is None:
             return ""
         if self.has_interval:
-            return f"[{_bound(self.low)}, {_bound(self.high)}]"
+            return f"[{fmt.bound(self.low)}, {fmt.bound(self.high)}]"
         if min(self.repeats) <= 1:
             return "1 repeat: no interval"
         return "no interval"
-
-    @property
-    def title(self) -> str:
-        if self.problem:
-            return f"this cell did not measure: {self.problem}"
-        unit = self.unit
-        parts = [
-            f"{fmt.qps(self.value)} {unit} vs {fmt.qps(self.reference)} {unit} "
-            f"({self.reference_label})"
-        ]
-        if self.ratio is not None:
-            parts.append(f"ratio {self.ratio:.3f}")
-        if self.has_interval:
-            parts.append(
-                f"95% interval {_bound(self.low)} to {_bound(self.high)}"
-                + (" (excludes 1.0)" if stats.significant(self.low, self.high) else "")
-            )
-        elif self.ratio is not None:
-            parts.append(self.interval_text)
-        parts.append(f"verdict: {self.verdict}")
-        if self.same:
-            parts[-1] += f" (the whole interval within ±{percent(self.min_effect)})"
-        elif self.verdict == stats.INCONCLUSIVE:
-            parts[-1] += f" (excludes 1.0 but may be smaller than ±{percent(self.min_effect)})"
-        parts.append(f"repeats {self.repeats[0]} / {self.repeats[1]}")
-        if self.unstable:
-            parts.append("unstable: a repeat's throughput trended or shifted while measured")
-        return "; ".join(parts)
 
 
 def ratio_cell(
@@ -437,10 +382,6 @@ def setup_order(result: RunResult) -> list[str]:
     return names
 
 
-def slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
-
-
 def stein_blocks(result: RunResult) -> int | None:
     """The blocks whose spread sets every interval when --target-ci chose how many to run.
 
@@ -536,18 +477,6 @@ def relative_tables(
                     )
                 )
     return tables
-
-
-def unit_note(tables: list[RatioTable]) -> str:
-    """A sentence naming the insert benchmark's units, or "" when no table uses them."""
-    units = list(dict.fromkeys(u for t in tables for u in t.units))
-    if not units:
-        return ""
-    return (
-        "Insert-benchmark steps compare their own rate instead of QPS: "
-        + " and ".join(units)
-        + " (rows/s inserted for the loads, queries/s for the query steps)."
-    )
 
 
 # ---------------------------------------------------------------- memory
@@ -723,149 +652,35 @@ def _add_cgroup(row: MemoryRow, result: RunResult) -> None:
     row.oom_cells = sum(1 for c in cells if c.status == STATUS_OOM)
 
 
-def has_caps(rows: list[MemoryRow]) -> bool:
-    """Any row to show a cap, a cgroup charge or an OOM kill for."""
-    return any(r.memory_limit_bytes or r.peak_cgroup_bytes or r.oom_cells for r in rows)
-
-
-def oom_text(row: MemoryRow) -> str:
-    if not row.oom_cells:
-        return "-"
-    return f"OOM-killed ({row.oom_cells} cell{'s' if row.oom_cells != 1 else ''})"
-
-
-CAP_NOTE = (
-    "memory_limit caps the server's own memory cgroup, and the kernel acts on the group's "
-    "charge, not on RSS: the charge adds the page cache and kernel memory charged to the "
-    "group (files the server reads and writes, socket buffers) and leaves out shared file "
-    "pages that another process was charged for first, so it can sit above or below RSS. "
-    "When the charge reaches the cap the kernel first reclaims page cache, then OOM-kills "
-    "the server; an OOM-killed cell is a result, with its samples up to the kill."
-)
-
-
-def has_accounting(rows: list[MemoryRow]) -> bool:
-    return any(r.unaccounted_bytes is not None for r in rows)
-
-
-ACCOUNTING_NOTE = (
-    "'server accounts for' is the part of RSS the server can name (code, files, buffer "
-    "pool pages, stacks, and the heap it says it holds); 'unaccounted' is RSS minus that: "
-    "allocator overhead and fragmentation (negative when the server counts memory it never "
-    "touched). Both from the cell with the largest unaccounted RSS; heap ratio = resident "
-    "heap / heap the server accounts for."
-)
-
-
-def vsz_note(rows: list[MemoryRow]) -> str | None:
-    """A warning when peak VSZ is dominated by reserved address space, else None."""
+def reserved_vsz_bytes(rows: list[MemoryRow] | tuple[MemoryRow, ...]) -> int | None:
+    """The largest peak VSZ among rows whose VSZ is mostly reserved address space, or
+    None when no row's is (then VSZ is worth showing and comparing)."""
     reserved = [r for r in rows if r.vsz_reserved]
     if not reserved:
         return None
-    biggest = max(r.peak_vsz_bytes or 0 for r in reserved)
-    return (
-        f"Peak VSZ (up to {biggest / (1 << 40):,.1f} TiB) is more than {VSZ_RESERVED_FACTOR}x "
-        "peak RSS: it is dominated by address space the server reserves (MariaDB 10.11 "
-        "reserves innodb_buffer_pool_size_max), not by memory in use, so comparing VSZ "
-        "across allocators is not meaningful on this build."
-    )
+    return max(r.peak_vsz_bytes or 0 for r in reserved)
 
 
-# ---------------------------------------------------------------- adaptive repetition
+class Exploratory(enum.Enum):
+    """Why a run can support no finding at all (report.words says it to the reader)."""
+
+    SOAK = "soak"  # repeats are segments of one server lifetime, not server starts
+    ONE_REPEAT = "one repeat"  # every cell measured once: no interval anywhere
 
 
-def adaptive_lines(result: RunResult) -> list[str]:
-    """How adaptive repetition ended: a headline, then each cell that did not converge."""
-    info = result.metadata.adaptive
-    if info is None:
-        return []
-    parts = []
-    target = _number(info.target_ci_pct)
-    if target is not None:
-        parts.append(f"target {target:g}% interval width")
-    rounds = _number(info.rounds)
-    if rounds is not None:
-        parts.append(f"{rounds:g} round{'s' if rounds != 1 else ''}")
-    stopped = info.stopped
-    budget = _number(info.budget_s)
-    if stopped == "converged":
-        parts.append("converged")
-    elif stopped == "budget" and budget is not None:
-        parts.append(f"stopped: another round would overrun the {budget / 60:g} min budget")
-    elif stopped:
-        parts.append(f"stopped: {stopped}")
-    lines = ["adaptive repetition: " + (", ".join(parts) or "on")]
-    missed = info.not_converged or []
-    if isinstance(missed, list) and missed:
-        lines.append(f"{len(missed)} cell(s) did not reach the target:")
-        for entry in missed:
-            if not isinstance(entry, dict):
-                continue
-            where = " / ".join(
-                str(entry[k]) for k in ("setup", "engine", "step") if entry.get(k) not in (None, "")
-            )
-            if entry.get("threads"):
-                where += f" / {entry['threads']} threads"
-            width = _number(entry.get("width_pct"))
-            shown = f"{width:.1f}%" if width is not None and math.isfinite(width) else None
-            lines.append(f"  {where}: interval width {shown or 'no interval yet'}")
-    return lines
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
-
-
-def exploratory_note(result: RunResult) -> str | None:
-    """The line every report puts first when the run cannot support any finding.
+def exploratory(result: RunResult) -> Exploratory | None:
+    """Whether the run cannot support any finding, and why; None when it can.
 
     One measurement per cell gives no interval, and without one a 1.9x can be noise (a
     5 s cell on a busy machine varies that much); so such a run is exploratory, and its
     ratios are shown but never colored, marked or listed as faster or slower.
     """
     if repeats_share_a_server(result):
-        return (
-            "Soak run: its segments are consecutive windows of one server lifetime per "
-            "setup, not independent server starts, so the relative values below have no "
-            "interval and none is a finding; the soak section's slopes are its result."
-        )
+        return Exploratory.SOAK
     counts: dict[tuple[str, str, str, int], int] = defaultdict(int)
     for cell in result.cells:
         if cell.status == STATUS_OK:
             counts[(cell.setup, cell.engine, cell.step, cell.threads)] += 1
     if not counts or max(counts.values()) >= 2:
         return None
-    return (
-        "Exploratory run: every cell was measured once, so no difference below has an "
-        "interval and none is a finding. For a verdict, run with repeats >= 3 or --target-ci."
-    )
-
-
-def stability_notes(result: RunResult) -> list[str]:
-    """Cells whose measured seconds did not hold one level, and warmups that ran out.
-
-    Their samples are kept and their means used; the reader is told which they are,
-    since a mean over a ramp or a step describes neither level.
-    """
-    unstable = [c for c in result.cells if c.unstable]
-    not_steady = [c for c in result.cells if c.warmup_steady is False]
-    notes = []
-    if unstable:
-        where = ", ".join(
-            f"{c.setup}/{c.engine}/{c.step}@{c.threads} r{c.repeat} "
-            f"({c.stability.get('reason', 'unstable')})"
-            for c in unstable[:8]
-        )
-        more = f" and {len(unstable) - 8} more" if len(unstable) > 8 else ""
-        notes.append(
-            f"{len(unstable)} cell(s) unstable, marked {UNSTABLE_MARK}: their throughput "
-            f"trended or shifted level while measured: {where}{more}"
-        )
-    if not_steady:
-        notes.append(
-            f"{len(not_steady)} cell(s) reached durations.max_warmup still trending: raise "
-            "it, or expect their first measured seconds to be part of the ramp"
-        )
-    return notes
+    return Exploratory.ONE_REPEAT

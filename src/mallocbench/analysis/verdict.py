@@ -6,6 +6,7 @@ have no interval of their own and are never coloured.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mallocbench import formatting as fmt
@@ -105,11 +106,18 @@ def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRo
 
 
 def verdict_rows(
-    result: RunResult, tables: list[RatioTable], memory_list: list[MemoryRow]
+    result: RunResult,
+    tables: list[RatioTable],
+    memory_list: list[MemoryRow],
+    min_effect: float | None = None,
+    rss_cells: Mapping[tuple[str, str], RatioCell] | None = None,
 ) -> list[VerdictRow]:
+    """`min_effect` overrides the run's own, as in `relative_tables`; `rss_cells`:
+    rss_ratio_cells(result, min_effect), when already at hand."""
     base = result.base_setup
     memory = {(m.engine, m.setup): m for m in memory_list}
-    rss_cells = rss_ratio_cells(result)
+    if rss_cells is None:
+        rss_cells = rss_ratio_cells(result, min_effect)
     rows = []
     for engine in dict.fromkeys(t.engine for t in tables):
         base_mem = memory.get((engine, base))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import sys
@@ -15,6 +14,7 @@ from rich.console import Console
 from mallocbench import cluster as cluster_mod
 from mallocbench import exitcodes
 from mallocbench import experiment as experiment_mod
+from mallocbench.analysis.run_analysis import analyze
 from mallocbench.commands.options import (
     StopOnSignals,
     min_effect_option,
@@ -26,53 +26,14 @@ from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import durations, mib
 from mallocbench.metadata import Durations
-from mallocbench.report import export, markdown, terminal
+from mallocbench.report import formats
+from mallocbench.report.formats import write_reports
 from mallocbench.results import RunResult
-from mallocbench.runner import (
-    Pipeline,
-    RunOptions,
-    RunOutcome,
-    cell_estimate,
-    write_results_json,
-)
+from mallocbench.runner import Pipeline, RunOptions, RunOutcome, cell_estimate
 from mallocbench.store import is_url, open_store, store_target
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_duration
 from mallocbench.workloads.catalogue import CATALOGUE, GROUPS, parse_steps
-
-
-def write_reports(result: RunResult, out_dir: Path, self_contained: bool = False) -> list[Path]:
-    """results.json, report.md and CSVs next to each other in the output directory.
-
-    Only these files are written: a directory that refuses them loses no measurement,
-    which the store already holds, so it is one line naming the directory.
-    """
-    # Imported here: jinja2 and plotly's script are for runs that end, not for `--dry-run`.
-    from mallocbench.report import html
-
-    written: list[Path] = []
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / "results.json"
-        write_results_json(result, path)
-        written.append(path)
-        for name, text in (
-            ("report.md", markdown.render(result)),
-            ("cells.csv", export.cells_csv(result)),
-            ("relative.csv", export.relative_csv(result)),
-            ("summary.csv", export.summary_csv(result)),
-        ):
-            target = out_dir / name
-            target.write_text(text)
-            written.append(target)
-        written.append(html.write_html(result, out_dir / "report.html", self_contained))
-    except OSError as exc:
-        culprit = f" ({exc.filename})" if exc.filename and exc.filename != str(out_dir) else ""
-        raise MallocbenchError(
-            f"cannot write the reports into {out_dir}: {exc.strerror}{culprit}: give a "
-            "writable directory with --out; the results store is not affected"
-        ) from exc
-    return written
 
 
 def _design_line(experiment: experiment_mod.Experiment) -> str:
@@ -362,8 +323,9 @@ def _conclude(
 ) -> None:
     """Write the reports, print the run, and exit with the status its end deserves."""
     if outcome.result.cells:
-        written = write_reports(outcome.result, out_dir)
-        terminal.print_run(outcome.result, make_console(), str(out_dir))
+        analysis = analyze(outcome.result)
+        written = write_reports(analysis, out_dir)
+        formats.print_terminal(analysis, make_console(), str(out_dir))
         console.print("wrote " + ", ".join(str(p) for p in written))
     else:
         # Empty reports would read like a finished comparison.
@@ -428,18 +390,7 @@ def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | N
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(
-        [
-            "terminal",
-            "markdown",
-            "html",
-            "csv",
-            "summary-csv",
-            "relative-csv",
-            "relative-json",
-            "json",
-        ]
-    ),
+    type=click.Choice(formats.NAMES),
     default="terminal",
     show_default=True,
     help="What to print on standard output.",
@@ -498,58 +449,15 @@ def report_cmd(
     """
     result = load_result(source, run_id)
     _say_if_running(source, result)
-    result = select_setups(result, reference, setup_list)
-    if min_effect is not None:
-        # Every report reads it from the run, so the files written with --out agree too.
-        result.metadata.min_effect = min_effect
+    wanted = [n.strip() for n in setup_list.split(",") if n.strip()] if setup_list else None
+    # Once, for every format and file below: the options are arguments, not run edits.
+    analysis = analyze(result, min_effect, reference, wanted)
     if out_dir is not None:
-        write_reports(result, out_dir, self_contained)
-    if fmt == "terminal":
-        terminal.print_run(result, make_console(), source or "out")
-    elif fmt == "markdown":
-        click.echo(markdown.render(result))
-    elif fmt == "html":
-        from mallocbench.report import html
-
-        click.echo(html.render_html(result), nl=False)
-    elif fmt == "csv":
-        click.echo(export.cells_csv(result), nl=False)
-    elif fmt == "summary-csv":
-        click.echo(export.summary_csv(result), nl=False)
-    elif fmt == "relative-csv":
-        click.echo(export.relative_csv(result), nl=False)
-    elif fmt == "relative-json":
-        click.echo(export.relative_json(result))
+        write_reports(analysis, out_dir, self_contained)
+    if fmt == formats.TERMINAL:
+        formats.print_terminal(analysis, make_console(), source or "out")
     else:
-        click.echo(export.results_json(result))
-
-
-def select_setups(result: RunResult, reference: str | None, setup_list: str | None) -> RunResult:
-    """The run as if only these setups ran, against `reference`: nothing is recomputed but
-    the relative values, so the report says exactly what the stored cells say."""
-    known = [s.name for s in result.setups] or sorted({c.setup for c in result.cells})
-    base = reference or result.base_setup
-    wanted = [n.strip() for n in setup_list.split(",") if n.strip()] if setup_list else known
-    for name in [base, *wanted]:
-        if name not in known:
-            raise MallocbenchError(
-                f"setup {name!r} is not in run {result.run_id}: use one of {', '.join(known)}"
-            )
-    if base not in wanted:
-        raise MallocbenchError(
-            f"--setups leaves out {base!r}, the setup the others are compared with: add it, "
-            "or pick another with --reference"
-        )
-    if base == result.base_setup and wanted == known:
-        return result
-    keep = set(wanted)
-    return dataclasses.replace(
-        result,
-        base_setup=base,
-        setups=[s for s in result.setups if s.name in keep],
-        sessions=[s for s in result.sessions if s.setup in keep],
-        cells=[c for c in result.cells if c.setup in keep],
-    )
+        click.echo(formats.render(fmt, analysis), nl=False)
 
 
 def _store_of(source: str | Path | None) -> str | Path | None:

@@ -11,12 +11,13 @@ from rich.console import Console
 
 from mallocbench import exitcodes
 from mallocbench import experiment as experiment_mod
+from mallocbench.analysis.run_analysis import analyze
 from mallocbench.commands.options import StopOnSignals, out_dir_option, store_option
-from mallocbench.commands.run import write_reports
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import mib
 from mallocbench.report import soak as soak_report
+from mallocbench.report.formats import write_reports
 from mallocbench.runner import RunOptions, RunOutcome
 from mallocbench.soak import (
     DEFAULT_DURATION,
@@ -181,14 +182,15 @@ def _finish(
     """Reports, the soak summary, notes and the exit status the run's end calls for."""
     result = outcome.result
     if result.cells:
-        written = write_reports(result, out_dir)
+        analysis = analyze(result)
+        written = write_reports(analysis, out_dir)
         try:
             path = out_dir / "soak.md"
-            path.write_text("\n".join(soak_report.markdown_lines(result)) + "\n")
+            path.write_text("\n".join(soak_report.markdown_lines(analysis)) + "\n")
             written.append(path)
         except OSError as exc:
             raise MallocbenchError(f"cannot write {out_dir / 'soak.md'}: {exc.strerror}") from exc
-        soak_report.print_soak(result, make_console())
+        soak_report.print_soak(analysis, make_console())
         console.print("wrote " + ", ".join(str(p) for p in written))
     else:
         # Empty reports would read like a finished soak.

@@ -10,18 +10,14 @@ from rich.table import Table
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis.comparison import PEAK_RSS, Comparison, MemoryChange
-from mallocbench.analysis.summary import (
-    RSS,
-    color_rule,
-    percent,
-    ratio_cell,
-    significance_rule,
-)
+from mallocbench.analysis.summary import RSS, RatioCell
 from mallocbench.console import make_console
+from mallocbench.formatting import percent
 from mallocbench.report import markdown
 from mallocbench.report.export import location_record, records_csv
 from mallocbench.report.tables import relative_rows
 from mallocbench.report.terminal import TERMINAL_MARKUP, colored
+from mallocbench.report.words import cell_class, color_rule, significance_rule, vsz_note
 
 
 def _rules(cmp: Comparison, intervals: bool) -> str:
@@ -77,7 +73,7 @@ def _rss_text(m: MemoryChange) -> str:
     if m.rss is None or m.rss.ratio is None:
         return fmt.ratio(m.rss_ratio)
     cell = m.rss
-    text = colored(cell.text + cell.mark, _RSS_CSS.get(cell.css, ""))
+    text = colored(cell.text + cell.mark, _RSS_CSS.get(cell_class(cell), ""))
     return text + (f"\n[dim]{cell.interval_text}[/]" if cell.interval_text else "")
 
 
@@ -90,8 +86,9 @@ def _print_memory(cmp: Comparison, console: Console) -> None:
     for m in cmp.memory:
         table.add_row(m.engine, m.setup, m.rss_a, m.rss_b, _rss_text(m), m.vsz_a, m.vsz_b)
     console.print(table)
-    if cmp.vsz_note:
-        console.print(f"[yellow]note[/]: {cmp.vsz_note}")
+    reserved = vsz_note(cmp.reserved_vsz_bytes)
+    if reserved:
+        console.print(f"[yellow]note[/]: {reserved}")
 
 
 def memory_records(cmp: Comparison) -> list[dict[str, Any]]:
@@ -99,7 +96,14 @@ def memory_records(cmp: Comparison) -> list[dict[str, Any]]:
     absolute values are bytes (unit "bytes"), each run's mean of its per-repeat peaks."""
     records = []
     for m in cmp.memory:
-        cell = m.rss or ratio_cell([], [], "no RSS in both runs", "run A", cmp.min_effect, RSS)
+        cell = m.rss or RatioCell(
+            None,
+            repeats=(0, 0),
+            problem="no RSS in both runs",
+            reference_label="run A",
+            min_effect=cmp.min_effect,
+            unit=RSS,
+        )
         records.append(
             {
                 "engine": m.engine,
@@ -219,6 +223,7 @@ def comparison_markdown(cmp: Comparison) -> str:
                 f"| {m.vsz_a} | {m.vsz_b} |"
             )
         out.append("")
-        if cmp.vsz_note:
-            out += [f"> **Note:** {cmp.vsz_note}", ""]
+        reserved = vsz_note(cmp.reserved_vsz_bytes)
+        if reserved:
+            out += [f"> **Note:** {reserved}", ""]
     return "\n".join(out)

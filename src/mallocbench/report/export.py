@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
 from typing import Any
 
-from mallocbench.analysis import stats
-from mallocbench.analysis.summary import (
-    RatioRow,
-    RatioTable,
-    relative_tables,
-    setup_order,
-    summarize_run,
-)
-from mallocbench.results import RunResult
+from mallocbench.analysis.run_analysis import RunAnalysis
+from mallocbench.analysis.summary import RatioRow, RatioTable
 from mallocbench.workloads.catalogue import label_order
 
 CELL_COLUMNS = (
@@ -58,7 +52,8 @@ MEMORY_COLUMNS = (
 )
 
 
-def cells_csv(result: RunResult) -> str:
+def cells_csv(analysis: RunAnalysis) -> str:
+    result = analysis.result
     others = sorted({name for c in result.cells for name in c.metrics} - set(MEMORY_COLUMNS))
     metric_names = [*MEMORY_COLUMNS, *others]
     buffer = io.StringIO()
@@ -88,16 +83,17 @@ SUMMARY_METRICS = (
 )
 
 
-def summary_records(result: RunResult) -> list[dict[str, Any]]:
+def summary_records(analysis: RunAnalysis) -> list[dict[str, Any]]:
     """One row per setup x engine x step x threads: mean throughput with its 95% interval."""
     records = []
-    order = {name: i for i, name in enumerate(setup_order(result))}
-    summaries = sorted(
-        summarize_run(result).values(),
-        key=lambda s: (s.engine, s.threads, label_order(s.step), order.get(s.setup, 99)),
+    order = {name: i for i, name in enumerate(analysis.setups)}
+    keys = sorted(
+        analysis.summaries,
+        key=lambda k: (k[1], k[3], label_order(k[2]), order.get(k[0], 99)),
     )
-    for summary in summaries:
-        mean, low, high = stats.mean_ci(summary.qps_values)
+    for key in keys:
+        summary = analysis.summaries[key]
+        mean, low, high = analysis.intervals[key]
         records.append(
             {
                 "setup": summary.setup,
@@ -120,8 +116,8 @@ def summary_records(result: RunResult) -> list[dict[str, Any]]:
     return records
 
 
-def summary_csv(result: RunResult) -> str:
-    return records_csv(summary_records(result), ("setup", "engine", "step", "threads"))
+def summary_csv(analysis: RunAnalysis) -> str:
+    return records_csv(summary_records(analysis), ("setup", "engine", "step", "threads"))
 
 
 def _finite(x: float | None) -> float | None:
@@ -140,7 +136,7 @@ def location_record(table: RatioTable, row: RatioRow, setup: str) -> dict[str, A
     }
 
 
-def relative_records(result: RunResult, min_effect: float | None = None) -> list[dict[str, Any]]:
+def relative_records(analysis: RunAnalysis) -> list[dict[str, Any]]:
     return [
         {
             **location_record(table, row, setup),
@@ -154,7 +150,7 @@ def relative_records(result: RunResult, min_effect: float | None = None) -> list
             "problem": cell.problem or row.reference_problem,
             "min_effect": cell.min_effect,
         }
-        for table in relative_tables(result, min_effect)
+        for table in analysis.tables
         for row, setup, cell in table.entries()
     ]
 
@@ -167,20 +163,26 @@ def records_csv(records: list[dict[str, Any]], empty_header: tuple[str, ...]) ->
     return buffer.getvalue()
 
 
-def relative_csv(result: RunResult, min_effect: float | None = None) -> str:
-    return records_csv(relative_records(result, min_effect), ("engine", "threads", "step"))
+def relative_csv(analysis: RunAnalysis) -> str:
+    return records_csv(relative_records(analysis), ("engine", "threads", "step"))
 
 
-def relative_json(result: RunResult, min_effect: float | None = None) -> str:
+def relative_json(analysis: RunAnalysis) -> str:
     return json.dumps(
         {
-            "run_id": result.run_id,
-            "base": result.base_setup,
-            "cells": relative_records(result, min_effect),
+            "run_id": analysis.result.run_id,
+            "base": analysis.result.base_setup,
+            "cells": relative_records(analysis),
         },
         indent=1,
     )
 
 
-def results_json(result: RunResult, with_samples: bool = True) -> str:
+def results_json(analysis: RunAnalysis, with_samples: bool = True) -> str:
+    """The run as reported; a --min-effect given goes into its metadata, so that a
+    report read back from this file uses it too."""
+    result = analysis.result
+    if analysis.min_effect_given:
+        metadata = dataclasses.replace(result.metadata, min_effect=analysis.min_effect)
+        result = dataclasses.replace(result, metadata=metadata)
     return json.dumps(result.to_dict(with_samples=with_samples), indent=1)

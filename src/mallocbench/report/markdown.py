@@ -2,20 +2,8 @@
 
 from __future__ import annotations
 
-from mallocbench.analysis.client import client_cpu_warnings
-from mallocbench.analysis.recommend import recommend
-from mallocbench.analysis.summary import (
-    RatioCell,
-    RatioTable,
-    adaptive_lines,
-    color_rule,
-    exploratory_note,
-    memory_rows,
-    relative_tables,
-    significance_rule,
-    unit_note,
-    vsz_note,
-)
+from mallocbench.analysis.run_analysis import RunAnalysis
+from mallocbench.analysis.summary import RatioCell, RatioTable
 from mallocbench.metadata import RunMetadata
 from mallocbench.report.facts import brief_facts, setup_table
 from mallocbench.report.recommend import engine_lines
@@ -30,7 +18,16 @@ from mallocbench.report.tables import (
     run_notes,
     sla_lines,
 )
-from mallocbench.results import STATUS_OK, RunResult
+from mallocbench.report.words import (
+    adaptive_lines,
+    client_cpu_warnings,
+    color_rule,
+    exploratory_note,
+    significance_rule,
+    unit_note,
+    vsz_note,
+)
+from mallocbench.results import RunResult
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -61,24 +58,25 @@ MARKDOWN_MARKUP = RelativeMarkup(
 )
 
 
-def render(result: RunResult) -> str:
+def render(analysis: RunAnalysis) -> str:
+    result = analysis.result
     meta = result.metadata
     out = [f"# mallocbench: {result.experiment}", ""]
     facts = _run_facts(meta)
     out.append(f"Run `{result.run_id}`." + (f" {facts}" if facts else ""))
     out.append("")
-    exploratory = exploratory_note(result)
+    exploratory = exploratory_note(analysis.exploratory)
     if exploratory:
         out += [f"> **{exploratory}**", ""]
     out += _setups(result)
-    out += _recommendation(result)
-    out += _adaptive(result)
-    for table in relative_tables(result):
+    out += _recommendation(analysis)
+    out += _adaptive(analysis)
+    for table in analysis.tables:
         out += _relative_section(table)
-    out += _per_op(result)
-    out += _memory(result)
-    out += soak_markdown(result)
-    out += _findings(result)
+    out += _per_op(analysis)
+    out += _memory(analysis)
+    out += soak_markdown(analysis)
+    out += _findings(analysis)
     if result.experiment_text:
         out += ["## Experiment", "", "```toml", result.experiment_text.rstrip(), "```", ""]
     return "\n".join(out)
@@ -101,9 +99,9 @@ def _setups(result: RunResult) -> list[str]:
     ]
 
 
-def _adaptive(result: RunResult) -> list[str]:
+def _adaptive(analysis: RunAnalysis) -> list[str]:
     """The adaptive stop: its headline in bold, its explanation, then one item per cell."""
-    adaptive = adaptive_lines(result)
+    adaptive = adaptive_lines(analysis.adaptive)
     if not adaptive:
         return []
     out = [f"**{adaptive[0]}**", ""]
@@ -133,8 +131,8 @@ def _relative_section(table: RatioTable) -> list[str]:
     return [*out, *_table(header, rows), ""]
 
 
-def _per_op(result: RunResult) -> list[str]:
-    per_op = per_op_tables(result)
+def _per_op(analysis: RunAnalysis) -> list[str]:
+    per_op = per_op_tables(analysis)
     if not per_op:
         return []
     out = ["## Latency and cost per operation", "", PER_OP_NOTE, ""]
@@ -143,8 +141,8 @@ def _per_op(result: RunResult) -> list[str]:
     return out
 
 
-def _memory(result: RunResult) -> list[str]:
-    memory = memory_rows(result)
+def _memory(analysis: RunAnalysis) -> list[str]:
+    memory = analysis.memory
     if not memory:
         return []
     out = ["## Peak memory of the server", ""]
@@ -154,31 +152,31 @@ def _memory(result: RunResult) -> list[str]:
         + "".join(f" {note}" for note in memory_notes(memory))
     )
     out.append("")
-    columns = memory_columns(memory)
+    columns = memory_columns(memory, analysis.reserved_vsz_bytes is not None)
     out += _table(
         [header for header, _ in columns],
         [[cell(r) for _, cell in columns] for r in memory],
     )
     out.append("")
-    reserved = vsz_note(memory)
+    reserved = vsz_note(analysis.reserved_vsz_bytes)
     if reserved:
         out += [f"> **Note:** {reserved}", ""]
     return out
 
 
-def _findings(result: RunResult) -> list[str]:
+def _findings(analysis: RunAnalysis) -> list[str]:
     """The sections after the tables: SLA, load generator, run notes, failed cells."""
     out: list[str] = []
-    sla = [f"- {line}" if met else f"- **{line}**" for line, met in sla_lines(result)]
+    sla = [f"- {line}" if met else f"- **{line}**" for line, met in sla_lines(analysis)]
     if sla:
         out += ["## Insert benchmark: background rate (SLA)", "", *sla, ""]
-    warnings = client_cpu_warnings(result.cells)
+    warnings = client_cpu_warnings(analysis.client_bound)
     if warnings:
         out += ["## Load generator warnings", "", *[f"- {w}" for w in warnings], ""]
-    notes = run_notes(result)
+    notes = run_notes(analysis)
     if notes:
         out += ["## Notes from the run", "", *[f"- {n}" for n in notes], ""]
-    problems = [c for c in result.cells if c.status != STATUS_OK]
+    problems = analysis.problems
     if problems:
         out.append("## Cells that did not measure")
         out.append("")
@@ -191,9 +189,9 @@ def _findings(result: RunResult) -> list[str]:
     return out
 
 
-def _recommendation(result: RunResult) -> list[str]:
+def _recommendation(analysis: RunAnalysis) -> list[str]:
     """The verdict section: what to run per engine, each claim with its interval."""
-    rec = recommend(result)
+    rec = analysis.recommendation
     if not rec.engines or rec.exploratory:
         return []
     out = ["## Recommendation", ""]

@@ -15,7 +15,7 @@ from mallocbench.analysis.recommend import (
     Evidence,
     Recommendation,
 )
-from mallocbench.analysis.summary import percent
+from mallocbench.formatting import percent
 
 NAMES = {rec.THROUGHPUT: "throughput", rec.P99: "p99 latency", rec.RSS: "peak RSS"}
 EXAMPLES = 3  # evidence items shown per kind before "and N more"

@@ -18,10 +18,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from mallocbench import formatting as fmt
-from mallocbench.analysis.soak import Lifetime, SetupSoak, Slope, is_soak, soak_setups, window
-from mallocbench.analysis.summary import slug
+from mallocbench.analysis.run_analysis import RunAnalysis
+from mallocbench.analysis.soak import Lifetime, SetupSoak, Slope
 from mallocbench.console import make_console
-from mallocbench.results import STATUS_CRASHED, STATUS_OOM, RunResult
+from mallocbench.formatting import slug
+from mallocbench.results import STATUS_CRASHED, STATUS_OOM
 
 MiB = float(1 << 20)
 # Samples drawn per lifetime at most: a day of per-second RSS would make the page heavy
@@ -160,15 +161,13 @@ def _unaccounted_text(life: Lifetime | None) -> str:
     return f"{first / MiB:,.0f} -> {last / MiB:,.0f}"
 
 
-def soak_table(
-    result: RunResult, soaks: list[SetupSoak] | None = None
-) -> tuple[list[str], list[list[str]]]:
+def soak_table(analysis: RunAnalysis) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the soak table, one row per setup and engine; no rows when the
-    run is not a soak. `soaks`: analysis.soak.soak_setups(result), when already at hand."""
-    if not is_soak(result):
+    run is not a soak."""
+    if not analysis.is_soak:
         return HEADER, []
     rows = []
-    for soak in soaks if soaks is not None else soak_setups(result):
+    for soak in analysis.soaks:
         main = soak.main
         fit = main.fit if main else None
         peak = soak.peak_bytes
@@ -193,11 +192,11 @@ def _or(value: object, unknown: str) -> object:
     return unknown if value is None else value
 
 
-def soak_notes(result: RunResult, soaks: list[SetupSoak] | None = None) -> list[str]:
+def soak_notes(analysis: RunAnalysis) -> list[str]:
     """Sentences the soak table needs beside it: design, method, restarts, what is missing."""
-    if not is_soak(result):
+    if not analysis.is_soak:
         return []
-    meta = result.metadata.soak
+    meta = analysis.result.metadata.soak
     assert meta is not None  # is_soak
     notes = [
         f"Soak: {_or(meta.step, '?')} with {_or(meta.threads, '?')} client threads for "
@@ -212,7 +211,7 @@ def soak_notes(result: RunResult, soaks: list[SetupSoak] | None = None) -> list[
         "they leave out the variation between starts and are narrower than a verdict needs.",
     ]
     planned = int(meta.segments or 0)
-    for soak in soaks if soaks is not None else soak_setups(result):
+    for soak in analysis.soaks:
         notes += _lifetime_notes(soak)
         done = sum(life.segments for life in soak.lifetimes)
         ended = soak.killed is not None or soak.crashed is not None
@@ -247,28 +246,26 @@ def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
 
 
-def markdown_lines(result: RunResult) -> list[str]:
+def markdown_lines(analysis: RunAnalysis) -> list[str]:
     """The Markdown soak section (heading, table, notes); [] for a run that is no soak."""
-    soaks = soak_setups(result) if is_soak(result) else []
-    header, rows = soak_table(result, soaks)
+    header, rows = soak_table(analysis)
     if not rows:
         return []
     out = ["## Soak: RSS over time", ""]
     out += _markdown_table(header, rows)
     out.append("")
-    for note in soak_notes(result, soaks):
+    for note in soak_notes(analysis):
         out += [note, ""]
     return out
 
 
-def print_soak(result: RunResult, console: Console | None = None) -> None:
+def print_soak(analysis: RunAnalysis, console: Console | None = None) -> None:
     """The soak table and its notes on the terminal; nothing for a run that is no soak."""
-    soaks = soak_setups(result) if is_soak(result) else []
-    header, rows = soak_table(result, soaks)
+    header, rows = soak_table(analysis)
     if not rows:
         return
     console = console or make_console()
-    meta = result.metadata.soak
+    meta = analysis.result.metadata.soak
     assert meta is not None  # is_soak
     for engine in dict.fromkeys(row[0] for row in rows):
         table = Table(
@@ -288,7 +285,7 @@ def print_soak(result: RunResult, console: Console | None = None) -> None:
             )
             table.add_row(*[escape(cells[name]) for name in TERMINAL_COLUMNS])
         console.print(table)
-    for note in soak_notes(result, soaks):
+    for note in soak_notes(analysis):
         console.print(f"[dim]{escape(note)}[/]")
 
 
@@ -305,7 +302,7 @@ def _fit_line(life: Lifetime, scale: float) -> tuple[list[float], list[float]] |
     slope = life.fit.slope if life.fit else None
     if slope is None:
         return None
-    tail = window(life.series, slope.start_s)
+    tail = [(t, v) for t, v in life.series if t >= slope.start_s and v is not None]
     if not tail:
         return None
     mean_t = sum(t for t, _ in tail) / len(tail)
@@ -381,16 +378,16 @@ def _marks(life: Lifetime) -> list[tuple[float, float, str, str]]:
     return marks
 
 
-def soak_charts(result: RunResult, colors: dict[str, str]) -> list[dict[str, Any]]:
+def soak_charts(analysis: RunAnalysis, colors: dict[str, str]) -> list[dict[str, Any]]:
     """RSS over each soak lifetime, one chart per engine, each the keyword arguments of
     report.html.Chart (id, title, data, layout, note, wide); [] for a run that is no soak.
 
     `colors` maps setups to colors: report.html's, so a setup looks the same on the whole
     page.
     """
-    if not is_soak(result):
+    if not analysis.is_soak:
         return []
-    soaks = soak_setups(result)
+    soaks = analysis.soaks
     charts = []
     for engine in dict.fromkeys(s.engine for s in soaks):
         here = [s for s in soaks if s.engine == engine]

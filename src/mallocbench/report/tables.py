@@ -6,31 +6,38 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from mallocbench import formatting as fmt
-from mallocbench.analysis.run_noise import noise_notes
-from mallocbench.analysis.sla import sla_results
+from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import (
-    ACCOUNTING_NOTE,
-    CAP_NOTE,
     QPS,
     CellSummary,
     MemoryRow,
     RatioCell,
     RatioRow,
     RatioTable,
-    cs_per_op,
-    has_accounting,
-    has_caps,
-    oom_text,
-    setup_order,
-    stability_notes,
-    summarize_run,
-    vsz_note,
 )
-from mallocbench.results import RunResult
+from mallocbench.report.words import (
+    ACCOUNTING_NOTE,
+    CAP_NOTE,
+    noise_notes,
+    oom_text,
+    sla_text,
+    stability_notes,
+)
 from mallocbench.workloads.catalogue import label_order
 
+MemoryRows = list[MemoryRow] | tuple[MemoryRow, ...]
 
-def memory_unit(rows: list[MemoryRow]) -> str:
+
+def has_caps(rows: MemoryRows) -> bool:
+    """Any row to show a cap, a cgroup charge or an OOM kill for."""
+    return any(r.memory_limit_bytes or r.peak_cgroup_bytes or r.oom_cells for r in rows)
+
+
+def has_accounting(rows: MemoryRows) -> bool:
+    return any(r.unaccounted_bytes is not None for r in rows)
+
+
+def memory_unit(rows: MemoryRows) -> str:
     """The unit of a memory table's RSS columns (VSZ, reserved address space, is in GiB)."""
     return fmt.memory_unit(
         v
@@ -48,7 +55,7 @@ def memory_unit(rows: list[MemoryRow]) -> str:
 MemoryColumn = tuple[str, Callable[[MemoryRow], str]]
 
 
-def memory_columns(rows: list[MemoryRow]) -> list[MemoryColumn]:
+def memory_columns(rows: MemoryRows, vsz_reserved: bool) -> list[MemoryColumn]:
     """The memory table's columns, each a header and how to fill it, for these rows.
 
     Columns with nothing to say are left out: VSZ when it is mostly reserved address
@@ -57,7 +64,7 @@ def memory_columns(rows: list[MemoryRow]) -> list[MemoryColumn]:
     """
     unit = memory_unit(rows)
     columns: list[MemoryColumn] = [("engine", lambda r: r.engine), ("setup", lambda r: r.setup)]
-    if vsz_note(rows) is None:
+    if not vsz_reserved:
         columns.append(("peak VSZ (GiB)", lambda r: fmt.gb(r.peak_vsz_bytes)))
     columns.append((f"peak RSS ({unit})", lambda r: fmt.size(r.peak_rss_bytes, unit)))
     if has_caps(rows):
@@ -99,19 +106,19 @@ def reference_text(row: RatioRow, base: str) -> str:
     return f"{text} {row.unit}" if row.unit != QPS and row.reference_qps is not None else text
 
 
-def sla_lines(result: RunResult) -> list[tuple[str, bool]]:
+def sla_lines(analysis: RunAnalysis) -> list[tuple[str, bool]]:
     """("where: SLA met: 98 of 100 rows/s", met) per insert-benchmark query cell."""
-    return [
-        (f"{where}: {status.describe()}", status.met) for where, status in sla_results(result.cells)
-    ]
+    return [(f"{where}: {sla_text(status)}", status.met) for where, status in analysis.sla]
 
 
-def run_notes(result: RunResult) -> list[str]:
+def run_notes(analysis: RunAnalysis) -> list[str]:
     """What the run itself found worth telling the reader (e.g. a THP knob with no effect),
     and the cells whose measured seconds did not hold one level."""
-    notes = result.metadata.notes or []
-    recorded = [str(n) for n in notes] if isinstance(notes, list) else []
-    return recorded + noise_notes(result) + stability_notes(result)
+    return [
+        *analysis.recorded_notes,
+        *noise_notes(analysis.noise),
+        *stability_notes(analysis.unstable, analysis.not_steady),
+    ]
 
 
 def _number(value: float | None, digits: int) -> str:
@@ -123,7 +130,7 @@ PER_OP_COLUMNS: list[tuple[str, Callable[[CellSummary], str]]] = [
     ("p95 ms", lambda s: _number(s.p95_ms, 2)),
     ("p99 ms", lambda s: _number(s.p99_ms, 2)),
     ("cpu µs/o", lambda s: _number(s.metrics.get("server_cpu_us_per_op"), 1)),
-    ("cs/o", lambda s: _number(cs_per_op(s), 2)),
+    ("cs/o", lambda s: _number(s.cs_per_op, 2)),
 ]
 PER_OP_NOTE = (
     "Absolute values, means over repeats (latency: the median of the repeats' "
@@ -133,11 +140,12 @@ PER_OP_NOTE = (
 )
 
 
-def per_op_tables(result: RunResult) -> list[tuple[str, list[str], list[list[str]]]]:
+def per_op_tables(analysis: RunAnalysis) -> list[tuple[str, list[str], list[list[str]]]]:
     """(title, header, rows) per engine and thread count: each step and setup in the long
     form, so a terminal keeps every setup's name however many there are."""
-    summaries = summarize_run(result)
-    order = {name: i for i, name in enumerate(setup_order(result))}
+    result = analysis.result
+    summaries = analysis.summaries
+    order = {name: i for i, name in enumerate(analysis.setups)}
     tables = []
     for engine in dict.fromkeys(c.engine for c in result.cells):
         for threads in sorted({c.threads for c in result.cells if c.engine == engine}):
@@ -188,7 +196,7 @@ def relative_rows(
         yield [label, *blank, *values], True
 
 
-def memory_notes(rows: list[MemoryRow]) -> list[str]:
+def memory_notes(rows: MemoryRows) -> list[str]:
     """What a memory table's columns need said, for the columns it shows."""
     notes = [ACCOUNTING_NOTE] if has_accounting(rows) else []
     notes += [CAP_NOTE] if has_caps(rows) else []

@@ -9,21 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mallocbench.analysis.client import client_cpu_warnings
-from mallocbench.analysis.recommend import recommend
-from mallocbench.analysis.summary import (
-    MemoryRow,
-    RatioCell,
-    RatioTable,
-    adaptive_lines,
-    color_rule,
-    exploratory_note,
-    memory_rows,
-    relative_tables,
-    significance_rule,
-    unit_note,
-    vsz_note,
-)
+from mallocbench.analysis.run_analysis import RunAnalysis
+from mallocbench.analysis.summary import RatioCell, RatioTable
 from mallocbench.console import make_console
 from mallocbench.report.recommend import verdict_lines
 from mallocbench.report.soak import print_soak
@@ -37,7 +24,16 @@ from mallocbench.report.tables import (
     run_notes,
     sla_lines,
 )
-from mallocbench.results import STATUS_OK, RunResult
+from mallocbench.report.words import (
+    adaptive_lines,
+    cell_class,
+    client_cpu_warnings,
+    color_rule,
+    exploratory_note,
+    significance_rule,
+    unit_note,
+    vsz_note,
+)
 
 COLORS = {"slower": "red", "faster": "green", "problem": "bold red"}
 
@@ -67,7 +63,7 @@ def colored(text: str, css: str) -> str:
 def ratio_text(cell: RatioCell) -> str:
     """A relative value with its finding mark and, under it, its interval: without the
     interval a reader cannot see why a 1.07 is left uncolored."""
-    text = colored(cell.text + cell.mark, cell.css) + (" [dim]same[/]" if cell.same else "")
+    text = colored(cell.text + cell.mark, cell_class(cell)) + (" [dim]same[/]" if cell.same else "")
     return text + (f"\n[dim]{cell.interval_text}[/]" if cell.interval_text else "")
 
 
@@ -81,29 +77,30 @@ TERMINAL_MARKUP = RelativeMarkup(
 )
 
 
-def print_run(result: RunResult, console: Console | None = None, source: str | None = None) -> None:
+def print_run(
+    analysis: RunAnalysis, console: Console | None = None, source: str | None = None
+) -> None:
     """The relative-QPS tables and the peak-memory table, colored like the HTML report.
 
     `source` is where the run was read from (an output directory, a store), for the
     commands the report suggests.
     """
     console = console or make_console()
-    exploratory = exploratory_note(result)
+    exploratory = exploratory_note(analysis.exploratory)
     if exploratory:
         console.print(f"[bold yellow]{exploratory}[/]")
-    tables = relative_tables(result)
+    tables = analysis.tables
     for rel in tables:
         console.print(_relative_table(rel))
     note = unit_note(tables)
     if note:
         console.print(f"[dim]{note}[/]")
-    for title, header, rows in per_op_tables(result):
+    for title, header, rows in per_op_tables(analysis):
         console.print(_per_op_table(title, header, rows))
-    memory = memory_rows(result)
-    if memory:
-        _print_memory(memory, console)
-    print_soak(result, console)
-    _print_findings(result, console, source)
+    if analysis.memory:
+        _print_memory(analysis, console)
+    print_soak(analysis, console)
+    _print_findings(analysis, console, source)
 
 
 def _relative_table(rel: RatioTable) -> Table:
@@ -137,8 +134,9 @@ def _per_op_table(title: str, header: list[str], rows: list[list[str]]) -> Table
     return table
 
 
-def _print_memory(memory: list[MemoryRow], console: Console) -> None:
-    columns = memory_columns(memory)
+def _print_memory(analysis: RunAnalysis, console: Console) -> None:
+    memory = analysis.memory
+    columns = memory_columns(memory, analysis.reserved_vsz_bytes is not None)
     notes = memory_notes(memory)
     table = Table(title="Peak memory of the server", caption=" ".join(notes) or None)
     for header, _ in columns:
@@ -150,14 +148,15 @@ def _print_memory(memory: list[MemoryRow], console: Console) -> None:
     for row in memory:
         table.add_row(*[cell(row) for _, cell in columns])
     console.print(table)
-    reserved = vsz_note(memory)
+    reserved = vsz_note(analysis.reserved_vsz_bytes)
     if reserved:
         console.print(f"[yellow]note[/]: {reserved}")
 
 
-def _print_findings(result: RunResult, console: Console, source: str | None) -> None:
+def _print_findings(analysis: RunAnalysis, console: Console, source: str | None) -> None:
     """The lines under the tables: the verdict, then what a reader should double-check."""
-    rec = recommend(result)
+    result = analysis.result
+    rec = analysis.recommendation
     if rec.engines and not rec.exploratory:
         for line in verdict_lines(rec):
             console.print(f"[bold]recommendation[/]: {escape(line)}")
@@ -167,16 +166,15 @@ def _print_findings(result: RunResult, console: Console, source: str | None) -> 
         console.print(
             f"[dim]the evidence: mallocbench recommend {escape(where)}{run}[/]", soft_wrap=True
         )
-    for line in adaptive_lines(result):
+    for line in adaptive_lines(analysis.adaptive):
         console.print(escape(line))
-    for line, met in sla_lines(result):
+    for line, met in sla_lines(analysis):
         console.print(escape(line), style=None if met else "red")
-    for warning in client_cpu_warnings(result.cells):
+    for warning in client_cpu_warnings(analysis.client_bound):
         console.print(f"[yellow]warning[/]: {escape(warning)}")
-    for note in run_notes(result):
+    for note in run_notes(analysis):
         console.print(f"[yellow]note[/]: {escape(note)}")
-    problems = [c for c in result.cells if c.status != STATUS_OK]
-    for cell in problems:
+    for cell in analysis.problems:
         console.print(
             f"[red]{cell.status}[/]: {cell.setup}/{cell.engine}/{cell.step}/"
             f"{cell.threads}t: {escape(cell.error or '')}"

@@ -1,0 +1,311 @@
+"""Numbers into words, colours and CSS classes: the one place the reports share them.
+
+The analysis returns numbers, verdicts and records; how a verdict is coloured and what
+a reader is told about it is decided here, once for every format.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from mallocbench import formatting as fmt
+from mallocbench.analysis import stats
+from mallocbench.analysis.client import CellLike
+from mallocbench.analysis.run_noise import BUSY_SHARE, RunNoise
+from mallocbench.analysis.sla import SlaStatus
+from mallocbench.analysis.summary import (
+    UNSTABLE_MARK,
+    VSZ_RESERVED_FACTOR,
+    Exploratory,
+    MemoryRow,
+    RatioCell,
+    RatioTable,
+)
+from mallocbench.formatting import percent
+from mallocbench.metadata import AdaptiveRecord
+from mallocbench.results import Cell
+
+__all__ = [
+    "ACCOUNTING_NOTE",
+    "CAP_NOTE",
+    "adaptive_lines",
+    "cell_class",
+    "cell_title",
+    "client_cpu_warning",
+    "client_cpu_warnings",
+    "color_rule",
+    "exploratory_note",
+    "noise_notes",
+    "stability_notes",
+    "oom_text",
+    "percent",
+    "significance_rule",
+    "sla_text",
+    "unit_note",
+    "verdict_class",
+    "vsz_note",
+]
+
+
+def verdict_class(verdict: str) -> str:
+    """The color of a verdict. Only findings (faster, slower) are colored; "same" gets a
+    neutral grey because it too is a claim the interval supports; everything else none."""
+    return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.SAME: "same"}.get(verdict, "none")
+
+
+def cell_class(cell: RatioCell) -> str:
+    """The CSS class (and terminal colour) of a relative value."""
+    return "problem" if cell.problem else verdict_class(cell.verdict)
+
+
+def cell_title(cell: RatioCell) -> str:
+    """What hovering a relative value shows: both sides, the ratio, its interval, verdict."""
+    if cell.problem:
+        return f"this cell did not measure: {cell.problem}"
+    unit = cell.unit
+    parts = [
+        f"{fmt.qps(cell.value)} {unit} vs {fmt.qps(cell.reference)} {unit} ({cell.reference_label})"
+    ]
+    if cell.ratio is not None:
+        parts.append(f"ratio {cell.ratio:.3f}")
+    if cell.has_interval:
+        parts.append(
+            f"95% interval {fmt.bound(cell.low)} to {fmt.bound(cell.high)}"
+            + (" (excludes 1.0)" if cell.excludes_one else "")
+        )
+    elif cell.ratio is not None:
+        parts.append(cell.interval_text)
+    parts.append(f"verdict: {cell.verdict}")
+    if cell.same:
+        parts[-1] += f" (the whole interval within ±{percent(cell.min_effect)})"
+    elif cell.verdict == stats.INCONCLUSIVE:
+        parts[-1] += f" (excludes 1.0 but may be smaller than ±{percent(cell.min_effect)})"
+    parts.append(f"repeats {cell.repeats[0]} / {cell.repeats[1]}")
+    if cell.unstable:
+        parts.append("unstable: a repeat's throughput trended or shifted while measured")
+    return "; ".join(parts)
+
+
+def color_rule(min_effect: float = 0.0) -> str:
+    """How the reports color ratios, in words."""
+    band = f" and the change is at least {percent(min_effect)}" if min_effect > 0 else ""
+    text = f"green faster / red slower: the 95% interval excludes 1.0{band}"
+    if min_effect > 0:
+        text += f"; grey same: the whole interval within ±{percent(min_effect)}"
+    return text + "; no color: not significant, inconclusive or no interval (not a finding)"
+
+
+def significance_rule(min_effect: float = 0.0) -> str:
+    """What "*" means, in words."""
+    text = "* a finding: the 95% interval excludes 1.0"
+    if min_effect > 0:
+        text += f" and the change is at least {percent(min_effect)}"
+    return text
+
+
+def unit_note(tables: list[RatioTable] | tuple[RatioTable, ...]) -> str:
+    """A sentence naming the insert benchmark's units, or "" when no table uses them."""
+    units = list(dict.fromkeys(u for t in tables for u in t.units))
+    if not units:
+        return ""
+    return (
+        "Insert-benchmark steps compare their own rate instead of QPS: "
+        + " and ".join(units)
+        + " (rows/s inserted for the loads, queries/s for the query steps)."
+    )
+
+
+def oom_text(row: MemoryRow) -> str:
+    if not row.oom_cells:
+        return "-"
+    return f"OOM-killed ({row.oom_cells} cell{'s' if row.oom_cells != 1 else ''})"
+
+
+CAP_NOTE = (
+    "memory_limit caps the server's own memory cgroup, and the kernel acts on the group's "
+    "charge, not on RSS: the charge adds the page cache and kernel memory charged to the "
+    "group (files the server reads and writes, socket buffers) and leaves out shared file "
+    "pages that another process was charged for first, so it can sit above or below RSS. "
+    "When the charge reaches the cap the kernel first reclaims page cache, then OOM-kills "
+    "the server; an OOM-killed cell is a result, with its samples up to the kill."
+)
+
+ACCOUNTING_NOTE = (
+    "'server accounts for' is the part of RSS the server can name (code, files, buffer "
+    "pool pages, stacks, and the heap it says it holds); 'unaccounted' is RSS minus that: "
+    "allocator overhead and fragmentation (negative when the server counts memory it never "
+    "touched). Both from the cell with the largest unaccounted RSS; heap ratio = resident "
+    "heap / heap the server accounts for."
+)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def adaptive_lines(info: AdaptiveRecord | None) -> list[str]:
+    """How adaptive repetition ended: a headline, then each cell that did not converge."""
+    if info is None:
+        return []
+    parts = []
+    target = _number(info.target_ci_pct)
+    if target is not None:
+        parts.append(f"target {target:g}% interval width")
+    rounds = _number(info.rounds)
+    if rounds is not None:
+        parts.append(f"{rounds:g} round{'s' if rounds != 1 else ''}")
+    stopped = info.stopped
+    budget = _number(info.budget_s)
+    if stopped == "converged":
+        parts.append("converged")
+    elif stopped == "budget" and budget is not None:
+        parts.append(f"stopped: another round would overrun the {budget / 60:g} min budget")
+    elif stopped:
+        parts.append(f"stopped: {stopped}")
+    lines = ["adaptive repetition: " + (", ".join(parts) or "on")]
+    missed = info.not_converged or []
+    if isinstance(missed, list) and missed:
+        lines.append(f"{len(missed)} cell(s) did not reach the target:")
+        for entry in missed:
+            if not isinstance(entry, dict):
+                continue
+            where = " / ".join(
+                str(entry[k]) for k in ("setup", "engine", "step") if entry.get(k) not in (None, "")
+            )
+            if entry.get("threads"):
+                where += f" / {entry['threads']} threads"
+            width = _number(entry.get("width_pct"))
+            shown = f"{width:.1f}%" if width is not None and math.isfinite(width) else None
+            lines.append(f"  {where}: interval width {shown or 'no interval yet'}")
+    return lines
+
+
+EXPLORATORY = {
+    Exploratory.SOAK: (
+        "Soak run: its segments are consecutive windows of one server lifetime per "
+        "setup, not independent server starts, so the relative values below have no "
+        "interval and none is a finding; the soak section's slopes are its result."
+    ),
+    Exploratory.ONE_REPEAT: (
+        "Exploratory run: every cell was measured once, so no difference below has an "
+        "interval and none is a finding. For a verdict, run with repeats >= 3 or --target-ci."
+    ),
+}
+
+
+def exploratory_note(reason: Exploratory | None) -> str | None:
+    """The line every report puts first when the run cannot support any finding."""
+    return None if reason is None else EXPLORATORY[reason]
+
+
+def noise_notes(noise: RunNoise | None) -> list[str]:
+    """One or two sentences on the noise the run met, for every report's notes."""
+    if noise is None:
+        return []
+    notes = []
+    if noise.slice_cv_pct is not None:
+        text = (
+            f"noise in this run: one slice varies by ±{noise.slice_cv_pct:.1f}% within a "
+            f"server start"
+        )
+        if noise.start_cv_pct is not None:
+            text += f", server starts by ±{noise.start_cv_pct:.1f}%"
+        text += f" (medians over {noise.cells} cells)"
+        if noise.best_slices_per_start is not None:
+            text += (
+                f"; at these levels about {noise.best_slices_per_start} slices per start "
+                "narrow intervals fastest (Kalibera and Jones)"
+            )
+        notes.append(text)
+    if noise.other_cpu_median is not None and noise.other_cpu_max is not None:
+        text = (
+            f"other processes used a median {noise.other_cpu_median:.0%} of the CPU time "
+            f"while slices ran (at most {noise.other_cpu_max:.0%})"
+        )
+        if noise.steal_max:
+            text += f", the hypervisor stole up to {noise.steal_max:.0%}"
+        if noise.other_cpu_median > BUSY_SHARE:
+            text += ": the measurements include that interference"
+        notes.append(text)
+    return notes
+
+
+def stability_notes(
+    unstable: tuple[Cell, ...] | list[Cell], not_steady: tuple[Cell, ...] | list[Cell]
+) -> list[str]:
+    """Cells whose measured seconds did not hold one level, and warmups that ran out.
+
+    Their samples are kept and their means used; the reader is told which they are,
+    since a mean over a ramp or a step describes neither level.
+    """
+    notes = []
+    if unstable:
+        where = ", ".join(
+            f"{c.setup}/{c.engine}/{c.step}@{c.threads} r{c.repeat} "
+            f"({c.stability.get('reason', 'unstable')})"
+            for c in unstable[:8]
+        )
+        more = f" and {len(unstable) - 8} more" if len(unstable) > 8 else ""
+        notes.append(
+            f"{len(unstable)} cell(s) unstable, marked {UNSTABLE_MARK}: their throughput "
+            f"trended or shifted level while measured: {where}{more}"
+        )
+    if not_steady:
+        notes.append(
+            f"{len(not_steady)} cell(s) reached durations.max_warmup still trending: raise "
+            "it, or expect their first measured seconds to be part of the ramp"
+        )
+    return notes
+
+
+def client_cpu_warning(cell: CellLike) -> str:
+    """The one-line warning for a cell whose client used more CPU than the server
+    (`analysis.client.client_bound`)."""
+    metrics = cell.metrics or {}
+    share = metrics.get("client_cpu_share", math.nan)
+    detail = ""
+    if "client_cpu_s" in metrics and "server_cpu_s" in metrics:
+        detail = f" ({metrics['client_cpu_s']:.1f} s vs {metrics['server_cpu_s']:.1f} s)"
+    return (
+        f"{_where(cell)}the client (sysbench) used more CPU than the server{detail}, "
+        f"{share:.0%} of the total: the load generator may be the bottleneck; "
+        "use fewer threads, pin the server to other CPUs (setup `cpus`), or a bigger host"
+    )
+
+
+def client_cpu_warnings(bound: Iterable[CellLike]) -> list[str]:
+    """The warning of each client-bound cell, in the order given."""
+    return [client_cpu_warning(c) for c in bound]
+
+
+def _where(cell: object) -> str:
+    parts = [
+        str(getattr(cell, name))
+        for name in ("setup", "engine", "step")
+        if getattr(cell, name, None) not in (None, "")
+    ]
+    threads = getattr(cell, "threads", None)
+    if threads:
+        parts.append(f"{threads} threads")
+    return f"{' / '.join(parts)}: " if parts else ""
+
+
+def vsz_note(reserved_bytes: int | None) -> str | None:
+    """A warning when peak VSZ is dominated by reserved address space, else None."""
+    if reserved_bytes is None:
+        return None
+    return (
+        f"Peak VSZ (up to {reserved_bytes / (1 << 40):,.1f} TiB) is more than "
+        f"{VSZ_RESERVED_FACTOR}x peak RSS: it is dominated by address space the server "
+        "reserves (MariaDB 10.11 reserves innodb_buffer_pool_size_max), not by memory in "
+        "use, so comparing VSZ across allocators is not meaningful on this build."
+    )
+
+
+def sla_text(status: SlaStatus) -> str:
+    """An insert-benchmark cell's background rate against its target."""
+    verdict = "met" if status.met else "MISSED"
+    return f"SLA {verdict}: {status.achieved:,.0f} of {status.target:,.0f} rows/s"
