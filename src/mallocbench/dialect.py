@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mallocbench import allocators
+from mallocbench.allocators import knobs as allocator_knobs
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers.options import check_knob
@@ -253,13 +254,21 @@ def setup_knobs(
         return None
     for key, text in knobs.items():
         problems.check(path + (key,), check_knob, key, text, label)
-    foreign = allocators.knob_allocator_mismatch(allocator, knobs) if allocator else []
-    if foreign:
-        problems.add(
-            path + (foreign[0],),
-            f"{label}.knobs: knob {foreign[0]} has no effect on {allocator.name}: "  # type: ignore[union-attr]
-            "remove it or change the allocator",
-        )
+    if allocator is None:
+        return None if problems.failed(*path) else knobs
+    foreign = {k: allocators.knob_allocator_mismatch(allocator, {k: v}) for k, v in knobs.items()}
+    for key, owner in foreign.items():
+        if owner:
+            problems.add(
+                path + (key,),
+                f"{label}.knobs: knob {owner[0]} has no effect on {allocator.name}: "
+                "remove it or change the allocator",
+            )
+            break
+    # A name the installed library does not read would be measured as if it had worked.
+    own = {k: v for k, v in knobs.items() if not foreign[k] and not problems.failed(*path, k)}
+    for key, message in allocator_knobs.raw_problems(allocator, own):
+        problems.add(path + (key,), f"{label}.knobs: {message}")
     return None if problems.failed(*path) else knobs
 
 

@@ -9,6 +9,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mallocbench.allocators.knobs import Knob
+
 LIB_DIRS = (
     "/usr/lib/x86_64-linux-gnu",
     "/usr/lib/aarch64-linux-gnu",
@@ -25,7 +27,9 @@ class Allocator:
 
     `library` is the shared object to LD_PRELOAD (None for glibc, which is always there);
     `soname_pattern` recognises it in /proc/PID/maps; `knob_prefixes` are the environment
-    variables that tune it, so a setup's knobs can be checked against the allocator.
+    variables that tune it, so a setup's knobs can be checked against the allocator;
+    `knobs` is its catalogue (allocators/knobs.py), `knob_family` says how the installed
+    library is searched for the names it reads.
     """
 
     name: str
@@ -36,6 +40,8 @@ class Allocator:
     knob_prefixes: tuple[str, ...] = ()
     custom_path: str | None = None
     aliases: tuple[str, ...] = field(default=())
+    knob_family: str = ""
+    knobs: tuple[Knob, ...] = ()
 
     @property
     def is_builtin(self) -> bool:

@@ -1,3 +1,4 @@
+from mallocbench.allocators._gperftools import KNOBS
 from mallocbench.allocators.base import Allocator
 
 ALLOCATOR = Allocator(
@@ -7,5 +8,7 @@ ALLOCATOR = Allocator(
     debian_package="libgoogle-perftools4",
     soname_pattern=r"^libtcmalloc(_and_profiler)?\.so",
     knob_prefixes=("TCMALLOC_", "HEAPPROFILE", "HEAP_PROFILE_"),
+    knob_family="gperftools",
+    knobs=KNOBS,
     aliases=("tc",),
 )

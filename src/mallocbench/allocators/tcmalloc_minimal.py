@@ -1,3 +1,4 @@
+from mallocbench.allocators._gperftools import KNOBS
 from mallocbench.allocators.base import Allocator
 
 ALLOCATOR = Allocator(
@@ -7,5 +8,7 @@ ALLOCATOR = Allocator(
     debian_package="libtcmalloc-minimal4",
     soname_pattern=r"^libtcmalloc_minimal\.so",
     knob_prefixes=("TCMALLOC_",),
+    knob_family="gperftools",
+    knobs=KNOBS,
     aliases=("tcmin",),
 )
