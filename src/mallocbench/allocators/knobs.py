@@ -64,8 +64,8 @@ class Knob:
             return "true/false"
         if self.choices:
             return "/".join(self.choices)
-        low = "" if self.low is None else f"{self.low:g}"
-        high = "" if self.high is None else f"{self.high:g}"
+        low = "" if self.low is None else _number_text(self.low)
+        high = "" if self.high is None else _number_text(self.high)
         return f"{low}..{high}" if low or high else "-"
 
     def to_dict(self) -> dict[str, object]:
@@ -77,6 +77,7 @@ class Knob:
             "min": self.low,
             "max": self.high,
             "choices": list(self.choices),
+            "range": self.range_text(),
             "channel": self.channel,
             "key": self.key,
             "legacy_env": self.legacy_env,
@@ -127,6 +128,10 @@ class Knob:
 
     def _unit_hint(self) -> str:
         return f" of {self.unit}" if self.unit else ""
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:g}"
 
 
 def glibc(name: str, kind: Kind, default: str, **extra: object) -> Knob:
