@@ -37,6 +37,8 @@ ALLOCATOR = Allocator(
         ),
         env("large_os_pages", "MIMALLOC_LARGE_OS_PAGES", "bool", "0"),
         env("eager_commit", "MIMALLOC_EAGER_COMMIT", "bool", "1"),
-        env("reserve_huge_os_pages", "MIMALLOC_RESERVE_HUGE_OS_PAGES", "int", "0", unit="GiB"),
+        env(
+            "reserve_huge_os_pages", "MIMALLOC_RESERVE_HUGE_OS_PAGES", "int", "0", unit="GiB", low=0
+        ),
     ),
 )
