@@ -224,7 +224,9 @@ def test_a_knob_of_another_allocator_is_still_named_as_such(tmp_path: Path) -> N
     if not allocators.get("jemalloc", require_available=False).available:
         pytest.skip("jemalloc is not installed")
     path = experiment(tmp_path, 'MALLOC_CONF = "narenas:2"')
-    with pytest.raises(MallocbenchError, match=f"^{path}:9: .*MALLOC_CONF .*has no effect on glibc"):
+    with pytest.raises(
+        MallocbenchError, match=f"^{path}:9: .*MALLOC_CONF .*has no effect on glibc"
+    ):
         load(path)
 
 

@@ -17,12 +17,9 @@ import re
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from mallocbench.errors import MallocbenchError, did_you_mean
-
-if TYPE_CHECKING:
-    from mallocbench.allocators.base import Allocator
 
 Kind = Literal["int", "float", "bool", "size", "duration", "enum"]
 # How a knob reaches the allocator: a key of MALLOC_CONF, a glibc tunable inside
@@ -144,6 +141,24 @@ def conf(name: str, kind: Kind, default: str, **extra: object) -> Knob:
 
 def env(name: str, variable: str, kind: Kind, default: str, **extra: object) -> Knob:
     return Knob(name, kind, default, "env", variable, **extra)  # type: ignore[arg-type]
+
+
+class Allocator(Protocol):
+    """What of an allocator entry (base.Allocator) the catalogue reads; base imports
+    this module for Knob, so it is described here rather than imported."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def path(self) -> str | None: ...
+    @property
+    def version(self) -> str | None: ...
+    @property
+    def custom_path(self) -> str | None: ...
+    @property
+    def knob_family(self) -> str: ...
+    @property
+    def knobs(self) -> tuple[Knob, ...]: ...
 
 
 # -- what the installed library knows ---------------------------------------------------
