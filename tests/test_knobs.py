@@ -242,3 +242,13 @@ def test_allocators_knobs_lists_the_catalogue() -> None:
     table = run_cli("allocators", "--knobs")
     assert table.returncode == 0, table.stderr
     assert "dirty_decay_ms" in table.stdout and "installed" in table.stdout
+
+
+def test_custom_libraries_are_not_second_guessed() -> None:
+    """A .so given by path may read anything: only the built-in allocators are checked."""
+    je = allocators.get("jemalloc", require_available=False)
+    if not je.available or je.path is None:
+        pytest.skip("jemalloc is not installed")
+    custom = allocators.get(je.path)
+    assert knobs.raw_problems(custom, {"MALLOC_CONF": "made_up:1"}) == []
+    assert knobs.raw_problems(je, {"MALLOC_CONF": "made_up:1"}) != []
