@@ -31,11 +31,13 @@ demo: setup
 test: setup
 	@bash scripts/install-deps.sh chromium systemd postgresql-15
 	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy src
 	$(PY) -m pytest -q tests
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy src
 
 clean:
 	rm -rf $(VENV) $(OUT) native/build .pytest_cache

@@ -272,8 +272,8 @@ def _classify_buffer_pool(
             ):
                 best, note = _split_tail(pid, mappings, i, pool_size)
                 break
-        if best is None:
-            return None, None
+    if best is None:
+        return None, None
     best.kind = "buffer_pool"
     index = mappings.index(best)
     following = mappings[index + 1] if index + 1 < len(mappings) else None
