@@ -315,6 +315,7 @@ def test_a_host_killed_mid_run_loses_no_finished_cell(
     recorded = result.metadata.cluster
     assert recorded is not None and recorded.worker_cpu_share is not None
     share = recorded.worker_cpu_share.median
+    assert share is not None
     assert 0 <= share < 0.05, share  # the engine stays quiet while hosts measure
     # The hosts' allocator versions, with each setup's library kept.
     allocators = result.metadata.allocators
