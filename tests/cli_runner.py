@@ -60,14 +60,18 @@ def run_cli(
     timeout: float = 600,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
+    whole_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`python -m mallocbench.cli ARGS` in a process of its own, its output captured.
 
-    The process is forked from a server that did the imports once (cli_zygote.py);
+    `env` adds to the test's environment; `whole_env` is all the run gets. The process
+    is forked from a server that did the imports once (cli_zygote.py);
     MALLOCBENCH_TEST_FRESH_PYTHON=1 starts a new interpreter for each run instead.
     """
     command = [sys.executable, "-m", "mallocbench.cli", *args]
-    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    full_env = (
+        whole_env if whole_env is not None else {**os.environ, "COLUMNS": "200", **(env or {})}
+    )
     zygote = None if os.environ.get("MALLOCBENCH_TEST_FRESH_PYTHON") == "1" else _zygote()
     if zygote is None:
         return subprocess.run(
