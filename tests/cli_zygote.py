@@ -79,6 +79,7 @@ def _run(conn: socket.socket) -> None:
         os.close(fd)
     os.setpgid(0, 0)  # as its own job: a timeout kills the run and what it started
     os.chdir(request["cwd"])
+    sys.path[0] = os.getcwd()  # where -m puts it (this script's directory is no part of it)
     os.environ.clear()
     os.environ.update(request["env"])
     outcome = {"code": 1}
