@@ -57,4 +57,4 @@ lint: venv
 	$(VENV)/bin/mypy src tests bench
 
 clean:
-	rm -rf $(VENV) $(VENV)-lock $(OUT) native/build .pytest_cache
+	rm -rf $(VENV) $(VENV)-lock $(OUT) native/build .pytest_cache .mypy_cache
