@@ -129,7 +129,7 @@ class _Zygote:
                 answer = conn.recv(4096)
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)  # as subprocess.run's timeout does
                 raise subprocess.TimeoutExpired(command, timeout) from None
             # No answer: the run was killed (by a signal, as a returncode says it).
             code = json.loads(answer)["code"] if answer else -signal.SIGKILL

@@ -56,6 +56,9 @@ def main(path: str) -> None:
     server.listen(64)
     # Runs are reaped by the kernel; each run puts the default back for its own children.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    # Ctrl-C of the test session reaches the runs (they share its process group) and
+    # ends them as it would end python -m; this server ends when the session does.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     print("ready", flush=True)
     while True:
         ready, _, _ = select.select([server, sys.stdin], [], [])
@@ -72,12 +75,12 @@ def main(path: str) -> None:
 
 def _run(conn: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
     request = json.loads(message)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    os.setpgid(0, 0)  # as its own job: a timeout kills the run and what it started
     os.chdir(request["cwd"])
     sys.path[0] = os.getcwd()  # where -m puts it (this script's directory is no part of it)
     os.environ.clear()
