@@ -25,7 +25,7 @@ steps = ["point-query"]
 threads = [1]
 [dataset]
 tables = 1
-rows = 500
+rows = 2000
 cache = "32M"
 [durations]
 warmup = 0

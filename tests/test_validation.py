@@ -33,7 +33,7 @@ steps = [
 ]
 [dataset]
 tables = 1
-rows = 500
+rows = 2000
 cache = "32M"
 [durations]
 warmup = 0
