@@ -5,20 +5,37 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT ?= demo-out
 
-.PHONY: setup deps venv native demo test lint clean bench-help
+.PHONY: setup deps venv lock native demo test lint clean bench-help
 
 setup: deps venv native
 
 deps:
 	@bash scripts/install-deps.sh
 
-$(STAMP): pyproject.toml
+# constraints.txt pins every package of the venv, dependencies of dependencies included,
+# so each host of a cluster and each CI run installs the same versions; pyproject.toml
+# keeps the ranges the code works with. `make lock` refreshes the pins on purpose.
+$(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
-	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q -c constraints.txt --upgrade pip
+	@$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
+
+# The newest versions pyproject.toml allows, resolved in a fresh venv (not this one, which
+# may hold packages installed by hand), written to constraints.txt; the venv follows.
+lock:
+	@rm -rf $(VENV)-lock
+	@python3 -m venv $(VENV)-lock
+	@$(VENV)-lock/bin/python -m pip install -q --upgrade pip
+	@$(VENV)-lock/bin/python -m pip install -q -e '.[dev]'
+	@{ echo "# Written by \`make lock\` on $$(date -u +%F) for Python $$($(VENV)-lock/bin/python -c 'import platform; print(platform.python_version())'); edit pyproject.toml, not this."; \
+	  $(VENV)-lock/bin/python -m pip freeze --all --exclude-editable | grep -v -E '^(mallocbench|setuptools|wheel)=='; } > constraints.txt.new
+	@mv constraints.txt.new constraints.txt
+	@rm -rf $(VENV)-lock
+	@$(MAKE) -s venv
+	@echo "constraints.txt: $$(grep -c '==' constraints.txt) pinned packages"
 
 native:
 	@$(MAKE) -s -C native
@@ -31,15 +48,17 @@ demo: setup
 test: setup
 	@bash scripts/install-deps.sh chromium systemd postgresql-15
 	$(VENV)/bin/ruff check src tests bench
-	$(PY) -m pytest -q tests
+	$(VENV)/bin/mypy src tests bench
+	$(PY) -m pytest -q --durations=20 tests
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy src tests bench
 
 # --help within 0.3 s of a bare interpreter (medians of 10); exits 1 when slower.
 bench-help: venv
 	$(PY) bench/bench_help.py
 
 clean:
-	rm -rf $(VENV) $(OUT) native/build .pytest_cache
+	rm -rf $(VENV) $(VENV)-lock $(OUT) native/build .pytest_cache .mypy_cache

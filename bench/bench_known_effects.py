@@ -65,7 +65,9 @@ def true_size(cells: list[RatioCell]) -> float:
     holding locks and cold caches. So the true size on QPS is not 0.95 a priori; each
     run's interval is judged against the runs it had no part in.
     """
-    return math.exp(statistics.fmean(math.log(c.ratio) for c in cells))
+    # A run whose cell failed has no ratio: it says nothing about the size.
+    ratios = [c.ratio for c in cells if c.ratio is not None]
+    return math.exp(statistics.fmean(math.log(r) for r in ratios)) if ratios else QUOTA
 
 
 def main() -> int:

@@ -131,7 +131,7 @@ def by_seconds(
         off[b] = off.get(b, 0.0) + q_off
         diffs.append(q_on / q_off)
     full = {b for b in on if (b + 1) * batch <= len(done) // 2}
-    extra = {
+    extra: dict[str, object] = {
         "pairs": len(diffs),
         "batches": len(full),
         "second_cv_off": round(_cv([q for s, q in done if not s]), 4),

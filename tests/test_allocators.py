@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
+from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 
@@ -52,12 +52,8 @@ def test_detect_and_verify_on_a_real_process() -> None:
 
 
 def test_cli_json_lists_objects() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "mallocbench.cli", "allocators", "--json"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    out = run_cli("allocators", "--json")
+    assert out.returncode == 0, out.stderr
     entries = json.loads(out.stdout)
     assert {"name", "version", "path", "available"} <= set(entries[0])
     assert any(e["name"] == "mimalloc" for e in entries)

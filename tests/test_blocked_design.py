@@ -102,8 +102,8 @@ def _cells(setup: str, values: list[float]) -> list[Cell]:
 def test_wide_cells_judge_the_width_from_the_first_stage_once_it_is_recorded() -> None:
     # Three noisy blocks, then five that agree to 0.1%: the later ones narrow the
     # interval only through their number, never through their small spread.
-    base = [1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000]
-    je = [1100, 950, 1020, 1010, 1010, 1010, 1010, 1010]
+    base: list[float] = [1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000]
+    je: list[float] = [1100, 950, 1020, 1010, 1010, 1010, 1010, 1010]
     run = RunResult(
         "r", "t", "glibc", setups=[SetupInfo("glibc", "glibc"), SetupInfo("je", "jemalloc")]
     )

@@ -25,7 +25,7 @@ threads = [2]
 
 [dataset]
 tables = 1
-rows = 1000
+rows = 2000  # the shape of the other run tests: one golden datadir loaded for all
 cache = "64M"
 
 [durations]

@@ -340,7 +340,7 @@ def test_a_cache_larger_than_the_machine_is_refused(tmp_path: Path, integrity_fi
 def test_a_dataset_larger_than_the_disk_is_refused(tmp_path: Path, integrity_figures: Any) -> None:
     path = experiment_file(tmp_path)
     text = path.read_text().replace("tables = 1", f"tables = {MAX_TABLES}")
-    path.write_text(text.replace("rows = 500", f"rows = {MAX_ROWS}"))
+    path.write_text(text.replace("rows = 2000", f"rows = {MAX_ROWS}"))
     cache = tmp_path / "cache"
     line = assert_refused(
         run_cli("run", str(path), "--dry-run", env={"MALLOCBENCH_CACHE": str(cache)}),

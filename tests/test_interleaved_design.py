@@ -22,7 +22,7 @@ threads = [2]
 repeats = 2
 [dataset]
 tables = 1
-rows = 500
+rows = 2000
 cache = "32M"
 [durations]
 warmup = 0

@@ -13,7 +13,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pymysql
 import pytest
 from rich.console import Console
 
+from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.memory import server as server_mod
 from mallocbench.memory import take as take_mod
@@ -93,14 +93,7 @@ def run(
         **{server_mod.TEST_ROOT_ENV: str(root)},
         **(env or {}),
     )
-    return subprocess.run(
-        [sys.executable, "-m", "mallocbench.cli", "memory", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-        env=clean,
-    )
+    return run_cli("memory", *args, timeout=300, whole_env=clean)
 
 
 def write(path: Path, text: str) -> Path:

@@ -171,7 +171,7 @@ def test_not_a_massif_file(tmp_path: Path) -> None:
 
 
 def test_watch_chart_and_csv(tmp_path: Path) -> None:
-    rows = [
+    rows: list[dict[str, object]] = [
         {"elapsed_s": i, "rss": (100 + i) * 2**20, "heap_rss": 50 * 2**20, "unaccounted": -(2**20)}
         for i in range(4)
     ]

@@ -37,7 +37,7 @@ def test_the_recorded_runs_metadata_round_trips_key_for_key() -> None:
 
 
 def test_unknown_keys_nulls_and_unreadable_values_survive() -> None:
-    stored = {
+    stored: dict[str, object] = {
         "from_a_newer_version": {"nested": [1, 2]},
         "host": "h",
         "cpus": None,  # null, not absent

@@ -19,7 +19,7 @@ import pytest
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.metadata import AdaptiveRecord
 from mallocbench.report import html
-from mallocbench.results import RunResult
+from mallocbench.results import Cell, RunResult, SessionInfo
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"
@@ -179,7 +179,9 @@ def check_in_browser(page_html: str, tmp_path: Path, screenshot: Path) -> str:
     assert console_messages(dom.stderr) == []
     body = re.search(r"<body([^>]*)>", dom.stdout)
     assert body, dom.stdout[:500]
-    expected = int(re.search(r'data-charts-expected="(\d+)"', body.group(1)).group(1))
+    wanted = re.search(r'data-charts-expected="(\d+)"', body.group(1))
+    assert wanted, body.group(0)
+    expected = int(wanted.group(1))
     rendered = re.search(r'data-charts-rendered="(\d+)"', body.group(1))
     assert "data-charts-error" not in body.group(1), body.group(1)
     assert expected > 0 and rendered and int(rendered.group(1)) == expected
@@ -282,7 +284,8 @@ def _with_peaks(result: RunResult, factor: float) -> RunResult:
     """The recorded run with je's server peaks `factor` times glibc's in each block."""
     made = copy.deepcopy(result)
     base = 400 << 20
-    for measured in [*made.sessions, *made.cells]:
+    peaked: list[SessionInfo | Cell] = [*made.sessions, *made.cells]
+    for measured in peaked:
         jitter = 1 + 0.001 * measured.repeat  # blocks differ a little, as real ones do
         peak = base * jitter * (factor if measured.setup == "je" else 1.0)
         measured.peak_rss_bytes = int(peak)

@@ -179,7 +179,7 @@ def test_sigkill_of_the_harness_then_resume_leaves_no_server_behind(
         records = wait_for(lambda: server_records(out), "a running server", harness=harness)
         assert isinstance(records, list)
         wait_for(lambda: any(p.name() == "sysbench" for p in processes_under(out)), "sysbench")
-        orphan_pid = int(records[0]["pid"])  # type: ignore[call-overload]
+        orphan_pid = int(records[0]["pid"])
         socket_dir = Path(str(records[0]["socket"])).parent
         integrity_figures.add("faults injected")
         harness.kill()

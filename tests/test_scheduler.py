@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,9 @@ SMALL = FIXTURES / "results-small.json"
 AA = FIXTURES / "results-aa.json"
 
 
-def experiment_of(recording: RunResult, tmp_path: Path, overrides: list[str] = ()) -> Experiment:
+def experiment_of(
+    recording: RunResult, tmp_path: Path, overrides: Sequence[str] = ()
+) -> Experiment:
     """The recorded experiment, loaded as a user's file with --set overrides would be."""
     path = tmp_path / f"{recording.experiment}.toml"
     path.write_text(recording.experiment_text)
@@ -97,6 +100,7 @@ def test_target_ci_converges_when_the_recorded_spread_allows(tmp_path: Path) -> 
     assert adaptive is not None
     assert adaptive.stopped == "converged" and adaptive.not_converged == []
     assert adaptive.stage1_blocks == STAGE1_BLOCKS
+    assert outcome.repeats_done is not None
     assert adaptive.rounds == outcome.repeats_done >= STAGE1_BLOCKS
     assert run_status(tmp_path / "out", outcome.result.run_id) == "finished"
 
@@ -116,6 +120,7 @@ def test_target_ci_stops_at_max_repeats_when_the_spread_is_too_wide(tmp_path: Pa
     adaptive = outcome.result.metadata.adaptive
     assert adaptive is not None
     assert adaptive.stopped == "max repeats" and adaptive.rounds == 6
+    assert adaptive.not_converged is not None
     (wide,) = adaptive.not_converged
     assert wide["setup"] == "glibc-b" and wide["width_pct"] > 1
 
@@ -129,10 +134,12 @@ def test_target_ci_stops_before_a_round_would_overspend_the_budget(tmp_path: Pat
         experiment, executor, tmp_path / "out", target_ci_pct=1, budget_s=150, max_repeats=50
     )
     assert outcome.adaptive_stop == "budget"
+    assert outcome.result.metadata.adaptive is not None
     assert outcome.result.metadata.adaptive.stopped == "budget"
     # The virtual clock ran on the recorded seconds (about 11 s a cell here).
     spent = executor.now() - started
     assert 100 < spent <= 150
+    assert outcome.repeats_done is not None
     assert STAGE1_BLOCKS <= outcome.repeats_done < 50
 
 
@@ -159,6 +166,7 @@ def test_stage_one_runs_every_cell_then_only_the_wide_ones(tmp_path: Path) -> No
     assert adaptive is not None
     assert adaptive.stage1_blocks == STAGE1_BLOCKS
     assert adaptive.stopped == outcome.adaptive_stop == "max repeats"
+    assert adaptive.not_converged is not None
     wide = {(w["engine"], w["step"], w["threads"]) for w in adaptive.not_converged}
     assert wide and wide <= later[-1]
 
@@ -252,6 +260,7 @@ def test_interleaved_blocks_hold_every_setup_and_rotate(tmp_path: Path) -> None:
     experiment = experiment_of(recording, tmp_path, ["durations.step=6", "durations.slice=3"])
     executor = RecordedExecutor(recording)
     outcome = replay(experiment, executor, tmp_path / "out")
+    assert outcome.result.metadata.design is not None
     assert outcome.result.metadata.design.used == "interleaved"
     assert len(executor.calls) == 24
     for call in executor.calls:
@@ -276,6 +285,7 @@ def test_sequential_design_runs_one_session_per_setup_engine_and_repeat(tmp_path
     experiment = experiment_of(recording, tmp_path, ['design="sequential"'])
     executor = RecordedExecutor(recording)
     outcome = replay(experiment, executor, tmp_path / "out")
+    assert outcome.result.metadata.design is not None
     assert outcome.result.metadata.design.used == "sequential"
     assert all(not call.interleave and len(call.cells) == 1 for call in executor.calls)
     ids = [s.info.id for s in executor.sessions]

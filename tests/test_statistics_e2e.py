@@ -8,13 +8,11 @@ so one run exercises everything issue 4 added to the pipeline.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cli_runner import run_cli
 from mallocbench.analysis import stats
 
 IDENTICAL = """
@@ -31,6 +29,7 @@ rows = 2000
 cache = "64M"
 [durations]
 warmup = 1
+max_warmup = 4  # warming until steady has tests of its own; here it only costs minutes
 step = 3
 [server.config]
 performance_schema = "ON"
@@ -48,14 +47,11 @@ def test_identical_setups_measure_costs_and_are_not_called_different(tmp_path: P
     exp = tmp_path / "identical.toml"
     exp.write_text(IDENTICAL)
     out = tmp_path / "out"
-    run = subprocess.run(
-        [sys.executable, "-m", "mallocbench.cli", "run", str(exp), "--out", str(out), "-q"]
-        + ["--target-ci", "80%", "--max-repeats", "4", "--budget", "10m"],
-        capture_output=True,
-        text=True,
+    run = run_cli(
+        *("run", str(exp), "--out", str(out), "-q"),
+        *("--target-ci", "80%", "--max-repeats", "4", "--budget", "10m"),
         timeout=900,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "COLUMNS": "160"},
+        env={"COLUMNS": "160"},
     )
     assert run.returncode == 0, run.stderr[-2000:]
     data = json.loads((out / "results.json").read_text())

@@ -33,7 +33,7 @@ steps = [
 ]
 [dataset]
 tables = 1
-rows = 500
+rows = 2000
 cache = "32M"
 [durations]
 warmup = 0
@@ -191,8 +191,9 @@ def conforms(value: Any, schema: dict[str, Any], where: str = "") -> list[str]:
         return [] if any(not o for o in options) else options[0]
     kinds = schema.get("type")
     kinds = [kinds] if isinstance(kinds, str) else kinds
-    python = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
-              "object": dict, "array": list}  # fmt: skip
+    python: dict[str, type | tuple[type, ...]] = {
+        "string": str, "integer": int, "number": (int, float), "boolean": bool,
+        "object": dict, "array": list}  # fmt: skip
     if kinds and not any(isinstance(value, python[k]) for k in kinds):
         return [f"{where}: {value!r} is not {kinds}"]
     if "enum" in schema and value not in schema["enum"]:

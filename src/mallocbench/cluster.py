@@ -639,8 +639,9 @@ def host_differences(hosts: dict[str, HostRecord]) -> list[str]:
         distinct = {json.dumps(v, sort_keys=True) for v in values.values()}
         if len(distinct) < 2:
             continue
-        if key == "memory_bytes" and all(isinstance(v, int) for v in values.values()):
-            low, high = min(values.values()), max(values.values())
+        numbers = [v for v in values.values() if isinstance(v, int)]
+        if key == "memory_bytes" and len(numbers) == len(values):
+            low, high = min(numbers), max(numbers)
             if high - low <= MEMORY_TOLERANCE * high:
                 continue
         listed = ", ".join(f"{name} {value}" for name, value in values.items())

@@ -407,7 +407,7 @@ def deployment_for(setup: SetupInfo, service: str = "mariadb") -> Deployment:
         service=_service_name(service),
         environment=env,
         preload=preload,
-        package=entry.debian_package if preload and _packaged(preload, entry) else None,
+        package=entry.debian_package if entry and preload and _packaged(preload, entry) else None,
     )
     if preload and not os.path.isfile(preload):
         d.notes.append(f"{preload} does not exist on this host: install it where the server runs")

@@ -695,7 +695,7 @@ def _base(
     return base
 
 
-def _as_list(value: object, types: type | tuple[type, ...]) -> object:
+def _as_list(value: object, types: type | tuple[type, ...]) -> Any:
     """One value of `types` stands for a list of one (engines = "innodb", threads = 8)."""
     return [value] if isinstance(value, types) and not isinstance(value, bool) else value
 
@@ -707,7 +707,7 @@ def _engines(problems: Problems, data: dict[str, Any]) -> list[Engine]:
         return []
     if not names:
         problems.add(("engines",), 'engines is empty: write e.g. engines = ["innodb"]')
-    found = [problems.check(("engines", i), engines.get, str(n)) for i, n in enumerate(names)]  # type: ignore[arg-type]
+    found = [problems.check(("engines", i), engines.get, str(n)) for i, n in enumerate(names)]
     return [engine for engine in found if engine is not None]
 
 
@@ -717,7 +717,7 @@ def _steps(problems: Problems, data: dict[str, Any]) -> tuple[list[Step], list[s
     hint = 'write a list of steps or groups, e.g. ["point", "scan"]'
     if problems.check(("steps",), _expect, specs, list, "steps", hint) is None:
         return [], []
-    written = [str(spec) for spec in specs]  # type: ignore[attr-defined]
+    written = [str(spec) for spec in specs]
     if not written:
         problems.add(("steps",), "steps is empty: name at least one step or group")
     for index, spec in enumerate(written):
@@ -733,7 +733,7 @@ def _threads(problems: Problems, data: dict[str, Any]) -> list[int]:
     if problems.check(("threads",), _expect, threads, list, "threads", hint) is None:
         return []
     good = []
-    for index, count in enumerate(threads):  # type: ignore[arg-type]
+    for index, count in enumerate(threads):
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 4096:
             problems.add(
                 ("threads", index), f"threads contains {count!r}: use whole numbers from 1 to 4096"

@@ -363,7 +363,7 @@ def measure_turns(
                 owner = plan.owner(turn)
                 if turn >= len(active):
                     taken[turn] = _taken(active[owner][0], owner, before, after)
-                    latest_rss[owner] = taken[turn].memory.rss_bytes if taken[turn].memory else None
+                    latest_rss[owner] = m.rss_bytes if (m := taken[turn].memory) else None
                 before = after
                 if should_stop():
                     raise KeyboardInterrupt

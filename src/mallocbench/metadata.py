@@ -37,6 +37,8 @@ def _flat(cls: type[Record]) -> Any:
     return field(default=None, metadata={_RECORD: cls, _FLAT: True})
 
 
+# Callers pass a class, which is hashable; mypy takes the dataclass's instance __hash__ = None
+# for the class's own, hence the arg-type ignores where it is called with a Record class.
 @cache
 def _slots(cls: type[Record]) -> dict[str, Field[Any]]:
     """Each JSON key the record reads -> its field (a flat record's keys -> the flat field)."""
@@ -117,7 +119,7 @@ class Record:
     @classmethod
     def known_keys(cls) -> frozenset[str]:
         """The JSON keys this version reads into fields (the rest go to `extra`)."""
-        return frozenset(_slots(cls))
+        return frozenset(_slots(cls))  # type: ignore[arg-type]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Self:
@@ -128,7 +130,7 @@ class Record:
 
     def update_from_dict(self, data: dict[str, Any]) -> None:
         """Read these keys over the record's, as dict.update would."""
-        slots = _slots(type(self))
+        slots = _slots(type(self))  # type: ignore[arg-type]
         for key, value in data.items():
             slot = slots.get(key)
             if slot is not None and slot.metadata.get(_FLAT):
@@ -152,7 +154,7 @@ class Record:
         inner.update_from_dict({key: value})
 
     def to_dict(self) -> dict[str, Any]:
-        slots = _slots(type(self))
+        slots = _slots(type(self))  # type: ignore[arg-type]
         out: dict[str, Any] = {}
         for key in [*self._keys, *(k for k in self.extra if k not in self._keys)]:
             if key in self.extra:

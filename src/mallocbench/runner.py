@@ -674,10 +674,10 @@ class Pipeline:
                         lives[session.setup] = live
                     pairs.append((live, cell))
                 measured = self._measure_together(pairs, interleave=True)
-                for (live, _), cell in zip(pairs, measured, strict=True):
-                    self._save_cell(store, run_id, cell, outcome)
+                for (live, _), finished in zip(pairs, measured, strict=True):
+                    self._save_cell(store, run_id, finished, outcome)
                     if not live.alive():
-                        live.info.status = cell.status
+                        live.info.status = finished.status
                 if self.stop_requested():
                     raise KeyboardInterrupt
         finally:

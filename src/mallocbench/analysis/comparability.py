@@ -93,6 +93,7 @@ def _run_facts(result: RunResult) -> dict[str, Fact]:
     """Dataset, durations, design and host: the run-wide facts."""
     meta = result.metadata
     facts: dict[str, Fact] = {}
+    value: Any  # the dataset's numbers, then the host's numbers and names
     dataset = _dataset(result)
     for name, value, show in (
         ("dataset.tables", dataset.tables, str),
@@ -151,10 +152,10 @@ def _setup_facts(result: RunResult) -> dict[str, Fact]:
     for cell in result.cells:
         if cell.cache_bytes:
             caches.setdefault((cell.setup, cell.engine), set()).add(cell.cache_bytes)
-    for (setup, engine), values in caches.items():
+    for (name, engine), values in caches.items():
         ordered = sorted(values)
         text = " / ".join(fmt.mib(v) for v in ordered)
-        facts[f"cache[{setup}/{engine}]"] = Fact(ordered, text, REFUSE)
+        facts[f"cache[{name}/{engine}]"] = Fact(ordered, text, REFUSE)
     return facts
 
 

@@ -226,6 +226,10 @@ def assess(criterion: str, cells: list[tuple[str, RatioCell]], min_effect: float
     return out
 
 
+def _whole(peak: float | None) -> int | None:
+    return None if peak is None else int(peak)
+
+
 def _bad_end(e: Evidence, higher_better: bool) -> float:
     """The interval's end on the losing side, as a gain (below 1.0 is a loss)."""
     return e.low if higher_better else 1 / e.high
@@ -249,7 +253,7 @@ def _p99_cells(result: RunResult, min_effect: float) -> dict[str, list[tuple[str
         }
         blocked = stats.blocked_ratios(base_values, others)
         for name, values in others.items():
-            cell = ratio_cell(
+            ratio = ratio_cell(
                 list(values.values()),
                 list(base_values.values()),
                 None,
@@ -258,7 +262,7 @@ def _p99_cells(result: RunResult, min_effect: float) -> dict[str, list[tuple[str
                 "ms",
                 blocked.get(name),
             )
-            out[f"{engine}/{name}"].append((f"{step} @{threads}", cell))
+            out[f"{engine}/{name}"].append((f"{step} @{threads}", ratio))
     return out
 
 
@@ -362,7 +366,7 @@ def recommend(
             }
             peak = max(peaks.get((setup, engine), {}).values(), default=None)
             candidates.append(
-                _candidate(setup, assessments, priorities, peak and int(peak), memory_budget_bytes)
+                _candidate(setup, assessments, priorities, _whole(peak), memory_budget_bytes)
             )
         if not candidates:
             continue  # only the base ran on this engine: nothing to choose between
@@ -378,7 +382,7 @@ def recommend(
                 qualifying[0].setup if qualifying else None,
                 qualifying + rest,
                 _thin_evidence(result, engine),
-                base_peak and int(base_peak),
+                _whole(base_peak),
                 bool(memory_budget_bytes and base_peak and base_peak > memory_budget_bytes),
             )
         )

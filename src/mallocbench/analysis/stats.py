@@ -10,6 +10,7 @@ is as far from 1 as 2x). A ratio is *significant* when its interval excludes 1.0
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,9 @@ def _clean(values: Sequence[float | int | None]) -> list[float]:
     return [float(v) for v in values if v is not None and not math.isnan(float(v))]
 
 
+# Stopping rules and simulations ask for the same few (confidence, df) pairs thousands of
+# times, and one scipy ppf call costs about a millisecond.
+@functools.lru_cache(maxsize=1024)
 def t_quantile(confidence: float, df: float) -> float:
     """Two-sided Student's t critical value (e.g. 4.30 for 95% and 2 degrees of freedom)."""
     if not 0 < confidence < 1:

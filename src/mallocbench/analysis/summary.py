@@ -25,7 +25,7 @@ from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
 from mallocbench.formatting import percent, slug
-from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult
+from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult, SessionInfo
 from mallocbench.units import parse_fraction
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
 
@@ -542,13 +542,18 @@ class MemoryRow:
         )
 
 
+def _measured(result: RunResult) -> list[SessionInfo | Cell]:
+    """Everything that kept a peak: sessions first, then cells."""
+    return [*result.sessions, *result.cells]
+
+
 def memory_rows(result: RunResult) -> list[MemoryRow]:
     """Peak VSZ and RSS per setup and engine over all its sessions (the seeds' table)."""
     peaks: dict[tuple[str, str], list[int | None]] = {}
     cache: dict[tuple[str, str], int | None] = {}
     worst: dict[tuple[str, str], Cell] = {}
     # Sessions keep the server's lifetime peak; cells cover sessions whose end was lost.
-    for measured in [*result.sessions, *result.cells]:
+    for measured in _measured(result):
         key = (measured.setup, measured.engine)
         entry = peaks.setdefault(key, [None, None])
         for index, value in enumerate((measured.peak_vsz_bytes, measured.peak_rss_bytes)):
@@ -599,7 +604,7 @@ def peak_rss_by_repeat(result: RunResult) -> dict[tuple[str, str], dict[int, flo
     peaks: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     # A soak's segments share one server: its lifetime peak is the one value it has.
     one_block = repeats_share_a_server(result)
-    for measured in [*result.sessions, *result.cells]:
+    for measured in _measured(result):
         if not measured.peak_rss_bytes:
             continue
         by_repeat = peaks[(measured.setup, measured.engine)]
@@ -643,9 +648,9 @@ def _add_cgroup(row: MemoryRow, result: RunResult) -> None:
     """The cap, peak charge and OOM kills of one setup on one engine."""
     sessions = [s for s in result.sessions if (s.setup, s.engine) == (row.setup, row.engine)]
     cells = [c for c in result.cells if (c.setup, c.engine) == (row.setup, row.engine)]
-    limits = [s.memory_limit_bytes for s in sessions]
+    limits: list[float | None] = [s.memory_limit_bytes for s in sessions]
     limits += [c.metrics.get("cgroup_limit_bytes") for c in cells if c.metrics]
-    peaks = [s.peak_cgroup_bytes for s in sessions]
+    peaks: list[float | None] = [s.peak_cgroup_bytes for s in sessions]
     peaks += [c.metrics.get("cgroup_peak_bytes") for c in cells if c.metrics]
     row.memory_limit_bytes = max((int(v) for v in limits if v), default=None)
     row.peak_cgroup_bytes = max((int(v) for v in peaks if v), default=None)

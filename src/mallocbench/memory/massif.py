@@ -183,7 +183,7 @@ def _massif_sites(root: _Node) -> list[Site]:
             if node.bytes - covered > 0:
                 add(node, node.bytes - covered, [])
             return
-        callers = []
+        callers: list[str] = []
         cursor = node
         while cursor.children and len(callers) < 4:
             cursor = max(cursor.children, key=lambda c: c.bytes)

@@ -728,7 +728,8 @@ def collect(conn: pymysql.Connection) -> ServerMemory:
         if flavor == "mariadb":
             sessions = _sessions(cur, has_process, account, gaps)
         pfs_enabled = variables.get("performance_schema", "OFF").upper() in ("ON", "1")
-        pfs_total, pfs_top = None, []
+        pfs_total: int | None = None
+        pfs_top: list[tuple[str, int]] = []
         if pfs_enabled:
             pfs_total, pfs_top = _performance_schema(cur, account, gaps, "Memory_used" in status)
         elif "Memory_used" not in status:

@@ -360,12 +360,12 @@ def make_case(
             f"({', '.join(names)}){did_you_mean(str(base), names)}",
         )
     run_length = _run_length(problems, path, where, table, defaults)
-    threads = defaults.threads
+    threads: list[int] | None = defaults.threads
     if "threads" in table:
         threads = problems.check(
             path + ("threads",), _threads, f"{where}.threads", table["threads"]
         )
-    seed = defaults.seed
+    seed: int | None = defaults.seed
     if "seed" in table:
         seed = problems.check(path + ("seed",), _int, f"{where}.seed", table["seed"], 0, 2**63)
     name = table.get("name", default_case_name(pattern, options))

@@ -30,7 +30,7 @@ def _host(meta: RunMetadata) -> HostFacts:
     return meta.host or HostFacts()
 
 
-def _or(value: object, unknown: str) -> object:
+def _or(value: object, unknown: object) -> object:
     return unknown if value is None else value
 
 

@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pymysql
 
@@ -523,7 +524,8 @@ class PrivateServer:
             self.allocator_path = allocators.verify(self.config.allocator, self.proc.pid)
             with self.connect() as conn, conn.cursor() as cur:
                 cur.execute("SELECT VERSION()")
-                self.server_version = str(cur.fetchone()[0])
+                row = cur.fetchone()
+                self.server_version = str(row[0]) if row else "unknown"
         except BaseException:
             self.stop()
             raise
@@ -587,7 +589,7 @@ class PrivateServer:
         errors = [line for line in tail.splitlines() if "[ERROR]" in line or "rror" in line]
         return "\n".join(errors[-5:]) if errors else tail
 
-    def connect(self, connect_timeout: float = 10, **kwargs: object) -> pymysql.Connection:
+    def connect(self, connect_timeout: float = 10, **kwargs: Any) -> pymysql.Connection:
         return pymysql.connect(
             unix_socket=str(self.socket),
             user="root",

@@ -329,7 +329,7 @@ class Sysbench:
         step: Step,
         threads: int,
         seconds: float,
-        on_interval: Callable[[Interval], None] | None = None,
+        on_interval: Callable[[Interval], object] | None = None,
         should_stop: Callable[[], bool] | None = None,
         turns: tuple[TurnPlan, int] | None = None,
         on_start: Callable[[int], None] | None = None,
@@ -418,7 +418,7 @@ class _Reports:
     """One sysbench run's output, read line by line into its RunOutput."""
 
     result: RunOutput
-    on_interval: Callable[[Interval], None] | None
+    on_interval: Callable[[Interval], object] | None
     on_turn: Callable[[Turn], None] | None
     histogram: list[tuple[float, int]] = field(default_factory=list)
     tail: list[str] = field(default_factory=list)
@@ -461,7 +461,7 @@ class _Reports:
 def _first_json(text: str) -> dict[str, float]:
     # The report thread prints while workers may print too; read the object and no more.
     value, _ = json.JSONDecoder().raw_decode(text.strip())
-    return value  # type: ignore[no-any-return]
+    return value
 
 
 def _interval(data: dict[str, float]) -> Interval:
