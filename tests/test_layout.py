@@ -257,7 +257,7 @@ def text_in_analysis(path: Path) -> list[str]:
         value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
         # One literal each ("a" "b" written side by side is one); f-strings by their text.
         strings = [
-            n.value if isinstance(n, ast.Constant) else ast.unparse(n)
+            str(n.value) if isinstance(n, ast.Constant) else ast.unparse(n)
             for n in ast.walk(value or ast.Constant(0))
             if isinstance(n, ast.JoinedStr)
             or (isinstance(n, ast.Constant) and isinstance(n.value, str))

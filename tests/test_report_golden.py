@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from mallocbench.analysis.comparison import compare
+from mallocbench.analysis.comparison import Comparison, compare
 from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.run_analysis import RunAnalysis, analyze
 from mallocbench.report import comparison as cmp_report
@@ -80,10 +80,29 @@ def run_reports(name: str, analysis: RunAnalysis) -> dict[str, Callable[[], str]
     for fmt, file in golden_names.items():
         # `report --format` adds the newline the older print added after these three.
         trim = fmt in ("markdown", "relative-json", "json")
-        out[f"{name}.{file}"] = lambda f=fmt, t=trim: (
-            formats.render(f, analysis)[:-1] if t else formats.render(f, analysis)
-        )
+        out[f"{name}.{file}"] = _rendered(fmt, analysis, trim)
     return out
+
+
+def _rendered(fmt: str, analysis: RunAnalysis, trim: bool) -> Callable[[], str]:
+    def render() -> str:
+        text = formats.render(fmt, analysis)
+        return text[:-1] if trim else text
+
+    return render
+
+
+def _comparison_files(label: str, cmp: Comparison) -> dict[str, Callable[[], str]]:
+    def terminal() -> str:
+        return console_text(lambda con: cmp_report.print_comparison(cmp, con))
+
+    return {
+        f"{label}.terminal.txt": terminal,
+        f"{label}.md": lambda: cmp_report.comparison_markdown(cmp),
+        f"{label}.csv": lambda: cmp_report.comparison_csv(cmp),
+        f"{label}.json": lambda: cmp_report.comparison_json(cmp),
+        f"{label}.html": lambda: html.render_compare_html(cmp, PLOTLY),
+    }
 
 
 def comparison_reports() -> dict[str, Callable[[], str]]:
@@ -93,22 +112,18 @@ def comparison_reports() -> dict[str, Callable[[], str]]:
     b = copy.deepcopy(a)
     b.run_id = "small-b"
     for cell in b.cells:
-        if cell.setup == "je":
+        if cell.setup == "je" and cell.qps is not None:
             cell.qps *= 1.05
         elif cell.p99_ms is not None:
             cell.p99_ms *= 1.10
     out: dict[str, Callable[[], str]] = {}
     for label, cmp in (("compare", compare(a, b)), ("compare-2pct", compare(a, b, 0.02))):
-        out |= {
-            f"{label}.terminal.txt": lambda c=cmp: console_text(
-                lambda con: cmp_report.print_comparison(c, con)
-            ),
-            f"{label}.md": lambda c=cmp: cmp_report.comparison_markdown(c),
-            f"{label}.csv": lambda c=cmp: cmp_report.comparison_csv(c),
-            f"{label}.json": lambda c=cmp: cmp_report.comparison_json(c),
-            f"{label}.html": lambda c=cmp: html.render_compare_html(c, PLOTLY),
-        }
+        out |= _comparison_files(label, cmp)
     return out
+
+
+def _joined(lines: list[str]) -> Callable[[], str]:
+    return lambda: "\n".join(lines)
 
 
 def recommend_reports() -> dict[str, Callable[[], str]]:
@@ -116,10 +131,10 @@ def recommend_reports() -> dict[str, Callable[[], str]]:
     for name in ("small", "aa"):
         for priorities in (("throughput", "p99", "rss"), ("rss", "throughput")):
             for min_effect in (None, 0.0):
-                rec = recommend(load(name), list(priorities), min_effect)
+                rec = recommend(load(name), priorities, min_effect)
                 label = f"recommend.{name}.{'-'.join(priorities)}.{min_effect}"
-                out[f"{label}.txt"] = lambda r=rec: "\n".join(rec_report.recommendation_lines(r))
-                out[f"{label}.json"] = lambda r=rec: json.dumps(r.to_dict(), indent=1)
+                out[f"{label}.txt"] = _joined(rec_report.recommendation_lines(rec))
+                out[f"{label}.json"] = _joined([json.dumps(rec.to_dict(), indent=1)])
     return out
 
 

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -340,8 +340,9 @@ class _Dispatch:
 class _DriverExecutor(RealExecutor):
     """The driver starts no server: each unit makes its own runtime directory on its host."""
 
-    def server_state(self, label: str) -> contextlib.AbstractContextManager[str | None]:
-        return contextlib.nullcontext(None)
+    @contextlib.contextmanager
+    def server_state(self, label: str) -> Iterator[str | None]:
+        yield None
 
 
 class ClusterPipeline(StoredRunPipeline):

@@ -201,8 +201,9 @@ def _session_series(cells: list[Cell], start: float) -> _SessionSeries:
                 values.append(value / fmt.GB if value is not None else None)
             series.labels.append(f"{cell.step} @{cell.threads}")
         # A gap between cells (warmup, restarts) must not be drawn as a line.
-        for values in (series.xs, series.rss, series.vsz, series.labels, *series.own.values()):
-            values.append(None)
+        columns: list[list[Any]] = [series.xs, series.rss, series.vsz, series.labels]
+        for column in (*columns, *series.own.values()):
+            column.append(None)
         if cell.started_at:
             series.boundaries.append((cell.started_at - start, f"{cell.step} @{cell.threads}"))
     return series
@@ -277,7 +278,7 @@ def _session_traces(
         "customdata": series.labels,
         "legendgroup": setup,
     }
-    rss_traces = [
+    rss_traces: list[dict[str, Any]] = [
         {**common, "y": series.rss, "hovertemplate": "RSS %{y:.3f} GiB, %{customdata}<extra>"
          + html_mod.escape(session_id) + "</extra>"}
     ]  # fmt: skip
@@ -417,7 +418,7 @@ def per_step_charts(analysis: RunAnalysis, colors: dict[str, str]) -> list[Chart
     charts = []
     for engine in engines:
         for key, title, ytitle, getter, note in measures:
-            data = []
+            data: list[dict[str, Any]] = []
             engine_steps = [
                 s for s in steps if any(k[1] == engine and k[2] == s for k in summaries)
             ]
