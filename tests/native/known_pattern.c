@@ -138,7 +138,8 @@ static void wait_for(const char *status, const char *word)
             ssize_t n = read(fd, text, sizeof text - 1);
             (void)n;
             close(fd);
-            if (strncmp(text, word, strlen(word)) == 0)
+            /* "error ...": the shim stopped recording (a full disk); the program runs on */
+            if (strncmp(text, word, strlen(word)) == 0 || strncmp(text, "error", 5) == 0)
                 return;
         }
         struct timespec pause = {0, 10000000};
