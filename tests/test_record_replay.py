@@ -231,6 +231,7 @@ def test_private_server_recorded_and_replayed(build: Any, tmp_path: Path) -> Non
     config = ServerConfig(engine=engines.get("innodb"), cache_bytes=64 << 20, allocator=shim)
     trace = tmp_path / "server.mbt"
     with running(build, tmp_path / "srv", config) as server:
+        server.query("CREATE DATABASE IF NOT EXISTS test")
         server.query("CREATE TABLE test.t (id INT PRIMARY KEY, v VARCHAR(200))")
         stop = threading.Event()
         served = []
