@@ -11,6 +11,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from mallocbench import allocators
@@ -108,6 +109,64 @@ def _await_status(status: Path, word: str, seconds: float) -> str:
     return text
 
 
+@dataclass
+class Window:
+    """An armed recording window in process `pid`; the trace is written to `server_file`
+    (as the process sees it) until `stop`."""
+
+    pid: int
+    control: str
+    server_file: str
+
+    @property
+    def here(self) -> Path:
+        return in_process(self.pid, self.control)
+
+    @property
+    def status(self) -> Path:
+        return self.here.with_name(self.here.name + ".status")
+
+
+def start(pid: int, server_file: str | None = None) -> Window:
+    """Arm the shim in `pid`; returns once it says it is recording."""
+    if shim_loaded(pid) is None:
+        raise MallocbenchError(not_loaded_message(pid))
+    ctl = control_path(pid)
+    server_file = server_file or (
+        f"{os.path.dirname(ctl) or '/tmp'}/mbrecord-{pid}-{time.time_ns()}.mbt"
+    )
+    window = Window(pid, ctl, server_file)
+    window.status.unlink(missing_ok=True)
+    try:
+        _write(window.here, f"on {server_file}\n")
+    except OSError as exc:
+        raise MallocbenchError(
+            f"cannot write the control file {ctl} of process {pid}: {exc.strerror}; "
+            "run as the server's user or root"
+        ) from None
+    answer = _await_status(window.status, "recording", 5.0)
+    if not answer.startswith("recording"):
+        raise MallocbenchError(
+            f"the shim in process {pid} did not start recording "
+            f"({answer or 'no answer in 5 s'}): check that {ctl} is its control file"
+        )
+    return window
+
+
+def stop(window: Window, out: Path | None) -> str:
+    """Disarm; move the trace to `out` (None: leave it where the process wrote it).
+    Returns the shim's closing status line."""
+    _write(window.here, "off\n")
+    closing = _await_status(window.status, "complete", 60.0)
+    source = in_process(window.pid, window.server_file)
+    if not source.is_file():
+        raise MallocbenchError(f"the shim in process {window.pid} wrote no trace ({closing})")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(source), out)
+    return closing
+
+
 def record(
     pid: int,
     seconds: float,
@@ -116,38 +175,14 @@ def record(
 ) -> str:
     """Arm the shim in `pid` for `seconds`, disarm it and move the trace to `out`.
     Returns the shim's closing status line."""
-    if shim_loaded(pid) is None:
-        raise MallocbenchError(not_loaded_message(pid))
-    control = control_path(pid)
-    here = in_process(pid, control)
-    status = here.with_name(here.name + ".status")
-    server_file = f"{os.path.dirname(control) or '/tmp'}/mbrecord-{pid}-{int(time.time())}.mbt"
-    status.unlink(missing_ok=True)
-    try:
-        _write(here, f"on {server_file}\n")
-    except OSError as exc:
-        raise MallocbenchError(
-            f"cannot write the control file {control} of process {pid}: {exc.strerror}; "
-            "run as the server's user or root"
-        ) from None
-    answer = _await_status(status, "recording", 5.0)
-    if not answer.startswith("recording"):
-        raise MallocbenchError(
-            f"the shim in process {pid} did not start recording "
-            f"({answer or 'no answer in 5 s'}): check that {control} is its control file"
-        )
+    window = start(pid)
     try:
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
             if tick is not None:
                 tick(left)
             time.sleep(min(left, 0.5))
-    finally:
-        _write(here, "off\n")
-    closing = _await_status(status, "complete", 60.0)
-    source = in_process(pid, server_file)
-    if not source.is_file():
-        raise MallocbenchError(f"the shim in process {pid} wrote no trace ({closing})")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(source), out)
-    return closing
+    except BaseException:
+        _write(window.here, "off\n")  # never leave a server recording
+        raise
+    return stop(window, out)
