@@ -119,7 +119,7 @@ static atomic_int table_broken;
 
 static TLS_IE int in_hook;
 static TLS_IE uint32_t t_token;
-static TLS_IE int t_slot; /* 1-based; 0 = not registered */
+static TLS_IE int t_slot; /* 1-based; 0 = not registered (yet, or any more) */
 static TLS_IE struct chunk *t_chunk;
 
 static uint64_t now_ns(void)
@@ -311,15 +311,15 @@ static void thread_exit(void *unused)
         spin_lock(&pool_lock);
         free_slots[free_slot_count++] = t_slot - 1;
         spin_unlock(&pool_lock);
-        t_slot = -1; /* a late call after this records nothing more */
+        /* frees made by later destructors (other keys, the C++ runtime) register again
+         * under the same thread token: a free lost here would be a leak in the replay */
+        t_slot = 0;
     }
     in_hook--;
 }
 
 static int thread_register(void)
 {
-    if (t_slot < 0)
-        return -1;
     int slot = -1;
     spin_lock(&pool_lock);
     if (free_slot_count > 0)
@@ -331,7 +331,8 @@ static int thread_register(void)
             return -1;
     }
     t_slot = slot + 1;
-    t_token = atomic_fetch_add(&next_thread, 1);
+    if (t_token == 0)
+        t_token = atomic_fetch_add(&next_thread, 1);
     pthread_setspecific(exit_key, (void *)1); /* may calloc: in_hook is set by the caller */
     return 0;
 }
@@ -339,8 +340,6 @@ static int thread_register(void)
 static struct chunk *thread_chunk(uint32_t g)
 {
     if (t_slot == 0 && thread_register() != 0)
-        return NULL;
-    if (t_slot < 0)
         return NULL;
     struct chunk *old = t_chunk, *c = chunk_get(g);
     atomic_store(&slots[t_slot - 1], c);
