@@ -52,7 +52,12 @@ def known_pattern(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def record_pattern(exe: Path, workdir: Path, trace: Path) -> tuple[dict[str, Any], str]:
     """Run the known pattern under the shim; its own account of what it did, and stderr."""
     ctl = workdir / "ctl"
-    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_CONTROL=str(ctl))
+    env = dict(
+        os.environ,
+        LD_PRELOAD=str(shim_path()),
+        MBRECORD_CONTROL=str(ctl),
+        MBRECORD_SERVER_VERSION="10.11.6-test",
+    )
     proc = subprocess.run(
         [str(exe), str(ctl), str(trace)], env=env, capture_output=True, text=True, timeout=60
     )
@@ -111,6 +116,7 @@ def test_replay_command_compares_allocators_with_intervals(pattern_trace: Any) -
     out = mallocbench(
         "replay", str(trace), "--allocators", "glibc,jemalloc", "--set",
         "glibc:MALLOC_ARENA_MAX=1", "--repeats", "2", "--timing", "none", "--json",
+        "--expect-server-version", "11.4.2",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
@@ -120,6 +126,8 @@ def test_replay_command_compares_allocators_with_intervals(pattern_trace: Any) -
     ratio = doc["setups"][1]["ratios"]["peak_heap_rss"]
     assert ratio["low"] is not None and ratio["low"] <= ratio["ratio"] <= ratio["high"]
     assert doc["setups"][1]["runs"] == 2 and doc["setups"][1]["failed"] == 0
+    assert doc["trace"]["info"]["server_version"] == "10.11.6-test"
+    assert any("recorded under server 10.11.6-test" in w for w in doc["warnings"])
     table = mallocbench("replay", str(trace), "--allocators", "glibc,jemalloc", "--repeats", "2")
     assert table.returncode == 0 and "relative to glibc" in table.stdout
 

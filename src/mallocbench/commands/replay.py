@@ -58,6 +58,11 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     help="With --timing recorded: replay N times faster.",
 )
 @min_effect_option("Ratios smaller than this are never findings (default 0).")
+@click.option(
+    "--expect-server-version",
+    metavar="VERSION",
+    help="Warn when the trace was recorded under another server version.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead.")
 @click.option(
     "--out",
@@ -73,6 +78,7 @@ def replay(
     timing: str,
     speed: float,
     min_effect: float | None,
+    expect_server_version: str | None,
     as_json: bool,
     out_file: Path | None,
 ) -> None:
@@ -100,13 +106,14 @@ def replay(
         )
     keyed = [(s.name, s.allocator.name, dict(s.knobs)) for s in setups]
     rows = summary.summarize(runs, keyed, min_effect or 0.0)
-    doc = render.document(info, rows, timing, speed, repeats, min_effect or 0.0)
+    warnings = info.warnings(expect_server_version)
+    doc = render.document(info, rows, timing, speed, repeats, min_effect or 0.0, warnings)
     if out_file is not None:
         out_file.write_text(json.dumps(doc, indent=1) + "\n")
     if as_json:
         click.echo(json.dumps(doc, indent=1))
     else:
-        render.print_table(info, rows, timing, min_effect or 0.0)
+        render.print_table(info, rows, timing, min_effect or 0.0, warnings)
 
 
 commands = [replay]

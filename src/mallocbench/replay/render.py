@@ -55,6 +55,7 @@ def print_table(
     rows: Sequence[SetupSummary],
     timing: str,
     min_effect: float,
+    warnings: Sequence[str] = (),
     console: Console | None = None,
 ) -> None:
     console = console or Console()
@@ -65,7 +66,7 @@ def print_table(
         f"ideal peak (live requested bytes) {float(d.get('ideal_peak_live') or 0) / MIB:,.1f} "
         f"MiB; timing {timing}"
     )
-    for warning in info.warnings():
+    for warning in warnings:
         console.print(f"[yellow]note:[/] {warning}")
     values = Table(title="per setup (mean ±95% interval half-width)")
     values.add_column("setup")
@@ -110,13 +111,14 @@ def document(
     speed: float,
     repeats: int,
     min_effect: float,
+    warnings: Sequence[str] = (),
 ) -> dict[str, Any]:
     trace = {k: v for k, v in info.data.items() if k != "ideal_curve"}
     return {
         "kind": "replay",
         "trace": trace,
         "ideal_curve": info.data.get("ideal_curve", []),
-        "warnings": info.warnings(),
+        "warnings": list(warnings),
         "timing": timing,
         "speed": speed,
         "repeats": repeats,
