@@ -52,8 +52,12 @@ def record(
         return
     if pid is None:
         raise MallocbenchError("give --pid PID of the server to record (or --print-dropin)")
-    click.echo(f"recording process {pid} for {seconds:g} s ...", err=True)
-    closing = control.record(pid, seconds, out)
+    closing = control.record(
+        pid,
+        seconds,
+        out,
+        started=lambda: click.echo(f"recording process {pid} for {seconds:g} s ...", err=True),
+    )
     size = out.stat().st_size
     click.echo(f"{out}: {size / 1e6:.2f} MB ({closing})")
 

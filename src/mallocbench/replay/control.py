@@ -171,16 +171,16 @@ def record(
     pid: int,
     seconds: float,
     out: Path,
-    tick: Callable[[float], None] | None = None,
+    started: Callable[[], None] | None = None,
 ) -> str:
     """Arm the shim in `pid` for `seconds`, disarm it and move the trace to `out`.
     Returns the shim's closing status line."""
     window = start(pid)
+    if started is not None:
+        started()
     try:
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0:
-            if tick is not None:
-                tick(left)
             time.sleep(min(left, 0.5))
     except BaseException:
         _write(window.here, "off\n")  # never leave a server recording
