@@ -275,3 +275,31 @@ def test_private_server_recorded_and_replayed(build: Any, tmp_path: Path) -> Non
 
 def test_replayer_is_built() -> None:
     assert replayer_path().is_file() and os.access(replayer_path(), os.X_OK)
+
+
+def test_a_ratio_is_a_finding_only_beyond_min_effect_with_its_interval() -> None:
+    from mallocbench.replay.summary import summarize
+
+    def runs(setup: str, peaks: list[float]) -> list[runner.ReplayRun]:
+        return [
+            runner.ReplayRun(setup, i, "ok", {"peak_heap_rss": p, "cpu_s": 1.0 + i / 100})
+            for i, p in enumerate(peaks)
+        ]
+
+    data = [
+        *runs("glibc", [100.0, 101.0, 99.0]),
+        *runs("jemalloc", [80.0, 81.0, 79.0]),  # 20% lower, tight: a finding
+        *runs("tcmalloc", [98.0, 99.0, 97.0]),  # 2% lower, tight: real but under 5%
+        runner.ReplayRun("tcmalloc", 3, "crashed", error="killed by SIGSEGV"),
+    ]
+    setups: list[tuple[str, str, dict[str, str]]] = [
+        ("glibc", "glibc", {}),
+        ("jemalloc", "jemalloc", {}),
+        ("tcmalloc", "tcmalloc", {}),
+    ]
+    base, je, tc = summarize(data, setups, min_effect=0.05)
+    assert base.ratios == {} and base.metrics["peak_heap_rss"].mean == pytest.approx(100.0)
+    assert je.ratios["peak_heap_rss"].finding and je.ratios["peak_heap_rss"].ratio < 0.85
+    assert not tc.ratios["peak_heap_rss"].finding
+    assert tc.runs == 4 and tc.failed == 1 and tc.errors == ["killed by SIGSEGV"]
+    assert not je.ratios["cpu_s"].finding  # the same CPU in both: never a finding
