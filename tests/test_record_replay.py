@@ -303,3 +303,39 @@ def test_a_ratio_is_a_finding_only_beyond_min_effect_with_its_interval() -> None
     assert not tc.ratios["peak_heap_rss"].finding
     assert tc.runs == 4 and tc.failed == 1 and tc.errors == ["killed by SIGSEGV"]
     assert not je.ratios["cpu_s"].finding  # the same CPU in both: never a finding
+
+
+def test_forked_children_stop_recording_and_the_parent_trace_stays_whole(tmp_path: Path) -> None:
+    trace = tmp_path / "fork.mbt"
+    program = (
+        "import os, threading\n"
+        "def churn():\n"
+        "    for _ in range(2000): bytearray(5000)\n"
+        "t = threading.Thread(target=churn); t.start()\n"
+        "for _ in range(20):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        [bytearray(3000) for _ in range(500)]\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+        "t.join(); print('done')\n"
+    )
+    env = dict(
+        os.environ,
+        LD_PRELOAD=str(shim_path()),
+        MBRECORD_ARMED="1",
+        MBRECORD_OUT=str(trace),
+        MBRECORD_CONTROL=str(tmp_path / "ctl"),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+    info = tracemod.check(trace)
+    assert info.complete, info.status
+    # the children's 20 x 500 blocks of 3000 bytes are not in the parent's trace, and
+    # no child wrote a trace of its own
+    assert info.data["calls"]["malloc"] < 20 * 500, info.data["calls"]
+    assert sorted(p.name for p in tmp_path.glob("*.mbt")) == ["fork.mbt"]
+    run = runner.run_once(make_setup("test", "glibc", "glibc"), trace, "none", 1.0, 0, 120)
+    assert run.status == "ok" and run.data["malloc_failures"] == 0
