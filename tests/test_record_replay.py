@@ -339,3 +339,35 @@ def test_forked_children_stop_recording_and_the_parent_trace_stays_whole(tmp_pat
     assert sorted(p.name for p in tmp_path.glob("*.mbt")) == ["fork.mbt"]
     run = runner.run_once(make_setup("test", "glibc", "glibc"), trace, "none", 1.0, 0, 120)
     assert run.status == "ok" and run.data["malloc_failures"] == 0
+
+
+@pytest.mark.server
+def test_full_disk_while_a_server_records_and_it_keeps_serving(
+    build: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    from mallocbench.servers import engines
+    from mallocbench.servers.mariadb import ServerConfig, running
+
+    shim = allocators.get(str(shim_path()))
+    config = ServerConfig(engine=engines.get("innodb"), cache_bytes=64 << 20, allocator=shim)
+    with running(build, tmp_path / "srv", config) as server:
+        server.query("CREATE DATABASE IF NOT EXISTS test")
+        server.query("CREATE TABLE test.t (id INT PRIMARY KEY, v TEXT)")
+        window = control.start(server.pid, str(small_disk / "server.mbt"))
+        rows = 0
+        while rows < 2000 and not window.status.read_text().startswith("error"):
+            server.query("INSERT INTO test.t VALUES (%s, REPEAT('y', 2000))", (rows,))
+            server.query("SELECT LENGTH(v) FROM test.t WHERE id = %s", (rows // 2,))
+            rows += 1
+        for extra in range(20):  # and after the disk filled
+            server.query("INSERT INTO test.t VALUES (%s, REPEAT('y', 2000))", (rows + extra,))
+        closing = control.stop(window, tmp_path / "server.mbt")
+        assert closing.startswith("error"), closing
+        assert server.query("SELECT COUNT(*) FROM test.t") == [(rows + 20,)]  # still serving
+        assert server.alive()
+        logs = [server.error_log, server.stdout_log]
+    info = tracemod.check(tmp_path / "server.mbt")
+    assert info.status.startswith("stopped: writing a frame: No space left on device")
+    assert "byte offset" in info.status
+    text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
+    assert text.count("mbrecord:") == 1, text[-2000:]
