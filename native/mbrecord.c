@@ -376,7 +376,7 @@ static void after_alloc(unsigned kind, void *p, size_t size, size_t align)
 {
     if (tracking)
         live_insert(p, size);
-    if (atomic_load_explicit(&armed, memory_order_relaxed))
+    if (atomic_load_explicit(&armed, memory_order_acquire))
         emit(kind, now_ns(), token(p), size, align);
 }
 
@@ -450,7 +450,7 @@ EXPORT void free(void *p)
         return;
     }
     in_hook++;
-    if (atomic_load_explicit(&armed, memory_order_relaxed))
+    if (atomic_load_explicit(&armed, memory_order_acquire))
         emit(MB_FREE, now_ns(), token(p), 0, 0);
     if (tracking)
         live_remove(p);
@@ -476,7 +476,7 @@ EXPORT void *realloc(void *old, size_t size)
         return p;
     }
     in_hook++;
-    int on = atomic_load_explicit(&armed, memory_order_relaxed);
+    int on = atomic_load_explicit(&armed, memory_order_acquire);
     if (on)
         emit(MB_REALLOC_FREE, now_ns(), token(old), 0, 0);
     void *p = real_realloc(old, size);
@@ -543,7 +543,7 @@ EXPORT size_t malloc_usable_size(void *p)
     ENSURE(0);
     if (real_usable == NULL)
         return 0;
-    if (p != NULL && !PASS() && atomic_load_explicit(&armed, memory_order_relaxed)) {
+    if (p != NULL && !PASS() && atomic_load_explicit(&armed, memory_order_acquire)) {
         in_hook++;
         emit(MB_USABLE, now_ns(), token(p), 0, 0);
         in_hook--;
