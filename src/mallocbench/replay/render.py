@@ -69,12 +69,12 @@ def print_table(
     for warning in warnings:
         console.print(f"[yellow]note:[/] {warning}")
     values = Table(title="per setup (mean ±95% interval half-width)")
-    values.add_column("setup")
+    values.add_column("setup", overflow="fold")
     values.add_column("runs", justify="right")
     for _, label, _ in METRICS:
         values.add_column(label, justify="right")
     ratios = Table(title=f"relative to {rows[0].setup if rows else 'the base'}")
-    ratios.add_column("setup")
+    ratios.add_column("setup", overflow="fold")
     for key, label, _ in METRICS:
         if key != "rss_over_live":  # the same ratio as peak RSS: one ideal for all
             ratios.add_column(label, justify="left")
@@ -98,6 +98,12 @@ def print_table(
         "Ratios with 95% intervals; coloured and worded higher/lower only when the interval "
         f"excludes 1{rule} (the project's rule for findings). Peak RSS is the replayer's "
         "RSS above its own bookkeeping; RSS/live divides it by the ideal."
+        + (
+            " With the recorded timing, calls/s is the recording's pace: --timing none "
+            "measures CPU cost."
+            if timing == "recorded"
+            else ""
+        )
     )
     for row in rows:
         for error in row.errors[:3]:
