@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   mariadb-server mariadb-client mariadb-plugin-rocksdb sysbench
   libjemalloc2 libtcmalloc-minimal4 libgoogle-perftools4 libmimalloc2.0
-  build-essential python3-venv
+  build-essential python3-venv libzstd-dev
 )
 # Extra packages can be asked for (e.g. chromium for the HTML report tests).
 packages+=("$@")

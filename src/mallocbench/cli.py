@@ -78,6 +78,14 @@ COMMANDS: dict[str, LazyCommand] = {
         "patterns",
         "Replay database-shaped allocation patterns under each allocator, in seconds.",
     ),
+    "record": LazyCommand(
+        "record", "record", "Record a running server's allocation calls (no data) for a window."
+    ),
+    "replay": LazyCommand(
+        "replay",
+        "replay",
+        "Replay a recorded trace under each allocator and knob setting.",
+    ),
     "memory": LazyCommand(
         "memory",
         "memory",

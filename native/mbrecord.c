@@ -1,0 +1,963 @@
+/* mbrecord: an LD_PRELOAD shim that records a process's allocation calls (no data) to a
+ * compressed trace, armed and disarmed from outside through a control file.
+ *
+ * Rules it keeps so that the host process never suffers:
+ * - it never calls malloc on the recording path: per-thread buffers, the live-block table
+ *   and the writer's buffers are mmap'd; only the writer thread (whose own calls are not
+ *   recorded) uses zstd, which mallocs;
+ * - TLS is initial-exec, so touching it never allocates;
+ * - dlsym may call calloc before the real functions are known: those calls are served
+ *   from a static bootstrap arena;
+ * - the writer thread blocks every signal, so a server's signal handling is unchanged;
+ * - any write error (a full disk) stops recording: the trace is cut back to its last
+ *   whole frame, its in-place status says where and why, one line goes to stderr;
+ * - a forked child stops recording (its parent's trace stays the parent's).
+ *
+ * Control file (MBRECORD_CONTROL, default /tmp/mbrecord-PID.control), polled by the
+ * writer every 100 ms: "on [PATH]" arms (a new trace at PATH, default MBRECORD_OUT or
+ * /tmp/mbrecord-PID-N.mbt), "off" disarms and closes the trace. A file was chosen over a
+ * signal because servers install handlers of their own (a SIGUSR2 sent to a process that
+ * lacks the shim kills it), while a file needs no handler, harms nothing when the shim is
+ * absent, and carries the output path. It is obeyed only when owned by the process's user
+ * or root and writable by nobody else, so no other user can make the process write a file.
+ * The writer answers in CONTROL.status: "recording PATH", "complete PATH ...", "error ...".
+ * MBRECORD_ARMED=1 arms at start (to record a process from its first call).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "mbtrace.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#define TLS_IE _Thread_local __attribute__((tls_model("initial-exec")))
+#define EXPORT __attribute__((visibility("default")))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+typedef void *(*malloc_fn)(size_t);
+typedef void (*free_fn)(void *);
+typedef void *(*calloc_fn)(size_t, size_t);
+typedef void *(*realloc_fn)(void *, size_t);
+typedef int (*posix_memalign_fn)(void **, size_t, size_t);
+typedef void *(*aligned_alloc_fn)(size_t, size_t);
+typedef void *(*valloc_fn)(size_t);
+typedef size_t (*usable_fn)(void *);
+
+static malloc_fn real_malloc;
+static free_fn real_free;
+static calloc_fn real_calloc;
+static realloc_fn real_realloc;
+static posix_memalign_fn real_posix_memalign;
+static aligned_alloc_fn real_aligned_alloc;
+static aligned_alloc_fn real_memalign;
+static valloc_fn real_valloc;
+static valloc_fn real_pvalloc;
+static usable_fn real_usable;
+
+/* ---- bootstrap arena: allocations made while dlsym resolves the real functions ---- */
+static _Alignas(64) char boot_arena[256 * 1024];
+static atomic_size_t boot_used;
+static int resolving;
+
+static void *boot_alloc(size_t size, size_t align)
+{
+    if (align < 16)
+        align = 16;
+    size_t start = atomic_load(&boot_used);
+    for (;;) {
+        size_t at = (start + 16 + align - 1) & ~(align - 1);
+        size_t end = at + size;
+        if (end > sizeof boot_arena)
+            return NULL;
+        if (atomic_compare_exchange_weak(&boot_used, &start, end)) {
+            memcpy(boot_arena + at - sizeof size, &size, sizeof size);
+            return boot_arena + at;
+        }
+    }
+}
+
+static int is_boot(const void *p)
+{
+    return (const char *)p >= boot_arena && (const char *)p < boot_arena + sizeof boot_arena;
+}
+
+static size_t boot_size(const void *p)
+{
+    size_t size;
+    memcpy(&size, (const char *)p - sizeof size, sizeof size);
+    return size;
+}
+
+/* ---- state ---- */
+static atomic_int armed;     /* hooks record events */
+static atomic_uint gen;      /* trace window number; stamps chunks */
+static int disabled;         /* forked child, or set-up failed: pass everything through */
+static uint64_t t0_ns;       /* CLOCK_MONOTONIC at arming */
+static uint64_t ptr_key;     /* pointer tokens are address ^ key: no raw address leaves */
+static atomic_uint next_thread = 1;
+static atomic_ullong dropped; /* events lost for want of a buffer */
+static pthread_key_t exit_key;
+static int tracking = 1;     /* keep the live-block table */
+static atomic_int table_broken;
+
+static TLS_IE int in_hook;
+static TLS_IE uint32_t t_token;
+static TLS_IE int t_slot; /* 1-based; 0 = not registered (yet, or any more) */
+static TLS_IE struct chunk *t_chunk;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t token(const void *p)
+{
+    return p == NULL ? 0 : ((uint64_t)(uintptr_t)p ^ ptr_key);
+}
+
+static void spin_lock(atomic_int *lock)
+{
+    int spins = 0;
+    while (atomic_exchange_explicit(lock, 1, memory_order_acquire)) {
+        if (++spins > 100) {
+            sched_yield();
+            spins = 0;
+        }
+    }
+}
+
+static void spin_unlock(atomic_int *lock)
+{
+    atomic_store_explicit(lock, 0, memory_order_release);
+}
+
+static void *map(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* ---- live-block table: pointer -> size of every block, kept while disarmed too so that
+ * arming can emit the blocks already live. Sharded, each shard an open-addressed table
+ * with its own spinlock, all mmap'd. ---- */
+#define SHARDS 1024u
+struct entry {
+    uint64_t key;
+    uint64_t size;
+};
+struct shard {
+    atomic_int lock;
+    uint32_t cap;
+    uint32_t count;
+    struct entry *e;
+} __attribute__((aligned(64)));
+static struct shard shards[SHARDS];
+
+static uint64_t hash_ptr(uint64_t p)
+{
+    return (p >> 4) * 0x9E3779B97F4A7C15ull;
+}
+
+static int shard_grow(struct shard *s)
+{
+    uint32_t cap = s->cap ? s->cap * 2 : 256;
+    struct entry *e = map(sizeof *e * cap);
+    if (e == NULL)
+        return -1;
+    for (uint32_t i = 0; i < s->cap; i++) {
+        if (s->e[i].key == 0)
+            continue;
+        uint32_t j = (uint32_t)(hash_ptr(s->e[i].key) >> 20) & (cap - 1);
+        while (e[j].key != 0)
+            j = (j + 1) & (cap - 1);
+        e[j] = s->e[i];
+    }
+    if (s->e != NULL)
+        munmap(s->e, sizeof *s->e * s->cap);
+    s->e = e;
+    s->cap = cap;
+    return 0;
+}
+
+static void live_insert(const void *p, uint64_t size)
+{
+    uint64_t key = (uint64_t)(uintptr_t)p;
+    uint64_t h = hash_ptr(key);
+    struct shard *s = &shards[h >> 54];
+    spin_lock(&s->lock);
+    if ((s->count + 1) * 4 > s->cap * 3 && shard_grow(s) != 0) {
+        atomic_store(&table_broken, 1);
+        spin_unlock(&s->lock);
+        return;
+    }
+    uint32_t mask = s->cap - 1, j = (uint32_t)(h >> 20) & mask;
+    while (s->e[j].key != 0 && s->e[j].key != key)
+        j = (j + 1) & mask;
+    if (s->e[j].key == 0)
+        s->count++;
+    s->e[j].key = key;
+    s->e[j].size = size;
+    spin_unlock(&s->lock);
+}
+
+static void live_remove(const void *p)
+{
+    uint64_t key = (uint64_t)(uintptr_t)p;
+    uint64_t h = hash_ptr(key);
+    struct shard *s = &shards[h >> 54];
+    spin_lock(&s->lock);
+    if (s->cap == 0) {
+        spin_unlock(&s->lock);
+        return;
+    }
+    uint32_t mask = s->cap - 1, j = (uint32_t)(h >> 20) & mask;
+    while (s->e[j].key != 0 && s->e[j].key != key)
+        j = (j + 1) & mask;
+    if (s->e[j].key == key) {
+        /* backward-shift deletion keeps every probe chain unbroken without tombstones */
+        uint32_t hole = j;
+        for (uint32_t k = (j + 1) & mask; s->e[k].key != 0; k = (k + 1) & mask) {
+            uint32_t home = (uint32_t)(hash_ptr(s->e[k].key) >> 20) & mask;
+            if (((k - home) & mask) >= ((k - hole) & mask)) {
+                s->e[hole] = s->e[k];
+                hole = k;
+            }
+        }
+        s->e[hole].key = 0;
+        s->count--;
+    }
+    spin_unlock(&s->lock);
+}
+
+/* ---- per-thread chunks, handed to the writer through a lock-free stack ---- */
+#define CHUNK_BYTES 65536u
+#define CHUNK_RECS ((CHUNK_BYTES - 32u) / sizeof(struct mb_rec))
+struct chunk {
+    struct chunk *next;
+    uint32_t thread;
+    uint32_t gen;
+    _Atomic uint32_t count; /* committed records; written by the owner only */
+    uint32_t taken;         /* records already copied by the writer; writer only */
+    uint64_t pad;
+    struct mb_rec rec[CHUNK_RECS];
+};
+_Static_assert(sizeof(struct chunk) <= CHUNK_BYTES, "chunk fits its mapping");
+
+#define MAX_SLOTS 8192
+static _Atomic(struct chunk *) full_list;        /* pushed by threads, taken whole by writer */
+static _Atomic(struct chunk *) slots[MAX_SLOTS]; /* each thread's current chunk */
+static atomic_int next_slot;
+static atomic_int pool_lock;
+static struct chunk *pool;
+static int free_slots[MAX_SLOTS];
+static int free_slot_count;
+
+static struct chunk *chunk_get(uint32_t g)
+{
+    spin_lock(&pool_lock);
+    struct chunk *c = pool;
+    if (c != NULL)
+        pool = c->next;
+    spin_unlock(&pool_lock);
+    if (c == NULL)
+        c = map(CHUNK_BYTES);
+    if (c == NULL)
+        return NULL;
+    c->next = NULL;
+    c->thread = t_token;
+    c->gen = g;
+    c->taken = 0;
+    atomic_store_explicit(&c->count, 0, memory_order_relaxed);
+    return c;
+}
+
+static void chunk_push(struct chunk *c)
+{
+    struct chunk *head = atomic_load_explicit(&full_list, memory_order_relaxed);
+    do
+        c->next = head;
+    while (!atomic_compare_exchange_weak_explicit(&full_list, &head, c, memory_order_release,
+                                                  memory_order_relaxed));
+}
+
+static void thread_exit(void *unused)
+{
+    (void)unused;
+    in_hook++;
+    if (t_slot > 0) {
+        atomic_store(&slots[t_slot - 1], NULL);
+        if (t_chunk != NULL)
+            chunk_push(t_chunk);
+        t_chunk = NULL;
+        spin_lock(&pool_lock);
+        free_slots[free_slot_count++] = t_slot - 1;
+        spin_unlock(&pool_lock);
+        /* frees made by later destructors (other keys, the C++ runtime) register again
+         * under the same thread token: a free lost here would be a leak in the replay */
+        t_slot = 0;
+    }
+    in_hook--;
+}
+
+static int thread_register(void)
+{
+    int slot = -1;
+    spin_lock(&pool_lock);
+    if (free_slot_count > 0)
+        slot = free_slots[--free_slot_count];
+    spin_unlock(&pool_lock);
+    if (slot < 0) {
+        slot = atomic_fetch_add(&next_slot, 1);
+        if (slot >= MAX_SLOTS)
+            return -1;
+    }
+    t_slot = slot + 1;
+    if (t_token == 0)
+        t_token = atomic_fetch_add(&next_thread, 1);
+    pthread_setspecific(exit_key, (void *)1); /* may calloc: in_hook is set by the caller */
+    return 0;
+}
+
+static struct chunk *thread_chunk(uint32_t g)
+{
+    if (t_slot == 0 && thread_register() != 0)
+        return NULL;
+    struct chunk *old = t_chunk, *c = chunk_get(g);
+    atomic_store(&slots[t_slot - 1], c);
+    t_chunk = c;
+    if (old != NULL)
+        chunk_push(old); /* after the slot moved on: the writer never sees it twice */
+    return c;
+}
+
+static void emit(unsigned kind, uint64_t when, uint64_t ptr, uint64_t size, uint64_t aux)
+{
+    uint32_t g = atomic_load_explicit(&gen, memory_order_acquire);
+    struct chunk *c = t_chunk;
+    if (UNLIKELY(c == NULL || c->gen != g)) {
+        c = thread_chunk(g);
+        if (c == NULL) {
+            atomic_fetch_add_explicit(&dropped, 1, memory_order_relaxed);
+            return;
+        }
+    }
+    uint32_t n = atomic_load_explicit(&c->count, memory_order_relaxed);
+    struct mb_rec *r = &c->rec[n];
+    uint64_t t = when > t0_ns ? when - t0_ns : 0;
+    r->w0 = t << 8 | kind;
+    r->ptr = ptr;
+    r->size = size;
+    r->aux = aux;
+    atomic_store_explicit(&c->count, n + 1, memory_order_release);
+    if (n + 1 == CHUNK_RECS && thread_chunk(g) == NULL)
+        t_chunk = NULL;
+}
+
+static void after_alloc(unsigned kind, void *p, size_t size, size_t align)
+{
+    if (tracking)
+        live_insert(p, size);
+    if (atomic_load_explicit(&armed, memory_order_acquire))
+        emit(kind, now_ns(), token(p), size, align);
+}
+
+/* ---- resolving the real functions ---- */
+static void resolve(void)
+{
+    resolving = 1;
+    real_malloc = (malloc_fn)dlsym(RTLD_NEXT, "malloc");
+    real_free = (free_fn)dlsym(RTLD_NEXT, "free");
+    real_calloc = (calloc_fn)dlsym(RTLD_NEXT, "calloc");
+    real_realloc = (realloc_fn)dlsym(RTLD_NEXT, "realloc");
+    real_posix_memalign = (posix_memalign_fn)dlsym(RTLD_NEXT, "posix_memalign");
+    real_aligned_alloc = (aligned_alloc_fn)dlsym(RTLD_NEXT, "aligned_alloc");
+    real_memalign = (aligned_alloc_fn)dlsym(RTLD_NEXT, "memalign");
+    real_valloc = (valloc_fn)dlsym(RTLD_NEXT, "valloc");
+    real_pvalloc = (valloc_fn)dlsym(RTLD_NEXT, "pvalloc");
+    real_usable = (usable_fn)dlsym(RTLD_NEXT, "malloc_usable_size");
+    resolving = 0;
+    if (real_malloc == NULL || real_free == NULL || real_calloc == NULL || real_realloc == NULL)
+        abort(); /* no malloc to forward to: nothing could run anyway */
+}
+
+#define ENSURE(boot)                                                                          \
+    do {                                                                                      \
+        if (UNLIKELY(real_malloc == NULL)) {                                                  \
+            if (resolving)                                                                    \
+                return boot;                                                                  \
+            resolve();                                                                        \
+        }                                                                                     \
+    } while (0)
+
+#define PASS() (in_hook || disabled)
+
+EXPORT void *malloc(size_t size)
+{
+    ENSURE(boot_alloc(size, 16));
+    if (PASS())
+        return real_malloc(size);
+    in_hook++;
+    void *p = real_malloc(size);
+    if (p != NULL)
+        after_alloc(MB_MALLOC, p, size, 0);
+    in_hook--;
+    return p;
+}
+
+EXPORT void *calloc(size_t n, size_t size)
+{
+    ENSURE(n && size > SIZE_MAX / n ? NULL : boot_alloc(n * size, 16)); /* static: zeroed */
+    if (PASS())
+        return real_calloc(n, size);
+    in_hook++;
+    void *p = real_calloc(n, size);
+    if (p != NULL)
+        after_alloc(MB_CALLOC, p, n * size, 0);
+    in_hook--;
+    return p;
+}
+
+EXPORT void free(void *p)
+{
+    if (p == NULL || is_boot(p))
+        return;
+    ENSURE();
+    if (PASS()) {
+        /* a tracked block freed from inside a hook must still leave the table, or a later
+         * block at the same address would be snapshot with a stale size */
+        if (tracking && !disabled)
+            live_remove(p);
+        real_free(p);
+        return;
+    }
+    in_hook++;
+    if (atomic_load_explicit(&armed, memory_order_acquire))
+        emit(MB_FREE, now_ns(), token(p), 0, 0);
+    if (tracking)
+        live_remove(p);
+    real_free(p);
+    in_hook--;
+}
+
+EXPORT void *realloc(void *old, size_t size)
+{
+    ENSURE(NULL);
+    if (old != NULL && is_boot(old)) {
+        void *p = malloc(size);
+        if (p != NULL) {
+            size_t have = boot_size(old);
+            memcpy(p, old, have < size ? have : size);
+        }
+        return p;
+    }
+    if (PASS()) {
+        void *p = real_realloc(old, size);
+        if (tracking && !disabled && old != NULL && (p != NULL || size == 0))
+            live_remove(old);
+        return p;
+    }
+    in_hook++;
+    int on = atomic_load_explicit(&armed, memory_order_acquire);
+    if (on)
+        emit(MB_REALLOC_FREE, now_ns(), token(old), 0, 0);
+    void *p = real_realloc(old, size);
+    if (p != NULL || size == 0) {
+        if (tracking && old != NULL)
+            live_remove(old);
+        if (tracking && p != NULL)
+            live_insert(p, size);
+    }
+    if (on)
+        emit(MB_REALLOC, now_ns(), token(p), size, token(old));
+    in_hook--;
+    return p;
+}
+
+static void *aligned_common(void *p, size_t size, size_t align)
+{
+    if (p != NULL && !PASS()) {
+        in_hook++;
+        after_alloc(MB_MEMALIGN, p, size, align);
+        in_hook--;
+    }
+    return p;
+}
+
+EXPORT int posix_memalign(void **out, size_t align, size_t size)
+{
+    ENSURE((*out = boot_alloc(size, align)) ? 0 : ENOMEM);
+    int rc = real_posix_memalign(out, align, size);
+    if (rc == 0)
+        aligned_common(*out, size, align);
+    return rc;
+}
+
+EXPORT void *aligned_alloc(size_t align, size_t size)
+{
+    ENSURE(boot_alloc(size, align));
+    return aligned_common(real_aligned_alloc(align, size), size, align);
+}
+
+EXPORT void *memalign(size_t align, size_t size)
+{
+    ENSURE(boot_alloc(size, align));
+    return aligned_common(real_memalign(align, size), size, align);
+}
+
+EXPORT void *valloc(size_t size)
+{
+    ENSURE(boot_alloc(size, 4096));
+    return aligned_common(real_valloc(size), size, (size_t)sysconf(_SC_PAGESIZE));
+}
+
+EXPORT void *pvalloc(size_t size)
+{
+    ENSURE(boot_alloc(size, 4096));
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    return aligned_common(real_pvalloc(size), (size + page - 1) / page * page, page);
+}
+
+EXPORT size_t malloc_usable_size(void *p)
+{
+    if (p != NULL && is_boot(p))
+        return boot_size(p);
+    ENSURE(0);
+    if (real_usable == NULL)
+        return 0;
+    if (p != NULL && !PASS() && atomic_load_explicit(&armed, memory_order_acquire)) {
+        in_hook++;
+        emit(MB_USABLE, now_ns(), token(p), 0, 0);
+        in_hook--;
+    }
+    return real_usable(p);
+}
+
+/* ---- the writer thread ---- */
+struct buf {
+    char *data;
+    size_t len, cap;
+};
+
+static int buf_reserve(struct buf *b, size_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 1u << 20;
+    while (cap < b->len + more)
+        cap *= 2;
+    void *p = b->data == NULL ? map(cap) : mremap(b->data, b->cap, cap, MREMAP_MAYMOVE);
+    if (p == NULL || p == MAP_FAILED)
+        return -1;
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_add(struct buf *b, const void *data, size_t len)
+{
+    if (buf_reserve(b, len) != 0)
+        return -1;
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    return 0;
+}
+
+static struct {
+    char control[512];
+    char status_path[528];
+    char path[1024];
+    char last_command[1100];
+    int fd;
+    uint64_t good_end; /* file offset after the last whole frame */
+    uint64_t events, snapshot_blocks;
+    struct buf raw, comp;
+    ZSTD_CCtx *cctx;
+    unsigned window;
+    atomic_int stop; /* process exit: close the trace */
+    atomic_int done;
+} w = {.fd = -1};
+
+static void write_text_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return;
+    ssize_t rc = write(fd, text, strlen(text));
+    (void)rc;
+    close(fd);
+}
+
+static void say_status(const char *fmt, const char *a, unsigned long long b)
+{
+    char text[1400];
+    snprintf(text, sizeof text, fmt, a, b);
+    write_text_file(w.status_path, text);
+}
+
+static void set_trace_status(const char *text)
+{
+    char slot[MB_STATUS_SIZE] = {0};
+    snprintf(slot, sizeof slot, "%s", text);
+    if (w.fd >= 0 && pwrite(w.fd, slot, sizeof slot, MB_STATUS_OFFSET) < 0) {
+        /* nothing more can be said in the trace; stderr has the line */
+    }
+}
+
+static void stop_on_error(int err, const char *what)
+{
+    char text[MB_STATUS_SIZE];
+    atomic_store(&armed, 0);
+    atomic_fetch_add(&gen, 1);
+    if (ftruncate(w.fd, (off_t)w.good_end) != 0) {
+        /* the reader still finds the cut at the first bad frame */
+    }
+    snprintf(text, sizeof text, "stopped: %s %s at byte offset %llu after %llu events",
+             what, strerror(err), (unsigned long long)w.good_end,
+             (unsigned long long)w.events);
+    set_trace_status(text);
+    close(w.fd);
+    w.fd = -1;
+    fprintf(stderr, "mbrecord: %s: %s; recording stopped, the process runs on\n", w.path, text);
+    say_status("error %s: recording stopped (write error; see the trace)\n", w.path, 0);
+    w.raw.len = 0;
+}
+
+static int write_all(const void *data, size_t len)
+{
+    const char *p = data;
+    uint64_t at = w.good_end;
+    while (len > 0) {
+        ssize_t n = pwrite(w.fd, p, len, (off_t)at);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            stop_on_error(n < 0 ? errno : ENOSPC, "writing a frame:");
+            return -1;
+        }
+        p += n;
+        at += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    w.good_end = at;
+    return 0;
+}
+
+static int write_frame(unsigned kind, const char *raw, size_t len)
+{
+    if (w.fd < 0)
+        return -1;
+    size_t bound = ZSTD_compressBound(len);
+    w.comp.len = 0;
+    if (buf_reserve(&w.comp, sizeof(struct mb_frame) + bound) != 0) {
+        stop_on_error(ENOMEM, "mapping a compression buffer:");
+        return -1;
+    }
+    size_t clen = ZSTD_compress2(w.cctx, w.comp.data + sizeof(struct mb_frame), bound, raw, len);
+    if (ZSTD_isError(clen)) {
+        stop_on_error(EIO, "compressing a frame:");
+        return -1;
+    }
+    struct mb_frame f = {MB_FRAME_MAGIC, kind, (uint32_t)clen, (uint32_t)len};
+    memcpy(w.comp.data, &f, sizeof f);
+    return write_all(w.comp.data, sizeof f + clen);
+}
+
+static void flush_events(void)
+{
+    if (w.raw.len > 0 && w.fd >= 0)
+        write_frame(MB_FRAME_EVENTS, w.raw.data, w.raw.len);
+    w.raw.len = 0;
+}
+
+static void take_records(struct chunk *c, uint32_t upto)
+{
+    if (upto <= c->taken)
+        return;
+    uint32_t head[2] = {c->thread, upto - c->taken};
+    size_t bytes = sizeof(struct mb_rec) * head[1];
+    if (w.fd >= 0 && buf_reserve(&w.raw, sizeof head + bytes) == 0) {
+        buf_add(&w.raw, head, sizeof head);
+        buf_add(&w.raw, &c->rec[c->taken], bytes);
+        w.events += head[1];
+    }
+    c->taken = upto;
+    if (w.raw.len >= (4u << 20))
+        flush_events();
+}
+
+static void drain(int sweep)
+{
+    unsigned g = atomic_load(&gen);
+    struct chunk *list = atomic_exchange_explicit(&full_list, NULL, memory_order_acquire);
+    /* the stack is newest first; reverse it so one thread's chunks stay in order */
+    struct chunk *rev = NULL;
+    while (list != NULL) {
+        struct chunk *next = list->next;
+        list->next = rev;
+        rev = list;
+        list = next;
+    }
+    while (rev != NULL) {
+        struct chunk *next = rev->next;
+        if (rev->gen == g)
+            take_records(rev, atomic_load_explicit(&rev->count, memory_order_acquire));
+        spin_lock(&pool_lock);
+        rev->next = pool;
+        pool = rev;
+        spin_unlock(&pool_lock);
+        rev = next;
+    }
+    if (!sweep)
+        return;
+    int n = atomic_load(&next_slot);
+    for (int i = 0; i < n && i < MAX_SLOTS; i++) {
+        struct chunk *c = atomic_load(&slots[i]);
+        if (c != NULL && c->gen == g)
+            take_records(c, atomic_load_explicit(&c->count, memory_order_acquire));
+    }
+}
+
+static void snapshot(void)
+{
+    struct buf snap = {0};
+    for (unsigned i = 0; i < SHARDS; i++) {
+        struct shard *s = &shards[i];
+        spin_lock(&s->lock);
+        if (buf_reserve(&snap, (size_t)s->count * 16) == 0) {
+            for (uint32_t j = 0; j < s->cap; j++) {
+                if (s->e[j].key == 0)
+                    continue;
+                uint64_t pair[2] = {s->e[j].key ^ ptr_key, s->e[j].size};
+                buf_add(&snap, pair, sizeof pair);
+            }
+        }
+        spin_unlock(&s->lock);
+    }
+    w.snapshot_blocks = snap.len / 16;
+    for (size_t at = 0; at < snap.len && w.fd >= 0; at += 4u << 20) {
+        size_t len = snap.len - at < (4u << 20) ? snap.len - at : 4u << 20;
+        write_frame(MB_FRAME_SNAPSHOT, snap.data + at, len);
+    }
+    if (snap.data != NULL)
+        munmap(snap.data, snap.cap);
+}
+
+static void header_info(char *info, size_t size)
+{
+    char host[256] = "?", exe[512] = "?";
+    gethostname(host, sizeof host - 1);
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 1] = 0;
+    Dl_info dl;
+    const char *lib = "?";
+    if (dladdr((void *)real_malloc, &dl) != 0 && dl.dli_fname != NULL)
+        lib = dl.dli_fname;
+    const char *alloc = getenv("MBRECORD_ALLOCATOR");
+    const char *server = getenv("MBRECORD_SERVER_VERSION");
+    struct timespec real;
+    clock_gettime(CLOCK_REALTIME, &real);
+    snprintf(info, size,
+             "host=%s\npid=%d\nexe=%s\nmalloc_library=%s\nallocator=%s\nserver_version=%s\n"
+             "start_unix_ns=%llu\nlive_table=%s\n",
+             host, (int)getpid(), exe, lib, alloc ? alloc : "", server ? server : "",
+             (unsigned long long)real.tv_sec * 1000000000ull + (unsigned long long)real.tv_nsec,
+             atomic_load(&table_broken) ? "incomplete" : (tracking ? "kept" : "off"));
+}
+
+static void arm(const char *path)
+{
+    const char *out = getenv("MBRECORD_OUT");
+    if (path != NULL && *path)
+        snprintf(w.path, sizeof w.path, "%s", path);
+    else if (out != NULL && *out)
+        snprintf(w.path, sizeof w.path, "%s", out);
+    else
+        snprintf(w.path, sizeof w.path, "/tmp/mbrecord-%d-%u.mbt", (int)getpid(), w.window);
+    w.window++;
+    w.fd = open(w.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (w.fd < 0) {
+        fprintf(stderr, "mbrecord: cannot create %s: %s; not recording\n", w.path,
+                strerror(errno));
+        say_status("error cannot create %s: not recording\n", w.path, 0);
+        return;
+    }
+    char header[MB_HEADER_SIZE] = {0};
+    uint32_t version = MB_VERSION, size = MB_HEADER_SIZE;
+    memcpy(header, MB_MAGIC, 8);
+    memcpy(header + 8, &version, 4);
+    memcpy(header + 12, &size, 4);
+    snprintf(header + MB_STATUS_OFFSET, MB_STATUS_SIZE, "recording");
+    header_info(header + MB_INFO_OFFSET, MB_HEADER_SIZE - MB_INFO_OFFSET);
+    w.good_end = 0;
+    w.events = 0;
+    w.raw.len = 0;
+    if (write_all(header, sizeof header) != 0)
+        return;
+    t0_ns = now_ns();
+    atomic_fetch_add(&gen, 1); /* chunks of an earlier window are discarded, not replayed */
+    atomic_store(&armed, 1);
+    /* after arming: a block allocated meanwhile is in the table and in the events; the
+     * replayer treats an allocation at a live address as the end of the older block */
+    snapshot();
+    if (w.fd >= 0)
+        say_status("recording %s\n", w.path, 0);
+}
+
+static void disarm(const char *why)
+{
+    if (w.fd < 0)
+        return;
+    atomic_store(&armed, 0);
+    struct timespec pause = {0, 2000000};
+    nanosleep(&pause, NULL); /* let calls that saw armed=1 commit their record */
+    drain(1);
+    flush_events();
+    if (w.fd < 0)
+        return;
+    char end[256];
+    unsigned long long lost = atomic_exchange(&dropped, 0);
+    int n = snprintf(end, sizeof end, "events=%llu\ndropped=%llu\nsnapshot_blocks=%llu\n",
+                     (unsigned long long)w.events, lost,
+                     (unsigned long long)w.snapshot_blocks);
+    if (write_frame(MB_FRAME_END, end, (size_t)n) != 0)
+        return;
+    char text[MB_STATUS_SIZE];
+    snprintf(text, sizeof text, "complete (%s) events=%llu dropped=%llu", why,
+             (unsigned long long)w.events, lost);
+    set_trace_status(text);
+    close(w.fd);
+    w.fd = -1;
+    say_status("complete %s events=%llu\n", w.path, w.events);
+}
+
+static void poll_control(void)
+{
+    char text[1100] = {0};
+    int fd = open(w.control, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (st.st_uid != geteuid() && st.st_uid != 0) ||
+        (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        close(fd);
+        return;
+    }
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    text[n] = 0;
+    text[strcspn(text, "\n")] = 0;
+    if (strcmp(text, w.last_command) == 0)
+        return; /* act on changes only: a stale "on" is not a new window */
+    snprintf(w.last_command, sizeof w.last_command, "%s", text);
+    if (strncmp(text, "on", 2) == 0 && (text[2] == 0 || text[2] == ' ')) {
+        disarm("re-armed");
+        arm(text[2] ? text + 3 : NULL);
+    } else if (strcmp(text, "off") == 0) {
+        disarm("disarmed");
+    }
+}
+
+static void *writer_main(void *unused)
+{
+    (void)unused;
+    in_hook = 1; /* the writer's own calls (zstd's) are not the program's */
+    w.cctx = ZSTD_createCCtx();
+    if (w.cctx == NULL)
+        return NULL;
+    ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_compressionLevel, 1);
+    ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_checksumFlag, 1);
+    const char *start = getenv("MBRECORD_ARMED");
+    if (start != NULL && strcmp(start, "1") == 0)
+        arm(NULL);
+    unsigned tick = 0;
+    uint64_t last_flush = now_ns();
+    while (!atomic_load(&w.stop)) {
+        struct timespec pause = {0, 50000000};
+        nanosleep(&pause, NULL);
+        if (++tick % 2 == 0)
+            poll_control();
+        if (!atomic_load(&armed))
+            continue;
+        drain(tick % 4 == 0);
+        if (now_ns() - last_flush > 1000000000ull) {
+            flush_events();
+            last_flush = now_ns();
+        }
+    }
+    disarm("process exit");
+    atomic_store(&w.done, 1);
+    return NULL;
+}
+
+static void child_after_fork(void)
+{
+    /* the writer thread does not exist in the child and the locks may be held by threads
+     * that do not either: the child only passes calls through */
+    disabled = 1;
+    atomic_store(&armed, 0);
+}
+
+__attribute__((constructor)) static void mbrecord_init(void)
+{
+    if (real_malloc == NULL)
+        resolve();
+    in_hook++;
+    uint64_t seed = now_ns() ^ ((uint64_t)getpid() << 32);
+    ptr_key = (seed * 0x9E3779B97F4A7C15ull) | (1ull << 63);
+    const char *track = getenv("MBRECORD_TRACK_LIVE");
+    tracking = !(track != NULL && strcmp(track, "0") == 0);
+    const char *control = getenv("MBRECORD_CONTROL");
+    if (control != NULL && *control)
+        snprintf(w.control, sizeof w.control, "%s", control);
+    else
+        snprintf(w.control, sizeof w.control, "/tmp/mbrecord-%d.control", (int)getpid());
+    snprintf(w.status_path, sizeof w.status_path, "%s.status", w.control);
+    if (pthread_key_create(&exit_key, thread_exit) != 0 ||
+        pthread_atfork(NULL, NULL, child_after_fork) != 0) {
+        disabled = 1;
+        in_hook--;
+        return;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t writer;
+    if (pthread_create(&writer, NULL, writer_main, NULL) != 0)
+        disabled = 1;
+    else
+        pthread_detach(writer);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    in_hook--;
+}
+
+__attribute__((destructor)) static void mbrecord_fini(void)
+{
+    if (disabled)
+        return;
+    atomic_store(&w.stop, 1);
+    for (int i = 0; i < 400 && !atomic_load(&w.done); i++) {
+        struct timespec pause = {0, 5000000};
+        nanosleep(&pause, NULL);
+    }
+}

@@ -1,0 +1,99 @@
+"""Replay one trace under each setup (allocator + knobs), repeats interleaved.
+
+The replayer is started with the setup's LD_PRELOAD and knobs and a clean environment
+(the same as the pattern driver's: no inherited allocator knobs), and it reports which
+file its malloc() came from, so a preload that did not take is an error, not a result.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.patterns.driver import check_malloc_library, clean_environment
+from mallocbench.patterns.experiment import PatternSetup
+from mallocbench.replay.native import replayer_path
+from mallocbench.replay.trace import EXIT_USAGE, TraceError, replayer_error
+
+TIMINGS = ("recorded", "none")
+
+
+@dataclass
+class ReplayRun:
+    """One replay: the replayer's JSON, or why there is none."""
+
+    setup: str
+    repeat: int
+    status: str  # ok, crashed, failed
+    data: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def value(self, key: str) -> float | None:
+        v = self.data.get(key)
+        return float(v) if isinstance(v, (int, float)) and self.status == "ok" else None
+
+
+def replay_command(trace: Path, timing: str, speed: float) -> list[str]:
+    return [str(replayer_path()), str(trace), "--timing", timing, "--speed", f"{speed:g}"]
+
+
+def run_once(
+    setup: PatternSetup,
+    trace: Path,
+    timing: str,
+    speed: float,
+    repeat: int,
+    timeout: float,
+) -> ReplayRun:
+    """Replay once under `setup`; a bad trace raises, a crash is a result."""
+    command = replay_command(trace, timing, speed)
+    env = clean_environment(setup.allocator, setup.knobs)
+    try:
+        proc = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return ReplayRun(setup.name, repeat, "failed", error=f"timed out after {timeout:.0f} s")
+    if proc.returncode == EXIT_USAGE:
+        raise TraceError(replayer_error(proc.stderr))
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        return ReplayRun(setup.name, repeat, "crashed", error=f"killed by {name}")
+    if proc.returncode != 0:
+        tail = proc.stderr.strip()[-300:]
+        return ReplayRun(setup.name, repeat, "failed", error=f"exit {proc.returncode}: {tail}")
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        return ReplayRun(setup.name, repeat, "failed", error=f"unreadable output: {exc}")
+    check_malloc_library(setup.allocator, data.get("malloc_library"))
+    return ReplayRun(setup.name, repeat, "ok", data=data)
+
+
+def replay_all(
+    setups: Sequence[PatternSetup],
+    trace: Path,
+    repeats: int,
+    timing: str = "recorded",
+    speed: float = 1.0,
+    duration_s: float = 0.0,
+    progress: Callable[[str], None] | None = None,
+) -> list[ReplayRun]:
+    """Every setup `repeats` times, interleaved (A B C A B C ...), so a drift of the host
+    spreads over all setups instead of biasing the one that ran last."""
+    if timing not in TIMINGS:
+        raise MallocbenchError(f"--timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
+    timeout = max(120.0, duration_s / speed * 5 + 60)
+    runs = []
+    for repeat in range(repeats):
+        for setup in setups:
+            if progress is not None:
+                progress(f"{setup.name} · repeat {repeat + 1}/{repeats}")
+            runs.append(run_once(setup, trace, timing, speed, repeat, timeout))
+    return runs

@@ -1,0 +1,113 @@
+"""Per setup: the replay's peak heap RSS, live bytes (the ideal), RSS/live, CPU and calls/s
+with 95% intervals over the repeats, and each ratio to the base setup, classified by the
+project's rule: a finding only when its interval excludes 1 and it is beyond min_effect.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from mallocbench.analysis import stats
+from mallocbench.replay.runner import ReplayRun
+
+# (key in the replayer's JSON, label, lower is better)
+METRICS = (
+    ("peak_heap_rss", "peak RSS", True),
+    ("rss_over_live", "RSS/live", True),
+    ("cpu_s", "CPU s", True),
+    ("calls_per_s", "calls/s", False),
+)
+
+
+@dataclass
+class Estimate:
+    mean: float
+    low: float
+    high: float
+
+
+@dataclass
+class Ratio:
+    ratio: float
+    low: float
+    high: float
+    verdict: str  # stats.classify's word; only "faster"/"slower" are findings
+
+    @property
+    def finding(self) -> bool:
+        return self.verdict in stats.FINDINGS
+
+
+@dataclass
+class SetupSummary:
+    setup: str
+    allocator: str
+    knobs: dict[str, str]
+    runs: int
+    failed: int
+    errors: list[str]
+    ideal_peak_live: float
+    metrics: dict[str, Estimate]
+    ratios: dict[str, Ratio]  # to the base; empty for the base itself
+    rss_curve: list[list[float]]  # [seconds, heap RSS, live] of the first good repeat
+
+    def to_dict(self) -> dict[str, Any]:
+        return _json_safe(asdict(self))
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _values(runs: Sequence[ReplayRun], key: str) -> list[float]:
+    return [v for r in runs if (v := r.value(key)) is not None]
+
+
+def _ratio(
+    runs: Sequence[ReplayRun], base: Sequence[ReplayRun], key: str, min_effect: float
+) -> Ratio:
+    r, low, high = stats.ratio_ci(_values(runs, key), _values(base, key))
+    return Ratio(r, low, high, stats.classify(r, low, high, min_effect))
+
+
+def summarize(
+    runs: Sequence[ReplayRun],
+    setups: Sequence[tuple[str, str, dict[str, str]]],
+    min_effect: float,
+) -> list[SetupSummary]:
+    """One summary per (setup name, allocator, knobs), the first being the base."""
+    by_setup = {name: [r for r in runs if r.setup == name] for name, _, _ in setups}
+    base = by_setup[setups[0][0]] if setups else []
+    out = []
+    for index, (name, allocator, knobs) in enumerate(setups):
+        mine = by_setup[name]
+        good = [r for r in mine if r.status == "ok"]
+        metrics = {key: Estimate(*stats.mean_ci(_values(mine, key))) for key, _, _ in METRICS}
+        ratios = (
+            {key: _ratio(mine, base, key, min_effect) for key, _, _ in METRICS} if index else {}
+        )
+        ideal = good[0].value("ideal_peak_live") if good else None
+        out.append(
+            SetupSummary(
+                setup=name,
+                allocator=allocator,
+                knobs=dict(knobs),
+                runs=len(mine),
+                failed=len(mine) - len(good),
+                errors=[r.error for r in mine if r.error],
+                ideal_peak_live=ideal if ideal is not None else math.nan,
+                metrics=metrics,
+                ratios=ratios,
+                rss_curve=list(good[0].data.get("samples", [])) if good else [],
+            )
+        )
+    return out

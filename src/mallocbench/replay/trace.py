@@ -1,0 +1,88 @@
+"""What a trace holds, as the replayer reads it (`mbreplay --check`): header, status, calls.
+
+A truncated or corrupt trace, or one of a newer format, is refused in one line that names
+the byte offset; a trace whose recording stopped early (a full disk) is still replayable
+and its status says where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.replay.native import replayer_path
+
+EXIT_USAGE = 2
+
+
+class TraceError(MallocbenchError):
+    """A trace that cannot be read: missing, truncated, corrupt, of a newer format."""
+
+
+def replayer_error(stderr: str) -> str:
+    line = next((ln for ln in stderr.splitlines() if ln.strip()), "no message")
+    return line.removeprefix("mbreplay: error: ")
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def status(self) -> str:
+        return str(self.data.get("status", ""))
+
+    @property
+    def complete(self) -> bool:
+        return self.status.startswith("complete")
+
+    @property
+    def header(self) -> dict[str, str]:
+        return dict(self.data.get("info") or {})
+
+    def warnings(self, server_version: str | None = None) -> list[str]:
+        """What a reader of a replay must know about this trace, one sentence each."""
+        out = []
+        if self.status.startswith("stopped"):
+            out.append(f"the recording {self.status}: the replay covers what came before")
+        elif not self.complete:
+            out.append(
+                "the trace was not closed (the process ended without disarming): "
+                "the replay covers what was written"
+            )
+        if self.header.get("live_table") != "kept":
+            out.append("blocks live before the window were not all kept: frees may be skipped")
+        skipped = int(self.data.get("skipped_frees") or 0)
+        if skipped:
+            out.append(f"{skipped} frees of blocks the trace never saw were skipped")
+        recorded = self.header.get("server_version") or ""
+        if server_version and recorded and recorded != server_version:
+            out.append(
+                f"recorded under server {recorded}, compared with {server_version}: "
+                "the allocation pattern may differ between versions"
+            )
+        return out
+
+
+def check(path: Path) -> TraceInfo:
+    """Read and validate the whole trace; raise TraceError with the replayer's one line."""
+    if not path.is_file():
+        raise TraceError(f"no trace at {path}: give the file `mallocbench record` wrote")
+    proc = subprocess.run(
+        [str(replayer_path()), str(path), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise TraceError(replayer_error(proc.stderr))
+    try:
+        data = json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{path}: unreadable replayer output ({exc})") from None
+    return TraceInfo(path, data)

@@ -1,0 +1,373 @@
+"""Record with the mbrecord shim, replay with mbreplay: fidelity, bad traces, a full disk,
+a real private server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mallocbench import allocators
+from mallocbench.errors import MallocbenchError
+from mallocbench.patterns.experiment import make_setup
+from mallocbench.replay import control, runner
+from mallocbench.replay import trace as tracemod
+from mallocbench.replay.native import replayer_path, shim_path
+
+HERE = Path(__file__).resolve().parent
+HEADER = 1024
+FRAME = struct.Struct("<IIII")
+
+
+def mallocbench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mallocbench.cli", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def known_pattern(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    exe = tmp_path_factory.mktemp("kp") / "known_pattern"
+    subprocess.run(
+        ["cc", "-O1", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(exe),
+         str(HERE / "native" / "known_pattern.c")],
+        check=True,
+    )  # fmt: skip
+    return exe
+
+
+def record_pattern(exe: Path, workdir: Path, trace: Path) -> tuple[dict[str, Any], str]:
+    """Run the known pattern under the shim; its own account of what it did, and stderr."""
+    ctl = workdir / "ctl"
+    env = dict(
+        os.environ,
+        LD_PRELOAD=str(shim_path()),
+        MBRECORD_CONTROL=str(ctl),
+        MBRECORD_SERVER_VERSION="10.11.6-test",
+    )
+    proc = subprocess.run(
+        [str(exe), str(ctl), str(trace)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), proc.stderr
+
+
+@pytest.fixture(scope="module")
+def pattern_trace(known_pattern: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    workdir = tmp_path_factory.mktemp("kptrace")
+    trace = workdir / "kp.mbt"
+    truth, _ = record_pattern(known_pattern, workdir, trace)
+    return trace, truth
+
+
+def frame_offsets(path: Path) -> list[int]:
+    data = path.read_bytes()
+    offsets, at = [], HEADER
+    while at < len(data):
+        offsets.append(at)
+        _, _, comp_len, _ = FRAME.unpack_from(data, at)
+        at += FRAME.size + comp_len
+    return offsets
+
+
+def test_known_pattern_replays_to_the_programs_live_bytes(pattern_trace: Any) -> None:
+    trace, truth = pattern_trace
+    info = tracemod.check(trace)
+    d = info.data
+    assert info.complete, info.status
+    for kind in ("malloc", "calloc", "realloc", "free", "memalign"):
+        assert d["calls"][kind] == truth["calls"][kind], kind
+    assert d["threads"] == 4
+    assert d["skipped_frees"] == 0 and d["unknown_reallocs"] == 0
+    # the snapshot holds the program's 500 pre-window blocks plus what libc had live
+    other = d["snapshot_live"] - truth["old_live"]
+    assert 0 <= other < 64 * 1024
+    assert d["ideal_peak_live"] - other == truth["peak_live"]
+    assert d["final_live"] - other == truth["phases"][-1]
+    installed = [a for a in ("glibc", "jemalloc", "tcmalloc") if allocators.get(a, False).available]
+    for name in installed:
+        setup = make_setup("test", name, name)
+        for timing in ("none", "recorded"):
+            run = runner.run_once(setup, trace, timing, 1.0, 0, 120)
+            assert run.status == "ok", run.error
+            r = run.data
+            assert r["malloc_failures"] == 0
+            # the replayer's own live count at the end, summed over its threads
+            assert r["samples"][-1][2] == d["final_live"], (name, timing)
+            assert r["peak_heap_rss"] > 0.5 * truth["peak_live"]
+            assert r["rss_over_live"] > 0.5
+
+
+def test_replay_command_compares_allocators_with_intervals(pattern_trace: Any) -> None:
+    trace, _ = pattern_trace
+    out = mallocbench(
+        "replay", str(trace), "--allocators", "glibc,jemalloc", "--set",
+        "glibc:MALLOC_ARENA_MAX=1", "--repeats", "2", "--timing", "none", "--json",
+        "--expect-server-version", "11.4.2",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    names = [s["setup"] for s in doc["setups"]]
+    assert names == ["glibc", "jemalloc", "glibc[MALLOC_ARENA_MAX=1]"]
+    assert doc["setups"][0]["ratios"] == {}
+    ratio = doc["setups"][1]["ratios"]["peak_heap_rss"]
+    assert ratio["low"] is not None and ratio["low"] <= ratio["ratio"] <= ratio["high"]
+    assert doc["setups"][1]["runs"] == 2 and doc["setups"][1]["failed"] == 0
+    assert doc["trace"]["info"]["server_version"] == "10.11.6-test"
+    assert any("recorded under server 10.11.6-test" in w for w in doc["warnings"])
+    table = mallocbench("replay", str(trace), "--allocators", "glibc,jemalloc", "--repeats", "2")
+    assert table.returncode == 0 and "relative to glibc" in table.stdout
+
+
+def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    return lines[0]
+
+
+def test_truncated_trace_names_the_byte_offset(pattern_trace: Any, tmp_path: Path) -> None:
+    trace, _ = pattern_trace
+    cut = tmp_path / "cut.mbt"
+    data = trace.read_bytes()
+    last = frame_offsets(trace)[-2]  # cut inside the events frame before the end frame
+    cut.write_bytes(data[: last + 40])
+    line = one_error_line(mallocbench("replay", str(cut)))
+    assert f"truncated at byte offset {last}" in line
+
+
+def test_corrupt_trace_names_the_byte_offset(pattern_trace: Any, tmp_path: Path) -> None:
+    trace, _ = pattern_trace
+    bad = tmp_path / "bad.mbt"
+    data = bytearray(trace.read_bytes())
+    frame = frame_offsets(trace)[-2]
+    middle = frame + FRAME.size + FRAME.unpack_from(data, frame)[2] // 2
+    data[middle : middle + 8] = b"\xff" * 8
+    bad.write_bytes(bytes(data))
+    line = one_error_line(mallocbench("replay", str(bad)))
+    assert f"corrupt frame at byte offset {frame}" in line
+
+
+def test_newer_format_and_foreign_files_are_refused(pattern_trace: Any, tmp_path: Path) -> None:
+    trace, _ = pattern_trace
+    newer = tmp_path / "newer.mbt"
+    data = bytearray(trace.read_bytes())
+    data[8:12] = struct.pack("<I", 2)
+    newer.write_bytes(bytes(data))
+    assert "newer" in one_error_line(mallocbench("replay", str(newer)))
+    foreign = tmp_path / "foreign.mbt"
+    foreign.write_bytes(b"hello world, not a trace at all\n")
+    assert "not a mallocbench trace" in one_error_line(mallocbench("replay", str(foreign)))
+    missing = one_error_line(mallocbench("replay", str(tmp_path / "nope.mbt")))
+    assert "no trace at" in missing
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=96k,mode=1777", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {proc.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_full_disk_stops_recording_and_the_process_runs_on(
+    known_pattern: Path, small_disk: Path, tmp_path: Path
+) -> None:
+    trace = small_disk / "kp.mbt"
+    truth, stderr = record_pattern(known_pattern, tmp_path, trace)
+    assert truth["calls"]["free"] > 0  # it ran to the end and reported
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("mbrecord:")]
+    assert len(lines) == 1 and "No space left on device" in lines[0], stderr
+    info = tracemod.check(trace)  # what was written is still a readable trace
+    assert info.status.startswith("stopped: writing a frame: No space left on device")
+    offset = int(info.status.split("byte offset ")[1].split()[0])
+    assert offset == trace.stat().st_size  # cut back to its last whole frame
+    assert info.data["events"] < 47500
+    assert any("stopped" in w for w in info.warnings())
+
+
+def test_record_refuses_a_process_without_the_shim() -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.2)
+        with pytest.raises(MallocbenchError) as caught:
+            control.record(sleeper.pid, 1, Path("/nonexistent/x.mbt"))
+        message = str(caught.value)
+        assert "does not have the recording shim loaded" in message
+        assert f"LD_PRELOAD={shim_path()}" in message and "\n" not in message
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_dropin_preloads_the_shim_in_front_of_the_allocator() -> None:
+    out = mallocbench("record", "--print-dropin", "--service", "mariadb")
+    assert out.returncode == 0, out.stderr
+    assert "[Service]" in out.stdout and f"LD_PRELOAD={shim_path()}" in out.stdout
+
+
+@pytest.mark.server
+def test_private_server_recorded_and_replayed(build: Any, tmp_path: Path) -> None:
+    from mallocbench.servers import engines
+    from mallocbench.servers.mariadb import ServerConfig, running
+
+    shim = allocators.get(str(shim_path()))
+    config = ServerConfig(engine=engines.get("innodb"), cache_bytes=64 << 20, allocator=shim)
+    trace = tmp_path / "server.mbt"
+    with running(build, tmp_path / "srv", config) as server:
+        server.query("CREATE DATABASE IF NOT EXISTS test")
+        server.query("CREATE TABLE test.t (id INT PRIMARY KEY, v VARCHAR(200))")
+        stop = threading.Event()
+        served = []
+
+        def load() -> None:
+            i = 0
+            while not stop.is_set():
+                server.query("INSERT INTO test.t VALUES (%s, REPEAT('x', 150))", (i,))
+                served.append(server.query("SELECT v FROM test.t ORDER BY v DESC LIMIT 50"))
+                i += 1
+
+        worker = threading.Thread(target=load)
+        worker.start()
+        try:
+            closing = control.record(server.pid, 3.0, trace)
+        finally:
+            stop.set()
+            worker.join()
+        assert closing.startswith("complete"), closing
+        count = len(served)
+        assert server.query("SELECT COUNT(*) FROM test.t")[0][0] == count
+    info = tracemod.check(trace)
+    d = info.data
+    assert info.complete and d["events"] > 1000 and d["threads"] >= 2
+    assert d["snapshot_blocks"] > 100  # the server's heap before the window
+    assert d["skipped_frees"] < 0.01 * d["calls"]["free"] + 10
+    assert d["info"]["exe"].endswith(("mariadbd", "mysqld"))
+    run = runner.run_once(make_setup("test", "glibc", "glibc"), trace, "none", 1.0, 0, 300)
+    assert run.status == "ok", run.error
+    assert run.data["malloc_failures"] == 0 and run.data["peak_heap_rss"] > 0
+    assert run.data["samples"][-1][2] == d["final_live"]
+
+
+def test_replayer_is_built() -> None:
+    assert replayer_path().is_file() and os.access(replayer_path(), os.X_OK)
+
+
+def test_a_ratio_is_a_finding_only_beyond_min_effect_with_its_interval() -> None:
+    from mallocbench.replay.summary import summarize
+
+    def runs(setup: str, peaks: list[float]) -> list[runner.ReplayRun]:
+        return [
+            runner.ReplayRun(setup, i, "ok", {"peak_heap_rss": p, "cpu_s": 1.0 + i / 100})
+            for i, p in enumerate(peaks)
+        ]
+
+    data = [
+        *runs("glibc", [100.0, 101.0, 99.0]),
+        *runs("jemalloc", [80.0, 81.0, 79.0]),  # 20% lower, tight: a finding
+        *runs("tcmalloc", [98.0, 99.0, 97.0]),  # 2% lower, tight: real but under 5%
+        runner.ReplayRun("tcmalloc", 3, "crashed", error="killed by SIGSEGV"),
+    ]
+    setups: list[tuple[str, str, dict[str, str]]] = [
+        ("glibc", "glibc", {}),
+        ("jemalloc", "jemalloc", {}),
+        ("tcmalloc", "tcmalloc", {}),
+    ]
+    base, je, tc = summarize(data, setups, min_effect=0.05)
+    assert base.ratios == {} and base.metrics["peak_heap_rss"].mean == pytest.approx(100.0)
+    assert je.ratios["peak_heap_rss"].finding and je.ratios["peak_heap_rss"].ratio < 0.85
+    assert not tc.ratios["peak_heap_rss"].finding
+    assert tc.runs == 4 and tc.failed == 1 and tc.errors == ["killed by SIGSEGV"]
+    assert not je.ratios["cpu_s"].finding  # the same CPU in both: never a finding
+
+
+def test_forked_children_stop_recording_and_the_parent_trace_stays_whole(tmp_path: Path) -> None:
+    trace = tmp_path / "fork.mbt"
+    program = (
+        "import os, threading\n"
+        "def churn():\n"
+        "    for _ in range(2000): bytearray(5000)\n"
+        "t = threading.Thread(target=churn); t.start()\n"
+        "for _ in range(20):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        [bytearray(3000) for _ in range(500)]\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+        "t.join(); print('done')\n"
+    )
+    env = dict(
+        os.environ,
+        LD_PRELOAD=str(shim_path()),
+        MBRECORD_ARMED="1",
+        MBRECORD_OUT=str(trace),
+        MBRECORD_CONTROL=str(tmp_path / "ctl"),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "done", proc.stderr
+    info = tracemod.check(trace)
+    assert info.complete, info.status
+    # the children's 20 x 500 blocks of 3000 bytes are not in the parent's trace, and
+    # no child wrote a trace of its own
+    assert info.data["calls"]["malloc"] < 20 * 500, info.data["calls"]
+    assert sorted(p.name for p in tmp_path.glob("*.mbt")) == ["fork.mbt"]
+    run = runner.run_once(make_setup("test", "glibc", "glibc"), trace, "none", 1.0, 0, 120)
+    assert run.status == "ok" and run.data["malloc_failures"] == 0
+
+
+@pytest.mark.server
+def test_full_disk_while_a_server_records_and_it_keeps_serving(
+    build: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    from mallocbench.servers import engines
+    from mallocbench.servers.mariadb import ServerConfig, running
+
+    shim = allocators.get(str(shim_path()))
+    config = ServerConfig(engine=engines.get("innodb"), cache_bytes=64 << 20, allocator=shim)
+    with running(build, tmp_path / "srv", config) as server:
+        server.query("CREATE DATABASE IF NOT EXISTS test")
+        server.query("CREATE TABLE test.t (id INT PRIMARY KEY, v TEXT)")
+        window = control.start(server.pid, str(small_disk / "server.mbt"))
+        rows = 0
+        while rows < 2000 and not window.status.read_text().startswith("error"):
+            server.query("INSERT INTO test.t VALUES (%s, REPEAT('y', 2000))", (rows,))
+            server.query("SELECT LENGTH(v) FROM test.t WHERE id = %s", (rows // 2,))
+            rows += 1
+        for extra in range(20):  # and after the disk filled
+            server.query("INSERT INTO test.t VALUES (%s, REPEAT('y', 2000))", (rows + extra,))
+        closing = control.stop(window, tmp_path / "server.mbt")
+        assert closing.startswith("error"), closing
+        assert server.query("SELECT COUNT(*) FROM test.t") == [(rows + 20,)]  # still serving
+        assert server.alive()
+        logs = [server.error_log, server.stdout_log]
+    info = tracemod.check(tmp_path / "server.mbt")
+    assert info.status.startswith("stopped: writing a frame: No space left on device")
+    assert "byte offset" in info.status
+    text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
+    assert text.count("mbrecord:") == 1, text[-2000:]
