@@ -9,6 +9,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -179,7 +180,11 @@ def test_newer_format_and_foreign_files_are_refused(pattern_trace: Any, tmp_path
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a small tmpfs needs root")
-    mount = tmp_path / "small"
+    # Outside pytest's 0700 temp tree: a server that records runs as `mysql`, which must
+    # reach the mount to write its trace there.
+    parent = Path(tempfile.mkdtemp(prefix="mb-small-disk-", dir="/tmp"))
+    parent.chmod(0o711)
+    mount = parent / "small"
     mount.mkdir()
     proc = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", "size=96k,mode=1777", "tmpfs", str(mount)],
@@ -192,6 +197,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 def test_full_disk_stops_recording_and_the_process_runs_on(
@@ -365,9 +371,11 @@ def test_full_disk_while_a_server_records_and_it_keeps_serving(
         assert closing.startswith("error"), closing
         assert server.query("SELECT COUNT(*) FROM test.t") == [(rows + 20,)]  # still serving
         assert server.alive()
+        # Read while the server runs: as root its live error log is in its runtime
+        # directory, which goes when it stops.
         logs = [server.error_log, server.stdout_log]
+        text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
     info = tracemod.check(tmp_path / "server.mbt")
     assert info.status.startswith("stopped: writing a frame: No space left on device")
     assert "byte offset" in info.status
-    text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
     assert text.count("mbrecord:") == 1, text[-2000:]
