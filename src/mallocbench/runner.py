@@ -7,7 +7,6 @@ server is recorded as the cell's result and the next cell gets a fresh server.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from typing import Protocol
 
 from mallocbench.analysis.convergence import WideCell, cells_to_repeat, wide_cells
 from mallocbench.analysis.steady import WINDOW_S
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.executors.base import Executor, RunContext, Session
 from mallocbench.executors.real import RealExecutor
 from mallocbench.experiment import (
@@ -32,6 +31,7 @@ from mallocbench.experiment import (
     plan_extra_round,
     slices_per_cell,
 )
+from mallocbench.files import write_text_atomic
 from mallocbench.metadata import (
     AdaptiveRecord,
     AllocatorRecord,
@@ -322,21 +322,42 @@ class Pipeline:
             # A unit lost with its benchmark host (cluster.UnitsLost) leaves the run
             # "interrupted", resumable, rather than "failed".
             status = getattr(exc, "run_status", status)
+        except EnvironmentLost as exc:
+            # The store or its disk went away (full, failing, a lost connection): the
+            # cells committed before are kept, and the run ends as an abort, not a bug.
+            outcome.aborted = str(exc)
         except SystemExit:
             status = STATUS_INTERRUPTED
             raise
         finally:
+            self._record_end(store, run_id, metadata, outcome, status)
+        outcome.result = store.load_run(run_id)
+        return outcome
+
+    def _record_end(
+        self,
+        store: ResultsStore,
+        run_id: str,
+        metadata: RunMetadata,
+        outcome: RunOutcome,
+        status: str,
+    ) -> None:
+        """The run's notes and status into the store; on a store that failed mid-run
+        this fails too, and the first failure (already in outcome.aborted) is the one
+        to tell: the run then reads as died, and --resume goes on from its cells."""
+        try:
             if outcome.notes:
                 metadata.notes = outcome.notes
                 store.update_metadata(run_id, metadata)
-            if options.target_ci_pct is not None and outcome.adaptive_stop is None:
+            if self.options.target_ci_pct is not None and outcome.adaptive_stop is None:
                 outcome.adaptive_stop = (
                     "interrupted" if outcome.aborted == "interrupted" else "run failed"
                 )
                 self._record_adaptive(store, run_id, metadata, outcome)
             store.finish_run(run_id, status)
-        outcome.result = store.load_run(run_id)
-        return outcome
+        except EnvironmentLost:
+            if outcome.aborted is None or outcome.aborted == "interrupted":
+                raise
 
     def _run_metadata(self, builds: dict[str | None, ServerBuild]) -> RunMetadata:
         """What a run records of its host, versions, dataset, durations and design."""
@@ -551,7 +572,13 @@ class Pipeline:
                     outcome.notes.append(note)
 
     def _save_cell(self, store: ResultsStore, run_id: str, cell: Cell, outcome: RunOutcome) -> None:
-        store.save_cell(run_id, cell)
+        try:
+            store.save_cell(run_id, cell)
+        except EnvironmentLost as exc:
+            raise EnvironmentLost(
+                f"cell {cell.setup}/{cell.engine}/{cell.step}/{cell.threads}t was measured "
+                f"but could not be saved: {exc}"
+            ) from exc
         outcome.measured += 1
         self.progress.cell_finished(cell)
         if cell.status != STATUS_OK:
@@ -648,9 +675,7 @@ class Pipeline:
 
 
 def write_results_json(result: RunResult, path: Path) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result.to_dict(), indent=1))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(result.to_dict(), indent=1))
 
 
 __all__ = [

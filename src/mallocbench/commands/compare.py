@@ -23,6 +23,7 @@ from mallocbench.analysis.comparison import (
 )
 from mallocbench.commands.options import min_effect_option
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import disk_fault, is_disk_fault
 from mallocbench.report.comparison import (
     comparison_csv,
     comparison_json,
@@ -147,6 +148,8 @@ def compare_cmd(
         try:
             write_compare_html(cmp, html_path, self_contained)
         except OSError as exc:
+            if is_disk_fault(exc):
+                raise disk_fault(exc, str(html_path)) from exc
             raise MallocbenchError(
                 f"cannot write {html_path}: {exc.strerror}; give a writable path with --html"
             ) from exc

@@ -21,6 +21,7 @@ from mallocbench.commands.options import (
     store_option,
 )
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
 from mallocbench.formatting import durations, mib
 from mallocbench.metadata import Durations
 from mallocbench.report import export, html, markdown, terminal
@@ -57,16 +58,31 @@ def write_reports(result: RunResult, out_dir: Path, self_contained: bool = False
             ("summary.csv", export.summary_csv(result)),
         ):
             target = out_dir / name
-            target.write_text(text)
+            write_text_atomic(target, text)
             written.append(target)
         written.append(html.write_html(result, out_dir / "report.html", self_contained))
     except OSError as exc:
+        if is_disk_fault(exc):
+            raise disk_fault(exc, f"the reports into {out_dir}") from exc
         culprit = f" ({exc.filename})" if exc.filename and exc.filename != str(out_dir) else ""
         raise MallocbenchError(
             f"cannot write the reports into {out_dir}: {exc.strerror}{culprit}: give a "
             "writable directory with --out; the results store is not affected"
         ) from exc
     return written
+
+
+def write_run_reports(outcome: RunOutcome, out_dir: Path) -> list[Path]:
+    """The reports of a run that ended; when they cannot be written after an abort, what
+    stopped the run (often the same full disk) stays the error to read, and this
+    becomes a note: `mallocbench report --out` writes them later."""
+    try:
+        return write_reports(outcome.result, out_dir)
+    except MallocbenchError as exc:
+        if not outcome.aborted or outcome.aborted == "interrupted":
+            raise
+        outcome.notes.append(f"the reports were not written: {exc}")
+        return []
 
 
 def _design_line(experiment: experiment_mod.Experiment) -> str:
@@ -324,9 +340,10 @@ def _conclude(
     stopped_by: int | None,
 ) -> None:
     """Write the reports, print the run, and exit with the status its end deserves."""
-    written = write_reports(outcome.result, out_dir)
+    written = write_run_reports(outcome, out_dir)
     terminal.print_run(outcome.result, Console(), str(out_dir))
-    console.print("wrote " + ", ".join(str(p) for p in written))
+    if written:
+        console.print("wrote " + ", ".join(str(p) for p in written))
     if outcome.adaptive_stop is not None:
         _print_adaptive(console, outcome, target_ci_pct)
     # On stderr too: the report above may go to a file, and these need the user's eyes.

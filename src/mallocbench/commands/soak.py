@@ -12,8 +12,9 @@ from rich.console import Console
 from mallocbench import exitcodes
 from mallocbench import experiment as experiment_mod
 from mallocbench.commands.options import StopOnSignals, out_dir_option, store_option
-from mallocbench.commands.run import write_reports
+from mallocbench.commands.run import write_run_reports
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
 from mallocbench.formatting import mib
 from mallocbench.report import soak as soak_report
 from mallocbench.runner import RunOptions, RunOutcome
@@ -179,15 +180,19 @@ def _finish(
 ) -> None:
     """Reports, the soak summary, notes and the exit status the run's end calls for."""
     result = outcome.result
-    written = write_reports(result, out_dir)
+    written = write_run_reports(outcome, out_dir)
     try:
         path = out_dir / "soak.md"
-        path.write_text("\n".join(soak_report.markdown_lines(result)) + "\n")
-        written.append(path)
+        if written:
+            write_text_atomic(path, "\n".join(soak_report.markdown_lines(result)) + "\n")
+            written.append(path)
     except OSError as exc:
-        raise MallocbenchError(f"cannot write {out_dir / 'soak.md'}: {exc.strerror}") from exc
+        if is_disk_fault(exc):
+            raise disk_fault(exc, f"the soak report {path}") from exc
+        raise MallocbenchError(f"cannot write {path}: {exc.strerror}") from exc
     soak_report.print_soak(result, Console())
-    console.print("wrote " + ", ".join(str(p) for p in written))
+    if written:
+        console.print("wrote " + ", ".join(str(p) for p in written))
     for note in outcome.notes:
         console.print(f"[yellow]note[/]: {note}")
     if outcome.aborted == "interrupted":

@@ -55,6 +55,7 @@ from mallocbench.analysis.summary import (
     vsz_note,
 )
 from mallocbench.analysis.verdict import VerdictRow, verdict_rows
+from mallocbench.files import write_text_atomic
 from mallocbench.report.facts import headline_facts, run_facts, setup_differences, setup_table
 from mallocbench.report.recommend import engine_lines
 from mallocbench.report.soak import soak_charts, soak_notes, soak_table
@@ -710,9 +711,9 @@ def write_plotly_beside(page: Path) -> str:
     name = plotly_file_name()
     target = page.parent / name
     if not target.is_file():
-        partial = target.with_suffix(".tmp")
-        partial.write_text(plotly_js(), encoding="utf-8")
-        partial.replace(target)
+        # Through a temporary name that a failure removes: a partial 4.8 MB left behind
+        # would keep a full disk full.
+        write_text_atomic(target, plotly_js())
     return name
 
 
@@ -884,14 +885,14 @@ def write_html(result: RunResult, path: Path, self_contained: bool = False) -> P
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     source = None if self_contained else write_plotly_beside(path)
-    path.write_text(render_html(result, plotly_src=source), encoding="utf-8")
+    write_text_atomic(path, render_html(result, plotly_src=source))
     return path
 
 
 def write_compare_html(comparison: Comparison, path: Path, self_contained: bool = False) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     source = None if self_contained else write_plotly_beside(path)
-    path.write_text(render_compare_html(comparison, source), encoding="utf-8")
+    write_text_atomic(path, render_compare_html(comparison, source))
     return path
 
 
