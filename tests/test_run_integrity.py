@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -49,7 +50,7 @@ tables = 1
 rows = 2000
 cache = "32M"
 [durations]
-warmup = 0
+warmup = {warmup}
 step = {seconds}
 [[setup]]
 name = "glibc"
@@ -61,10 +62,15 @@ allocator = "glibc"
 
 
 def write_experiment(
-    tmp_path: Path, repeats: int = 1, seconds: int = 2, steps: str = '["point-query"]'
+    tmp_path: Path,
+    repeats: int = 1,
+    seconds: int = 2,
+    steps: str = '["point-query"]',
+    warmup: str = "0",
 ) -> Path:
     path = tmp_path / "integrity.toml"
-    path.write_text(EXPERIMENT.format(repeats=repeats, seconds=seconds, steps=steps))
+    text = EXPERIMENT.format(repeats=repeats, seconds=seconds, steps=steps, warmup=warmup)
+    path.write_text(text)
     return path
 
 
@@ -463,3 +469,191 @@ def test_reports_on_a_full_disk_leave_no_partial_file(
         assert sorted(p.name for p in fs.iterdir()) == ["out"]
     # The store was never touched, and reads as before.
     assert run_cli("report", str(store)).returncode == 0
+
+
+def stored_cells(store: Path) -> list[tuple[str, str, int]]:
+    """(setup, status, samples) of every cell, read as `report` reads: read-only."""
+    if not store.exists():
+        return []
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        return db.execute(
+            "SELECT setup, status, (SELECT count(*) FROM samples s WHERE s.cell_id = c.id)"
+            " FROM cells c"
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return []  # the run has not created its tables yet
+    finally:
+        db.close()
+
+
+@pytest.mark.server
+def test_a_full_disk_under_the_dataset_copy_names_the_copy(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    exp = write_experiment(tmp_path)
+    with small_filesystem(tmp_path / "fs", "3M") as fs:
+        out = fs / "out"
+        result = run_cli("run", str(exp), "--out", str(out), "--quiet")
+        line = one_error_line(result, integrity_figures, 3)
+        assert "copying the dataset into" in line and "No space left on device" in line
+        assert "reports" not in line  # what failed was the copy, not the reports
+        # The partial copy and the partial reports are gone: the disk is free again.
+        assert not list(out.glob("servers/*/data")) and not list(out.glob("**/*.tmp"))
+        assert [s for _, s in run_status(out)] == ["failed"]
+        leftovers = processes_under(out)
+        integrity_figures.add("orphans", len(leftovers))
+        assert leftovers == []
+
+
+@pytest.mark.server
+def test_a_full_disk_while_a_cell_is_saved_aborts_and_keeps_the_saved_cells(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    # Two steps on the same servers: the first step's cells are saved, then the disk
+    # under the store fills up while the second step is measured.
+    exp = write_experiment(tmp_path, seconds=3, steps='["point-query", "read-only-order"]')
+    out = tmp_path / "out"
+    with small_filesystem(tmp_path / "fs", "2M") as fs:
+        store = fs / "results.sqlite"
+        harness = start_run(str(exp), "--out", str(out), "--store", str(store))
+        try:
+            wait_for(lambda: len(stored_cells(store)) >= 2, "the first cells", harness=harness)
+            filler = fill(fs)
+            stdout, stderr = harness.communicate(timeout=300)
+        finally:
+            harness.kill()
+            stop_orphans(out / "servers")
+        result = subprocess.CompletedProcess(harness.args, harness.returncode, stdout, stderr)
+        line = one_error_line(result, integrity_figures, 3)
+        assert "read-only-order" in line and "was measured but could not be saved" in line
+        assert f"no space left for the results store {store}" in line
+        # The saved cells, with their per-second samples, read back on the full disk.
+        saved = stored_cells(store)
+        integrity_figures.add("cells lost", 2 - sum(1 for _, s, n in saved if s == "ok" and n))
+        assert len(saved) == 2 and all(s == "ok" and n > 0 for _, s, n in saved)
+        listed = run_cli("report", str(store), "--format", "json")
+        assert listed.returncode == 0 and len(json.loads(listed.stdout)["cells"]) == 2
+        leftovers = processes_under(out)
+        integrity_figures.add("orphans", len(leftovers))
+        assert leftovers == []
+        # With space again, --resume measures what is missing.
+        filler.unlink()
+        resumed = run_cli("run", str(exp), "--out", str(out), "--store", str(store), "--resume")
+        integrity_figures.check_output(resumed.stdout + resumed.stderr)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert len([c for c in stored_cells(store) if c[1] == "ok"]) == 4
+
+
+@pytest.mark.server
+def test_a_full_disk_during_a_soak_keeps_its_segments(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    exp = write_experiment(tmp_path)
+    out = tmp_path / "out"
+    with small_filesystem(tmp_path / "fs", "2M") as fs:
+        store = fs / "results.sqlite"
+        harness = subprocess.Popen(
+            [sys.executable, "-m", "mallocbench.cli", "soak", str(exp), "--quiet",
+             "--duration", "40s", "--segment", "10s", "--out", str(out), "--store", str(store)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: stored_cells(store), "the first segment", harness=harness)
+            fill(fs)
+            stdout, stderr = harness.communicate(timeout=300)
+        finally:
+            harness.kill()
+            stop_orphans(out / "servers")
+        result = subprocess.CompletedProcess(harness.args, harness.returncode, stdout, stderr)
+        line = one_error_line(result, integrity_figures, 3)
+        assert f"no space left for the results store {store}" in line
+        saved = stored_cells(store)
+        assert saved and all(status == "ok" for _, status, _ in saved)
+        leftovers = processes_under(out)
+        integrity_figures.add("orphans", len(leftovers))
+        assert leftovers == []
+
+
+def run_json(out: Path) -> dict[str, Any]:
+    shown = run_cli("report", str(out), "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    return dict(json.loads(shown.stdout))
+
+
+@pytest.mark.server
+def test_a_server_stopped_while_measured_is_recorded_with_its_cell(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    exp = write_experiment(tmp_path, seconds=12)
+    out = tmp_path / "out"
+    harness = start_run(str(exp), "--out", str(out))
+    try:
+        wait_for(
+            lambda: any(p.name() == "sysbench" for p in processes_under(out)),
+            "sysbench",
+            harness=harness,
+        )
+        time.sleep(1.5)
+        # Every server of the run: whichever is being measured now stalls.
+        servers = [p for p in processes_under(out) if p.name() != "sysbench"]
+        assert servers
+        integrity_figures.add("faults injected")
+        for server in servers:
+            server.suspend()
+        time.sleep(6)
+        for server in servers:
+            server.resume()
+        stdout, stderr = harness.communicate(timeout=300)
+    finally:
+        harness.kill()
+        stop_orphans(out / "servers")
+    integrity_figures.check_output(stdout + stderr)
+    assert harness.returncode == 0, stderr[-2000:]
+    doc = run_json(out)
+    stalled = [c for c in doc["cells"] if c["metrics"].get("stalled_s", 0) >= 3]
+    # Nothing measured is lost, and no stalled cell passes for a clean one.
+    integrity_figures.add("cells lost", 2 - len(doc["cells"]))
+    assert stalled, [(c["setup"], c["status"], c["metrics"].get("stalled_s")) for c in doc["cells"]]
+    for cell in stalled:
+        assert "no query completed for" in cell["error"]
+        assert cell["stability"]["stable"] is False
+    assert any("no query completed for" in n for n in doc["metadata"]["notes"])
+    assert "no query completed for" in " ".join(stderr.split())
+    leftovers = processes_under(out)
+    integrity_figures.add("orphans", len(leftovers))
+    assert leftovers == []
+
+
+@pytest.mark.server
+def test_a_load_generator_killed_mid_cell_is_named_with_its_signal(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    exp = write_experiment(tmp_path, seconds=2, warmup='"8s"\nmax_warmup = 20')
+    out = tmp_path / "out"
+    harness = start_run(str(exp), "--out", str(out))
+    try:
+        found = wait_for(
+            lambda: [p for p in processes_under(out) if p.name() == "sysbench"],
+            "sysbench warming up",
+            harness=harness,
+        )
+        assert isinstance(found, list)
+        time.sleep(1)
+        integrity_figures.add("faults injected")
+        found[0].send_signal(signal.SIGKILL)
+        stdout, stderr = harness.communicate(timeout=300)
+    finally:
+        harness.kill()
+        stop_orphans(out / "servers")
+    integrity_figures.check_output(stdout + stderr)
+    doc = run_json(out)
+    failed = [c for c in doc["cells"] if c["status"] != "ok"]
+    assert len(failed) == 1, [(c["setup"], c["status"], c["error"]) for c in doc["cells"]]
+    assert failed[0]["error"] == "sysbench was killed by SIGKILL (signal 9) during warmup"
+    assert "Threads started" not in stdout + stderr
+    # The other setup's cell was measured and kept.
+    integrity_figures.add("cells lost", 1 - sum(c["status"] == "ok" for c in doc["cells"]))
+    leftovers = processes_under(out)
+    integrity_figures.add("orphans", len(leftovers))
+    assert leftovers == []

@@ -501,7 +501,7 @@ def warm_up(
         if died_meanwhile(live):
             return dead_server_cell(cell, live, "during warmup")
         cell.status = STATUS_FAILED
-        cell.error = "warmup failed: " + (warm.output_tail.splitlines() or ["no output"])[-1]
+        cell.error = client_failure(warm, "warmup failed", "during warmup")
         return cell
     cell.warmup_s = round(detector.elapsed_s, 1)
     cell.warmup_steady = detector.steady
@@ -561,7 +561,7 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession, take_account: b
         if died_meanwhile(live):
             return dead_server_cell(cell, live, "while measuring")
         cell.status = STATUS_FAILED
-        cell.error = "sysbench failed: " + (output.output_tail.splitlines() or ["no output"])[-1]
+        cell.error = client_failure(output, "sysbench failed", "while measuring")
         return cell
     cell.qps = statistics.fmean(s["qps"] for s in cell.slices)
     cell.tps = statistics.fmean(s["tps"] for s in cell.slices)
@@ -583,7 +583,48 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession, take_account: b
     # A load's throughput changes as its tables grow: no level to hold, nothing to judge.
     if not measurement.planned.step.definition.until_done:
         cell.stability = check_stability([s.qps for s in cell.samples]).to_dict()
+    note_stall(cell)
     return cell
+
+
+# Seconds in a row without a query, while measured, that make a stall: a server stopped
+# (SIGSTOP, a frozen VM, swap) or a client stuck. Shorter gaps are a flush's pause.
+STALL_S = 3
+
+
+def longest_stall(cell: Cell) -> int:
+    """The most consecutive per-second samples in which no query completed."""
+    if any(piece.get("turn") for piece in cell.slices):
+        return 0  # turns: one sample per turn, and idle between a client's turns
+    longest = run = 0
+    for sample in cell.samples:
+        run = run + 1 if not sample.qps else 0
+        longest = max(longest, run)
+    return longest
+
+
+def note_stall(cell: Cell) -> None:
+    """A cell that stalled keeps its numbers but not a clean bill: its stability says
+    why (so no report counts it as a steady measurement) and its error holds the note."""
+    stalled = longest_stall(cell)
+    if stalled < STALL_S:
+        return
+    note = (
+        f"no query completed for {stalled} s in a row while measured: the server or its "
+        "client stalled (stopped, swapping, or stuck)"
+    )
+    cell.metrics["stalled_s"] = float(stalled)
+    cell.stability = {**cell.stability, "stable": False, "judged": True, "reason": note}
+    cell.error = note
+
+
+def client_failure(output: RunOutput, failed: str, when: str) -> str:
+    """Why sysbench failed: the signal that killed it, when something else killed it,
+    else its last line (a signal's tail is only whatever it printed before)."""
+    signum = output.killed_by
+    if signum is not None:
+        return f"sysbench was killed by {signum.name} (signal {signum.value}) {when}"
+    return f"{failed}: " + (output.output_tail.splitlines() or ["no output"])[-1]
 
 
 # A server the kernel kills (a cgroup OOM kill, above all) is seen dead a moment after

@@ -235,6 +235,7 @@ class Pipeline:
         self.concurrency_problem = concurrency_problem(experiment)
         self.interleaved = experiment.design == INTERLEAVED and self.concurrency_problem is None
         self.stage1_blocks: int | None = None  # set once --target-ci's first stage is done
+        self.store_lost: EnvironmentLost | None = None  # the store failed saving a cell
 
     def execute(self) -> RunOutcome:
         experiment, options = self.experiment, self.options
@@ -553,7 +554,12 @@ class Pipeline:
         build = builds[self.experiment.setup(planned.setup).basedir]
         session_id = self.session_id(store, run_id, planned, attempt)
         live = self.executor.start_session(self._run_context(), planned, session_id, build)
-        store.save_session(run_id, live.info)
+        try:
+            store.save_session(run_id, live.info)
+        except BaseException:
+            # Not yet the caller's to stop: a store that fails here leaves no server.
+            self.executor.stop_session(self._run_context(), live)
+            raise
         return live
 
     def _end_session(
@@ -563,10 +569,15 @@ class Pipeline:
             self.executor.stop_session(self._run_context(), live)
         finally:
             info = live.info
-            if info.peak_rss_bytes is None:
-                info.peak_rss_bytes = store.max_session_value(run_id, info.id, "rss")
-                info.peak_vsz_bytes = store.max_session_value(run_id, info.id, "vsz")
-            store.save_session(run_id, info)
+            try:
+                if info.peak_rss_bytes is None:
+                    info.peak_rss_bytes = store.max_session_value(run_id, info.id, "rss")
+                    info.peak_vsz_bytes = store.max_session_value(run_id, info.id, "vsz")
+                store.save_session(run_id, info)
+            except EnvironmentLost:
+                # The store failed under a cell already: that failure is the one to tell.
+                if self.store_lost is None:
+                    raise
             for note in live.notes:
                 if note not in outcome.notes:
                     outcome.notes.append(note)
@@ -575,16 +586,23 @@ class Pipeline:
         try:
             store.save_cell(run_id, cell)
         except EnvironmentLost as exc:
-            raise EnvironmentLost(
+            self.store_lost = EnvironmentLost(
                 f"cell {cell.setup}/{cell.engine}/{cell.step}/{cell.threads}t was measured "
                 f"but could not be saved: {exc}"
-            ) from exc
+            )
+            raise self.store_lost from exc
         outcome.measured += 1
         self.progress.cell_finished(cell)
         if cell.status != STATUS_OK:
             outcome.failures.append(
                 f"{cell.setup}/{cell.engine}/{cell.step}/{cell.threads}t: "
                 f"{cell.status} ({cell.error})"
+            )
+        elif cell.error:
+            # Measured, but not cleanly (a stall): the run's notes say so too.
+            outcome.notes.append(
+                f"{cell.setup}/{cell.engine}/{cell.step}/{cell.threads}t, repeat "
+                f"{cell.repeat + 1}: {cell.error}"
             )
 
     def _run_session(
