@@ -657,3 +657,32 @@ def test_a_load_generator_killed_mid_cell_is_named_with_its_signal(
     leftovers = processes_under(out)
     integrity_figures.add("orphans", len(leftovers))
     assert leftovers == []
+
+
+def test_dry_run_refuses_what_a_real_run_refuses(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    nowhere = small_experiment(tmp_path, setup_extra=f'basedir = "{tmp_path / "nowhere"}"')
+    line = one_error_line(run_cli("run", str(nowhere), "--dry-run"), integrity_figures, 2)
+    assert f"server basedir '{tmp_path / 'nowhere'}' does not exist" in line
+    (tmp_path / "empty").mkdir()
+    empty = small_experiment(tmp_path, setup_extra=f'basedir = "{tmp_path / "empty"}"')
+    line = one_error_line(run_cli("run", str(empty), "--dry-run"), integrity_figures, 2)
+    assert "no mariadbd or mysqld in" in line
+    # --resume: a store whose run of this experiment was made from another text.
+    exp = write_experiment(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    run = RunResult.from_dict(json.loads(FIXTURE.read_text()))
+    run.experiment, run.experiment_text = "integrity", exp.read_text()
+    store = Store(out / "results.sqlite")
+    store.save_run(run)
+    store.close()
+    same = run_cli("run", str(exp), "--out", str(out), "--resume", "--dry-run")
+    assert same.returncode == 0, same.stderr
+    exp.write_text(exp.read_text().replace("rows = 2000", "rows = 3000"))
+    changed = run_cli("run", str(exp), "--out", str(out), "--resume", "--dry-run")
+    line = one_error_line(changed, integrity_figures, 2)
+    assert f"cannot resume {run.run_id}: the experiment file changed since" in line
+    nothing = run_cli("run", str(exp), "--out", str(tmp_path / "new"), "--resume", "--dry-run")
+    assert "nothing to resume" in one_error_line(nothing, integrity_figures, 2)

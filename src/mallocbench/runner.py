@@ -48,7 +48,7 @@ from mallocbench.results import (
     SetupInfo,
 )
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError
-from mallocbench.store import ResultsStore, locks, open_store, store_label
+from mallocbench.store import ResultsStore, is_url, locks, open_store, store_label
 from mallocbench.store.base import STORE_NAME
 from mallocbench.store.sqlite import (
     STATUS_FINISHED,
@@ -210,6 +210,27 @@ def _resume_run_id(store: ResultsStore, experiment: Experiment) -> str:
         f"nothing to resume: {store.label} has no run of experiment {experiment.name!r}; "
         "run without --resume"
     )
+
+
+def dry_run_checks(experiment: Experiment, options: RunOptions, on_cluster: bool) -> None:
+    """What a real run refuses before it starts a server, checked without starting one:
+    each setup's basedir holds a server (the allocator libraries were checked as the
+    experiment loaded), and a resumed run's experiment file has not changed since."""
+    if not on_cluster:  # a cluster's servers are on its hosts, checked there
+        RealExecutor().resolve_builds(experiment)
+    if not options.resume:
+        return
+    target = options.store_target
+    if not is_url(target) and not Path(target).is_file():
+        raise MallocbenchError(
+            f"nothing to resume: there is no results store at {options.store_label}; "
+            "run without --resume"
+        )
+    store = open_store(target, readonly=True)
+    try:
+        _resume_run_id(store, experiment)
+    finally:
+        store.close()
 
 
 class Pipeline:
@@ -703,5 +724,6 @@ __all__ = [
     "RunOutcome",
     "SilentProgress",
     "cell_estimate",
+    "dry_run_checks",
     "write_results_json",
 ]

@@ -31,6 +31,7 @@ from mallocbench.runner import (
     RunOptions,
     RunOutcome,
     cell_estimate,
+    dry_run_checks,
     write_results_json,
 )
 from mallocbench.store import is_url, open_store, store_target
@@ -282,6 +283,9 @@ def run_cmd(
     per_cell = cell_estimate(experiment)
     console = Console(stderr=True)
     if dry_run:
+        if pinned_run is None:
+            options = RunOptions(out_dir=out_dir, store_path=store_path, resume=resume)
+            dry_run_checks(experiment, options, cluster_address is not None)
         _print_plan(experiment, sessions, per_cell)
         if cluster_address is not None:
             click.echo(cluster_mod.dispatch_line(experiment, cluster_address))
