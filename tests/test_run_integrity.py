@@ -686,3 +686,40 @@ def test_dry_run_refuses_what_a_real_run_refuses(
     assert f"cannot resume {run.run_id}: the experiment file changed since" in line
     nothing = run_cli("run", str(exp), "--out", str(tmp_path / "new"), "--resume", "--dry-run")
     assert "nothing to resume" in one_error_line(nothing, integrity_figures, 2)
+
+
+def fixture_run(
+    run_id: str, keep: Callable[[dict[str, Any]], bool] = lambda c: True
+) -> dict[str, Any]:
+    data = json.loads(FIXTURE.read_text())
+    data["run_id"] = run_id
+    data["cells"] = [c for c in data["cells"] if keep(c)]
+    return data
+
+
+def test_compare_and_recommend_say_what_they_leave_out(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    a, b, innodb = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "innodb.json"
+    a.write_text(json.dumps(fixture_run("a")))
+    b.write_text(json.dumps(fixture_run("b", lambda c: not c["step"].startswith("update"))))
+    innodb.write_text(json.dumps(fixture_run("i", lambda c: c["engine"] == "innodb")))
+    itself = run_cli("compare", str(a), str(a))
+    assert itself.returncode == 0, itself.stderr
+    assert "A and B are the same run (a): it is compared with itself" in itself.stderr
+    assert "same run" not in run_cli("compare", str(a), str(b)).stderr
+    # Steps in one run only are named like setups in one run only.
+    shown = run_cli("compare", str(a), str(b), "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    unmatched = json.loads(shown.stdout)["unmatched"]
+    assert unmatched == [
+        f"{engine}/update-index range=100 @{threads} threads (only in A)"
+        for engine in ("innodb", "myrocks")
+        for threads in (1, 2)
+    ]
+    terminal = run_cli("compare", str(a), str(b))
+    assert "innodb/update-index range=100 @1 threads (only in A)" in terminal.stdout
+    # --engine on a run that did not measure it: refused, not answered for another.
+    refused = run_cli("recommend", str(innodb), "--engine", "myrocks")
+    line = one_error_line(refused, integrity_figures, 2)
+    assert "engine 'myrocks' is not in run i: it measured innodb" in line

@@ -141,6 +141,12 @@ def compare_cmd(
     cmp = compare(
         load_run(run_a, store_path), load_run(run_b, store_path), min_effect, allow_different
     )
+    if cmp.a.run_id == cmp.b.run_id:
+        click.echo(
+            f"compare: warning: A and B are the same run ({cmp.a.run_id}): it is compared "
+            "with itself, so every ratio is 1 by construction",
+            err=True,
+        )
     for difference in cmp.differences:
         # Before the tables: whoever reads the verdicts should know this first.
         click.echo(f"compare: warning: the runs differ: {difference.text}", err=True)
