@@ -11,6 +11,7 @@ import contextlib
 import errno
 import json
 import os
+import pwd
 import random
 import re
 import resource
@@ -723,3 +724,38 @@ def test_compare_and_recommend_say_what_they_leave_out(
     refused = run_cli("recommend", str(innodb), "--engine", "myrocks")
     line = one_error_line(refused, integrity_figures, 2)
     assert "engine 'myrocks' is not in run i: it measured innodb" in line
+
+
+def test_a_full_disk_under_the_postgresql_store(
+    postgres: Any, tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    from postgres_server import _server_user
+
+    source = saved_store(tmp_path / "source.sqlite", "kept", "more")
+    name = f"full_{os.getpid()}"
+    # The database lives in a tablespace on a small filesystem: room for its catalogs
+    # and one run, until the filler takes the rest.
+    with small_filesystem(tmp_path / "pg", "40M") as fs:
+        space = fs / "space"
+        space.mkdir(mode=0o700)
+        user = _server_user()
+        if user is not None:
+            os.chown(space, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+        with postgres.admin() as conn:
+            conn.execute(f"CREATE TABLESPACE {name} LOCATION '{space}'")
+            conn.execute(f'CREATE DATABASE "{name}" TABLESPACE {name}')
+        try:
+            url = postgres.url(name)
+            first = run_cli("store", "copy", str(source), url, "--run", "kept")
+            assert first.returncode == 0, first.stderr
+            fill(fs)
+            full = run_cli("store", "copy", str(source), url, "--run", "more")
+            line = one_error_line(full, integrity_figures, 3)
+            assert f"no space left for the results store {url}" in line, line
+            kept = run_cli("report", url, "--run", "kept", "--format", "json")
+            assert kept.returncode == 0, kept.stderr
+            integrity_figures.add("cells lost", 48 - len(json.loads(kept.stdout)["cells"]))
+        finally:
+            with postgres.admin() as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                conn.execute(f"DROP TABLESPACE IF EXISTS {name}")
