@@ -392,9 +392,21 @@ def test_every_reader_gives_one_line_for_a_damaged_store(
     )
 
 
-@pytest.mark.parametrize("source", ["/dev/zero", "big"])
-def test_an_endless_or_huge_experiment_file_ends_quickly_in_one_line(
-    tmp_path: Path, integrity_figures: IntegrityFigures, source: str
+@pytest.mark.parametrize(
+    ("command", "source", "what"),
+    [
+        (("run", "--dry-run"), "/dev/zero", "experiment file {} is larger than 1 MiB"),
+        (("run", "--dry-run"), "big", "experiment file {} is larger than 1 MiB"),
+        (("patterns", "--dry-run"), "/dev/zero", "experiment file {} is larger than 1 MiB"),
+        (("report",), "/dev/zero", "results file {} is larger than 512 MiB"),
+    ],
+)
+def test_an_endless_or_huge_input_file_ends_quickly_in_one_line(
+    tmp_path: Path,
+    integrity_figures: IntegrityFigures,
+    command: tuple[str, ...],
+    source: str,
+    what: str,
 ) -> None:
     path = Path(source)
     if source == "big":
@@ -405,7 +417,7 @@ def test_an_endless_or_huge_experiment_file_ends_quickly_in_one_line(
     # Capped well below what reading it whole would take; it used 24 GiB before.
     limit = 3 * 1024**3
     result = subprocess.run(
-        [sys.executable, "-m", "mallocbench.cli", "run", str(path), "--dry-run"],
+        [sys.executable, "-m", "mallocbench.cli", command[0], str(path), *command[1:]],
         capture_output=True,
         text=True,
         timeout=60,
@@ -413,7 +425,7 @@ def test_an_endless_or_huge_experiment_file_ends_quickly_in_one_line(
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
     )
     line = one_error_line(result, integrity_figures, 2)
-    assert f"experiment file {path} is larger than 1 MiB" in line
+    assert what.format(path) in line
     assert time.monotonic() - started < 30
 
 
