@@ -771,3 +771,26 @@ def test_a_full_disk_under_the_postgresql_store(
             with postgres.admin() as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                 conn.execute(f"DROP TABLESPACE IF EXISTS {name}")
+
+
+def test_a_stall_is_seconds_without_a_query_where_seconds_usually_have_many() -> None:
+    from mallocbench.measure import STALL_S, longest_stall, note_stall
+    from mallocbench.results import Cell, Sample
+
+    def cell(rates: list[float], turns: bool = False) -> Cell:
+        made = Cell("a", "innodb", "point-query", 2, 0)
+        made.samples = [Sample(t=float(i), qps=q) for i, q in enumerate(rates)]
+        made.slices = [{"t": 0.0, "qps": 1.0, "turn": 1.0}] if turns else [{"t": 0.0}]
+        return made
+
+    stopped = cell([900, 950, 0, 0, 0, 0, 0, 880, 910])
+    assert longest_stall(stopped) == 5
+    note_stall(stopped)
+    assert stopped.status == "ok" and stopped.unstable and stopped.metrics["stalled_s"] == 5
+    assert stopped.error is not None and "no query completed for 5 s" in stopped.error
+    # A flush's pause, a step of slow statements, turns: no stall.
+    calm_cells = [cell([900, 0, 0, 910]), cell([2, 0, 0, 0, 0, 1, 2]), cell([900, 0, 0, 0], True)]
+    for calm in calm_cells:
+        assert longest_stall(calm) < STALL_S
+        note_stall(calm)
+        assert calm.error is None and not calm.unstable

@@ -583,19 +583,25 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession, take_account: b
     # A load's throughput changes as its tables grow: no level to hold, nothing to judge.
     if not measurement.planned.step.definition.until_done:
         cell.stability = check_stability([s.qps for s in cell.samples]).to_dict()
-    note_stall(cell)
+        note_stall(cell)
     return cell
 
 
 # Seconds in a row without a query, while measured, that make a stall: a server stopped
 # (SIGSTOP, a frozen VM, swap) or a client stuck. Shorter gaps are a flush's pause.
 STALL_S = 3
+# Only where seconds usually complete this many queries is an empty second a stall, not
+# one long query (a step whose statements take seconds each).
+STALL_MIN_QPS = 10.0
 
 
 def longest_stall(cell: Cell) -> int:
     """The most consecutive per-second samples in which no query completed."""
     if any(piece.get("turn") for piece in cell.slices):
         return 0  # turns: one sample per turn, and idle between a client's turns
+    busy = [s.qps for s in cell.samples if s.qps]
+    if not busy or statistics.median(busy) < STALL_MIN_QPS:
+        return 0
     longest = run = 0
     for sample in cell.samples:
         run = run + 1 if not sample.qps else 0
