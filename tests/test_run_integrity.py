@@ -794,3 +794,22 @@ def test_a_stall_is_seconds_without_a_query_where_seconds_usually_have_many() ->
         assert longest_stall(calm) < STALL_S
         note_stall(calm)
         assert calm.error is None and not calm.unstable
+
+
+def test_memory_watch_on_a_full_disk_ends_in_one_line(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    from types import SimpleNamespace
+
+    from mallocbench.errors import MallocbenchError
+    from mallocbench.memory import watch
+
+    taken = SimpleNamespace(
+        process_summary=None, breakdown=None, allocator=None, server=None, taken_at=time.time()
+    )
+    with small_filesystem(tmp_path / "fs", "64k") as fs:
+        fill(fs)
+        integrity_figures.add("faults injected")
+        with pytest.raises(MallocbenchError, match=r"m\.csv after 1 samples: No space left"):
+            watch.watch(lambda: taken, 0.01, fs / "m.csv", fs / "m.html", count=3)  # type: ignore[arg-type]
+        assert not list(fs.glob("*.tmp")) and not list(fs.glob(".*.tmp"))
