@@ -141,12 +141,6 @@ def compare_cmd(
     cmp = compare(
         load_run(run_a, store_path), load_run(run_b, store_path), min_effect, allow_different
     )
-    if cmp.a.run_id == cmp.b.run_id:
-        click.echo(
-            f"compare: warning: A and B are the same run ({cmp.a.run_id}): it is compared "
-            "with itself, so every ratio is 1 by construction",
-            err=True,
-        )
     for difference in cmp.differences:
         # Before the tables: whoever reads the verdicts should know this first.
         click.echo(f"compare: warning: the runs differ: {difference.text}", err=True)
@@ -159,6 +153,12 @@ def compare_cmd(
             raise MallocbenchError(
                 f"cannot write {html_path}: {exc.strerror}; give a writable path with --html"
             ) from exc
+    if cmp.a.run_id == cmp.b.run_id:
+        click.echo(
+            f"compare: warning: A and B are the same run ({cmp.a.run_id}): it is compared "
+            "with itself, so every ratio is 1 by construction",
+            err=True,
+        )
     _print(cmp, fmt_name)
     if html_path is not None and fmt_name == "terminal":
         Console(stderr=True).print(f"wrote {html_path}")
