@@ -8,10 +8,6 @@ tool (nm, readelf) needs to be installed and no process is started.
 
 from __future__ import annotations
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
 from mallocbench.errors import MallocbenchError
 
 REQUIRED = ("malloc", "free", "calloc", "realloc")
@@ -21,6 +17,11 @@ _EXPORTED = ("STB_GLOBAL", "STB_WEAK")
 
 def defined_functions(path: str, names: tuple[str, ...] = REQUIRED) -> set[str]:
     """Those of `names` that `path` defines (not merely imports) as exported functions."""
+    # Imported here: only a custom library path needs it, not every command's start.
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
     try:
         with open(path, "rb") as handle:
             elf = ELFFile(handle)
