@@ -37,8 +37,8 @@ def disk_fault(exc: OSError, what: str) -> EnvironmentLost:
     """One line for a full or failing disk under `what` (e.g. "the reports in out/")."""
     where = f" ({exc.filename})" if exc.filename else ""
     return EnvironmentLost(
-        f"cannot write {what}: {exc.strerror}{where}: free space on that filesystem "
-        "(or give another with --out); nothing measured was lost"
+        f"cannot write {what}: {exc.strerror}{where}: free space on that filesystem or "
+        "write elsewhere; nothing measured was lost"
     )
 
 
