@@ -639,6 +639,41 @@ def test_a_server_stopped_while_measured_is_recorded_with_its_cell(
 
 
 @pytest.mark.server
+def test_a_client_stopped_while_measured_is_recorded_with_its_cell(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    exp = write_experiment(tmp_path, seconds=12)
+    out = tmp_path / "out"
+    harness = start_run(str(exp), "--out", str(out))
+    try:
+        found = wait_for(
+            lambda: [p for p in processes_under(out) if p.name() == "sysbench"],
+            "sysbench",
+            harness=harness,
+        )
+        assert isinstance(found, list)
+        time.sleep(1.5)
+        integrity_figures.add("faults injected")
+        found[0].suspend()
+        time.sleep(6)
+        found[0].resume()
+        stdout, stderr = harness.communicate(timeout=300)
+    finally:
+        harness.kill()
+        stop_orphans(out / "servers")
+    integrity_figures.check_output(stdout + stderr)
+    assert harness.returncode == 0, stderr[-2000:]
+    doc = run_json(out)
+    integrity_figures.add("cells lost", 2 - len(doc["cells"]))
+    stalled = [c for c in doc["cells"] if c["metrics"].get("stalled_s", 0) >= 3]
+    assert len(stalled) == 1, [(c["setup"], c["metrics"].get("stalled_s")) for c in doc["cells"]]
+    assert "no query completed for" in stalled[0]["error"]
+    leftovers = processes_under(out)
+    integrity_figures.add("orphans", len(leftovers))
+    assert leftovers == []
+
+
+@pytest.mark.server
 def test_a_load_generator_killed_mid_cell_is_named_with_its_signal(
     tmp_path: Path, integrity_figures: IntegrityFigures
 ) -> None:
@@ -789,6 +824,10 @@ def test_a_stall_is_seconds_without_a_query_where_seconds_usually_have_many() ->
     assert stopped.status == "ok" and stopped.unstable and stopped.metrics["stalled_s"] == 5
     assert stopped.error is not None and "no query completed for 5 s" in stopped.error
     # A flush's pause, a step of slow statements, turns: no stall.
+    # A client that stopped reporting: the wait between two reports counts.
+    silent = cell([900, 910, 905])
+    note_stall(silent, report_gap_s=6.2)
+    assert silent.metrics["stalled_s"] == 5 and silent.unstable
     calm_cells = [cell([900, 0, 0, 910]), cell([2, 0, 0, 0, 0, 1, 2]), cell([900, 0, 0, 0], True)]
     for calm in calm_cells:
         assert longest_stall(calm) < STALL_S
