@@ -161,7 +161,9 @@ def run_status(out: Path) -> list[tuple[str, str]]:
 
 @pytest.mark.server
 def test_second_run_into_the_same_directory_is_refused(tmp_path: Path, integrity_figures) -> None:
-    exp = write_experiment(tmp_path, seconds=3)
+    # Long enough that both refused commands (a few seconds each to start on a busy
+    # host) run while the first still measures: at 3 s the --resume came after its end.
+    exp = write_experiment(tmp_path, seconds=12)
     out = tmp_path / "out"
     first = start_run(str(exp), "--out", str(out))
     try:
