@@ -7,31 +7,43 @@ lost and nothing is left running.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import pwd
+import random
 import re
+import resource
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
-from cli_runner import run_cli
+from cli_runner import run_cli, small_experiment
+from conftest import IntegrityFigures
+from mallocbench import allocators
 from mallocbench import experiment as experiment_mod
+from mallocbench.allocators.elf import defined_functions
+from mallocbench.results import RunResult
 from mallocbench.runner import Pipeline, RunOptions
 from mallocbench.servers.orphans import stop_orphans
+from mallocbench.store import Store
+from mallocbench.store.base import damaged_store
 from mallocbench.store.locks import run_holder
 
 EXPERIMENT = """
 name = "integrity"
 base = "glibc"
 engines = ["innodb"]
-steps = ["point-query"]
+steps = {steps}
 threads = [2]
 repeats = {repeats}
 [dataset]
@@ -39,7 +51,7 @@ tables = 1
 rows = 2000
 cache = "32M"
 [durations]
-warmup = 0
+warmup = {warmup}
 step = {seconds}
 [[setup]]
 name = "glibc"
@@ -50,9 +62,16 @@ allocator = "glibc"
 """
 
 
-def write_experiment(tmp_path: Path, repeats: int = 1, seconds: int = 2) -> Path:
+def write_experiment(
+    tmp_path: Path,
+    repeats: int = 1,
+    seconds: int = 2,
+    steps: str = '["point-query"]',
+    warmup: str = "0",
+) -> Path:
     path = tmp_path / "integrity.toml"
-    path.write_text(EXPERIMENT.format(repeats=repeats, seconds=seconds))
+    text = EXPERIMENT.format(repeats=repeats, seconds=seconds, steps=steps, warmup=warmup)
+    path.write_text(text)
     return path
 
 
@@ -142,7 +161,9 @@ def run_status(out: Path) -> list[tuple[str, str]]:
 
 @pytest.mark.server
 def test_second_run_into_the_same_directory_is_refused(tmp_path: Path, integrity_figures) -> None:
-    exp = write_experiment(tmp_path, seconds=3)
+    # Long enough that both refused commands (a few seconds each to start on a busy
+    # host) run while the first still measures: at 3 s the --resume came after its end.
+    exp = write_experiment(tmp_path, seconds=12)
     out = tmp_path / "out"
     first = start_run(str(exp), "--out", str(out))
     try:
@@ -266,3 +287,573 @@ def test_a_bug_mid_run_leaves_the_run_failed_not_finished(
     # The locks went with the failed run: the next run in the directory may start.
     assert run_holder(out / "results.sqlite", run_status(out)[0][0]) is None
     assert os.path.exists(out / ".mallocbench.lock")
+
+
+# --- faults of the environment and of inputs: each ends in one line, nothing is lost --------
+
+FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"
+
+
+def one_error_line(
+    result: subprocess.CompletedProcess[str], figures: IntegrityFigures, status: int
+) -> str:
+    """The command exited `status` with exactly one `mallocbench: error:` line and no
+    traceback; that line."""
+    figures.add("faults injected")
+    figures.check_output(result.stdout + result.stderr)
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr[-3000:]
+    assert result.returncode == status, result.stdout[-1000:] + result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("mallocbench: error: "), result.stderr
+    return errors[0]
+
+
+@contextlib.contextmanager
+def small_filesystem(where: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted at `where` (root only), for a disk that fills up."""
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0711", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.fail(f"cannot mount a small tmpfs (the tests run as root): {mounted.stderr}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "--lazy", str(where)], check=False)
+
+
+def fill(filesystem: Path) -> Path:
+    """Write zeros into `filesystem` until it is full; the filler, to free it again."""
+    filler = filesystem / "filler"
+    with open(filler, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 65536)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+    return filler
+
+
+def saved_store(path: Path, *run_ids: str) -> Path:
+    """A results store holding the fixture's run under each of `run_ids`."""
+    store = Store(path)
+    try:
+        for run_id in run_ids:
+            run = RunResult.from_dict(json.loads(FIXTURE.read_text()))
+            run.run_id = run_id
+            store.save_run(run)
+        store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        store.close()
+    return path
+
+
+def damage(path: Path) -> None:
+    """Random bytes over every page after the first (which names the tables): the 4 KiB
+    of the issue wherever the readers look."""
+    size = path.stat().st_size
+    assert size > 3 * 4096
+    with open(path, "r+b") as handle:
+        handle.seek(4096)
+        handle.write(random.Random(33).randbytes(size - 4096))
+
+
+READERS = (
+    ("runs", "{store}"),
+    ("report", "{store}"),
+    ("report", "{store}", "--format", "json"),
+    ("compare", "{store}", "{good}"),
+    ("compare", "{good}", "{store}"),
+    ("recommend", "{store}"),
+    ("store", "info", "{store}"),
+    ("store", "copy", "{store}", "{copy}"),
+    ("patterns", "--report", "--out", "{dir}"),
+)
+
+
+@pytest.mark.parametrize("reader", READERS, ids=lambda r: " ".join(r[:2]).strip())
+def test_every_reader_gives_one_line_for_a_damaged_store(
+    tmp_path: Path, integrity_figures: IntegrityFigures, reader: tuple[str, ...]
+) -> None:
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    store = saved_store(damaged / "results.sqlite", "a", "b")
+    good = saved_store(tmp_path / "good.sqlite", "g")
+    if reader[0] == "patterns":
+        # A patterns store: the same file with the pattern tables, damaged the same way.
+        from mallocbench.patterns.store import open_pattern_store
+
+        open_pattern_store(str(store)).close()
+    damage(store)
+    values = {"store": store, "good": good, "copy": tmp_path / "copy.sqlite", "dir": damaged}
+    result = run_cli(*(arg.format(**values) for arg in reader))
+    line = one_error_line(result, integrity_figures, 2)
+    assert (
+        line
+        == f"mallocbench: error: {damaged_store(str(store), 'database disk image is malformed')}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("command", "source", "what"),
+    [
+        (("run", "--dry-run"), "/dev/zero", "experiment file {} is larger than 1 MiB"),
+        (("run", "--dry-run"), "big", "experiment file {} is larger than 1 MiB"),
+        (("patterns", "--dry-run"), "/dev/zero", "experiment file {} is larger than 1 MiB"),
+        (("report",), "/dev/zero", "results file {} is larger than 512 MiB"),
+    ],
+)
+def test_an_endless_or_huge_input_file_ends_quickly_in_one_line(
+    tmp_path: Path,
+    integrity_figures: IntegrityFigures,
+    command: tuple[str, ...],
+    source: str,
+    what: str,
+) -> None:
+    path = Path(source)
+    if source == "big":
+        path = tmp_path / "big.toml"
+        with open(path, "wb") as handle:
+            handle.truncate(100 * 1024**2)  # 100 MB (sparse: the disk stays free)
+    started = time.monotonic()
+    # Capped well below what reading it whole would take; it used 24 GiB before.
+    limit = 3 * 1024**3
+    result = subprocess.run(
+        [sys.executable, "-m", "mallocbench.cli", command[0], str(path), *command[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )
+    line = one_error_line(result, integrity_figures, 2)
+    assert what.format(path) in line
+    assert time.monotonic() - started < 30
+
+
+def test_a_library_that_is_no_allocator_is_refused_before_anything_starts(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    libz = next(
+        (
+            p
+            for p in ("/lib/x86_64-linux-gnu/libz.so.1", "/usr/lib/x86_64-linux-gnu/libz.so.1")
+            if Path(p).is_file()
+        ),
+        None,
+    )
+    assert libz is not None, "zlib is part of every Debian system"
+    exp = small_experiment(tmp_path, allocator=libz)
+    out = tmp_path / "out"
+    for args in (("--dry-run",), ("--out", str(out))):
+        line = one_error_line(run_cli("run", str(exp), *args), integrity_figures, 2)
+        assert f"allocator library {libz} is not an allocator" in line
+        assert "malloc, free, calloc, realloc" in line
+    assert not (out / "servers").exists()  # refused before a server was started
+    not_elf = tmp_path / "libnot.so"
+    not_elf.write_text("not a library\n")
+    exp = small_experiment(tmp_path, allocator=str(not_elf))
+    line = one_error_line(run_cli("run", str(exp), "--dry-run"), integrity_figures, 2)
+    assert "is not an ELF shared object" in line
+
+
+@pytest.mark.parametrize("name", ["jemalloc", "tcmalloc", "tcmalloc_minimal", "mimalloc"])
+def test_every_installed_allocator_library_passes_the_check(tmp_path: Path, name: str) -> None:
+    library = allocators.get(name, require_available=False).path
+    if library is None:
+        pytest.skip(f"{name} is not installed")
+    assert defined_functions(library) == {"malloc", "free", "calloc", "realloc"}
+    result = run_cli("run", str(small_experiment(tmp_path, allocator=library)), "--dry-run")
+    assert result.returncode == 0, result.stderr
+
+
+def test_reports_on_a_full_disk_leave_no_partial_file(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    store = saved_store(tmp_path / "results.sqlite", "a")
+    # Room for the small reports, not for plotly.js (4.8 MB): it fails half-written.
+    with small_filesystem(tmp_path / "fs", "1M") as fs:
+        result = run_cli("report", str(store), "--out", str(fs / "out"))
+        line = one_error_line(result, integrity_figures, 3)
+        assert f"cannot write the reports into {fs / 'out'}: No space left on device" in line
+        left = sorted(p.name for p in (fs / "out").iterdir())
+        assert not [name for name in left if name.endswith(".tmp")], left
+        assert not [name for name in left if name.startswith("plotly")], left
+        html_page = run_cli("compare", str(store), str(store), "--html", str(fs / "c.html"))
+        assert "No space left on device" in one_error_line(html_page, integrity_figures, 3)
+        assert sorted(p.name for p in fs.iterdir()) == ["out"]
+    # The store was never touched, and reads as before.
+    assert run_cli("report", str(store)).returncode == 0
+
+
+def stored_cells(store: Path) -> list[tuple[str, str, int]]:
+    """(setup, status, samples) of every cell, read as `report` reads: read-only."""
+    if not store.exists():
+        return []
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        return db.execute(
+            "SELECT setup, status, (SELECT count(*) FROM samples s WHERE s.cell_id = c.id)"
+            " FROM cells c"
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return []  # the run has not created its tables yet
+    finally:
+        db.close()
+
+
+@pytest.mark.server
+def test_a_full_disk_under_the_dataset_copy_names_the_copy(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    exp = write_experiment(tmp_path)
+    with small_filesystem(tmp_path / "fs", "3M") as fs:
+        out = fs / "out"
+        result = run_cli("run", str(exp), "--out", str(out), "--quiet")
+        line = one_error_line(result, integrity_figures, 3)
+        assert "copying the dataset into" in line and "No space left on device" in line
+        assert "reports" not in line  # what failed was the copy, not the reports
+        # The partial copy and the partial reports are gone: the disk is free again.
+        assert not list(out.glob("servers/*/data")) and not list(out.glob("**/*.tmp"))
+        assert [s for _, s in run_status(out)] == ["failed"]
+        leftovers = processes_under(out)
+        integrity_figures.add("orphans", len(leftovers))
+        assert leftovers == []
+
+
+@pytest.mark.server
+def test_a_full_disk_while_a_cell_is_saved_aborts_and_keeps_the_saved_cells(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    # Two steps on the same servers: the first step's cells are saved, then the disk
+    # under the store fills up while the second step is measured.
+    exp = write_experiment(tmp_path, seconds=3, steps='["point-query", "read-only-order"]')
+    out = tmp_path / "out"
+    with small_filesystem(tmp_path / "fs", "2M") as fs:
+        store = fs / "results.sqlite"
+        harness = start_run(str(exp), "--out", str(out), "--store", str(store))
+        try:
+            wait_for(lambda: len(stored_cells(store)) >= 2, "the first cells", harness=harness)
+            filler = fill(fs)
+            stdout, stderr = harness.communicate(timeout=300)
+        finally:
+            harness.kill()
+            stop_orphans(out / "servers")
+        result = subprocess.CompletedProcess(harness.args, harness.returncode, stdout, stderr)
+        line = one_error_line(result, integrity_figures, 3)
+        assert "read-only-order" in line and "was measured but could not be saved" in line
+        assert f"no space left for the results store {store}" in line
+        # The saved cells, with their per-second samples, read back on the full disk.
+        saved = stored_cells(store)
+        integrity_figures.add("cells lost", 2 - sum(1 for _, s, n in saved if s == "ok" and n))
+        assert len(saved) == 2 and all(s == "ok" and n > 0 for _, s, n in saved)
+        listed = run_cli("report", str(store), "--format", "json")
+        assert listed.returncode == 0 and len(json.loads(listed.stdout)["cells"]) == 2
+        leftovers = processes_under(out)
+        integrity_figures.add("orphans", len(leftovers))
+        assert leftovers == []
+        # With space again, --resume measures what is missing.
+        filler.unlink()
+        resumed = run_cli("run", str(exp), "--out", str(out), "--store", str(store), "--resume")
+        integrity_figures.check_output(resumed.stdout + resumed.stderr)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert len([c for c in stored_cells(store) if c[1] == "ok"]) == 4
+
+
+@pytest.mark.server
+def test_a_full_disk_during_a_soak_keeps_its_segments(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    exp = write_experiment(tmp_path)
+    out = tmp_path / "out"
+    with small_filesystem(tmp_path / "fs", "2M") as fs:
+        store = fs / "results.sqlite"
+        harness = subprocess.Popen(
+            [sys.executable, "-m", "mallocbench.cli", "soak", str(exp), "--quiet",
+             "--duration", "40s", "--segment", "10s", "--out", str(out), "--store", str(store)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: stored_cells(store), "the first segment", harness=harness)
+            fill(fs)
+            stdout, stderr = harness.communicate(timeout=300)
+        finally:
+            harness.kill()
+            stop_orphans(out / "servers")
+        result = subprocess.CompletedProcess(harness.args, harness.returncode, stdout, stderr)
+        line = one_error_line(result, integrity_figures, 3)
+        assert f"no space left for the results store {store}" in line
+        saved = stored_cells(store)
+        assert saved and all(status == "ok" for _, status, _ in saved)
+        leftovers = processes_under(out)
+        integrity_figures.add("orphans", len(leftovers))
+        assert leftovers == []
+
+
+def run_json(out: Path) -> dict[str, Any]:
+    shown = run_cli("report", str(out), "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    return dict(json.loads(shown.stdout))
+
+
+@pytest.mark.server
+def test_a_server_stopped_while_measured_is_recorded_with_its_cell(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    exp = write_experiment(tmp_path, seconds=12)
+    out = tmp_path / "out"
+    harness = start_run(str(exp), "--out", str(out))
+    try:
+        wait_for(
+            lambda: any(p.name() == "sysbench" for p in processes_under(out)),
+            "sysbench",
+            harness=harness,
+        )
+        time.sleep(1.5)
+        # Every server of the run: whichever is being measured now stalls.
+        servers = [p for p in processes_under(out) if p.name() != "sysbench"]
+        assert servers
+        integrity_figures.add("faults injected")
+        for server in servers:
+            server.suspend()
+        time.sleep(6)
+        for server in servers:
+            server.resume()
+        stdout, stderr = harness.communicate(timeout=300)
+    finally:
+        harness.kill()
+        stop_orphans(out / "servers")
+    integrity_figures.check_output(stdout + stderr)
+    assert harness.returncode == 0, stderr[-2000:]
+    doc = run_json(out)
+    stalled = [c for c in doc["cells"] if c["metrics"].get("stalled_s", 0) >= 3]
+    # Nothing measured is lost, and no stalled cell passes for a clean one.
+    integrity_figures.add("cells lost", 2 - len(doc["cells"]))
+    assert stalled, [(c["setup"], c["status"], c["metrics"].get("stalled_s")) for c in doc["cells"]]
+    for cell in stalled:
+        assert "no query completed for" in cell["error"]
+        assert cell["stability"]["stable"] is False
+    assert any("no query completed for" in n for n in doc["metadata"]["notes"])
+    assert "no query completed for" in " ".join(stderr.split())
+    leftovers = processes_under(out)
+    integrity_figures.add("orphans", len(leftovers))
+    assert leftovers == []
+
+
+@pytest.mark.server
+def test_a_client_stopped_while_measured_is_recorded_with_its_cell(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    exp = write_experiment(tmp_path, seconds=12)
+    out = tmp_path / "out"
+    harness = start_run(str(exp), "--out", str(out))
+    try:
+        found = wait_for(
+            lambda: [p for p in processes_under(out) if p.name() == "sysbench"],
+            "sysbench",
+            harness=harness,
+        )
+        assert isinstance(found, list)
+        time.sleep(1.5)
+        integrity_figures.add("faults injected")
+        found[0].suspend()
+        time.sleep(6)
+        found[0].resume()
+        stdout, stderr = harness.communicate(timeout=300)
+    finally:
+        harness.kill()
+        stop_orphans(out / "servers")
+    integrity_figures.check_output(stdout + stderr)
+    assert harness.returncode == 0, stderr[-2000:]
+    doc = run_json(out)
+    integrity_figures.add("cells lost", 2 - len(doc["cells"]))
+    stalled = [c for c in doc["cells"] if c["metrics"].get("stalled_s", 0) >= 3]
+    assert len(stalled) == 1, [(c["setup"], c["metrics"].get("stalled_s")) for c in doc["cells"]]
+    assert "no query completed for" in stalled[0]["error"]
+    leftovers = processes_under(out)
+    integrity_figures.add("orphans", len(leftovers))
+    assert leftovers == []
+
+
+@pytest.mark.server
+def test_a_load_generator_killed_mid_cell_is_named_with_its_signal(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    exp = write_experiment(tmp_path, seconds=2, warmup='"8s"\nmax_warmup = 20')
+    out = tmp_path / "out"
+    harness = start_run(str(exp), "--out", str(out))
+    try:
+        found = wait_for(
+            lambda: [p for p in processes_under(out) if p.name() == "sysbench"],
+            "sysbench warming up",
+            harness=harness,
+        )
+        assert isinstance(found, list)
+        time.sleep(1)
+        integrity_figures.add("faults injected")
+        found[0].send_signal(signal.SIGKILL)
+        stdout, stderr = harness.communicate(timeout=300)
+    finally:
+        harness.kill()
+        stop_orphans(out / "servers")
+    integrity_figures.check_output(stdout + stderr)
+    doc = run_json(out)
+    failed = [c for c in doc["cells"] if c["status"] != "ok"]
+    assert len(failed) == 1, [(c["setup"], c["status"], c["error"]) for c in doc["cells"]]
+    assert failed[0]["error"] == "sysbench was killed by SIGKILL (signal 9) during warmup"
+    assert "Threads started" not in stdout + stderr
+    # The other setup's cell was measured and kept.
+    integrity_figures.add("cells lost", 1 - sum(c["status"] == "ok" for c in doc["cells"]))
+    leftovers = processes_under(out)
+    integrity_figures.add("orphans", len(leftovers))
+    assert leftovers == []
+
+
+def test_dry_run_refuses_what_a_real_run_refuses(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    nowhere = small_experiment(tmp_path, setup_extra=f'basedir = "{tmp_path / "nowhere"}"')
+    line = one_error_line(run_cli("run", str(nowhere), "--dry-run"), integrity_figures, 2)
+    assert f"server basedir '{tmp_path / 'nowhere'}' does not exist" in line
+    (tmp_path / "empty").mkdir()
+    empty = small_experiment(tmp_path, setup_extra=f'basedir = "{tmp_path / "empty"}"')
+    line = one_error_line(run_cli("run", str(empty), "--dry-run"), integrity_figures, 2)
+    assert "no mariadbd or mysqld in" in line
+    # --resume: a store whose run of this experiment was made from another text.
+    exp = write_experiment(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    run = RunResult.from_dict(json.loads(FIXTURE.read_text()))
+    run.experiment, run.experiment_text = "integrity", exp.read_text()
+    store = Store(out / "results.sqlite")
+    store.save_run(run)
+    store.close()
+    same = run_cli("run", str(exp), "--out", str(out), "--resume", "--dry-run")
+    assert same.returncode == 0, same.stderr
+    exp.write_text(exp.read_text().replace("rows = 2000", "rows = 3000"))
+    changed = run_cli("run", str(exp), "--out", str(out), "--resume", "--dry-run")
+    line = one_error_line(changed, integrity_figures, 2)
+    assert f"cannot resume {run.run_id}: the experiment file changed since" in line
+    nothing = run_cli("run", str(exp), "--out", str(tmp_path / "new"), "--resume", "--dry-run")
+    assert "nothing to resume" in one_error_line(nothing, integrity_figures, 2)
+
+
+def fixture_run(
+    run_id: str, keep: Callable[[dict[str, Any]], bool] = lambda c: True
+) -> dict[str, Any]:
+    data = json.loads(FIXTURE.read_text())
+    data["run_id"] = run_id
+    data["cells"] = [c for c in data["cells"] if keep(c)]
+    return data
+
+
+def test_compare_and_recommend_say_what_they_leave_out(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    a, b, innodb = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "innodb.json"
+    a.write_text(json.dumps(fixture_run("a")))
+    b.write_text(json.dumps(fixture_run("b", lambda c: not c["step"].startswith("update"))))
+    innodb.write_text(json.dumps(fixture_run("i", lambda c: c["engine"] == "innodb")))
+    itself = run_cli("compare", str(a), str(a))
+    assert itself.returncode == 0, itself.stderr
+    assert "A and B are the same run (a): it is compared with itself" in itself.stderr
+    assert "same run" not in run_cli("compare", str(a), str(b)).stderr
+    # Steps in one run only are named like setups in one run only.
+    shown = run_cli("compare", str(a), str(b), "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    unmatched = json.loads(shown.stdout)["unmatched"]
+    assert unmatched == [
+        f"{engine}/update-index range=100 @{threads} threads (only in A)"
+        for engine in ("innodb", "myrocks")
+        for threads in (1, 2)
+    ]
+    terminal = run_cli("compare", str(a), str(b))
+    assert "innodb/update-index range=100 @1 threads (only in A)" in terminal.stdout
+    # --engine on a run that did not measure it: refused, not answered for another.
+    refused = run_cli("recommend", str(innodb), "--engine", "myrocks")
+    line = one_error_line(refused, integrity_figures, 2)
+    assert "engine 'myrocks' is not in run i: it measured innodb" in line
+
+
+def test_a_full_disk_under_the_postgresql_store(
+    postgres: Any, tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    from postgres_server import _server_user
+
+    source = saved_store(tmp_path / "source.sqlite", "kept", "more")
+    name = f"full_{os.getpid()}"
+    # The database lives in a tablespace on a small filesystem: room for its catalogs
+    # and one run, until the filler takes the rest.
+    with small_filesystem(tmp_path / "pg", "40M") as fs:
+        space = fs / "space"
+        space.mkdir(mode=0o700)
+        user = _server_user()
+        if user is not None:
+            os.chown(space, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+        with postgres.admin() as conn:
+            conn.execute(f"CREATE TABLESPACE {name} LOCATION '{space}'")
+            conn.execute(f'CREATE DATABASE "{name}" TABLESPACE {name}')
+        try:
+            url = postgres.url(name)
+            first = run_cli("store", "copy", str(source), url, "--run", "kept")
+            assert first.returncode == 0, first.stderr
+            fill(fs)
+            full = run_cli("store", "copy", str(source), url, "--run", "more")
+            line = one_error_line(full, integrity_figures, 3)
+            assert f"no space left for the results store {url}" in line, line
+            kept = run_cli("report", url, "--run", "kept", "--format", "json")
+            assert kept.returncode == 0, kept.stderr
+            integrity_figures.add("cells lost", 48 - len(json.loads(kept.stdout)["cells"]))
+        finally:
+            with postgres.admin() as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                conn.execute(f"DROP TABLESPACE IF EXISTS {name}")
+
+
+def test_a_stall_is_seconds_without_a_query_where_seconds_usually_have_many() -> None:
+    from mallocbench.measure import STALL_S, longest_stall, note_stall
+    from mallocbench.results import Cell, Sample
+
+    def cell(rates: list[float], turns: bool = False) -> Cell:
+        made = Cell("a", "innodb", "point-query", 2, 0)
+        made.samples = [Sample(t=float(i), qps=q) for i, q in enumerate(rates)]
+        made.slices = [{"t": 0.0, "qps": 1.0, "turn": 1.0}] if turns else [{"t": 0.0}]
+        return made
+
+    stopped = cell([900, 950, 0, 0, 0, 0, 0, 880, 910])
+    assert longest_stall(stopped) == 5
+    note_stall(stopped)
+    assert stopped.status == "ok" and stopped.unstable and stopped.metrics["stalled_s"] == 5
+    assert stopped.error is not None and "no query completed for 5 s" in stopped.error
+    # A flush's pause, a step of slow statements, turns: no stall.
+    # A client that stopped reporting: the wait between two reports counts.
+    silent = cell([900, 910, 905])
+    note_stall(silent, report_gap_s=6.2)
+    assert silent.metrics["stalled_s"] == 5 and silent.unstable
+    calm_cells = [cell([900, 0, 0, 910]), cell([2, 0, 0, 0, 0, 1, 2]), cell([900, 0, 0, 0], True)]
+    for calm in calm_cells:
+        assert longest_stall(calm) < STALL_S
+        note_stall(calm)
+        assert calm.error is None and not calm.unstable
+
+
+def test_memory_watch_on_a_full_disk_ends_in_one_line(
+    tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    from types import SimpleNamespace
+
+    from mallocbench.errors import MallocbenchError
+    from mallocbench.memory import watch
+
+    taken: Any = SimpleNamespace(
+        process_summary=None, breakdown=None, allocator=None, server=None, taken_at=time.time()
+    )
+    with small_filesystem(tmp_path / "fs", "64k") as fs:
+        fill(fs)
+        integrity_figures.add("faults injected")
+        with pytest.raises(MallocbenchError, match=r"m\.csv after 1 samples: No space left"):
+            watch.watch(lambda: taken, 0.01, fs / "m.csv", fs / "m.html", count=3)
+        assert not list(fs.glob("*.tmp")) and not list(fs.glob(".*.tmp"))

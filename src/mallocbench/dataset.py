@@ -19,6 +19,7 @@ from pathlib import Path
 
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import is_disk_fault
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.mariadb import (
     SERVER_RECORD,
@@ -121,6 +122,13 @@ def golden_datadir(
     except PermissionError as exc:
         raise MallocbenchError(
             f"cannot write the dataset cache {root}: set MALLOCBENCH_CACHE to a writable directory"
+        ) from exc
+    except OSError as exc:
+        if not is_disk_fault(exc):
+            raise
+        raise MallocbenchError(
+            f"cannot build dataset {key} in the cache {root}: {exc.strerror}: free space "
+            "there, or set MALLOCBENCH_CACHE to a directory on a disk with room"
         ) from exc
     return final / "data"
 

@@ -20,6 +20,7 @@ from typing import Any
 from mallocbench import allocators
 from mallocbench.allocators.base import LIB_DIRS, Allocator
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import read_bounded
 from mallocbench.results import SetupInfo
 
 SYSTEMD_DIR = "/etc/systemd/system"
@@ -571,11 +572,15 @@ def _service_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
+# A systemd drop-in is a few lines.
+DROPIN_LIMIT = 1024**2
+
+
 def dropin_environment(path: Path) -> dict[str, str]:
     """The environment a drop-in gives its service: Environment= lines, minus unsets."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = read_bounded(Path(path), DROPIN_LIMIT, "drop-in").decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise MallocbenchError(f"cannot read the drop-in {path}: {exc}") from None
     env: dict[str, str] = {}
     unset: list[str] = []

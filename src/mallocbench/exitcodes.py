@@ -13,7 +13,7 @@ import signal
 OK = 0
 FINDING = 1  # a gate (compare --fail-on) found what it was asked to fail on
 USAGE = 2  # bad input or usage: MallocbenchError, click's usage errors
-ABORTED = 3  # a run stopped: a server failed or crashed, a step could not run, store lost
+ABORTED = 3  # a run stopped: a server failed or crashed, a step could not run, store/disk lost
 INTERRUPTED_BASE = 128  # + the signal number: 130 for Ctrl-C, 143 for SIGTERM
 
 
@@ -29,7 +29,8 @@ POLICY = (
     (
         ABORTED,
         "run aborted: a server failed or crashed, a step could not run, or the\n"
-        "results store was lost; what was measured is kept, --resume continues",
+        "results store or its disk was lost (full, failing); what was measured\n"
+        "is kept, --resume continues",
     ),  # fmt: skip
     (interrupted(), "interrupted: 128 + the signal (143: SIGTERM); results kept"),
 )

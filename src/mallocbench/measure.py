@@ -48,6 +48,9 @@ class Measured:
     samples: list[Sample]
     peak_rss_bytes: int | None
     peak_vsz_bytes: int | None
+    # The longest wait between two per-second reports: a client that stopped reporting
+    # (itself stopped or stuck) shows here, where a stopped server shows as empty seconds.
+    report_gap_s: float = 0.0
 
 
 def sample_of(
@@ -86,8 +89,11 @@ def measure(
     same code path with and without sampling (the server's own counters included).
     """
     samples: list[Sample] = []
+    gaps: list[float] = [0.0]
 
     def record(interval: Interval) -> None:
+        if samples:
+            gaps.append(interval.t - samples[-1].t)
         memory = proc_probe.read_memory(server_pid) if probes else None
         reported = server_probe.read() if probes and server_probe is not None else {}
         samples.append(
@@ -98,10 +104,10 @@ def measure(
 
     if not probes:
         output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
-        return Measured(output, samples, None, None)
+        return Measured(output, samples, None, None, max(gaps))
     with proc_probe.PeakSampler(server_pid) as peaks:
         output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
-    return Measured(output, samples, peaks.peak_rss or None, peaks.peak_vsz or None)
+    return Measured(output, samples, peaks.peak_rss or None, peaks.peak_vsz or None, max(gaps))
 
 
 def per_op_metrics(
@@ -176,6 +182,7 @@ class CellMeasurement:
     counters: proc_probe.Counters | None = field(default_factory=_zero_counters)
     system_cs: int | None = 0
     reported_at_end: dict[str, float] = field(default_factory=dict)
+    report_gap_s: float = 0.0
 
     def add_slice(
         self,
@@ -187,6 +194,7 @@ class CellMeasurement:
     ) -> None:
         output, samples = measured.output, measured.samples
         self.outputs.append(output)
+        self.report_gap_s = max(self.report_gap_s, measured.report_gap_s)
         kept = samples[1:] if self.drop_first_second and len(samples) > 2 else samples
         self.cell.samples.extend(kept)
         if measured.peak_rss_bytes is not None:
@@ -501,7 +509,7 @@ def warm_up(
         if died_meanwhile(live):
             return dead_server_cell(cell, live, "during warmup")
         cell.status = STATUS_FAILED
-        cell.error = "warmup failed: " + (warm.output_tail.splitlines() or ["no output"])[-1]
+        cell.error = client_failure(warm, "warmup failed", "during warmup")
         return cell
     cell.warmup_s = round(detector.elapsed_s, 1)
     cell.warmup_steady = detector.steady
@@ -561,7 +569,7 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession, take_account: b
         if died_meanwhile(live):
             return dead_server_cell(cell, live, "while measuring")
         cell.status = STATUS_FAILED
-        cell.error = "sysbench failed: " + (output.output_tail.splitlines() or ["no output"])[-1]
+        cell.error = client_failure(output, "sysbench failed", "while measuring")
         return cell
     cell.qps = statistics.fmean(s["qps"] for s in cell.slices)
     cell.tps = statistics.fmean(s["tps"] for s in cell.slices)
@@ -583,7 +591,58 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession, take_account: b
     # A load's throughput changes as its tables grow: no level to hold, nothing to judge.
     if not measurement.planned.step.definition.until_done:
         cell.stability = check_stability([s.qps for s in cell.samples]).to_dict()
+        note_stall(cell, measurement.report_gap_s)
     return cell
+
+
+# Seconds in a row without a query, while measured, that make a stall: a server stopped
+# (SIGSTOP, a frozen VM, swap) or a client stuck. Shorter gaps are a flush's pause.
+STALL_S = 3
+# Only where seconds usually complete this many queries is an empty second a stall, not
+# one long query (a step whose statements take seconds each).
+STALL_MIN_QPS = 10.0
+
+
+def longest_stall(cell: Cell) -> int:
+    """The most consecutive per-second samples in which no query completed."""
+    if any(piece.get("turn") for piece in cell.slices):
+        return 0  # turns: one sample per turn, and idle between a client's turns
+    busy = [s.qps for s in cell.samples if s.qps]
+    if not busy or statistics.median(busy) < STALL_MIN_QPS:
+        return 0
+    longest = run = 0
+    for sample in cell.samples:
+        run = run + 1 if not sample.qps else 0
+        longest = max(longest, run)
+    return longest
+
+
+def note_stall(cell: Cell, report_gap_s: float = 0.0) -> None:
+    """A cell that stalled keeps its numbers but not a clean bill: its stability says
+    why (so no report counts it as a steady measurement) and its error holds the note.
+
+    `report_gap_s`, the longest wait between two of the client's per-second reports,
+    counts too: a second without a report is a second without progress seen.
+    """
+    stalled = max(longest_stall(cell), int(report_gap_s - 1.0))
+    if stalled < STALL_S:
+        return
+    note = (
+        f"no query completed for {stalled} s in a row while measured: the server or its "
+        "client stalled (stopped, swapping, or stuck)"
+    )
+    cell.metrics["stalled_s"] = float(stalled)
+    cell.stability = {**cell.stability, "stable": False, "judged": True, "reason": note}
+    cell.error = note
+
+
+def client_failure(output: RunOutput, failed: str, when: str) -> str:
+    """Why sysbench failed: the signal that killed it, when something else killed it,
+    else its last line (a signal's tail is only whatever it printed before)."""
+    signum = output.killed_by
+    if signum is not None:
+        return f"sysbench was killed by {signum.name} (signal {signum.value}) {when}"
+    return f"{failed}: " + (output.output_tail.splitlines() or ["no output"])[-1]
 
 
 # A server the kernel kills (a cgroup OOM kill, above all) is seen dead a moment after

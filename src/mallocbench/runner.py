@@ -7,7 +7,6 @@ server is recorded as the cell's result and the next cell gets a fresh server.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import time
@@ -18,7 +17,7 @@ from typing import Protocol
 
 from mallocbench.analysis.convergence import WideCell, cells_to_repeat, wide_cells
 from mallocbench.analysis.steady import WINDOW_S
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.executors.base import Executor, RunContext, Session
 from mallocbench.executors.real import RealExecutor
 from mallocbench.experiment import (
@@ -34,6 +33,7 @@ from mallocbench.experiment import (
     plan_extra_round,
     slices_per_cell,
 )
+from mallocbench.files import write_text_atomic
 from mallocbench.metadata import (
     AdaptiveRecord,
     AllocatorRecord,
@@ -50,7 +50,7 @@ from mallocbench.results import (
     SetupInfo,
 )
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError
-from mallocbench.store import ResultsStore, locks, open_store, store_label
+from mallocbench.store import ResultsStore, is_url, locks, open_store, store_label
 from mallocbench.store.base import STORE_NAME
 from mallocbench.store.sqlite import (
     STATUS_FINISHED,
@@ -242,6 +242,27 @@ def _check_reports_dir(out_dir: Path, store: ResultsStore, run_id: str) -> None:
     )
 
 
+def dry_run_checks(experiment: Experiment, options: RunOptions, on_cluster: bool) -> None:
+    """What a real run refuses before it starts a server, checked without starting one:
+    each setup's basedir holds a server (the allocator libraries were checked as the
+    experiment loaded), and a resumed run's experiment file has not changed since."""
+    if not on_cluster:  # a cluster's servers are on its hosts, checked there
+        RealExecutor().resolve_builds(experiment)
+    if not options.resume:
+        return
+    target = options.store_target
+    if not is_url(target) and not Path(target).is_file():
+        raise MallocbenchError(
+            f"nothing to resume: there is no results store at {options.store_label}; "
+            "run without --resume"
+        )
+    store = open_store(target, readonly=True)
+    try:
+        _resume_run_id(store, experiment)
+    finally:
+        store.close()
+
+
 class Pipeline:
     # A server that died mid-session is replaced for the session's remaining cells; a
     # soak (soak.py) ends the setup's soak instead, its death being the outcome.
@@ -269,6 +290,7 @@ class Pipeline:
         # What every session records as the host that measured it (a cluster unit: the
         # worker's --name).
         self.host_name = socket.gethostname()
+        self.store_lost: EnvironmentLost | None = None  # the store failed saving a cell
 
     def execute(self) -> RunOutcome:
         experiment, options = self.experiment, self.options
@@ -359,21 +381,42 @@ class Pipeline:
             # A unit lost with its benchmark host (cluster.UnitsLost) leaves the run
             # "interrupted", resumable, rather than "failed".
             status = getattr(exc, "run_status", status)
+        except EnvironmentLost as exc:
+            # The store or its disk went away (full, failing, a lost connection): the
+            # cells committed before are kept, and the run ends as an abort, not a bug.
+            outcome.aborted = str(exc)
         except SystemExit:
             status = STATUS_INTERRUPTED
             raise
         finally:
+            self._record_end(store, run_id, metadata, outcome, status)
+        outcome.result = store.load_run(run_id)
+        return outcome
+
+    def _record_end(
+        self,
+        store: ResultsStore,
+        run_id: str,
+        metadata: RunMetadata,
+        outcome: RunOutcome,
+        status: str,
+    ) -> None:
+        """The run's notes and status into the store; on a store that failed mid-run
+        this fails too, and the first failure (already in outcome.aborted) is the one
+        to tell: the run then reads as died, and --resume goes on from its cells."""
+        try:
             if outcome.notes:
                 metadata.notes = outcome.notes
                 store.update_metadata(run_id, metadata)
-            if options.target_ci_pct is not None and outcome.adaptive_stop is None:
+            if self.options.target_ci_pct is not None and outcome.adaptive_stop is None:
                 outcome.adaptive_stop = (
                     "interrupted" if outcome.aborted == "interrupted" else "run failed"
                 )
                 self._record_adaptive(store, run_id, metadata, outcome)
             store.finish_run(run_id, status)
-        outcome.result = store.load_run(run_id)
-        return outcome
+        except EnvironmentLost:
+            if outcome.aborted is None or outcome.aborted == "interrupted":
+                raise
 
     def _run_metadata(self, builds: dict[str | None, ServerBuild]) -> RunMetadata:
         """What a run records of its host, versions, dataset, durations and design."""
@@ -576,7 +619,12 @@ class Pipeline:
         session_id = self.session_id(store, run_id, planned, attempt)
         live = self.executor.start_session(self._run_context(), planned, session_id, build)
         live.info.host = live.info.host or self.host_name
-        store.save_session(run_id, live.info)
+        try:
+            store.save_session(run_id, live.info)
+        except BaseException:
+            # Not yet the caller's to stop: a store that fails here leaves no server.
+            self.executor.stop_session(self._run_context(), live)
+            raise
         return live
 
     def _end_session(
@@ -586,22 +634,40 @@ class Pipeline:
             self.executor.stop_session(self._run_context(), live)
         finally:
             info = live.info
-            if info.peak_rss_bytes is None:
-                info.peak_rss_bytes = store.max_session_value(run_id, info.id, "rss")
-                info.peak_vsz_bytes = store.max_session_value(run_id, info.id, "vsz")
-            store.save_session(run_id, info)
+            try:
+                if info.peak_rss_bytes is None:
+                    info.peak_rss_bytes = store.max_session_value(run_id, info.id, "rss")
+                    info.peak_vsz_bytes = store.max_session_value(run_id, info.id, "vsz")
+                store.save_session(run_id, info)
+            except EnvironmentLost:
+                # The store failed under a cell already: that failure is the one to tell.
+                if self.store_lost is None:
+                    raise
             for note in live.notes:
                 if note not in outcome.notes:
                     outcome.notes.append(note)
 
     def _save_cell(self, store: ResultsStore, run_id: str, cell: Cell, outcome: RunOutcome) -> None:
-        store.save_cell(run_id, cell)
+        try:
+            store.save_cell(run_id, cell)
+        except EnvironmentLost as exc:
+            self.store_lost = EnvironmentLost(
+                f"cell {cell.setup}/{cell.engine}/{cell.step}/{cell.threads}t was measured "
+                f"but could not be saved: {exc}"
+            )
+            raise self.store_lost from exc
         outcome.measured += 1
         self.progress.cell_finished(cell)
         if cell.status != STATUS_OK:
             outcome.failures.append(
                 f"{cell.setup}/{cell.engine}/{cell.step}/{cell.threads}t: "
                 f"{cell.status} ({cell.error})"
+            )
+        elif cell.error:
+            # Measured, but not cleanly (a stall): the run's notes say so too.
+            outcome.notes.append(
+                f"{cell.setup}/{cell.engine}/{cell.step}/{cell.threads}t, repeat "
+                f"{cell.repeat + 1}: {cell.error}"
             )
 
     def _run_session(
@@ -692,9 +758,7 @@ class Pipeline:
 
 
 def write_results_json(result: RunResult, path: Path) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result.to_dict(), indent=1))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(result.to_dict(), indent=1))
 
 
 __all__ = [
@@ -704,5 +768,6 @@ __all__ = [
     "RunOutcome",
     "SilentProgress",
     "cell_estimate",
+    "dry_run_checks",
     "write_results_json",
 ]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from mallocbench.errors import MallocbenchError, did_you_mean
+from mallocbench.files import read_bounded
 from mallocbench.tomlpos import KeyPath, locate, positions
 
 T = TypeVar("T")
@@ -131,14 +132,14 @@ def format_problems(located: list[Located], source: str | None) -> str:
     return "\n".join([f"{head}{len(located)} problems:", *(f"  {one(p)}" for p in located)])
 
 
+# Experiment files are a few KB; the bound stops a device or a data file given by mistake.
+TOML_LIMIT = 1024**2
+
+
 def read_toml(path: Path, what: str = "experiment file") -> tuple[str, dict[str, Any]]:
     """The text of a TOML file and its data; a syntax error keeps tomllib's line."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MallocbenchError(f"{what} {path} does not exist") from None
-    except OSError as exc:
-        raise MallocbenchError(f"cannot read {what} {path}: {exc.strerror}") from None
+        text = read_bounded(path, TOML_LIMIT, what).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise MallocbenchError(
             f"{what} {path} is not text (byte {exc.start} is not UTF-8): "

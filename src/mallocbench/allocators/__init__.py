@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from mallocbench.allocators.base import Allocator
+from mallocbench.allocators.elf import check_allocator_library
 from mallocbench.errors import MallocbenchError, did_you_mean
 
 _MODULES = ("glibc", "jemalloc", "tcmalloc", "tcmalloc_minimal", "mimalloc")
@@ -41,6 +42,7 @@ def get(spec: str, require_available: bool = True) -> Allocator:
                 f"allocator library {spec!r} does not exist: give the path of a malloc "
                 "shared object (e.g. /usr/local/lib/libjemalloc.so.2)"
             )
+        check_allocator_library(path)
         base = os.path.basename(path)
         return Allocator(
             name=base.split(".so")[0].removeprefix("lib") or base,

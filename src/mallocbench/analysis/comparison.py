@@ -155,7 +155,7 @@ def compare(
     unmatched = sorted(
         f"{setup}/{engine} (only in {'A' if (setup, engine) in pairs_a else 'B'})"
         for setup, engine in pairs_a ^ pairs_b
-    )
+    ) + _steps_in_one_run(set(sa), set(sb), pairs_a & pairs_b)
     common_engines = {k[1] for k in common}
     engines = [
         e for e in dict.fromkeys(c.engine for c in [*a.cells, *b.cells]) if e in common_engines
@@ -181,6 +181,23 @@ def compare(
         changes + memory_changes,
         found,
     )
+
+
+def _steps_in_one_run(keys_a: set[Key], keys_b: set[Key], both: set[tuple[str, str]]) -> list[str]:
+    """Steps (at a thread count) one run measured and the other did not, for setups
+    on engines in both: dropped from the tables like a setup in one run, and named."""
+    found = {
+        (engine, step, threads, "A" if key in keys_a else "B")
+        for key in keys_a ^ keys_b
+        for setup, engine, step, threads in [key]
+        if (setup, engine) in both
+    }
+    return [
+        f"{engine}/{step} @{threads} threads (only in {side})"
+        for engine, step, threads, side in sorted(
+            found, key=lambda f: (f[0], label_order(f[1]), f[2], f[3])
+        )
+    ]
 
 
 def _tables(

@@ -23,6 +23,7 @@ from mallocbench.analysis.comparison import (
 from mallocbench.commands.options import min_effect_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import disk_fault, is_disk_fault
 from mallocbench.report.comparison import (
     comparison_csv,
     comparison_json,
@@ -149,9 +150,17 @@ def compare_cmd(
         try:
             write_compare_html(cmp, html_path, self_contained)
         except OSError as exc:
+            if is_disk_fault(exc):
+                raise disk_fault(exc, str(html_path)) from exc
             raise MallocbenchError(
                 f"cannot write {html_path}: {exc.strerror}; give a writable path with --html"
             ) from exc
+    if cmp.a.run_id == cmp.b.run_id:
+        click.echo(
+            f"compare: warning: A and B are the same run ({cmp.a.run_id}): it is compared "
+            "with itself, so every ratio is 1 by construction",
+            err=True,
+        )
     _print(cmp, fmt_name)
     if html_path is not None and fmt_name == "terminal":
         make_console(stderr=True).print(f"wrote {html_path}")

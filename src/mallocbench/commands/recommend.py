@@ -124,6 +124,13 @@ def recommend_cmd(
     priorities = parse_priorities(priority_text)
     budget = parse_size(budget_text, "--memory-budget") if budget_text else None
     result = load_result(source, run_id, with_samples=False)
+    measured = list(dict.fromkeys(c.engine for c in result.cells))
+    if engine is not None and engine not in measured:
+        # An answer for the other engines would read as one for this engine.
+        raise MallocbenchError(
+            f"engine {engine!r} is not in run {result.run_id}: it measured "
+            f"{', '.join(measured) or 'no cells'}; drop --engine or give one of those"
+        )
     rec = recommend(result, priorities, min_effect, budget)
     if engine is not None:
         rec.engines = [e for e in rec.engines if e.engine == engine] or rec.engines

@@ -27,9 +27,15 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import durations, mib
 from mallocbench.metadata import Durations
 from mallocbench.report import formats
-from mallocbench.report.formats import write_reports
+from mallocbench.report.formats import write_reports, write_run_reports
 from mallocbench.results import RunResult
-from mallocbench.runner import Pipeline, RunOptions, RunOutcome, cell_estimate
+from mallocbench.runner import (
+    Pipeline,
+    RunOptions,
+    RunOutcome,
+    cell_estimate,
+    dry_run_checks,
+)
 from mallocbench.store import is_url, open_store, store_target
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_duration
@@ -250,6 +256,9 @@ def run_cmd(
     per_cell = cell_estimate(experiment)
     console = make_console(stderr=True)
     if dry_run:
+        if pinned_run is None:
+            options = RunOptions(out_dir=out_dir, store_path=store_path, resume=resume)
+            dry_run_checks(experiment, options, cluster_address is not None)
         _print_plan(experiment, sessions, per_cell)
         if cluster_address is not None:
             click.echo(cluster_mod.dispatch_line(experiment, cluster_address))
@@ -324,9 +333,10 @@ def _conclude(
     """Write the reports, print the run, and exit with the status its end deserves."""
     if outcome.result.cells:
         analysis = analyze(outcome.result)
-        written = write_reports(analysis, out_dir)
+        written = write_run_reports(analysis, out_dir, outcome.aborted, outcome.notes)
         formats.print_terminal(analysis, make_console(), str(out_dir))
-        console.print("wrote " + ", ".join(str(p) for p in written))
+        if written:
+            console.print("wrote " + ", ".join(str(p) for p in written))
     else:
         # Empty reports would read like a finished comparison.
         console.print("no cell was measured: no report written")

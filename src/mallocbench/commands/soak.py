@@ -15,9 +15,10 @@ from mallocbench.analysis.run_analysis import analyze
 from mallocbench.commands.options import StopOnSignals, out_dir_option, store_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
 from mallocbench.formatting import mib
 from mallocbench.report import soak as soak_report
-from mallocbench.report.formats import write_reports
+from mallocbench.report.formats import write_run_reports
 from mallocbench.runner import RunOptions, RunOutcome
 from mallocbench.soak import (
     DEFAULT_DURATION,
@@ -183,15 +184,19 @@ def _finish(
     result = outcome.result
     if result.cells:
         analysis = analyze(result)
-        written = write_reports(analysis, out_dir)
+        written = write_run_reports(analysis, out_dir, outcome.aborted, outcome.notes)
+        path = out_dir / "soak.md"
         try:
-            path = out_dir / "soak.md"
-            path.write_text("\n".join(soak_report.markdown_lines(analysis)) + "\n")
-            written.append(path)
+            if written:
+                write_text_atomic(path, "\n".join(soak_report.markdown_lines(analysis)) + "\n")
+                written.append(path)
         except OSError as exc:
-            raise MallocbenchError(f"cannot write {out_dir / 'soak.md'}: {exc.strerror}") from exc
+            if is_disk_fault(exc):
+                raise disk_fault(exc, f"the soak report {path}") from exc
+            raise MallocbenchError(f"cannot write {path}: {exc.strerror}") from exc
         soak_report.print_soak(analysis, make_console())
-        console.print("wrote " + ", ".join(str(p) for p in written))
+        if written:
+            console.print("wrote " + ", ".join(str(p) for p in written))
     else:
         # Empty reports would read like a finished soak.
         console.print("no segment was measured: no report written")

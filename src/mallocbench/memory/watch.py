@@ -7,6 +7,7 @@ when the loop ends, including on Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import time
 from collections.abc import Callable
@@ -101,6 +102,7 @@ def watch(
     except OSError as exc:
         raise MallocbenchError(f"cannot write {csv_path}: {exc.strerror}") from exc
     rows: list[dict[str, object]] = []
+    failed: OSError | None = None
     started = time.time()
     next_at = time.monotonic()
     try:
@@ -120,9 +122,17 @@ def watch(
             time.sleep(max(0.0, next_at - time.monotonic()))
     except KeyboardInterrupt:
         pass  # Ctrl-C is the normal way to stop watching
+    except OSError as exc:
+        failed = exc  # a full disk under the CSV: the rows so far are in it
     finally:
-        handle.close()
-        write_chart(rows, chart_path)
+        with contextlib.suppress(OSError):
+            handle.close()
+        if failed is None:
+            write_chart(rows, chart_path)
+    if failed is not None:
+        raise MallocbenchError(
+            f"cannot write {csv_path} after {len(rows)} samples: {failed.strerror}"
+        ) from failed
     return rows
 
 

@@ -7,7 +7,6 @@ format analyses again, so --min-effect and --reference reach every file alike.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +15,7 @@ from rich.console import Console
 
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
 from mallocbench.report import export, markdown, terminal
 
 Format = Callable[[RunAnalysis], str]
@@ -59,12 +59,6 @@ def print_terminal(analysis: RunAnalysis, console: Console, source: str | None) 
     terminal.print_run(analysis, console, source)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_suffix(path.suffix + ".tmp")
-    partial.write_text(text)
-    os.replace(partial, path)
-
-
 def write_reports(analysis: RunAnalysis, out_dir: Path, self_contained: bool = False) -> list[Path]:
     """results.json, report.md and CSVs next to each other in the output directory.
 
@@ -75,17 +69,34 @@ def write_reports(analysis: RunAnalysis, out_dir: Path, self_contained: bool = F
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / "results.json"
-        _write_atomically(path, export.results_json(analysis))
+        write_text_atomic(path, export.results_json(analysis))
         written.append(path)
         for name, render_file in FILES.items():
             target = out_dir / name
-            target.write_text(render_file(analysis))
+            write_text_atomic(target, render_file(analysis))
             written.append(target)
         written.append(_html().write_html(analysis, out_dir / "report.html", self_contained))
     except OSError as exc:
+        if is_disk_fault(exc):
+            raise disk_fault(exc, f"the reports into {out_dir}") from exc
         culprit = f" ({exc.filename})" if exc.filename and exc.filename != str(out_dir) else ""
         raise MallocbenchError(
             f"cannot write the reports into {out_dir}: {exc.strerror}{culprit}: give a "
             "writable directory with --out; the results store is not affected"
         ) from exc
     return written
+
+
+def write_run_reports(
+    analysis: RunAnalysis, out_dir: Path, aborted: str | None, notes: list[str]
+) -> list[Path]:
+    """The reports of a run that ended; when they cannot be written after an abort, what
+    stopped the run (often the same full disk) stays the error to read, and this
+    becomes one of its `notes`: `mallocbench report --out` writes them later."""
+    try:
+        return write_reports(analysis, out_dir)
+    except MallocbenchError as exc:
+        if not aborted or aborted == "interrupted":
+            raise
+        notes.append(f"the reports were not written: {exc}")
+        return []

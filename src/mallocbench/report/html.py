@@ -32,6 +32,7 @@ from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.sla import SlaStatus
 from mallocbench.analysis.summary import MemoryRow, RatioTable
 from mallocbench.analysis.verdict import VerdictRow
+from mallocbench.files import write_text_atomic
 from mallocbench.formatting import percent
 from mallocbench.report.charts import PALETTE, Chart, relative_chart, run_charts
 from mallocbench.report.facts import headline_facts, run_facts, setup_differences, setup_table
@@ -209,9 +210,9 @@ def write_plotly_beside(page: Path) -> str:
     name = plotly_file_name()
     target = page.parent / name
     if not target.is_file():
-        partial = target.with_suffix(".tmp")
-        partial.write_text(plotly_js(), encoding="utf-8")
-        partial.replace(target)
+        # Through a temporary name that a failure removes: a partial 4.8 MB left behind
+        # would keep a full disk full.
+        write_text_atomic(target, plotly_js())
     return name
 
 
@@ -371,14 +372,14 @@ def write_html(analysis: RunAnalysis, path: Path, self_contained: bool = False) 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     source = None if self_contained else write_plotly_beside(path)
-    path.write_text(render_html(analysis, plotly_src=source), encoding="utf-8")
+    write_text_atomic(path, render_html(analysis, plotly_src=source))
     return path
 
 
 def write_compare_html(comparison: Comparison, path: Path, self_contained: bool = False) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     source = None if self_contained else write_plotly_beside(path)
-    path.write_text(render_compare_html(comparison, source), encoding="utf-8")
+    write_text_atomic(path, render_compare_html(comparison, source))
     return path
 
 

@@ -481,7 +481,10 @@ class PrivateServer:
             check=False,
         )
         if out.returncode != 0:
-            raise MallocbenchError(f"copying the dataset into {self.datadir} failed: {out.stderr}")
+            # A partial copy would keep a full disk full; cp's first line names the file.
+            shutil.rmtree(self.datadir, ignore_errors=True)
+            first = (out.stderr.strip().splitlines() or ["cp failed"])[0]
+            raise MallocbenchError(f"copying the dataset into {self.datadir} failed: {first}")
         os.chmod(self.datadir, 0o700)
         _chown_tree(self.datadir, self.user)
 

@@ -54,6 +54,23 @@ def schema_refusal(label: str, version: int) -> str:
     )
 
 
+def damaged_store(label: str, detail: object) -> str:
+    """The one line every reader prints for a store whose pages are damaged."""
+    return (
+        f"the results store {label} is damaged ({detail}): restore it from a copy; the "
+        "sqlite3 shell's .recover (or pg_dump for PostgreSQL) may save what is readable"
+    )
+
+
+def store_disk_fault(label: str, detail: object, full: bool) -> str:
+    """The one line for a store whose disk filled up or failed under a read or a write."""
+    what = "no space left for" if full else "I/O error on"
+    return (
+        f"{what} the results store {label} ({detail}): free space on (or check) its "
+        "disk, then continue with `mallocbench run --resume`; what was saved before is kept"
+    )
+
+
 class ResultsStore(Protocol):
     """Runs, setups, sessions, cells and per-second samples; each cell its own commit."""
 

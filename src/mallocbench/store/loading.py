@@ -13,11 +13,15 @@ import sqlite3
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import read_bounded
 from mallocbench.results import RunResult
 from mallocbench.store.base import STORE_NAME, is_url
 from mallocbench.store.sqlite import Store
 
 JSON_NAME = "results.json"
+# Far above any run's results.json (a two-hour soak writes a few MB); a device or a
+# wrong file is refused before it is read whole.
+JSON_LIMIT = 512 * 1024**2
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
@@ -46,8 +50,8 @@ def load_result(
     if _is_sqlite(path):
         return _from_store(path, run_id, with_samples)
     try:
-        result = RunResult.from_dict(json.loads(path.read_text()))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        result = RunResult.from_dict(json.loads(read_bounded(path, JSON_LIMIT, "results file")))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise MallocbenchError(
             f"{path} is neither a results store nor a mallocbench results.json ({exc})"
         ) from exc

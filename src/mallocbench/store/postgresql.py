@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.results import Cell, Sample
-from mallocbench.store.base import STORE_SCHEMA_VERSION, redact, schema_refusal
+from mallocbench.store.base import (
+    STORE_SCHEMA_VERSION,
+    damaged_store,
+    redact,
+    schema_refusal,
+    store_disk_fault,
+)
 from mallocbench.store.sql import CELL_COLUMNS, SAMPLE_COLUMNS, SqlStore, cell_row, sample_rows
 
 if TYPE_CHECKING:
@@ -215,8 +221,17 @@ class GuardedConnection:
     @contextlib.contextmanager
     def guarded(self) -> Iterator[None]:
         psycopg = _psycopg()
+        errors = psycopg.errors
         try:
             yield
+        except (errors.DiskFull, errors.IoError) as exc:
+            # The server's disk, not the connection: one line, and exit 3 for a run.
+            line = _error_line(exc, self._url, None)
+            full = isinstance(exc, errors.DiskFull)
+            raise EnvironmentLost(store_disk_fault(redact(self._url), line, full)) from None
+        except (errors.DataCorrupted, errors.IndexCorrupted) as exc:
+            line = _error_line(exc, self._url, None)
+            raise MallocbenchError(damaged_store(redact(self._url), line)) from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             if not self.raw.closed and not self.raw.broken:
                 raise

@@ -6,17 +6,23 @@ cell it measured and `run --resume` can skip them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.results import Cell, Sample
 from mallocbench.store import locks
-from mallocbench.store.base import STORE_SCHEMA_VERSION, schema_refusal
+from mallocbench.store.base import (
+    STORE_SCHEMA_VERSION,
+    damaged_store,
+    schema_refusal,
+    store_disk_fault,
+)
 from mallocbench.store.sql import CELL_COLUMNS, SAMPLE_COLUMNS, SqlStore, cell_row, sample_rows
 
 # What a run's status says, truthfully: a harness that dies leaves "running" behind, which
@@ -84,6 +90,85 @@ CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 STORE_TABLES = frozenset({"runs", "cells"})
 
 
+@contextlib.contextmanager
+def _guard(path: Path) -> Iterator[None]:
+    """sqlite3's damaged-file, full-disk and I/O errors as one line naming the store.
+
+    Every statement of both the results and the pattern tables runs on a connection
+    that passes through here, so no reader or writer shows sqlite3's traceback.
+    """
+    try:
+        yield
+    except sqlite3.DatabaseError as exc:
+        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+        if primary == sqlite3.SQLITE_CORRUPT:
+            raise MallocbenchError(damaged_store(str(path), exc)) from exc
+        if primary in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+            full = primary == sqlite3.SQLITE_FULL
+            raise EnvironmentLost(store_disk_fault(str(path), exc, full)) from exc
+        raise
+
+
+class _GuardedCursor(sqlite3.Cursor):
+    def _path(self) -> Path:
+        return getattr(self.connection, "store_path", Path("?"))
+
+    def execute(self, sql: str, parameters: Any = (), /) -> _GuardedCursor:
+        with _guard(self._path()):
+            return super().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq: Any, /) -> _GuardedCursor:
+        with _guard(self._path()):
+            return super().executemany(sql, seq)
+
+    def fetchone(self) -> Any:
+        with _guard(self._path()):
+            return super().fetchone()
+
+    def fetchall(self) -> list[Any]:
+        with _guard(self._path()):
+            return super().fetchall()
+
+    def fetchmany(self, size: int | None = 1) -> list[Any]:
+        with _guard(self._path()):
+            return super().fetchmany(size)
+
+    def __next__(self) -> Any:
+        with _guard(self._path()):
+            return super().__next__()
+
+
+class _GuardedConnection(sqlite3.Connection):
+    store_path = Path("?")
+
+    def cursor(self, factory: Any = _GuardedCursor) -> Any:
+        return super().cursor(factory)
+
+    def execute(self, sql: str, parameters: Any = (), /) -> Any:
+        return self.cursor().execute(sql, parameters)
+
+    def executemany(self, sql: str, seq: Any, /) -> Any:
+        return self.cursor().executemany(sql, seq)
+
+    def executescript(self, script: str, /) -> Any:
+        with _guard(self.store_path):
+            return super().executescript(script)
+
+    def commit(self) -> None:
+        with _guard(self.store_path):
+            super().commit()
+
+    def __exit__(self, *exc: Any) -> Any:
+        with _guard(self.store_path):
+            return super().__exit__(*exc)
+
+
+def _connect(target: str, path: Path, **kwargs: Any) -> sqlite3.Connection:
+    db = sqlite3.connect(target, factory=_GuardedConnection, **kwargs)
+    db.store_path = path
+    return db
+
+
 def _readonly_uri(path: Path, immutable: bool) -> str:
     return path.absolute().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
 
@@ -100,7 +185,7 @@ def _connect_readonly(path: Path) -> sqlite3.Connection:
     """
     has_log = Path(f"{path}-wal").exists()
     try:
-        db = sqlite3.connect(_readonly_uri(path, immutable=not has_log), uri=True, timeout=30)
+        db = _connect(_readonly_uri(path, immutable=not has_log), path, uri=True, timeout=30)
     except sqlite3.Error as exc:
         raise MallocbenchError(f"cannot open the results store {path}: {exc}") from exc
     try:
@@ -147,7 +232,7 @@ class Store(SqlStore):
         existed = self.path.is_file() and self.path.stat().st_size > 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(str(self.path), timeout=30)
+            self.db = _connect(str(self.path), self.path, timeout=30)
             if existed:
                 self._refuse_foreign()
                 self._refuse_newer()

@@ -135,6 +135,18 @@ class RunOutput:
     metrics: dict[str, float] = field(default_factory=dict)
     histogram: list[tuple[float, int]] = field(default_factory=list)  # latency ms, count
     turns: dict[int, Turn] = field(default_factory=dict)  # by turn index, with --turns
+    # The harness ended it (a stop, the watchdog): a signal in returncode is then ours.
+    stopped_by_harness: bool = False
+
+    @property
+    def killed_by(self) -> signal.Signals | None:
+        """The signal that ended sysbench when something else than the harness sent it."""
+        if self.returncode >= 0 or self.stopped_by_harness:
+            return None
+        try:
+            return signal.Signals(-self.returncode)
+        except ValueError:
+            return None
 
     @property
     def ok(self) -> bool:
@@ -187,6 +199,7 @@ def merge_outputs(outputs: list[RunOutput]) -> RunOutput:
         returncode=failed.returncode,
         threads=outputs[0].threads,
         output_tail=failed.output_tail,
+        stopped_by_harness=failed.stopped_by_harness,
     )
     counts: dict[float, int] = {}
     for output in outputs:
@@ -371,17 +384,22 @@ class Sysbench:
         )
         if on_start is not None:
             on_start(proc.pid)
-        watchdog = threading.Timer(limit_s + 60, _kill_quietly, args=(proc,))
+        result = RunOutput(returncode=-1, threads=threads)
+
+        def stop() -> None:
+            result.stopped_by_harness = True
+            _kill_quietly(proc)
+
+        watchdog = threading.Timer(limit_s + 60, stop)
         watchdog.daemon = True
         watchdog.start()
-        result = RunOutput(returncode=-1, threads=threads)
         reports = _Reports(result, on_interval, on_turn)
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
                 # Asked once a second, as each report arrives.
                 if reports.read(line) and should_stop is not None and should_stop():
-                    _kill_quietly(proc)
+                    stop()
         finally:
             _, status, usage = os.wait4(proc.pid, 0)
             proc.returncode = os.waitstatus_to_exitcode(status)
