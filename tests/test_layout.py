@@ -229,6 +229,7 @@ TEXT_NOT_YET_MOVED = {
     "comparability.py:text",
     "comparison.py:findings_summary",
     "comparison.py:describe",
+    "comparison.py:_steps_in_one_run",  # worded like `unmatched` setups beside it
     "convergence.py:describe",
     "recommend.py:_thin_evidence",
     "stats.py:_bound",
