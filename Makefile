@@ -49,6 +49,7 @@ test: setup
 	@bash scripts/install-deps.sh chromium systemd postgresql-15
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy src tests bench
+	$(PY) bench/bench_help.py
 	$(PY) -m pytest -q --durations=20 tests
 
 lint: venv
