@@ -325,6 +325,21 @@ def small_filesystem(where: Path, size: str) -> Iterator[Path]:
         subprocess.run(["umount", "--lazy", str(where)], check=False)
 
 
+@pytest.fixture
+def passable_dir() -> Iterator[Path]:
+    """A directory of the test's own that other users may pass (0711), outside pytest's
+    0700 tree: a server's user (mysql, postgres) must reach a small filesystem in it."""
+    import shutil
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="mb-passable-", dir="/tmp"))
+    where.chmod(0o711)
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
+
+
 def fill(filesystem: Path) -> Path:
     """Write zeros into `filesystem` until it is full; the filler, to free it again."""
     filler = filesystem / "filler"
@@ -507,19 +522,29 @@ def stored_cells(store: Path) -> list[tuple[str, str, int]]:
 
 @pytest.mark.server
 def test_a_full_disk_under_the_dataset_copy_names_the_copy(
-    tmp_path: Path, integrity_figures: IntegrityFigures
+    tmp_path: Path, passable_dir: Path, integrity_figures: IntegrityFigures
 ) -> None:
     exp = write_experiment(tmp_path)
-    with small_filesystem(tmp_path / "fs", "3M") as fs:
-        out = fs / "out"
-        result = run_cli("run", str(exp), "--out", str(out), "--quiet")
+    out = tmp_path / "out"
+    # As root the datadirs are copied into the runtime directories, so that is the disk
+    # that fills; not as root, into the sessions' directories under --out.
+    as_root = os.geteuid() == 0
+    # The golden dataset first, on a disk with room: then the copy is what fills the disk.
+    warm = run_cli("run", str(exp), "--out", str(tmp_path / "warm"), "--quiet")
+    assert warm.returncode == 0, warm.stderr
+    with small_filesystem(passable_dir / "fs", "3M") as fs:
+        if not as_root:
+            out = fs / "out"
+        env = {"MALLOCBENCH_RUNTIME": str(fs / "run")} if as_root else None
+        result = run_cli("run", str(exp), "--out", str(out), "--quiet", env=env)
         line = one_error_line(result, integrity_figures, 3)
         assert "copying the dataset into" in line and "No space left on device" in line
         assert "reports" not in line  # what failed was the copy, not the reports
         # The partial copy and the partial reports are gone: the disk is free again.
-        assert not list(out.glob("servers/*/data")) and not list(out.glob("**/*.tmp"))
+        assert not list(fs.glob("**/data")) and not list(out.glob("servers/*/data"))
+        assert not list(out.glob("**/*.tmp"))
         assert [s for _, s in run_status(out)] == ["failed"]
-        leftovers = processes_under(out)
+        leftovers = processes_under(out) + processes_under(fs)
         integrity_figures.add("orphans", len(leftovers))
         assert leftovers == []
 
@@ -779,7 +804,7 @@ def test_compare_and_recommend_say_what_they_leave_out(
 
 
 def test_a_full_disk_under_the_postgresql_store(
-    postgres: Any, tmp_path: Path, integrity_figures: IntegrityFigures
+    postgres: Any, tmp_path: Path, passable_dir: Path, integrity_figures: IntegrityFigures
 ) -> None:
     from postgres_server import _server_user
 
@@ -787,7 +812,7 @@ def test_a_full_disk_under_the_postgresql_store(
     name = f"full_{os.getpid()}"
     # The database lives in a tablespace on a small filesystem: room for its catalogs
     # and one run, until the filler takes the rest.
-    with small_filesystem(tmp_path / "pg", "40M") as fs:
+    with small_filesystem(passable_dir / "pg", "40M") as fs:
         space = fs / "space"
         space.mkdir(mode=0o700)
         user = _server_user()

@@ -43,6 +43,15 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process
 
 RUNTIME_ROOT = Path("/var/lib/mallocbench/run")
+# Moves the runtime directories elsewhere (a bigger disk; a test's small one), read at
+# each use: a process forked from one that imported this module may have another value.
+RUNTIME_ENV = "MALLOCBENCH_RUNTIME"
+
+
+def runtime_root() -> Path:
+    return Path(os.environ.get(RUNTIME_ENV) or RUNTIME_ROOT)
+
+
 # Held while a runtime directory is created or leftovers are removed, so a sweep never
 # mistakes a directory being created for one whose harness died.
 _ROOT_LOCK = ".lock"
@@ -59,7 +68,7 @@ class RuntimeDir:
     @classmethod
     def create(cls, label: str, uid: int, gid: int, root: Path | None = None) -> RuntimeDir:
         """A new 0700 directory owned by uid:gid; leftovers of dead harnesses go first."""
-        root = root or RUNTIME_ROOT
+        root = root or runtime_root()
         try:
             _prepare_root(root)
             with _root_locked(root):
@@ -233,4 +242,11 @@ def _remove_process_default() -> None:
         _process_default.remove()
 
 
-__all__ = ["RUNTIME_ROOT", "RuntimeDir", "process_default", "sweep_locked"]
+__all__ = [
+    "RUNTIME_ENV",
+    "RUNTIME_ROOT",
+    "RuntimeDir",
+    "runtime_root",
+    "process_default",
+    "sweep_locked",
+]
