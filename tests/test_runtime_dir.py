@@ -260,3 +260,21 @@ def test_a_runtime_root_others_could_write_or_not_pass_is_refused(tmp_path: Path
         assert list((open_parent / "run").iterdir()) == []
     finally:
         shutil.rmtree(open_parent, ignore_errors=True)
+
+
+@needs_root
+def test_a_runtime_root_the_user_named_keeps_what_is_not_a_harness_s() -> None:
+    mysql = _mysql()
+    parent = Path(tempfile.mkdtemp(prefix="mallocbench-root-"))
+    try:
+        parent.chmod(0o755)
+        root = parent / "run"
+        root.mkdir(mode=0o755)
+        root.chmod(0o755)
+        (root / "theirs").mkdir()  # no lock file beside it: not a harness's directory
+        (root / "theirs" / "data").write_text("keep me")
+        with RuntimeDir.create("t", mysql.pw_uid, mysql.pw_gid, root=root) as runtime:
+            assert runtime.path.parent == root
+        assert (root / "theirs" / "data").read_text() == "keep me"
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)

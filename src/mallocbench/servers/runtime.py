@@ -145,11 +145,13 @@ def _root_locked(root: Path) -> Iterator[None]:
 
 
 def _abandoned(directory: Path) -> bool:
-    """Whether no live harness holds the directory's lock (or it has none)."""
+    """Whether the directory is a harness's (its lock file is beside it) and no live
+    harness holds that lock. One without a lock file is not ours to remove: the root
+    may be a directory the user named (MALLOCBENCH_RUNTIME) that holds other things."""
     try:
         fd = os.open(f"{directory}{_LOCK_SUFFIX}", os.O_RDWR)
     except FileNotFoundError:
-        return True
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
