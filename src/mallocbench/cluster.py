@@ -48,6 +48,7 @@ from mallocbench.experiment import (
     from_dict,
     plan_extra_round,
 )
+from mallocbench.files import write_text_atomic
 from mallocbench.metadata import ClusterRecord, HostRecord, RunMetadata, WorkerCpuShare
 from mallocbench.probes.system import host_facts
 from mallocbench.results import Cell, RunResult
@@ -828,8 +829,7 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
             builds = pipeline.executor.resolve_builds(experiment)
             result["metadata"] = _host_record(experiment, builds).to_dict()
             announce = Path(spec["host_record"])
-            announce.with_suffix(".tmp").write_text(json.dumps(result["metadata"]))
-            announce.with_suffix(".tmp").replace(announce)
+            write_text_atomic(announce, json.dumps(result["metadata"]))
             # The driver decided the design for the whole run; every host follows it.
             pipeline.interleaved = bool(spec["interleaved"])
             outcome = RunOutcome(result=stored)

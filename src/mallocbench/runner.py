@@ -33,7 +33,6 @@ from mallocbench.experiment import (
     plan_extra_round,
     slices_per_cell,
 )
-from mallocbench.files import write_text_atomic
 from mallocbench.metadata import (
     AdaptiveRecord,
     AllocatorRecord,
@@ -757,10 +756,6 @@ class Pipeline:
         return self.executor.measure(self._run_context(), pairs, interleave)
 
 
-def write_results_json(result: RunResult, path: Path) -> None:
-    write_text_atomic(path, json.dumps(result.to_dict(), indent=1))
-
-
 __all__ = [
     "Pipeline",
     "Progress",
@@ -769,5 +764,4 @@ __all__ = [
     "SilentProgress",
     "cell_estimate",
     "dry_run_checks",
-    "write_results_json",
 ]
