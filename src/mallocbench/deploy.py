@@ -7,7 +7,6 @@ server in production gets the same LD_PRELOAD and knobs the measured one had.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -20,7 +19,7 @@ from typing import Any
 from mallocbench import allocators
 from mallocbench.allocators.base import LIB_DIRS, Allocator
 from mallocbench.errors import MallocbenchError
-from mallocbench.files import read_bounded
+from mallocbench.files import read_bounded, write_text_atomic
 from mallocbench.results import SetupInfo
 
 SYSTEMD_DIR = "/etc/systemd/system"
@@ -461,15 +460,11 @@ def write_dropin(d: Deployment, directory: Path) -> Path:
     path = base / d.dropin_relpath
     if not path.resolve().is_relative_to(base.resolve()):
         raise MallocbenchError(f"refusing to write outside {base}: {path}")
-    tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(d.snippets["systemd"].text, encoding="utf-8")
-        tmp.chmod(0o644)  # systemd and auditors read it; nothing in it is secret
-        os.replace(tmp, path)
+        # systemd and auditors read it; nothing in it is secret
+        write_text_atomic(path, d.snippets["systemd"].text, mode=0o644)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise MallocbenchError(
             f"cannot write the drop-in {path}: {exc.strerror or exc} "
             "(write access to the directory is needed; /etc/systemd/system needs root)"

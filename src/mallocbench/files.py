@@ -21,12 +21,18 @@ def is_disk_fault(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in DISK_ERRNOS
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
     """`text` into `path` through a temporary name beside it: `path` is either the old
-    file or the whole new one, and the temporary file is removed when writing fails."""
+    file or the whole new one, and the temporary file is removed when writing fails.
+
+    `mode` is set before the rename, so no reader ever sees the file with the umask's
+    mode (a reader running as another user, such as the recording shim, would be refused).
+    """
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         partial.write_text(text, encoding="utf-8")
+        if mode is not None:
+            partial.chmod(mode)
         os.replace(partial, path)
     except BaseException:
         partial.unlink(missing_ok=True)

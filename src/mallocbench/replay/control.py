@@ -17,6 +17,7 @@ from pathlib import Path
 from mallocbench import allocators
 from mallocbench.deploy import SYSTEMD_DIR, environment_line
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import write_text_atomic
 from mallocbench.replay.native import SHIM, shim_path
 
 CONTROL_ENV = "MBRECORD_CONTROL"
@@ -89,10 +90,7 @@ def not_loaded_message(pid: int) -> str:
 
 def _write(path: Path, text: str) -> None:
     """Atomically, mode 0644: the shim obeys only a file no other user can write."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o644)
-    os.replace(tmp, path)
+    write_text_atomic(path, text, mode=0o644)
 
 
 def _await_status(status: Path, word: str, seconds: float) -> str:
