@@ -134,7 +134,9 @@ def recommend_reports() -> dict[str, Callable[[], str]]:
                 rec = recommend(load(name), priorities, min_effect)
                 label = f"recommend.{name}.{'-'.join(priorities)}.{min_effect}"
                 out[f"{label}.txt"] = _joined(rec_report.recommendation_lines(rec))
-                out[f"{label}.json"] = _joined([json.dumps(rec.to_dict(), indent=1)])
+                out[f"{label}.json"] = _joined(
+                    [json.dumps(rec_report.recommendation_dict(rec), indent=1)]
+                )
     return out
 
 

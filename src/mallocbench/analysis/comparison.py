@@ -14,7 +14,12 @@ from typing import Any
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
-from mallocbench.analysis.comparability import Difference, differences, refusal_message, refusals
+from mallocbench.analysis.comparability import (
+    Difference,
+    DifferentWorkloads,
+    differences,
+    refusals,
+)
 from mallocbench.analysis.summary import (
     QPS,
     RSS,
@@ -39,13 +44,6 @@ from mallocbench.workloads.catalogue import group_of, label_order
 # What --fail-on can ask for; "changed" is slower or faster.
 SLOWER, FASTER, CHANGED, RSS_UP, RSS_DOWN = "slower", "faster", "changed", "rss-up", "rss-down"
 FAIL_KINDS = (SLOWER, FASTER, CHANGED, RSS_UP, RSS_DOWN)
-_KIND_WORDS = {
-    SLOWER: "slowdown",
-    FASTER: "speedup",
-    CHANGED: "throughput change",
-    RSS_UP: "RSS increase",
-    RSS_DOWN: "RSS decrease",
-}
 PEAK_RSS = "peak RSS"  # the step name of memory changes and CSV rows
 
 
@@ -79,18 +77,6 @@ class Change:
     cell: RatioCell | None
     reason: str = ""  # why it counts when it is not a ratio (a crash in one run)
 
-    def describe(self) -> str:
-        where = [self.engine]
-        if self.threads is not None:
-            where.append(f"{self.threads} thread{'s' if self.threads != 1 else ''}")
-        where += [self.step, self.setup]
-        text = f"{self.kind}: {', '.join(where)}: "
-        if self.reason or self.cell is None:
-            return text + self.reason
-        cell = self.cell
-        beyond = f"beyond ±{percent(cell.min_effect)}" if cell.min_effect > 0 else "excludes 1.0"
-        return text + f"{fmt.ratio(cell.ratio)} {cell.interval_text}, {beyond}"
-
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "kind": self.kind,
@@ -105,6 +91,18 @@ class Change:
         return record
 
 
+@dataclass(frozen=True)
+class OneSided:
+    """What only one run measured, so no table holds it: a setup on an engine, or (for
+    setups on engines in both) a step at a thread count."""
+
+    side: str  # "A" or "B"
+    engine: str
+    setup: str | None = None  # a whole setup on the engine
+    step: str | None = None  # else a step at a thread count
+    threads: int | None = None
+
+
 @dataclass
 class Comparison:
     a: RunResult
@@ -113,7 +111,7 @@ class Comparison:
     tables: list[RatioTable]
     verdict: list[VerdictRow] = field(default_factory=list)
     memory: list[MemoryChange] = field(default_factory=list)
-    unmatched: list[str] = field(default_factory=list)  # "setup/engine" in one run only
+    unmatched: list[OneSided] = field(default_factory=list)  # measured in one run only
     min_effect: float = 0.0
     # Largest peak VSZ when either run's VSZ is mostly reserved address space, else None.
     reserved_vsz_bytes: int | None = None
@@ -143,7 +141,7 @@ def compare(
     """
     found = differences(a, b)
     if refusals(found) and not allow_different:
-        raise MallocbenchError(refusal_message(found))
+        raise DifferentWorkloads(found)
     effect = min_effect
     if effect is None:
         effect = min_effect_of(b) or min_effect_of(a)
@@ -153,8 +151,11 @@ def compare(
     pairs_a = {(k[0], k[1]) for k in sa}
     pairs_b = {(k[0], k[1]) for k in sb}
     unmatched = sorted(
-        f"{setup}/{engine} (only in {'A' if (setup, engine) in pairs_a else 'B'})"
-        for setup, engine in pairs_a ^ pairs_b
+        (
+            OneSided("A" if (setup, engine) in pairs_a else "B", engine, setup)
+            for setup, engine in pairs_a ^ pairs_b
+        ),
+        key=lambda u: (f"{u.setup}/{u.engine}", u.side),
     ) + _steps_in_one_run(set(sa), set(sb), pairs_a & pairs_b)
     common_engines = {k[1] for k in common}
     engines = [
@@ -183,7 +184,9 @@ def compare(
     )
 
 
-def _steps_in_one_run(keys_a: set[Key], keys_b: set[Key], both: set[tuple[str, str]]) -> list[str]:
+def _steps_in_one_run(
+    keys_a: set[Key], keys_b: set[Key], both: set[tuple[str, str]]
+) -> list[OneSided]:
     """Steps (at a thread count) one run measured and the other did not, for setups
     on engines in both: dropped from the tables like a setup in one run, and named."""
     found = {
@@ -193,7 +196,7 @@ def _steps_in_one_run(keys_a: set[Key], keys_b: set[Key], both: set[tuple[str, s
         if (setup, engine) in both
     }
     return [
-        f"{engine}/{step} @{threads} threads (only in {side})"
+        OneSided(side, engine, step=step, threads=threads)
         for engine, step, threads, side in sorted(
             found, key=lambda f: (f[0], label_order(f[1]), f[2], f[3])
         )
@@ -370,14 +373,3 @@ def findings(cmp: Comparison, kinds: tuple[str, ...]) -> list[Change]:
     if CHANGED in wanted:
         wanted |= {SLOWER, FASTER}
     return [c for c in cmp.changes if c.kind in wanted]
-
-
-def findings_summary(cmp: Comparison, kinds: tuple[str, ...], count: int) -> str:
-    """The last line of a gate: how many findings, or what was not found."""
-    flag = f"--fail-on {','.join(kinds)}"
-    if count:
-        return f"compare: {count} finding{'s' if count != 1 else ''} ({flag})"
-    named = [_KIND_WORDS[k] for k in kinds]
-    words = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " or " + named[-1]
-    beyond = f" beyond ±{percent(cmp.min_effect)}" if cmp.min_effect > 0 else ""
-    return f"compare: no finding ({flag}): no significant {words}{beyond}"

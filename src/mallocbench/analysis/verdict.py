@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.summary import (
+    UNSTABLE_MARK,
     MemoryRow,
     RatioCell,
     RatioTable,
@@ -81,7 +82,7 @@ def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRo
                 problems.append(f"{where}: {cell.problem}")
             any_interval = any_interval or cell.has_interval
             if cell.significant and cell.ratio is not None:
-                text = f"{where} {cell.ratio:.2f}x {cell.interval_text}"
+                text = f"{where} {cell.ratio:.2f}x {fmt.interval(cell.low, cell.high)}"
                 (faster if cell.verdict == stats.FASTER else slower).append(text)
             elif cell.verdict == stats.INCONCLUSIVE:
                 within += 1
@@ -132,8 +133,9 @@ def verdict_rows(
                 )
             rss = rss_cells.get((engine, setup))
             if rss is not None and rss.has_interval:
-                row.rss_interval = rss.interval_text
-                row.rss_text += f"; per-repeat peaks {rss.text} {rss.interval_text}, {rss.verdict}"
+                row.rss_interval = fmt.interval(rss.low, rss.high)
+                peaks = fmt.ratio(rss.ratio) + (UNSTABLE_MARK if rss.unstable else "")
+                row.rss_text += f"; per-repeat peaks {peaks} {row.rss_interval}, {rss.verdict}"
                 _add_rss_finding(row, rss)
             rows.append(row)
     return rows
@@ -146,6 +148,6 @@ def _add_rss_finding(row: VerdictRow, rss: RatioCell) -> None:
         return
     # stats.classify words a ratio above 1 "faster": for RSS that is more memory.
     row.rss_more = rss.verdict == stats.FASTER
-    row.rss_finding = f"peak RSS {rss.ratio:.2f}x {rss.interval_text}"
+    row.rss_finding = f"peak RSS {rss.ratio:.2f}x {row.rss_interval}"
     if row.note.startswith("no difference"):
         row.note = "no QPS difference" + row.note.removeprefix("no difference")

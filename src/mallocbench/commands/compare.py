@@ -17,7 +17,6 @@ from mallocbench.analysis.comparison import (
     Comparison,
     compare,
     findings,
-    findings_summary,
     parse_fail_on,
 )
 from mallocbench.commands.options import min_effect_option
@@ -30,6 +29,7 @@ from mallocbench.report.comparison import (
     comparison_markdown,
     print_comparison,
 )
+from mallocbench.report.words import change_text, difference_text, findings_summary
 from mallocbench.results import RunResult
 from mallocbench.store.loading import load_result
 
@@ -142,7 +142,7 @@ def compare_cmd(
     )
     for difference in cmp.differences:
         # Before the tables: whoever reads the verdicts should know this first.
-        click.echo(f"compare: warning: the runs differ: {difference.text}", err=True)
+        click.echo(f"compare: warning: the runs differ: {difference_text(difference)}", err=True)
     if html_path is not None:
         # Imported here: jinja2 is for the HTML report only, not every comparison.
         from mallocbench.report.html import write_compare_html
@@ -172,7 +172,7 @@ def _gate(cmp: Comparison, kinds: tuple[str, ...]) -> int:
     """Print the findings of --fail-on on stderr, one line each and a summary; their count."""
     found = findings(cmp, kinds)
     for change in found:
-        click.echo(f"compare: {change.describe()}", err=True)
+        click.echo(f"compare: {change_text(change)}", err=True)
     if not any(t.has_intervals for t in cmp.tables):
         # A gate that cannot fail should not pass quietly.
         click.echo(

@@ -17,7 +17,7 @@ from mallocbench.analysis.recommend import DEFAULT_PRIORITIES, parse_priorities,
 from mallocbench.commands.options import min_effect_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
-from mallocbench.report.recommend import recommendation_lines
+from mallocbench.report.recommend import recommendation_dict, recommendation_lines
 from mallocbench.results import RunResult, SetupInfo
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_size
@@ -145,7 +145,7 @@ def recommend_cmd(
     if chosen is not None:
         deployment = deploy.deployment_for(_setup(result, chosen), service)
     if fmt_name == "json":
-        data = rec.to_dict()
+        data = recommendation_dict(rec)
         if deployment is not None:
             data["deployment"] = deployment.to_dict()
         click.echo(json.dumps(data, indent=1))

@@ -21,6 +21,7 @@ from mallocbench.analysis import stats
 from mallocbench.console import make_console
 from mallocbench.patterns.experiment import Case
 from mallocbench.patterns.store import PatternResult, PatternRun, RunModel
+from mallocbench.report.words import relative_text
 
 MIB = 1024 * 1024
 
@@ -168,7 +169,7 @@ def exploratory_note(rows: list[SummaryRow]) -> str | None:
 def _rel(row: SummaryRow, value: stats.Relative, suffix: str = "") -> str:
     if row.setup == row.base:
         return "base"
-    return value.text() + suffix
+    return relative_text(value) + suffix
 
 
 def _ratio(x: float) -> str:

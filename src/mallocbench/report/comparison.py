@@ -17,7 +17,17 @@ from mallocbench.report import markdown
 from mallocbench.report.export import location_record, records_csv
 from mallocbench.report.tables import relative_rows
 from mallocbench.report.terminal import TERMINAL_MARKUP, colored
-from mallocbench.report.words import cell_class, color_rule, significance_rule, vsz_note
+from mallocbench.report.words import (
+    cell_class,
+    cell_interval,
+    cell_mark,
+    cell_text,
+    color_rule,
+    difference_text,
+    one_sided_text,
+    significance_rule,
+    vsz_note,
+)
 
 
 def _rules(cmp: Comparison, intervals: bool) -> str:
@@ -52,7 +62,8 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
         if row.note:
             console.print(f"{row.engine}/{row.setup}: {row.note}")
     if cmp.unmatched:
-        console.print("[dim]not compared (only in one run): " + ", ".join(cmp.unmatched) + "[/]")
+        only = ", ".join(one_sided_text(u) for u in cmp.unmatched)
+        console.print("[dim]not compared (only in one run): " + only + "[/]")
 
 
 # More RSS is the bad direction: red, where a faster throughput is green.
@@ -73,8 +84,9 @@ def _rss_text(m: MemoryChange) -> str:
     if m.rss is None or m.rss.ratio is None:
         return fmt.ratio(m.rss_ratio)
     cell = m.rss
-    text = colored(cell.text + cell.mark, _RSS_CSS.get(cell_class(cell), ""))
-    return text + (f"\n[dim]{cell.interval_text}[/]" if cell.interval_text else "")
+    text = colored(cell_text(cell) + cell_mark(cell), _RSS_CSS.get(cell_class(cell), ""))
+    interval = cell_interval(cell)
+    return text + (f"\n[dim]{interval}[/]" if interval else "")
 
 
 def _print_memory(cmp: Comparison, console: Console) -> None:
@@ -178,7 +190,7 @@ def comparison_json(cmp: Comparison) -> str:
             "memory": [_memory_json(m) for m in cmp.memory],
             "changes": [c.to_dict() for c in cmp.changes],
             "differences": [d.to_dict() for d in cmp.differences],
-            "unmatched": cmp.unmatched,
+            "unmatched": [one_sided_text(u) for u in cmp.unmatched],
         },
         indent=1,
     )
@@ -195,7 +207,9 @@ def comparison_markdown(cmp: Comparison) -> str:
     ]
     if cmp.differences:
         out += [
-            "> **The runs differ:** " + "; ".join(d.text for d in cmp.differences) + ".",
+            "> **The runs differ:** "
+            + "; ".join(difference_text(d) for d in cmp.differences)
+            + ".",
             "",
         ]
     for t in cmp.tables:

@@ -51,10 +51,15 @@ from mallocbench.report.tables import (
 from mallocbench.report.words import (
     adaptive_lines,
     cell_class,
+    cell_interval,
+    cell_mark,
+    cell_text,
     cell_title,
     client_cpu_warnings,
     color_rule,
+    difference_text,
     exploratory_note,
+    one_sided_text,
     significance_rule,
     sla_text,
     unit_note,
@@ -167,6 +172,11 @@ def _environment() -> jinja2.Environment:
     env.filters["qps"] = fmt.qps
     env.filters["cell_class"] = cell_class
     env.filters["cell_title"] = cell_title
+    env.filters["cell_text"] = cell_text
+    env.filters["cell_mark"] = cell_mark
+    env.filters["cell_interval"] = cell_interval
+    env.filters["difference_text"] = difference_text
+    env.filters["one_sided_text"] = one_sided_text
     env.filters["sla_text"] = sla_text
     env.globals["color_rule"] = color_rule
     env.globals["percent"] = percent
