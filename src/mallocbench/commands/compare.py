@@ -19,16 +19,11 @@ from mallocbench.analysis.comparison import (
     findings,
     parse_fail_on,
 )
-from mallocbench.commands.options import min_effect_option
+from mallocbench.commands.options import emit, min_effect_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault
-from mallocbench.report.comparison import (
-    comparison_csv,
-    comparison_json,
-    comparison_markdown,
-    print_comparison,
-)
+from mallocbench.report import formats
 from mallocbench.report.words import change_text, difference_text, findings_summary
 from mallocbench.results import RunResult
 from mallocbench.store.loading import load_result
@@ -68,7 +63,7 @@ FAIL_ON_HELP = (
 @click.option(
     "--format",
     "fmt_name",
-    type=click.Choice(["terminal", "markdown", "csv", "json"]),
+    type=click.Choice(formats.COMPARISON.names),
     default="terminal",
     show_default=True,
     help="What to print on standard output.",
@@ -161,7 +156,7 @@ def compare_cmd(
             "with itself, so every ratio is 1 by construction",
             err=True,
         )
-    _print(cmp, fmt_name)
+    emit(formats.COMPARISON, fmt_name, cmp)
     if html_path is not None and fmt_name == "terminal":
         make_console(stderr=True).print(f"wrote {html_path}")
     if fail_on and _gate(cmp, fail_on):
@@ -182,17 +177,6 @@ def _gate(cmp: Comparison, kinds: tuple[str, ...]) -> int:
         )
     click.echo(findings_summary(cmp, kinds, len(found)), err=True)
     return len(found)
-
-
-def _print(cmp: Comparison, fmt_name: str) -> None:
-    if fmt_name == "terminal":
-        print_comparison(cmp, make_console())
-    elif fmt_name == "markdown":
-        click.echo(comparison_markdown(cmp))
-    elif fmt_name == "csv":
-        click.echo(comparison_csv(cmp), nl=False)
-    else:
-        click.echo(comparison_json(cmp))
 
 
 commands = [compare_cmd]

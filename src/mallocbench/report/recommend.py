@@ -6,7 +6,9 @@ the HTML page and `mallocbench recommend` print the same sentences.
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis import recommend as rec
@@ -19,6 +21,9 @@ from mallocbench.analysis.recommend import (
 )
 from mallocbench.formatting import percent
 from mallocbench.report.words import thin_clauses
+
+if TYPE_CHECKING:
+    from mallocbench.deploy import Deployment
 
 NAMES = {rec.THROUGHPUT: "throughput", rec.P99: "p99 latency", rec.RSS: "peak RSS"}
 EXAMPLES = 3  # evidence items shown per kind before "and N more"
@@ -178,3 +183,33 @@ def recommendation_dict(r: Recommendation) -> dict[str, Any]:
     for engine, e in zip(data["engines"], r.engines, strict=True):
         engine["thin_evidence"] = thin_clauses(e.thin)
     return data
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What `recommend` prints: the recommendation and, when one setup was chosen for
+    every engine asked about, how to deploy it."""
+
+    recommendation: Recommendation
+    deployment: Deployment | None = None
+
+
+def advice_text(a: Advice) -> str:
+    lines = recommendation_lines(a.recommendation)
+    if a.deployment is not None:
+        # Imported here: every report reads this module, few deploy anything.
+        from mallocbench.deploy import render
+
+        lines += ["", render(a.deployment)]
+    return "\n".join(lines)
+
+
+def advice_markdown(a: Advice) -> str:
+    return f"# mallocbench recommend: {a.recommendation.run_id}\n\n{advice_text(a)}"
+
+
+def advice_json(a: Advice) -> str:
+    data = recommendation_dict(a.recommendation)
+    if a.deployment is not None:
+        data["deployment"] = a.deployment.to_dict()
+    return json.dumps(data, indent=1)
