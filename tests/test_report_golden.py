@@ -19,6 +19,7 @@ import copy
 import io
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,10 @@ import pytest
 from rich.console import Console
 
 from mallocbench.analysis.comparison import Comparison, compare
+from mallocbench.analysis.patterns import analyze_patterns
 from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.run_analysis import RunAnalysis, analyze
+from mallocbench.patterns.store import PatternRun
 from mallocbench.report import export, formats, html
 from mallocbench.report import recommend as rec_report
 from mallocbench.report import soak as soak_report
@@ -154,6 +157,30 @@ def soak_reports() -> dict[str, Callable[[], str]]:
     }
 
 
+def patterns_reports() -> dict[str, Callable[[], str]]:
+    """A pattern run's terminal tables, and the files `patterns` writes, as written."""
+    run = PatternRun.from_dict(json.loads((FIXTURES / "patterns-run.json").read_text()))
+    analysis = analyze_patterns(run)
+
+    def terminal(colour: bool) -> Callable[[], str]:
+        draw = lambda c: formats.PATTERNS.show("terminal", analysis, c)  # noqa: E731
+        return lambda: console_text(draw, colour)
+
+    def written(name: str) -> Callable[[], str]:
+        def read() -> str:
+            with tempfile.TemporaryDirectory() as out:
+                formats.write_pattern_reports(analysis, Path(out))
+                return (Path(out) / name).read_bytes().decode()
+
+        return read
+
+    return {
+        "patterns.terminal.txt": terminal(False),
+        "patterns.terminal.ansi": terminal(True),
+        **{name: written(name) for name in formats.PATTERN_FILES},
+    }
+
+
 def all_reports() -> dict[str, Callable[[], str]]:
     reports: dict[str, Callable[[], str]] = {}
     for name in RUNS:
@@ -162,6 +189,7 @@ def all_reports() -> dict[str, Callable[[], str]]:
     reports |= run_reports("small-min0", analyze(load("small"), min_effect=0.0))
     # `report --reference je`: the same cells, relative to another setup.
     reports |= run_reports("small-ref-je", analyze(load("small"), reference="je"))
+    reports |= patterns_reports()
     return reports | comparison_reports() | recommend_reports() | soak_reports()
 
 

@@ -18,10 +18,11 @@ from typing import Generic, TypeVar
 from rich.console import Console
 
 from mallocbench.analysis.comparison import Comparison
+from mallocbench.analysis.patterns import PatternsAnalysis
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
-from mallocbench.report import comparison, export, markdown, terminal
+from mallocbench.report import comparison, export, markdown, patterns, terminal
 from mallocbench.report import recommend as recommend_report
 from mallocbench.report.recommend import Advice
 
@@ -112,6 +113,30 @@ RECOMMENDATION: Outputs[Advice] = Outputs(
         "json": lambda a: recommend_report.advice_json(a) + "\n",
     }
 )
+
+
+PATTERNS: Outputs[PatternsAnalysis] = Outputs(
+    {
+        "markdown": patterns.patterns_markdown,
+        "csv": patterns.patterns_csv,
+        "json": patterns.patterns_json,
+    },
+    patterns.print_patterns,
+)
+
+# The files `write_pattern_reports` puts in a pattern run's output directory.
+PATTERN_FILES = {"patterns.json": "json", "patterns.csv": "csv", "patterns.md": "markdown"}
+
+
+def write_pattern_reports(analysis: PatternsAnalysis, out_dir: Path) -> list[Path]:
+    """A pattern run's files; the store already holds every result, so a directory
+    that refuses them costs only these (`patterns --report` writes them again)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, fmt in PATTERN_FILES.items():
+        write_text_atomic(out_dir / name, PATTERNS.render(fmt, analysis))
+        written.append(out_dir / name)
+    return written
 
 
 def write_reports(analysis: RunAnalysis, out_dir: Path, self_contained: bool = False) -> list[Path]:
