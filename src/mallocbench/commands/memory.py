@@ -188,17 +188,11 @@ def _watch(
 
 
 def _print_report(report: MemoryReport, as_json: bool) -> None:
-    from mallocbench.memory.render import render
+    # Imported when a report is printed: --help and bad input stay quick.
+    from mallocbench.commands.options import emit
+    from mallocbench.report import formats
 
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
-        return
-    render(report)
-    if report.breakdown is None and report.server is not None:
-        # The renderer shows the gaps among the breakdown's notes; without a breakdown
-        # (the process was not inspected) they would go unsaid.
-        for gap in report.server.gaps:
-            click.echo(f"note: {gap.text}")
+    emit(formats.MEMORY, "json" if as_json else formats.TERMINAL, report)
 
 
 def _mib(value: object, mib: int) -> str:

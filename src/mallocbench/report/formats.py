@@ -9,11 +9,12 @@ Commands analyse once (`analysis.run_analysis.analyze`, `analysis.comparison.com
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from rich.console import Console
 
@@ -25,6 +26,9 @@ from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
 from mallocbench.report import comparison, export, markdown, patterns, terminal
 from mallocbench.report import recommend as recommend_report
 from mallocbench.report.recommend import Advice
+
+if TYPE_CHECKING:
+    from mallocbench.memory.report import MemoryReport
 
 Format = Callable[[RunAnalysis], str]
 
@@ -137,6 +141,25 @@ def write_pattern_reports(analysis: PatternsAnalysis, out_dir: Path) -> list[Pat
         write_text_atomic(out_dir / name, PATTERNS.render(fmt, analysis))
         written.append(out_dir / name)
     return written
+
+
+def _memory_terminal(report: MemoryReport, console: Console) -> None:
+    # Imported when drawn: the memory account's tables are for `memory` alone.
+    from mallocbench.memory.render import render as render_memory
+
+    render_memory(report, console)
+    if report.breakdown is None and report.server is not None:
+        # The renderer shows the gaps among the breakdown's notes; without a breakdown
+        # (the process was not inspected) they would go unsaid. Plain lines, unwrapped.
+        for gap in report.server.gaps:
+            console.out(f"note: {gap.text}", highlight=False)
+
+
+# `memory`: one account of a running server, taken once.
+MEMORY: Outputs[MemoryReport] = Outputs(
+    {"json": lambda r: json.dumps(r.to_dict(), indent=2, default=str) + "\n"},
+    _memory_terminal,
+)
 
 
 def write_reports(analysis: RunAnalysis, out_dir: Path, self_contained: bool = False) -> list[Path]:
