@@ -28,6 +28,7 @@ from mallocbench.report import recommend as recommend_report
 from mallocbench.report.recommend import Advice
 
 if TYPE_CHECKING:
+    from mallocbench.memory.massif import ProfileTop
     from mallocbench.memory.report import MemoryReport
 
 Format = Callable[[RunAnalysis], str]
@@ -159,6 +160,19 @@ def _memory_terminal(report: MemoryReport, console: Console) -> None:
 MEMORY: Outputs[MemoryReport] = Outputs(
     {"json": lambda r: json.dumps(r.to_dict(), indent=2, default=str) + "\n"},
     _memory_terminal,
+)
+
+
+def _profile_terminal(view: ProfileTop, console: Console) -> None:
+    from mallocbench.memory.render import render_profile
+
+    render_profile(view, console)
+
+
+# `profile`: the heap peak's largest allocation sites.
+PROFILE: Outputs[ProfileTop] = Outputs(
+    {"json": lambda v: json.dumps(v.profile.to_dict(v.top), indent=2) + "\n"},
+    _profile_terminal,
 )
 
 
