@@ -305,7 +305,7 @@ def _memory(
             if ma and mb and ma.peak_rss_bytes and mb.peak_rss_bytes:
                 peak_ratio = mb.peak_rss_bytes / ma.peak_rss_bytes
                 row.rss_ratio = rss.ratio if rss and rss.ratio is not None else peak_ratio
-                row.rss_text = f"{fmt.mib(mb.peak_rss_bytes)} vs {fmt.mib(ma.peak_rss_bytes)}"
+                row.rss_peaks = (mb.peak_rss_bytes, ma.peak_rss_bytes)
             verdict.append(row)
             if ma or mb:
                 memory.append(

@@ -24,8 +24,10 @@ from mallocbench.report.words import (
     cell_text,
     color_rule,
     difference_text,
+    finding_text,
     one_sided_text,
     significance_rule,
+    verdict_note,
     vsz_note,
 )
 
@@ -58,9 +60,11 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
     for row in cmp.verdict:
         for label, items in (("faster in B", row.faster), ("slower in B", row.slower)):
             if items:
-                console.print(f"{row.engine}/{row.setup} {label}: " + "; ".join(items))
-        if row.note:
-            console.print(f"{row.engine}/{row.setup}: {row.note}")
+                found = "; ".join(finding_text(f) for f in items)
+                console.print(f"{row.engine}/{row.setup} {label}: {found}")
+        note = verdict_note(row)
+        if note:
+            console.print(f"{row.engine}/{row.setup}: {note}")
     if cmp.unmatched:
         only = ", ".join(one_sided_text(u) for u in cmp.unmatched)
         console.print("[dim]not compared (only in one run): " + only + "[/]")

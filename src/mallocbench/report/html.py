@@ -59,10 +59,17 @@ from mallocbench.report.words import (
     color_rule,
     difference_text,
     exploratory_note,
+    finding_text,
+    group_detail_text,
     one_sided_text,
     significance_rule,
     sla_text,
     unit_note,
+    unmeasured_text,
+    verdict_note,
+    verdict_rss_finding,
+    verdict_rss_interval,
+    verdict_rss_text,
     vsz_note,
 )
 from mallocbench.results import Cell, RunResult
@@ -177,6 +184,16 @@ def _environment() -> jinja2.Environment:
     env.filters["cell_interval"] = cell_interval
     env.filters["difference_text"] = difference_text
     env.filters["one_sided_text"] = one_sided_text
+    for word in (
+        finding_text,
+        unmeasured_text,
+        group_detail_text,
+        verdict_note,
+        verdict_rss_text,
+        verdict_rss_interval,
+        verdict_rss_finding,
+    ):
+        env.filters[word.__name__] = word
     env.filters["sla_text"] = sla_text
     env.globals["color_rule"] = color_rule
     env.globals["percent"] = percent

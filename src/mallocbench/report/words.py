@@ -36,6 +36,7 @@ from mallocbench.analysis.summary import (
     RatioCell,
     RatioTable,
 )
+from mallocbench.analysis.verdict import Finding, GroupDetail, VerdictRow
 from mallocbench.formatting import percent
 from mallocbench.metadata import AdaptiveRecord
 from mallocbench.results import Cell
@@ -57,6 +58,8 @@ __all__ = [
     "client_cpu_warnings",
     "color_rule",
     "exploratory_note",
+    "finding_text",
+    "group_detail_text",
     "noise_notes",
     "stability_notes",
     "oom_text",
@@ -69,6 +72,11 @@ __all__ = [
     "warmup_text",
     "wide_cell_text",
     "unit_note",
+    "unmeasured_text",
+    "verdict_note",
+    "verdict_rss_finding",
+    "verdict_rss_interval",
+    "verdict_rss_text",
     "verdict_class",
     "vsz_note",
 ]
@@ -468,3 +476,69 @@ def warmup_text(detector: WarmupDetector) -> str:
             f"(last {detector.window} s still trend {slope:+.1f}%/s)"
         )
     return f"no steady state within {detector.elapsed_s:.0f} s"
+
+
+# ---------------------------------------------------------------- verdict rows
+
+
+def finding_text(f: Finding) -> str:
+    """A finding of a verdict row: where, the ratio and its interval."""
+    return f"{f.step} @{f.threads} {f.cell.ratio:.2f}x {fmt.interval(f.cell.low, f.cell.high)}"
+
+
+def unmeasured_text(f: Finding) -> str:
+    return f"{f.step} @{f.threads}: {f.cell.problem}"
+
+
+def group_detail_text(d: GroupDetail) -> str:
+    """What hovering a group's geomean shows: its cells, and each thread count's geomean."""
+    parts = ", ".join(f"{threads} thr: {value:.2f}" for threads, value in d.by_threads)
+    return f"geomean of {d.cells} cells; " + parts
+
+
+def verdict_note(row: VerdictRow) -> str:
+    """What a verdict row's findings mean: none supported, the band they clear, or why
+    there can be none; and how many were too small to tell."""
+    band = f" of at least ±{percent(row.min_effect)}" if row.min_effect > 0 else ""
+    notes = []
+    if row.any_interval:
+        if not (row.faster or row.slower):
+            notes.append(f"no difference{band} the statistics support")
+        elif row.min_effect > 0:
+            notes.append(
+                f"listed: 95% interval excludes 1.0, change at least ±{percent(row.min_effect)}"
+            )
+    else:
+        notes.append("1 repeat: no interval, so no difference can be claimed")
+    if row.inconclusive:
+        notes.append(
+            f"{row.inconclusive} inconclusive: real but possibly smaller than "
+            f"±{percent(row.min_effect)}"
+        )
+    note = "; ".join(notes)
+    if row.rss_supported and note.startswith("no difference"):
+        # A supported RSS difference is a finding too: only QPS showed none.
+        note = "no QPS difference" + note.removeprefix("no difference")
+    return note
+
+
+def verdict_rss_text(row: VerdictRow) -> str:
+    """Both peaks, and the per-repeat ratio with its interval and verdict when it has one."""
+    text = ""
+    if row.rss_peaks is not None:
+        text = f"{fmt.mib(row.rss_peaks[0])} vs {fmt.mib(row.rss_peaks[1])}"
+    if row.rss is not None:
+        rss = row.rss
+        text += f"; per-repeat peaks {cell_text(rss)} {cell_interval(rss)}, {rss.verdict}"
+    return text
+
+
+def verdict_rss_interval(row: VerdictRow) -> str:
+    return "" if row.rss is None else fmt.interval(row.rss.low, row.rss.high)
+
+
+def verdict_rss_finding(row: VerdictRow) -> str:
+    """The peak-RSS difference the statistics support, or "" when none is."""
+    if not row.rss_supported or row.rss is None:
+        return ""
+    return f"peak RSS {row.rss.ratio:.2f}x {fmt.interval(row.rss.low, row.rss.high)}"
