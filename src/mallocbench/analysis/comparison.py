@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.comparability import (
     Difference,
@@ -51,12 +50,13 @@ PEAK_RSS = "peak RSS"  # the step name of memory changes and CSV rows
 class MemoryChange:
     engine: str
     setup: str
-    rss_a: str
-    rss_b: str
-    vsz_a: str
-    vsz_b: str
-    per_cache_a: str
-    per_cache_b: str
+    # Peak RSS and VSZ in bytes, RSS per byte of cache: None where that run had none.
+    rss_a: int | None
+    rss_b: int | None
+    vsz_a: int | None
+    vsz_b: int | None
+    per_cache_a: float | None
+    per_cache_b: float | None
     rss_ratio: float | None  # rss.ratio where it has one, else the ratio of the peaks
     # Peak RSS B/A over each run's per-repeat peaks, with an interval and a verdict
     # (stats' words: "faster" is more RSS); None when either run has no RSS.
@@ -312,12 +312,12 @@ def _memory(
                     MemoryChange(
                         engine,
                         setup,
-                        fmt.gb(ma.peak_rss_bytes if ma else None),
-                        fmt.gb(mb.peak_rss_bytes if mb else None),
-                        fmt.gb(ma.peak_vsz_bytes if ma else None),
-                        fmt.gb(mb.peak_vsz_bytes if mb else None),
-                        fmt.ratio(ma.rss_per_cache if ma else None),
-                        fmt.ratio(mb.rss_per_cache if mb else None),
+                        ma.peak_rss_bytes if ma else None,
+                        mb.peak_rss_bytes if mb else None,
+                        ma.peak_vsz_bytes if ma else None,
+                        mb.peak_vsz_bytes if mb else None,
+                        ma.rss_per_cache if ma else None,
+                        mb.rss_per_cache if mb else None,
                         row.rss_ratio,
                         rss,
                         ma.oom_cells if ma else 0,

@@ -100,7 +100,15 @@ def _print_memory(cmp: Comparison, console: Console) -> None:
             column, justify="left" if column in ("engine", "setup") else "right", overflow="fold"
         )
     for m in cmp.memory:
-        table.add_row(m.engine, m.setup, m.rss_a, m.rss_b, _rss_text(m), m.vsz_a, m.vsz_b)
+        table.add_row(
+            m.engine,
+            m.setup,
+            fmt.gb(m.rss_a),
+            fmt.gb(m.rss_b),
+            _rss_text(m),
+            fmt.gb(m.vsz_a),
+            fmt.gb(m.vsz_b),
+        )
     console.print(table)
     reserved = vsz_note(cmp.reserved_vsz_bytes)
     if reserved:
@@ -167,7 +175,13 @@ def comparison_csv(cmp: Comparison) -> str:
 
 
 def _memory_json(m: MemoryChange) -> dict[str, Any]:
-    record = {k: v for k, v in m.__dict__.items() if k != "rss"}
+    # Worded as the tables show them (GiB, two decimals), as before the figures were kept.
+    shown = {"rss_a", "rss_b", "vsz_a", "vsz_b"}
+    record = {
+        k: fmt.gb(v) if k in shown else fmt.ratio(v) if k.startswith("per_cache") else v
+        for k, v in m.__dict__.items()
+        if k != "rss"
+    }
     cell = m.rss
     record["rss"] = (
         None
@@ -237,8 +251,8 @@ def comparison_markdown(cmp: Comparison) -> str:
         for m in cmp.memory:
             rss = markdown.ratio_text(m.rss) if m.rss else fmt.ratio(m.rss_ratio)
             out.append(
-                f"| {m.engine} | {m.setup} | {m.rss_a} | {m.rss_b} | {rss} "
-                f"| {m.vsz_a} | {m.vsz_b} |"
+                f"| {m.engine} | {m.setup} | {fmt.gb(m.rss_a)} | {fmt.gb(m.rss_b)} | {rss} "
+                f"| {fmt.gb(m.vsz_a)} | {fmt.gb(m.vsz_b)} |"
             )
         out.append("")
         reserved = vsz_note(cmp.reserved_vsz_bytes)

@@ -177,6 +177,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["ratio"] = fmt.ratio
     env.filters["qps"] = fmt.qps
+    env.filters["gb"] = fmt.gb
     env.filters["cell_class"] = cell_class
     env.filters["cell_title"] = cell_title
     env.filters["cell_text"] = cell_text
