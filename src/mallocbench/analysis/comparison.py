@@ -23,6 +23,7 @@ from mallocbench.analysis.summary import (
     QPS,
     RSS,
     CellSummary,
+    MemoryRow,
     RatioCell,
     RatioRow,
     RatioTable,
@@ -167,8 +168,11 @@ def compare(
             f"runs {a.run_id} and {b.run_id} share no cell (same engine, step, threads and "
             "setup): nothing to compare"
         )
-    verdict, memory, memory_changes = _memory(a, b, engines, setups, tables, effect)
-    reserved = reserved_vsz_bytes(memory_rows(a) + memory_rows(b))
+    rows_a, rows_b = memory_rows(a), memory_rows(b)
+    verdict, memory, memory_changes = _memory(
+        (a, b), (rows_a, rows_b), engines, setups, tables, effect
+    )
+    reserved = reserved_vsz_bytes(rows_a + rows_b)
     return Comparison(
         a,
         b,
@@ -279,18 +283,17 @@ def _throughput_change(a: CellSummary, b: CellSummary, cell: RatioCell) -> Chang
 
 
 def _memory(
-    a: RunResult,
-    b: RunResult,
+    runs: tuple[RunResult, RunResult],
+    rows: tuple[list[MemoryRow], list[MemoryRow]],
     engines: list[str],
     setups: list[str],
     tables: list[RatioTable],
     effect: float,
 ) -> tuple[list[VerdictRow], list[MemoryChange], list[Change]]:
     """The verdict rows, peak memory B against A with an interval, and the RSS changes."""
-    mem_a = {(m.engine, m.setup): m for m in memory_rows(a)}
-    mem_b = {(m.engine, m.setup): m for m in memory_rows(b)}
+    mem_a, mem_b = ({(m.engine, m.setup): m for m in side} for side in rows)
     # Two runs are independent samples: each repeat's peak is one value per run.
-    peaks_a, peaks_b = peak_rss_by_repeat(a), peak_rss_by_repeat(b)
+    peaks_a, peaks_b = (peak_rss_by_repeat(run) for run in runs)
     verdict, memory, changes = [], [], []
     for engine in engines:
         for setup in setups:
