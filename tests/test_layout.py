@@ -219,27 +219,6 @@ TEXT_ALLOWED = {
     "comparison.py:_ordered_setups",
     "run_analysis.py:recorded_notes",  # sentences the run stored, passed on as data
 }
-# Still worded inside analysis when the RunAnalysis was introduced; each should move to
-# report/words.py (the analysis returning a record or an enum instead). Listed so that
-# nothing new joins them, and so that one that moves must leave this list too.
-TEXT_NOT_YET_MOVED = {
-    "comparability.py:_bytes",
-    "comparability.py:_seconds",
-    "comparability.py:refusal_message",
-    "comparability.py:text",
-    "comparison.py:findings_summary",
-    "comparison.py:describe",
-    "comparison.py:_steps_in_one_run",  # worded like `unmatched` setups beside it
-    "convergence.py:describe",
-    "recommend.py:_thin_evidence",
-    "stats.py:_bound",
-    "stats.py:mark",
-    "stats.py:text",
-    "steady.py:describe",
-    "summary.py:mark",
-    "summary.py:text",
-    "summary.py:interval_text",
-}
 TEXT_TYPES = {"str", "str | None", "list[str]", "Iterator[str]"}
 PROSE_WORDS = 6  # a module-level string of more words than this is a sentence
 
@@ -283,10 +262,8 @@ def test_analysis_returns_numbers_and_records_not_words() -> None:
         for path in (SRC / "mallocbench" / "analysis").glob("*.py")
         for entry in text_in_analysis(path)
     }
-    new = found - TEXT_ALLOWED - TEXT_NOT_YET_MOVED
+    new = found - TEXT_ALLOWED
     assert new == set(), "words belong in report/words.py; the analysis returns records"
-    moved = TEXT_NOT_YET_MOVED - found
-    assert moved == set(), f"{moved} no longer return text: take them off the list"
 
 
 COUNTED = (

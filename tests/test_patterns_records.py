@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
+from mallocbench.analysis.patterns import analyze_patterns
 from mallocbench.errors import MallocbenchError
 from mallocbench.patterns import experiment as pexp
-from mallocbench.patterns import report, runner
+from mallocbench.patterns import runner
 from mallocbench.patterns import store as pstore
 from mallocbench.patterns.driver import DriverRun
+from mallocbench.report import formats
 from mallocbench.store.sqlite import Store
 
 # The tables as the dict-based code created them, copied here (not imported) so the test
@@ -190,13 +192,14 @@ def test_the_stored_json_shape_round_trips_exactly(legacy_store: Path) -> None:
 
 def test_a_legacy_run_reports_and_exports(legacy_store: Path, tmp_path: Path) -> None:
     run = runner.load(legacy_store, None)
-    rows = report.summarize(run.model, run.results)
+    analysis = analyze_patterns(run)
+    rows = analysis.rows
     assert [(r.setup, r.runs, r.failed) for r in rows] == [("glibc", 2, 0), ("glibc-a1", 1, 1)]
     assert rows[1].error == "killed by SIGSEGV: x"
-    paths = report.write_exports(tmp_path / "out", run, rows)
-    exported = json.loads(paths["json"].read_text())
+    json_path, _, md_path = formats.write_pattern_reports(analysis, tmp_path / "out")
+    exported = json.loads(json_path.read_text())
     assert exported["results"] == RECORDS and exported["model"] == MODEL
-    text = paths["md"].read_text()
+    text = md_path.read_text()
     assert "Run `p20250101-120000-abcd` on db1 (8 CPUs, kernel 6.1.0, glibc 2.36)" in text
     assert "| glibc-a1 | glibc | - | `MALLOC_ARENA_MAX=1` | `init=calloc` |" in text
 

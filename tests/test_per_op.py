@@ -9,6 +9,7 @@ import pytest
 from mallocbench.analysis.convergence import cells_to_repeat, wide_cells
 from mallocbench.measure import per_op_metrics as _per_op_metrics
 from mallocbench.probes.process import Counters
+from mallocbench.report.words import wide_cell_text
 from mallocbench.results import Cell, RunResult
 
 
@@ -58,7 +59,7 @@ def test_wide_cells_lists_noisy_and_single_repeat_comparisons() -> None:
     assert [w.setup for w in wide] == ["mi", "tc"]
     assert math.isinf(wide[0].width_pct) and wide[0].to_dict()["width_pct"] is None
     assert wide[1].width_pct > 50 and wide[1].repeats == 3
-    assert "tc innodb point-query @8" in wide[1].describe()
+    assert "tc innodb point-query @8" in wide_cell_text(wide[1])
     assert cells_to_repeat(wide, "glibc") == {
         ("mi", "innodb", "point-query", 8),
         ("tc", "innodb", "point-query", 8),

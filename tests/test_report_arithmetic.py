@@ -22,7 +22,15 @@ from mallocbench.analysis.summary import (
 )
 from mallocbench.metadata import AdaptiveRecord
 from mallocbench.report import export, html, markdown, terminal
-from mallocbench.report.words import cell_class, cell_title, verdict_class
+from mallocbench.report.words import (
+    cell_class,
+    cell_mark,
+    cell_text,
+    cell_title,
+    finding_text,
+    verdict_class,
+    verdict_note,
+)
 from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 
 GIB = 1 << 30
@@ -173,7 +181,7 @@ def test_without_min_effect_a_one_percent_change_is_significant() -> None:
     (row,) = table.rows
     je = row.cells["je"]
     assert je.ratio == pytest.approx(1.01)
-    assert je.verdict == stats.FASTER and je.significant and je.mark == "*"
+    assert je.verdict == stats.FASTER and je.significant and cell_mark(je) == "*"
     assert cell_class(je) == "faster"  # a finding is colored however small: min_effect sets the bar
 
 
@@ -182,7 +190,7 @@ def test_min_effect_reports_a_small_significant_change_as_same() -> None:
     (table,) = relative_tables(run)
     je = table.rows[0].cells["je"]
     assert stats.significant(je.low, je.high)  # the interval alone would call it faster
-    assert je.verdict == stats.SAME and not je.significant and je.mark == ""
+    assert je.verdict == stats.SAME and not je.significant and cell_mark(je) == ""
     # Markdown: no star, the word "same", and the rule in the table's text.
     text = markdown.render(analyze(run))
     row = next(line for line in text.splitlines() if line.startswith("| point-query"))
@@ -194,7 +202,7 @@ def test_min_effect_reports_a_small_significant_change_as_same() -> None:
     # HTML: not in the verdict's faster list, grey, and the legend says why.
     ctx = html.build_context(analyze(run))
     (verdict,) = ctx.verdict
-    assert not verdict.faster and "no difference of at least ±2%" in verdict.note
+    assert not verdict.faster and "no difference of at least ±2%" in verdict_note(verdict)
     page = html.render_html(analyze(run))
     assert 'data-verdict="same"' in page and "<sup>*</sup>" not in page
     assert "whole interval within ±2%" in page
@@ -209,9 +217,11 @@ def test_min_effect_reports_a_small_significant_change_as_same() -> None:
 def test_a_change_beyond_min_effect_is_still_reported() -> None:
     run = tight_run(970, min_effect=0.02)
     je = relative_tables(run)[0].rows[0].cells["je"]
-    assert je.verdict == stats.SLOWER and je.mark == "*"
+    assert je.verdict == stats.SLOWER and cell_mark(je) == "*"
     (verdict,) = html.build_context(analyze(run)).verdict
-    assert verdict.slower and verdict.slower[0].startswith("point-query range=100 @8 0.97x")
+    assert verdict.slower and finding_text(verdict.slower[0]).startswith(
+        "point-query range=100 @8 0.97x"
+    )
 
 
 def test_min_effect_override_beats_the_runs_own() -> None:
@@ -234,7 +244,7 @@ def test_colors_follow_the_verdict_not_the_value() -> None:
     lone.cells += [cell("je", "point-query range=100", 1910, 0)]
     one = relative_tables(lone)[0].rows[0].cells["je"]
     assert one.ratio == pytest.approx(1.91) and one.verdict == stats.NO_INTERVAL
-    assert cell_class(one) == "none" and one.mark == ""
+    assert cell_class(one) == "none" and cell_mark(one) == ""
     page = html.render_html(analyze(lone))
     assert '<td class="r none' in page and '<td class="r faster' not in page
     assert "Exploratory run" in page and "Exploratory run" in markdown.render(analyze(lone))
@@ -520,7 +530,7 @@ def test_unstable_cells_are_marked_and_named_in_every_report() -> None:
     shifted.stability = {"stable": False, "reason": "level shift of 8% after 6 s"}
     shifted.warmup_s, shifted.warmup_steady = 30.0, False
     je = relative_tables(run)[0].rows[0].cells["je"]
-    assert je.unstable and je.text.endswith("~") and "unstable" in cell_title(je)
+    assert je.unstable and cell_text(je).endswith("~") and "unstable" in cell_title(je)
     # Stable cells stay unmarked.
     assert not relative_tables(tight_run(1200))[0].rows[0].cells["je"].unstable
     for text in (markdown.render(analyze(run)), terminal_text(run), html.render_html(analyze(run))):

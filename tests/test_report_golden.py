@@ -19,16 +19,19 @@ import copy
 import io
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
 from mallocbench.analysis.comparison import Comparison, compare
+from mallocbench.analysis.patterns import analyze_patterns
 from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.run_analysis import RunAnalysis, analyze
-from mallocbench.report import comparison as cmp_report
+from mallocbench.patterns.store import PatternRun
 from mallocbench.report import export, formats, html
 from mallocbench.report import recommend as rec_report
 from mallocbench.report import soak as soak_report
@@ -46,7 +49,7 @@ def load(name: str) -> RunResult:
     return RunResult.from_dict(json.loads((FIXTURES / RUNS[name]).read_text()))
 
 
-def console_text(draw: Callable[[Console], None], colour: bool = False) -> str:
+def console_text(draw: Callable[[Console], object], colour: bool = False) -> str:
     out = io.StringIO()
     if colour:
         console = Console(file=out, width=120, color_system="standard", force_terminal=True)
@@ -93,14 +96,20 @@ def _rendered(fmt: str, analysis: RunAnalysis, trim: bool) -> Callable[[], str]:
 
 
 def _comparison_files(label: str, cmp: Comparison) -> dict[str, Callable[[], str]]:
+    """As `compare --format` prints them, through the registry (the golden files
+    predate it: they end as the old calls ended, one newline fewer)."""
+
     def terminal() -> str:
-        return console_text(lambda con: cmp_report.print_comparison(cmp, con))
+        return console_text(lambda con: formats.COMPARISON.show("terminal", cmp, con))
+
+    def rendered(name: str, trim: bool) -> Callable[[], str]:
+        return lambda: formats.COMPARISON.render(name, cmp)[: -1 if trim else None]
 
     return {
         f"{label}.terminal.txt": terminal,
-        f"{label}.md": lambda: cmp_report.comparison_markdown(cmp),
-        f"{label}.csv": lambda: cmp_report.comparison_csv(cmp),
-        f"{label}.json": lambda: cmp_report.comparison_json(cmp),
+        f"{label}.md": rendered("markdown", True),
+        f"{label}.csv": rendered("csv", False),
+        f"{label}.json": rendered("json", True),
         f"{label}.html": lambda: html.render_compare_html(cmp, PLOTLY),
     }
 
@@ -122,8 +131,9 @@ def comparison_reports() -> dict[str, Callable[[], str]]:
     return out
 
 
-def _joined(lines: list[str]) -> Callable[[], str]:
-    return lambda: "\n".join(lines)
+def _registry(outputs: formats.Outputs[Any], name: str, value: Any) -> Callable[[], str]:
+    """`recommend --format` prints these with the newline the golden files lack."""
+    return lambda: outputs.render(name, value).removesuffix("\n")
 
 
 def recommend_reports() -> dict[str, Callable[[], str]]:
@@ -133,8 +143,9 @@ def recommend_reports() -> dict[str, Callable[[], str]]:
             for min_effect in (None, 0.0):
                 rec = recommend(load(name), priorities, min_effect)
                 label = f"recommend.{name}.{'-'.join(priorities)}.{min_effect}"
-                out[f"{label}.txt"] = _joined(rec_report.recommendation_lines(rec))
-                out[f"{label}.json"] = _joined([json.dumps(rec.to_dict(), indent=1)])
+                advice = rec_report.Advice(rec)
+                out[f"{label}.txt"] = _registry(formats.RECOMMENDATION, "terminal", advice)
+                out[f"{label}.json"] = _registry(formats.RECOMMENDATION, "json", advice)
     return out
 
 
@@ -146,6 +157,30 @@ def soak_reports() -> dict[str, Callable[[], str]]:
     }
 
 
+def patterns_reports() -> dict[str, Callable[[], str]]:
+    """A pattern run's terminal tables, and the files `patterns` writes, as written."""
+    run = PatternRun.from_dict(json.loads((FIXTURES / "patterns-run.json").read_text()))
+    analysis = analyze_patterns(run)
+
+    def terminal(colour: bool) -> Callable[[], str]:
+        draw = lambda c: formats.PATTERNS.show("terminal", analysis, c)  # noqa: E731
+        return lambda: console_text(draw, colour)
+
+    def written(name: str) -> Callable[[], str]:
+        def read() -> str:
+            with tempfile.TemporaryDirectory() as out:
+                formats.write_pattern_reports(analysis, Path(out))
+                return (Path(out) / name).read_bytes().decode()
+
+        return read
+
+    return {
+        "patterns.terminal.txt": terminal(False),
+        "patterns.terminal.ansi": terminal(True),
+        **{name: written(name) for name in formats.PATTERN_FILES},
+    }
+
+
 def all_reports() -> dict[str, Callable[[], str]]:
     reports: dict[str, Callable[[], str]] = {}
     for name in RUNS:
@@ -154,6 +189,7 @@ def all_reports() -> dict[str, Callable[[], str]]:
     reports |= run_reports("small-min0", analyze(load("small"), min_effect=0.0))
     # `report --reference je`: the same cells, relative to another setup.
     reports |= run_reports("small-ref-je", analyze(load("small"), reference="je"))
+    reports |= patterns_reports()
     return reports | comparison_reports() | recommend_reports() | soak_reports()
 
 

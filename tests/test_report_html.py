@@ -19,6 +19,7 @@ import pytest
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.metadata import AdaptiveRecord
 from mallocbench.report import html
+from mallocbench.report.words import verdict_note, verdict_rss_finding
 from mallocbench.results import Cell, RunResult, SessionInfo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -295,13 +296,13 @@ def _with_peaks(result: RunResult, factor: float) -> RunResult:
 def test_a_supported_rss_difference_is_a_finding_of_the_verdict(result: RunResult) -> None:
     more = html.build_context(analyze(_with_peaks(result, 1.25)))
     row = next(r for r in more.verdict if (r.engine, r.setup) == ("innodb", "je"))
-    assert row.rss_more and row.rss_finding.startswith("peak RSS 1.25x [")
-    assert not row.note.startswith("no difference")  # the RSS difference is supported
+    assert row.rss_more and verdict_rss_finding(row).startswith("peak RSS 1.25x [")
+    assert not verdict_note(row).startswith("no difference")  # the RSS difference is supported
     page = html.render_html(analyze(_with_peaks(result, 1.25)))
     assert 'class="slower-text">more memory</span>: peak RSS 1.25x [' in page
     less = html.build_context(analyze(_with_peaks(result, 0.8)))
     row = next(r for r in less.verdict if (r.engine, r.setup) == ("innodb", "je"))
-    assert not row.rss_more and row.rss_finding.startswith("peak RSS 0.80x [")
+    assert not row.rss_more and verdict_rss_finding(row).startswith("peak RSS 0.80x [")
     # Identical peaks: nothing to find, and nothing is worded as one.
     same = html.build_context(analyze(_with_peaks(result, 1.0)))
-    assert not any(r.rss_finding for r in same.verdict)
+    assert not any(verdict_rss_finding(r) for r in same.verdict)

@@ -25,6 +25,7 @@ from mallocbench.analysis.steady import (
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import from_dict, load
+from mallocbench.report.words import warmup_text
 from mallocbench.results import Cell, RunResult, SessionInfo
 from mallocbench.runner import Pipeline, RunOptions, RunOutcome
 from mallocbench.store.sqlite import Store
@@ -112,7 +113,7 @@ def test_a_detector_says_why_it_stopped() -> None:
     for i in range(6):
         detector.add(10_000.0 * (1 + 0.2 * i))
     assert detector.done and not detector.steady
-    assert detector.describe() == "no steady state within 6 s (last 5 s still trend +12.5%/s)"
+    assert warmup_text(detector) == "no steady state within 6 s (last 5 s still trend +12.5%/s)"
 
 
 def test_no_throughput_is_not_a_steady_state() -> None:

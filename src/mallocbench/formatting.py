@@ -46,6 +46,11 @@ def bound(x: float) -> str:
     return f"{x:.2g}" if 0 < x < 0.01 else f"{x:.2f}"
 
 
+def interval(low: float, high: float) -> str:
+    """A 95% interval as every report brackets it."""
+    return f"[{bound(low)}, {bound(high)}]"
+
+
 def ratio(value: float | None) -> str:
     return f"{value:.2f}" if value is not None else "-"
 
@@ -58,6 +63,15 @@ def qps(value: float | None) -> str:
 
 def mib(value: int | float | None) -> str:
     return f"{value / (1 << 20):,.0f} MiB" if value else "-"
+
+
+def mib_or_text(value: object) -> str:
+    """A byte count in MiB; anything else (a word such as "none") as it is."""
+    return mib(value) if isinstance(value, int | float) else str(value or "-")
+
+
+def seconds(value: object) -> str:
+    return f"{value:g} s" if isinstance(value, int | float) else str(value)
 
 
 def knobs(values: dict[str, str]) -> str:

@@ -54,20 +54,8 @@ class Difference:
     b: str
     severity: str
 
-    @property
-    def text(self) -> str:
-        return f"{self.field} A {self.a} vs B {self.b}"
-
     def to_dict(self) -> dict[str, str]:
         return {"field": self.field, "a": self.a, "b": self.b, "severity": self.severity}
-
-
-def _bytes(value: Any) -> str:
-    return fmt.mib(value) if isinstance(value, int | float) else str(value or "-")
-
-
-def _seconds(value: Any) -> str:
-    return f"{value:g} s" if isinstance(value, int | float) else str(value)
 
 
 def _dataset(result: RunResult) -> DatasetRecord:
@@ -98,7 +86,7 @@ def _run_facts(result: RunResult) -> dict[str, Fact]:
     for name, value, show in (
         ("dataset.tables", dataset.tables, str),
         ("dataset.rows", dataset.rows, str),
-        ("dataset.cache", dataset.cache_bytes, _bytes),
+        ("dataset.cache", dataset.cache_bytes, fmt.mib_or_text),
     ):
         if value is not None:
             facts[name] = Fact(value, show(value), REFUSE)
@@ -111,7 +99,7 @@ def _run_facts(result: RunResult) -> dict[str, Fact]:
         ("slice", design.slice_s if design is not None else None),
     ):
         if seconds is not None:
-            facts[f"durations.{name}"] = Fact(seconds, _seconds(seconds), WARN)
+            facts[f"durations.{name}"] = Fact(seconds, fmt.seconds(seconds), WARN)
     used = design.used if design is not None else None
     if used:
         # Interleaved slices were runs of their own unless the run says turns.
@@ -145,7 +133,11 @@ def _setup_facts(result: RunResult) -> dict[str, Fact]:
             ("allocator", allocator, allocator),
             ("knobs", setup.knobs, fmt.knobs(setup.knobs)),
             ("config", setup.config, fmt.knobs(setup.config)),
-            ("memory_limit", setup.memory_limit_bytes, _bytes(setup.memory_limit_bytes or "none")),
+            (
+                "memory_limit",
+                setup.memory_limit_bytes,
+                fmt.mib_or_text(setup.memory_limit_bytes or "none"),
+            ),
         ):
             facts[f"{name}[{setup.name}]"] = Fact(value, text or "-", WARN)
     caches: dict[tuple[str, str], set[int]] = {}
@@ -191,11 +183,15 @@ def refusals(found: list[Difference]) -> list[Difference]:
     return [d for d in found if d.severity == REFUSE]
 
 
-def refusal_message(found: list[Difference], flag: str = "--allow-different") -> str:
-    """One line: what differs, why that matters, and the flag that compares anyway."""
-    listed = ", ".join(d.text for d in refusals(found))
-    return (
-        f"the runs did not measure the same workload: {listed}; their ratios would mix that "
-        f"with the change between the builds: rerun one to match, or give {flag} to compare "
-        "anyway"
-    )
+class DifferentWorkloads(MallocbenchError):
+    """Runs that did not measure the same workload; its one line says what differs, why
+    that matters, and the flag that compares anyway."""
+
+    def __init__(self, found: list[Difference], flag: str = "--allow-different") -> None:
+        self.found = found
+        listed = ", ".join(f"{d.field} A {d.a} vs B {d.b}" for d in refusals(found))
+        super().__init__(
+            f"the runs did not measure the same workload: {listed}; their ratios would mix "
+            f"that with the change between the builds: rerun one to match, or give {flag} "
+            "to compare anyway"
+        )

@@ -12,13 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
-from mallocbench.analysis.comparability import Difference, differences, refusal_message, refusals
+from mallocbench.analysis.comparability import (
+    Difference,
+    DifferentWorkloads,
+    differences,
+    refusals,
+)
 from mallocbench.analysis.summary import (
     QPS,
     RSS,
     CellSummary,
+    MemoryRow,
     RatioCell,
     RatioRow,
     RatioTable,
@@ -39,13 +44,6 @@ from mallocbench.workloads.catalogue import group_of, label_order
 # What --fail-on can ask for; "changed" is slower or faster.
 SLOWER, FASTER, CHANGED, RSS_UP, RSS_DOWN = "slower", "faster", "changed", "rss-up", "rss-down"
 FAIL_KINDS = (SLOWER, FASTER, CHANGED, RSS_UP, RSS_DOWN)
-_KIND_WORDS = {
-    SLOWER: "slowdown",
-    FASTER: "speedup",
-    CHANGED: "throughput change",
-    RSS_UP: "RSS increase",
-    RSS_DOWN: "RSS decrease",
-}
 PEAK_RSS = "peak RSS"  # the step name of memory changes and CSV rows
 
 
@@ -53,12 +51,13 @@ PEAK_RSS = "peak RSS"  # the step name of memory changes and CSV rows
 class MemoryChange:
     engine: str
     setup: str
-    rss_a: str
-    rss_b: str
-    vsz_a: str
-    vsz_b: str
-    per_cache_a: str
-    per_cache_b: str
+    # Peak RSS and VSZ in bytes, RSS per byte of cache: None where that run had none.
+    rss_a: int | None
+    rss_b: int | None
+    vsz_a: int | None
+    vsz_b: int | None
+    per_cache_a: float | None
+    per_cache_b: float | None
     rss_ratio: float | None  # rss.ratio where it has one, else the ratio of the peaks
     # Peak RSS B/A over each run's per-repeat peaks, with an interval and a verdict
     # (stats' words: "faster" is more RSS); None when either run has no RSS.
@@ -79,18 +78,6 @@ class Change:
     cell: RatioCell | None
     reason: str = ""  # why it counts when it is not a ratio (a crash in one run)
 
-    def describe(self) -> str:
-        where = [self.engine]
-        if self.threads is not None:
-            where.append(f"{self.threads} thread{'s' if self.threads != 1 else ''}")
-        where += [self.step, self.setup]
-        text = f"{self.kind}: {', '.join(where)}: "
-        if self.reason or self.cell is None:
-            return text + self.reason
-        cell = self.cell
-        beyond = f"beyond ±{percent(cell.min_effect)}" if cell.min_effect > 0 else "excludes 1.0"
-        return text + f"{fmt.ratio(cell.ratio)} {cell.interval_text}, {beyond}"
-
     def to_dict(self) -> dict[str, Any]:
         record: dict[str, Any] = {
             "kind": self.kind,
@@ -105,6 +92,18 @@ class Change:
         return record
 
 
+@dataclass(frozen=True)
+class OneSided:
+    """What only one run measured, so no table holds it: a setup on an engine, or (for
+    setups on engines in both) a step at a thread count."""
+
+    side: str  # "A" or "B"
+    engine: str
+    setup: str | None = None  # a whole setup on the engine
+    step: str | None = None  # else a step at a thread count
+    threads: int | None = None
+
+
 @dataclass
 class Comparison:
     a: RunResult
@@ -113,7 +112,7 @@ class Comparison:
     tables: list[RatioTable]
     verdict: list[VerdictRow] = field(default_factory=list)
     memory: list[MemoryChange] = field(default_factory=list)
-    unmatched: list[str] = field(default_factory=list)  # "setup/engine" in one run only
+    unmatched: list[OneSided] = field(default_factory=list)  # measured in one run only
     min_effect: float = 0.0
     # Largest peak VSZ when either run's VSZ is mostly reserved address space, else None.
     reserved_vsz_bytes: int | None = None
@@ -143,7 +142,7 @@ def compare(
     """
     found = differences(a, b)
     if refusals(found) and not allow_different:
-        raise MallocbenchError(refusal_message(found))
+        raise DifferentWorkloads(found)
     effect = min_effect
     if effect is None:
         effect = min_effect_of(b) or min_effect_of(a)
@@ -153,8 +152,11 @@ def compare(
     pairs_a = {(k[0], k[1]) for k in sa}
     pairs_b = {(k[0], k[1]) for k in sb}
     unmatched = sorted(
-        f"{setup}/{engine} (only in {'A' if (setup, engine) in pairs_a else 'B'})"
-        for setup, engine in pairs_a ^ pairs_b
+        (
+            OneSided("A" if (setup, engine) in pairs_a else "B", engine, setup)
+            for setup, engine in pairs_a ^ pairs_b
+        ),
+        key=lambda u: (f"{u.setup}/{u.engine}", u.side),
     ) + _steps_in_one_run(set(sa), set(sb), pairs_a & pairs_b)
     common_engines = {k[1] for k in common}
     engines = [
@@ -166,8 +168,11 @@ def compare(
             f"runs {a.run_id} and {b.run_id} share no cell (same engine, step, threads and "
             "setup): nothing to compare"
         )
-    verdict, memory, memory_changes = _memory(a, b, engines, setups, tables, effect)
-    reserved = reserved_vsz_bytes(memory_rows(a) + memory_rows(b))
+    rows_a, rows_b = memory_rows(a), memory_rows(b)
+    verdict, memory, memory_changes = _memory(
+        (a, b), (rows_a, rows_b), engines, setups, tables, effect
+    )
+    reserved = reserved_vsz_bytes(rows_a + rows_b)
     return Comparison(
         a,
         b,
@@ -183,7 +188,9 @@ def compare(
     )
 
 
-def _steps_in_one_run(keys_a: set[Key], keys_b: set[Key], both: set[tuple[str, str]]) -> list[str]:
+def _steps_in_one_run(
+    keys_a: set[Key], keys_b: set[Key], both: set[tuple[str, str]]
+) -> list[OneSided]:
     """Steps (at a thread count) one run measured and the other did not, for setups
     on engines in both: dropped from the tables like a setup in one run, and named."""
     found = {
@@ -193,7 +200,7 @@ def _steps_in_one_run(keys_a: set[Key], keys_b: set[Key], both: set[tuple[str, s
         if (setup, engine) in both
     }
     return [
-        f"{engine}/{step} @{threads} threads (only in {side})"
+        OneSided(side, engine, step=step, threads=threads)
         for engine, step, threads, side in sorted(
             found, key=lambda f: (f[0], label_order(f[1]), f[2], f[3])
         )
@@ -276,18 +283,17 @@ def _throughput_change(a: CellSummary, b: CellSummary, cell: RatioCell) -> Chang
 
 
 def _memory(
-    a: RunResult,
-    b: RunResult,
+    runs: tuple[RunResult, RunResult],
+    rows: tuple[list[MemoryRow], list[MemoryRow]],
     engines: list[str],
     setups: list[str],
     tables: list[RatioTable],
     effect: float,
 ) -> tuple[list[VerdictRow], list[MemoryChange], list[Change]]:
     """The verdict rows, peak memory B against A with an interval, and the RSS changes."""
-    mem_a = {(m.engine, m.setup): m for m in memory_rows(a)}
-    mem_b = {(m.engine, m.setup): m for m in memory_rows(b)}
+    mem_a, mem_b = ({(m.engine, m.setup): m for m in side} for side in rows)
     # Two runs are independent samples: each repeat's peak is one value per run.
-    peaks_a, peaks_b = peak_rss_by_repeat(a), peak_rss_by_repeat(b)
+    peaks_a, peaks_b = (peak_rss_by_repeat(run) for run in runs)
     verdict, memory, changes = [], [], []
     for engine in engines:
         for setup in setups:
@@ -302,19 +308,19 @@ def _memory(
             if ma and mb and ma.peak_rss_bytes and mb.peak_rss_bytes:
                 peak_ratio = mb.peak_rss_bytes / ma.peak_rss_bytes
                 row.rss_ratio = rss.ratio if rss and rss.ratio is not None else peak_ratio
-                row.rss_text = f"{fmt.mib(mb.peak_rss_bytes)} vs {fmt.mib(ma.peak_rss_bytes)}"
+                row.rss_peaks = (mb.peak_rss_bytes, ma.peak_rss_bytes)
             verdict.append(row)
             if ma or mb:
                 memory.append(
                     MemoryChange(
                         engine,
                         setup,
-                        fmt.gb(ma.peak_rss_bytes if ma else None),
-                        fmt.gb(mb.peak_rss_bytes if mb else None),
-                        fmt.gb(ma.peak_vsz_bytes if ma else None),
-                        fmt.gb(mb.peak_vsz_bytes if mb else None),
-                        fmt.ratio(ma.rss_per_cache if ma else None),
-                        fmt.ratio(mb.rss_per_cache if mb else None),
+                        ma.peak_rss_bytes if ma else None,
+                        mb.peak_rss_bytes if mb else None,
+                        ma.peak_vsz_bytes if ma else None,
+                        mb.peak_vsz_bytes if mb else None,
+                        ma.rss_per_cache if ma else None,
+                        mb.rss_per_cache if mb else None,
                         row.rss_ratio,
                         rss,
                         ma.oom_cells if ma else 0,
@@ -370,14 +376,3 @@ def findings(cmp: Comparison, kinds: tuple[str, ...]) -> list[Change]:
     if CHANGED in wanted:
         wanted |= {SLOWER, FASTER}
     return [c for c in cmp.changes if c.kind in wanted]
-
-
-def findings_summary(cmp: Comparison, kinds: tuple[str, ...], count: int) -> str:
-    """The last line of a gate: how many findings, or what was not found."""
-    flag = f"--fail-on {','.join(kinds)}"
-    if count:
-        return f"compare: {count} finding{'s' if count != 1 else ''} ({flag})"
-    named = [_KIND_WORDS[k] for k in kinds]
-    words = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " or " + named[-1]
-    beyond = f" beyond ±{percent(cmp.min_effect)}" if cmp.min_effect > 0 else ""
-    return f"compare: no finding ({flag}): no significant {words}{beyond}"

@@ -24,10 +24,6 @@ class WideCell:
     width_pct: float  # interval width in percentage points; inf with fewer than 2 repeats
     repeats: int  # measured repeats of the setup (the base may have a different count)
 
-    def describe(self) -> str:
-        width = "no interval yet" if self.width_pct == float("inf") else f"{self.width_pct:.1f}%"
-        return f"{self.setup} {self.engine} {self.step} @{self.threads}: {width}"
-
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["width_pct"] = None if self.width_pct == float("inf") else self.width_pct

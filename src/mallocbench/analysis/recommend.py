@@ -12,6 +12,7 @@ the base stays. A point estimate alone never moves a decision.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -117,13 +118,25 @@ class Candidate:
         }
 
 
+@dataclass(frozen=True)
+class ThinEvidence:
+    """Where an engine's evidence is thin: the run measured less than a decision wants."""
+
+    only_threads: int | None = None  # the one thread count, when only one ran
+    no_writes: bool = False
+    unstable: int = 0  # cells
+    client_bound: int = 0  # cells
+    soak: bool = False  # repeats are segments of one server start
+    few_repeats: int | None = None  # the repeat count, when under 3
+
+
 @dataclass
 class EngineRecommendation:
     engine: str
     base: str
     choice: str | None  # None: keep the base
     ranked: list[Candidate]  # qualifying first, in rank order, then the rest
-    thin: list[str]  # where the evidence is thin, each a short clause
+    thin: ThinEvidence  # where the evidence is thin
     base_peak_rss_bytes: int | None = None
     base_over_budget: bool = False
 
@@ -133,7 +146,7 @@ class EngineRecommendation:
             "base": self.base,
             "choice": self.choice,
             "keep_base": self.choice is None,
-            "thin_evidence": self.thin,
+            "thin_evidence": dataclasses.asdict(self.thin),  # worded by the reports
             "base_peak_rss_bytes": self.base_peak_rss_bytes,
             "base_over_budget": self.base_over_budget,
             "candidates": [c.to_dict() for c in self.ranked],
@@ -266,27 +279,19 @@ def _p99_cells(result: RunResult, min_effect: float) -> dict[str, list[tuple[str
     return out
 
 
-def _thin_evidence(result: RunResult, engine: str) -> list[str]:
+def _thin_evidence(result: RunResult, engine: str) -> ThinEvidence:
     cells = [c for c in result.cells if c.engine == engine]
-    thin = []
     threads = {c.threads for c in cells}
-    if len(threads) == 1:
-        thin.append(f"one thread count only ({next(iter(threads))})")
-    if not any((c.group in ("write", "insert-benchmark")) for c in cells):
-        thin.append("no write steps")
-    unstable = sum(c.unstable for c in cells)
-    if unstable:
-        thin.append(f"{unstable} unstable cell{'s' if unstable != 1 else ''}")
-    bound = sum(client_bound(c) for c in cells)
-    if bound:
-        thin.append(f"{bound} client-bound cell{'s' if bound != 1 else ''}")
-    if result.metadata.soak is not None:
+    repeats = len({c.repeat for c in cells})
+    return ThinEvidence(
+        only_threads=next(iter(threads)) if len(threads) == 1 else None,
+        no_writes=not any((c.group in ("write", "insert-benchmark")) for c in cells),
+        unstable=sum(c.unstable for c in cells),
+        client_bound=sum(client_bound(c) for c in cells),
         # A soak's repeats are segments of one server lifetime: no start-to-start spread.
-        thin.append("a soak: its repeats are segments of one server start, not starts")
-    repeats = {c.repeat for c in cells}
-    if len(repeats) < 3:
-        thin.append(f"{len(repeats)} repeat{'s' if len(repeats) != 1 else ''}")
-    return thin
+        soak=result.metadata.soak is not None,
+        few_repeats=repeats if repeats < 3 else None,
+    )
 
 
 def _rank_key(candidate: Candidate, priorities: tuple[str, ...]) -> tuple[float, ...]:

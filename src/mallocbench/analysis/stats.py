@@ -305,24 +305,6 @@ class Relative:
     def width(self) -> float:
         return interval_width(self.low, self.high)
 
-    def mark(self) -> str:
-        """'+' significantly above 1, '-' significantly below, '' otherwise."""
-        if not self.significant:
-            return ""
-        return "+" if self.low > 1.0 else "-"
-
-    def text(self, digits: int = 2) -> str:
-        if math.isnan(self.ratio):
-            return "-"
-        body = f"{self.ratio:.{digits}f}x"
-        if not math.isnan(self.low):
-            body += f" [{_bound(self.low, digits)}, {_bound(self.high, digits)}]"
-        return body + ("*" if self.significant else "")
-
-
-def _bound(x: float, digits: int) -> str:
-    return "inf" if math.isinf(x) and x > 0 else "-inf" if math.isinf(x) else f"{x:.{digits}f}"
-
 
 def relative(
     a_values: Sequence[float | int | None],

@@ -177,16 +177,6 @@ class WarmupDetector:
         significant = abs(window.t) >= self.critical_t
         return not significant and abs(window.relative_slope) < self.max_slope
 
-    def describe(self) -> str:
-        if self.steady:
-            return f"steady after {self.elapsed_s:.0f} s"
-        if self.last_trend is not None:
-            return (
-                f"no steady state within {self.elapsed_s:.0f} s "
-                f"(last {self.window} s still trend {100 * self.last_trend.relative_slope:+.1f}%/s)"
-            )
-        return f"no steady state within {self.elapsed_s:.0f} s"
-
 
 @dataclass(frozen=True)
 class Stability:

@@ -21,7 +21,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
 from mallocbench.formatting import percent, slug
@@ -235,10 +234,6 @@ class RatioCell:
         return self.verdict == stats.SAME
 
     @property
-    def mark(self) -> str:
-        return "*" if self.significant else ""
-
-    @property
     def has_interval(self) -> bool:
         return not _nan(self.low) and not _nan(self.high)
 
@@ -263,22 +258,6 @@ class RatioCell:
             "verdict": self.verdict,
             "significant": self.significant,
         }
-
-    @property
-    def text(self) -> str:
-        if self.problem:
-            return self.problem.upper()
-        return fmt.ratio(self.ratio) + (UNSTABLE_MARK if self.unstable else "")
-
-    @property
-    def interval_text(self) -> str:
-        if self.problem or self.ratio is None:
-            return ""
-        if self.has_interval:
-            return f"[{fmt.bound(self.low)}, {fmt.bound(self.high)}]"
-        if min(self.repeats) <= 1:
-            return "1 repeat: no interval"
-        return "no interval"
 
 
 def ratio_cell(

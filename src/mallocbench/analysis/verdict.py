@@ -9,17 +9,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.summary import (
     MemoryRow,
     RatioCell,
     RatioTable,
-    percent,
     rss_ratio_cells,
 )
 from mallocbench.results import RunResult
 from mallocbench.workloads.catalogue import GROUPS
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A cell the statistics call faster or slower (or, with a problem, not measured)."""
+
+    step: str
+    threads: int
+    cell: RatioCell
+
+
+@dataclass(frozen=True)
+class GroupDetail:
+    """How a group's geomean was made: over how many cells, and per thread count."""
+
+    cells: int
+    by_threads: tuple[tuple[int, float], ...]  # (threads, geomean over that table)
 
 
 @dataclass
@@ -27,18 +42,28 @@ class VerdictRow:
     engine: str
     setup: str
     group_geomeans: dict[str, RatioCell]  # group -> geomean over steps and thread counts
-    group_details: dict[str, str]  # group -> per-thread-count geomeans, for hover
-    rss_ratio: float | None
-    rss_text: str
-    faster: list[str]  # findings, already worded
-    slower: list[str]
-    problems: list[str]
-    note: str
-    rss_interval: str = ""  # 95% interval of the RSS ratio over repeats, when there is one
-    # The peak-RSS difference the statistics support, worded, and whether it is more
-    # memory than the base (empty: none is supported).
-    rss_finding: str = ""
-    rss_more: bool = False
+    group_details: dict[str, GroupDetail]  # group -> per-thread-count geomeans, for hover
+    faster: list[Finding]  # findings
+    slower: list[Finding]
+    problems: list[Finding]  # cells that did not measure
+    min_effect: float
+    any_interval: bool  # some cell of the setup has an interval
+    inconclusive: int  # intervals excluding 1.0 whose change may be below min_effect
+    rss_ratio: float | None = None
+    # Peak RSS of the setup and of what it is compared with (the base, run A).
+    rss_peaks: tuple[int, int] | None = None
+    # The RSS ratio over each repeat's peaks, when it has an interval.
+    rss: RatioCell | None = None
+
+    @property
+    def rss_supported(self) -> bool:
+        """A peak-RSS difference the statistics support: a finding beside the QPS ones."""
+        return self.rss is not None and self.rss.significant and self.rss.ratio is not None
+
+    @property
+    def rss_more(self) -> bool:
+        # stats.classify words a ratio above 1 "faster": for RSS that is more memory.
+        return self.rss_supported and self.rss is not None and self.rss.verdict == stats.FASTER
 
 
 def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRow:
@@ -50,12 +75,7 @@ def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRo
     engine_tables = [t for t in tables if t.engine == engine and column in t.columns]
     min_effect = max((t.min_effect for t in engine_tables), default=0.0)
     geomeans: dict[str, RatioCell] = {}
-    details: dict[str, str] = {}
-    faster: list[str] = []
-    slower: list[str] = []
-    problems: list[str] = []
-    any_interval = False
-    within = 0  # intervals excluding 1.0 whose change is below min_effect
+    details: dict[str, GroupDetail] = {}
     for group in GROUPS:
         values: list[float] = []
         parts = []
@@ -67,42 +87,25 @@ def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRo
             ]
             values += [v for v in group_values if v is not None]
             if group_values:
-                parts.append(f"{table.threads} thr: {stats.geomean(group_values):.2f}")
+                parts.append((table.threads, stats.geomean(group_values)))
         if values:
             geomeans[group] = RatioCell(stats.geomean(values), min_effect=min_effect)
-            details[group] = f"geomean of {len(values)} cells; " + ", ".join(parts)
+            details[group] = GroupDetail(len(values), tuple(parts))
+    row = VerdictRow(engine, column, geomeans, details, [], [], [], min_effect, False, 0)
     for table in engine_tables:
-        for row in table.rows:
-            cell = row.cells.get(column)
+        for table_row in table.rows:
+            cell = table_row.cells.get(column)
             if cell is None:
                 continue
-            where = f"{row.step} @{table.threads}"
+            found = Finding(table_row.step, table.threads, cell)
             if cell.problem:
-                problems.append(f"{where}: {cell.problem}")
-            any_interval = any_interval or cell.has_interval
+                row.problems.append(found)
+            row.any_interval = row.any_interval or cell.has_interval
             if cell.significant and cell.ratio is not None:
-                text = f"{where} {cell.ratio:.2f}x {cell.interval_text}"
-                (faster if cell.verdict == stats.FASTER else slower).append(text)
+                (row.faster if cell.verdict == stats.FASTER else row.slower).append(found)
             elif cell.verdict == stats.INCONCLUSIVE:
-                within += 1
-    band = f" of at least ±{percent(min_effect)}" if min_effect > 0 else ""
-    notes = []
-    if any_interval:
-        if not (faster or slower):
-            notes.append(f"no difference{band} the statistics support")
-        elif min_effect > 0:
-            notes.append(
-                f"listed: 95% interval excludes 1.0, change at least ±{percent(min_effect)}"
-            )
-    else:
-        notes.append("1 repeat: no interval, so no difference can be claimed")
-    if within:
-        notes.append(
-            f"{within} inconclusive: real but possibly smaller than ±{percent(min_effect)}"
-        )
-    return VerdictRow(
-        engine, column, geomeans, details, None, "", faster, slower, problems, "; ".join(notes)
-    )
+                row.inconclusive += 1
+    return row
 
 
 def verdict_rows(
@@ -127,25 +130,9 @@ def verdict_rows(
             mem = memory.get((engine, setup))
             if mem and base_mem and mem.peak_rss_bytes and base_mem.peak_rss_bytes:
                 row.rss_ratio = mem.peak_rss_bytes / base_mem.peak_rss_bytes
-                row.rss_text = (
-                    f"{fmt.mib(mem.peak_rss_bytes)} vs {fmt.mib(base_mem.peak_rss_bytes)}"
-                )
+                row.rss_peaks = (mem.peak_rss_bytes, base_mem.peak_rss_bytes)
             rss = rss_cells.get((engine, setup))
             if rss is not None and rss.has_interval:
-                row.rss_interval = rss.interval_text
-                row.rss_text += f"; per-repeat peaks {rss.text} {rss.interval_text}, {rss.verdict}"
-                _add_rss_finding(row, rss)
+                row.rss = rss
             rows.append(row)
     return rows
-
-
-def _add_rss_finding(row: VerdictRow, rss: RatioCell) -> None:
-    """A supported peak-RSS difference is a finding beside the QPS ones, so the note must
-    not say that no difference is supported."""
-    if not rss.significant or rss.ratio is None:
-        return
-    # stats.classify words a ratio above 1 "faster": for RSS that is more memory.
-    row.rss_more = rss.verdict == stats.FASTER
-    row.rss_finding = f"peak RSS {rss.ratio:.2f}x {rss.interval_text}"
-    if row.note.startswith("no difference"):
-        row.note = "no QPS difference" + row.note.removeprefix("no difference")

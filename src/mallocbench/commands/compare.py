@@ -17,19 +17,14 @@ from mallocbench.analysis.comparison import (
     Comparison,
     compare,
     findings,
-    findings_summary,
     parse_fail_on,
 )
-from mallocbench.commands.options import min_effect_option
+from mallocbench.commands.options import emit, min_effect_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault
-from mallocbench.report.comparison import (
-    comparison_csv,
-    comparison_json,
-    comparison_markdown,
-    print_comparison,
-)
+from mallocbench.report import formats
+from mallocbench.report.words import change_text, difference_text, findings_summary
 from mallocbench.results import RunResult
 from mallocbench.store.loading import load_result
 
@@ -68,7 +63,7 @@ FAIL_ON_HELP = (
 @click.option(
     "--format",
     "fmt_name",
-    type=click.Choice(["terminal", "markdown", "csv", "json"]),
+    type=click.Choice(formats.COMPARISON.names),
     default="terminal",
     show_default=True,
     help="What to print on standard output.",
@@ -142,7 +137,7 @@ def compare_cmd(
     )
     for difference in cmp.differences:
         # Before the tables: whoever reads the verdicts should know this first.
-        click.echo(f"compare: warning: the runs differ: {difference.text}", err=True)
+        click.echo(f"compare: warning: the runs differ: {difference_text(difference)}", err=True)
     if html_path is not None:
         # Imported here: jinja2 is for the HTML report only, not every comparison.
         from mallocbench.report.html import write_compare_html
@@ -161,7 +156,7 @@ def compare_cmd(
             "with itself, so every ratio is 1 by construction",
             err=True,
         )
-    _print(cmp, fmt_name)
+    emit(formats.COMPARISON, fmt_name, cmp)
     if html_path is not None and fmt_name == "terminal":
         make_console(stderr=True).print(f"wrote {html_path}")
     if fail_on and _gate(cmp, fail_on):
@@ -172,7 +167,7 @@ def _gate(cmp: Comparison, kinds: tuple[str, ...]) -> int:
     """Print the findings of --fail-on on stderr, one line each and a summary; their count."""
     found = findings(cmp, kinds)
     for change in found:
-        click.echo(f"compare: {change.describe()}", err=True)
+        click.echo(f"compare: {change_text(change)}", err=True)
     if not any(t.has_intervals for t in cmp.tables):
         # A gate that cannot fail should not pass quietly.
         click.echo(
@@ -182,17 +177,6 @@ def _gate(cmp: Comparison, kinds: tuple[str, ...]) -> int:
         )
     click.echo(findings_summary(cmp, kinds, len(found)), err=True)
     return len(found)
-
-
-def _print(cmp: Comparison, fmt_name: str) -> None:
-    if fmt_name == "terminal":
-        print_comparison(cmp, make_console())
-    elif fmt_name == "markdown":
-        click.echo(comparison_markdown(cmp))
-    elif fmt_name == "csv":
-        click.echo(comparison_csv(cmp), nl=False)
-    else:
-        click.echo(comparison_json(cmp))
 
 
 commands = [compare_cmd]

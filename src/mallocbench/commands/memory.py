@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.units import parse_size
 
@@ -188,17 +186,11 @@ def _watch(
 
 
 def _print_report(report: MemoryReport, as_json: bool) -> None:
-    from mallocbench.memory.render import render
+    # Imported when a report is printed: --help and bad input stay quick.
+    from mallocbench.commands.options import emit
+    from mallocbench.report import formats
 
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, default=str))
-        return
-    render(report)
-    if report.breakdown is None and report.server is not None:
-        # The renderer shows the gaps among the breakdown's notes; without a breakdown
-        # (the process was not inspected) they would go unsaid.
-        for gap in report.server.gaps:
-            click.echo(f"note: {gap.text}")
+    emit(formats.MEMORY, "json" if as_json else formats.TERMINAL, report)
 
 
 def _mib(value: object, mib: int) -> str:
@@ -326,10 +318,12 @@ def profile(
             basedir=basedir,
             log=(lambda msg: click.echo(f"mallocbench: {msg}", err=True)),
         )
-    if as_json:
-        click.echo(json.dumps(result.to_dict(top), indent=2))
-        return
-    _print_profile(result, top)
+    # Imported when a report is printed: --help and bad input stay quick.
+    from mallocbench.commands.options import emit
+    from mallocbench.memory.massif import ProfileTop
+    from mallocbench.report import formats
+
+    emit(formats.PROFILE, "json" if as_json else formats.TERMINAL, ProfileTop(result, top))
 
 
 def _my_cnf_overrides(sets: tuple[str, ...]) -> dict[str, str]:
@@ -386,42 +380,6 @@ def _profile_step(
     if repeat is not None:
         raise MallocbenchError("--repeat applies to --sql; a --step runs for --seconds")
     return profile_mod.catalogue_step(step or profile_mod.DEFAULT_STEP)
-
-
-def _print_profile(result: object, top: int) -> None:
-    from rich.table import Table
-
-    from mallocbench.memory.massif import Profile
-
-    assert isinstance(result, Profile)
-    mib = 1024 * 1024
-    console = make_console()
-    extra = (
-        f", allocator overhead {result.peak_extra_bytes / mib:,.1f} MiB"
-        if result.peak_extra_bytes
-        else ""
-    )
-    table = Table(
-        title=f"top allocation sites at the heap peak ({result.tool}, peak "
-        f"{result.peak_bytes / mib:,.1f} MiB{extra})",
-        title_justify="left",
-    )
-    table.add_column("#", justify="right")
-    table.add_column("peak bytes", justify="right")
-    table.add_column("of peak", justify="right")
-    table.add_column("site")
-    table.add_column("called from", style="dim")
-    for i, site in enumerate(result.sites[:top], 1):
-        share = f"{100 * site.bytes / result.peak_bytes:.1f}%" if result.peak_bytes else "-"
-        where = f"{site.function}" + (f" ({site.location})" if site.location else "")
-        table.add_row(
-            str(i), f"{site.bytes / mib:,.2f} MiB", share, where, " < ".join(site.stack[:3])
-        )
-    console.print(table)
-    if result.command:
-        console.print(f"[dim]profiled: {result.command}[/]")
-    console.print(f"[dim]data: {result.source}[/]")
-    sys.stdout.flush()
 
 
 commands = [memory, profile]

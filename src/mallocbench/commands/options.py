@@ -6,16 +6,28 @@ import math
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from mallocbench.analysis.summary import parse_min_effect
+from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.store.factory import store_target
 from mallocbench.units import parse_percent
 
+if TYPE_CHECKING:
+    from mallocbench.report.formats import Outputs
+
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def emit(outputs: Outputs[T], name: str, value: T) -> None:
+    """Format `name` of an analysed value on standard output, as --format asked."""
+    text = outputs.show(name, value, make_console())
+    if text is not None:
+        click.echo(text, nl=False)
 
 
 def min_effect_option(help_text: str) -> Callable[[F], F]:

@@ -7,13 +7,15 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from mallocbench.analysis.patterns import analyze_patterns
 from mallocbench.commands.options import FiniteFloatRange
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.patterns import experiment as pexp
-from mallocbench.patterns import report, runner
+from mallocbench.patterns import runner
 from mallocbench.patterns.driver import PATTERNS
 from mallocbench.patterns.store import PatternRun
+from mallocbench.report import formats
 from mallocbench.store.base import is_url
 
 
@@ -267,12 +269,10 @@ def _override(
 
 
 def _show(run: PatternRun, out: Path, store: Path, console: Console) -> None:
-    rows = report.summarize(run.model, run.results)
-    report.print_table(rows, f"Allocation patterns: {run.experiment} ({run.run_id})", console)
-    paths = report.write_exports(out, run, rows)
-    console.print(
-        f"Wrote {paths['md']}, {paths['csv']}, {paths['json']}; store {store} (run {run.run_id})"
-    )
+    analysis = analyze_patterns(run)
+    formats.PATTERNS.show(formats.TERMINAL, analysis, console)
+    json_path, csv_path, md_path = formats.write_pattern_reports(analysis, out)
+    console.print(f"Wrote {md_path}, {csv_path}, {json_path}; store {store} (run {run.run_id})")
 
 
 commands = [patterns]

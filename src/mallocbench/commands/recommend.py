@@ -7,17 +7,17 @@ deployment snippets are `deploy`'s. Nothing here touches the system unless
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from mallocbench import deploy
 from mallocbench.analysis.recommend import DEFAULT_PRIORITIES, parse_priorities, recommend
-from mallocbench.commands.options import min_effect_option
+from mallocbench.commands.options import emit, min_effect_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
-from mallocbench.report.recommend import recommendation_lines
+from mallocbench.report import formats
+from mallocbench.report.recommend import Advice
 from mallocbench.results import RunResult, SetupInfo
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_size
@@ -86,7 +86,7 @@ def _chosen(result: RunResult, choices: dict[str, str | None], engine: str | Non
 @click.option(
     "--format",
     "fmt_name",
-    type=click.Choice(["terminal", "markdown", "json"]),
+    type=click.Choice(formats.RECOMMENDATION.names),
     default="terminal",
     show_default=True,
     help="What to print on standard output.",
@@ -144,20 +144,7 @@ def recommend_cmd(
         chosen = None  # engines disagree: each engine's choice is in the text above
     if chosen is not None:
         deployment = deploy.deployment_for(_setup(result, chosen), service)
-    if fmt_name == "json":
-        data = rec.to_dict()
-        if deployment is not None:
-            data["deployment"] = deployment.to_dict()
-        click.echo(json.dumps(data, indent=1))
-    else:
-        lines = recommendation_lines(rec)
-        if deployment is not None:
-            lines += ["", deploy.render(deployment)]
-        # Plain text, unwrapped: the snippets must survive copy and paste.
-        text = "\n".join(lines)
-        if fmt_name == "markdown":
-            text = f"# mallocbench recommend: {result.run_id}\n\n{text}"
-        click.echo(text)
+    emit(formats.RECOMMENDATION, fmt_name, Advice(rec, deployment))
     if dropin_dir is not None:
         if deployment is None:
             make_console(stderr=True).print("no change recommended: no drop-in written")

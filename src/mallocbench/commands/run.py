@@ -28,6 +28,7 @@ from mallocbench.formatting import durations, mib
 from mallocbench.metadata import Durations
 from mallocbench.report import formats
 from mallocbench.report.formats import write_reports, write_run_reports
+from mallocbench.report.words import wide_cell_text
 from mallocbench.results import RunResult
 from mallocbench.runner import (
     Pipeline,
@@ -388,7 +389,7 @@ def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | N
         f"{len(outcome.not_converged)} intervals still wider than {target_pct:g}%"
     )
     for wide in outcome.not_converged[:12]:
-        console.print(f"  {wide.describe()}")
+        console.print(f"  {wide_cell_text(wide)}")
     if len(outcome.not_converged) > 12:
         console.print(f"  ... and {len(outcome.not_converged) - 12} more (see report.md)")
 

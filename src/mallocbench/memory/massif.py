@@ -70,6 +70,14 @@ class Profile:
         }
 
 
+@dataclass(frozen=True)
+class ProfileTop:
+    """A profile as `profile` reports it: its `top` largest sites."""
+
+    profile: Profile
+    top: int
+
+
 # --- massif -----------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from mallocbench.console import make_console
 from mallocbench.memory.breakdown import Breakdown, Footprint
+from mallocbench.memory.massif import ProfileTop
 from mallocbench.memory.process import ThpSetup
 from mallocbench.memory.report import (
     AllocatorKeeps,
@@ -242,3 +243,33 @@ def _print_advice(report: MemoryReport, console: Console) -> None:
     elif report.breakdown is not None:
         # Without a breakdown the heap was not checked: "nothing stands out" would claim more.
         console.print("advice: nothing stands out")
+
+
+def render_profile(view: ProfileTop, console: Console) -> None:
+    """The largest allocation sites at the heap peak, with what called them."""
+    result, top = view.profile, view.top
+    extra = (
+        f", allocator overhead {result.peak_extra_bytes / MiB:,.1f} MiB"
+        if result.peak_extra_bytes
+        else ""
+    )
+    table = Table(
+        title=f"top allocation sites at the heap peak ({result.tool}, peak "
+        f"{result.peak_bytes / MiB:,.1f} MiB{extra})",
+        title_justify="left",
+    )
+    table.add_column("#", justify="right")
+    table.add_column("peak bytes", justify="right")
+    table.add_column("of peak", justify="right")
+    table.add_column("site")
+    table.add_column("called from", style="dim")
+    for i, site in enumerate(result.sites[:top], 1):
+        share = f"{100 * site.bytes / result.peak_bytes:.1f}%" if result.peak_bytes else "-"
+        where = f"{site.function}" + (f" ({site.location})" if site.location else "")
+        table.add_row(
+            str(i), f"{site.bytes / MiB:,.2f} MiB", share, where, " < ".join(site.stack[:3])
+        )
+    console.print(table)
+    if result.command:
+        console.print(f"[dim]profiled: {result.command}[/]")
+    console.print(f"[dim]data: {result.source}[/]")

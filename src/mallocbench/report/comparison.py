@@ -17,7 +17,19 @@ from mallocbench.report import markdown
 from mallocbench.report.export import location_record, records_csv
 from mallocbench.report.tables import relative_rows
 from mallocbench.report.terminal import TERMINAL_MARKUP, colored
-from mallocbench.report.words import cell_class, color_rule, significance_rule, vsz_note
+from mallocbench.report.words import (
+    cell_class,
+    cell_interval,
+    cell_mark,
+    cell_text,
+    color_rule,
+    difference_text,
+    finding_text,
+    one_sided_text,
+    significance_rule,
+    verdict_note,
+    vsz_note,
+)
 
 
 def _rules(cmp: Comparison, intervals: bool) -> str:
@@ -48,11 +60,14 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
     for row in cmp.verdict:
         for label, items in (("faster in B", row.faster), ("slower in B", row.slower)):
             if items:
-                console.print(f"{row.engine}/{row.setup} {label}: " + "; ".join(items))
-        if row.note:
-            console.print(f"{row.engine}/{row.setup}: {row.note}")
+                found = "; ".join(finding_text(f) for f in items)
+                console.print(f"{row.engine}/{row.setup} {label}: {found}")
+        note = verdict_note(row)
+        if note:
+            console.print(f"{row.engine}/{row.setup}: {note}")
     if cmp.unmatched:
-        console.print("[dim]not compared (only in one run): " + ", ".join(cmp.unmatched) + "[/]")
+        only = ", ".join(one_sided_text(u) for u in cmp.unmatched)
+        console.print("[dim]not compared (only in one run): " + only + "[/]")
 
 
 # More RSS is the bad direction: red, where a faster throughput is green.
@@ -73,8 +88,9 @@ def _rss_text(m: MemoryChange) -> str:
     if m.rss is None or m.rss.ratio is None:
         return fmt.ratio(m.rss_ratio)
     cell = m.rss
-    text = colored(cell.text + cell.mark, _RSS_CSS.get(cell_class(cell), ""))
-    return text + (f"\n[dim]{cell.interval_text}[/]" if cell.interval_text else "")
+    text = colored(cell_text(cell) + cell_mark(cell), _RSS_CSS.get(cell_class(cell), ""))
+    interval = cell_interval(cell)
+    return text + (f"\n[dim]{interval}[/]" if interval else "")
 
 
 def _print_memory(cmp: Comparison, console: Console) -> None:
@@ -84,7 +100,15 @@ def _print_memory(cmp: Comparison, console: Console) -> None:
             column, justify="left" if column in ("engine", "setup") else "right", overflow="fold"
         )
     for m in cmp.memory:
-        table.add_row(m.engine, m.setup, m.rss_a, m.rss_b, _rss_text(m), m.vsz_a, m.vsz_b)
+        table.add_row(
+            m.engine,
+            m.setup,
+            fmt.gb(m.rss_a),
+            fmt.gb(m.rss_b),
+            _rss_text(m),
+            fmt.gb(m.vsz_a),
+            fmt.gb(m.vsz_b),
+        )
     console.print(table)
     reserved = vsz_note(cmp.reserved_vsz_bytes)
     if reserved:
@@ -151,7 +175,13 @@ def comparison_csv(cmp: Comparison) -> str:
 
 
 def _memory_json(m: MemoryChange) -> dict[str, Any]:
-    record = {k: v for k, v in m.__dict__.items() if k != "rss"}
+    # Worded as the tables show them (GiB, two decimals), as before the figures were kept.
+    shown = {"rss_a", "rss_b", "vsz_a", "vsz_b"}
+    record = {
+        k: fmt.gb(v) if k in shown else fmt.ratio(v) if k.startswith("per_cache") else v
+        for k, v in m.__dict__.items()
+        if k != "rss"
+    }
     cell = m.rss
     record["rss"] = (
         None
@@ -178,7 +208,7 @@ def comparison_json(cmp: Comparison) -> str:
             "memory": [_memory_json(m) for m in cmp.memory],
             "changes": [c.to_dict() for c in cmp.changes],
             "differences": [d.to_dict() for d in cmp.differences],
-            "unmatched": cmp.unmatched,
+            "unmatched": [one_sided_text(u) for u in cmp.unmatched],
         },
         indent=1,
     )
@@ -195,7 +225,9 @@ def comparison_markdown(cmp: Comparison) -> str:
     ]
     if cmp.differences:
         out += [
-            "> **The runs differ:** " + "; ".join(d.text for d in cmp.differences) + ".",
+            "> **The runs differ:** "
+            + "; ".join(difference_text(d) for d in cmp.differences)
+            + ".",
             "",
         ]
     for t in cmp.tables:
@@ -219,8 +251,8 @@ def comparison_markdown(cmp: Comparison) -> str:
         for m in cmp.memory:
             rss = markdown.ratio_text(m.rss) if m.rss else fmt.ratio(m.rss_ratio)
             out.append(
-                f"| {m.engine} | {m.setup} | {m.rss_a} | {m.rss_b} | {rss} "
-                f"| {m.vsz_a} | {m.vsz_b} |"
+                f"| {m.engine} | {m.setup} | {fmt.gb(m.rss_a)} | {fmt.gb(m.rss_b)} | {rss} "
+                f"| {fmt.gb(m.vsz_a)} | {fmt.gb(m.vsz_b)} |"
             )
         out.append("")
         reserved = vsz_note(cmp.reserved_vsz_bytes)

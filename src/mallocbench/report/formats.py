@@ -1,22 +1,35 @@
-"""Every output format of a run, by name, each a function of its `RunAnalysis`; and the
-files one run's reports are written to.
+"""Every output format, by name, each a function of one analysed value: a run's
+`RunAnalysis`, a `Comparison`, a recommendation; and the files one run's reports are
+written to.
 
-Commands analyse once (`analysis.run_analysis.analyze`) and pick a format here; no
-format analyses again, so --min-effect and --reference reach every file alike.
+Commands analyse once (`analysis.run_analysis.analyze`, `analysis.comparison.compare`,
+`analysis.recommend.recommend`) and pick a format here; no format analyses again, so
+--min-effect and --reference reach every file alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from rich.console import Console
 
+from mallocbench.analysis.comparison import Comparison
+from mallocbench.analysis.patterns import PatternsAnalysis
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
-from mallocbench.report import export, markdown, terminal
+from mallocbench.report import comparison, export, markdown, patterns, terminal
+from mallocbench.report import recommend as recommend_report
+from mallocbench.report.recommend import Advice
+
+if TYPE_CHECKING:
+    from mallocbench.memory.massif import ProfileTop
+    from mallocbench.memory.report import MemoryReport
 
 Format = Callable[[RunAnalysis], str]
 
@@ -57,6 +70,110 @@ def render(name: str, analysis: RunAnalysis) -> str:
 
 def print_terminal(analysis: RunAnalysis, console: Console, source: str | None) -> None:
     terminal.print_run(analysis, console, source)
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Outputs(Generic[T]):
+    """The formats of one kind of analysed value, by the name `--format` gives them:
+    `texts` return what standard output receives; `draw`, when given, is the terminal
+    format, drawn on a console (tables, colour) rather than returned."""
+
+    texts: Mapping[str, Callable[[T], str]]
+    draw: Callable[[T, Console], None] | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return ([TERMINAL] if self.draw is not None else []) + list(self.texts)
+
+    def render(self, name: str, value: T) -> str:
+        return self.texts[name](value)
+
+    def show(self, name: str, value: T, console: Console) -> str | None:
+        """Format `name` of `value`: drawn on `console`, or returned for standard output."""
+        if name in self.texts:
+            return self.render(name, value)
+        if self.draw is None or name != TERMINAL:
+            raise KeyError(name)
+        self.draw(value, console)
+        return None
+
+
+COMPARISON: Outputs[Comparison] = Outputs(
+    {
+        "markdown": lambda c: comparison.comparison_markdown(c) + "\n",
+        "csv": comparison.comparison_csv,
+        "json": lambda c: comparison.comparison_json(c) + "\n",
+    },
+    comparison.print_comparison,
+)
+
+# Plain text on a terminal too, unwrapped: the deployment snippets must survive copy and paste.
+RECOMMENDATION: Outputs[Advice] = Outputs(
+    {
+        TERMINAL: lambda a: recommend_report.advice_text(a) + "\n",
+        "markdown": lambda a: recommend_report.advice_markdown(a) + "\n",
+        "json": lambda a: recommend_report.advice_json(a) + "\n",
+    }
+)
+
+
+PATTERNS: Outputs[PatternsAnalysis] = Outputs(
+    {
+        "markdown": patterns.patterns_markdown,
+        "csv": patterns.patterns_csv,
+        "json": patterns.patterns_json,
+    },
+    patterns.print_patterns,
+)
+
+# The files `write_pattern_reports` puts in a pattern run's output directory.
+PATTERN_FILES = {"patterns.json": "json", "patterns.csv": "csv", "patterns.md": "markdown"}
+
+
+def write_pattern_reports(analysis: PatternsAnalysis, out_dir: Path) -> list[Path]:
+    """A pattern run's files; the store already holds every result, so a directory
+    that refuses them costs only these (`patterns --report` writes them again)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, fmt in PATTERN_FILES.items():
+        write_text_atomic(out_dir / name, PATTERNS.render(fmt, analysis))
+        written.append(out_dir / name)
+    return written
+
+
+def _memory_terminal(report: MemoryReport, console: Console) -> None:
+    # Imported when drawn: the memory account's tables are for `memory` alone.
+    from mallocbench.memory.render import render as render_memory
+
+    render_memory(report, console)
+    if report.breakdown is None and report.server is not None:
+        # The renderer shows the gaps among the breakdown's notes; without a breakdown
+        # (the process was not inspected) they would go unsaid. Plain lines, unwrapped.
+        for gap in report.server.gaps:
+            console.out(f"note: {gap.text}", highlight=False)
+
+
+# `memory`: one account of a running server, taken once.
+MEMORY: Outputs[MemoryReport] = Outputs(
+    {"json": lambda r: json.dumps(r.to_dict(), indent=2, default=str) + "\n"},
+    _memory_terminal,
+)
+
+
+def _profile_terminal(view: ProfileTop, console: Console) -> None:
+    from mallocbench.memory.render import render_profile
+
+    render_profile(view, console)
+
+
+# `profile`: the heap peak's largest allocation sites.
+PROFILE: Outputs[ProfileTop] = Outputs(
+    {"json": lambda v: json.dumps(v.profile.to_dict(v.top), indent=2) + "\n"},
+    _profile_terminal,
+)
 
 
 def write_reports(analysis: RunAnalysis, out_dir: Path, self_contained: bool = False) -> list[Path]:

@@ -51,13 +51,25 @@ from mallocbench.report.tables import (
 from mallocbench.report.words import (
     adaptive_lines,
     cell_class,
+    cell_interval,
+    cell_mark,
+    cell_text,
     cell_title,
     client_cpu_warnings,
     color_rule,
+    difference_text,
     exploratory_note,
+    finding_text,
+    group_detail_text,
+    one_sided_text,
     significance_rule,
     sla_text,
     unit_note,
+    unmeasured_text,
+    verdict_note,
+    verdict_rss_finding,
+    verdict_rss_interval,
+    verdict_rss_text,
     vsz_note,
 )
 from mallocbench.results import Cell, RunResult
@@ -165,8 +177,24 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["ratio"] = fmt.ratio
     env.filters["qps"] = fmt.qps
+    env.filters["gb"] = fmt.gb
     env.filters["cell_class"] = cell_class
     env.filters["cell_title"] = cell_title
+    env.filters["cell_text"] = cell_text
+    env.filters["cell_mark"] = cell_mark
+    env.filters["cell_interval"] = cell_interval
+    env.filters["difference_text"] = difference_text
+    env.filters["one_sided_text"] = one_sided_text
+    for word in (
+        finding_text,
+        unmeasured_text,
+        group_detail_text,
+        verdict_note,
+        verdict_rss_text,
+        verdict_rss_interval,
+        verdict_rss_finding,
+    ):
+        env.filters[word.__name__] = word
     env.filters["sla_text"] = sla_text
     env.globals["color_rule"] = color_rule
     env.globals["percent"] = percent

@@ -20,6 +20,8 @@ from mallocbench.report.tables import (
 )
 from mallocbench.report.words import (
     adaptive_lines,
+    cell_interval,
+    cell_text,
     client_cpu_warnings,
     color_rule,
     exploratory_note,
@@ -40,9 +42,9 @@ def ratio_text(cell: RatioCell) -> str:
     """ratio [low, high] with a bold * when significant, "same" within min_effect."""
     if cell.problem:
         return cell.problem.upper()
-    parts = [cell.text]
+    parts = [cell_text(cell)]
     if cell.has_interval:
-        parts.append(cell.interval_text)
+        parts.append(cell_interval(cell))
     if cell.significant:
         parts.append("**\\***")
     if cell.same:

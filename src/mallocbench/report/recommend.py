@@ -6,6 +6,10 @@ the HTML page and `mallocbench recommend` print the same sentences.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
 from mallocbench import formatting as fmt
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.recommend import (
@@ -16,6 +20,10 @@ from mallocbench.analysis.recommend import (
     Recommendation,
 )
 from mallocbench.formatting import percent
+from mallocbench.report.words import thin_clauses
+
+if TYPE_CHECKING:
+    from mallocbench.deploy import Deployment
 
 NAMES = {rec.THROUGHPUT: "throughput", rec.P99: "p99 latency", rec.RSS: "peak RSS"}
 EXAMPLES = 3  # evidence items shown per kind before "and N more"
@@ -131,8 +139,9 @@ def engine_lines(e: EngineRecommendation, r: Recommendation) -> list[str]:
             lines.append(f"  - {c.setup}: " + "; ".join(_against(c, r)))
     if e.base_over_budget:
         lines.append(f"  - {e.base} itself peaks over the memory budget")
-    if e.thin:
-        lines.append("  - thin evidence: " + ", ".join(e.thin))
+    thin = thin_clauses(e.thin)
+    if thin:
+        lines.append("  - thin evidence: " + ", ".join(thin))
     return lines
 
 
@@ -161,7 +170,46 @@ def verdict_lines(r: Recommendation) -> list[str]:
             chosen = e.ranked[0]
             better = [NAMES[n] for n in r.priorities if chosen.assessments[n].status == rec.BETTER]
             line += f": better on {', '.join(better)}, not worse on the rest"
-        if e.thin:
-            line += f" (thin evidence: {', '.join(e.thin)})"
+        thin = thin_clauses(e.thin)
+        if thin:
+            line += f" (thin evidence: {', '.join(thin)})"
         out.append(line)
     return out
+
+
+def recommendation_dict(r: Recommendation) -> dict[str, Any]:
+    """The recommendation as `recommend --format json` prints it, thin evidence worded."""
+    data = r.to_dict()
+    for engine, e in zip(data["engines"], r.engines, strict=True):
+        engine["thin_evidence"] = thin_clauses(e.thin)
+    return data
+
+
+@dataclass(frozen=True)
+class Advice:
+    """What `recommend` prints: the recommendation and, when one setup was chosen for
+    every engine asked about, how to deploy it."""
+
+    recommendation: Recommendation
+    deployment: Deployment | None = None
+
+
+def advice_text(a: Advice) -> str:
+    lines = recommendation_lines(a.recommendation)
+    if a.deployment is not None:
+        # Imported here: every report reads this module, few deploy anything.
+        from mallocbench.deploy import render
+
+        lines += ["", render(a.deployment)]
+    return "\n".join(lines)
+
+
+def advice_markdown(a: Advice) -> str:
+    return f"# mallocbench recommend: {a.recommendation.run_id}\n\n{advice_text(a)}"
+
+
+def advice_json(a: Advice) -> str:
+    data = recommendation_dict(a.recommendation)
+    if a.deployment is not None:
+        data["deployment"] = a.deployment.to_dict()
+    return json.dumps(data, indent=1)

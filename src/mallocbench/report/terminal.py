@@ -27,6 +27,9 @@ from mallocbench.report.tables import (
 from mallocbench.report.words import (
     adaptive_lines,
     cell_class,
+    cell_interval,
+    cell_mark,
+    cell_text,
     client_cpu_warnings,
     color_rule,
     exploratory_note,
@@ -63,8 +66,10 @@ def colored(text: str, css: str) -> str:
 def ratio_text(cell: RatioCell) -> str:
     """A relative value with its finding mark and, under it, its interval: without the
     interval a reader cannot see why a 1.07 is left uncolored."""
-    text = colored(cell.text + cell.mark, cell_class(cell)) + (" [dim]same[/]" if cell.same else "")
-    return text + (f"\n[dim]{cell.interval_text}[/]" if cell.interval_text else "")
+    text = colored(cell_text(cell) + cell_mark(cell), cell_class(cell))
+    text += " [dim]same[/]" if cell.same else ""
+    interval = cell_interval(cell)
+    return text + (f"\n[dim]{interval}[/]" if interval else "")
 
 
 TERMINAL_MARKUP = RelativeMarkup(

@@ -12,8 +12,22 @@ from collections.abc import Iterable
 from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import CellLike
+from mallocbench.analysis.comparability import Difference
+from mallocbench.analysis.comparison import (
+    CHANGED,
+    FASTER,
+    RSS_DOWN,
+    RSS_UP,
+    SLOWER,
+    Change,
+    Comparison,
+    OneSided,
+)
+from mallocbench.analysis.convergence import WideCell
+from mallocbench.analysis.recommend import ThinEvidence
 from mallocbench.analysis.run_noise import BUSY_SHARE, RunNoise
 from mallocbench.analysis.sla import SlaStatus
+from mallocbench.analysis.steady import WarmupDetector
 from mallocbench.analysis.summary import (
     UNSTABLE_MARK,
     VSZ_RESERVED_FACTOR,
@@ -22,6 +36,7 @@ from mallocbench.analysis.summary import (
     RatioCell,
     RatioTable,
 )
+from mallocbench.analysis.verdict import Finding, GroupDetail, VerdictRow
 from mallocbench.formatting import percent
 from mallocbench.metadata import AdaptiveRecord
 from mallocbench.results import Cell
@@ -31,21 +46,84 @@ __all__ = [
     "CAP_NOTE",
     "adaptive_lines",
     "cell_class",
+    "cell_interval",
+    "cell_mark",
+    "cell_text",
     "cell_title",
+    "change_text",
+    "difference_text",
+    "findings_summary",
+    "one_sided_text",
     "client_cpu_warning",
     "client_cpu_warnings",
     "color_rule",
     "exploratory_note",
+    "finding_text",
+    "group_detail_text",
     "noise_notes",
     "stability_notes",
     "oom_text",
     "percent",
+    "relative_mark",
+    "relative_text",
     "significance_rule",
     "sla_text",
+    "thin_clauses",
+    "warmup_text",
+    "wide_cell_text",
     "unit_note",
+    "unmeasured_text",
+    "verdict_note",
+    "verdict_rss_finding",
+    "verdict_rss_interval",
+    "verdict_rss_text",
     "verdict_class",
     "vsz_note",
 ]
+
+
+def cell_text(cell: RatioCell) -> str:
+    """A relative value as the tables print it: the ratio, or what kept it from one."""
+    if cell.problem:
+        return cell.problem.upper()
+    return fmt.ratio(cell.ratio) + (UNSTABLE_MARK if cell.unstable else "")
+
+
+def cell_mark(cell: RatioCell) -> str:
+    """The star of a finding."""
+    return "*" if cell.significant else ""
+
+
+def cell_interval(cell: RatioCell) -> str:
+    """A relative value's 95% interval, or why it has none ("" for a cell that failed)."""
+    if cell.problem or cell.ratio is None:
+        return ""
+    if cell.has_interval:
+        return fmt.interval(cell.low, cell.high)
+    if min(cell.repeats) <= 1:
+        return "1 repeat: no interval"
+    return "no interval"
+
+
+def relative_mark(value: stats.Relative) -> str:
+    """'+' significantly above 1, '-' significantly below, '' otherwise."""
+    if not value.significant:
+        return ""
+    return "+" if value.low > 1.0 else "-"
+
+
+def relative_text(value: stats.Relative, digits: int = 2) -> str:
+    """A ratio with its interval and the star of a finding: "1.12x [1.05, 1.19]*"."""
+    if math.isnan(value.ratio):
+        return "-"
+    body = f"{value.ratio:.{digits}f}x"
+    if not math.isnan(value.low):
+        body += f" [{_bound(value.low, digits)}, {_bound(value.high, digits)}]"
+    return body + ("*" if value.significant else "")
+
+
+def _bound(x: float, digits: int) -> str:
+    return "inf" if math.isinf(x) and x > 0 else "-inf" if math.isinf(x) else f"{x:.{digits}f}"
 
 
 def verdict_class(verdict: str) -> str:
@@ -75,7 +153,7 @@ def cell_title(cell: RatioCell) -> str:
             + (" (excludes 1.0)" if cell.excludes_one else "")
         )
     elif cell.ratio is not None:
-        parts.append(cell.interval_text)
+        parts.append(cell_interval(cell))
     parts.append(f"verdict: {cell.verdict}")
     if cell.same:
         parts[-1] += f" (the whole interval within ±{percent(cell.min_effect)})"
@@ -309,3 +387,158 @@ def sla_text(status: SlaStatus) -> str:
     """An insert-benchmark cell's background rate against its target."""
     verdict = "met" if status.met else "MISSED"
     return f"SLA {verdict}: {status.achieved:,.0f} of {status.target:,.0f} rows/s"
+
+
+# ---------------------------------------------------------------- compare
+
+
+def difference_text(d: Difference) -> str:
+    """One fact two compared runs did not share."""
+    return f"{d.field} A {d.a} vs B {d.b}"
+
+
+def one_sided_text(u: OneSided) -> str:
+    if u.step is None:
+        return f"{u.setup}/{u.engine} (only in {u.side})"
+    return f"{u.engine}/{u.step} @{u.threads} threads (only in {u.side})"
+
+
+def change_text(change: Change) -> str:
+    """One finding of `compare --fail-on`: where, then the ratio beyond the band or why
+    it counts without one."""
+    where = [change.engine]
+    if change.threads is not None:
+        where.append(f"{change.threads} thread{'s' if change.threads != 1 else ''}")
+    where += [change.step, change.setup]
+    text = f"{change.kind}: {', '.join(where)}: "
+    if change.reason or change.cell is None:
+        return text + change.reason
+    cell = change.cell
+    beyond = f"beyond ±{percent(cell.min_effect)}" if cell.min_effect > 0 else "excludes 1.0"
+    return text + f"{fmt.ratio(cell.ratio)} {cell_interval(cell)}, {beyond}"
+
+
+KIND_WORDS = {
+    SLOWER: "slowdown",
+    FASTER: "speedup",
+    CHANGED: "throughput change",
+    RSS_UP: "RSS increase",
+    RSS_DOWN: "RSS decrease",
+}
+
+
+def findings_summary(cmp: Comparison, kinds: tuple[str, ...], count: int) -> str:
+    """The last line of a gate: how many findings, or what was not found."""
+    flag = f"--fail-on {','.join(kinds)}"
+    if count:
+        return f"compare: {count} finding{'s' if count != 1 else ''} ({flag})"
+    named = [KIND_WORDS[k] for k in kinds]
+    words = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " or " + named[-1]
+    beyond = f" beyond ±{percent(cmp.min_effect)}" if cmp.min_effect > 0 else ""
+    return f"compare: no finding ({flag}): no significant {words}{beyond}"
+
+
+# ---------------------------------------------------------------- run and recommend
+
+
+def thin_clauses(thin: ThinEvidence) -> list[str]:
+    """Where a recommendation's evidence is thin, each a short clause."""
+    out = []
+    if thin.only_threads is not None:
+        out.append(f"one thread count only ({thin.only_threads})")
+    if thin.no_writes:
+        out.append("no write steps")
+    if thin.unstable:
+        out.append(f"{thin.unstable} unstable cell{'s' if thin.unstable != 1 else ''}")
+    if thin.client_bound:
+        out.append(f"{thin.client_bound} client-bound cell{'s' if thin.client_bound != 1 else ''}")
+    if thin.soak:
+        out.append("a soak: its repeats are segments of one server start, not starts")
+    if thin.few_repeats is not None:
+        out.append(f"{thin.few_repeats} repeat{'s' if thin.few_repeats != 1 else ''}")
+    return out
+
+
+def wide_cell_text(wide: WideCell) -> str:
+    """A cell adaptive repetition left wider than its target."""
+    width = "no interval yet" if wide.width_pct == float("inf") else f"{wide.width_pct:.1f}%"
+    return f"{wide.setup} {wide.engine} {wide.step} @{wide.threads}: {width}"
+
+
+def warmup_text(detector: WarmupDetector) -> str:
+    """How a warmup ended: steady, or still trending when its time ran out."""
+    if detector.steady:
+        return f"steady after {detector.elapsed_s:.0f} s"
+    if detector.last_trend is not None:
+        slope = 100 * detector.last_trend.relative_slope
+        return (
+            f"no steady state within {detector.elapsed_s:.0f} s "
+            f"(last {detector.window} s still trend {slope:+.1f}%/s)"
+        )
+    return f"no steady state within {detector.elapsed_s:.0f} s"
+
+
+# ---------------------------------------------------------------- verdict rows
+
+
+def finding_text(f: Finding) -> str:
+    """A finding of a verdict row: where, the ratio and its interval."""
+    return f"{f.step} @{f.threads} {f.cell.ratio:.2f}x {fmt.interval(f.cell.low, f.cell.high)}"
+
+
+def unmeasured_text(f: Finding) -> str:
+    return f"{f.step} @{f.threads}: {f.cell.problem}"
+
+
+def group_detail_text(d: GroupDetail) -> str:
+    """What hovering a group's geomean shows: its cells, and each thread count's geomean."""
+    parts = ", ".join(f"{threads} thr: {value:.2f}" for threads, value in d.by_threads)
+    return f"geomean of {d.cells} cells; " + parts
+
+
+def verdict_note(row: VerdictRow) -> str:
+    """What a verdict row's findings mean: none supported, the band they clear, or why
+    there can be none; and how many were too small to tell."""
+    band = f" of at least ±{percent(row.min_effect)}" if row.min_effect > 0 else ""
+    notes = []
+    if row.any_interval:
+        if not (row.faster or row.slower):
+            notes.append(f"no difference{band} the statistics support")
+        elif row.min_effect > 0:
+            notes.append(
+                f"listed: 95% interval excludes 1.0, change at least ±{percent(row.min_effect)}"
+            )
+    else:
+        notes.append("1 repeat: no interval, so no difference can be claimed")
+    if row.inconclusive:
+        notes.append(
+            f"{row.inconclusive} inconclusive: real but possibly smaller than "
+            f"±{percent(row.min_effect)}"
+        )
+    note = "; ".join(notes)
+    if row.rss_supported and note.startswith("no difference"):
+        # A supported RSS difference is a finding too: only QPS showed none.
+        note = "no QPS difference" + note.removeprefix("no difference")
+    return note
+
+
+def verdict_rss_text(row: VerdictRow) -> str:
+    """Both peaks, and the per-repeat ratio with its interval and verdict when it has one."""
+    text = ""
+    if row.rss_peaks is not None:
+        text = f"{fmt.mib(row.rss_peaks[0])} vs {fmt.mib(row.rss_peaks[1])}"
+    if row.rss is not None:
+        rss = row.rss
+        text += f"; per-repeat peaks {cell_text(rss)} {cell_interval(rss)}, {rss.verdict}"
+    return text
+
+
+def verdict_rss_interval(row: VerdictRow) -> str:
+    return "" if row.rss is None else fmt.interval(row.rss.low, row.rss.high)
+
+
+def verdict_rss_finding(row: VerdictRow) -> str:
+    """The peak-RSS difference the statistics support, or "" when none is."""
+    if not row.rss_supported or row.rss is None:
+        return ""
+    return f"peak RSS {row.rss.ratio:.2f}x {fmt.interval(row.rss.low, row.rss.high)}"
