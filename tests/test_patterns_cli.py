@@ -152,6 +152,13 @@ def test_end_to_end_short_run(tmp_path: Path) -> None:
     # the report can be printed again from the store alone
     code, stdout, _ = run_cli("--report", "--out", str(out))
     assert code == 0 and "jemalloc" in stdout
+    # a report file that cannot be replaced: one line naming it, the store untouched
+    (out / "patterns.md").unlink()
+    (out / "patterns.md").mkdir()
+    code, stdout, stderr = run_cli("--report", "--out", str(out))
+    assert code != 0 and "Traceback" not in stdout + stderr
+    assert f"cannot write the reports into {out}: Is a directory ({out / 'patterns.md'})" in stderr
+    assert db.execute("SELECT count(*) FROM pattern_results").fetchone()[0] == 8
 
 
 def test_dry_run_lists_the_plan() -> None:

@@ -9,8 +9,9 @@ Commands analyse once (`analysis.run_analysis.analyze`, `analysis.comparison.com
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -136,12 +137,31 @@ PATTERN_FILES = {"patterns.json": "json", "patterns.csv": "csv", "patterns.md": 
 def write_pattern_reports(analysis: PatternsAnalysis, out_dir: Path) -> list[Path]:
     """A pattern run's files; the store already holds every result, so a directory
     that refuses them costs only these (`patterns --report` writes them again)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, fmt in PATTERN_FILES.items():
-        write_text_atomic(out_dir / name, PATTERNS.render(fmt, analysis))
-        written.append(out_dir / name)
+    with _reports_refused_in_one_line(out_dir, "`patterns --report --out DIR` writes them"):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, fmt in PATTERN_FILES.items():
+            write_text_atomic(out_dir / name, PATTERNS.render(fmt, analysis))
+            written.append(out_dir / name)
     return written
+
+
+@contextlib.contextmanager
+def _reports_refused_in_one_line(out_dir: Path, rewrite: str) -> Iterator[None]:
+    """A directory that refuses report files costs only those files: the store holds
+    every measurement, so the refusal is one line naming the directory and the way back."""
+    try:
+        yield
+    except OSError as exc:
+        if is_disk_fault(exc):
+            raise disk_fault(exc, f"the reports into {out_dir}") from exc
+        # os.replace names its temporary source first; the user knows the target.
+        name = exc.filename2 or exc.filename
+        culprit = f" ({name})" if name and name != str(out_dir) else ""
+        raise MallocbenchError(
+            f"cannot write the reports into {out_dir}: {exc.strerror}{culprit}: give a "
+            f"writable directory with --out ({rewrite}); the results store is not affected"
+        ) from exc
 
 
 def _memory_terminal(report: MemoryReport, console: Console) -> None:
@@ -183,7 +203,7 @@ def write_reports(analysis: RunAnalysis, out_dir: Path, self_contained: bool = F
     which the store already holds, so it is one line naming the directory.
     """
     written: list[Path] = []
-    try:
+    with _reports_refused_in_one_line(out_dir, "`mallocbench report STORE --out DIR` writes them"):
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / "results.json"
         write_text_atomic(path, export.results_json(analysis))
@@ -193,14 +213,6 @@ def write_reports(analysis: RunAnalysis, out_dir: Path, self_contained: bool = F
             write_text_atomic(target, render_file(analysis))
             written.append(target)
         written.append(_html().write_html(analysis, out_dir / "report.html", self_contained))
-    except OSError as exc:
-        if is_disk_fault(exc):
-            raise disk_fault(exc, f"the reports into {out_dir}") from exc
-        culprit = f" ({exc.filename})" if exc.filename and exc.filename != str(out_dir) else ""
-        raise MallocbenchError(
-            f"cannot write the reports into {out_dir}: {exc.strerror}{culprit}: give a "
-            "writable directory with --out; the results store is not affected"
-        ) from exc
     return written
 
 
