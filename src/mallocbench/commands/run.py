@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -251,10 +252,12 @@ def run_cmd(
         RunOptions(out_dir=out_dir, store_path=store_path).store_target,
     )
     budget_s = parse_duration(budget, "--budget")
+    console = make_console(stderr=True)
+    if experiment.design == experiment_mod.AUTO:
+        experiment = _choose_design(experiment, out_dir, console, dry_run)
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
     per_cell = cell_estimate(experiment)
-    console = make_console(stderr=True)
     if dry_run:
         if pinned_run is None:
             options = RunOptions(out_dir=out_dir, store_path=store_path, resume=resume)
@@ -294,6 +297,26 @@ def run_cmd(
             )
             outcome = _with_progress(pipeline, console, per_cell, banner)
     _conclude(outcome, out_dir, options.store_label, console, target_ci_pct, stop.signal)
+
+
+def _choose_design(
+    experiment: experiment_mod.Experiment, out_dir: Path, console: Console, dry_run: bool
+) -> experiment_mod.Experiment:
+    """design = "auto": the design a calibration favours (a stored one, or a short one
+    measured now); a dry run only says which it would take, or that it would calibrate."""
+    from mallocbench.commands import autodesign
+
+    if not dry_run:
+        return autodesign.resolve(experiment, out_dir, console)
+    chosen = autodesign.stored_choice(experiment)
+    if chosen is None:
+        click.echo(
+            "design auto: no calibration of this host and shape is stored, so a short one "
+            "(about 2 min) runs first; the plan below is for interleaved runs"
+        )
+        return dataclasses.replace(experiment, design=experiment_mod.INTERLEAVED)
+    click.echo(f"design {chosen.design_why}")
+    return chosen
 
 
 def _cluster_access(
