@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,16 @@ def test_interleaved_blocks_alternate_slices_between_servers_up_at_once(tmp_path
         for piece in cell.slices:
             assert piece["qps"] > 0 and piece["seconds"] >= 1
             assert 0.0 <= piece["other_cpu_share"] <= 1.0
+    # Each start keeps what may set its level apart (probes.start).
+    for session in result.sessions:
+        start = session.start
+        assert start is not None, session.id
+        assert 0 < float(start["startup_s"]) < 120
+        assert start["thp_system"] in ("always", "madvise", "never")
+        assert 0.0 <= float(start["datadir_cached_share"]) <= 1.0
+        assert float(start["anon_huge_bytes"]) >= 0
+        cpus = [int(c) for c in str(start["busiest_cpus"]).split(",")]
+        assert 1 <= len(cpus) <= 4 and all(0 <= c < (os.cpu_count() or 1) for c in cpus)
     (table,) = relative_tables(result)
     (row,) = table.rows
     assert row.cells["je"].paired and row.cells["je"].repeats == (2, 2)
