@@ -882,8 +882,8 @@ def _measure_starts(
         )
         if pair is not None:
             runs = ", ".join(f"{r:.3f}" for r in pair.run_ratios)
-            turns = statistics.fmean(pair.turn_ratios) if pair.turn_ratios else math.nan
-            text += f"; copy a / copy b per run {runs}, mean per turn {turns:.3f}"
+            turns = statistics.geometric_mean(pair.turn_ratios) if pair.turn_ratios else math.nan
+            text += f"; copy a / copy b per run {runs}, geometric mean per turn {turns:.3f}"
         line(text)
     return found
 
