@@ -106,7 +106,7 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
         timeout=400,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    assert time.monotonic() - started < 150
+    assert time.monotonic() - started < 240  # about 65 s idle; 163 s at load 30
     data = json.loads(report.read_text())
     components = data["components"]
     assert components["starts"] == 2 and components["slices"] == 4
