@@ -704,7 +704,15 @@ def _designs_table(summary: CalibrationSummary) -> Table:
     table = Table(
         title=f"Designs for {summary.plan.setups} setups: the noise of a ratio setup / base"
     )
-    for column in ("design", "per slice/turn", "per start", "from", "per start", budget, target):
+    for column in (
+        "design",
+        "per slice/turn",
+        "per start",
+        "from",
+        "slices or turns per start",
+        budget,
+        target,
+    ):
         table.add_column(column, justify="left" if column in ("design", "from") else "right")
     sources = {
         SEQUENTIAL_DESIGN: (summary.components, "2 x one setup's, starts independent"),
