@@ -1083,7 +1083,7 @@ def calibrate_cmd(
     console.print(
         f"calibrating {target.describe()}: {starts} starts x {slices} slices of {slice_s} s"
         + (
-            f", then {pairs} pairs of copies (runs, then {turns} turns of {turn_s} s)"
+            f", of two copies each (compared as runs, then as {turns} turns of {turn_s} s)"
             if pairs
             else ""
         )
