@@ -214,6 +214,14 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     assert "design auto: turns, the narrowest expected interval" in result.stdout
     assert "turn(s) of 1 s" in result.stdout
 
+    # A cluster's hosts are not this machine: refused in one line, nothing started.
+    result = run_cli(
+        "run", str(path), "--dry-run", "--cluster", "127.0.0.1:9", "--insecure",
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert 'design = "auto" calibrates this machine' in result.stderr
+
     _store_calibration(tmp_path / "cache", path, turns_within=0.5)
     chosen = autodesign.stored_choice(experiment)
     assert chosen is not None and chosen.alternate == "runs" and chosen.design == "interleaved"

@@ -254,6 +254,11 @@ def run_cmd(
     budget_s = parse_duration(budget, "--budget")
     console = make_console(stderr=True)
     if experiment.design == experiment_mod.AUTO:
+        if cluster_address is not None:
+            raise MallocbenchError(
+                'design = "auto" calibrates this machine, not the cluster\'s hosts: set '
+                "design (and alternate) in the experiment for a --cluster run"
+            )
         experiment = _choose_design(experiment, out_dir, console, dry_run)
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
