@@ -226,3 +226,5 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     chosen = autodesign.stored_choice(experiment)
     assert chosen is not None and chosen.alternate == "runs" and chosen.design == "interleaved"
     assert chosen.slice_s == 5.0
+    # Nothing stored to resume: the stored calibration decides, not a run that is not there.
+    assert autodesign.resumed_choice(experiment, tmp_path / "out" / "results.sqlite", None) is None

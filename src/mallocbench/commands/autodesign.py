@@ -20,7 +20,9 @@ from rich.console import Console
 from mallocbench import experiment as experiment_mod
 from mallocbench.analysis import noise
 from mallocbench.commands import calibrate as calibrate_mod
+from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import Experiment
+from mallocbench.store import open_store
 
 # The short calibration at the start of a run: enough for the three designs' components.
 SHORT = {"starts": 2, "slices": 3, "pairs": True, "turns": 8, "turn_s": 1.0}
@@ -85,6 +87,38 @@ def stored_choice(experiment: Experiment) -> Experiment | None:
     return apply(experiment, design, record, why)
 
 
+def resumed_choice(
+    experiment: Experiment, store_at: str | Path, run_id: str | None
+) -> Experiment | None:
+    """The design the run being resumed chose, so its cells all share one; None when no
+    such run is found (the resume itself then says why) or it did not choose by auto."""
+    try:
+        store = open_store(store_at, readonly=True)
+    except MallocbenchError:
+        return None
+    try:
+        if run_id is None:
+            runs = [r for r in store.list_runs() if r["experiment"] == experiment.name]
+            run_id = str(runs[-1]["run_id"]) if runs else None
+        header = store.load_run_header(run_id) if run_id is not None else None
+    finally:
+        store.close()
+    design = header.metadata.design if header is not None else None
+    if design is None or design.asked != experiment_mod.AUTO or design.why is None:
+        return None
+    chosen = (
+        calibrate_mod.TURNS_DESIGN
+        if design.alternate == experiment_mod.TURNS
+        else (
+            calibrate_mod.SEQUENTIAL_DESIGN
+            if design.used == experiment_mod.SEQUENTIAL
+            else calibrate_mod.RUNS_DESIGN
+        )
+    )
+    lengths = {"slice_s": design.slice_s or experiment.slice_s, "turn_s": design.slice_s or 1.0}
+    return apply(experiment, chosen, lengths, design.why)
+
+
 def resolve(experiment: Experiment, out_dir: Path, console: Console) -> Experiment:
     """The experiment with its design chosen, when it asks for "auto"; else unchanged."""
     if experiment.design != experiment_mod.AUTO:
@@ -129,4 +163,4 @@ def _record_of(summary: calibrate_mod.CalibrationSummary) -> dict[str, Any]:
     }
 
 
-__all__ = ["apply", "choose", "resolve", "stored_choice"]
+__all__ = ["apply", "choose", "resolve", "resumed_choice", "stored_choice"]
