@@ -30,7 +30,7 @@ cache = "64M"
 
 [durations]
 warmup = 1
-max_warmup = 6
+max_warmup = 3
 
 [[setup]]
 name = "glibc"
@@ -101,12 +101,12 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     result = run_cli(
         "calibrate",
         str(_tiny(tmp_path)),
-        "--starts", "2", "--slices", "2", "--slice", "3",
+        "--starts", "2", "--slices", "2", "--slice", "3", "--turns", "3",
         "--out", str(out), "--json", str(report),
-        timeout=300,
+        timeout=400,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
-    assert time.monotonic() - started < 120
+    assert time.monotonic() - started < 240  # about 65 s idle; 163 s at load 30
     data = json.loads(report.read_text())
     components = data["components"]
     assert components["starts"] == 2 and components["slices"] == 4
@@ -124,6 +124,22 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     assert data["plan"]["slices_per_start"] >= 1 and data["plan"]["setups"] == 2
     assert "Noise by level" in result.stdout and "Interference per slice" in result.stdout
     assert "resolves an interval width" in result.stdout or "does not fit" in result.stdout
+
+    # Each start is of two copies, compared as runs and as turns: a ratio per round.
+    assert len(data["pairs"]) == 2
+    for pair in data["pairs"]:
+        assert len(pair["run_ratios"]) == 2 and len(pair["turn_ratios"]) == 3
+        assert all(0 < r < 100 for r in pair["run_ratios"] + pair["turn_ratios"])
+    assert data["runs_ratio"]["starts"] == 2 and data["runs_ratio"]["slices"] == 4
+    assert data["turns_ratio"]["starts"] == 2 and data["turns_ratio"]["slices"] == 6
+    assert data["costs"]["turn_s"] >= 1.0
+    designs = {p["design"]: p for p in data["designs"]}
+    assert set(designs) == {"sequential", "runs", "turns"}
+    assert designs["runs"]["paired"] and not designs["sequential"]["paired"]
+    # The plan of the experiment's design uses the paired components, not twice one setup's.
+    assert data["plan"]["paired"]
+    assert data["best"] in designs
+    assert "Designs for 2 setups" in result.stdout and "Best design here" in result.stdout
 
     assert not _servers_under(tmp_path)
     assert not list(out.glob("calibrate/*/data")), "a datadir was left behind"
@@ -145,3 +161,70 @@ def test_a_slice_shorter_than_a_runs_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "--slice" in result.stderr and "2<=" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _store_calibration(cache: Path, experiment_file: Path, turns_within: float) -> None:
+    """A stored calibration for this host and shape, as `calibrate` keeps one."""
+    from mallocbench import experiment as experiment_mod
+    from mallocbench.commands import calibrate as calibrate_mod
+
+    experiment = experiment_mod.load(experiment_file)
+    target = calibrate_mod.pick_target(experiment, None, None, None, None)
+
+    def parts(within: float, between: float) -> dict[str, float | int]:
+        return {"within_var": within, "between_var": between, "starts": 2, "slices": 6}
+
+    record = {
+        "saved_at": time.time(),
+        "slice_s": 5.0,
+        "turn_s": 1.0,
+        "sequential": parts(4e-3, 4e-3) | {"within_df": 4, "mean_log": 8.0},
+        "runs": parts(4e-3, 2e-3) | {"within_df": 4, "mean_log": 0.0},
+        "turns": parts(turns_within, 1e-5) | {"within_df": 4, "mean_log": 0.0},
+    }
+    key = calibrate_mod.calibration_key(experiment, target)
+    path = cache / "calibrations" / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+
+
+def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mallocbench import experiment as experiment_mod
+    from mallocbench.commands import autodesign
+
+    path = tmp_path / "auto.toml"
+    path.write_text(TINY.replace("threads = [2]", 'threads = [2]\ndesign = "auto"\nrepeats = 3'))
+    monkeypatch.setenv("MALLOCBENCH_CACHE", str(tmp_path / "cache"))
+    experiment = experiment_mod.load(path)
+    assert experiment.design == "auto"
+    assert autodesign.stored_choice(experiment) is None  # nothing stored: it would calibrate
+    result = run_cli("run", str(path), "--dry-run", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "no calibration of this host and shape is stored" in result.stdout
+
+    # Quiet turns win; noisy turns lose to runs, and a tie keeps runs.
+    _store_calibration(tmp_path / "cache", path, turns_within=1e-4)
+    chosen = autodesign.stored_choice(experiment)
+    assert chosen is not None and chosen.design == "interleaved" and chosen.alternate == "turns"
+    assert chosen.slice_s == 1.0 and chosen.design_why and "auto: turns" in chosen.design_why
+    result = run_cli("run", str(path), "--dry-run", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "design auto: turns, the narrowest expected interval" in result.stdout
+    assert "turn(s) of 1 s" in result.stdout
+
+    # A cluster's hosts are not this machine: refused in one line, nothing started.
+    result = run_cli(
+        "run", str(path), "--dry-run", "--cluster", "127.0.0.1:9", "--insecure",
+        "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert 'design = "auto" calibrates this machine' in result.stderr
+
+    _store_calibration(tmp_path / "cache", path, turns_within=0.5)
+    chosen = autodesign.stored_choice(experiment)
+    assert chosen is not None and chosen.alternate == "runs" and chosen.design == "interleaved"
+    assert chosen.slice_s == 5.0
+    # Nothing stored to resume: the stored calibration decides, not a run that is not there.
+    assert autodesign.resumed_choice(experiment, tmp_path / "out" / "results.sqlite", None) is None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from mallocbench.analysis.summary import relative_tables
+from mallocbench.commands import autodesign
 from mallocbench.experiment import load
 from mallocbench.results import RunResult
 from mallocbench.runner import Pipeline, RunOptions
@@ -37,10 +39,16 @@ allocator = "jemalloc"
 """
 
 
-def run(tmp_path: Path, design: str, alternate: str = "runs") -> RunResult:
+def run(tmp_path: Path, design: str, alternate: str = "runs", auto: str | None = None) -> RunResult:
+    """`auto`: the experiment asks for design "auto", and the run gets this design as a
+    calibration would choose it (commands.autodesign.apply)."""
     path = tmp_path / "il.toml"
     path.write_text(EXPERIMENT.format(design=design, alternate=alternate))
-    outcome = Pipeline(load(path), RunOptions(out_dir=tmp_path / "out")).execute()
+    experiment = load(path)
+    if auto is not None:
+        lengths = {"slice_s": 3.0, "turn_s": 3.0}
+        experiment = autodesign.apply(experiment, auto, lengths, f"auto: {auto} (a test)")
+    outcome = Pipeline(experiment, RunOptions(out_dir=tmp_path / "out")).execute()
     assert outcome.aborted is None and not outcome.failures, outcome.failures
     return outcome.result
 
@@ -75,6 +83,16 @@ def test_interleaved_blocks_alternate_slices_between_servers_up_at_once(tmp_path
         for piece in cell.slices:
             assert piece["qps"] > 0 and piece["seconds"] >= 1
             assert 0.0 <= piece["other_cpu_share"] <= 1.0
+    # Each start keeps what may set its level apart (probes.start).
+    for session in result.sessions:
+        start = session.start
+        assert start is not None, session.id
+        assert 0 < float(start["startup_s"]) < 120
+        assert start["thp_system"] in ("always", "madvise", "never")
+        assert 0.0 <= float(start["datadir_cached_share"]) <= 1.0
+        assert float(start["anon_huge_bytes"]) >= 0
+        cpus = [int(c) for c in str(start["busiest_cpus"]).split(",")]
+        assert 1 <= len(cpus) <= 4 and all(0 <= c < (os.cpu_count() or 1) for c in cpus)
     (table,) = relative_tables(result)
     (row,) = table.rows
     assert row.cells["je"].paired and row.cells["je"].repeats == (2, 2)
@@ -95,9 +113,13 @@ def test_sequential_design_runs_one_server_at_a_time(tmp_path: Path) -> None:
 
 @pytest.mark.server
 def test_turns_keep_clients_connected_and_never_overlap(tmp_path: Path) -> None:
-    result = run(tmp_path, "interleaved", alternate="turns")
+    result = run(tmp_path, "auto", auto="turns")
     design = result.metadata.design
     assert design is not None and design.alternate == "turns" and design.slices_per_cell == 2
+    # Chosen by design = "auto": the record and the run's notes say so, and why.
+    assert design.asked == "auto" and design.used == "interleaved"
+    assert design.why == "auto: turns (a test)"
+    assert "design auto: turns (a test)" in (result.metadata.notes or [])
     assert len(result.cells) == 4 and all(len(c.slices) == 2 for c in result.cells)
     for block in (0, 1):
         spans = sorted(

@@ -217,3 +217,44 @@ def test_calibrate_says_how_far_a_target_is_and_what_a_start_costs() -> None:
     start_cv = components.start_cv_pct
     assert start_cv is not None
     assert f"typically differ by {start_cv * math.sqrt(2):.1f}%" in text
+
+
+def test_paired_components_are_the_ratios_own_variance() -> None:
+    """Components of the log-ratio itself (calibrate's pairs) are not doubled: the width
+    matches blocked experiments whose per-block log-ratio has exactly that variance."""
+    ratio = noise.VarianceComponents(4e-4, 1e-4, starts=3, slices=18, within_df=15, mean_log=0)
+    unpaired = noise.resolvable_effect_pct(ratio, 2, 5, 12)
+    paired = noise.resolvable_effect_pct(ratio, 2, 5, 12, paired=True)
+    assert paired == pytest.approx(unpaired / math.sqrt(2), rel=0.01)
+    rng = np.random.default_rng(7)
+    blocks = rng.normal(0, math.sqrt(1e-4), (4000, 12))
+    blocks += rng.normal(0, math.sqrt(4e-4), (4000, 12, 5)).mean(-1)
+    se = blocks.std(1, ddof=1) / math.sqrt(12)
+    t = t_quantile(0.95, 11)
+    widths = 100 * (np.exp(t * se) - np.exp(-t * se))
+    # The median width at 11 df is a little below the one at the true standard error.
+    assert float(np.median(widths)) == pytest.approx(paired, rel=0.06)
+    fewer = noise.starts_for_width(ratio, 2, 5, 3.0, paired=True)
+    more = noise.starts_for_width(ratio, 2, 5, 3.0)
+    assert fewer is not None and more is not None and fewer < more
+
+
+def test_design_plans_price_each_design_and_name_the_narrowest() -> None:
+    from mallocbench.commands.calibrate import Costs, best_design, block_costs, plan_run
+
+    costs = Costs(start_s=4.0, warmup_s=6.0, slice_wall_s=5.0, turn_s=1.1)
+    # Interleaved: one start for the block; sequential: a start and warmup per setup.
+    assert block_costs("runs", costs, 4) == (4.0 + 24.0, 20.0)
+    assert block_costs("turns", costs, 4) == pytest.approx((28.0 + 4.4, 4.4))
+    assert block_costs("sequential", costs, 4) == (4 * 11.0, 16.0)
+    noisy = noise.VarianceComponents(1e-2, 1e-3, starts=3, slices=18, within_df=15, mean_log=0)
+    quiet = noise.VarianceComponents(1e-4, 1e-4, starts=3, slices=18, within_df=15, mean_log=0)
+    plans = [
+        plan_run(noisy, costs, 4, 600, 3.0, "sequential"),
+        plan_run(noisy, costs, 4, 600, 3.0, "runs", paired=True),
+        plan_run(quiet, costs, 4, 600, 3.0, "turns", paired=True),
+    ]
+    best = best_design(plans)
+    assert best is not None and best.design == "turns"
+    assert all(p.budget_starts >= 2 for p in plans)
+    assert best_design([plan_run(noisy, costs, 4, 30, 3.0, "runs")]) is None

@@ -69,7 +69,10 @@ MIN_MEMORY_LIMIT = 128 << 20
 # How a run orders its measurements (see `blocks` and `concurrency_problem`).
 INTERLEAVED = "interleaved"
 SEQUENTIAL = "sequential"
-DESIGNS = (INTERLEAVED, SEQUENTIAL)
+# Chosen at the start of the run from a calibration (commands.autodesign): interleaved
+# runs, interleaved turns or sequential, whichever gives the narrowest interval here.
+AUTO = "auto"
+DESIGNS = (INTERLEAVED, SEQUENTIAL, AUTO)
 # How interleaved setups alternate (see `alternate` and measure.measure_turns): each
 # slice a sysbench run of its own, or turns of clients that stay connected.
 RUNS = "runs"
@@ -131,6 +134,8 @@ class Experiment:
     slice_s: float = DEFAULT_SLICE_S
     design: str = INTERLEAVED
     alternate: str = RUNS
+    # With design = "auto", once chosen: how and why (what the calibration predicted).
+    design_why: str | None = None
     repeats: int = 1
     min_effect: float = 0.0  # relative changes smaller than this are reported as "same"
     server_config: dict[str, str] = field(default_factory=dict)
@@ -755,7 +760,8 @@ def _design(value: object) -> str:
     if design not in DESIGNS:
         raise MallocbenchError(
             f"design = {design!r} is unknown: use {DESIGNS[0]!r} (setups' servers up at once, "
-            f"their slices alternating) or {DESIGNS[1]!r} (one server at a time)"
+            f"their slices alternating), {DESIGNS[1]!r} (one server at a time) or "
+            f"{DESIGNS[2]!r} (chosen from a calibration at the start of the run)"
         )
     return design
 

@@ -159,6 +159,9 @@ class SessionInfo:
     # that worker process's CPU seconds per second while the session's cells measured.
     host: str | None = None
     worker_cpu_share: float | None = None
+    # What may set this start's level apart from another's (probes.start): start-up
+    # time, page-cache share of the datadir, THP, the busiest threads' CPUs.
+    start: dict[str, float | str] | None = None
 
 
 @dataclass

@@ -21,6 +21,7 @@ from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.executors.base import Executor, RunContext, Session
 from mallocbench.executors.real import RealExecutor
 from mallocbench.experiment import (
+    AUTO,
     INTERLEAVED,
     SEQUENTIAL,
     TURNS,
@@ -345,6 +346,8 @@ class Pipeline:
             ]
         else:
             outcome_notes = []
+        if experiment.design_why is not None:
+            outcome_notes.append(f"design {experiment.design_why}")
         if options.resume:
             # The metadata is written anew; what earlier attempts found (a lost unit, the
             # orphans they stopped) stays part of the run's story.
@@ -515,8 +518,11 @@ class Pipeline:
             record.slices_per_cell = slices_per_cell(experiment)
             if experiment.alternate == TURNS:
                 record.alternate = TURNS
+        if experiment.design_why is not None:
+            record.asked = AUTO
+            record.why = experiment.design_why
         if self.concurrency_problem is not None:
-            record.why = self.concurrency_problem
+            record.why = "; ".join(w for w in (record.why, self.concurrency_problem) if w)
         return record
 
     # --- adaptive repetition --------------------------------------------------------------

@@ -18,6 +18,7 @@ from mallocbench import formatting as fmt
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import BYTES_PER_ROW, Experiment, PlannedSession, Setup
 from mallocbench.probes import process as proc_probe
+from mallocbench.probes import start as start_probe
 from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.probes.system import process_thp_disabled, thp_mode
 from mallocbench.results import SessionInfo
@@ -140,12 +141,14 @@ def start_session(
     )
     try:
         server.copy_datadir_from(golden)
+        began = time.monotonic()
         _start_server(live, engine.name)
     except BaseException:
         stop_session(live, keep_datadir=False)
         raise
     info.pid = server.pid
     info.started_at = time.time()
+    info.start = start_probe.at_start(server.pid, server.datadir, time.monotonic() - began)
     idle = proc_probe.read_memory(server.pid)
     info.idle_rss_bytes = idle.rss_bytes if idle is not None else None
     info.thp = effective_thp(server.pid, setup.thp)
@@ -188,6 +191,8 @@ def stop_session(live: LiveSession, keep_datadir: bool) -> None:
         live.probe.close()
         live.probe = None
     memory = proc_probe.read_memory(server.pid) if server.alive() else None
+    if memory is not None and info.start is not None:
+        start_probe.at_end(server.pid, info.start)
     if memory is not None:
         info.peak_rss_bytes = memory.hwm_bytes
         info.peak_vsz_bytes = memory.peak_vsz_bytes

@@ -200,6 +200,7 @@ def resolvable_effect_pct(
     slices_per_start: int,
     starts: int,
     confidence: float = 0.95,
+    paired: bool = False,
 ) -> float:
     """Expected full width (percentage points) of the interval of a ratio setup / base.
 
@@ -209,8 +210,15 @@ def resolvable_effect_pct(
 
         Var(log ratio) = 2 * (between + within / slices) / starts
 
-    Time effects shared by a block cancel in that difference (which is why the design is
-    blocked), so they are not in it. The interval's t has the degrees of freedom of the
+    The 2 holds when the two means are independent: one setup's components, measured
+    start after start, are what the sequential design compares. In a blocked design the
+    time effects a block shares cancel in the difference, by an amount only a paired
+    measurement shows: `paired` components are those of the log-ratio itself (two
+    copies of a setup up at once, calibrate's pairs), and then
+
+        Var(log ratio) = (between + within / slices) / starts.
+
+    The interval's t has the degrees of freedom of the
     block design's pooled residual, (setups - 1) * (starts - 1), and the interval of the
     ratio, exp(+-t * se) around it, is 100 * (e^(t se) - e^(-t se)) points wide (about
     2 t se). Infinite with fewer than 2 starts: one start per setup has no interval.
@@ -224,7 +232,8 @@ def resolvable_effect_pct(
         raise ValueError("a ratio needs at least 2 setups")
     if starts < 2:
         return math.inf
-    variance = 2.0 * (_between(components) + components.within_var / slices_per_start) / starts
+    factor = 1.0 if paired else 2.0
+    variance = factor * (_between(components) + components.within_var / slices_per_start) / starts
     se = math.sqrt(variance)
     t = t_quantile(confidence, (setups - 1) * (starts - 1))
     return 100.0 * (math.exp(t * se) - math.exp(-t * se))
@@ -236,6 +245,7 @@ def starts_for_width(
     slices_per_start: int,
     target_width_pct: float,
     max_starts: int = 10_000,
+    paired: bool = False,
 ) -> int | None:
     """The fewest starts (2 or more) whose expected width is at most the target; None
     when even `max_starts` do not reach it.
@@ -246,7 +256,7 @@ def starts_for_width(
     """
 
     def reaches(starts: int) -> bool:
-        width = resolvable_effect_pct(components, setups, slices_per_start, starts)
+        width = resolvable_effect_pct(components, setups, slices_per_start, starts, paired=paired)
         return width <= target_width_pct
 
     if not reaches(max_starts):
@@ -288,7 +298,35 @@ def starts_within(
     return int(budget_s // one) if one > 0 else 0
 
 
+def design_widths(
+    sequential: VarianceComponents,
+    paired: dict[str, VarianceComponents],
+    setups: int,
+    repeats: int,
+    pieces: dict[str, int],
+) -> dict[str, float]:
+    """Expected interval width (points) of a cell under each design at a run's shape.
+
+    `sequential` are one setup's components, start after start (its starts are
+    independent, so a ratio's variance is twice theirs); `paired` maps a blocked design
+    ("runs", "turns") to the components of the log-ratio of two copies measured its way.
+    `pieces` is how many slices (or turns) of the calibrated length a cell's measured
+    seconds hold under each design. Infinite with fewer than 2 repeats.
+    """
+    widths = {
+        "sequential": resolvable_effect_pct(
+            sequential, setups, max(1, pieces["sequential"]), repeats
+        )
+    }
+    for design, components in paired.items():
+        widths[design] = resolvable_effect_pct(
+            components, setups, max(1, pieces[design]), repeats, paired=True
+        )
+    return widths
+
+
 __all__ = [
+    "design_widths",
     "VarianceComponents",
     "aggregation_curve",
     "cv_pct_from_log_var",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -252,6 +253,9 @@ def run_cmd(
         RunOptions(out_dir=out_dir, store_path=store_path).store_target,
     )
     budget_s = parse_duration(budget, "--budget")
+    if experiment.design == experiment_mod.AUTO:
+        where = RunOptions(out_dir=out_dir, store_path=store_path, resume=resume)
+        experiment = _choose_design(experiment, where, (pinned_run, cluster_address), dry_run)
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
     per_cell = cell_estimate(experiment)
@@ -295,6 +299,41 @@ def run_cmd(
             )
             outcome = _with_progress(pipeline, console, per_cell, banner)
     _conclude(outcome, out_dir, options.store_label, console, target_ci_pct, stop.signal)
+
+
+def _choose_design(
+    experiment: experiment_mod.Experiment,
+    where: RunOptions,
+    pinned_and_cluster: tuple[str | None, str | None],
+    dry_run: bool,
+) -> experiment_mod.Experiment:
+    """design = "auto": the design a calibration favours (a stored one, or a short one
+    measured now), or the one the run being resumed chose; a dry run only says which it
+    would take, or that it would calibrate."""
+    from mallocbench.commands import autodesign
+
+    pinned_run, cluster_address = pinned_and_cluster
+    if cluster_address is not None:
+        raise MallocbenchError(
+            'design = "auto" calibrates this machine, not the cluster\'s hosts: set '
+            "design (and alternate) in the experiment for a --cluster run"
+        )
+    if where.resume:
+        resumed = autodesign.resumed_choice(experiment, where.store_target, pinned_run)
+        if resumed is not None:
+            click.echo(f"design {resumed.design_why} (as the run being resumed chose)", err=True)
+            return resumed
+    if not dry_run:
+        return autodesign.resolve(experiment, where.out_dir, make_console(stderr=True))
+    chosen = autodesign.stored_choice(experiment)
+    if chosen is None:
+        click.echo(
+            "design auto: no calibration of this host and shape is stored, so a short one "
+            "(about 2 min) runs first; the plan below is for interleaved runs"
+        )
+        return dataclasses.replace(experiment, design=experiment_mod.INTERLEAVED)
+    click.echo(f"design {chosen.design_why}")
+    return chosen
 
 
 def _cluster_access(

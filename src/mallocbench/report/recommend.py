@@ -112,6 +112,12 @@ def _against(c: Candidate, r: Recommendation) -> list[str]:
         )
     if c.over_budget:
         texts.append(f"peak RSS {fmt.mib(c.peak_rss_bytes)} is over the memory budget")
+    # What the statistics do support stays in view, though it does not qualify the setup.
+    supported = [
+        assessment_text(a, r.min_effect) for a in c.assessments.values() if a.status == rec.BETTER
+    ]
+    if supported:
+        texts.append("though " + "; ".join(supported))
     return texts
 
 
@@ -170,6 +176,16 @@ def verdict_lines(r: Recommendation) -> list[str]:
             chosen = e.ranked[0]
             better = [NAMES[n] for n in r.priorities if chosen.assessments[n].status == rec.BETTER]
             line += f": better on {', '.join(better)}, not worse on the rest"
+        else:
+            # A supported difference that does not make a recommendation is still one.
+            found = [
+                f"{c.setup} {NAMES[n]} {_some(a.better)}"
+                for c in e.ranked
+                for n, a in c.assessments.items()
+                if a.status == rec.BETTER
+            ]
+            if found:
+                line += "; supported: " + "; ".join(found)
         thin = thin_clauses(e.thin)
         if thin:
             line += f" (thin evidence: {', '.join(thin)})"
