@@ -11,32 +11,16 @@ import json
 import signal
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.metadata import ReplayRun
 from mallocbench.patterns.driver import check_malloc_library, clean_environment
 from mallocbench.patterns.experiment import PatternSetup
 from mallocbench.replay.native import replayer_path
 from mallocbench.replay.trace import EXIT_USAGE, TraceError, replayer_error
 
 TIMINGS = ("recorded", "none")
-
-
-@dataclass
-class ReplayRun:
-    """One replay: the replayer's JSON, or why there is none."""
-
-    setup: str
-    repeat: int
-    status: str  # ok, crashed, failed
-    data: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-    def value(self, key: str) -> float | None:
-        v = self.data.get(key)
-        return float(v) if isinstance(v, (int, float)) and self.status == "ok" else None
 
 
 def replay_command(trace: Path, timing: str, speed: float) -> list[str]:
@@ -84,9 +68,11 @@ def replay_all(
     speed: float = 1.0,
     duration_s: float = 0.0,
     progress: Callable[[str], None] | None = None,
+    on_run: Callable[[ReplayRun], None] | None = None,
 ) -> list[ReplayRun]:
     """Every setup `repeats` times, interleaved (A B C A B C ...), so a drift of the host
-    spreads over all setups instead of biasing the one that ran last."""
+    spreads over all setups instead of biasing the one that ran last. `on_run` receives
+    each replay as it ends (to commit it: an interrupted replay keeps what it measured)."""
     if timing not in TIMINGS:
         raise MallocbenchError(f"--timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
     timeout = max(120.0, duration_s / speed * 5 + 60)
@@ -95,5 +81,8 @@ def replay_all(
         for setup in setups:
             if progress is not None:
                 progress(f"{setup.name} · repeat {repeat + 1}/{repeats}")
-            runs.append(run_once(setup, trace, timing, speed, repeat, timeout))
+            run = run_once(setup, trace, timing, speed, repeat, timeout)
+            runs.append(run)
+            if on_run is not None:
+                on_run(run)
     return runs
