@@ -112,6 +112,24 @@ def test_known_pattern_replays_to_the_programs_live_bytes(pattern_trace: Any) ->
             assert r["rss_over_live"] > 0.5
 
 
+def test_the_recorded_order_makes_an_interleaving_sensitive_peak_steady(pattern_trace: Any) -> None:
+    """tcmalloc's layout depends on how the replay threads interleave; one call at a time
+    in the recorded order gives it the same calls in the same order every replay."""
+    trace, _ = pattern_trace
+    if not allocators.get("tcmalloc", False).available:
+        pytest.skip("tcmalloc is not installed")
+    setup = make_setup("test", "tcmalloc", "tcmalloc")
+    for order in ("recorded", "threads"):
+        run = runner.run_once(setup, trace, "none", 1.0, 0, 120, order)
+        assert run.status == "ok" and run.data["order"] == order, run.error
+        assert run.data["samples"][-1][2] == tracemod.check(trace).data["final_live"]
+    peaks = [
+        runner.run_once(setup, trace, "none", 1.0, r, 120, "recorded").data["peak_heap_rss"]
+        for r in range(4)
+    ]
+    assert max(peaks) / min(peaks) < 1.02, peaks  # free-running: 15.0 to 17.6 MB here
+
+
 def test_replay_command_compares_allocators_with_intervals(
     pattern_trace: Any, tmp_path: Path
 ) -> None:

@@ -352,6 +352,7 @@ class ReplayRecord(Record):
     setups: list[dict[str, Any]] | None = None  # name, allocator, knobs; the first is the base
     runs: list[dict[str, Any]] | None = None  # ReplayRun.to_dict() of each replay
     warnings: list[str] | None = None  # what a reader must know about the trace
+    order: str | None = None  # recorded (one call at a time, as recorded) or threads
 
     @property
     def replay_runs(self) -> list[ReplayRun]:

@@ -60,6 +60,15 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     show_default=True,
     help="With --timing recorded: replay N times faster.",
 )
+@click.option(
+    "--order",
+    type=click.Choice(["recorded", "threads"]),
+    default="recorded",
+    show_default=True,
+    help="recorded runs every thread's calls one at a time in the recorded order (the same "
+    "calls in the same order each replay: a steady peak RSS); threads lets the replay "
+    "threads run freely (real concurrency: use it with --timing none for CPU cost).",
+)
 @min_effect_option("Ratios smaller than this are never findings (default 0).")
 @click.option(
     "--expect-server-version",
@@ -82,6 +91,7 @@ def replay(
     repeats: int,
     timing: str,
     speed: float,
+    order: str,
     min_effect: float | None,
     expect_server_version: str | None,
     as_json: bool,
@@ -103,7 +113,9 @@ def replay(
     info = tracemod.check(trace)
     setups = [make_setup("replay", name, spec, knobs) for name, spec, knobs in parsed]
     warnings = info.warnings(expect_server_version)
-    result = replay_runs.new_result(info, setups, timing, speed, repeats, min_effect, warnings)
+    result = replay_runs.new_result(
+        info, setups, timing, speed, repeats, min_effect, warnings, order
+    )
     store = _open_store(out_dir)
     console = make_console(stderr=True)
     try:

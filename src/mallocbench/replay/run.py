@@ -26,6 +26,7 @@ def new_result(
     repeats: int,
     min_effect: float | None,
     warnings: list[str],
+    order: str = "recorded",
 ) -> RunResult:
     """The replay's run before anything was replayed: the trace, the setups, no results."""
     record = ReplayRecord(
@@ -40,6 +41,7 @@ def new_result(
         ],
         runs=[],
         warnings=list(warnings),
+        order=order,
     )
     server = info.header.get("server_version") or None
     return RunResult(
@@ -114,6 +116,7 @@ def replay_run(
             float((record.trace or {}).get("duration_s") or 0),
             progress=progress,
             on_run=commit,
+            order=record.order or "recorded",
         )
         status = STATUS_FINISHED
     except KeyboardInterrupt:

@@ -69,6 +69,7 @@ def trace_line(replay: ReplayAnalysis) -> str:
         f"ideal peak (live requested bytes) {float(d.get('ideal_peak_live') or 0) / MIB:,.1f} "
         f"MiB; timing {rec.timing}"
         + (f" at {rec.speed:g}x" if rec.timing == "recorded" and rec.speed not in (None, 1) else "")
+        + (f", order {rec.order}" if rec.order else "")
     )
 
 
@@ -83,6 +84,12 @@ def rule_text(replay: ReplayAnalysis) -> str:
         text += (
             " With the recorded timing, calls/s is the recording's pace: --timing none "
             "measures CPU cost."
+        )
+    if replay.record.order == "recorded":
+        text += (
+            " In the recorded order the threads take turns, one call at a time: CPU s and "
+            "calls/s include the turn-taking (--order threads measures them under real "
+            "concurrency)."
         )
     return text
 
