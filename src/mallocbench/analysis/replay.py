@@ -122,6 +122,10 @@ class ReplayAnalysis:
     rows: tuple[SetupSummary, ...]
     min_effect: float
     base: str | None  # the setup the others are compared with
+    # Setups whose slowest replay took longer than the recording (at its speed) by more
+    # than BEHIND, with that ratio: time-based purging then saw a slower pace than the
+    # program's (with the recorded timing only).
+    behind: tuple[tuple[str, float], ...] = ()
 
     def row(self, setup: str) -> SetupSummary | None:
         return next((r for r in self.rows if r.setup == setup), None)
@@ -132,5 +136,24 @@ def analyze_replay(record: ReplayRecord, min_effect: float) -> ReplayAnalysis:
         (str(s.get("name")), str(s.get("allocator")), dict(s.get("knobs") or {}))
         for s in record.setups or []
     ]
-    rows = summarize(record.replay_runs, setups, min_effect)
-    return ReplayAnalysis(record, tuple(rows), min_effect, rows[0].setup if rows else None)
+    runs = record.replay_runs
+    rows = summarize(runs, setups, min_effect)
+    return ReplayAnalysis(
+        record, tuple(rows), min_effect, rows[0].setup if rows else None, _behind(record, runs)
+    )
+
+
+BEHIND = 1.1
+
+
+def _behind(record: ReplayRecord, runs: Sequence[ReplayRun]) -> tuple[tuple[str, float], ...]:
+    recorded = float((record.trace or {}).get("duration_s") or 0) / (record.speed or 1.0)
+    if record.timing != "recorded" or recorded <= 0:
+        return ()
+    out: dict[str, float] = {}
+    for run in runs:
+        wall = run.value("wall_s")
+        if wall is not None and wall / recorded > max(BEHIND, out.get(run.setup, 0.0)):
+            out[run.setup] = wall / recorded
+    order = [str(s.get("name")) for s in record.setups or []]
+    return tuple(sorted(out.items(), key=lambda item: order.index(item[0])))

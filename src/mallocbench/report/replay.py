@@ -128,7 +128,18 @@ def ratio_rows(replay: ReplayAnalysis) -> list[tuple[str, list[RatioView]]]:
 
 
 def error_lines(replay: ReplayAnalysis) -> list[str]:
-    return [f"{row.setup}: {error}" for row in replay.rows for error in row.errors[:3]]
+    lines = [f"{row.setup}: {error}" for row in replay.rows for error in row.errors[:3]]
+    for setup, ratio in replay.behind:
+        lines.append(
+            f"{setup}: a replay took {ratio:.1f}x the recording's time, so time-based "
+            "release saw a slower pace than the program's"
+            + (
+                " (the threads took turns: --order threads runs them freely)"
+                if replay.record.order == "recorded"
+                else ""
+            )
+        )
+    return lines
 
 
 def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
