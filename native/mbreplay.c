@@ -699,14 +699,25 @@ static void run_op(struct worker *wk, const struct op *o)
 
 static atomic_uint turn; /* the next place in the global order to run */
 
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#endif
+}
+
 static void wait_turn(uint32_t seq, uint32_t self)
 {
     for (unsigned spins = 0;; spins++) {
         unsigned now = atomic_load_explicit(&turn, memory_order_acquire);
         if (now == seq)
             return;
-        if (spins < 32) {
-            sched_yield();
+        if (spins < 256) {
+            /* the thread before us is likely running on another CPU: a short busy wait
+             * beats a sleep and a wake-up, and yielding would hand it our CPU's time */
+            cpu_relax();
             continue;
         }
         /* asleep until the op before ours wakes this thread's bit (or turn moved on) */
