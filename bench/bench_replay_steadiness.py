@@ -2,9 +2,9 @@
 
 Records --seconds of a sysbench step (8 clients) on a private InnoDB server with the shim
 preloaded, then replays the trace --replays times under each allocator with the recorded
-timing. Reports the trace's size per minute, each allocator's peak-RSS CV over the
-replays (issue 28's target: <= 2%), its RSS/live, and replay wall time over recording
-time (target: <= 1).
+timing and, unless --order threads, the recorded order of calls. Reports the trace's size
+per minute, each allocator's peak-RSS CV over the replays (issue 28's target: <= 2%), its
+RSS/live, and replay wall time over recording time (target: <= 1).
 
     .venv/bin/python bench/bench_replay_steadiness.py [--seconds 60] [--replays 5]
 """
@@ -69,6 +69,12 @@ def main() -> int:
     parser.add_argument("--tables", type=int, default=2)
     parser.add_argument("--rows", type=int, default=10000)
     parser.add_argument("--cache", default="128M", help="buffer pool / block cache")
+    parser.add_argument(
+        "--order",
+        choices=runner.ORDERS,
+        default="recorded",
+        help="recorded: the threads' calls one at a time as recorded; threads: free-running",
+    )
     parser.add_argument("--trace", type=Path, help="replay this trace instead of recording")
     parser.add_argument("--keep", type=Path, help="keep the recorded trace here")
     args = parser.parse_args()
@@ -89,13 +95,15 @@ def main() -> int:
             "threads": info.data["threads"],
             "trace_mb_per_minute": round(info.data["bytes"] / 1e6 / recorded_s * 60, 2),
             "ideal_peak_live": info.data["ideal_peak_live"],
+            "order": args.order,
         }
         for name in args.allocators.split(","):
             if not allocators.get(name, require_available=False).available:
                 continue
             setup = make_setup("bench", name, name)
             runs = [
-                runner.run_once(setup, trace, "recorded", 1.0, r, 600) for r in range(args.replays)
+                runner.run_once(setup, trace, "recorded", 1.0, r, 600, args.order)
+                for r in range(args.replays)
             ]
             peaks = [float(r.data["peak_heap_rss"]) for r in runs if r.status == "ok"]
             walls = [float(r.data["wall_s"]) for r in runs if r.status == "ok"]

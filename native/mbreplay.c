@@ -31,7 +31,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <linux/futex.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 /* ZSTD_createDCtx_advanced: zstd's buffers come from mmap, not from the measured heap */
@@ -101,6 +103,7 @@ struct rthread {
     uint32_t token;
     struct arr recs; /* struct mb_rec */
     struct arr ops;  /* struct op */
+    struct arr seqs; /* uint32_t: each op's place in the global order (--order recorded) */
     uint32_t pending_old; /* block of a realloc between its two records */
 };
 
@@ -411,9 +414,22 @@ static uint32_t new_block(uint64_t size, uint32_t creator)
     return b.nblocks++;
 }
 
+/* --order recorded: the calls of all threads run one at a time in the order recorded, so
+ * every replay makes the allocator the same calls in the same order (an allocator whose
+ * layout depends on how threads interleave, like tcmalloc's, then gives one peak). */
+static int strict_order;
+static struct arr owners; /* uint32_t: the thread of each place in the global order */
+
 static void add_op(struct rthread *t, uint64_t ts, uint16_t kind, uint32_t id, uint32_t old,
                    uint64_t size, uint32_t align, uint32_t self)
 {
+    if (strict_order) {
+        /* build() steps through the records in their global order: this is the op's place */
+        if (b.nops >= UINT32_MAX)
+            fail("%s: --order recorded replays at most 4 billion calls", trace_path);
+        *(uint32_t *)arr_grow(&t->seqs, 4) = (uint32_t)b.nops;
+        *(uint32_t *)arr_grow(&owners, 4) = self;
+    }
     struct op *o = arr_grow(&t->ops, sizeof *o);
     uint32_t dep = kind == MB_MALLOC || kind == MB_CALLOC || kind == MB_MEMALIGN ? NONE
                    : kind == MB_REALLOC                                          ? old
@@ -578,7 +594,8 @@ static atomic_ullong malloc_failures, waits;
 struct worker {
     struct rthread *t;
     _Atomic int64_t live;
-    char pad[48];
+    uint32_t index;
+    char pad[44];
 };
 
 static uint64_t now_ns(void)
@@ -680,10 +697,51 @@ static void run_op(struct worker *wk, const struct op *o)
     }
 }
 
+static atomic_uint turn; /* the next place in the global order to run */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#endif
+}
+
+static void wait_turn(uint32_t seq, uint32_t self)
+{
+    for (unsigned spins = 0;; spins++) {
+        unsigned now = atomic_load_explicit(&turn, memory_order_acquire);
+        if (now == seq)
+            return;
+        if (spins < 256) {
+            /* the thread before us is likely running on another CPU: a short busy wait
+             * beats a sleep and a wake-up, and yielding would hand it our CPU's time */
+            cpu_relax();
+            continue;
+        }
+        /* asleep until the op before ours wakes this thread's bit (or turn moved on) */
+        syscall(SYS_futex, &turn, FUTEX_WAIT_BITSET_PRIVATE, now, NULL, NULL, 1u << (self % 32));
+    }
+}
+
+static void pass_turn(uint32_t seq, uint32_t self)
+{
+    atomic_store_explicit(&turn, seq + 1, memory_order_release);
+    if ((size_t)seq + 1 < owners.len / 4) {
+        uint32_t next = ((const uint32_t *)owners.data)[seq + 1];
+        if (next != self)
+            syscall(SYS_futex, &turn, FUTEX_WAKE_BITSET_PRIVATE, INT32_MAX, NULL, NULL,
+                    1u << (next % 32));
+    }
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *wk = arg;
     const struct op *ops = (const struct op *)wk->t->ops.data;
+    const uint32_t *seqs = (const uint32_t *)wk->t->seqs.data;
+    uint32_t self = wk->index;
     size_t n = wk->t->ops.len / sizeof *ops;
     while (!atomic_load(&go))
         sched_yield();
@@ -693,7 +751,11 @@ static void *worker_main(void *arg)
             if (when > now_ns() + 20000)
                 sleep_until(when);
         }
+        if (strict_order)
+            wait_turn(seqs[i], self);
         run_op(wk, &ops[i]);
+        if (strict_order)
+            pass_turn(seqs[i], self);
     }
     return NULL;
 }
@@ -749,6 +811,33 @@ static void *sampler_main(void *arg)
         sleep_until(next);
     }
     return NULL;
+}
+
+/* The kernel's high-water mark of this process's RSS (VmHWM), and its reset ("5" into
+ * clear_refs, Linux 4.0+): an exact peak over the replay, where the sampler can miss a
+ * spike shorter than its period. */
+static int reset_hwm(void)
+{
+    int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int ok = write(fd, "5", 1) == 1;
+    close(fd);
+    return ok;
+}
+
+static uint64_t read_hwm(void)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    if (f == NULL)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024u;
 }
 
 static double tv(struct timeval t)
@@ -859,6 +948,7 @@ static void replay(uint32_t nthreads)
     pthread_t *tids = zmap(sizeof *tids * (nthreads + 1));
     for (uint32_t i = 0; i < nthreads; i++) {
         workers[i].t = &threads[i];
+        workers[i].index = i;
         if (pthread_create(&tids[i], NULL, worker_main, &workers[i]) != 0)
             fail("cannot start replay thread %u of %u: %s", i + 1, nthreads, strerror(errno));
     }
@@ -869,6 +959,7 @@ static void replay(uint32_t nthreads)
     pthread_t sampler;
     if (pthread_create(&sampler, NULL, sampler_main, &s) != 0)
         fail("cannot start the RSS sampler: %s", strerror(errno));
+    int exact = reset_hwm();
     atomic_store(&go, 1);
     for (uint32_t i = 0; i < nthreads; i++)
         pthread_join(tids[i], NULL);
@@ -877,18 +968,22 @@ static void replay(uint32_t nthreads)
     atomic_store(&finished, 1);
     pthread_join(sampler, NULL);
     take_sample(&s);
+    uint64_t hwm = exact ? read_hwm() : 0;
+    if (hwm > s.peak_rss)
+        s.peak_rss = hwm; /* a spike between two samples */
     double user = tv(ru1.ru_utime) - tv(ru0.ru_utime), sys = tv(ru1.ru_stime) - tv(ru0.ru_stime);
     uint64_t peak_heap = s.peak_rss > baseline ? s.peak_rss - baseline : 0;
-    printf(",\n  \"timing\": \"%s\",\n  \"speed\": %g,\n  \"malloc_library\": ",
-           opt.timing ? "recorded" : "none", opt.speed);
+    printf(",\n  \"timing\": \"%s\",\n  \"speed\": %g,\n  \"order\": \"%s\",\n"
+           "  \"malloc_library\": ",
+           opt.timing ? "recorded" : "none", opt.speed, strict_order ? "recorded" : "threads");
     json_str(malloc_library());
     printf(",\n  \"wall_s\": %.6f,\n  \"user_s\": %.6f,\n  \"sys_s\": %.6f,\n  \"cpu_s\": %.6f,\n",
            (double)wall / 1e9, user, sys, user + sys);
     printf("  \"calls_per_s\": %.1f,\n  \"baseline_rss\": %llu,\n  \"peak_rss\": %llu,\n"
-           "  \"peak_heap_rss\": %llu,\n  \"max_rss_kernel\": %llu,\n",
+           "  \"peak_heap_rss\": %llu,\n  \"max_rss_kernel\": %llu,\n  \"peak_exact\": %s,\n",
            wall ? (double)b.nops / ((double)wall / 1e9) : 0.0, (unsigned long long)baseline,
            (unsigned long long)s.peak_rss, (unsigned long long)peak_heap,
-           (unsigned long long)ru1.ru_maxrss * 1024ull);
+           (unsigned long long)ru1.ru_maxrss * 1024ull, exact && hwm ? "true" : "false");
     printf("  \"replay_peak_live\": %lld,\n  \"rss_over_live\": %.4f,\n  \"malloc_failures\": "
            "%llu,\n  \"waits\": %llu,\n  \"samples\": [",
            (long long)s.peak_live, b.peak_live > 0 ? (double)peak_heap / (double)b.peak_live : 0.0,
@@ -911,7 +1006,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: mbreplay TRACE [--check] [--timing recorded|none] [--speed N] "
-            "[--sample-ms MS]\n"
+            "[--order threads|recorded] [--sample-ms MS]\n"
             "Replays an mbrecord trace under the allocator this process runs with; JSON on "
             "stdout.\n");
     exit(2);
@@ -933,6 +1028,11 @@ int main(int argc, char **argv)
             opt.speed = strtod(argv[++i], NULL);
             if (!(opt.speed > 0 && opt.speed < 1e6))
                 fail("--speed must be a positive number, like 2 (twice as fast)");
+        } else if (strcmp(a, "--order") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "recorded") != 0 && strcmp(v, "threads") != 0)
+                fail("--order must be threads or recorded, not %s", v);
+            strict_order = strcmp(v, "recorded") == 0;
         } else if (strcmp(a, "--sample-ms") == 0 && i + 1 < argc) {
             opt.sample_ms = strtod(argv[++i], NULL);
             if (!(opt.sample_ms >= 1 && opt.sample_ms <= 10000))

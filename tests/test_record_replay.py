@@ -112,7 +112,27 @@ def test_known_pattern_replays_to_the_programs_live_bytes(pattern_trace: Any) ->
             assert r["rss_over_live"] > 0.5
 
 
-def test_replay_command_compares_allocators_with_intervals(pattern_trace: Any) -> None:
+def test_the_recorded_order_makes_an_interleaving_sensitive_peak_steady(pattern_trace: Any) -> None:
+    """tcmalloc's layout depends on how the replay threads interleave; one call at a time
+    in the recorded order gives it the same calls in the same order every replay."""
+    trace, _ = pattern_trace
+    if not allocators.get("tcmalloc", False).available:
+        pytest.skip("tcmalloc is not installed")
+    setup = make_setup("test", "tcmalloc", "tcmalloc")
+    for order in ("recorded", "threads"):
+        run = runner.run_once(setup, trace, "none", 1.0, 0, 120, order)
+        assert run.status == "ok" and run.data["order"] == order, run.error
+        assert run.data["samples"][-1][2] == tracemod.check(trace).data["final_live"]
+    peaks = [
+        runner.run_once(setup, trace, "none", 1.0, r, 120, "recorded").data["peak_heap_rss"]
+        for r in range(4)
+    ]
+    assert max(peaks) / min(peaks) < 1.02, peaks  # free-running: 15.0 to 17.6 MB here
+
+
+def test_replay_command_compares_allocators_with_intervals(
+    pattern_trace: Any, tmp_path: Path
+) -> None:
     trace, _ = pattern_trace
     out = mallocbench(
         "replay", str(trace), "--allocators", "glibc,jemalloc", "--set",
@@ -120,7 +140,7 @@ def test_replay_command_compares_allocators_with_intervals(pattern_trace: Any) -
         "--expect-server-version", "11.4.2",
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+    doc = json.loads(out.stdout)["replay_summary"]
     names = [s["setup"] for s in doc["setups"]]
     assert names == ["glibc", "jemalloc", "glibc[MALLOC_ARENA_MAX=1]"]
     assert doc["setups"][0]["ratios"] == {}
@@ -129,8 +149,24 @@ def test_replay_command_compares_allocators_with_intervals(pattern_trace: Any) -
     assert doc["setups"][1]["runs"] == 2 and doc["setups"][1]["failed"] == 0
     assert doc["trace"]["info"]["server_version"] == "10.11.6-test"
     assert any("recorded under server 10.11.6-test" in w for w in doc["warnings"])
-    table = mallocbench("replay", str(trace), "--allocators", "glibc,jemalloc", "--repeats", "2")
-    assert table.returncode == 0 and "relative to glibc" in table.stdout
+    out_dir = tmp_path / "replayed"
+    table = mallocbench(
+        "replay", str(trace), "--allocators", "glibc,jemalloc", "--repeats", "2",
+        "--out", str(out_dir),
+    )  # fmt: skip
+    assert table.returncode == 0 and "relative to glibc" in table.stdout, table.stderr
+    # A replay kept with --out is a run: in the store, read back by `report` in any format.
+    for name in ("results.sqlite", "results.json", "report.md", "report.html"):
+        assert (out_dir / name).is_file(), name
+    again = mallocbench("report", str(out_dir), "--format", "markdown")
+    assert again.returncode == 0, again.stderr
+    assert "## Replay of a recorded trace" in again.stdout and "| jemalloc | 2/2 |" in again.stdout
+    assert "Replay: heap RSS over time" in (out_dir / "report.html").read_text()
+    stored = json.loads(mallocbench("report", str(out_dir), "--format", "json").stdout)
+    runs = stored["metadata"]["replay"]["runs"]
+    assert [(r["setup"], r["status"]) for r in runs] == [
+        ("glibc", "ok"), ("jemalloc", "ok"), ("glibc", "ok"), ("jemalloc", "ok")
+    ]  # fmt: skip
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
@@ -284,7 +320,7 @@ def test_replayer_is_built() -> None:
 
 
 def test_a_ratio_is_a_finding_only_beyond_min_effect_with_its_interval() -> None:
-    from mallocbench.replay.summary import summarize
+    from mallocbench.analysis.replay import summarize
 
     def runs(setup: str, peaks: list[float]) -> list[runner.ReplayRun]:
         return [

@@ -42,7 +42,12 @@ GOLDEN = FIXTURES / "golden"
 UPDATE = os.environ.get("MB_UPDATE_GOLDEN") == "1"
 PLOTLY = "plotly-golden.min.js"
 
-RUNS = {"small": "results-small.json", "aa": "results-aa.json", "soak": "results-soak.json"}
+RUNS = {
+    "small": "results-small.json",
+    "aa": "results-aa.json",
+    "soak": "results-soak.json",
+    "replay": "results-replay.json",  # a replay of a recorded trace: a run without cells
+}
 
 
 def load(name: str) -> RunResult:

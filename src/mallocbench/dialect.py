@@ -64,6 +64,7 @@ SETUP: dict[str, Schema] = {
     "thp": _of("string", "transparent huge pages", enum=["always", "madvise", "never"]),
     "memory_limit": SIZE | {"description": "cap of the server's own memory cgroup"},
     "cpu_quota": FRACTION | {"description": 'CPU time cap, a share of its CPUs ("95%")'},
+    "record": _of("boolean", "record the server's allocation calls in each measured cell"),
     # A key of the pattern driver: `run` accepts and leaves it out.
     "options": _of("object", 'pattern-driver options, a variant: { init = "calloc" }'),
 }
@@ -102,6 +103,7 @@ RUN_TOP: dict[str, Schema] = {
         enum=["runs", "turns"],
     ),
     "min_effect": FRACTION | {"description": "smaller changes are never findings"},
+    "record": _of("boolean", "every setup records (a setup's own record wins)"),
     "dataset": table(RUN_DATASET, "the sysbench tables every engine loads"),
     "durations": table(RUN_DURATIONS, "how long each cell warms and is measured"),
     "server": table(RUN_SERVER, "what every setup's server shares"),

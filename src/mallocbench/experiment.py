@@ -112,6 +112,8 @@ class Setup:
     # a cpu cgroup of its own; None: unlimited.
     cpu_quota: float | None = None
     description: str = ""
+    # Record the server's allocation calls (the replay shim) in each measured cell.
+    record: bool = False
 
 
 @dataclass
@@ -584,16 +586,28 @@ class _Server:
     port: int | None = None
     config: dict[str, str] = field(default_factory=dict)
     memory_limit: int | None = None
+    record: bool = False  # the experiment's `record`: every setup's default
+
+
+def _record(value: object, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise MallocbenchError(
+            f"{key} = {value!r} is not true or false: write {key.rsplit('.', 1)[-1]} = true "
+            "to record the server's allocation calls in each measured cell"
+        )
+    return value
 
 
 def _server(problems: Problems, data: dict[str, Any]) -> _Server:
     raw = problems.check(
         ("server",), _expect, data.get("server", {}), dict, "server", "write a [server] table"
     )
+    record = problems.check(("record",), _record, data.get("record", False), "record")
     if raw is None:
-        return _Server()
+        return _Server(record=bool(record))
     problems.unknown_keys(("server",), raw, RUN_SERVER, "[server]")
     return _Server(
+        record=bool(record),
         basedir=raw.get("basedir") or None,
         port=problems.check(("server", "port"), _port, raw.get("port")),
         config=_config(problems, ("server", "config"), raw.get("config", {}), "[server]"),
@@ -668,6 +682,9 @@ def _server_setup(
     quota = None
     if not problems.failed(*path, "cpus"):
         quota = problems.check(path + ("cpu_quota",), _cpu_quota, raw.get("cpu_quota"), label, cpus)
+    record = problems.check(
+        path + ("record",), _record, raw.get("record", server.record), f"{label}.record"
+    )
     if common is None or problems.failed(*path):
         return None
     return Setup(
@@ -682,6 +699,7 @@ def _server_setup(
         memory_limit_bytes=limit,
         cpu_quota=quota,
         description=common.description,
+        record=bool(record),
     )
 
 

@@ -304,6 +304,62 @@ class AdaptiveRecord(Record):
 
 
 @dataclass
+class ReplayRun:
+    """One replay of a trace under one setup: the replayer's JSON, or why there is none."""
+
+    setup: str
+    repeat: int
+    status: str  # ok, crashed, failed
+    data: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def value(self, key: str) -> float | None:
+        v = self.data.get(key)
+        return float(v) if isinstance(v, (int, float)) and self.status == "ok" else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "setup": self.setup,
+            "repeat": self.repeat,
+            "status": self.status,
+            "data": self.data,
+            "error": self.error,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReplayRun:
+        return cls(
+            setup=str(data.get("setup", "")),
+            repeat=int(data.get("repeat") or 0),
+            status=str(data.get("status", "failed")),
+            data=dict(data.get("data") or {}),
+            error=data.get("error"),
+        )
+
+
+@dataclass
+class ReplayRecord(Record):
+    """A recorded trace replayed under each setup (`mallocbench replay`): the trace's
+    account as the replayer checked it, how it was replayed, and every replay as the
+    replayer reported it, appended as each one ends."""
+
+    trace_path: str | None = None
+    trace: dict[str, Any] | None = None  # mbreplay --check's account, without the curve
+    ideal_curve: list[list[float]] | None = None  # [seconds, live requested bytes]
+    timing: str | None = None  # recorded or none
+    speed: float | None = None
+    repeats: int | None = None
+    setups: list[dict[str, Any]] | None = None  # name, allocator, knobs; the first is the base
+    runs: list[dict[str, Any]] | None = None  # ReplayRun.to_dict() of each replay
+    warnings: list[str] | None = None  # what a reader must know about the trace
+    order: str | None = None  # recorded (one call at a time, as recorded) or threads
+
+    @property
+    def replay_runs(self) -> list[ReplayRun]:
+        return [ReplayRun.from_dict(r) for r in self.runs or []]
+
+
+@dataclass
 class RunMetadata(Record):
     """What a run records beside its cells: see the module's docstring for the shape."""
 
@@ -330,6 +386,8 @@ class RunMetadata(Record):
     # runtime directory of the server's user, removed at the end); None: under the
     # run's directory.
     runtime_dir: str | None = None
+    # A replay of a recorded trace: a run of its own, whose results are these, not cells.
+    replay: ReplayRecord | None = _record(ReplayRecord)
 
 
 __all__ = [
@@ -342,6 +400,8 @@ __all__ = [
     "HostFacts",
     "HostRecord",
     "Record",
+    "ReplayRecord",
+    "ReplayRun",
     "RunMetadata",
     "SoakRecord",
     "WorkerCpuShare",

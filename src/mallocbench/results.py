@@ -73,6 +73,9 @@ class Cell:
     # throughput "qps" over its counted "seconds", and the interference the machine saw
     # meanwhile (probes.system.interference). One slice in the sequential design.
     slices: list[dict[str, float]] = field(default_factory=list)
+    # The allocation trace recorded while measured (a setup with `record = true`), as a
+    # path relative to the run directory: traces/<cell>.mbt.
+    trace: str | None = None
 
     @property
     def key(self) -> tuple[str, str, str, int, int]:
@@ -102,6 +105,8 @@ class Cell:
         data = asdict(self)
         if not with_samples:
             data.pop("samples")
+        if data["trace"] is None:
+            data.pop("trace")  # written only by a recording setup: older files stay as they were
         return data
 
     @classmethod

@@ -21,6 +21,7 @@ from mallocbench.probes import process as proc_probe
 from mallocbench.probes import start as start_probe
 from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.probes.system import process_thp_disabled, thp_mode
+from mallocbench.replay.native import shim_path
 from mallocbench.results import SessionInfo
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup
@@ -52,6 +53,7 @@ def server_config(
         max_connections=max(200, 2 * max(experiment.threads) + 50),
         memory_cgroup=memory_cgroup,
         cpu_cgroup=cpu_cgroup,
+        record_shim=str(shim_path()) if setup.record else None,
     )
 
 

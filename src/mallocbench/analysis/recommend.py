@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from typing import Any
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import client_bound
+from mallocbench.analysis.summary import RSS as RSS_UNIT
 from mallocbench.analysis.summary import (
     RatioCell,
     RatioTable,
@@ -33,6 +35,7 @@ from mallocbench.analysis.summary import (
     summarize_run,
 )
 from mallocbench.errors import MallocbenchError
+from mallocbench.metadata import ReplayRecord
 from mallocbench.results import STATUS_OK, RunResult
 
 THROUGHPUT = "throughput"
@@ -279,6 +282,53 @@ def _p99_cells(result: RunResult, min_effect: float) -> dict[str, list[tuple[str
     return out
 
 
+def _replay_setup_key(allocator: str, knobs: Mapping[str, str]) -> tuple[str, tuple[Any, ...]]:
+    return allocator, tuple(sorted((str(k), str(v)) for k, v in knobs.items()))
+
+
+def replay_rss_cells(
+    result: RunResult, replay: ReplayRecord, min_effect: float
+) -> dict[str, RatioCell]:
+    """Each candidate's replay peak RSS over the base's, for the run's setups whose allocator
+    and knobs a setup of the replay has (the replay knows no server config); empty when
+    the run's base is not among them."""
+    names = {
+        _replay_setup_key(str(s.get("allocator")), s.get("knobs") or {}): str(s.get("name"))
+        for s in replay.setups or []
+    }
+    runs = replay.replay_runs
+
+    def peaks(name: str) -> list[float]:
+        return [v for r in runs if r.setup == name and (v := r.value("peak_heap_rss")) is not None]
+
+    matched = {s.name: names.get(_replay_setup_key(s.allocator, s.knobs)) for s in result.setups}
+    base = matched.get(result.base_setup)
+    if base is None:
+        return {}
+    return {
+        setup: ratio_cell(peaks(name), peaks(base), None, base, min_effect, RSS_UNIT)
+        for setup, name in matched.items()
+        if name is not None and setup != result.base_setup
+    }
+
+
+def _rss_evidence(
+    engine: str,
+    setup: str,
+    rss_cells: Mapping[tuple[str, str], RatioCell],
+    replay_cells: Mapping[str, RatioCell],
+    replay_label: str,
+) -> list[tuple[str, RatioCell]]:
+    """The peak-RSS ratios behind the memory claim: the servers', then the replay's."""
+    out = []
+    rss = rss_cells.get((engine, setup))
+    if rss:
+        out.append(("peak RSS", rss))
+    if setup in replay_cells:
+        out.append((replay_label, replay_cells[setup]))
+    return out
+
+
 def _thin_evidence(result: RunResult, engine: str) -> ThinEvidence:
     cells = [c for c in result.cells if c.engine == engine]
     threads = {c.threads for c in cells}
@@ -338,10 +388,12 @@ def recommend(
     memory_budget_bytes: int | None = None,
     tables: Sequence[RatioTable] | None = None,
     rss_cells: Mapping[tuple[str, str], RatioCell] | None = None,
+    replay: ReplayRecord | None = None,
 ) -> Recommendation:
     """The setup to run per engine, or the base when no candidate qualifies.
     `tables` and `rss_cells`: relative_tables(result, min_effect) and
-    rss_ratio_cells(result, min_effect), when already at hand."""
+    rss_ratio_cells(result, min_effect), when already at hand. `replay`: a replay of a
+    trace of this workload, whose peak RSS ratios join the servers' as memory evidence."""
     effect = min_effect_of(result, min_effect)
     if tables is None:
         tables = relative_tables(result, effect, summarize_run(result))
@@ -349,6 +401,9 @@ def recommend(
         rss_cells = rss_ratio_cells(result, effect)
     p99 = _p99_cells(result, effect)
     peaks = peak_rss_by_repeat(result)
+    replay_cells = replay_rss_cells(result, replay, effect) if replay else {}
+    trace = os.path.basename((replay.trace_path or "") if replay else "") or "a trace"
+    replay_label = f"peak RSS from a replay of {trace}"
     base = result.base_setup
     engines = []
     for engine in dict.fromkeys(c.engine for c in result.cells):
@@ -363,11 +418,11 @@ def recommend(
             ]
             if not qps_cells:
                 continue
-            rss = rss_cells.get((engine, setup))
+            rss = _rss_evidence(engine, setup, rss_cells, replay_cells, replay_label)
             assessments = {
                 THROUGHPUT: assess(THROUGHPUT, qps_cells, effect),
                 P99: assess(P99, p99.get(f"{engine}/{setup}", []), effect),
-                RSS: assess(RSS, [("peak RSS", rss)] if rss else [], effect),
+                RSS: assess(RSS, rss, effect),
             }
             peak = max(peaks.get((setup, engine), {}).values(), default=None)
             candidates.append(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import client_bound
 from mallocbench.analysis.recommend import Recommendation, recommend
+from mallocbench.analysis.replay import ReplayAnalysis, analyze_replay
 from mallocbench.analysis.run_noise import RunNoise, run_noise
 from mallocbench.analysis.sla import SlaStatus, sla_results
 from mallocbench.analysis.soak import SetupSoak, is_soak, soak_setups
@@ -66,6 +67,7 @@ class RunAnalysis:
     client_bound: tuple[Cell, ...]  # cells whose client used more CPU than the server
     # Largest peak VSZ when VSZ is mostly reserved address space (then not compared).
     reserved_vsz_bytes: int | None
+    replay: ReplayAnalysis | None = None  # a replay run's results (mallocbench replay)
 
     @property
     def recorded_notes(self) -> list[str]:
@@ -142,4 +144,5 @@ def analyze(
         unstable=tuple(c for c in run.cells if c.unstable),
         not_steady=tuple(c for c in run.cells if c.warmup_steady is False),
         reserved_vsz_bytes=reserved_vsz_bytes(memory),
+        replay=analyze_replay(run.metadata.replay, effect) if run.metadata.replay else None,
     )

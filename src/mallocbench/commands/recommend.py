@@ -16,6 +16,7 @@ from mallocbench.analysis.recommend import DEFAULT_PRIORITIES, parse_priorities,
 from mallocbench.commands.options import emit, min_effect_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
+from mallocbench.metadata import ReplayRecord
 from mallocbench.report import formats
 from mallocbench.report.recommend import Advice
 from mallocbench.results import RunResult, SetupInfo
@@ -48,6 +49,16 @@ def _chosen(result: RunResult, choices: dict[str, str | None], engine: str | Non
     return next(iter(picked), None)
 
 
+def _replay(source: str) -> ReplayRecord:
+    replayed = load_result(source, with_samples=False)
+    if replayed.metadata.replay is None:
+        raise MallocbenchError(
+            f"--replay {source}: run {replayed.run_id} is not a replay; give the --out "
+            "directory of `mallocbench replay TRACE --out DIR`"
+        )
+    return replayed.metadata.replay
+
+
 @click.command("recommend")
 # A str, not a Path: a postgresql:// URL would lose a slash.
 @click.argument("source")
@@ -69,6 +80,13 @@ def _chosen(result: RunResult, choices: dict[str, str | None], engine: str | Non
 )
 @min_effect_option("Smallest change that counts, better or worse (0.03 or 3%); default: the run's.")
 @click.option("--engine", help="Recommend for this engine only (when engines disagree).")
+@click.option(
+    "--replay",
+    "replay_source",
+    metavar="DIR",
+    help="A replay of this workload's trace (`mallocbench replay --out DIR`): its peak RSS "
+    "ratios join the servers' as memory evidence, labelled as from a replay.",
+)
 @click.option(
     "--service",
     type=click.Choice(["mariadb", "mysql"]),
@@ -98,6 +116,7 @@ def recommend_cmd(
     budget_text: str | None,
     min_effect: float | None,
     engine: str | None,
+    replay_source: str | None,
     service: str,
     dropin_dir: Path | None,
     fmt_name: str,
@@ -131,7 +150,8 @@ def recommend_cmd(
             f"engine {engine!r} is not in run {result.run_id}: it measured "
             f"{', '.join(measured) or 'no cells'}; drop --engine or give one of those"
         )
-    rec = recommend(result, priorities, min_effect, budget)
+    replay = _replay(replay_source) if replay_source else None
+    rec = recommend(result, priorities, min_effect, budget, replay=replay)
     if engine is not None:
         rec.engines = [e for e in rec.engines if e.engine == engine] or rec.engines
     choices = {e.engine: e.choice for e in rec.engines}

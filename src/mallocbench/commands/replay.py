@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from mallocbench.commands.options import min_effect_option
 from mallocbench.errors import MallocbenchError
+
+if TYPE_CHECKING:
+    from mallocbench.store.base import ResultsStore
 
 
 def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str, dict[str, str]]]:
@@ -57,18 +60,29 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     show_default=True,
     help="With --timing recorded: replay N times faster.",
 )
+@click.option(
+    "--order",
+    type=click.Choice(["recorded", "threads"]),
+    default="recorded",
+    show_default=True,
+    help="recorded runs every thread's calls one at a time in the recorded order (the same "
+    "calls in the same order each replay: a steady peak RSS); threads lets the replay "
+    "threads run freely (real concurrency: use it with --timing none for CPU cost).",
+)
 @min_effect_option("Ratios smaller than this are never findings (default 0).")
 @click.option(
     "--expect-server-version",
     metavar="VERSION",
     help="Warn when the trace was recorded under another server version.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the results as JSON instead of the tables."
+)
 @click.option(
     "--out",
-    "out_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Also write the JSON document to this file.",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the replay in DIR: its results store, results.json, report.md, report.html.",
 )
 def replay(
     trace: Path,
@@ -77,44 +91,61 @@ def replay(
     repeats: int,
     timing: str,
     speed: float,
+    order: str,
     min_effect: float | None,
     expect_server_version: str | None,
     as_json: bool,
-    out_file: Path | None,
+    out_dir: Path | None,
 ) -> None:
     """Replay a recorded trace under each allocator and knob setting.
 
     Per setup: peak RSS beside the ideal (live requested bytes), RSS/live, CPU time and
-    calls/s, with 95% intervals over the repeats."""
+    calls/s, with 95% intervals over the repeats. With --out the replay is a run like any
+    other: `mallocbench report DIR` shows it again, in every format."""
+    from mallocbench.analysis.run_analysis import analyze
     from mallocbench.console import make_console
     from mallocbench.patterns.experiment import make_setup
-    from mallocbench.replay import render, runner, summary
+    from mallocbench.replay import run as replay_runs
     from mallocbench.replay import trace as tracemod
+    from mallocbench.report import formats
 
     parsed = _setups(allocator_list, extra)
     info = tracemod.check(trace)
     setups = [make_setup("replay", name, spec, knobs) for name, spec, knobs in parsed]
-    console = make_console(stderr=True)
-    with console.status("replaying") as status:
-        runs = runner.replay_all(
-            setups,
-            trace,
-            repeats,
-            timing,
-            speed,
-            float(info.data.get("duration_s") or 0),
-            progress=lambda text: status.update(f"replaying: {text}"),
-        )
-    keyed = [(s.name, s.allocator.name, dict(s.knobs)) for s in setups]
-    rows = summary.summarize(runs, keyed, min_effect or 0.0)
     warnings = info.warnings(expect_server_version)
-    doc = render.document(info, rows, timing, speed, repeats, min_effect or 0.0, warnings)
-    if out_file is not None:
-        out_file.write_text(json.dumps(doc, indent=1) + "\n")
+    result = replay_runs.new_result(
+        info, setups, timing, speed, repeats, min_effect, warnings, order
+    )
+    store = _open_store(out_dir)
+    console = make_console(stderr=True)
+    try:
+        with console.status("replaying") as status:
+            replay_runs.replay_run(
+                result,
+                setups,
+                trace,
+                store,
+                progress=lambda text: status.update(f"replaying: {text}"),
+            )
+    finally:
+        if store is not None:
+            store.close()
+    analysis = analyze(result)
+    if out_dir is not None:
+        formats.write_reports(analysis, out_dir)
     if as_json:
-        click.echo(json.dumps(doc, indent=1))
+        click.echo(formats.render("json", analysis), nl=False)
     else:
-        render.print_table(info, rows, timing, min_effect or 0.0, warnings)
+        formats.print_terminal(analysis, make_console(), str(out_dir) if out_dir else None)
+
+
+def _open_store(out_dir: Path | None) -> ResultsStore | None:
+    if out_dir is None:
+        return None
+    from mallocbench.store import open_store
+    from mallocbench.store.base import STORE_NAME
+
+    return open_store(out_dir / STORE_NAME)
 
 
 commands = [replay]

@@ -32,6 +32,8 @@ from mallocbench.measure import (
     warm_up,
 )
 from mallocbench.probes.system import system_thp_mode
+from mallocbench.replay import cells as cells_record
+from mallocbench.replay.native import shim_path
 from mallocbench.results import Cell
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError, find_build, server_user
@@ -45,6 +47,12 @@ def resolve_builds(experiment: Experiment) -> dict[str | None, ServerBuild]:
     for setup in experiment.setups:
         if setup.basedir not in builds:
             builds[setup.basedir] = find_build(setup.basedir)
+    recording = [s.name for s in experiment.setups if s.record]
+    if recording:
+        try:
+            shim_path()
+        except MallocbenchError as exc:
+            raise MallocbenchError(f"setup {recording[0]} has record = true, but {exc}") from None
     return builds
 
 
@@ -147,6 +155,34 @@ class RealExecutor:
             cells.append(None)
             drop_first = interleave and not until_done
             active.append((index, live, CellMeasurement(cell, planned, drop_first), exact_peak))
+        windows = {index: cells_record.arm(live, m.planned) for index, live, m, _ in active}
+        try:
+            self._measure_active(experiment, active, interleave, progress, stop_requested)
+        except BaseException:
+            for window in windows.values():
+                if window is not None:
+                    cells_record.abandon(window)
+            raise
+        for index, live, measurement, exact_peak in active:
+            window = windows[index]
+            if window is not None:
+                cells_record.disarm(
+                    window, live, measurement.planned, measurement.cell, run.out_dir
+                )
+            cell = finish_cell(measurement, live, run.takes_account(measurement.planned))
+            record_charge(cell, live, exact_peak)
+            cells[index] = cell
+        return [c for c in cells if c is not None]
+
+    def _measure_active(
+        self,
+        experiment: Experiment,
+        active: list[tuple[int, LiveSession, CellMeasurement, bool]],
+        interleave: bool,
+        progress: CellProgress,
+        stop_requested: Callable[[], bool],
+    ) -> None:
+        """The warmed cells' measured seconds: turns, slices, or one run each."""
         sliced = interleave and all(
             not m.planned.step.definition.until_done for _, _, m, _ in active
         )
@@ -170,11 +206,6 @@ class RealExecutor:
                 seconds = min(MIN_RUN_SLICE_S, experiment.duration_s)
                 rounds = max(1, round(experiment.duration_s / seconds))
             self._measure_slices(active, rounds, seconds, progress, stop_requested)
-        for index, live, measurement, exact_peak in active:
-            cell = finish_cell(measurement, live, run.takes_account(measurement.planned))
-            record_charge(cell, live, exact_peak)
-            cells[index] = cell
-        return [c for c in cells if c is not None]
 
     @staticmethod
     def _measure_slices(

@@ -29,7 +29,7 @@ threads = [1, 2]       # optional overrides: threads, seconds, ops, seed, setups
 Every error names the key it is about, so a typo never runs a half-right experiment.
 Setups are `[[setup]]` tables with a name, as in experiments for `mallocbench run`, so
 one file's setups serve both; the keys that only mean something to a server (config,
-cpus, thp, memory_limit, cpu_quota, basedir) are accepted and left out here. The older
+cpus, thp, memory_limit, cpu_quota, basedir, record) are accepted and left out here. The older
 `[setups.NAME]` tables are still read.
 """
 

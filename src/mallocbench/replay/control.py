@@ -151,10 +151,15 @@ def start(pid: int, server_file: str | None = None) -> Window:
     return window
 
 
+def disarm(window: Window) -> None:
+    """Tell the shim to stop, without waiting for it."""
+    _write(window.here, "off\n")
+
+
 def stop(window: Window, out: Path | None) -> str:
     """Disarm; move the trace to `out` (None: leave it where the process wrote it).
     Returns the shim's closing status line."""
-    _write(window.here, "off\n")
+    disarm(window)
     closing = _await_status(window.status, "complete", 60.0)
     source = in_process(window.pid, window.server_file)
     if not source.is_file():

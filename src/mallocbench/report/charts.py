@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mallocbench import formatting as fmt
+from mallocbench.analysis.replay import ReplayAnalysis
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import CellSummary, RatioTable
 from mallocbench.formatting import slug
@@ -70,8 +71,67 @@ def run_charts(analysis: RunAnalysis) -> tuple[dict[str, Chart], list[Chart]]:
         + memory_time_charts(analysis.result, colors)
         + scalability_charts(analysis, colors)
         + per_step_charts(analysis, colors)
+        + replay_charts(analysis.replay)
     )
     return relative, charts
+
+
+REPLAY_RSS_CHART = "replay-rss"
+
+
+def replay_charts(replay: ReplayAnalysis | None) -> list[Chart]:
+    """The replay's heap RSS over time under each setup (its first good repeat), beside
+    the ideal: the bytes the program had live, which no allocator can go below."""
+    if replay is None or not replay.rows:
+        return []
+    colors = setup_colors([r.setup for r in replay.rows])
+    mib = 1024 * 1024
+    data: list[dict[str, Any]] = []
+    for row in replay.rows:
+        if not row.rss_curve:
+            continue
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": row.setup,
+                "x": [p[0] for p in row.rss_curve],
+                "y": [round(p[1] / mib, 2) for p in row.rss_curve],
+                "line": {"color": colors[row.setup]},
+            }
+        )
+    # The ideal is on the recording's clock: the replay's with the recorded timing (at
+    # its speed); flat out, the two clocks differ, and the ideal is left out.
+    rec = replay.record
+    ideal = (rec.ideal_curve or []) if rec.timing == "recorded" else []
+    speed = rec.speed or 1.0
+    if ideal:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "ideal (live bytes)",
+                "x": [round(p[0] / speed, 3) for p in ideal],
+                "y": [round(p[1] / mib, 2) for p in ideal],
+                "line": {"color": "#777777", "dash": "dot"},
+            }
+        )
+    if not data:
+        return []
+    return [
+        Chart(
+            id=REPLAY_RSS_CHART,
+            title="Replay: heap RSS over time",
+            data=data,
+            layout={
+                "xaxis": {"title": {"text": "seconds of the replay"}},
+                "yaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
+            },
+            note="One line per setup (its first repeat that ran)"
+            + ("; dotted: the live requested bytes of the trace, the ideal." if ideal else "."),
+            wide=True,
+        )
+    ]
 
 
 def short_labels(steps: list[str]) -> list[str]:

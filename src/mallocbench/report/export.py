@@ -11,6 +11,7 @@ from typing import Any
 
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import RatioRow, RatioTable
+from mallocbench.report.replay import document as replay_document
 from mallocbench.workloads.catalogue import label_order
 
 CELL_COLUMNS = (
@@ -185,4 +186,7 @@ def results_json(analysis: RunAnalysis, with_samples: bool = True) -> str:
     if analysis.min_effect_given:
         metadata = dataclasses.replace(result.metadata, min_effect=analysis.min_effect)
         result = dataclasses.replace(result, metadata=metadata)
-    return json.dumps(result.to_dict(with_samples=with_samples), indent=1)
+    data = result.to_dict(with_samples=with_samples)
+    if analysis.replay is not None:
+        data["replay_summary"] = replay_document(analysis.replay)
+    return json.dumps(data, indent=1)

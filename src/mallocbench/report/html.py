@@ -34,9 +34,10 @@ from mallocbench.analysis.summary import MemoryRow, RatioTable
 from mallocbench.analysis.verdict import VerdictRow
 from mallocbench.files import write_text_atomic
 from mallocbench.formatting import percent
-from mallocbench.report.charts import PALETTE, Chart, relative_chart, run_charts
+from mallocbench.report.charts import PALETTE, REPLAY_RSS_CHART, Chart, relative_chart, run_charts
 from mallocbench.report.facts import headline_facts, run_facts, setup_differences, setup_table
 from mallocbench.report.recommend import engine_lines
+from mallocbench.report.replay import ReplayView, html_view
 from mallocbench.report.soak import soak_notes, soak_table
 from mallocbench.report.tables import (
     MemoryColumn,
@@ -321,6 +322,7 @@ class ReportContext:
     soak_notes: list[str] = field(default_factory=list)
     # Per engine: the decision line, then the claims behind it (report.recommend's words).
     recommendation: list[tuple[str, list[str]]] = field(default_factory=list)
+    replay: ReplayView | None = None  # a replay run's section (mallocbench replay)
 
     @property
     def color_rule(self) -> str:
@@ -362,6 +364,7 @@ def build_context(analysis: RunAnalysis) -> ReportContext:
         recommendation=_recommendation(analysis.recommendation),
         soak=soak_table(analysis),
         soak_notes=soak_notes(analysis),
+        replay=html_view(analysis.replay),
     )
 
 
@@ -378,7 +381,7 @@ def _recommendation(rec: Recommendation) -> list[tuple[str, list[str]]]:
 def render_html(analysis: RunAnalysis, plotly_src: str | None = None) -> str:
     result = analysis.result
     ctx = build_context(analysis)
-    beside_tables = {c.id for c in ctx.relative_charts.values()}
+    beside_tables = {c.id for c in ctx.relative_charts.values()} | {REPLAY_RSS_CHART}
     other_charts = [c for c in ctx.charts if c.id not in beside_tables]
     return _page(
         "report.html.j2",
@@ -390,6 +393,9 @@ def render_html(analysis: RunAnalysis, plotly_src: str | None = None) -> str:
         setup_columns=setup_table(result.setups),
         verdict_groups=_verdict_groups(ctx.verdict),
         other_charts=other_charts,
+        replay_chart=next((c for c in ctx.charts if c.id == REPLAY_RSS_CHART), None),
+        # A replay's run has no cells: the sections about servers would all say "none".
+        replay_only=ctx.replay is not None and not result.cells,
         title=f"mallocbench: {result.experiment}",
     )
 

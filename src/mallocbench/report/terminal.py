@@ -13,6 +13,7 @@ from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import RatioCell, RatioTable
 from mallocbench.console import make_console
 from mallocbench.report.recommend import verdict_lines
+from mallocbench.report.replay import print_replay
 from mallocbench.report.soak import print_soak
 from mallocbench.report.tables import (
     PER_OP_NOTE,
@@ -105,6 +106,7 @@ def print_run(
     if analysis.memory:
         _print_memory(analysis, console)
     print_soak(analysis, console)
+    print_replay(analysis.replay, console)
     _print_findings(analysis, console, source)
 
 

@@ -55,7 +55,8 @@ from mallocbench.servers.options import check_config
 SERVER_BINARIES = ("mariadbd", "mysqld")
 # Environment variables that would change the allocator or its behaviour behind our back.
 _ALLOCATOR_ENV = re.compile(
-    r"^(LD_PRELOAD|MALLOC_|GLIBC_TUNABLES|JE_MALLOC_CONF|TCMALLOC_|HEAPPROFILE|MIMALLOC_)"
+    r"^(LD_PRELOAD|MALLOC_|GLIBC_TUNABLES|JE_MALLOC_CONF|TCMALLOC_|HEAPPROFILE|MIMALLOC_"
+    r"|MBRECORD_)"
 )
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes on Linux; leave room
 # The unprivileged account a root-run harness hands its servers to (Debian's packages
@@ -202,6 +203,8 @@ class ServerConfig:
     memory_cgroup: MemoryCgroup | None = None
     # ... and inside this one (a CPU quota: a known handicap for this setup).
     cpu_cgroup: CpuCgroup | None = None
+    # The recording shim, preloaded in front of the allocator (idle until armed).
+    record_shim: str | None = None
 
 
 _PR_SET_THP_DISABLE = 41
@@ -300,6 +303,8 @@ class PrivateServer:
         self.tmpdir = self.statedir / "tmp"
         self.files_dir = self.statedir / "files"  # the only place FILE statements may touch
         self.init_file = self.statedir / "init.sql"
+        # The shim's control file: in the server's own directory, where it may answer.
+        self.record_control = self.statedir / "mbrecord.control"
         # For people: `mariadb --defaults-file=client.cnf` reaches this server.
         self.client_cnf = self.rundir / "client.cnf"
         self.sysbench_options = self.rundir / "sysbench.cnf"
@@ -393,6 +398,13 @@ class PrivateServer:
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_ENV.match(k)}
         preload = self.config.allocator.preload()
+        shim = self.config.record_shim
+        if shim:
+            # First, so its malloc is the one called; it forwards to the allocator's.
+            preload = f"{shim} {preload}" if preload else shim
+            env["MBRECORD_CONTROL"] = str(self.record_control)
+            env["MBRECORD_ALLOCATOR"] = self.config.allocator.name
+            env["MBRECORD_SERVER_VERSION"] = self.build.version
         if preload:
             env["LD_PRELOAD"] = preload
         env.update({k: str(v) for k, v in self.config.knobs.items()})

@@ -1,6 +1,7 @@
-"""Per setup: the replay's peak heap RSS, live bytes (the ideal), RSS/live, CPU and calls/s
-with 95% intervals over the repeats, and each ratio to the base setup, classified by the
-project's rule: a finding only when its interval excludes 1 and it is beyond min_effect.
+"""A replay analysed once: per setup, the replay's peak heap RSS, live bytes (the ideal),
+RSS/live, CPU and calls/s with 95% intervals over the repeats, and each ratio to the base
+setup, classified by the project's rule: a finding only when its interval excludes 1 and
+it is beyond min_effect. Every report format reads the `ReplayAnalysis`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mallocbench.analysis import stats
-from mallocbench.replay.runner import ReplayRun
+from mallocbench.metadata import ReplayRecord, ReplayRun
 
 # (key in the replayer's JSON, label, lower is better)
 METRICS = (
@@ -111,3 +112,48 @@ def summarize(
             )
         )
     return out
+
+
+@dataclass(frozen=True)
+class ReplayAnalysis:
+    """A run's replay, summarised: `rows[0]` is the base setup."""
+
+    record: ReplayRecord
+    rows: tuple[SetupSummary, ...]
+    min_effect: float
+    base: str | None  # the setup the others are compared with
+    # Setups whose slowest replay took longer than the recording (at its speed) by more
+    # than BEHIND, with that ratio: time-based purging then saw a slower pace than the
+    # program's (with the recorded timing only).
+    behind: tuple[tuple[str, float], ...] = ()
+
+    def row(self, setup: str) -> SetupSummary | None:
+        return next((r for r in self.rows if r.setup == setup), None)
+
+
+def analyze_replay(record: ReplayRecord, min_effect: float) -> ReplayAnalysis:
+    setups = [
+        (str(s.get("name")), str(s.get("allocator")), dict(s.get("knobs") or {}))
+        for s in record.setups or []
+    ]
+    runs = record.replay_runs
+    rows = summarize(runs, setups, min_effect)
+    return ReplayAnalysis(
+        record, tuple(rows), min_effect, rows[0].setup if rows else None, _behind(record, runs)
+    )
+
+
+BEHIND = 1.1
+
+
+def _behind(record: ReplayRecord, runs: Sequence[ReplayRun]) -> tuple[tuple[str, float], ...]:
+    recorded = float((record.trace or {}).get("duration_s") or 0) / (record.speed or 1.0)
+    if record.timing != "recorded" or recorded <= 0:
+        return ()
+    out: dict[str, float] = {}
+    for run in runs:
+        wall = run.value("wall_s")
+        if wall is not None and wall / recorded > max(BEHIND, out.get(run.setup, 0.0)):
+            out[run.setup] = wall / recorded
+    order = [str(s.get("name")) for s in record.setups or []]
+    return tuple(sorted(out.items(), key=lambda item: order.index(item[0])))

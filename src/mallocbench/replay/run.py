@@ -1,0 +1,127 @@
+"""A replay as a run of its own: the trace replayed under each setup, kept in the results
+store like every run (its results in the run's metadata, `replay`, each replay committed
+as it ends), so `report`, `runs` and every report format read it back."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from mallocbench.metadata import ReplayRecord, ReplayRun, RunMetadata
+from mallocbench.patterns.experiment import PatternSetup
+from mallocbench.probes.system import host_facts
+from mallocbench.replay import runner
+from mallocbench.replay.trace import TraceInfo
+from mallocbench.results import RunResult, SetupInfo
+from mallocbench.store.base import ResultsStore
+from mallocbench.store.sqlite import STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_RUN_FAILED
+
+
+def new_result(
+    info: TraceInfo,
+    setups: Sequence[PatternSetup],
+    timing: str,
+    speed: float,
+    repeats: int,
+    min_effect: float | None,
+    warnings: list[str],
+    order: str = "recorded",
+) -> RunResult:
+    """The replay's run before anything was replayed: the trace, the setups, no results."""
+    record = ReplayRecord(
+        trace_path=str(info.path),
+        trace={k: v for k, v in info.data.items() if k != "ideal_curve"},
+        ideal_curve=list(info.data.get("ideal_curve") or []),
+        timing=timing,
+        speed=speed,
+        repeats=repeats,
+        setups=[
+            {"name": s.name, "allocator": s.allocator.name, "knobs": dict(s.knobs)} for s in setups
+        ],
+        runs=[],
+        warnings=list(warnings),
+        order=order,
+    )
+    server = info.header.get("server_version") or None
+    return RunResult(
+        run_id=f"replay-{info.path.stem}-{time.strftime('%Y%m%d-%H%M%S')}",
+        experiment=f"replay of {info.path.name}",
+        base_setup=setups[0].name,
+        metadata=RunMetadata(host=host_facts(), min_effect=min_effect, replay=record),
+        setups=[
+            SetupInfo(
+                name=s.name,
+                allocator=s.allocator.name,
+                allocator_version=s.allocator.version,
+                allocator_library=s.allocator.path,
+                knobs=dict(s.knobs),
+                server_version=server,
+                description="replayed trace",
+            )
+            for s in setups
+        ],
+    )
+
+
+# What every replay repeats of the trace's own account (kept once, in the record's
+# `trace` and `ideal_curve`): not stored per replay.
+TRACE_ONLY = frozenset({"trace", "status", "info", "end", "calls", "ideal_curve"})
+
+
+def _unique_id(store: ResultsStore, run_id: str) -> str:
+    candidate, n = run_id, 1
+    while store.run_exists(candidate):
+        n += 1
+        candidate = f"{run_id}.{n}"
+    return candidate
+
+
+def replay_run(
+    result: RunResult,
+    setups: Sequence[PatternSetup],
+    trace: Path,
+    store: ResultsStore | None,
+    progress: Callable[[str], None] | None = None,
+) -> None:
+    """Replay under every setup into `result` (and `store`, each replay as it ends)."""
+    record = result.metadata.replay
+    assert record is not None, "new_result makes a replay's run"
+    if store is not None:
+        result.run_id = _unique_id(store, result.run_id)
+        store.create_run(result)
+        for setup in result.setups:
+            store.save_setup(result.run_id, setup)
+
+    def commit(run: ReplayRun) -> None:
+        kept = ReplayRun(
+            run.setup,
+            run.repeat,
+            run.status,
+            {k: v for k, v in run.data.items() if k not in TRACE_ONLY},
+            run.error,
+        )
+        record.runs = [*(record.runs or []), kept.to_dict()]
+        if store is not None:
+            store.update_metadata(result.run_id, result.metadata)
+
+    status = STATUS_RUN_FAILED
+    try:
+        runner.replay_all(
+            setups,
+            trace,
+            record.repeats or 1,
+            record.timing or "recorded",
+            record.speed or 1.0,
+            float((record.trace or {}).get("duration_s") or 0),
+            progress=progress,
+            on_run=commit,
+            order=record.order or "recorded",
+        )
+        status = STATUS_FINISHED
+    except KeyboardInterrupt:
+        status = STATUS_INTERRUPTED
+        raise
+    finally:
+        if store is not None:
+            store.finish_run(result.run_id, status)

@@ -1,0 +1,250 @@
+"""The replay section of every report format: the trace's facts, per setup the measured
+values with their intervals, and the ratios to the base.
+
+Only a ratio whose interval excludes 1 and is beyond min_effect is coloured and worded as
+a finding ("higher"/"lower"); every other ratio is shown plain with its verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mallocbench.analysis.replay import METRICS, Estimate, Ratio, ReplayAnalysis
+
+MIB = 1024 * 1024
+# The ratio of RSS/live equals that of peak RSS (one ideal for all setups): not repeated.
+RATIO_KEYS = tuple(key for key, _, _ in METRICS if key != "rss_over_live")
+
+
+def value_text(key: str, value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    if key == "peak_heap_rss":
+        return f"{value / MIB:,.1f} MiB"
+    if key == "calls_per_s":
+        return f"{value:,.0f}"
+    if key == "cpu_s":
+        return f"{value:.3f}"
+    return f"{value:.2f}"
+
+
+def estimate_text(key: str, e: Estimate) -> str:
+    text = value_text(key, e.mean)
+    if not math.isnan(e.low) and e.mean:
+        text += f" ±{(e.high - e.low) / 2 / e.mean * 100:.0f}%"
+    return text
+
+
+@dataclass(frozen=True)
+class RatioView:
+    """A ratio as shown: its text and, for a finding only, "better" or "worse"."""
+
+    text: str
+    kind: str = ""
+
+
+def ratio_view(r: Ratio | None, lower_is_better: bool) -> RatioView:
+    if r is None or math.isnan(r.ratio):
+        return RatioView("")
+    bounds = "" if math.isnan(r.low) else f" [{r.low:.2f}, {r.high:.2f}]"
+    text = f"{r.ratio:.2f}x{bounds}"
+    if not r.finding:
+        return RatioView(f"{text} {r.verdict}")
+    word = "lower" if r.ratio < 1 else "higher"
+    better = (r.ratio < 1) == lower_is_better
+    return RatioView(f"{text} {word}", "better" if better else "worse")
+
+
+def trace_line(replay: ReplayAnalysis) -> str:
+    rec = replay.record
+    d = rec.trace or {}
+    return (
+        f"replay of {rec.trace_path}: {int(d.get('events') or 0):,} calls, "
+        f"{d.get('threads', 0)} threads, {float(d.get('duration_s') or 0):.1f} s recorded, "
+        f"ideal peak (live requested bytes) {float(d.get('ideal_peak_live') or 0) / MIB:,.1f} "
+        f"MiB; timing {rec.timing}"
+        + (f" at {rec.speed:g}x" if rec.timing == "recorded" and rec.speed not in (None, 1) else "")
+        + (f", order {rec.order}" if rec.order else "")
+    )
+
+
+def rule_text(replay: ReplayAnalysis) -> str:
+    rule = f" and the change is beyond {replay.min_effect:.0%}" if replay.min_effect else ""
+    text = (
+        "Ratios with 95% intervals; coloured and worded higher/lower only when the interval "
+        f"excludes 1{rule} (the project's rule for findings). Peak RSS is the replayer's "
+        "RSS above its own bookkeeping; RSS/live divides it by the ideal."
+    )
+    if replay.record.timing == "recorded":
+        text += (
+            " With the recorded timing, calls/s is the recording's pace: --timing none "
+            "measures CPU cost."
+        )
+    if replay.record.order == "recorded":
+        text += (
+            " In the recorded order the threads take turns, one call at a time: CPU s and "
+            "calls/s include the turn-taking (--order threads measures them under real "
+            "concurrency)."
+        )
+    return text
+
+
+def value_header() -> list[str]:
+    return ["setup", "runs", *(label for _, label, _ in METRICS)]
+
+
+def value_rows(replay: ReplayAnalysis) -> list[list[str]]:
+    return [
+        [
+            row.setup,
+            f"{row.runs - row.failed}/{row.runs}",
+            *(estimate_text(key, row.metrics[key]) for key, _, _ in METRICS),
+        ]
+        for row in replay.rows
+    ]
+
+
+def ratio_header() -> list[str]:
+    return ["setup", *(label for key, label, _ in METRICS if key in RATIO_KEYS)]
+
+
+def ratio_rows(replay: ReplayAnalysis) -> list[tuple[str, list[RatioView]]]:
+    return [
+        (
+            row.setup,
+            [
+                ratio_view(row.ratios.get(key), lower)
+                for key, _, lower in METRICS
+                if key in RATIO_KEYS
+            ],
+        )
+        for row in replay.rows[1:]
+    ]
+
+
+def error_lines(replay: ReplayAnalysis) -> list[str]:
+    lines = [f"{row.setup}: {error}" for row in replay.rows for error in row.errors[:3]]
+    for setup, ratio in replay.behind:
+        lines.append(
+            f"{setup}: a replay took {ratio:.1f}x the recording's time, so time-based "
+            "release saw a slower pace than the program's"
+            + (
+                " (the threads took turns: --order threads runs them freely)"
+                if replay.record.order == "recorded"
+                else ""
+            )
+        )
+    return lines
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def _md_ratio(view: RatioView) -> str:
+    return f"**{view.text}**" if view.kind else view.text
+
+
+def markdown_lines(replay: ReplayAnalysis | None) -> list[str]:
+    if replay is None:
+        return []
+    out = ["## Replay of a recorded trace", "", trace_line(replay) + ".", ""]
+    out += [f"> note: {w}" for w in replay.record.warnings or []]
+    if replay.record.warnings:
+        out.append("")
+    out += ["Per setup (mean ±95% interval half-width):", ""]
+    out += [*_md_table(value_header(), value_rows(replay)), ""]
+    ratios = ratio_rows(replay)
+    if ratios:
+        out += [f"Relative to {replay.base} (bold: a finding):", ""]
+        rows = [[setup, *(_md_ratio(v) for v in views)] for setup, views in ratios]
+        out += [*_md_table(ratio_header(), rows), ""]
+    out += [rule_text(replay), ""]
+    out += [f"- {line}" for line in error_lines(replay)]
+    return out + ([""] if error_lines(replay) else [])
+
+
+def _rich_ratio(view: RatioView) -> str:
+    if not view.kind:
+        return view.text
+    return f"[{'green' if view.kind == 'better' else 'red'}]{view.text}[/]"
+
+
+def print_replay(replay: ReplayAnalysis | None, console: Console) -> None:
+    if replay is None:
+        return
+    console.print(f"[bold]{trace_line(replay)}[/]")
+    for warning in replay.record.warnings or []:
+        console.print(f"[yellow]note:[/] {warning}")
+    values = Table(title="per setup (mean ±95% interval half-width)")
+    for index, label in enumerate(value_header()):
+        values.add_column(label, justify="left" if index == 0 else "right", overflow="fold")
+    for cells in value_rows(replay):
+        values.add_row(*cells)
+    console.print(values)
+    ratios = ratio_rows(replay)
+    if ratios:
+        table = Table(title=f"relative to {replay.base}")
+        for label in ratio_header():
+            table.add_column(label, justify="left", overflow="fold")
+        for setup, views in ratios:
+            table.add_row(setup, *(_rich_ratio(v) for v in views))
+        console.print(table)
+    console.print(rule_text(replay))
+    for line in error_lines(replay):
+        console.print(f"[red]{line}[/]")
+
+
+def document(replay: ReplayAnalysis) -> dict[str, Any]:
+    """The replay as one JSON object: the trace, how it ran, and per setup its summary
+    (the ideal curve is in the run's metadata, `replay.ideal_curve`, once)."""
+    rec = replay.record
+    return {
+        "kind": "replay",
+        "trace_path": rec.trace_path,
+        "trace": rec.trace or {},
+        "warnings": list(rec.warnings or []),
+        "timing": rec.timing,
+        "speed": rec.speed,
+        "repeats": rec.repeats,
+        "min_effect": replay.min_effect,
+        "base": replay.base,
+        "setups": [row.to_dict() for row in replay.rows],
+    }
+
+
+@dataclass(frozen=True)
+class ReplayView:
+    """The replay section of the HTML page."""
+
+    trace_line: str
+    warnings: list[str]
+    value_header: list[str]
+    value_rows: list[list[str]]
+    ratio_header: list[str]
+    ratio_rows: list[tuple[str, list[RatioView]]]
+    base: str | None
+    rule: str
+    errors: list[str]
+
+
+def html_view(replay: ReplayAnalysis | None) -> ReplayView | None:
+    if replay is None:
+        return None
+    return ReplayView(
+        trace_line=trace_line(replay),
+        warnings=list(replay.record.warnings or []),
+        value_header=value_header(),
+        value_rows=value_rows(replay),
+        ratio_header=ratio_header(),
+        ratio_rows=ratio_rows(replay),
+        base=replay.base,
+        rule=rule_text(replay),
+        errors=error_lines(replay),
+    )
