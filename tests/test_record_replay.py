@@ -305,7 +305,8 @@ def test_private_server_recorded_and_replayed(build: Any, tmp_path: Path) -> Non
         assert server.query("SELECT COUNT(*) FROM test.t")[0][0] == count
     info = tracemod.check(trace)
     d = info.data
-    assert info.complete and d["events"] > 1000 and d["threads"] >= 2
+    # Every query allocates; how many a loaded host serves in 3 s varies tenfold.
+    assert info.complete and d["events"] > 200 and d["threads"] >= 2
     assert d["snapshot_blocks"] > 100  # the server's heap before the window
     assert d["skipped_frees"] < 0.01 * d["calls"]["free"] + 10
     assert d["info"]["exe"].endswith(("mariadbd", "mysqld"))
