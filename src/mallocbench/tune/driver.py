@@ -119,7 +119,9 @@ def run_searches(
         )
         stop = _stop(plan, started, index, len(search.finished_trials(study)))
         report = functools.partial(progress, allocator.name) if progress else None
-        search.search(study, allocator, space, plan.objectives, evaluator, stop, report)
+        search.search(
+            study, allocator, space, plan.objectives, evaluator, stop, report, plan.constraints
+        )
         studies[allocator.name] = study
     return studies
 

@@ -4,9 +4,11 @@ The search sees each setting once, so its front is partly luck. Here the observe
 and the default are measured again, `repeats` times each and interleaved (default, A, B,
 default, A, B, ...) so a drift of the host spreads over all of them; every point gets a
 95% interval per objective and a ratio to the default with the project's verdict
-(analysis/stats.py). A point is dominated only when another is better on some objective
-and shown the same (within min_effect) or better on every other; a setting is chosen
-for a priority only when it beats the default there as a finding.
+(analysis/stats.py), its interval widened for the number of comparisons (Bonferroni),
+since the best of many noisy points is otherwise a finding by chance. A point is
+dominated only when another is better on some objective and shown the same (within
+min_effect) or better on every other; a setting is chosen for a priority only when it
+beats the default there as a finding.
 """
 
 from __future__ import annotations
@@ -143,8 +145,21 @@ def measure(
     return points
 
 
-def versus(a: Sequence[float], b: Sequence[float], metric: Metric, min_effect: float) -> Versus:
-    ratio, low, high = stats.ratio_ci(a, b)
+def family_confidence(comparisons: int, confidence: float = 0.95) -> float:
+    """Bonferroni: each of `comparisons` intervals at this level keeps the chance of any
+    false finding among them within 1 - confidence. Without it, the best of eight noisy
+    settings beats the default by luck more often than not."""
+    return 1 - (1 - confidence) / max(1, comparisons)
+
+
+def versus(
+    a: Sequence[float],
+    b: Sequence[float],
+    metric: Metric,
+    min_effect: float,
+    confidence: float = 0.95,
+) -> Versus:
+    ratio, low, high = stats.ratio_ci(a, b, confidence)
     verdict = stats.classify(ratio, low, high, min_effect)
     finding = verdict in stats.FINDINGS
     good = ratio < 1 if metric.lower_is_better else ratio > 1
@@ -160,6 +175,9 @@ def judge(
     """Intervals, ratios to the default and dominance under the intervals, in place."""
     keys = {m.key for m in objectives} | {c.metric.key for c in constraints}
     default = next((p for p in points if p.default), None)
+    n = len(points)
+    to_default = family_confidence((n - 1) * len(objectives))
+    pairwise = family_confidence(n * (n - 1) // 2 * len(objectives))
     for point in points:
         point.estimates = {k: Estimate(*stats.mean_ci(point.samples.get(k, []))) for k in keys}
         means = {k: e.mean for k, e in point.estimates.items()}
@@ -167,20 +185,24 @@ def judge(
         if default is not None and point is not default:
             point.versus_default = {
                 m.name: versus(point.samples.get(m.key, []), default.samples.get(m.key, []), m,
-                               min_effect)
+                               min_effect, to_default)
                 for m in objectives
             }  # fmt: skip
     for a in points:
         a.dominated_by = [
-            b.label for b in points if b is not a and _shown_better(b, a, objectives, min_effect)
+            b.label
+            for b in points
+            if b is not a and _shown_better(b, a, objectives, min_effect, pairwise)
         ]
 
 
-def _shown_better(b: Point, a: Point, objectives: Sequence[Metric], min_effect: float) -> bool:
+def _shown_better(
+    b: Point, a: Point, objectives: Sequence[Metric], min_effect: float, confidence: float
+) -> bool:
     """b dominates a as the intervals show it: a finding better on one objective, and on
     every other better or shown the same (within min_effect)."""
     verdicts = [
-        versus(b.samples.get(m.key, []), a.samples.get(m.key, []), m, min_effect)
+        versus(b.samples.get(m.key, []), a.samples.get(m.key, []), m, min_effect, confidence)
         for m in objectives
     ]
     return any(v.better for v in verdicts) and all(
@@ -199,7 +221,11 @@ def choose(points: Sequence[Point], objectives: Sequence[Metric]) -> dict[str, P
         winners = [
             p
             for p in points
-            if not p.default and p.on_front and p.feasible and p.versus_default[m.name].better
+            if not p.default
+            and p.on_front
+            and p.feasible
+            and (v := p.versus_default.get(m.name)) is not None
+            and v.better
         ]
         sign = 1.0 if m.lower_is_better else -1.0
         winners.sort(key=lambda p: sign * p.estimates[m.key].mean)
