@@ -131,7 +131,8 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         f"Objectives: {', '.join(m['name'] for m in doc['objectives'])}; constraints: "
         f"{', '.join(doc['constraints']) or 'none'}; min_effect {doc['min_effect']:g}; "
-        f"front points re-measured {doc['repeats']} times each (95% intervals).",
+        f"front points re-measured {doc['repeats']} times each (95% intervals; the "
+        "ratios' intervals are simultaneous over the comparisons, Bonferroni).",
     ]
     for result in doc["allocators"]:
         out += ["", f"## {result['allocator']} {result.get('version') or ''}".rstrip(), ""]
