@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import math
 import random
+import signal
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -218,16 +220,46 @@ def test_an_unreadable_trace_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_a_real_tune_on_a_tiny_trace_then_resume(tiny_trace: Path, tmp_path: Path) -> None:
+def interrupt_after(command: list[str], line: str) -> subprocess.CompletedProcess[str]:
+    """Run `command`, press Ctrl-C once stderr has shown `line`."""
+    proc = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen = []
+    for text in proc.stderr:
+        seen.append(text)
+        if line in text:
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(command, proc.returncode, out, "".join(seen) + err)
+
+
+def test_a_real_tune_on_a_tiny_trace_ctrl_c_and_resume(tiny_trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     common = ["--allocators", "glibc,jemalloc", "--timing", "none", "--repeats", "2",
               "--seed", "5", "--out", str(out)]  # fmt: skip
-    proc = run_cli("tune", str(tiny_trace), "--trials", "3", *common, "--json")
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    command = [sys.executable, "-m", "mallocbench.cli", "tune", str(tiny_trace), *common]
+    stopped = interrupt_after([*command, "--trials", "40"], "glibc trial 3 done")
+    assert stopped.returncode == 130, stopped.stderr
+    assert "every finished trial is kept" in stopped.stderr and "--resume" in stopped.stderr
+    assert not (out / "tune.json").exists()
+    kept = {t.number: t.setting for t in search.observed(
+        search.open_study(out, "glibc", OBJECTIVES, [], stored_settings(out)), [], [])}  # fmt: skip
+    assert len(kept) >= 3
+    again = run_cli("tune", str(tiny_trace), "--trials", "3", *common)
+    assert again.returncode == 2 and "give --resume" in again.stderr
+    resumed = run_cli("tune", str(tiny_trace), "--trials", "3", *common, "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    doc = json.loads(resumed.stdout)
     assert [r["allocator"] for r in doc["allocators"]] == ["glibc", "jemalloc"]
+    glibc, jemalloc = doc["allocators"]
+    searched = {s["trial"]: s["setting"] for s in glibc["searched"]}
+    assert all(searched[n] == setting for n, setting in kept.items())  # nothing lost
+    assert jemalloc["trials"] == 3
     for result in doc["allocators"]:
-        assert result["trials"] == 3
         default = result["points"][0]
         assert default["label"] == "default" and default["setting"] == {}
         for point in result["points"]:
@@ -239,8 +271,15 @@ def test_a_real_tune_on_a_tiny_trace_then_resume(tiny_trace: Path, tmp_path: Pat
     assert {p.name for p in out.iterdir()} >= {"tune.db", "tune.json", "tune.md", "tune.html"}
     if (out / "confirm.toml").exists():
         assert load(out / "confirm.toml").base
-    again = run_cli("tune", str(tiny_trace), "--trials", "3", *common)
-    assert again.returncode == 2 and "give --resume" in again.stderr
-    resumed = run_cli("tune", str(tiny_trace), "--trials", "4", *common, "--resume", "--json")
-    assert resumed.returncode == 0, resumed.stderr
-    assert [r["trials"] for r in json.loads(resumed.stdout)["allocators"]] == [4, 4]
+
+
+def stored_settings(out: Path) -> search.Settings:
+    """The settings the command stored on its glibc study, so opening it checks equal."""
+    import optuna
+
+    study = optuna.load_study(study_name="tune-glibc", storage=search.open_storage(out))
+    attrs = study.user_attrs
+    return search.Settings(
+        attrs["trace"], attrs["evaluator"], tuple(attrs["objectives"]),
+        tuple(attrs["constraints"]), tuple(attrs["space"]),
+    )  # fmt: skip

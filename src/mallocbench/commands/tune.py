@@ -153,7 +153,7 @@ def tune(
     tuned = check_allocators(allocator_list)
     spaces = spaces_for(tuned, space_list)
     info = _check_trace(trace)
-    check_out(out_dir, resume, [a.name for a in tuned])
+    check_out(out_dir, resume)
     plan = Plan(
         trace=str(trace), evaluator_name=f"replay timing={timing} speed={speed:g}",
         objectives=metrics, constraints=constraints, spaces=spaces, tuned=tuned, out=out_dir,
@@ -195,7 +195,7 @@ def _run(plan: Plan, duration_s: float, timing: str, speed: float, as_json: bool
             err=True,
         )
         raise
-    limit = driver.front_limit(plan, time.monotonic() - started, driver._mean_trial_s(studies))
+    limit = driver.front_limit(plan, time.monotonic() - started, driver.mean_trial_s(studies))
     with err.status("re-measuring the front") as status:
         results = driver.judge_all(
             plan, studies, evaluator, limit, lambda text: status.update(f"re-measuring {text}")
