@@ -20,7 +20,7 @@ from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.experiment import load
-from mallocbench.tune import front, search
+from mallocbench.tune import driver, front, render, search
 from mallocbench.tune.evaluate import EvaluationFailed
 from mallocbench.tune.objectives import parse_constraints, parse_objectives
 from mallocbench.tune.space import build_space
@@ -135,12 +135,51 @@ def judged(evaluator: Synthetic, tmp_path: Path, trials: int = 20) -> list[front
     return points
 
 
+def plan_for(tmp_path: Path, **extra: Any) -> driver.Plan:
+    fields: dict[str, Any] = dict(
+        trace="synthetic", evaluator_name="synthetic", objectives=OBJECTIVES, constraints=[],
+        spaces={"glibc": SPACE}, tuned=[GLIBC], out=tmp_path, resume=False, trials=14,
+        budget_s=None, repeats=5, min_effect=0.02,
+    )  # fmt: skip
+    return driver.Plan(**{**fields, **extra})
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_noise_alone_never_beats_the_default(tmp_path: Path, seed: int) -> None:
     points = judged(Synthetic(noise=0.05, flat=True, seed=seed), tmp_path, trials=14)
     assert len(points) >= 4  # the noisy search found several "better" points
     assert not any(p.beats_default for p in points)
-    assert front.choose(points, OBJECTIVES) == {"memory": None, "speed": None}
+    picks = front.choose(points, OBJECTIVES)
+    assert picks == {"memory": None, "speed": None}
+    plan = plan_for(tmp_path)
+    study = new_study(tmp_path)
+    result = driver.result_for(plan, GLIBC, study, [], points, picks)
+    doc = driver.document(plan, [result])
+    assert "glibc: no setting beats the default" in render.markdown(doc)
+    assert not (tmp_path / "confirm.toml").exists()
+
+
+def test_the_budget_leaves_the_repeats_their_share(tmp_path: Path) -> None:
+    plan = plan_for(tmp_path, budget_s=600.0, repeats=5)
+    # 150 s left, one allocator, 10 s a replay, 5 repeats: 3 points, the default and 2
+    assert driver.front_limit(plan, 450.0, 10.0) == 2
+    assert driver.front_limit(plan, 600.0, 10.0) == 1  # never none: the note says so
+    assert driver.front_limit(plan_for(tmp_path), 1e6, 10.0) == driver.MAX_FRONT
+    doc = driver.document(plan, [], elapsed_s=900.0)
+    assert any("against a budget of 10.0 min" in n for n in doc["notes"])
+
+
+def test_the_space_uses_log_scales_and_offsets_where_apt() -> None:
+    jemalloc = allocators.get("jemalloc")
+    space = {d.knob.name: d for d in build_space(jemalloc, [])}
+    decay = space["dirty_decay_ms"]
+    assert decay.log and decay.param == "dirty_decay_ms+1" and (decay.low, decay.high) == (0, 60000)
+    assert space["background_thread"].choices == ("false", "true")
+    assert space["narenas"].log and not space["narenas"].offset
+    sized = build_space(GLIBC, [("trim_threshold", "4K..64M"), ("arena_max", "2")])
+    assert (sized[0].low, sized[0].high, sized[0].log) == (4096, 64 << 20, True)
+    assert sized[1].choices == ("2",)
+    assert build_space(GLIBC, [("tcache_count", "0..16")])[0].log is False
 
 
 def test_a_real_difference_is_chosen_with_its_priority(tmp_path: Path) -> None:

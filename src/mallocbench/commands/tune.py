@@ -200,7 +200,7 @@ def _run(plan: Plan, duration_s: float, timing: str, speed: float, as_json: bool
         results = driver.judge_all(
             plan, studies, evaluator, limit, lambda text: status.update(f"re-measuring {text}")
         )
-    doc = driver.document(plan, results)
+    doc = driver.document(plan, results, time.monotonic() - started)
     paths = write_all(doc, plan.out)
     if as_json:
         click.echo(json.dumps(doc, indent=1))

@@ -137,7 +137,9 @@ def front_limit(plan: Plan, spent_s: float, mean_trial_s: float) -> int:
         return MAX_FRONT
     left = max(0.0, plan.budget_s - spent_s)
     per_allocator = left / len(plan.tuned) / max(mean_trial_s, 1e-3) / plan.repeats
-    return max(2, min(MAX_FRONT, int(per_allocator) - 1))
+    # At least one point beside the default: a tune that re-measures nothing has no
+    # front to report, so a slow host overruns the budget instead (and the notes say so).
+    return max(1, min(MAX_FRONT, int(per_allocator) - 1))
 
 
 def judge_all(
@@ -271,9 +273,17 @@ def confirmation_toml(plan: Plan, results: Sequence[dict[str, Any]]) -> str | No
     return "\n".join(lines) + "\n"
 
 
-def document(plan: Plan, results: list[dict[str, Any]]) -> dict[str, Any]:
+def document(
+    plan: Plan, results: list[dict[str, Any]], elapsed_s: float | None = None
+) -> dict[str, Any]:
     """The JSON document every output is rendered from; writes confirm.toml to OUT."""
     notes: list[str] = []
+    if plan.budget_s is not None and elapsed_s is not None and elapsed_s > plan.budget_s * 1.05:
+        notes.append(
+            f"the tune took {elapsed_s / 60:.1f} min against a budget of "
+            f"{plan.budget_s / 60:.1f} min: re-measuring the front (the default and at least "
+            "one point, --repeats times each) took longer than the quarter left for it"
+        )
     toml = confirmation_toml(plan, results)
     if toml is None:
         notes.append("no setting beats the default on any allocator: nothing to confirm")

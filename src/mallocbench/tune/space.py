@@ -118,8 +118,8 @@ def _numeric(knob: Knob, low: float, high: float) -> Dimension:
             "give the lower bound first"
         )
     kind: Literal["int", "float"] = "float" if knob.kind == "float" else "int"
-    spread = high / max(low, 1)
-    log = knob.kind in ("size", "duration") or (kind == "int" and spread >= 100)
+    # Counts from 1 (arenas) matter by factors; counts from 0 (cache slots) by steps.
+    log = knob.kind in ("size", "duration") or (kind == "int" and low >= 1 and high >= 32 * low)
     log = log and high > max(low, 0) + 1
     offset = 1 - low if log and low <= 0 else 0.0
     return Dimension(knob, kind, low, high, log, offset)
