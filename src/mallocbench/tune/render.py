@@ -235,7 +235,8 @@ def html_page(doc: dict[str, Any], plotly_js: str) -> str:
     body += [f"<p>{html.escape(n)}</p>" for n in doc["notes"]]
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>mallocbench tune</title>"
-        f"<script>{plotly_js}</script></head><body style='font-family:sans-serif'>"
+        f"<style>body{{font-family:sans-serif}} li{{overflow-wrap:anywhere}}</style>"
+        f"<script>{plotly_js}</script></head><body>"
         + "\n".join(body)
         + f"<script>{''.join(script)}</script></body></html>\n"
     )
