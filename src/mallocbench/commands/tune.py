@@ -51,7 +51,7 @@ def _budget(_ctx: click.Context, _param: click.Parameter, value: str | None) -> 
     default="rss,time",
     show_default=True,
     metavar="A,B",
-    help="What to minimise: rss, rss_over_live, time (CPU), wall, calls_per_s.",
+    help="What to optimise: rss, rss_over_live, time (CPU), wall (lower is better), calls_per_s.",
 )
 @click.option(
     "--constraint",
