@@ -112,17 +112,17 @@ def print_terminal(doc: dict[str, Any], console: Console) -> None:
             title_justify="left",
         )
         for h in headers(doc):
-            table.add_column(h)
+            table.add_column(h, overflow="fold")  # a knob setting is never cut to "…"
         for row in rows(doc, result, markup=True):
             table.add_row(*row)
         console.print(table)
         for line in choice_lines(result):
-            console.print(line, markup=False)
+            console.print(line, markup=False, highlight=False)
         for priority, deploy in result["deploy"].items():
             console.print(f"\n[bold]{PRIORITY_TITLES.get(priority, priority)}[/]: systemd drop-in")
             console.print(deploy["systemd"], markup=False, highlight=False)
     for line in doc["notes"]:
-        console.print(line, markup=False)
+        console.print(line, markup=False, highlight=False)
 
 
 def markdown(doc: dict[str, Any]) -> str:
