@@ -171,8 +171,11 @@ def _check_trace(trace: Path) -> TraceInfo:
 
 
 def _run(plan: Plan, duration_s: float, timing: str, speed: float, as_json: bool) -> None:
+    import sys
     import time
 
+    from mallocbench import exitcodes
+    from mallocbench.commands.options import StopOnSignals
     from mallocbench.console import make_console
     from mallocbench.tune import driver
     from mallocbench.tune.evaluate import ReplayEvaluator
@@ -183,18 +186,25 @@ def _run(plan: Plan, duration_s: float, timing: str, speed: float, as_json: bool
     evaluator = ReplayEvaluator(Path(plan.trace), timing, speed, duration_s)
     err = make_console(stderr=True)
     started = time.monotonic()
+    # The first Ctrl-C (or SIGTERM) ends the search after the trial under way, so no
+    # trial is cut in half in the database; a second one aborts at once.
+    stop = StopOnSignals(lambda text: err.print(text, markup=False), dropped="trial")
+    kept = (
+        f"mallocbench: every finished trial is kept in {plan.out / 'tune.db'}: "
+        "the same command with --resume continues"
+    )
     try:
-        with SearchProgress(
-            err, plan.objectives, plan.constraints, plan.spaces, plan.trials
-        ) as bar:
-            studies = driver.run_searches(plan, evaluator, bar)
+        with (
+            stop,
+            SearchProgress(err, plan.objectives, plan.constraints, plan.spaces, plan.trials) as bar,
+        ):
+            studies = driver.run_searches(plan, evaluator, bar, stop.requested)
     except KeyboardInterrupt:
-        click.echo(
-            f"mallocbench: every finished trial is kept in {plan.out / 'tune.db'}: "
-            "the same command with --resume continues",
-            err=True,
-        )
+        click.echo(kept, err=True)
         raise
+    if stop.signal is not None:
+        click.echo(kept, err=True)
+        sys.exit(exitcodes.interrupted(stop.signal))
     limit = driver.front_limit(plan, time.monotonic() - started, driver.mean_trial_s(studies))
     with err.status("re-measuring the front") as status:
         results = driver.judge_all(

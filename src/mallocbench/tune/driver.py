@@ -84,7 +84,9 @@ def spaces_for(tuned: Sequence[Allocator], specs: Sequence[str]) -> dict[str, li
     return {a.name: build_space(a, given.get(a.name, [])) for a in tuned}
 
 
-def _stop(plan: Plan, started: float, index: int, done: int) -> search.Stop:
+def _stop(
+    plan: Plan, started: float, index: int, done: int, requested: Callable[[], bool] | None
+) -> search.Stop:
     """The study's share of the budget: what is left, split over the allocators left."""
     deadline = None
     if plan.budget_s is not None:
@@ -93,18 +95,22 @@ def _stop(plan: Plan, started: float, index: int, done: int) -> search.Stop:
     target = None if plan.trials is None else done + plan.trials
     if plan.resume and plan.trials is not None:
         target = max(plan.trials, done)  # a resume fills the study up to --trials
-    return search.Stop(target, deadline)
+    return search.Stop(target, deadline, requested)
 
 
 def run_searches(
     plan: Plan,
     evaluator: Evaluator,
     progress: Callable[[str, Any, Any], None] | None = None,
+    requested: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """Every allocator's study in turn; returns the studies by allocator name."""
+    """Every allocator's study in turn, until done or a stop is `requested`; returns the
+    studies by allocator name."""
     started = time.monotonic()
     studies = {}
     for index, allocator in enumerate(plan.tuned):
+        if requested is not None and requested():
+            break
         space = plan.spaces[allocator.name]
         settings = search.settings_for(
             plan.trace, plan.evaluator_name, plan.objectives, plan.constraints, space
@@ -112,7 +118,7 @@ def run_searches(
         study = search.open_study(
             plan.out, allocator.name, plan.objectives, plan.constraints, settings, plan.seed
         )
-        stop = _stop(plan, started, index, len(search.finished_trials(study)))
+        stop = _stop(plan, started, index, len(search.finished_trials(study)), requested)
         report = functools.partial(progress, allocator.name) if progress else None
         search.search(
             study, allocator, space, plan.objectives, evaluator, stop, report, plan.constraints

@@ -174,8 +174,11 @@ class Stop:
 
     trials: int | None
     deadline: float | None  # time.monotonic()
+    requested: Callable[[], bool] | None = None  # a stop asked for (Ctrl-C, SIGTERM)
 
     def reached(self, finished: int) -> bool:
+        if self.requested is not None and self.requested():
+            return True
         if self.trials is not None and finished >= self.trials:
             return True
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -199,10 +202,10 @@ def run_trial(
     running trial failed (so the study holds no dangling trial) and goes on up."""
     optuna = _optuna()
     trial = study.ask()
-    default = bool(trial.user_attrs.get(DEFAULT_ATTR))
-    setting = {} if default else {d.knob.name: d.suggest(trial) for d in space}
-    trial.set_user_attr("setting", setting)
     try:
+        default = bool(trial.user_attrs.get(DEFAULT_ATTR))
+        setting = {} if default else {d.knob.name: d.suggest(trial) for d in space}
+        trial.set_user_attr("setting", setting)
         values = evaluator(allocator, setting)
         missing = [m.key for m in objectives if not math.isfinite(values.get(m.key, math.nan))]
         if missing:
