@@ -41,6 +41,7 @@ PRELOAD = (
     "pymysql",
     "jinja2",
     "rich.console",
+    "optuna",
 )
 
 

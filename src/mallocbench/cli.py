@@ -86,6 +86,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "replay",
         "Replay a recorded trace under each allocator and knob setting.",
     ),
+    "tune": LazyCommand(
+        "tune",
+        "tune",
+        "Search allocator knobs on a trace for the RSS-versus-time front, with intervals.",
+    ),
     "memory": LazyCommand(
         "memory",
         "memory",

@@ -1,0 +1,116 @@
+"""The knob search on a real MyRocks trace: does `tune` find the directions the seeds and
+the allocators' docs report (fewer glibc arenas, jemalloc decay 0: lower RSS)?
+
+Records --seconds of a sysbench step on a private MyRocks server whose block cache is
+small against its data (IO-bound), as bench_replay_steadiness does, then runs
+`mallocbench tune` with --budget on glibc and jemalloc, and replays the two textbook
+settings against their defaults (--repeats each) for the direction check. Prints one
+JSON line: settings searched per allocator, the front with intervals, the choices, and
+the two direction ratios with their intervals.
+
+    .venv/bin/python bench/bench_tune.py [--budget 15m] [--seconds 60] [--trace T]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench_replay_steadiness import record
+
+from mallocbench.analysis import stats
+from mallocbench.patterns.experiment import make_setup
+from mallocbench.replay import runner
+
+DIRECTIONS = {
+    "glibc arena_max=1": ("glibc", {"MALLOC_ARENA_MAX": "1"}),
+    "jemalloc decay 0": ("jemalloc", {"MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}),
+}
+
+
+def direction(
+    trace: Path, allocator: str, knobs: dict[str, str], repeats: int, speed: float
+) -> Any:
+    base = make_setup("bench", allocator, allocator)
+    tuned = make_setup("bench", f"{allocator}-tuned", allocator, knobs)
+    runs: dict[str, list[runner.ReplayRun]] = {base.name: [], tuned.name: []}
+    for r in range(repeats):  # interleaved, as replay does
+        for setup in (base, tuned):
+            runs[setup.name].append(runner.run_once(setup, trace, "recorded", speed, r, 900))
+    out = {}
+    for key in ("peak_heap_rss", "cpu_s"):
+        a = [v for x in runs[tuned.name] if (v := x.value(key)) is not None]
+        b = [v for x in runs[base.name] if (v := x.value(key)) is not None]
+        ratio, low, high = stats.ratio_ci(a, b)
+        out[key] = [round(ratio, 3), round(low, 3), round(high, 3)]
+    return out
+
+
+def front_summary(doc: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for result in doc["allocators"]:
+        out[result["allocator"]] = {
+            "settings_searched": result["trials"],
+            "chosen": result["chosen"],
+            "front": [
+                {
+                    "point": p["label"],
+                    "setting": p["setting"],
+                    "on_front": p["on_front"],
+                    **{
+                        f"{name}_vs_default": [round(v["ratio"], 3), v["low"], v["high"]]
+                        for name, v in p["versus_default"].items()
+                    },
+                }
+                for p in result["points"]
+            ],
+        }
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", default="15m")
+    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--step", default="read-write")
+    parser.add_argument("--engine", default="myrocks")
+    parser.add_argument("--tables", type=int, default=2)
+    parser.add_argument("--rows", type=int, default=50000)
+    parser.add_argument("--cache", default="16M", help="block cache, small: IO-bound")
+    parser.add_argument("--speed", type=float, default=4.0, help="replay N times faster")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--trace", type=Path, help="tune this trace instead of recording")
+    parser.add_argument("--out", type=Path, help="keep the tune's output here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="mb-bench-tune-") as name:
+        tmp = Path(name)
+        tmp.chmod(0o755)
+        trace = args.trace or tmp / "server.mbt"
+        if args.trace is None:
+            record(args, trace, tmp)
+        out = args.out or tmp / "tune"
+        command = [sys.executable, "-m", "mallocbench.cli", "tune", str(trace), "--allocators",
+                   "glibc,jemalloc", "--budget", args.budget, "--speed", str(args.speed),
+                   "--repeats", str(args.repeats), "--out", str(out), "--json"]  # fmt: skip
+        proc = subprocess.run(command, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            print(proc.stderr, file=sys.stderr)
+            return proc.returncode
+        summary: dict[str, Any] = {"benchmark": "tune", "budget": args.budget}
+        summary.update(front_summary(json.loads(proc.stdout)))
+        summary["directions"] = {
+            label: direction(trace, allocator, knobs, args.repeats, args.speed)
+            for label, (allocator, knobs) in DIRECTIONS.items()
+        }
+        print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""`mallocbench tune`: search allocator knobs on a trace for the RSS-against-time front."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from mallocbench.commands.options import min_effect_option
+from mallocbench.errors import MallocbenchError
+
+if TYPE_CHECKING:
+    from mallocbench.replay.trace import TraceInfo
+    from mallocbench.tune.driver import Plan
+
+DEFAULT_TRIALS = 30
+
+
+def _budget(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    from mallocbench.units import parse_duration
+
+    return None if value is None else parse_duration(value, "--budget")
+
+
+@click.command("tune")
+@click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
+@click.option(
+    "--allocators",
+    "allocator_list",
+    default="glibc,jemalloc",
+    show_default=True,
+    metavar="A,B,...",
+    help="Allocators to tune, one study each.",
+)
+@click.option(
+    "--budget",
+    callback=_budget,
+    metavar="DURATION",
+    help="Wall-clock budget for everything, e.g. 15m (3/4 search, 1/4 repeats).",
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(2, 100000),
+    metavar="N",
+    help=f"Settings per allocator, the default first (default {DEFAULT_TRIALS} without --budget).",
+)
+@click.option(
+    "--objectives",
+    default="rss,time",
+    show_default=True,
+    metavar="A,B",
+    help="What to optimise: rss, rss_over_live, time (CPU), wall (lower is better), calls_per_s.",
+)
+@click.option(
+    "--constraint",
+    "constraint_list",
+    multiple=True,
+    metavar="METRIC<=VALUE",
+    help="A bound every chosen setting keeps, e.g. 'time<=2' or 'rss<=512M'.",
+)
+@click.option(
+    "--space",
+    "space_list",
+    multiple=True,
+    metavar="[ALLOC:]KNOB=RANGE",
+    help="Search only these knobs of ALLOC, e.g. glibc:arena_max=1..8 or "
+    "jemalloc:background_thread=true/false (repeatable).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("tune-out"),
+    show_default=True,
+    help="Directory for the studies (tune.db) and the reports.",
+)
+@click.option("--resume", is_flag=True, help="Continue the studies in --out.")
+@click.option(
+    "--repeats",
+    type=click.IntRange(2, 100),
+    default=5,
+    show_default=True,
+    help="Replays of each front point and the default, for the intervals.",
+)
+@min_effect_option("Smaller changes never count as beating the default (default 2%).")
+@click.option(
+    "--timing",
+    type=click.Choice(["recorded", "none"]),
+    default="recorded",
+    show_default=True,
+    help="recorded keeps the trace's gaps (time-based purging matters).",
+)
+@click.option(
+    "--speed",
+    type=click.FloatRange(0.001, 10000, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="With --timing recorded: replay N times faster.",
+)
+@click.option(
+    "--on",
+    "evaluator_name",
+    type=click.Choice(["replay", "servers"]),
+    default="replay",
+    show_default=True,
+    help="How a setting is measured.",
+)
+@click.option(
+    "--engine",
+    default="innodb",
+    show_default=True,
+    help="Engine of the confirmation experiment written to --out.",
+)
+@click.option("--seed", type=int, help="Seed of the sampler, for a repeatable search.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead.")
+def tune(
+    trace: Path,
+    allocator_list: str,
+    budget: float | None,
+    trials: int | None,
+    objectives: str,
+    constraint_list: tuple[str, ...],
+    space_list: tuple[str, ...],
+    out_dir: Path,
+    resume: bool,
+    repeats: int,
+    min_effect: float | None,
+    timing: str,
+    speed: float,
+    evaluator_name: str,
+    engine: str,
+    seed: int | None,
+    as_json: bool,
+) -> None:
+    """Search allocator knobs on a trace for the RSS-versus-time front, with intervals.
+
+    One Optuna study per allocator (kept in OUT/tune.db; Ctrl-C keeps every finished
+    trial, --resume continues), the default setting first. The front is then replayed
+    --repeats times per point, and a setting is chosen (memory first, speed first) only
+    when it beats the default as a finding; its systemd drop-in is printed."""
+    from mallocbench.tune import objectives as objmod
+    from mallocbench.tune.driver import Plan, check_allocators, check_out, spaces_for
+
+    if evaluator_name == "servers":
+        raise MallocbenchError(
+            "--on servers is not built yet: tune on a trace (mallocbench record), then "
+            "confirm with the experiment tune writes to --out"
+        )
+    metrics = objmod.parse_objectives(objectives)
+    constraints = objmod.parse_constraints(constraint_list)
+    tuned = check_allocators(allocator_list)
+    spaces = spaces_for(tuned, space_list)
+    info = _check_trace(trace)
+    check_out(out_dir, resume)
+    plan = Plan(
+        trace=str(trace), evaluator_name=f"replay timing={timing} speed={speed:g}",
+        objectives=metrics, constraints=constraints, spaces=spaces, tuned=tuned, out=out_dir,
+        resume=resume, trials=trials or (None if budget else DEFAULT_TRIALS), budget_s=budget,
+        repeats=repeats, min_effect=0.02 if min_effect is None else min_effect, seed=seed,
+        engine=engine,
+    )  # fmt: skip
+    _run(plan, float(info.data.get("duration_s") or 0), timing, speed, as_json)
+
+
+def _check_trace(trace: Path) -> TraceInfo:
+    from mallocbench.replay import trace as tracemod
+
+    return tracemod.check(trace)
+
+
+def _run(plan: Plan, duration_s: float, timing: str, speed: float, as_json: bool) -> None:
+    import sys
+    import time
+
+    from mallocbench import exitcodes
+    from mallocbench.commands.options import StopOnSignals
+    from mallocbench.console import make_console
+    from mallocbench.tune import driver
+    from mallocbench.tune.evaluate import ReplayEvaluator
+    from mallocbench.tune.progress import SearchProgress
+    from mallocbench.tune.render import print_terminal, write_all
+
+    plan.out.mkdir(parents=True, exist_ok=True)
+    evaluator = ReplayEvaluator(Path(plan.trace), timing, speed, duration_s)
+    err = make_console(stderr=True)
+    started = time.monotonic()
+    # The first Ctrl-C (or SIGTERM) ends the search after the trial under way, so no
+    # trial is cut in half in the database; a second one aborts at once.
+    stop = StopOnSignals(lambda text: err.print(text, markup=False), dropped="trial")
+    kept = (
+        f"mallocbench: every finished trial is kept in {plan.out / 'tune.db'}: "
+        "the same command with --resume continues"
+    )
+    try:
+        with (
+            stop,
+            SearchProgress(err, plan.objectives, plan.constraints, plan.spaces, plan.trials) as bar,
+        ):
+            studies = driver.run_searches(plan, evaluator, bar, stop.requested)
+    except KeyboardInterrupt:
+        click.echo(kept, err=True)
+        raise
+    if stop.signal is not None:
+        click.echo(kept, err=True)
+        sys.exit(exitcodes.interrupted(stop.signal))
+    limit = driver.front_limit(plan, time.monotonic() - started, driver.mean_trial_s(studies))
+    with err.status("re-measuring the front") as status:
+        results = driver.judge_all(
+            plan, studies, evaluator, limit, lambda text: status.update(f"re-measuring {text}")
+        )
+    doc = driver.document(plan, results, time.monotonic() - started)
+    paths = write_all(doc, plan.out)
+    if as_json:
+        click.echo(json.dumps(doc, indent=1))
+        return
+    console = make_console()
+    print_terminal(doc, console)
+    console.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False)
+
+
+commands = [tune]

@@ -1,0 +1,322 @@
+"""One tune from checked input to the document: search, repeats, judgement, choices.
+
+Everything the user gave is checked in `prepare` before the first trial (objectives,
+constraints, allocators, search spaces, the trace, the output directory), so a typo never
+costs a half-finished search.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mallocbench import allocators
+from mallocbench.allocators.base import Allocator
+from mallocbench.errors import MallocbenchError
+from mallocbench.tune import front, search
+from mallocbench.tune.evaluate import Evaluator
+from mallocbench.tune.objectives import Constraint, Metric
+from mallocbench.tune.space import Dimension, build_space, parse_space_options
+
+# Of a --budget, the share the search gets; the rest is for re-measuring the front.
+SEARCH_SHARE = 0.75
+MAX_FRONT = 8  # front points re-measured at most, beside the default
+
+
+@dataclass
+class Plan:
+    """A checked tune: nothing in it can be refused once trials start."""
+
+    trace: str
+    evaluator_name: str
+    objectives: list[Metric]
+    constraints: list[Constraint]
+    spaces: dict[str, list[Dimension]]
+    tuned: list[Allocator]
+    out: Path
+    resume: bool
+    trials: int | None
+    budget_s: float | None
+    repeats: int
+    min_effect: float
+    seed: int | None = None
+    engine: str = "innodb"
+    notes: list[str] = field(default_factory=list)
+
+
+def check_allocators(names: str) -> list[Allocator]:
+    specs = [n.strip() for n in names.split(",") if n.strip()]
+    if not specs:
+        raise MallocbenchError("--allocators is empty: give e.g. glibc,jemalloc")
+    out: list[Allocator] = []
+    for spec in specs:
+        allocator = allocators.get(spec)
+        if not allocator.available:
+            raise MallocbenchError(
+                f"allocator {allocator.name} is not installed here: {allocator.install_hint()}"
+            )
+        if any(a.name == allocator.name for a in out):
+            raise MallocbenchError(f"--allocators names {allocator.name} twice: once each")
+        out.append(allocator)
+    return out
+
+
+def check_out(out: Path, resume: bool) -> None:
+    """A resume needs a tune in OUT, a new tune an OUT without one. An allocator that
+    has no study yet (Ctrl-C came before its turn) starts one on a resume."""
+    studies = search.existing_studies(out)
+    if studies and not resume:
+        raise MallocbenchError(
+            f"{out} already holds a tune ({out / search.DB_NAME}): give --resume to continue "
+            "it, or another --out"
+        )
+    if resume and not studies:
+        raise MallocbenchError(f"--resume: {out} holds no tune to continue: leave --resume out")
+
+
+def spaces_for(tuned: Sequence[Allocator], specs: Sequence[str]) -> dict[str, list[Dimension]]:
+    given = parse_space_options(specs, [a.name for a in tuned])
+    return {a.name: build_space(a, given.get(a.name, [])) for a in tuned}
+
+
+def _stop(
+    plan: Plan, started: float, index: int, done: int, requested: Callable[[], bool] | None
+) -> search.Stop:
+    """The study's share of the budget: what is left, split over the allocators left."""
+    deadline = None
+    if plan.budget_s is not None:
+        left = plan.budget_s * SEARCH_SHARE - (time.monotonic() - started)
+        deadline = time.monotonic() + max(0.0, left) / (len(plan.tuned) - index)
+    target = None if plan.trials is None else done + plan.trials
+    if plan.resume and plan.trials is not None:
+        target = max(plan.trials, done)  # a resume fills the study up to --trials
+    return search.Stop(target, deadline, requested)
+
+
+def run_searches(
+    plan: Plan,
+    evaluator: Evaluator,
+    progress: Callable[[str, Any, Any], None] | None = None,
+    requested: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
+    """Every allocator's study in turn, until done or a stop is `requested`; returns the
+    studies by allocator name."""
+    started = time.monotonic()
+    studies = {}
+    for index, allocator in enumerate(plan.tuned):
+        if requested is not None and requested():
+            break
+        space = plan.spaces[allocator.name]
+        settings = search.settings_for(
+            plan.trace, plan.evaluator_name, plan.objectives, plan.constraints, space
+        )
+        study = search.open_study(
+            plan.out, allocator.name, plan.objectives, plan.constraints, settings, plan.seed
+        )
+        stop = _stop(plan, started, index, len(search.finished_trials(study)), requested)
+        report = functools.partial(progress, allocator.name) if progress else None
+        search.search(
+            study, allocator, space, plan.objectives, evaluator, stop, report, plan.constraints
+        )
+        studies[allocator.name] = study
+    return studies
+
+
+def mean_trial_s(studies: dict[str, Any]) -> float:
+    durations = [
+        (t.datetime_complete - t.datetime_start).total_seconds()
+        for s in studies.values()
+        for t in search.finished_trials(s)
+        if t.datetime_complete and t.datetime_start
+    ]
+    return sum(durations) / len(durations) if durations else 1.0
+
+
+def front_limit(plan: Plan, spent_s: float, mean_trial_s: float) -> int:
+    """How many front points each allocator can have re-measured within the budget."""
+    if plan.budget_s is None:
+        return MAX_FRONT
+    left = max(0.0, plan.budget_s - spent_s)
+    per_allocator = left / len(plan.tuned) / max(mean_trial_s, 1e-3) / plan.repeats
+    # At least one point beside the default: a tune that re-measures nothing has no
+    # front to report, so a slow host overruns the budget instead (and the notes say so).
+    return max(1, min(MAX_FRONT, int(per_allocator) - 1))
+
+
+def judge_all(
+    plan: Plan,
+    studies: dict[str, Any],
+    evaluator: Evaluator,
+    limit: int,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    results = []
+    for allocator in plan.tuned:
+        space = plan.spaces[allocator.name]
+        observed = search.observed(studies[allocator.name], space, plan.constraints)
+        chosen = front.candidates(observed, plan.objectives, limit)
+        points = front.measure(allocator, chosen, evaluator, plan.repeats, progress)
+        front.judge(points, plan.objectives, plan.constraints, plan.min_effect)
+        picks = front.choose(points, plan.objectives)
+        results.append(
+            result_for(plan, allocator, studies[allocator.name], observed, points, picks)
+        )
+    return results
+
+
+def result_for(
+    plan: Plan,
+    allocator: Allocator,
+    study: Any,
+    observed: Sequence[search.Observed],
+    points: Sequence[front.Point],
+    picks: dict[str, front.Point | None],
+) -> dict[str, Any]:
+    from mallocbench.allocators import knobs
+
+    keys = {m.key for m in plan.objectives} | {c.metric.key for c in plan.constraints}
+    trials = search.finished_trials(study)
+    deploy = {
+        priority: deploy_for(allocator, point, knobs.environment(allocator, point.setting))
+        for priority, point in picks.items()
+        if point is not None
+    }
+    return {
+        "allocator": allocator.name,
+        "version": allocator.version,
+        "library": allocator.path,
+        "space": [d.describe() for d in plan.spaces[allocator.name]],
+        "trials": len(trials),
+        "failed_trials": len(trials) - len(observed),
+        "searched": [
+            {
+                "trial": o.number,
+                "default": o.default,
+                "setting": o.setting,
+                "metrics": {k: v for k, v in o.metrics.items() if k in keys},
+                "feasible": o.feasible,
+            }
+            for o in observed
+        ],  # fmt: skip
+        "points": [p.to_dict() for p in points],
+        "chosen": {k: (p.label if p else None) for k, p in picks.items()},
+        "beats_default": any(p.beats_default and p.on_front for p in points),
+        "deploy": deploy,
+    }
+
+
+def deploy_for(allocator: Allocator, point: front.Point, env: dict[str, str]) -> dict[str, Any]:
+    """The chosen setting's environment and systemd drop-in, through deploy.py."""
+    from mallocbench import deploy
+    from mallocbench.results import SetupInfo
+
+    setup = SetupInfo(
+        name=f"{allocator.name}-tuned-{point.label.lstrip('#')}",
+        allocator=allocator.name,
+        allocator_version=allocator.version,
+        allocator_library=allocator.path,
+        knobs=env,
+    )
+    d = deploy.deployment_for(setup)
+    return {
+        "point": point.label,
+        "environment": d.environment,
+        "systemd": d.snippets["systemd"].text,
+        "dropin": f"{deploy.SYSTEMD_DIR}/{d.dropin_relpath}",
+    }
+
+
+def confirmation_toml(plan: Plan, results: Sequence[dict[str, Any]]) -> str | None:
+    """An experiment for `mallocbench run` that confirms the chosen settings on real
+    private servers against each allocator's default (None: nothing was chosen)."""
+    setups: list[tuple[str, str, dict[str, str]]] = []
+    for result in results:
+        chosen = {p: d for p, d in result["deploy"].items()}
+        if not chosen:
+            continue
+        setups.append((result["allocator"], result["allocator"], {}))
+        seen: set[str] = set()
+        for priority, d in chosen.items():
+            env = {k: v for k, v in d["environment"].items() if k != "LD_PRELOAD"}
+            if d["point"] in seen:
+                continue
+            seen.add(d["point"])
+            setups.append((f"{result['allocator']}-{priority}", result["allocator"], env))
+    if not setups:
+        return None
+    lines = [
+        "# Written by `mallocbench tune`: the settings it chose, against each allocator's",
+        "# default, on real private servers. Set engines, steps and dataset to the workload",
+        "# the trace was recorded from; compare each tuned setup to its allocator's default.",
+        'name = "tune-confirm"',
+        f"base = {json.dumps(setups[0][0])}",
+        f"engines = [{json.dumps(plan.engine)}]",
+        'steps = ["point-query", "update-nonindex"]',
+        "threads = [8]",
+        "repeats = 5",
+        f'min_effect = "{plan.min_effect * 100:g}%"',
+        "",
+        "[dataset]",
+        "tables = 4",
+        "rows = 50000",
+        'cache = "512M"',
+        "",
+        "[durations]",
+        "warmup = 5",
+        "step = 30",
+    ]
+    for name, allocator, env in setups:
+        lines += ["", "[[setup]]", f"name = {json.dumps(name)}",
+                  f"allocator = {json.dumps(allocator)}"]  # fmt: skip
+        if env:
+            items = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+            lines.append(f"knobs = {{ {items} }}")
+    return "\n".join(lines) + "\n"
+
+
+def document(
+    plan: Plan, results: list[dict[str, Any]], elapsed_s: float | None = None
+) -> dict[str, Any]:
+    """The JSON document every output is rendered from; writes confirm.toml to OUT."""
+    notes: list[str] = []
+    if plan.budget_s is not None and elapsed_s is not None and elapsed_s > plan.budget_s * 1.05:
+        notes.append(
+            f"the tune took {elapsed_s / 60:.1f} min against a budget of "
+            f"{plan.budget_s / 60:.1f} min: re-measuring the front (the default and at least "
+            "one point, --repeats times each) took longer than the quarter left for it"
+        )
+    toml = confirmation_toml(plan, results)
+    if toml is None:
+        notes.append("no setting beats the default on any allocator: nothing to confirm")
+    else:
+        path = plan.out / "confirm.toml"
+        path.write_text(toml)
+        notes.append(
+            f"confirm on real private servers before deploying: mallocbench run {path} "
+            f"--out {plan.out / 'confirm'}"
+        )
+    return {
+        "trace": plan.trace,
+        "evaluator": plan.evaluator_name,
+        "objectives": [
+            {
+                "name": m.name,
+                "key": m.key,
+                "label": m.label,
+                "unit": m.unit,
+                "direction": m.direction,
+            }
+            for m in plan.objectives
+        ],  # fmt: skip
+        "constraints": [c.text for c in plan.constraints],
+        "min_effect": plan.min_effect,
+        "repeats": plan.repeats,
+        "out": str(plan.out),
+        "allocators": results,
+        "notes": notes,
+    }

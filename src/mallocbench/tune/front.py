@@ -1,0 +1,233 @@
+"""From the search's single, noisy observations to a front the statistics support.
+
+The search sees each setting once, so its front is partly luck. Here the observed front
+and the default are measured again, `repeats` times each and interleaved (default, A, B,
+default, A, B, ...) so a drift of the host spreads over all of them; every point gets a
+95% interval per objective and a ratio to the default with the project's verdict
+(analysis/stats.py), its interval widened for the number of comparisons (Bonferroni),
+since the best of many noisy points is otherwise a finding by chance. A point is
+dominated only when another is better on some objective and shown the same (within
+min_effect) or better on every other; a setting is chosen for a priority only when it
+beats the default there as a finding.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mallocbench.allocators.base import Allocator
+from mallocbench.analysis import stats
+from mallocbench.tune.evaluate import EvaluationFailed, Evaluator
+from mallocbench.tune.objectives import Constraint, Metric
+from mallocbench.tune.search import Observed
+
+
+@dataclass
+class Estimate:
+    mean: float
+    low: float
+    high: float
+
+
+@dataclass
+class Versus:
+    """One point against another on one metric: ratio (this / other), interval, verdict."""
+
+    ratio: float
+    low: float
+    high: float
+    verdict: str
+    better: bool  # a finding in the metric's good direction
+    worse: bool  # a finding in its bad direction
+
+
+@dataclass
+class Point:
+    label: str  # "default" or "#<trial>"
+    trial: int
+    default: bool
+    setting: dict[str, str]
+    searched: dict[str, float]  # the search's one observation
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    failed: int = 0
+    estimates: dict[str, Estimate] = field(default_factory=dict)
+    versus_default: dict[str, Versus] = field(default_factory=dict)
+    dominated_by: list[str] = field(default_factory=list)
+    feasible: bool = True
+
+    @property
+    def on_front(self) -> bool:
+        return not self.dominated_by
+
+    @property
+    def beats_default(self) -> bool:
+        return any(v.better for v in self.versus_default.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        data = _json_safe(asdict(self))
+        data["on_front"] = self.on_front
+        data["beats_default"] = self.beats_default
+        return data
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _dominates(
+    a: Mapping[str, float], b: Mapping[str, float], objectives: Sequence[Metric]
+) -> bool:
+    """a dominates b on single observations (the search's view)."""
+    signs = [1.0 if m.lower_is_better else -1.0 for m in objectives]
+    pairs = [(s * a[m.key], s * b[m.key]) for s, m in zip(signs, objectives, strict=True)]
+    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
+
+
+def observed_front(trials: Sequence[Observed], objectives: Sequence[Metric]) -> list[Observed]:
+    """The feasible trials no other feasible trial dominates, as observed once."""
+    usable = [t for t in trials if t.feasible and all(m.key in t.metrics for m in objectives)]
+    return [
+        t
+        for t in usable
+        if not any(_dominates(o.metrics, t.metrics, objectives) for o in usable if o is not t)
+    ]
+
+
+def candidates(
+    trials: Sequence[Observed], objectives: Sequence[Metric], limit: int
+) -> list[Observed]:
+    """The default and at most `limit` points of the observed front, spread evenly along
+    the first objective when the front is longer (its two ends always kept)."""
+    default = next((t for t in trials if t.default), None)
+    front = [t for t in observed_front(trials, objectives) if not t.default]
+    first = objectives[0]
+    front.sort(key=lambda t: t.metrics[first.key])
+    if len(front) > limit >= 2:
+        step = (len(front) - 1) / (limit - 1)
+        front = [front[round(i * step)] for i in range(limit)]
+    elif limit < 2:
+        front = front[:limit]
+    return ([default] if default else []) + front
+
+
+def measure(
+    allocator: Allocator,
+    chosen: Sequence[Observed],
+    evaluator: Evaluator,
+    repeats: int,
+    progress: Callable[[str], None] | None = None,
+) -> list[Point]:
+    """Every chosen setting `repeats` times, interleaved."""
+    points = [
+        Point("default" if t.default else f"#{t.number}", t.number, t.default, t.setting, t.metrics)
+        for t in chosen
+    ]
+    for repeat in range(repeats):
+        for point in points:
+            if progress is not None:
+                progress(f"{allocator.name} {point.label} · repeat {repeat + 1}/{repeats}")
+            try:
+                values = evaluator(allocator, point.setting)
+            except EvaluationFailed:
+                point.failed += 1
+                continue
+            for key, value in values.items():
+                point.samples.setdefault(key, []).append(value)
+    return points
+
+
+def family_confidence(comparisons: int, confidence: float = 0.95) -> float:
+    """Bonferroni: each of `comparisons` intervals at this level keeps the chance of any
+    false finding among them within 1 - confidence. Without it, the best of eight noisy
+    settings beats the default by luck more often than not."""
+    return 1 - (1 - confidence) / max(1, comparisons)
+
+
+def versus(
+    a: Sequence[float],
+    b: Sequence[float],
+    metric: Metric,
+    min_effect: float,
+    confidence: float = 0.95,
+) -> Versus:
+    ratio, low, high = stats.ratio_ci(a, b, confidence)
+    verdict = stats.classify(ratio, low, high, min_effect)
+    finding = verdict in stats.FINDINGS
+    good = ratio < 1 if metric.lower_is_better else ratio > 1
+    return Versus(ratio, low, high, verdict, finding and good, finding and not good)
+
+
+def judge(
+    points: Sequence[Point],
+    objectives: Sequence[Metric],
+    constraints: Sequence[Constraint],
+    min_effect: float,
+) -> None:
+    """Intervals, ratios to the default and dominance under the intervals, in place."""
+    keys = {m.key for m in objectives} | {c.metric.key for c in constraints}
+    default = next((p for p in points if p.default), None)
+    n = len(points)
+    to_default = family_confidence((n - 1) * len(objectives))
+    pairwise = family_confidence(n * (n - 1) // 2 * len(objectives))
+    for point in points:
+        point.estimates = {k: Estimate(*stats.mean_ci(point.samples.get(k, []))) for k in keys}
+        means = {k: e.mean for k, e in point.estimates.items()}
+        point.feasible = all(c.satisfied(means) for c in constraints)
+        if default is not None and point is not default:
+            point.versus_default = {
+                m.name: versus(point.samples.get(m.key, []), default.samples.get(m.key, []), m,
+                               min_effect, to_default)
+                for m in objectives
+            }  # fmt: skip
+    for a in points:
+        a.dominated_by = [
+            b.label
+            for b in points
+            if b is not a and _shown_better(b, a, objectives, min_effect, pairwise)
+        ]
+
+
+def _shown_better(
+    b: Point, a: Point, objectives: Sequence[Metric], min_effect: float, confidence: float
+) -> bool:
+    """b dominates a as the intervals show it: a finding better on one objective, and on
+    every other better or shown the same (within min_effect)."""
+    verdicts = [
+        versus(b.samples.get(m.key, []), a.samples.get(m.key, []), m, min_effect, confidence)
+        for m in objectives
+    ]
+    return any(v.better for v in verdicts) and all(
+        v.better or v.verdict == stats.SAME for v in verdicts
+    )
+
+
+def choose(points: Sequence[Point], objectives: Sequence[Metric]) -> dict[str, Point | None]:
+    """Per priority (memory, speed: the first objective of each), the feasible front
+    point that beats the default on it by the most; None when none beats it there."""
+    out: dict[str, Point | None] = {}
+    for m in objectives:
+        priority = m.priority or m.name
+        if priority in out:
+            continue
+        winners = [
+            p
+            for p in points
+            if not p.default
+            and p.on_front
+            and p.feasible
+            and (v := p.versus_default.get(m.name)) is not None
+            and v.better
+        ]
+        sign = 1.0 if m.lower_is_better else -1.0
+        winners.sort(key=lambda p: sign * p.estimates[m.key].mean)
+        out[priority] = winners[0] if winners else None
+    return out

@@ -1,0 +1,114 @@
+"""What a tune minimises or bounds: the replay's measured quantities, by short name.
+
+`--objectives rss,time` and `--constraint 'rss<=2G'` name these; anything else is refused
+before a trial runs, since a search on an unmeasured number would optimise nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from mallocbench.errors import MallocbenchError, did_you_mean
+from mallocbench.units import parse_size
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # what the user writes
+    key: str  # the replayer's JSON key
+    label: str
+    unit: str  # bytes, s, x, 1/s
+    lower_is_better: bool = True
+    priority: str = ""  # the priority that puts this metric first (memory, speed)
+
+    @property
+    def direction(self) -> str:
+        return "minimize" if self.lower_is_better else "maximize"
+
+
+# "time" is CPU time: under recorded timing the wall time is the trace's own length,
+# so the cost a knob adds (purging, locking) shows in the CPU the replay burns.
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("rss", "peak_heap_rss", "peak RSS", "bytes", priority="memory"),
+        Metric("rss_over_live", "rss_over_live", "RSS/live", "x", priority="memory"),
+        Metric("time", "cpu_s", "CPU time", "s", priority="speed"),
+        Metric("wall", "wall_s", "wall time", "s", priority="speed"),
+        Metric("calls_per_s", "calls_per_s", "calls/s", "1/s", False, priority="speed"),
+    )
+}
+
+
+def metric(name: str, where: str) -> Metric:
+    found = METRICS.get(name.strip())
+    if found is None:
+        raise MallocbenchError(
+            f"{where} {name.strip()!r} is not measured{did_you_mean(name.strip(), METRICS)}: "
+            f"use one of {', '.join(METRICS)}"
+        )
+    return found
+
+
+def parse_objectives(text: str) -> list[Metric]:
+    names = [n for n in (p.strip() for p in text.split(",")) if n]
+    if not names:
+        raise MallocbenchError("--objectives is empty: give e.g. rss,time")
+    out = [metric(n, "objective") for n in names]
+    if len({m.name for m in out}) != len(out):
+        raise MallocbenchError(f"--objectives {text!r} names one objective twice: once each")
+    return out
+
+
+_CONSTRAINT = re.compile(r"^\s*(\w+)\s*(<=|>=)\s*(\S.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class Constraint:
+    metric: Metric
+    op: str  # <= or >=
+    bound: float
+    text: str
+
+    def violation(self, values: Mapping[str, float]) -> float:
+        """Optuna's convention: <= 0 when satisfied, else how far off (relative)."""
+        value = values.get(self.metric.key, math.nan)
+        if not math.isfinite(value):
+            return math.inf
+        gap = value - self.bound if self.op == "<=" else self.bound - value
+        return gap / abs(self.bound) if self.bound else gap
+
+    def satisfied(self, values: Mapping[str, float]) -> bool:
+        return self.violation(values) <= 0
+
+
+def _bound(m: Metric, text: str, where: str) -> float:
+    if m.unit == "bytes":
+        return float(parse_size(text, where))
+    number = text.removesuffix("s") if m.unit == "s" else text
+    try:
+        value = float(number)
+    except ValueError:
+        unit = {"s": " in seconds", "x": " (a ratio)", "1/s": " per second"}[m.unit]
+        raise MallocbenchError(f"{where} = {text!r} is not a number{unit}") from None
+    if not math.isfinite(value) or value < 0:
+        raise MallocbenchError(f"{where} = {text!r} must be a number of 0 or more")
+    return value
+
+
+def parse_constraint(text: str) -> Constraint:
+    match = _CONSTRAINT.match(text)
+    if match is None:
+        raise MallocbenchError(
+            f"--constraint {text!r} is not METRIC<=VALUE or METRIC>=VALUE: e.g. 'rss<=2G'"
+        )
+    name, op, value = match.groups()
+    m = metric(name, "constraint on")
+    return Constraint(m, op, _bound(m, value, f"--constraint {name}"), text.strip())
+
+
+def parse_constraints(texts: Sequence[str]) -> list[Constraint]:
+    return [parse_constraint(t) for t in texts]

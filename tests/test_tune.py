@@ -1,0 +1,324 @@
+"""`mallocbench tune`: the search finds a known front, a resume loses no trial, noise
+alone never beats the default, bad input is one line before anything runs, and a real
+tune on a tiny recorded trace."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli_runner import run_cli
+from mallocbench import allocators
+from mallocbench.allocators.base import Allocator
+from mallocbench.experiment import load
+from mallocbench.tune import driver, front, render, search
+from mallocbench.tune.evaluate import EvaluationFailed
+from mallocbench.tune.objectives import parse_constraints, parse_objectives
+from mallocbench.tune.space import build_space
+
+HERE = Path(__file__).resolve().parent
+OBJECTIVES = parse_objectives("rss,time")
+GLIBC = allocators.get("glibc")
+SPACE = build_space(GLIBC, [("arena_max", "1..64"), ("tcache_count", "0..64")])
+
+
+def position(setting: Mapping[str, str]) -> tuple[float, float]:
+    """(x, y) in [0, 1]^2 of a setting; the default sits at x = 1, y = 7/64."""
+    arenas = float(setting.get("arena_max", 64))
+    return math.log(arenas) / math.log(64), float(setting.get("tcache_count", 7)) / 64
+
+
+def penalty(setting: Mapping[str, str]) -> float:
+    """How far above the true front a setting lies: the front is y = 1/2."""
+    return 4 * (position(setting)[1] - 0.5) ** 2
+
+
+class Synthetic:
+    """A known front: RSS = 1 + x, CPU = 1 + (1 - x)^2, both plus the penalty; `noise`
+    is the relative spread of each measurement, `flat` takes every real effect away."""
+
+    def __init__(self, noise: float = 0.0, flat: bool = False, seed: int = 7) -> None:
+        self.noise = noise
+        self.flat = flat
+        self.rng = random.Random(seed)
+        self.calls = 0
+
+    def __call__(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, float]:
+        self.calls += 1
+        x, _ = position(setting)
+        p = 0.0 if self.flat else penalty(setting)
+        rss, cpu = (1.0, 1.0) if self.flat else (1 + x + p, 1 + (1 - x) ** 2 + p)
+        jitter = lambda: 1 + self.rng.gauss(0, self.noise)  # noqa: E731
+        return {"peak_heap_rss": 100e6 * rss * jitter(), "cpu_s": cpu * jitter()}
+
+
+def new_study(out: Path, seed: int = 3, constraints: str = "") -> Any:
+    cons = parse_constraints([constraints] if constraints else [])
+    settings = search.settings_for("synthetic", "synthetic", OBJECTIVES, cons, SPACE)
+    return search.open_study(out, "glibc", OBJECTIVES, cons, settings, seed)
+
+
+def test_the_search_finds_a_known_front_within_tolerance(tmp_path: Path) -> None:
+    study = new_study(tmp_path)
+    search.search(study, GLIBC, SPACE, OBJECTIVES, Synthetic(), search.Stop(40, None))
+    observed = search.observed(study, SPACE, [])
+    assert observed[0].default and observed[0].setting == {}
+    found = [t for t in front.observed_front(observed, OBJECTIVES) if not t.default]
+    assert len(found) >= 5
+    # Tolerance: every point of the found front lies within 0.15 (15% of the smallest
+    # RSS) above the true front, and its two ends reach within 0.2 of the front's ends.
+    assert max(penalty(t.setting) for t in found) <= 0.15
+    assert min(t.metrics["peak_heap_rss"] for t in found) <= 1.2 * 100e6
+    assert min(t.metrics["cpu_s"] for t in found) <= 1.2
+
+
+def test_a_constraint_keeps_infeasible_settings_off_the_front(tmp_path: Path) -> None:
+    cons = parse_constraints(["time<=1.3"])
+    study = new_study(tmp_path, constraints="time<=1.3")
+    stop = search.Stop(14, None)
+    search.search(study, GLIBC, SPACE, OBJECTIVES, Synthetic(), stop, None, cons)
+    found = front.observed_front(search.observed(study, SPACE, cons), OBJECTIVES)
+    assert found and all(t.metrics["cpu_s"] <= 1.3 for t in found)
+
+
+class Interrupting(Synthetic):
+    """Ctrl-C in the middle of the `at`-th evaluation."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def __call__(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, float]:
+        if self.calls + 1 == self.at:
+            self.calls += 1
+            raise KeyboardInterrupt
+        return super().__call__(allocator, setting)
+
+
+def test_resume_after_an_interruption_loses_no_trial(tmp_path: Path) -> None:
+    study = new_study(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        search.search(study, GLIBC, SPACE, OBJECTIVES, Interrupting(6), search.Stop(12, None))
+    before = {t.number: t.setting for t in search.observed(new_study(tmp_path), SPACE, [])}
+    assert len(before) == 5
+    resumed = new_study(tmp_path)  # the same settings: loads the study
+    states = {t.state.name for t in resumed.get_trials()}
+    assert "RUNNING" not in states  # the interrupted trial is closed, not left dangling
+    search.search(resumed, GLIBC, SPACE, OBJECTIVES, Synthetic(), search.Stop(12, None))
+    after = {t.number: t for t in search.observed(resumed, SPACE, [])}
+    assert len(after) == 11  # 12 finished: 11 measured, the interrupted one failed
+    assert all(after[n].setting == setting for n, setting in before.items())
+    assert sum(t.default for t in after.values()) == 1  # the default ran once, first
+
+
+def test_a_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
+    new_study(tmp_path)
+    with pytest.raises(Exception, match="give the same options to --resume"):
+        new_study(tmp_path, constraints="rss<=1G")
+
+
+def judged(evaluator: Synthetic, tmp_path: Path, trials: int = 20) -> list[front.Point]:
+    study = new_study(tmp_path)
+    search.search(study, GLIBC, SPACE, OBJECTIVES, evaluator, search.Stop(trials, None))
+    chosen = front.candidates(search.observed(study, SPACE, []), OBJECTIVES, 8)
+    points = front.measure(GLIBC, chosen, evaluator, 5)
+    front.judge(points, OBJECTIVES, [], 0.02)
+    return points
+
+
+def plan_for(tmp_path: Path, **extra: Any) -> driver.Plan:
+    fields: dict[str, Any] = dict(
+        trace="synthetic", evaluator_name="synthetic", objectives=OBJECTIVES, constraints=[],
+        spaces={"glibc": SPACE}, tuned=[GLIBC], out=tmp_path, resume=False, trials=14,
+        budget_s=None, repeats=5, min_effect=0.02,
+    )  # fmt: skip
+    return driver.Plan(**{**fields, **extra})
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_noise_alone_never_beats_the_default(tmp_path: Path, seed: int) -> None:
+    points = judged(Synthetic(noise=0.05, flat=True, seed=seed), tmp_path, trials=14)
+    assert len(points) >= 4  # the noisy search found several "better" points
+    assert not any(p.beats_default for p in points)
+    picks = front.choose(points, OBJECTIVES)
+    assert picks == {"memory": None, "speed": None}
+    plan = plan_for(tmp_path)
+    study = new_study(tmp_path)
+    result = driver.result_for(plan, GLIBC, study, [], points, picks)
+    doc = driver.document(plan, [result])
+    assert "glibc: no setting beats the default" in render.markdown(doc)
+    assert not (tmp_path / "confirm.toml").exists()
+
+
+def test_the_budget_leaves_the_repeats_their_share(tmp_path: Path) -> None:
+    plan = plan_for(tmp_path, budget_s=600.0, repeats=5)
+    # 150 s left, one allocator, 10 s a replay, 5 repeats: 3 points, the default and 2
+    assert driver.front_limit(plan, 450.0, 10.0) == 2
+    assert driver.front_limit(plan, 600.0, 10.0) == 1  # never none: the note says so
+    assert driver.front_limit(plan_for(tmp_path), 1e6, 10.0) == driver.MAX_FRONT
+    doc = driver.document(plan, [], elapsed_s=900.0)
+    assert any("against a budget of 10.0 min" in n for n in doc["notes"])
+
+
+def test_the_space_uses_log_scales_and_offsets_where_apt() -> None:
+    jemalloc = allocators.get("jemalloc")
+    space = {d.knob.name: d for d in build_space(jemalloc, [])}
+    decay = space["dirty_decay_ms"]
+    assert decay.log and decay.param == "dirty_decay_ms+1" and (decay.low, decay.high) == (0, 60000)
+    assert space["background_thread"].choices == ("false", "true")
+    assert space["narenas"].log and not space["narenas"].offset
+    sized = build_space(GLIBC, [("trim_threshold", "4K..64M"), ("arena_max", "2")])
+    assert (sized[0].low, sized[0].high, sized[0].log) == (4096, 64 << 20, True)
+    assert sized[1].choices == ("2",)
+    assert build_space(GLIBC, [("tcache_count", "0..16")])[0].log is False
+
+
+def test_a_real_difference_is_chosen_with_its_priority(tmp_path: Path) -> None:
+    points = judged(Synthetic(noise=0.02), tmp_path, trials=20)
+    picks = front.choose(points, OBJECTIVES)
+    memory = picks["memory"]
+    assert memory is not None and memory.versus_default["rss"].better
+    # memory first: few arenas (x small); the default (64 arenas here) is the speed end
+    assert position(memory.setting)[0] < 0.5
+
+
+def test_a_failed_evaluation_is_a_failed_trial_and_the_search_goes_on(tmp_path: Path) -> None:
+    class Crashing(Synthetic):
+        def __call__(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, float]:
+            if self.calls == 2:
+                self.calls += 1
+                raise EvaluationFailed("killed by SIGSEGV")
+            return super().__call__(allocator, setting)
+
+    study = new_study(tmp_path)
+    search.search(study, GLIBC, SPACE, OBJECTIVES, Crashing(), search.Stop(5, None))
+    failed = [t for t in study.get_trials() if t.state.name == "FAIL"]
+    assert len(failed) == 1 and failed[0].user_attrs["error"] == "killed by SIGSEGV"
+    assert len(search.observed(study, SPACE, [])) == 4
+
+
+# --- the command line -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The known pattern's allocations, recorded by the shim (as test_record_replay does)."""
+    from test_record_replay import record_pattern
+
+    workdir = tmp_path_factory.mktemp("tunetrace")
+    exe = workdir / "known_pattern"
+    subprocess.run(
+        ["cc", "-O1", "-std=c11", "-pthread", "-o", str(exe),
+         str(HERE / "native" / "known_pattern.c")],
+        check=True,
+    )  # fmt: skip
+    trace = workdir / "kp.mbt"
+    record_pattern(exe, workdir, trace)
+    return trace
+
+
+BAD_INPUT = [
+    (["--objectives", "rss,latency"], "objective 'latency' is not measured"),
+    (["--constraint", "p99<=3"], "constraint on 'p99' is not measured"),
+    (["--constraint", "rss<2G"], "is not METRIC<=VALUE"),
+    (["--space", "glibc:arena_max=0..8"], "knob arena_max = '0' is out of range"),
+    (["--space", "glibc:arena_maxx=1..8"], "did you mean 'arena_max'"),
+    (["--space", "tcmalloc:release_rate=1..2"], "'tcmalloc', which is not tuned"),
+    (["--allocators", "jemaloc"], "jemalloc"),
+    (["--on", "servers"], "--on servers is not built yet"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_INPUT)
+def test_bad_input_is_one_line_before_anything_runs(
+    tiny_trace: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    out = tmp_path / "out"
+    proc = run_cli("tune", str(tiny_trace), "--out", str(out), *args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert not out.exists()
+
+
+def test_an_unreadable_trace_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.mbt"
+    bad.write_bytes(b"not a trace at all" * 100)
+    proc = run_cli("tune", str(bad), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def interrupt_after(command: list[str], line: str) -> subprocess.CompletedProcess[str]:
+    """Run `command`, press Ctrl-C once stderr has shown `line`."""
+    proc = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    seen = []
+    for text in proc.stderr:
+        seen.append(text)
+        if line in text:
+            proc.send_signal(signal.SIGINT)
+            break
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(command, proc.returncode, out, "".join(seen) + err)
+
+
+def test_a_real_tune_on_a_tiny_trace_ctrl_c_and_resume(tiny_trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    common = ["--allocators", "glibc,jemalloc", "--timing", "none", "--repeats", "2",
+              "--seed", "5", "--out", str(out)]  # fmt: skip
+    command = [sys.executable, "-m", "mallocbench.cli", "tune", str(tiny_trace), *common]
+    stopped = interrupt_after([*command, "--trials", "40"], "glibc trial 3 done")
+    assert stopped.returncode == 130, stopped.stderr
+    assert "every finished trial is kept" in stopped.stderr and "--resume" in stopped.stderr
+    assert not (out / "tune.json").exists()
+    kept = {t.number: t.setting for t in search.observed(
+        search.open_study(out, "glibc", OBJECTIVES, [], stored_settings(out)), [], [])}  # fmt: skip
+    assert len(kept) >= 3
+    again = run_cli("tune", str(tiny_trace), "--trials", "3", *common)
+    assert again.returncode == 2 and "give --resume" in again.stderr
+    resumed = run_cli("tune", str(tiny_trace), "--trials", "3", *common, "--resume", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    doc = json.loads(resumed.stdout)
+    assert [r["allocator"] for r in doc["allocators"]] == ["glibc", "jemalloc"]
+    glibc, jemalloc = doc["allocators"]
+    searched = {s["trial"]: s["setting"] for s in glibc["searched"]}
+    assert all(searched[n] == setting for n, setting in kept.items())  # nothing lost
+    assert jemalloc["trials"] == 3
+    for result in doc["allocators"]:
+        default = result["points"][0]
+        assert default["label"] == "default" and default["setting"] == {}
+        for point in result["points"]:
+            assert len(point["samples"]["peak_heap_rss"]) == 2
+            assert point["estimates"]["peak_heap_rss"]["mean"] > 1 << 20
+        for priority, deploy in result["deploy"].items():
+            assert result["chosen"][priority] == deploy["point"]
+            assert "[Service]" in deploy["systemd"]
+    assert {p.name for p in out.iterdir()} >= {"tune.db", "tune.json", "tune.md", "tune.html"}
+    if (out / "confirm.toml").exists():
+        assert load(out / "confirm.toml").base
+
+
+def stored_settings(out: Path) -> search.Settings:
+    """The settings the command stored on its glibc study, so opening it checks equal."""
+    import optuna
+
+    study = optuna.load_study(study_name="tune-glibc", storage=search.open_storage(out))
+    attrs = study.user_attrs
+    return search.Settings(
+        attrs["trace"], attrs["evaluator"], tuple(attrs["objectives"]),
+        tuple(attrs["constraints"]), tuple(attrs["space"]),
+    )  # fmt: skip
