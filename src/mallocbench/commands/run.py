@@ -250,6 +250,11 @@ def run_cmd(
         resume,
         RunOptions(out_dir=out_dir, store_path=store_path).store_target,
     )
+    if experiment.events:
+        raise MallocbenchError(
+            f"{experiment_file}: [[soak.event]] entries run beside a soak's load only: "
+            f"use `mallocbench soak {experiment_file}`, or remove them for `run`"
+        )
     budget_s = parse_duration(budget, "--budget")
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)

@@ -47,6 +47,14 @@ def _print_plan(experiment: experiment_mod.Experiment, spec: SoakSpec) -> None:
     click.echo(f"  step     {experiment.steps[0].label} with {experiment.threads[0]} threads")
     click.echo(f"  engines  {', '.join(e.name for e in experiment.engines)}")
     click.echo("  setups   " + ", ".join(s.name for s in experiment.setups) + " (in this order)")
+    for event in experiment.events:
+        when = (
+            f"every {soak_report.duration_text(event.every_s)}"
+            if event.every_s is not None
+            else f"at {soak_report.duration_text(event.at_s or 0.0)}"
+        )
+        times = len(event.due_times(spec.duration_s))
+        click.echo(f"  event    {event.label}, {when} ({times} per setup), beside the load")
     caps = [s for s in experiment.setups if s.memory_limit_bytes is not None]
     if caps:
         click.echo(
