@@ -17,6 +17,7 @@ from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
 from mallocbench.formatting import mib
+from mallocbench.report import ratchet as ratchet_report
 from mallocbench.report import soak as soak_report
 from mallocbench.report.formats import write_run_reports
 from mallocbench.runner import RunOptions, RunOutcome
@@ -196,13 +197,17 @@ def _finish(
         path = out_dir / "soak.md"
         try:
             if written:
-                write_text_atomic(path, "\n".join(soak_report.markdown_lines(analysis)) + "\n")
+                lines = soak_report.markdown_lines(analysis) + ratchet_report.markdown_lines(
+                    analysis
+                )
+                write_text_atomic(path, "\n".join(lines) + "\n")
                 written.append(path)
         except OSError as exc:
             if is_disk_fault(exc):
                 raise disk_fault(exc, f"the soak report {path}") from exc
             raise MallocbenchError(f"cannot write {path}: {exc.strerror}") from exc
         soak_report.print_soak(analysis, make_console())
+        ratchet_report.print_ratchet(analysis, make_console())
         if written:
             console.print("wrote " + ", ".join(str(p) for p in written))
     else:

@@ -36,6 +36,7 @@ from mallocbench.files import write_text_atomic
 from mallocbench.formatting import percent
 from mallocbench.report.charts import PALETTE, Chart, relative_chart, run_charts
 from mallocbench.report.facts import headline_facts, run_facts, setup_differences, setup_table
+from mallocbench.report.ratchet import ratchet_notes, ratchet_table
 from mallocbench.report.recommend import engine_lines
 from mallocbench.report.soak import soak_notes, soak_table
 from mallocbench.report.tables import (
@@ -291,6 +292,9 @@ class ReportContext:
     # A soak run's section: (header, rows) and its sentences; empty for other runs.
     soak: tuple[list[str], list[list[str]]] | None = None
     soak_notes: list[str] = field(default_factory=list)
+    # A soak's events: the ratchet table (header, rows) and its sentences; empty without.
+    ratchet: tuple[list[str], list[list[str]]] | None = None
+    ratchet_notes: list[str] = field(default_factory=list)
     # Per engine: the decision line, then the claims behind it (report.recommend's words).
     recommendation: list[tuple[str, list[str]]] = field(default_factory=list)
 
@@ -334,6 +338,8 @@ def build_context(analysis: RunAnalysis) -> ReportContext:
         recommendation=_recommendation(analysis.recommendation),
         soak=soak_table(analysis),
         soak_notes=soak_notes(analysis),
+        ratchet=ratchet_table(analysis),
+        ratchet_notes=ratchet_notes(analysis),
     )
 
 
