@@ -117,37 +117,52 @@ def t_interval(values: Sequence[float]) -> Interval | None:
     return Interval(mean, mean - half, mean + half, len(data))
 
 
-def _values(series: Series, start: float, end: float) -> list[float]:
-    return [v for t, v in series if start <= t < end]
+class _Timeline:
+    """A series sorted by time, sliced by bisection: hours of seconds, hundreds of events."""
+
+    def __init__(self, series: Series) -> None:
+        points = sorted((float(t), float(v)) for t, v in series if v is not None)
+        self.t = np.asarray([p[0] for p in points], dtype=float)
+        self.v = np.asarray([p[1] for p in points], dtype=float)
+
+    def values(self, start: float, end: float) -> np.ndarray:
+        lo, hi = np.searchsorted(self.t, [start, end], side="left")
+        return self.v[lo:hi]
+
+    def times(self, start: float, end: float) -> np.ndarray:
+        lo, hi = np.searchsorted(self.t, [start, end], side="left")
+        return self.t[lo:hi]
 
 
 def settle(
-    series: Series, end_s: float, limit_s: float, limit: str
+    series: Series | _Timeline, end_s: float, limit_s: float, limit: str
 ) -> tuple[float | None, float | None, str]:
     """(after, settle time, how): the settle rule (see the module) after an event that
     ended at `end_s`, looking no further than `limit_s` (which met it is `limit`)."""
+    line = series if isinstance(series, _Timeline) else _Timeline(series)
     limit_s = min(limit_s, end_s + SETTLE_TIMEOUT_S)
     limit = limit if limit_s < end_s + SETTLE_TIMEOUT_S else TIMEOUT
-    times = [t for t, _ in series if end_s <= t and t + SETTLE_WINDOW_S <= limit_s]
-    for start in times:
-        window = _values(series, start, start + SETTLE_WINDOW_S)
+    for start in line.times(end_s, limit_s - SETTLE_WINDOW_S + 1e-9):
+        window = line.values(start, start + SETTLE_WINDOW_S)
         if len(window) < SETTLE_WINDOW_S / 2:
             continue  # a gap in the samples (between segments) is no evidence of calm
-        mean = sum(window) / len(window)
-        if mean > 0 and max(abs(v - mean) for v in window) <= SETTLE_BAND * mean:
-            return mean, start, SETTLED
-    tail = _values(series, max(end_s, limit_s - SETTLE_WINDOW_S), limit_s + 1e-9)
-    if not tail:
+        mean = float(window.mean())
+        if mean > 0 and float(np.abs(window - mean).max()) <= SETTLE_BAND * mean:
+            return mean, float(start), SETTLED
+    begin = max(end_s, limit_s - SETTLE_WINDOW_S)
+    tail = line.values(begin, limit_s + 1e-9)
+    if not len(tail):
         return None, None, limit
-    return sum(tail) / len(tail), max(end_s, limit_s - SETTLE_WINDOW_S), limit
+    return float(tail.mean()), begin, limit
 
 
 def measure_events(
     series: Series, events: Sequence[dict[str, Any]], started_at: float, session: str
 ) -> list[EventMeasure]:
     """Every recorded event of a lifetime measured on its RSS series (t since `started_at`)."""
+    line = _Timeline(series)
     ordered = sorted(events, key=lambda e: float(e.get("start", 0.0)))
-    series_end = max((t for t, _ in series), default=0.0)
+    series_end = float(line.t[-1]) if len(line.t) else 0.0
     out = []
     for i, event in enumerate(ordered):
         start = float(event["start"]) - started_at
@@ -156,9 +171,9 @@ def measure_events(
             limit_s, limit = float(ordered[i + 1]["start"]) - started_at, NEXT_EVENT
         else:
             limit_s, limit = series_end + 1e-9, END
-        before = _values(series, start - BEFORE_S, start)
-        during = _values(series, start, end + 1.0)
-        after, settle_s, how = settle(series, end, limit_s, limit)
+        before = line.values(start - BEFORE_S, start)
+        during = line.values(start, end + 1.0)
+        after, settle_s, how = settle(line, end, limit_s, limit)
         out.append(
             EventMeasure(
                 session=session,
@@ -168,8 +183,8 @@ def measure_events(
                 error=event.get("error"),
                 start_s=start,
                 end_s=end,
-                before_bytes=sum(before) / len(before) if before else None,
-                peak_bytes=max(during) if during else None,
+                before_bytes=float(before.mean()) if len(before) else None,
+                peak_bytes=float(during.max()) if len(during) else None,
                 after_bytes=after,
                 settle_s=settle_s,
                 settled_by=how,
@@ -181,14 +196,14 @@ def measure_events(
 def gap_slopes(series: Series, measures: Sequence[EventMeasure]) -> list[float]:
     """Least-squares RSS slopes (bytes/s) of the gaps from each event's settling to the
     next event's start: the drift between events, the steps left out."""
+    line = _Timeline(series)
     slopes = []
     for here, following in zip(measures, measures[1:], strict=False):
         begin = here.settle_s if here.settle_s is not None else here.end_s
-        points = [(t, v) for t, v in series if begin <= t < following.start_s]
-        if len(points) < MIN_GAP_SAMPLES or following.start_s - begin < MIN_GAP_S:
+        t = line.times(begin, following.start_s)
+        y = line.values(begin, following.start_s)
+        if len(t) < MIN_GAP_SAMPLES or following.start_s - begin < MIN_GAP_S:
             continue
-        t = np.asarray([p[0] for p in points])
-        y = np.asarray([p[1] for p in points])
         tc = t - t.mean()
         slopes.append(float(tc @ (y - y.mean())) / float(tc @ tc))
     return slopes

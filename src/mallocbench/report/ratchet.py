@@ -165,8 +165,8 @@ def print_ratchet(analysis: RunAnalysis, console: Console | None = None) -> None
     for engine in dict.fromkeys(row[0] for row in rows):
         table = Table(title=f"Soak events: the RSS step each left behind, {engine}")
         for name in TERMINAL_COLUMNS:
-            justify = "left" if name in ("setup", "event") else "right"
-            table.add_column(name, justify=justify, overflow="fold")
+            left = name in ("setup", "event")
+            table.add_column(name, justify="left" if left else "right", overflow="fold")
         for row in rows:
             if row[0] == engine:
                 cells = dict(zip(header, row, strict=True))
