@@ -198,7 +198,7 @@ sql = "SELECT COUNT(*) FROM sbtest1"
 def test_every_action_runs_beside_the_load_and_a_failure_is_an_outcome(tmp_path: Path) -> None:
     from mallocbench.analysis.run_analysis import analyze
     from mallocbench.report.charts import run_charts
-    from mallocbench.report.ratchet import markdown_lines
+    from mallocbench.report.ratchet import markdown_lines, ratchet_json
     from mallocbench.runner import RunOptions
     from mallocbench.soak import SoakPipeline, soak_metadata
 
@@ -237,5 +237,7 @@ def test_every_action_runs_beside_the_load_and_a_failure_is_an_outcome(tmp_path:
     (soak_chart,) = [c for c in charts if c.id == "chart-soak-innodb"]
     marks = [t for t in soak_chart.data if t.get("name") == "a events"]
     assert len(marks) == 1 and len(marks[0]["x"]) == 8
+    (exported,) = json.loads(ratchet_json(analysis))
+    assert len(exported["events"]) == 8 and "dump" in exported["steps"]
     lines = "\n".join(markdown_lines(analysis))
     assert "| innodb | a | dump | 1 (1) |" in lines and "1 of 8 events did not end well" in lines

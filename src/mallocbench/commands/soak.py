@@ -202,6 +202,10 @@ def _finish(
                 )
                 write_text_atomic(path, "\n".join(lines) + "\n")
                 written.append(path)
+                if analysis.ratchets:
+                    path = out_dir / "ratchet.json"
+                    write_text_atomic(path, ratchet_report.ratchet_json(analysis) + "\n")
+                    written.append(path)
         except OSError as exc:
             if is_disk_fault(exc):
                 raise disk_fault(exc, f"the soak report {path}") from exc

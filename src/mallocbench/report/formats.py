@@ -16,7 +16,7 @@ from rich.console import Console
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
-from mallocbench.report import export, markdown, terminal
+from mallocbench.report import export, markdown, ratchet, terminal
 
 Format = Callable[[RunAnalysis], str]
 
@@ -29,6 +29,7 @@ FORMATS: dict[str, Format] = {
     "relative-csv": export.relative_csv,
     "relative-json": lambda a: export.relative_json(a) + "\n",
     "json": lambda a: export.results_json(a) + "\n",
+    "ratchet-json": lambda a: ratchet.ratchet_json(a) + "\n",
 }
 TERMINAL = "terminal"  # drawn on a console, not returned as text
 NAMES = [TERMINAL, *FORMATS]

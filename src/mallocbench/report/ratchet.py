@@ -9,6 +9,7 @@ nothing for a run without events.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -176,6 +177,23 @@ def print_ratchet(analysis: RunAnalysis, console: Console | None = None) -> None
         console.print(f"[dim]{escape(note)}[/]")
 
 
+def _finite(value: Any) -> Any:
+    """JSON has no infinity: a projection that never reaches the cap is null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def ratchet_json(analysis: RunAnalysis) -> str:
+    """The ratchet figures per setup (bytes, seconds since each server's start) as JSON:
+    every event measured, the steps' and the slope's intervals, the projection."""
+    return json.dumps([_finite(r.to_dict()) for r in analysis.ratchets], indent=1)
+
+
 # --- the chart's marks ----------------------------------------------------------------------
 
 
@@ -246,6 +264,7 @@ __all__ = [
     "interval_text",
     "markdown_lines",
     "print_ratchet",
+    "ratchet_json",
     "ratchet_notes",
     "ratchet_table",
     "reading",
