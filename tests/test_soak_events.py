@@ -241,3 +241,23 @@ def test_every_action_runs_beside_the_load_and_a_failure_is_an_outcome(tmp_path:
     assert len(exported["events"]) == 8 and "dump" in exported["steps"]
     lines = "\n".join(markdown_lines(analysis))
     assert "| innodb | a | dump | 1 (1) |" in lines and "1 of 8 events did not end well" in lines
+
+
+def test_an_event_under_way_is_cut_when_the_session_ends(tmp_path: Path) -> None:
+    """The server is about to stop: a tool still running is stopped, and recorded as cut."""
+    import time
+
+    from mallocbench.soakevents import EventRunner, SoakEvent
+
+    class Sleeping(EventRunner):
+        def _run(self, event: SoakEvent) -> str | None:
+            self._tool_run(["sleep", "30"])
+            return None
+
+    runner = Sleeping((SoakEvent("dump", at_s=0.1),), None, time.time(), 10.0)  # type: ignore[arg-type]
+    runner.start()
+    time.sleep(1.0)
+    began = time.monotonic()
+    (record,) = runner.stop()
+    assert time.monotonic() - began < 5
+    assert record["status"] == "cut" and "status -15" in record["error"], record
