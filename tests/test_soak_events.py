@@ -261,3 +261,11 @@ def test_an_event_under_way_is_cut_when_the_session_ends(tmp_path: Path) -> None
     (record,) = runner.stop()
     assert time.monotonic() - began < 5
     assert record["status"] == "cut" and "status -15" in record["error"], record
+
+
+def test_the_schema_names_the_actions_and_keys_the_parser_takes() -> None:
+    from mallocbench.dialect import SOAK_EVENT
+    from mallocbench.soakevents import ACTION_KEYS, ACTIONS, EVENT_KEYS
+
+    assert SOAK_EVENT["action"]["enum"] == list(ACTIONS) == list(ACTION_KEYS)
+    assert set(SOAK_EVENT) == set(EVENT_KEYS)
