@@ -56,6 +56,7 @@ DEFAULT_SESSIONS = 4
 # a larger one to its config's maximum-sort_buffer_size, and the event records what it got.
 DEFAULT_SORT_BUFFER = 32 << 20
 DEFAULT_CONNECTIONS = 100
+SORT_OFFSET = 1 << 40  # past any dataset's last row: see _one_sort
 MAX_SESSIONS = 64
 MAX_CONNECTIONS = 500  # well below the private servers' max_connections (1000)
 MAX_SQL_CHARS = 4096
@@ -393,25 +394,33 @@ class EventRunner:
         notes = [str(r[3]) for r in rows if len(r) > 3 and str(r[2]).lower() == "note"]
         return notes[0] if notes else None
 
-    def _one_sort(self, event: SoakEvent) -> int:
-        conn = self._connection(database=DATABASE, cursorclass=pymysql.cursors.SSCursor)
+    def _one_sort(self, event: SoakEvent) -> tuple[int, int]:
+        conn = self._connection(database=DATABASE)
         try:
             with conn.cursor() as cur:
                 cur.execute(f"SET SESSION sort_buffer_size = {int(event.sort_buffer)}")
                 cur.execute("SELECT @@session.sort_buffer_size")
-                got = int(cur.fetchall()[0][0])  # read whole: the next query needs the line
-                # Every row, sorted on a column no index holds: a filesort of the table.
-                cur.execute(f"SELECT id, c, pad FROM `{event.table}` ORDER BY pad, c")
-                while cur.fetchmany(1000):  # streamed: the harness holds no copy
-                    pass
-                return got
+                got = int(cur.fetchall()[0][0])
+                # Every row sorted on columns no index holds (a filesort of the whole
+                # table, in the server's sort buffer), with an offset past the last row:
+                # no row comes back, so the harness spends nothing on the result.
+                cur.execute(
+                    f"SELECT id FROM `{event.table}` ORDER BY pad, c LIMIT 1 OFFSET {SORT_OFFSET}"
+                )
+                cur.fetchall()
+                cur.execute("SHOW SESSION STATUS LIKE 'Sort_rows'")
+                sorted_rows = int(cur.fetchall()[0][1])
+                return got, sorted_rows
         finally:
             self._release(conn)
 
     def _big_sort(self, event: SoakEvent) -> str:
         with ThreadPoolExecutor(event.sessions) as pool:
             got = list(pool.map(lambda _: self._one_sort(event), range(event.sessions)))
-        return f"{event.sessions} sessions, sort_buffer_size {min(got)} bytes"
+        return (
+            f"{event.sessions} sessions, sort_buffer_size {min(g for g, _ in got)} bytes, "
+            f"{min(r for _, r in got)} rows sorted each"
+        )
 
     def _connect_storm(self, connections: int) -> str:
         # Every connection open at the same moment: the server's per-connection memory

@@ -213,8 +213,17 @@ def _hover(event: EventMeasure) -> str:
     return text
 
 
+def _level(event: EventMeasure) -> float | None:
+    return next(
+        (v for v in (event.before_bytes, event.peak_bytes, event.after_bytes) if v is not None),
+        None,
+    )
+
+
 def _event_trace(ratchet: SetupRatchet, color: str | None, scale: float) -> dict[str, Any]:
-    events = [e for e in ratchet.events if e.before_bytes is not None]
+    # At RSS before the event; at its peak or after it when no sample preceded it.
+    placed = [(e, _level(e)) for e in ratchet.events]
+    events = [e for e, level in placed if level is not None]
     return {
         "type": "scatter",
         "mode": "markers",
@@ -222,7 +231,7 @@ def _event_trace(ratchet: SetupRatchet, color: str | None, scale: float) -> dict
         "legendgroup": ratchet.setup,
         "showlegend": False,
         "x": [e.start_s / scale for e in events],
-        "y": [(e.before_bytes or 0.0) / MiB for e in events],
+        "y": [level / MiB for _, level in placed if level is not None],
         "marker": {
             "color": color,
             "size": 10,
