@@ -277,3 +277,15 @@ def test_the_schema_names_the_actions_and_keys_the_parser_takes() -> None:
 
     assert SOAK_EVENT["action"]["enum"] == list(ACTIONS) == list(ACTION_KEYS)
     assert set(SOAK_EVENT) == set(EVENT_KEYS)
+
+
+def test_rss_before_an_event_never_reaches_into_the_one_before() -> None:
+    # The first event lifts RSS to 400 MiB until 50 s; the second starts at 52 s.
+    series = [(float(t), (400 if 20 <= t < 50 else 200) * MiB) for t in range(100)]
+    records = [
+        {"action": "sql", "label": "x", "status": "ok", "start": 1020.0, "end": 1050.0},
+        {"action": "sql", "label": "x", "status": "ok", "start": 1052.0, "end": 1053.0},
+    ]
+    first, second = measure_events(series, records, 1000.0, "s")
+    assert first.peak_bytes == 400 * MiB and first.settled_by == NEXT_EVENT
+    assert second.before_bytes == 200 * MiB  # 50-52 s, not 42-52 s

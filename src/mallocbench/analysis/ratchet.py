@@ -2,7 +2,8 @@
 
 Per event (soakevents) on one server lifetime, from the per-second RSS series:
 
-- before: the mean RSS over the BEFORE_S seconds before the event started;
+- before: the mean RSS over the BEFORE_S seconds before the event started (from the end
+  of the event before it, when that ended later);
 - peak: the highest RSS from its start to its end (and the second after, so that an
   event shorter than the sampling still has one sample);
 - after: RSS once it settled. The settle rule: the first window of SETTLE_WINDOW_S
@@ -171,7 +172,9 @@ def measure_events(
             limit_s, limit = float(ordered[i + 1]["start"]) - started_at, NEXT_EVENT
         else:
             limit_s, limit = series_end + 1e-9, END
-        before = line.values(start - BEFORE_S, start)
+        # Never into the event before: RSS still up from it is not this one's baseline.
+        previous_end = float(ordered[i - 1].get("end", start)) - started_at if i else -math.inf
+        before = line.values(max(start - BEFORE_S, previous_end), start)
         during = line.values(start, end + 1.0)
         after, settle_s, how = settle(line, end, limit_s, limit)
         out.append(
