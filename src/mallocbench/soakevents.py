@@ -52,8 +52,9 @@ ACTION_KEYS: dict[str, tuple[str, ...]] = {
 }
 DEFAULT_TABLE = "sbtest1"
 DEFAULT_SESSIONS = 4
-# The published per-query sort buffer that hurt glibc (see DESIGN.md); the server clamps
-# a larger one to its config's maximum-sort_buffer_size, and the event records what it got.
+# Without a sort_buffer of its own, a big sort asks for the larger of the published
+# per-query sort buffer that hurt glibc (see DESIGN.md) and the config's sort_buffer_size;
+# the server clamps it to its maximum-sort_buffer_size, and the event records what it got.
 DEFAULT_SORT_BUFFER = 32 << 20
 DEFAULT_CONNECTIONS = 100
 SORT_OFFSET = 1 << 40  # past any dataset's last row: see _one_sort
@@ -76,7 +77,7 @@ class SoakEvent:
     at_s: float | None = None
     table: str = DEFAULT_TABLE
     sessions: int = DEFAULT_SESSIONS
-    sort_buffer: int = DEFAULT_SORT_BUFFER
+    sort_buffer: int | None = None  # None: see DEFAULT_SORT_BUFFER
     connections: int = DEFAULT_CONNECTIONS
     sql: str = ""
 
@@ -88,7 +89,9 @@ class SoakEvent:
         if self.action == CONNECT_STORM:
             return f"{self.action} {self.connections}"
         if self.action == BIG_SORT:
-            return f"{self.action} {self.sessions}x{self.sort_buffer >> 20}M"
+            if self.sort_buffer:
+                return f"{self.action} {self.sessions}x{self.sort_buffer >> 20}M"
+            return f"{self.action} {self.sessions} sessions"
         if self.action == SQL:
             text = " ".join(self.sql.split())
             return f"sql {text[:40]}{'...' if len(text) > 40 else ''}"
@@ -398,7 +401,10 @@ class EventRunner:
         conn = self._connection(database=DATABASE)
         try:
             with conn.cursor() as cur:
-                cur.execute(f"SET SESSION sort_buffer_size = {int(event.sort_buffer)}")
+                cur.execute("SELECT @@global.sort_buffer_size")
+                configured = int(cur.fetchall()[0][0])
+                wanted = event.sort_buffer or max(DEFAULT_SORT_BUFFER, configured)
+                cur.execute(f"SET SESSION sort_buffer_size = {int(wanted)}")
                 cur.execute("SELECT @@session.sort_buffer_size")
                 got = int(cur.fetchall()[0][0])
                 # Every row sorted on columns no index holds (a filesort of the whole
