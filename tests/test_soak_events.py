@@ -292,3 +292,22 @@ def test_rss_before_an_event_never_reaches_into_the_one_before() -> None:
     first, second = measure_events(series, records, 1000.0, "s")
     assert first.peak_bytes == 400 * MiB and first.settled_by == NEXT_EVENT
     assert second.before_bytes == 200 * MiB  # 50-52 s, not 42-52 s
+
+
+def test_time_to_the_cap_counts_the_steps_at_events() -> None:
+    from mallocbench.analysis.ratchet import setup_ratchet
+    from mallocbench.analysis.soak import Lifetime, SetupSoak, analyze
+    from mallocbench.results import SessionInfo
+
+    series, records = ratcheting(step_mib=8, drift_mib_h=0)
+    cap = 400 * MiB
+    life = Lifetime("s", 1000.0, series, "ok", 1)
+    life.fit = analyze(series, cap)
+    soak = SetupSoak("a", "innodb", int(cap), None, [life])
+    session = SessionInfo("s", "a", "innodb", 0, started_at=1000.0, events=records)
+    ratchet = setup_ratchet(soak, {"s": session})
+    assert ratchet is not None and ratchet.projection is not None
+    # 8 MiB every 60 s from ~248 MiB: about 19 minutes to 400 MiB.
+    expected = (cap - life.fit.level_bytes) / (8 * MiB / 60)
+    assert ratchet.projection.seconds == pytest.approx(expected, rel=0.05)
+    assert ratchet.projection.low <= ratchet.projection.seconds <= ratchet.projection.high
