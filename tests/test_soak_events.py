@@ -311,3 +311,14 @@ def test_time_to_the_cap_counts_the_steps_at_events() -> None:
     expected = (cap - life.fit.level_bytes) / (8 * MiB / 60)
     assert ratchet.projection.seconds == pytest.approx(expected, rel=0.05)
     assert ratchet.projection.low <= ratchet.projection.seconds <= ratchet.projection.high
+
+
+def test_a_missing_tool_is_refused_before_the_soak(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "ev.toml"
+    path.write_text(BASE + '[[soak.event]]\naction = "backup"\nat = "10s"\n')
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mariadb-backup on it
+    with pytest.raises(MallocbenchError, match="mariadb-backup is missing: install it") as info:
+        soak_experiment(experiment_mod.load(path), SoakSpec(60.0, 20.0))
+    assert "\n" not in str(info.value)

@@ -51,7 +51,7 @@ from mallocbench.metadata import DesignRecord, RunMetadata, SoakRecord
 from mallocbench.results import STATUS_CRASHED, STATUS_OOM
 from mallocbench.runner import Pipeline, RunOutcome
 from mallocbench.servers.mariadb import ServerBuild
-from mallocbench.soakevents import EventRunner
+from mallocbench.soakevents import EventRunner, check_tools
 from mallocbench.store import ResultsStore
 from mallocbench.units import parse_duration
 
@@ -166,6 +166,7 @@ def soak_experiment(experiment: Experiment, spec: SoakSpec) -> Experiment:
             f"[[soak.event]] {late[0]} is due after the soak's {spec.duration_s:g} s end: "
             "give an earlier `at` or a shorter `every`, or a longer --duration"
         )
+    check_tools(experiment.events)
     threads = [step.definition.threads] if step.definition.threads else experiment.threads
     if len(threads) != 1:
         raise MallocbenchError(

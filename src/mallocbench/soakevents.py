@@ -225,6 +225,15 @@ def _tool(*names: str) -> str:
     )
 
 
+def check_tools(events: tuple[SoakEvent, ...]) -> None:
+    """Refuse, before a soak starts, events whose tool is not installed."""
+    for event in events:
+        if event.action == DUMP:
+            _tool("mariadb-dump", "mysqldump")
+        elif event.action == BACKUP:
+            _tool("mariadb-backup", "mariabackup")
+
+
 class EventRunner:
     """Runs a session's events in a thread of its own until `stop`; `records` is the story."""
 
@@ -476,4 +485,4 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
-__all__ = ["ACTIONS", "EventRunner", "SoakEvent", "parse_events"]
+__all__ = ["ACTIONS", "EventRunner", "SoakEvent", "check_tools", "parse_events"]
