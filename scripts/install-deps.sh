@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-  mariadb-server mariadb-client mariadb-plugin-rocksdb sysbench
+  mariadb-server mariadb-client mariadb-plugin-rocksdb mariadb-backup sysbench
   libjemalloc2 libtcmalloc-minimal4 libgoogle-perftools4 libmimalloc2.0
   build-essential python3-venv libzstd-dev
 )

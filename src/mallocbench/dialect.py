@@ -88,6 +88,27 @@ RUN_SERVER: dict[str, Schema] = {
     "config": {**STRING_MAP, "description": "my.cnf overrides for every setup"},
     "memory_limit": SIZE | {"description": "cap every setup's memory cgroup"},
 }
+SOAK_EVENT: dict[str, Schema] = {
+    "action": _of(
+        "string",
+        "what the event does beside the soak's load",
+        enum=["dump", "backup", "alter", "optimize", "big-sort", "connect-storm", "sql"],
+    ),
+    "every": DURATION | {"description": "run it this often, the first this long after the start"},
+    "at": DURATION | {"description": "run it once, this long after the server's start"},
+    "table": _of("string", "alter, optimize, big-sort: the dataset's table (sbtest1)"),
+    "sessions": _of("integer", "big-sort: sessions sorting at once", minimum=1),
+    "sort_buffer": SIZE | {"description": "big-sort: sort_buffer_size asked for (32M)"},
+    "connections": _of("integer", "connect-storm: connections at once", minimum=1),
+    "sql": _of("string", "sql: the one statement to run"),
+}
+RUN_SOAK: dict[str, Schema] = {
+    "event": {
+        "type": "array",
+        "items": table(SOAK_EVENT, "an event of a soak", ("action",)),
+        "description": "[[soak.event]] tables: work run beside a soak's load",
+    },
+}
 RUN_TOP: dict[str, Schema] = {
     "name": _of("string", "the experiment's name"),
     "description": _of("string", "what the experiment asks"),
@@ -108,6 +129,7 @@ RUN_TOP: dict[str, Schema] = {
     "durations": table(RUN_DURATIONS, "how long each cell warms and is measured"),
     "server": table(RUN_SERVER, "what every setup's server shares"),
     "setup": {"type": "array", "items": SETUP_TABLE, "description": "[[setup]] tables"},
+    "soak": table(RUN_SOAK, "what `mallocbench soak` runs beside its load"),
 }
 
 CASE: dict[str, Schema] = {

@@ -41,6 +41,7 @@ from mallocbench.servers import engines
 from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config
+from mallocbench.soakevents import SoakEvent, parse_events
 from mallocbench.tomlpos import KeyPath
 from mallocbench.units import parse_count, parse_duration, parse_fraction, parse_size
 from mallocbench.validation import Problems, read_toml
@@ -145,6 +146,8 @@ class Experiment:
     port: int | None = None
     source: str = ""
     step_specs: list[str] = field(default_factory=list)  # as written: names, groups
+    # [[soak.event]]: what a soak runs beside its load (soakevents); `run` refuses them.
+    events: tuple[SoakEvent, ...] = ()
 
     def setup(self, name: str) -> Setup:
         return next(s for s in self.setups if s.name == name)
@@ -553,6 +556,7 @@ def from_dict(
     alternate = problems.check(("alternate",), _alternate, data.get("alternate", RUNS))
     timing = _durations(problems, data, alternate or RUNS)
     design = problems.check(("design",), _design, data.get("design", INTERLEAVED))
+    events = parse_events(problems, data)
     problems.raise_if_any(source, text, overridden)
     return Experiment(
         name=str(data.get("name", default_name)),
@@ -575,6 +579,7 @@ def from_dict(
         server_config=server.config,
         basedir=server.basedir,
         port=server.port,
+        events=events,
     )
 
 

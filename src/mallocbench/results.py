@@ -167,6 +167,15 @@ class SessionInfo:
     # What may set this start's level apart from another's (probes.start): start-up
     # time, page-cache share of the datadir, THP, the busiest threads' CPUs.
     start: dict[str, float | str] | None = None
+    # A soak's events on this server (soakevents.EventRunner.records): each with its
+    # action, label, start and end (epoch seconds, as the samples) and status.
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if not data["events"]:
+            data.pop("events")  # runs without events read exactly as before
+        return data
 
 
 @dataclass
@@ -189,7 +198,7 @@ class RunResult:
             "base_setup": self.base_setup,
             "metadata": self.metadata.to_dict(),
             "setups": [asdict(s) for s in self.setups],
-            "sessions": [asdict(s) for s in self.sessions],
+            "sessions": [s.to_dict() for s in self.sessions],
             "cells": [c.to_dict(with_samples) for c in self.cells],
             "experiment_text": self.experiment_text,
         }

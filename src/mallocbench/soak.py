@@ -33,10 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 import tomllib
 from dataclasses import dataclass
+from typing import Any
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.executors.base import Session
 from mallocbench.experiment import (
     MAX_DURATION_S,
     SEQUENTIAL,
@@ -46,7 +49,9 @@ from mallocbench.experiment import (
 )
 from mallocbench.metadata import DesignRecord, RunMetadata, SoakRecord
 from mallocbench.results import STATUS_CRASHED, STATUS_OOM
-from mallocbench.runner import Pipeline
+from mallocbench.runner import Pipeline, RunOutcome
+from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.soakevents import EventRunner, check_tools
 from mallocbench.store import ResultsStore
 from mallocbench.units import parse_duration
 
@@ -155,6 +160,13 @@ def soak_experiment(experiment: Experiment, spec: SoakSpec) -> Experiment:
             f"step {step.label} ends by itself (a load), so it cannot be held for a soak: "
             "pick a query or write step"
         )
+    late = [e.label for e in experiment.events if not e.due_times(spec.duration_s)]
+    if late:
+        raise MallocbenchError(
+            f"[[soak.event]] {late[0]} is due after the soak's {spec.duration_s:g} s end: "
+            "give an earlier `at` or a shorter `every`, or a longer --duration"
+        )
+    check_tools(experiment.events)
     threads = [step.definition.threads] if step.definition.threads else experiment.threads
     if len(threads) != 1:
         raise MallocbenchError(
@@ -216,6 +228,10 @@ class SoakPipeline(Pipeline):
 
     restart_after_death = False
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._events: dict[str, EventRunner] = {}  # by session id, while its server runs
+
     def plan_sessions(self) -> list[PlannedSession]:
         return plan_soak(self.experiment)
 
@@ -262,6 +278,36 @@ class SoakPipeline(Pipeline):
             if candidate not in used:
                 return candidate
             attempt += 1
+
+    def _begin_session(
+        self,
+        store: ResultsStore,
+        run_id: str,
+        planned: PlannedSession,
+        attempt: int,
+        builds: dict[str | None, ServerBuild],
+    ) -> Session:
+        """The session's server, with its events (soakevents) started beside the load."""
+        live = super()._begin_session(store, run_id, planned, attempt, builds)
+        server = getattr(live, "server", None)  # a recorded executor replays no server
+        if self.experiment.events and server is not None:
+            horizon = self.experiment.repeats * self.experiment.duration_s
+            runner = EventRunner(
+                self.experiment.events, server, live.info.started_at or time.time(), horizon
+            )
+            self._events[live.info.id] = runner
+            runner.start()
+        return live
+
+    def _end_session(
+        self, store: ResultsStore, run_id: str, live: Session, outcome: RunOutcome
+    ) -> None:
+        """The events stop (one under way is cut) before the server does; their records go
+        into the session the store keeps."""
+        runner = self._events.pop(live.info.id, None)
+        if runner is not None:
+            live.info.events = runner.stop()
+        super()._end_session(store, run_id, live, outcome)
 
     def takes_account(self, planned: PlannedCell) -> bool:
         """Only the last segment: the account's own queries move RSS (see the module)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import client_bound
+from mallocbench.analysis.ratchet import SetupRatchet, ratchet_setups
 from mallocbench.analysis.recommend import Recommendation, recommend
 from mallocbench.analysis.replay import ReplayAnalysis, analyze_replay
 from mallocbench.analysis.run_noise import RunNoise, run_noise
@@ -68,6 +69,8 @@ class RunAnalysis:
     # Largest peak VSZ when VSZ is mostly reserved address space (then not compared).
     reserved_vsz_bytes: int | None
     replay: ReplayAnalysis | None = None  # a replay run's results (mallocbench replay)
+    # A soak's events: the RSS step each left behind (analysis.ratchet); () without events.
+    ratchets: tuple[SetupRatchet, ...] = ()
 
     @property
     def recorded_notes(self) -> list[str]:
@@ -122,6 +125,7 @@ def analyze(
     tables = relative_tables(run, effect, summaries)
     memory = memory_rows(run)
     rss_cells = rss_ratio_cells(run, effect)
+    soaks = tuple(soak_setups(run)) if is_soak(run) else ()
     return RunAnalysis(
         result=run,
         min_effect=effect,
@@ -135,7 +139,7 @@ def analyze(
         recommendation=recommend(run, min_effect=effect, tables=tables, rss_cells=rss_cells),
         sla=tuple(sla_results(run.cells)),
         is_soak=is_soak(run),
-        soaks=tuple(soak_setups(run)) if is_soak(run) else (),
+        soaks=soaks,
         problems=tuple(c for c in run.cells if c.status != STATUS_OK),
         adaptive=run.metadata.adaptive,
         exploratory=exploratory(run),
@@ -145,4 +149,5 @@ def analyze(
         not_steady=tuple(c for c in run.cells if c.warmup_steady is False),
         reserved_vsz_bytes=reserved_vsz_bytes(memory),
         replay=analyze_replay(run.metadata.replay, effect) if run.metadata.replay else None,
+        ratchets=ratchet_setups(run, soaks),
     )

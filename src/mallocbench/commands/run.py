@@ -252,6 +252,11 @@ def run_cmd(
         resume,
         RunOptions(out_dir=out_dir, store_path=store_path).store_target,
     )
+    if experiment.events:
+        raise MallocbenchError(
+            f"{experiment_file}: [[soak.event]] entries run beside a soak's load only: "
+            f"use `mallocbench soak {experiment_file}`, or remove them for `run`"
+        )
     budget_s = parse_duration(budget, "--budget")
     if experiment.design == experiment_mod.AUTO:
         where = RunOptions(out_dir=out_dir, store_path=store_path, resume=resume)

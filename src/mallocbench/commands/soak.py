@@ -17,6 +17,7 @@ from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
 from mallocbench.formatting import mib
+from mallocbench.report import ratchet as ratchet_report
 from mallocbench.report import soak as soak_report
 from mallocbench.report.formats import write_run_reports
 from mallocbench.runner import RunOptions, RunOutcome
@@ -47,6 +48,14 @@ def _print_plan(experiment: experiment_mod.Experiment, spec: SoakSpec) -> None:
     click.echo(f"  step     {experiment.steps[0].label} with {experiment.threads[0]} threads")
     click.echo(f"  engines  {', '.join(e.name for e in experiment.engines)}")
     click.echo("  setups   " + ", ".join(s.name for s in experiment.setups) + " (in this order)")
+    for event in experiment.events:
+        when = (
+            f"every {soak_report.duration_text(event.every_s)}"
+            if event.every_s is not None
+            else f"at {soak_report.duration_text(event.at_s or 0.0)}"
+        )
+        times = len(event.due_times(spec.duration_s))
+        click.echo(f"  event    {event.label}, {when} ({times} per setup), beside the load")
     caps = [s for s in experiment.setups if s.memory_limit_bytes is not None]
     if caps:
         click.echo(
@@ -188,13 +197,21 @@ def _finish(
         path = out_dir / "soak.md"
         try:
             if written:
-                write_text_atomic(path, "\n".join(soak_report.markdown_lines(analysis)) + "\n")
+                lines = soak_report.markdown_lines(analysis) + ratchet_report.markdown_lines(
+                    analysis
+                )
+                write_text_atomic(path, "\n".join(lines) + "\n")
                 written.append(path)
+                if analysis.ratchets:
+                    path = out_dir / "ratchet.json"
+                    write_text_atomic(path, ratchet_report.ratchet_json(analysis) + "\n")
+                    written.append(path)
         except OSError as exc:
             if is_disk_fault(exc):
                 raise disk_fault(exc, f"the soak report {path}") from exc
             raise MallocbenchError(f"cannot write {path}: {exc.strerror}") from exc
         soak_report.print_soak(analysis, make_console())
+        ratchet_report.print_ratchet(analysis, make_console())
         if written:
             console.print("wrote " + ", ".join(str(p) for p in written))
     else:

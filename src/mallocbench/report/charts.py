@@ -17,6 +17,7 @@ from mallocbench.analysis.replay import ReplayAnalysis
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import CellSummary, RatioTable
 from mallocbench.formatting import slug
+from mallocbench.report.ratchet import with_event_marks
 from mallocbench.report.soak import soak_charts
 from mallocbench.report.words import cell_title
 from mallocbench.results import Cell, RunResult, SessionInfo
@@ -67,7 +68,10 @@ def run_charts(analysis: RunAnalysis) -> tuple[dict[str, Chart], list[Chart]]:
     relative = {t.key: relative_chart(t, colors) for t in analysis.tables}
     charts = (
         list(relative.values())
-        + [Chart(**spec) for spec in soak_charts(analysis, colors)]
+        + [
+            Chart(**spec)
+            for spec in with_event_marks(soak_charts(analysis, colors), analysis, colors)
+        ]
         + memory_time_charts(analysis.result, colors)
         + scalability_charts(analysis, colors)
         + per_step_charts(analysis, colors)

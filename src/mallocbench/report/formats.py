@@ -24,7 +24,7 @@ from mallocbench.analysis.patterns import PatternsAnalysis
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
-from mallocbench.report import comparison, export, markdown, patterns, terminal
+from mallocbench.report import comparison, export, markdown, patterns, ratchet, terminal
 from mallocbench.report import recommend as recommend_report
 from mallocbench.report.recommend import Advice
 
@@ -43,6 +43,7 @@ FORMATS: dict[str, Format] = {
     "relative-csv": export.relative_csv,
     "relative-json": lambda a: export.relative_json(a) + "\n",
     "json": lambda a: export.results_json(a) + "\n",
+    "ratchet-json": lambda a: ratchet.ratchet_json(a) + "\n",
 }
 TERMINAL = "terminal"  # drawn on a console, not returned as text
 NAMES = [TERMINAL, *FORMATS]

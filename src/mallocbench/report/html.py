@@ -36,6 +36,7 @@ from mallocbench.files import write_text_atomic
 from mallocbench.formatting import percent
 from mallocbench.report.charts import PALETTE, REPLAY_RSS_CHART, Chart, relative_chart, run_charts
 from mallocbench.report.facts import headline_facts, run_facts, setup_differences, setup_table
+from mallocbench.report.ratchet import ratchet_notes, ratchet_table
 from mallocbench.report.recommend import engine_lines
 from mallocbench.report.replay import ReplayView, html_view
 from mallocbench.report.soak import soak_notes, soak_table
@@ -320,6 +321,9 @@ class ReportContext:
     # A soak run's section: (header, rows) and its sentences; empty for other runs.
     soak: tuple[list[str], list[list[str]]] | None = None
     soak_notes: list[str] = field(default_factory=list)
+    # A soak's events: the ratchet table (header, rows) and its sentences; empty without.
+    ratchet: tuple[list[str], list[list[str]]] | None = None
+    ratchet_notes: list[str] = field(default_factory=list)
     # Per engine: the decision line, then the claims behind it (report.recommend's words).
     recommendation: list[tuple[str, list[str]]] = field(default_factory=list)
     replay: ReplayView | None = None  # a replay run's section (mallocbench replay)
@@ -365,6 +369,8 @@ def build_context(analysis: RunAnalysis) -> ReportContext:
         soak=soak_table(analysis),
         soak_notes=soak_notes(analysis),
         replay=html_view(analysis.replay),
+        ratchet=ratchet_table(analysis),
+        ratchet_notes=ratchet_notes(analysis),
     )
 
 

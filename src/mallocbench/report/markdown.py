@@ -6,6 +6,7 @@ from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import RatioCell, RatioTable
 from mallocbench.metadata import RunMetadata
 from mallocbench.report.facts import brief_facts, setup_table
+from mallocbench.report.ratchet import markdown_lines as ratchet_markdown
 from mallocbench.report.recommend import engine_lines
 from mallocbench.report.replay import markdown_lines as replay_markdown
 from mallocbench.report.soak import markdown_lines as soak_markdown
@@ -80,6 +81,7 @@ def render(analysis: RunAnalysis) -> str:
     out += _memory(analysis)
     out += soak_markdown(analysis)
     out += replay_markdown(analysis.replay)
+    out += ratchet_markdown(analysis)
     out += _findings(analysis)
     if result.experiment_text:
         out += ["## Experiment", "", "```toml", result.experiment_text.rstrip(), "```", ""]

@@ -12,6 +12,7 @@ from rich.table import Table
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import RatioCell, RatioTable
 from mallocbench.console import make_console
+from mallocbench.report.ratchet import print_ratchet
 from mallocbench.report.recommend import verdict_lines
 from mallocbench.report.replay import print_replay
 from mallocbench.report.soak import print_soak
@@ -107,6 +108,7 @@ def print_run(
         _print_memory(analysis, console)
     print_soak(analysis, console)
     print_replay(analysis.replay, console)
+    print_ratchet(analysis, console)
     _print_findings(analysis, console, source)
 
 

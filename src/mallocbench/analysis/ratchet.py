@@ -1,0 +1,288 @@
+"""The ratchet: how much RSS each soak event leaves behind, apart from the drift between.
+
+Per event (soakevents) on one server lifetime, from the per-second RSS series:
+
+- before: the mean RSS over the BEFORE_S seconds before the event started (from the end
+  of the event before it, when that ended later);
+- peak: the highest RSS from its start to its end (and the second after, so that an
+  event shorter than the sampling still has one sample);
+- after: RSS once it settled. The settle rule: the first window of SETTLE_WINDOW_S
+  seconds, starting after the event's end, whose samples all lie within SETTLE_BAND of
+  their mean; `after` is that window's mean. When no window settles before SETTLE_TIMEOUT_S
+  after the end, the next event's start or the lifetime's end, `after` is the mean of the
+  last SETTLE_WINDOW_S seconds before that limit, and the event records which limit it met
+  ("timeout", "next event", "end"): its step is then less sure to be what stays.
+- step: after minus before.
+
+Per setup and event label, the mean step with a 95% t interval over the soak's events
+(the events are the independent repeats: each meets the allocator afresh). The slope
+between events comes from the gaps from one event's settling to the next one's start,
+each fitted by least squares on its own (the steps never enter it): the mean of the gaps'
+slopes with a t interval over gaps. The stretch before the first event holds the caches
+filling up and is left out. Time to the cap with the events included: RSS at the end,
+growing by the mean step per mean spacing of events plus the slope between them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mallocbench.analysis.soak import Projection, SetupSoak, Slope, time_to_cap
+from mallocbench.results import RunResult, SessionInfo
+
+BEFORE_S = 10.0
+SETTLE_WINDOW_S = 10.0
+SETTLE_BAND = 0.01  # every sample within 1% of the window's mean
+SETTLE_TIMEOUT_S = 60.0
+MIN_GAP_S = 15.0  # a gap between events shorter than this gives no slope
+MIN_GAP_SAMPLES = 10
+SETTLED, TIMEOUT, NEXT_EVENT, END = "settled", "timeout", "next event", "end"
+
+Series = Sequence[tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class EventMeasure:
+    """One event on one server lifetime; times in seconds since that server's start."""
+
+    session: str
+    label: str
+    action: str
+    status: str
+    error: str | None
+    start_s: float
+    end_s: float
+    before_bytes: float | None
+    peak_bytes: float | None
+    after_bytes: float | None
+    settle_s: float | None  # when `after` was taken from (the settled window's start)
+    settled_by: str  # SETTLED, or the limit it met: TIMEOUT, NEXT_EVENT, END
+
+    @property
+    def step_bytes(self) -> float | None:
+        if self.before_bytes is None or self.after_bytes is None:
+            return None
+        return self.after_bytes - self.before_bytes
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean with its 95% t interval over `n` independent values (None: fewer than 2)."""
+
+    mean: float
+    low: float | None
+    high: float | None
+    n: int
+
+
+@dataclass(frozen=True)
+class SetupRatchet:
+    setup: str
+    engine: str
+    events: tuple[EventMeasure, ...]
+    steps: tuple[tuple[str, Interval], ...]  # per event label, bytes
+    between: Interval | None  # bytes per second, over the gaps between events
+    peak_during_bytes: float | None  # the highest RSS during any event
+    projection: Projection | None  # to the cap, events included (a capped, living server)
+
+    def to_dict(self) -> dict[str, Any]:
+        def interval(iv: Interval | None) -> dict[str, Any] | None:
+            return None if iv is None else iv.__dict__.copy()
+
+        return {
+            "setup": self.setup,
+            "engine": self.engine,
+            "events": [{**e.__dict__, "step_bytes": e.step_bytes} for e in self.events],
+            "steps": {label: interval(iv) for label, iv in self.steps},
+            "between_bytes_per_s": interval(self.between),
+            "peak_during_bytes": self.peak_during_bytes,
+            "projection_s": None if self.projection is None else self.projection.__dict__,
+        }
+
+
+def t_interval(values: Sequence[float]) -> Interval | None:
+    if not values:
+        return None
+    data = np.asarray(values, dtype=float)
+    mean = float(data.mean())
+    if len(data) < 2:
+        return Interval(mean, None, None, 1)
+    from scipy import stats  # a second to load; only soaks with events need it
+
+    half = float(stats.t.ppf(0.975, len(data) - 1)) * float(data.std(ddof=1)) / math.sqrt(len(data))
+    return Interval(mean, mean - half, mean + half, len(data))
+
+
+class _Timeline:
+    """A series sorted by time, sliced by bisection: hours of seconds, hundreds of events."""
+
+    def __init__(self, series: Series) -> None:
+        points = sorted((float(t), float(v)) for t, v in series if v is not None)
+        self.t = np.asarray([p[0] for p in points], dtype=float)
+        self.v = np.asarray([p[1] for p in points], dtype=float)
+
+    def values(self, start: float, end: float) -> np.ndarray:
+        lo, hi = np.searchsorted(self.t, [start, end], side="left")
+        return self.v[lo:hi]
+
+    def times(self, start: float, end: float) -> np.ndarray:
+        lo, hi = np.searchsorted(self.t, [start, end], side="left")
+        return self.t[lo:hi]
+
+
+def settle(
+    series: Series | _Timeline, end_s: float, limit_s: float, limit: str
+) -> tuple[float | None, float | None, str]:
+    """(after, settle time, how): the settle rule (see the module) after an event that
+    ended at `end_s`, looking no further than `limit_s` (which met it is `limit`)."""
+    line = series if isinstance(series, _Timeline) else _Timeline(series)
+    limit_s = min(limit_s, end_s + SETTLE_TIMEOUT_S)
+    limit = limit if limit_s < end_s + SETTLE_TIMEOUT_S else TIMEOUT
+    for start in line.times(end_s, limit_s - SETTLE_WINDOW_S + 1e-9):
+        window = line.values(start, start + SETTLE_WINDOW_S)
+        if len(window) < SETTLE_WINDOW_S / 2:
+            continue  # a gap in the samples (between segments) is no evidence of calm
+        mean = float(window.mean())
+        if mean > 0 and float(np.abs(window - mean).max()) <= SETTLE_BAND * mean:
+            return mean, float(start), SETTLED
+    begin = max(end_s, limit_s - SETTLE_WINDOW_S)
+    tail = line.values(begin, limit_s + 1e-9)
+    if not len(tail):
+        return None, None, limit
+    return float(tail.mean()), begin, limit
+
+
+def measure_events(
+    series: Series, events: Sequence[dict[str, Any]], started_at: float, session: str
+) -> list[EventMeasure]:
+    """Every recorded event of a lifetime measured on its RSS series (t since `started_at`)."""
+    line = _Timeline(series)
+    ordered = sorted(events, key=lambda e: float(e.get("start", 0.0)))
+    series_end = float(line.t[-1]) if len(line.t) else 0.0
+    out = []
+    for i, event in enumerate(ordered):
+        start = float(event["start"]) - started_at
+        end = float(event.get("end", event["start"])) - started_at
+        if i + 1 < len(ordered):
+            limit_s, limit = float(ordered[i + 1]["start"]) - started_at, NEXT_EVENT
+        else:
+            limit_s, limit = series_end + 1e-9, END
+        # Never into the event before: RSS still up from it is not this one's baseline.
+        previous_end = float(ordered[i - 1].get("end", start)) - started_at if i else -math.inf
+        before = line.values(max(start - BEFORE_S, previous_end), start)
+        during = line.values(start, end + 1.0)
+        after, settle_s, how = settle(line, end, limit_s, limit)
+        out.append(
+            EventMeasure(
+                session=session,
+                label=str(event.get("label", event.get("action", "?"))),
+                action=str(event.get("action", "?")),
+                status=str(event.get("status", "?")),
+                error=event.get("error"),
+                start_s=start,
+                end_s=end,
+                before_bytes=float(before.mean()) if len(before) else None,
+                peak_bytes=float(during.max()) if len(during) else None,
+                after_bytes=after,
+                settle_s=settle_s,
+                settled_by=how,
+            )
+        )
+    return out
+
+
+def gap_slopes(series: Series, measures: Sequence[EventMeasure]) -> list[float]:
+    """Least-squares RSS slopes (bytes/s) of the gaps from each event's settling to the
+    next event's start: the drift between events, the steps left out."""
+    line = _Timeline(series)
+    slopes = []
+    for here, following in zip(measures, measures[1:], strict=False):
+        begin = here.settle_s if here.settle_s is not None else here.end_s
+        t = line.times(begin, following.start_s)
+        y = line.values(begin, following.start_s)
+        if len(t) < MIN_GAP_SAMPLES or following.start_s - begin < MIN_GAP_S:
+            continue
+        tc = t - t.mean()
+        slopes.append(float(tc @ (y - y.mean())) / float(tc @ tc))
+    return slopes
+
+
+def _projection(soak: SetupSoak, steps: list[float], starts: list[float],
+                between: Interval | None) -> Projection | None:  # fmt: skip
+    """Time to the cap with events included (see the module); None when not projected."""
+    main = soak.main
+    if soak.cap_bytes is None or main is None or main.ended_by_death or main.fit is None:
+        return None
+    step = t_interval(steps)
+    if step is None or step.low is None or step.high is None or len(starts) < 2:
+        return None
+    spacing = (starts[-1] - starts[0]) / (len(starts) - 1)
+    drift = between if between is not None and between.low is not None else None
+    rate = step.mean / spacing + (drift.mean if drift else 0.0)
+    low = step.low / spacing + (drift.low if drift and drift.low is not None else 0.0)
+    high = step.high / spacing + (drift.high if drift and drift.high is not None else 0.0)
+    slope = Slope(rate, low, high, starts[0], main.end_s, len(steps))
+    return time_to_cap(main.fit.level_bytes, slope, soak.cap_bytes)
+
+
+def setup_ratchet(soak: SetupSoak, sessions: dict[str, SessionInfo]) -> SetupRatchet | None:
+    """One setup's ratchet over its lifetimes; None when no lifetime had events."""
+    measures: list[EventMeasure] = []
+    slopes: list[float] = []
+    main_steps: list[float] = []
+    main_starts: list[float] = []
+    for life in soak.lifetimes:
+        info = sessions.get(life.session)
+        if info is None or not info.events:
+            continue
+        here = measure_events(life.series, info.events, life.started_at, life.session)
+        measures += here
+        slopes += gap_slopes(life.series, here)
+        if life is soak.main:
+            main_steps = [m.step_bytes for m in here if m.step_bytes is not None]
+            main_starts = [m.start_s for m in here]
+    if not measures:
+        return None
+    labels = dict.fromkeys(m.label for m in measures)
+    steps = []
+    for label in labels:
+        interval = t_interval(
+            [m.step_bytes for m in measures if m.label == label and m.step_bytes is not None]
+        )
+        if interval is not None:
+            steps.append((label, interval))
+    between = t_interval(slopes)
+    peaks = [m.peak_bytes for m in measures if m.peak_bytes is not None]
+    return SetupRatchet(
+        setup=soak.setup,
+        engine=soak.engine,
+        events=tuple(measures),
+        steps=tuple(steps),
+        between=between,
+        peak_during_bytes=max(peaks, default=None),
+        projection=_projection(soak, main_steps, main_starts, between),
+    )
+
+
+def ratchet_setups(result: RunResult, soaks: Sequence[SetupSoak]) -> tuple[SetupRatchet, ...]:
+    """Every soaked setup's ratchet, in the soaks' order; () for a soak without events."""
+    sessions = {s.id: s for s in result.sessions}
+    found = (setup_ratchet(soak, sessions) for soak in soaks)
+    return tuple(r for r in found if r is not None)
+
+
+__all__ = [
+    "EventMeasure",
+    "Interval",
+    "SetupRatchet",
+    "gap_slopes",
+    "measure_events",
+    "ratchet_setups",
+    "settle",
+    "t_interval",
+]

@@ -1,0 +1,488 @@
+"""Soak events: the episodic work that ratchets a server's memory up, run beside the load.
+
+Steady sysbench load is not how servers run out of memory: users report RSS stepping up
+at a nightly dump, a physical backup, an ALTER, a burst of connections, and never coming
+back. A soak's `[[soak.event]]` entries run such work on the soak's private server while
+its load goes on, each at `at` seconds after the server's start or `every` so often (the
+first `every` after the start, so the series holds RSS before it). Events run one at a
+time in one thread per server: one still running when the next is due delays it, and
+the record says when it really started.
+
+Each event's start, end and outcome are recorded in the session (SessionInfo.events, in
+the same epoch seconds as the samples), where the analysis (analysis.ratchet) reads RSS
+before, during and after it. A failed event (the server refused the statement, the dump
+tool exited non-zero) is an outcome, recorded with its message; the soak goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pymysql
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.units import parse_duration, parse_size
+from mallocbench.validation import Problems
+
+DUMP, BACKUP, ALTER, OPTIMIZE, BIG_SORT, CONNECT_STORM, SQL = (
+    "dump", "backup", "alter", "optimize", "big-sort", "connect-storm", "sql",
+)  # fmt: skip
+ACTIONS = (DUMP, BACKUP, ALTER, OPTIMIZE, BIG_SORT, CONNECT_STORM, SQL)
+EVENT_KEYS = ("action", "every", "at", "table", "sessions", "sort_buffer", "connections", "sql")
+# The keys each action takes beyond action/every/at: any other is refused, not ignored.
+ACTION_KEYS: dict[str, tuple[str, ...]] = {
+    DUMP: (),
+    BACKUP: (),
+    ALTER: ("table",),
+    OPTIMIZE: ("table",),
+    BIG_SORT: ("table", "sessions", "sort_buffer"),
+    CONNECT_STORM: ("connections",),
+    SQL: ("sql",),
+}
+DEFAULT_TABLE = "sbtest1"
+DEFAULT_SESSIONS = 4
+# Without a sort_buffer of its own, a big sort asks for the larger of the published
+# per-query sort buffer that hurt glibc (see DESIGN.md) and the config's sort_buffer_size;
+# the server clamps it to its maximum-sort_buffer_size, and the event records what it got.
+DEFAULT_SORT_BUFFER = 32 << 20
+DEFAULT_CONNECTIONS = 100
+SORT_OFFSET = 1 << 40  # past any dataset's last row: see _one_sort
+MAX_SESSIONS = 64
+MAX_CONNECTIONS = 500  # well below the private servers' max_connections (1000)
+MAX_SQL_CHARS = 4096
+MIN_EVERY_S = 5.0
+EVENT_TIMEOUT_S = 3600.0  # an external tool still running after an hour is stopped: failed
+STATUS_OK, STATUS_FAILED, STATUS_CUT = "ok", "failed", "cut"
+DATABASE = "sbtest"  # where the dataset lives (workloads.sysbench)
+
+_TABLE = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class SoakEvent:
+    action: str
+    every_s: float | None = None
+    at_s: float | None = None
+    table: str = DEFAULT_TABLE
+    sessions: int = DEFAULT_SESSIONS
+    sort_buffer: int | None = None  # None: see DEFAULT_SORT_BUFFER
+    connections: int = DEFAULT_CONNECTIONS
+    sql: str = ""
+
+    @property
+    def label(self) -> str:
+        """The event's name in reports: the action, with what makes two of them differ."""
+        if self.action in (ALTER, OPTIMIZE):
+            return f"{self.action} {self.table}"
+        if self.action == CONNECT_STORM:
+            return f"{self.action} {self.connections}"
+        if self.action == BIG_SORT:
+            if self.sort_buffer:
+                return f"{self.action} {self.sessions}x{self.sort_buffer >> 20}M"
+            return f"{self.action} {self.sessions} sessions"
+        if self.action == SQL:
+            text = " ".join(self.sql.split())
+            return f"sql {text[:40]}{'...' if len(text) > 40 else ''}"
+        return self.action
+
+    def due_times(self, horizon_s: float) -> list[float]:
+        """Seconds after the server's start the event is due, before `horizon_s` (one due
+        at the very end would be cut short by the server's stop)."""
+        if self.at_s is not None:
+            return [self.at_s] if self.at_s < horizon_s else []
+        assert self.every_s is not None
+        count = math.ceil(horizon_s / self.every_s) - 1
+        return [self.every_s * (i + 1) for i in range(max(0, count))]
+
+
+def _check_sql(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise MallocbenchError('sql must be a statement in a string, e.g. sql = "SELECT 1"')
+    if len(value) > MAX_SQL_CHARS:
+        raise MallocbenchError(f"sql is {len(value)} characters long: give at most {MAX_SQL_CHARS}")
+    if _CONTROL.search(value):
+        raise MallocbenchError("sql holds a control character: write the statement as plain text")
+    if ";" in value.strip().rstrip(";"):
+        raise MallocbenchError(
+            "sql holds more than one statement (a ';' inside): give one [[soak.event]] each"
+        )
+    return value.strip().rstrip(";").strip()
+
+
+def _count(value: object, key: str, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise MallocbenchError(f"{key} = {value!r} must be a whole number from 1 to {most}")
+    return value
+
+
+def _table(value: object) -> str:
+    if not isinstance(value, str) or not _TABLE.match(value):
+        raise MallocbenchError(
+            f"table = {value!r} is not a table name: give one of the dataset's, e.g. sbtest1"
+        )
+    return value
+
+
+def _timing(
+    problems: Problems, path: tuple[str | int, ...], raw: dict[str, Any]
+) -> tuple[float | None, float | None]:
+    if ("every" in raw) == ("at" in raw):
+        problems.add(path, 'a [[soak.event]] needs one of every (e.g. "5m") or at (e.g. "2m")')
+        return None, None
+    if "at" in raw:
+        return None, problems.check(path + ("at",), parse_duration, raw["at"], "at")
+    every = problems.check(path + ("every",), parse_duration, raw["every"], "every")
+    if every is not None and every < MIN_EVERY_S:
+        problems.add(
+            path + ("every",),
+            f"every = {raw['every']!r} is too often: give at least {MIN_EVERY_S:g} s, e.g. 5m",
+        )
+        return None, None
+    return every, None
+
+
+def _one_event(problems: Problems, path: tuple[str | int, ...], raw: object) -> SoakEvent | None:
+    if not isinstance(raw, dict):
+        problems.add(path, "write each event as a [[soak.event]] table")
+        return None
+    action = raw.get("action")
+    if action not in ACTIONS:
+        where = path + ("action",) if "action" in raw else path
+        problems.add(where, f"action = {action!r} is not an event: use one of {', '.join(ACTIONS)}")
+        return None
+    allowed = ("action", "every", "at", *ACTION_KEYS[action])
+    problems.unknown_keys(path, raw, allowed, f"a {action} [[soak.event]]")
+    every, at = _timing(problems, path, raw)
+    values: dict[str, Any] = {}
+    checks: dict[str, Callable[[object], Any]] = {
+        "table": _table,
+        "sessions": lambda v: _count(v, "sessions", MAX_SESSIONS),
+        "connections": lambda v: _count(v, "connections", MAX_CONNECTIONS),
+        "sort_buffer": lambda v: parse_size(v, "sort_buffer"),
+        "sql": _check_sql,
+    }
+    for key in ACTION_KEYS[action]:
+        if key in raw:
+            values[key] = problems.check(path + (key,), checks[key], raw[key])
+    if action == SQL and "sql" not in raw:
+        problems.add(path, 'a sql [[soak.event]] needs its statement: sql = "..."')
+    if problems.failed(*path):
+        return None
+    return SoakEvent(action, every, at, **values)
+
+
+def parse_events(problems: Problems, data: dict[str, Any]) -> tuple[SoakEvent, ...]:
+    """The `[[soak.event]]` entries of an experiment, each problem recorded at its place."""
+    soak = data.get("soak")
+    if soak is None:
+        return ()
+    if not isinstance(soak, dict):
+        problems.add(("soak",), "soak must be a table: write [[soak.event]] entries")
+        return ()
+    problems.unknown_keys(("soak",), soak, ("event",), "[soak]")
+    raw = soak.get("event", [])
+    if not isinstance(raw, list):
+        problems.add(("soak", "event"), "write events as [[soak.event]] tables")
+        return ()
+    events = [_one_event(problems, ("soak", "event", i), item) for i, item in enumerate(raw)]
+    return tuple(e for e in events if e is not None)
+
+
+# --- running them ---------------------------------------------------------------------------
+
+
+class EventServer(Protocol):
+    """What an event needs of the private server (servers.mariadb.PrivateServer is one)."""
+
+    files_dir: Path
+    client_cnf: Path
+    cnf_path: Path
+    rundir: Path
+
+    def connect(self, connect_timeout: float = 10, **kwargs: Any) -> pymysql.Connection: ...
+
+
+def _tool(*names: str) -> str:
+    for name in names:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise MallocbenchError(
+        f"{names[0]} is missing: install it with scripts/install-deps.sh (Debian's "
+        f"{'mariadb-backup' if names[0] == 'mariadb-backup' else 'mariadb-client'} package)"
+    )
+
+
+def check_tools(events: tuple[SoakEvent, ...]) -> None:
+    """Refuse, before a soak starts, events whose tool is not installed."""
+    for event in events:
+        if event.action == DUMP:
+            _tool("mariadb-dump", "mysqldump")
+        elif event.action == BACKUP:
+            _tool("mariadb-backup", "mariabackup")
+
+
+class EventRunner:
+    """Runs a session's events in a thread of its own until `stop`; `records` is the story."""
+
+    def __init__(self, events: tuple[SoakEvent, ...], server: EventServer, started_at: float,
+                 horizon_s: float) -> None:  # fmt: skip
+        self.server = server
+        self.started_at = started_at
+        due = [(t, i, e) for i, e in enumerate(events) for t in e.due_times(horizon_s)]
+        self.due = sorted(due, key=lambda d: (d[0], d[1]))
+        self.records: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+        self._connections: list[pymysql.Connection] = []
+        self._thread = threading.Thread(target=self._loop, name="soak-events", daemon=True)
+
+    def start(self) -> None:
+        if self.due:
+            self._thread.start()
+
+    def stop(self, timeout: float = 60.0) -> list[dict[str, Any]]:
+        """Stop the thread, cutting an event under way short; the records so far."""
+        self._stop.set()
+        self._interrupt()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return list(self.records)
+
+    def _interrupt(self) -> None:
+        """End what an event has running: its tool, its queries (the server is going)."""
+        with self._lock:
+            if self._process is not None and self._process.poll() is None:
+                self._process.terminate()
+            ids = []
+            for conn in self._connections:
+                with contextlib.suppress(Exception):
+                    ids.append(conn.thread_id())
+        if not ids:
+            return
+        with (
+            contextlib.suppress(pymysql.MySQLError, OSError),
+            self.server.connect(connect_timeout=5) as conn,
+            conn.cursor() as cur,
+        ):
+            for thread_id in ids:
+                with contextlib.suppress(pymysql.MySQLError):
+                    cur.execute(f"KILL {int(thread_id)}")
+
+    def _loop(self) -> None:
+        for due_s, index, event in self.due:
+            wait = self.started_at + due_s - time.time()
+            if wait > 0 and self._stop.wait(wait):
+                return
+            if self._stop.is_set():
+                return
+            record: dict[str, Any] = {
+                "index": index, "action": event.action, "label": event.label,
+                "due_s": due_s, "start": time.time(),
+            }  # fmt: skip
+            try:
+                detail = self._run(event)
+                record.update(status=STATUS_OK, **({"detail": detail} if detail else {}))
+            except Exception as exc:  # noqa: BLE001 - any failure of an event is its outcome
+                status = STATUS_CUT if self._stop.is_set() else STATUS_FAILED
+                record.update(status=status, error=_one_line(exc))
+            record["end"] = time.time()
+            self.records.append(record)
+
+    def _run(self, event: SoakEvent) -> str | None:
+        action = event.action
+        if action == DUMP:
+            return self._dump()
+        if action == BACKUP:
+            return self._backup()
+        if action == ALTER:
+            self._statements([f"ALTER TABLE `{DATABASE}`.`{event.table}` FORCE"])
+            return None
+        if action == OPTIMIZE:
+            return self._optimize(event.table)
+        if action == BIG_SORT:
+            return self._big_sort(event)
+        if action == CONNECT_STORM:
+            return self._connect_storm(event.connections)
+        self._statements([event.sql], database=DATABASE)
+        return None
+
+    # --- actions --------------------------------------------------------------------------
+
+    def _tool_run(self, command: list[str]) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                raise MallocbenchError("the session ended first")
+            self._process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )  # fmt: skip
+        process = self._process
+        try:
+            _, err = process.communicate(timeout=EVENT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise MallocbenchError(f"still running after {EVENT_TIMEOUT_S:g} s: stopped") from None
+        finally:
+            with self._lock:
+                self._process = None
+        if process.returncode != 0:
+            tail = err.decode(errors="replace").strip().splitlines()
+            raise MallocbenchError(
+                f"{Path(command[0]).name} exited with status {process.returncode}"
+                + (f": {tail[-1]}" if tail else "")
+            )
+
+    def _dump(self) -> str:
+        target = self.server.files_dir / "dump.sql"
+        self._tool_run([
+            _tool("mariadb-dump", "mysqldump"), f"--defaults-file={self.server.client_cnf}",
+            "--single-transaction", "--quick", "--databases", DATABASE,
+            f"--result-file={target}",
+        ])  # fmt: skip
+        return f"{target.stat().st_size} bytes"
+
+    def _backup(self) -> str:
+        target = self.server.files_dir / "backup"
+        shutil.rmtree(target, ignore_errors=True)
+        # mariadb-backup takes the datadir from the server's my.cnf and the credentials
+        # from the client one; one file of both, private like either.
+        cnf = self.server.rundir / "backup.cnf"
+        cnf.write_text(self.server.cnf_path.read_text() + "\n" + self.server.client_cnf.read_text())
+        cnf.chmod(0o600)
+        self._tool_run([
+            _tool("mariadb-backup", "mariabackup"), f"--defaults-file={cnf}", "--backup",
+            f"--target-dir={target}",
+        ])  # fmt: skip
+        size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
+        shutil.rmtree(target, ignore_errors=True)  # the copy is not what is measured
+        return f"{size} bytes"
+
+    def _connection(self, **kwargs: Any) -> pymysql.Connection:
+        conn = self.server.connect(connect_timeout=10, **kwargs)
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    def _release(self, conn: pymysql.Connection) -> None:
+        with self._lock:
+            if conn in self._connections:
+                self._connections.remove(conn)
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    def _statements(self, statements: list[str], database: str | None = None) -> list[Any]:
+        conn = self._connection(database=database) if database else self._connection()
+        try:
+            with conn.cursor() as cur:
+                rows: list[Any] = []
+                for statement in statements:
+                    cur.execute(statement)
+                    rows = list(cur.fetchall())
+                return rows
+        finally:
+            self._release(conn)
+
+    def _optimize(self, table: str) -> str | None:
+        rows = self._statements([f"OPTIMIZE TABLE `{DATABASE}`.`{table}`"])
+        # OPTIMIZE reports a missing table in its result, not as an error.
+        errors = [str(r[3]) for r in rows if len(r) > 3 and str(r[2]).lower() == "error"]
+        if errors:
+            raise MallocbenchError(errors[-1])
+        notes = [str(r[3]) for r in rows if len(r) > 3 and str(r[2]).lower() == "note"]
+        return notes[0] if notes else None
+
+    def _one_sort(self, event: SoakEvent) -> tuple[int, int]:
+        conn = self._connection(database=DATABASE)
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT @@global.sort_buffer_size")
+                configured = int(cur.fetchall()[0][0])
+                wanted = event.sort_buffer or max(DEFAULT_SORT_BUFFER, configured)
+                cur.execute(f"SET SESSION sort_buffer_size = {int(wanted)}")
+                cur.execute("SELECT @@session.sort_buffer_size")
+                got = int(cur.fetchall()[0][0])
+                # Every row sorted on columns no index holds (a filesort of the whole
+                # table, in the server's sort buffer), with an offset past the last row:
+                # no row comes back, so the harness spends nothing on the result.
+                cur.execute(
+                    f"SELECT id FROM `{event.table}` ORDER BY pad, c LIMIT 1 OFFSET {SORT_OFFSET}"
+                )
+                cur.fetchall()
+                cur.execute("SHOW SESSION STATUS LIKE 'Sort_rows'")
+                sorted_rows = int(cur.fetchall()[0][1])
+                return got, sorted_rows
+        finally:
+            self._release(conn)
+
+    def _big_sort(self, event: SoakEvent) -> str:
+        with ThreadPoolExecutor(event.sessions) as pool:
+            got = list(pool.map(lambda _: self._one_sort(event), range(event.sessions)))
+        return (
+            f"{event.sessions} sessions, sort_buffer_size {min(g for g, _ in got)} bytes, "
+            f"{min(r for _, r in got)} rows sorted each"
+        )
+
+    def _connect_storm(self, connections: int) -> str:
+        # Every connection open at the same moment: the server's per-connection memory
+        # (THD, buffers, a thread each) is what the storm asks for all at once.
+        together = threading.Barrier(connections)
+
+        def one(_: int) -> None:
+            try:
+                conn = self._connection()
+            except BaseException:
+                together.abort()  # the others need not wait for one that never comes
+                raise
+            try:
+                with conn.cursor() as cur:
+                    cur.execute("SELECT CONNECTION_ID()")
+                with contextlib.suppress(threading.BrokenBarrierError):
+                    together.wait(30)
+            finally:
+                self._release(conn)
+
+        with ThreadPoolExecutor(connections) as pool:
+            outcomes = list(pool.map(_outcome(one), range(connections)))
+        failed = [o for o in outcomes if o]
+        if failed:
+            raise MallocbenchError(
+                f"{len(failed)} of {connections} connections failed: {failed[0]}"
+            )
+        return f"{connections} connections"
+
+
+def _outcome(work: Callable[[int], None]) -> Callable[[int], str]:
+    def run(i: int) -> str:
+        try:
+            work(i)
+            return ""
+        except Exception as exc:  # noqa: BLE001 - counted, the first one told
+            return _one_line(exc)
+
+    return run
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, pymysql.MySQLError) and len(exc.args) >= 2:
+        text = f"server error {exc.args[0]}: {exc.args[1]}"
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())[:300]
+
+
+__all__ = ["ACTIONS", "EventRunner", "SoakEvent", "check_tools", "parse_events"]
