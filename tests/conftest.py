@@ -64,6 +64,26 @@ def _shared_dir(basetemp: str | Path | None) -> Path | None:
     return Path(basetemp).resolve().parent
 
 
+# The terminal size variables as the controller has them: an xdist worker starts with
+# COLUMNS=80 and LINES=24 set, and the commands print at COLUMNS when it is set, so
+# without this a test would see 80-column tables under xdist and natural ones without.
+_TERMINAL_VARS = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["terminal environ"] = {name: os.environ.get(name) for name in _TERMINAL_VARS}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    given = getattr(config, "workerinput", {}).get("terminal environ")
+    for name, value in (given or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 # --- tests that measure time, CPU or noise run alone under xdist ---------------------------
 
 
