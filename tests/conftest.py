@@ -91,6 +91,14 @@ def _is_alone(item: pytest.Item | None) -> bool:
     return item is not None and item.get_closest_marker("alone") is not None
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Under xdist the `alone` tests go first: xdist's first batch gives them all to one
+    # worker, which then keeps the lock from one to the next, and the other workers
+    # stop for them once, while they run the suite's first (short) tests.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: not _is_alone(item))
+
+
 class _Turns:
     """A worker's hold on the run's lock: exclusive for `alone` tests, shared for the
     others. The turnstile keeps other workers' next tests from starving a waiting
