@@ -4,6 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT ?= demo-out
+# pytest-xdist workers for `make test`: most server tests wait on servers, sysbench and
+# their timeouts, so more workers than cores keep the cores busy; tests marked `alone`
+# (timing, CPU, noise) still run by themselves (tests/conftest.py). TEST_WORKERS=0 runs
+# the suite in one process.
+TEST_WORKERS ?= 3
 
 .PHONY: setup deps venv lock native demo test lint clean bench-help
 
@@ -50,7 +55,7 @@ test: setup
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy src tests bench
 	$(PY) bench/bench_help.py
-	$(PY) -m pytest -q --durations=20 tests
+	$(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) tests
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench

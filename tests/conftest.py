@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +22,133 @@ def build() -> ServerBuild:
     return find_build()
 
 
+@pytest.fixture(scope="session")
+def native_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """native/build, made first when stale. xdist workers take turns: two makes at once
+    would write the same files."""
+    native = Path(__file__).resolve().parents[1] / "native"
+    lock_dir = _shared_dir(tmp_path_factory.getbasetemp()) or tmp_path_factory.getbasetemp()
+    with open(lock_dir / "native.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        made = subprocess.run(["make", "-s", "-C", str(native)], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    return native / "build"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def dataset_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Keep golden datadirs of the test run apart from the user's cache.
 
     pytest's temp dirs stay 0700: a server that drops root to `mysql` keeps its own
-    state in a runtime directory (servers/runtime.py) and never enters them.
+    state in a runtime directory (servers/runtime.py) and never enters them. Under
+    pytest-xdist the workers share one cache beside their temp dirs, so each datadir is
+    loaded once per test run, not once per worker (dataset.py locks each load).
     """
-    cache = Path(os.environ.get("MALLOCBENCH_CACHE") or tmp_path_factory.mktemp("cache"))
-    os.environ["MALLOCBENCH_CACHE"] = str(cache)
-    return cache
+    cache = os.environ.get("MALLOCBENCH_CACHE")
+    if not cache:
+        shared = _shared_dir(tmp_path_factory.getbasetemp())
+        if shared is None:
+            cache = str(tmp_path_factory.mktemp("cache"))
+        else:
+            (shared / "cache").mkdir(exist_ok=True)
+            cache = str(shared / "cache")
+    os.environ["MALLOCBENCH_CACHE"] = cache
+    return Path(cache)
+
+
+def _shared_dir(basetemp: str | Path | None) -> Path | None:
+    """The temp dir all xdist workers of this test run share: xdist gives each worker
+    the controller's basetemp/gwN as its own. None when not under xdist."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not basetemp:
+        return None
+    return Path(basetemp).resolve().parent
+
+
+# The terminal size variables as the controller has them: an xdist worker starts with
+# COLUMNS=80 and LINES=24 set, and the commands print at COLUMNS when it is set, so
+# without this a test would see 80-column tables under xdist and natural ones without.
+_TERMINAL_VARS = ("COLUMNS", "LINES")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["terminal environ"] = {name: os.environ.get(name) for name in _TERMINAL_VARS}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    given = getattr(config, "workerinput", {}).get("terminal environ")
+    for name, value in (given or {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+# --- tests that measure time, CPU or noise run alone under xdist ---------------------------
+
+
+def _is_alone(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("alone") is not None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Under xdist the `alone` tests go first: xdist's first batch gives them all to one
+    # worker, which then keeps the lock from one to the next, and the other workers
+    # stop for them once, while they run the suite's first (short) tests.
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: not _is_alone(item))
+
+
+class _Turns:
+    """A worker's hold on the run's lock: exclusive for `alone` tests, shared for the
+    others. The turnstile keeps other workers' next tests from starving a waiting
+    `alone` test."""
+
+    def __init__(self, shared: Path) -> None:
+        # Open for the worker's life; the locks go with the process.
+        self.turnstile = os.open(shared / "alone.turnstile", os.O_RDWR | os.O_CREAT, 0o600)
+        self.lock = os.open(shared / "alone.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self.held: bool | None = None  # True: exclusive
+
+    def enter(self, alone: bool) -> None:
+        if self.held is alone:
+            return  # the previous `alone` test kept it for this one
+        self.leave()
+        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        self.held = alone
+
+    def leave(self) -> None:
+        if self.held is not None:
+            fcntl.flock(self.lock, fcntl.LOCK_UN)
+            self.held = None
+
+
+_TURNS: list[_Turns] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    """Under xdist, a test marked `alone` runs while no other worker runs a test. Fixture
+    set-up and tear-down (a module's server starting or stopping) are inside the
+    protocol, so inside the lock too."""
+    shared = _shared_dir(item.config.option.basetemp)
+    if shared is None:
+        return (yield)
+    if not _TURNS:
+        _TURNS.append(_Turns(shared))
+    turns = _TURNS[0]
+    turns.enter(_is_alone(item))
+    try:
+        return (yield)
+    finally:
+        if not (_is_alone(item) and _is_alone(nextitem)):
+            turns.leave()
 
 
 @pytest.fixture(scope="session")
@@ -87,6 +206,19 @@ _FIGURES = IntegrityFigures()
 @pytest.fixture
 def integrity_figures() -> IntegrityFigures:
     return _FIGURES
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # An xdist worker hands its figures to the controller, which prints the sum.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["integrity figures"] = dict(_FIGURES.counts)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    for name, n in getattr(node, "workeroutput", {}).get("integrity figures", {}).items():
+        _FIGURES.add(name, n)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -49,6 +49,7 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+@pytest.mark.alone  # another test's CPU would be the burner it looks for
 def test_interference_sees_a_cpu_burner_unless_it_is_ours() -> None:
     before_cpu = _children_cpu_s()
     before = cpu_snapshot()
@@ -94,6 +95,7 @@ def _servers_under(directory: Path) -> list[int]:
 
 
 @pytest.mark.server
+@pytest.mark.alone  # measures noise, and within a time limit
 def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> None:
     out = tmp_path / "out"
     report = tmp_path / "out.json"

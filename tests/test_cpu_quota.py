@@ -83,6 +83,7 @@ def _burn(group: CpuCgroup, seconds: float) -> float:
 # --- real groups --------------------------------------------------------------------------------
 
 
+@pytest.mark.alone  # measures the CPU share its child gets
 def test_a_child_under_half_a_cpu_gets_half_a_cpu_and_is_throttled() -> None:
     _require_cpu_cgroup()
     with CpuCgroup.create("half", 0.5) as group:

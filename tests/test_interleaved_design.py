@@ -112,6 +112,7 @@ def test_sequential_design_runs_one_server_at_a_time(tmp_path: Path) -> None:
 
 
 @pytest.mark.server
+@pytest.mark.alone  # asserts on turn lengths and latency
 def test_turns_keep_clients_connected_and_never_overlap(tmp_path: Path) -> None:
     result = run(tmp_path, "auto", auto="turns")
     design = result.metadata.design

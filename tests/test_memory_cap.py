@@ -340,6 +340,7 @@ memory_limit = "384M"
 
 
 @pytest.mark.server
+@pytest.mark.alone  # the query cache must outgrow the cap within one 8 s cell
 def test_a_capped_server_is_oom_killed_mid_cell_and_the_run_records_it(
     tmp_path: Path, integrity_figures
 ) -> None:

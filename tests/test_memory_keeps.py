@@ -99,11 +99,12 @@ def test_stats_of_the_running_process_only(form: str) -> None:
 
 
 LAZY_MIB = 96
-NATIVE = Path(__file__).resolve().parent.parent / "native"
 
 
 @pytest.fixture(scope="module")
-def lazy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mariadb.PrivateServer]:
+def lazy_server(
+    tmp_path_factory: pytest.TempPathFactory, native_build: Path
+) -> Iterator[mariadb.PrivateServer]:
     """A jemalloc server that printed its statistics as it ran (every 64 MiB allocated),
     with LAZY_MIB MiB freed with MADV_FREE.
 
@@ -113,12 +114,10 @@ def lazy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[mariadb.Pr
     """
     if not JEMALLOC.available:
         pytest.skip("jemalloc not installed")
-    made = subprocess.run(["make", "-s", "-C", str(NATIVE)], capture_output=True, text=True)
-    assert made.returncode == 0, made.stderr
     lib_dir = tmp_path_factory.mktemp("lib")
     lib_dir.chmod(0o755)  # the server's user must load the library
     lib = lib_dir / "libmblazyfree.so"
-    shutil.copy(NATIVE / "build" / lib.name, lib)
+    shutil.copy(native_build / lib.name, lib)
     lib.chmod(0o755)
     knobs = {
         "LD_PRELOAD": f"{JEMALLOC.path}:{lib}",

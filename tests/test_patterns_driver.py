@@ -18,14 +18,10 @@ from mallocbench.patterns.driver import (
     run_driver,
 )
 
-NATIVE = Path(__file__).resolve().parents[1] / "native"
-
 
 @pytest.fixture(scope="session")
-def built() -> Path:
-    proc = subprocess.run(["make", "-s", "-C", str(NATIVE)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return NATIVE / "build"
+def built(native_build: Path) -> Path:
+    return native_build
 
 
 def drive(built: Path, *args: str, env: dict[str, str] | None = None) -> dict:

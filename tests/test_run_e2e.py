@@ -94,6 +94,7 @@ def _kill_server_under(directory: Path, after_s: float, done: threading.Event) -
 
 
 @pytest.mark.server
+@pytest.mark.alone  # the kill, 2.5 s after the server appears, must land mid-cell
 def test_server_killed_mid_run_is_a_result_and_the_run_goes_on(tmp_path: Path) -> None:
     exp = write_experiment(tmp_path, '["point-query", "update-nonindex"]', seconds=4)
     out = tmp_path / "out"

@@ -77,7 +77,12 @@ def _modes(single: list[Path], trees: list[Path]) -> dict[Path, tuple[int, int]]
     """Mode and owner of each directory in `single`, and of every directory in `trees`."""
     paths = list(single)
     for tree in trees:
-        paths += [Path(root) / d for root, dirs, _ in os.walk(tree) for d in ["", *dirs]]
+        for root, dirs, _ in os.walk(tree):
+            if Path(root).name == "datasets":
+                # A dataset load's work directory (.KEY.xxxx) lasts for the load only, and
+                # under pytest-xdist another worker's may come and go meanwhile.
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
+            paths += [Path(root) / d for d in ["", *dirs]]
     found = {}
     for path in paths:
         info = path.stat()

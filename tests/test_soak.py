@@ -423,6 +423,7 @@ def sigterm_after(command: list[str], store: Path, segments: int) -> tuple[int, 
 
 
 @pytest.mark.server
+@pytest.mark.alone  # the capped server must outgrow its cap within the first segment
 def test_a_real_soak_commits_segments_survives_sigterm_and_resumes(
     tmp_path: Path, integrity_figures
 ) -> None:

@@ -43,6 +43,7 @@ allocator = "glibc"
 
 
 @pytest.mark.server
+@pytest.mark.alone  # an A/A comparison: another test's load is noise it must not see
 def test_identical_setups_measure_costs_and_are_not_called_different(tmp_path: Path) -> None:
     exp = tmp_path / "identical.toml"
     exp.write_text(IDENTICAL)
