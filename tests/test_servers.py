@@ -132,3 +132,22 @@ def test_bad_config_fails_with_the_error_log_line(build: ServerBuild, tmp_path: 
     with pytest.raises(ServerStartError, match="no_such_option"):
         server.start(timeout=60)
     assert not server.alive()
+
+
+def test_a_server_killed_as_its_start_ends_is_a_failed_start(
+    build: ServerBuild, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed between answering and the first checks: a one-line start failure (which the
+    session records), never a connection error escaping as a traceback."""
+    verify = allocators.verify
+
+    def killed_first(allocator: allocators.Allocator, pid: int) -> str:
+        os.kill(pid, signal.SIGKILL)
+        return verify(allocator, pid)
+
+    monkeypatch.setattr(allocators, "verify", killed_first)
+    server = PrivateServer(build, tmp_path, config())
+    server.initialize_datadir()
+    with pytest.raises(ServerStartError, match=r"exited just after it started \(exit code -9\)"):
+        server.start(timeout=60)
+    assert not server.alive()

@@ -536,14 +536,35 @@ class PrivateServer:
         self._stopping = False
         try:
             self._wait_ready(timeout)
+            self._check_started()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _check_started(self) -> None:
+        """The allocator in the process and the server's version, read once it answers.
+
+        The server can die between answering and these reads (killed, OOM-killed): that
+        is a failed start, said in one line, not a connection error escaping."""
+        assert self.proc is not None
+        try:
             self.allocator_path = allocators.verify(self.config.allocator, self.proc.pid)
             with self.connect() as conn, conn.cursor() as cur:
                 cur.execute("SELECT VERSION()")
                 row = cur.fetchone()
                 self.server_version = str(row[0]) if row else "unknown"
-        except BaseException:
-            self.stop()
-            raise
+        except (pymysql.err.MySQLError, OSError, MallocbenchError) as exc:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=2)
+            if self.proc.returncode is not None:
+                process.untrack(self.proc)
+                raise ServerStartError(
+                    f"server exited just after it started (exit code {self.proc.returncode}); "
+                    f"error log {self.kept_error_log}"
+                ) from exc
+            if isinstance(exc, MallocbenchError):
+                raise
+            raise ServerStartError(f"server started but its first query failed: {exc}") from exc
 
     def _in_child(self) -> Callable[[], None] | None:
         """What the forked child does before exec: THP off, join the memory and cpu cgroups."""
