@@ -95,7 +95,6 @@ def _servers_under(directory: Path) -> list[int]:
 
 
 @pytest.mark.server
-@pytest.mark.alone  # measures noise, and within a time limit
 def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> None:
     out = tmp_path / "out"
     report = tmp_path / "out.json"

@@ -273,7 +273,6 @@ def test_dropin_preloads_the_shim_in_front_of_the_allocator() -> None:
 
 
 @pytest.mark.server
-@pytest.mark.alone  # counts the events a 3 s recording of a busy server holds
 def test_private_server_recorded_and_replayed(build: Any, tmp_path: Path) -> None:
     from mallocbench.servers import engines
     from mallocbench.servers.mariadb import ServerConfig, running
