@@ -669,6 +669,7 @@ def test_a_server_stopped_while_measured_is_recorded_with_its_cell(
 
 
 @pytest.mark.server
+@pytest.mark.alone  # the 6 s stop must fall in the measured window, not a slow warmup
 def test_a_client_stopped_while_measured_is_recorded_with_its_cell(
     tmp_path: Path, integrity_figures: IntegrityFigures
 ) -> None:
