@@ -6,10 +6,24 @@ so a report can be made again from the file alone, without the store.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from mallocbench.metadata import RunMetadata
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every NaN or infinity (no mean, a cap never reached) as None, through
+    dicts and lists: JSON has neither."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
 
 SCHEMA_VERSION = 1
 

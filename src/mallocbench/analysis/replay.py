@@ -13,6 +13,7 @@ from typing import Any
 
 from mallocbench.analysis import stats
 from mallocbench.metadata import ReplayRecord, ReplayRun
+from mallocbench.results import json_safe
 
 # (key in the replayer's JSON, label, lower is better)
 METRICS = (
@@ -56,17 +57,7 @@ class SetupSummary:
     rss_curve: list[list[float]]  # [seconds, heap RSS, live] of the first good repeat
 
     def to_dict(self) -> dict[str, Any]:
-        return _json_safe(asdict(self))
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
+        return json_safe(asdict(self))
 
 
 def _values(runs: Sequence[ReplayRun], key: str) -> list[float]:

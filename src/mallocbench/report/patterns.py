@@ -9,7 +9,6 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, fields
-from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -17,6 +16,7 @@ from rich.table import Table
 from mallocbench.analysis import stats
 from mallocbench.analysis.patterns import PatternsAnalysis, SummaryRow
 from mallocbench.report.words import relative_text
+from mallocbench.results import json_safe
 
 MIB = 1024 * 1024
 
@@ -164,21 +164,11 @@ def patterns_markdown(a: PatternsAnalysis) -> str:
     return "\n".join(lines)
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def patterns_json(a: PatternsAnalysis) -> str:
     """The run as stored, with its summary rows (no NaN: JSON has none)."""
     document = a.run.to_dict()
     document["summary"] = [asdict(r) for r in a.rows]
-    return json.dumps(_json_safe(document), indent=2) + "\n"
+    return json.dumps(json_safe(document), indent=2) + "\n"
 
 
 def patterns_csv(a: PatternsAnalysis) -> str:
@@ -187,5 +177,5 @@ def patterns_csv(a: PatternsAnalysis) -> str:
     writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(SummaryRow)])
     writer.writeheader()
     for row in a.rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in _json_safe(asdict(row)).items()})
+        writer.writerow({k: ("" if v is None else v) for k, v in json_safe(asdict(row)).items()})
     return out.getvalue()

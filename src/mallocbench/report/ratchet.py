@@ -31,6 +31,7 @@ from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.console import make_console
 from mallocbench.formatting import slug
 from mallocbench.report.soak import duration_text
+from mallocbench.results import json_safe
 
 MiB = float(1 << 20)
 HOUR = 3600.0
@@ -177,21 +178,10 @@ def print_ratchet(analysis: RunAnalysis, console: Console | None = None) -> None
         console.print(f"[dim]{escape(note)}[/]")
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no infinity: a projection that never reaches the cap is null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
-
-
 def ratchet_json(analysis: RunAnalysis) -> str:
     """The ratchet figures per setup (bytes, seconds since each server's start) as JSON:
     every event measured, the steps' and the slope's intervals, the projection."""
-    return json.dumps([_finite(r.to_dict()) for r in analysis.ratchets], indent=1)
+    return json.dumps([json_safe(r.to_dict()) for r in analysis.ratchets], indent=1)
 
 
 # --- the chart's marks ----------------------------------------------------------------------

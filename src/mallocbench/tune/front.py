@@ -13,13 +13,13 @@ beats the default there as a finding.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis import stats
+from mallocbench.results import json_safe
 from mallocbench.tune.evaluate import EvaluationFailed, Evaluator
 from mallocbench.tune.objectives import Constraint, Metric
 from mallocbench.tune.search import Observed
@@ -67,20 +67,10 @@ class Point:
         return any(v.better for v in self.versus_default.values())
 
     def to_dict(self) -> dict[str, Any]:
-        data = _json_safe(asdict(self))
+        data = json_safe(asdict(self))
         data["on_front"] = self.on_front
         data["beats_default"] = self.beats_default
         return data
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 def _dominates(
