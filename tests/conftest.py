@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -85,46 +86,130 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # --- tests that measure time, CPU or noise run alone under xdist ---------------------------
+#
+# An `alone` test runs while no other test runs at normal priority. The other workers do
+# not sit idle meanwhile: they run their next tests at nice 19, so those take only the CPU
+# the `alone` test leaves idle (server starts, sleeps, a one-client workload) and the
+# `alone` test keeps nearly all it asks for (a nice-0 task's weight is ~70 times a
+# nice-19 one's). `alone(strict=True)` tests see any other process's CPU as what they
+# measure, so nothing at all runs beside them. Lowering niceness back needs root; elsewhere
+# the workers wait for `alone` tests as they did before.
+
+_IDLE_NICE = 19
+
+
+def _alone_mark(item: pytest.Item | None) -> pytest.Mark | None:
+    return None if item is None else item.get_closest_marker("alone")
 
 
 def _is_alone(item: pytest.Item | None) -> bool:
-    return item is not None and item.get_closest_marker("alone") is not None
+    return _alone_mark(item) is not None
+
+
+def _is_strict(item: pytest.Item | None) -> bool:
+    mark = _alone_mark(item)
+    return mark is not None and bool(mark.kwargs.get("strict", False))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # Under xdist the `alone` tests go first: xdist's first batch gives them all to one
-    # worker, which then keeps the lock from one to the next, and the other workers
-    # stop for them once, while they run the suite's first (short) tests.
+    # worker, which then keeps the lock from one to the next while the other workers run
+    # the suite's first tests at idle priority beside them.
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        items.sort(key=lambda item: not _is_alone(item))
+        # Strict ones lead: they wait out whatever runs at idle priority, and at the
+        # start that is nothing yet.
+        items.sort(key=lambda item: (not _is_strict(item), not _is_alone(item)))
+
+
+def _can_restore_priority() -> bool:
+    return os.geteuid() == 0
+
+
+def _set_priority_of_tree(niceness: int) -> None:
+    """This process and every process it started (servers, clients, harnesses): a
+    module's server started by a test at idle priority must not stay there for the tests
+    after it."""
+    import psutil
+
+    me = psutil.Process()
+    for process in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error, OSError):  # gone meanwhile, or not ours
+            process.nice(niceness)
 
 
 class _Turns:
-    """A worker's hold on the run's lock: exclusive for `alone` tests, shared for the
-    others. The turnstile keeps other workers' next tests from starving a waiting
-    `alone` test."""
+    """A worker's hold on the run's locks.
+
+    alone.lock: exclusive for `alone` tests, shared for tests at normal priority.
+    strict.lock: exclusive for `alone(strict=True)` tests, shared for tests at idle
+    priority. Each lock has a turnstile so a waiting exclusive holder is not starved by a
+    stream of shared ones; a test that finds the `alone` turnstile taken runs at idle
+    priority instead of waiting."""
 
     def __init__(self, shared: Path) -> None:
         # Open for the worker's life; the locks go with the process.
-        self.turnstile = os.open(shared / "alone.turnstile", os.O_RDWR | os.O_CREAT, 0o600)
-        self.lock = os.open(shared / "alone.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        self.held: bool | None = None  # True: exclusive
+        def opened(name: str) -> int:
+            return os.open(shared / name, os.O_RDWR | os.O_CREAT, 0o600)
 
-    def enter(self, alone: bool) -> None:
-        if self.held is alone:
-            return  # the previous `alone` test kept it for this one
-        self.leave()
-        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+        self.alone_turnstile, self.alone_lock = opened("alone.turnstile"), opened("alone.lock")
+        self.strict_turnstile, self.strict_lock = opened("strict.turnstile"), opened("strict.lock")
+        self.held: str | None = None  # "alone", "strict", "normal" or "idle"
+
+    @staticmethod
+    def _through(turnstile: int, lock: int, mode: int) -> None:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
         try:
-            fcntl.flock(self.lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+            fcntl.flock(lock, mode)
         finally:
-            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
-        self.held = alone
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+
+    def _try_normal(self) -> bool:
+        """Shared hold on alone.lock unless an `alone` test holds or awaits it."""
+        try:
+            fcntl.flock(self.alone_turnstile, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        try:
+            fcntl.flock(self.alone_lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+        finally:
+            fcntl.flock(self.alone_turnstile, fcntl.LOCK_UN)
+
+    def enter(self, item: pytest.Item) -> None:
+        kind = "strict" if _is_strict(item) else "alone" if _is_alone(item) else "normal"
+        if kind == self.held and kind != "normal":
+            return  # the previous `alone` test kept the locks for this one
+        self.leave()
+        if kind in ("alone", "strict"):
+            self._through(self.alone_turnstile, self.alone_lock, fcntl.LOCK_EX)
+            # Tests at idle priority hold strict.lock shared; a strict test waits them out.
+            self._through(
+                self.strict_turnstile,
+                self.strict_lock,
+                fcntl.LOCK_EX if kind == "strict" else fcntl.LOCK_SH,
+            )
+        elif self._try_normal():
+            pass
+        elif _can_restore_priority():
+            kind = "idle"
+            self._through(self.strict_turnstile, self.strict_lock, fcntl.LOCK_SH)
+            _set_priority_of_tree(_IDLE_NICE)
+        else:
+            self._through(self.alone_turnstile, self.alone_lock, fcntl.LOCK_SH)
+        self.held = kind
 
     def leave(self) -> None:
-        if self.held is not None:
-            fcntl.flock(self.lock, fcntl.LOCK_UN)
-            self.held = None
+        if self.held is None:
+            return
+        if self.held == "idle":
+            _set_priority_of_tree(0)
+        else:
+            fcntl.flock(self.alone_lock, fcntl.LOCK_UN)
+        if self.held in ("alone", "strict", "idle"):
+            fcntl.flock(self.strict_lock, fcntl.LOCK_UN)
+        self.held = None
 
 
 _TURNS: list[_Turns] = []
@@ -134,20 +219,21 @@ _TURNS: list[_Turns] = []
 def pytest_runtest_protocol(
     item: pytest.Item, nextitem: pytest.Item | None
 ) -> Generator[None, object, object]:
-    """Under xdist, a test marked `alone` runs while no other worker runs a test. Fixture
-    set-up and tear-down (a module's server starting or stopping) are inside the
-    protocol, so inside the lock too."""
+    """Under xdist, a test marked `alone` runs while no other worker runs a test at
+    normal priority. Fixture set-up and tear-down (a module's server starting or
+    stopping) are inside the protocol, so inside the locks too."""
     shared = _shared_dir(item.config.option.basetemp)
     if shared is None:
         return (yield)
     if not _TURNS:
         _TURNS.append(_Turns(shared))
     turns = _TURNS[0]
-    turns.enter(_is_alone(item))
+    turns.enter(item)
     try:
         return (yield)
     finally:
-        if not (_is_alone(item) and _is_alone(nextitem)):
+        keep = _is_alone(item) and _is_alone(nextitem) and _is_strict(item) == _is_strict(nextitem)
+        if not keep:
             turns.leave()
 
 

@@ -49,7 +49,7 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-@pytest.mark.alone  # another test's CPU would be the burner it looks for
+@pytest.mark.alone(strict=True)  # any other test's CPU, even idle-priority, would be the burner
 def test_interference_sees_a_cpu_burner_unless_it_is_ours() -> None:
     before_cpu = _children_cpu_s()
     before = cpu_snapshot()

@@ -29,8 +29,8 @@ rows = 2000
 cache = "64M"
 [durations]
 warmup = 1
-max_warmup = 4  # warming until steady has tests of its own; here it only costs minutes
-step = 3
+max_warmup = 2  # warming until steady has tests of its own; here it only costs minutes
+step = 2  # 6-8 server starts run alone: every second of a cell is ~8 s of the suite
 [server.config]
 performance_schema = "ON"
 [[setup]]
