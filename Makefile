@@ -9,6 +9,8 @@ OUT ?= demo-out
 # (timing, CPU, noise) still run by themselves (tests/conftest.py). TEST_WORKERS=0 runs
 # the suite in one process.
 TEST_WORKERS ?= 3
+# What pytest runs; e.g. `make test TESTS=tests/test_layout.py` for one module.
+TESTS ?= tests
 
 .PHONY: setup deps venv lock native demo test lint clean bench-help
 
@@ -58,7 +60,7 @@ test: setup
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) bench/bench_help.py
 	@nice -n 19 $(VENV)/bin/mypy src tests bench > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
-	  $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) tests; tests=$$?; \
+	  $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) $(TESTS); tests=$$?; \
 	  wait $$mypy; typed=$$?; \
 	  echo "mypy src tests bench:"; cat $(VENV)/mypy.log; \
 	  exit $$(( tests || typed ))
