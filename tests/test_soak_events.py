@@ -17,9 +17,11 @@ from mallocbench.analysis.ratchet import (
     NEXT_EVENT,
     SETTLED,
     TIMEOUT,
+    StepReading,
     gap_slopes,
     measure_events,
     settle,
+    step_reading,
     t_interval,
 )
 from mallocbench.errors import MallocbenchError
@@ -86,6 +88,7 @@ def test_the_step_and_the_slope_between_events_are_kept_apart() -> None:
     assert steps is not None and steps.low is not None and steps.high is not None
     # The step holds the drift over the settle window only (~0.1 MiB here).
     assert steps.low <= 8.3 * MiB and steps.high >= 7.9 * MiB and steps.low > 0
+    assert step_reading(steps) == StepReading.UP
     between = t_interval(gap_slopes(series, measures))
     assert between is not None and between.low is not None and between.high is not None
     assert between.low * 3600 / MiB < 30 < between.high * 3600 / MiB
@@ -97,7 +100,10 @@ def test_no_step_shows_an_interval_holding_zero() -> None:
     steps = t_interval([m.step_bytes for m in measures if m.step_bytes is not None])
     assert steps is not None and steps.low is not None and steps.high is not None
     assert steps.low < 0 < steps.high
+    assert step_reading(steps) == StepReading.NONE_SHOWN
     assert t_interval([1.0]) is not None and t_interval([1.0]).low is None  # type: ignore[union-attr]
+    assert step_reading(t_interval([1.0])) == StepReading.TOO_FEW
+    assert step_reading(t_interval([-3.0, -2.0, -2.5])) == StepReading.DOWN
 
 
 # --- bad specs: one line, at their place ----------------------------------------------------

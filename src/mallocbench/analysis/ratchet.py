@@ -25,6 +25,7 @@ growing by the mean step per mean spacing of events plus the slope between them.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,12 +81,40 @@ class Interval:
     n: int
 
 
+class StepReading(enum.Enum):
+    """What a step's interval supports (report.ratchet words it)."""
+
+    UP = "up"  # the whole interval above 0: a ratchet
+    DOWN = "down"  # the whole interval below 0: RSS falls back lower than before
+    NONE_SHOWN = "none shown"  # the interval holds 0
+    TOO_FEW = "too few"  # one event: no interval
+
+
+def step_reading(interval: Interval | None) -> StepReading:
+    if interval is None or interval.low is None or interval.high is None:
+        return StepReading.TOO_FEW
+    if interval.low > 0:
+        return StepReading.UP
+    if interval.high < 0:
+        return StepReading.DOWN
+    return StepReading.NONE_SHOWN
+
+
+@dataclass(frozen=True)
+class LabelSteps:
+    """The steps of one event label on one setup: their interval and what it supports."""
+
+    label: str
+    interval: Interval  # bytes
+    reading: StepReading
+
+
 @dataclass(frozen=True)
 class SetupRatchet:
     setup: str
     engine: str
     events: tuple[EventMeasure, ...]
-    steps: tuple[tuple[str, Interval], ...]  # per event label, bytes
+    steps: tuple[LabelSteps, ...]  # per event label, in the order they first came
     between: Interval | None  # bytes per second, over the gaps between events
     peak_during_bytes: float | None  # the highest RSS during any event
     projection: Projection | None  # to the cap, events included (a capped, living server)
@@ -98,7 +127,7 @@ class SetupRatchet:
             "setup": self.setup,
             "engine": self.engine,
             "events": [{**e.__dict__, "step_bytes": e.step_bytes} for e in self.events],
-            "steps": {label: interval(iv) for label, iv in self.steps},
+            "steps": {s.label: interval(s.interval) for s in self.steps},
             "between_bytes_per_s": interval(self.between),
             "peak_during_bytes": self.peak_during_bytes,
             "projection_s": None if self.projection is None else self.projection.__dict__,
@@ -255,7 +284,7 @@ def setup_ratchet(soak: SetupSoak, sessions: dict[str, SessionInfo]) -> SetupRat
             [m.step_bytes for m in measures if m.label == label and m.step_bytes is not None]
         )
         if interval is not None:
-            steps.append((label, interval))
+            steps.append(LabelSteps(label, interval, step_reading(interval)))
     between = t_interval(slopes)
     peaks = [m.peak_bytes for m in measures if m.peak_bytes is not None]
     return SetupRatchet(
@@ -279,10 +308,13 @@ def ratchet_setups(result: RunResult, soaks: Sequence[SetupSoak]) -> tuple[Setup
 __all__ = [
     "EventMeasure",
     "Interval",
+    "LabelSteps",
     "SetupRatchet",
+    "StepReading",
     "gap_slopes",
     "measure_events",
     "ratchet_setups",
     "settle",
+    "step_reading",
     "t_interval",
 ]
