@@ -21,6 +21,15 @@ each fitted by least squares on its own (the steps never enter it): the mean of 
 slopes with a t interval over gaps. The stretch before the first event holds the caches
 filling up and is left out. Time to the cap with the events included: RSS at the end,
 growing by the mean step per mean spacing of events plus the slope between them.
+
+As memory evidence for `recommend` (step_differences): a setup's mean step per event of
+one label minus the base's, with a 95% Welch interval over the two setups' events (each
+setup has its own server and its own events, so the samples are unpaired and their
+spreads need not match). A finding only when that interval excludes 0 and the difference
+is at least min_effect of the base's RSS before its events: an absolute step has no ratio
+to the base, and scaling the minimum effect by the RSS it would add to keeps one rule for
+every memory claim (a step of min_effect of RSS per event is what a peak-RSS ratio would
+call a change after one event).
 """
 
 from __future__ import annotations
@@ -131,6 +140,52 @@ class SetupRatchet:
             "between_bytes_per_s": interval(self.between),
             "peak_during_bytes": self.peak_during_bytes,
             "projection_s": None if self.projection is None else self.projection.__dict__,
+        }
+
+
+@dataclass(frozen=True)
+class StepDifference:
+    """A setup's step per event of one label minus the base's, in bytes (see the module)."""
+
+    engine: str
+    setup: str
+    base: str
+    label: str
+    step: Interval  # the setup's steps
+    base_step: Interval  # the base's
+    difference: float
+    low: float | None  # the 95% Welch interval; None with fewer than 2 events on a side
+    high: float | None
+    base_before_bytes: float  # the base's mean RSS before its events of this label
+    min_effect: float
+
+    @property
+    def threshold_bytes(self) -> float:
+        """The smallest difference that counts: min_effect of the base's RSS before."""
+        return self.min_effect * self.base_before_bytes
+
+    def as_ratio(self) -> tuple[float, float, float]:
+        """(1 + difference, low, high) over the base's RSS before its events: the scale of a
+        ratio to the base, on which stats.classify's rule is this module's finding rule
+        (nan bounds without an interval)."""
+        scale = self.base_before_bytes
+
+        def share(x: float | None) -> float:
+            return math.nan if x is None else 1.0 + x / scale
+
+        return share(self.difference), share(self.low), share(self.high)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "base": self.base,
+            "step": self.step.__dict__.copy(),
+            "base_step": self.base_step.__dict__.copy(),
+            "difference_bytes": self.difference,
+            "low_bytes": self.low,
+            "high_bytes": self.high,
+            "base_before_bytes": self.base_before_bytes,
+            "threshold_bytes": self.threshold_bytes,
         }
 
 
@@ -298,6 +353,62 @@ def setup_ratchet(soak: SetupSoak, sessions: dict[str, SessionInfo]) -> SetupRat
     )
 
 
+def welch_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None]:
+    """The 95% interval of mean(a) - mean(b), Welch's (unequal spreads); (None, None) with
+    fewer than 2 values on a side or no spread at all."""
+    if len(a) < 2 or len(b) < 2:
+        return None, None
+    from scipy import stats  # a second to load; only soaks with events need it
+
+    found = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    low, high = float(found.low), float(found.high)
+    return (None, None) if math.isnan(low) or math.isnan(high) else (low, high)
+
+
+def _steps_of(ratchet: SetupRatchet, label: str) -> list[float]:
+    return [e.step_bytes for e in ratchet.events if e.label == label and e.step_bytes is not None]
+
+
+def step_differences(
+    ratchets: Sequence[SetupRatchet], base: str, min_effect: float
+) -> tuple[StepDifference, ...]:
+    """Each setup's steps against the base's, per engine and event label both saw; () when
+    the base had no events measured (then no step is claimed for anyone)."""
+    out = []
+    bases = {r.engine: r for r in ratchets if r.setup == base}
+    for ratchet in ratchets:
+        reference = bases.get(ratchet.engine)
+        if ratchet.setup == base or reference is None:
+            continue
+        for label in dict.fromkeys(e.label for e in ratchet.events):
+            mine, theirs = _steps_of(ratchet, label), _steps_of(reference, label)
+            before = [
+                e.before_bytes
+                for e in reference.events
+                if e.label == label and e.step_bytes is not None and e.before_bytes is not None
+            ]
+            step, base_step = t_interval(mine), t_interval(theirs)
+            if step is None or base_step is None or not before or sum(before) <= 0:
+                continue
+            low, high = welch_interval(mine, theirs)
+            out.append(
+                StepDifference(
+                    ratchet.engine,
+                    ratchet.setup,
+                    base,
+                    label,
+                    step,
+                    base_step,
+                    step.mean - base_step.mean,
+                    low,
+                    high,
+                    sum(before) / len(before),
+                    min_effect,
+                )
+            )
+    return tuple(out)
+
+
 def ratchet_setups(result: RunResult, soaks: Sequence[SetupSoak]) -> tuple[SetupRatchet, ...]:
     """Every soaked setup's ratchet, in the soaks' order; () for a soak without events."""
     sessions = {s.id: s for s in result.sessions}
@@ -310,11 +421,14 @@ __all__ = [
     "Interval",
     "LabelSteps",
     "SetupRatchet",
+    "StepDifference",
     "StepReading",
     "gap_slopes",
     "measure_events",
     "ratchet_setups",
     "settle",
+    "step_differences",
     "step_reading",
     "t_interval",
+    "welch_interval",
 ]
