@@ -7,8 +7,14 @@ Per event (soakevents) on one server lifetime, from the per-second RSS series:
 - peak: the highest RSS from its start to its end (and the second after, so that an
   event shorter than the sampling still has one sample);
 - after: RSS once it settled. The settle rule: the first window of SETTLE_WINDOW_S
-  seconds, starting after the event's end, whose samples all lie within SETTLE_BAND of
-  their mean; `after` is that window's mean. When no window settles before SETTLE_TIMEOUT_S
+  seconds, starting after the event's end, whose samples all lie within the band of
+  their mean; `after` is that window's mean. The band (settle_band) is the larger of
+  SETTLE_RISE_SHARE of the event's own rise (peak minus before) and SETTLE_FLOOR of the
+  window's mean: calm next to what the event did, and no calmer than a server under load
+  stays. A fixed share of RSS was both too coarse for a sub-MiB step on a 200 MiB server
+  (a 2 MiB band took the first window after a dump, while jemalloc with 5 s decays was
+  still handing pages back) and too tight after a large event, whose churn is a share of
+  its own size. When no window settles before SETTLE_TIMEOUT_S
   after the end, the next event's start or the lifetime's end, `after` is the mean of the
   last SETTLE_WINDOW_S seconds before that limit, and the event records which limit it met
   ("timeout", "next event", "end"): its step is then less sure to be what stays.
@@ -47,7 +53,10 @@ from mallocbench.results import RunResult, SessionInfo
 
 BEFORE_S = 10.0
 SETTLE_WINDOW_S = 10.0
-SETTLE_BAND = 0.01  # every sample within 1% of the window's mean
+# The settle band's two parts (settle_band). The floor: every recorded 10 s window of
+# steady load on a 200 MiB server stayed within 0.05% (0.1 MiB) of its mean.
+SETTLE_RISE_SHARE = 0.05
+SETTLE_FLOOR = 0.0005
 SETTLE_TIMEOUT_S = 60.0
 MIN_GAP_S = 15.0  # a gap between events shorter than this gives no slope
 MIN_GAP_SAMPLES = 10
@@ -219,11 +228,22 @@ class _Timeline:
         return self.t[lo:hi]
 
 
+def settle_band(mean_bytes: float, rise_bytes: float) -> float:
+    """How far from a window's mean every sample may lie for RSS to count as settled after
+    an event that rose `rise_bytes` above RSS before it (see the module)."""
+    return max(SETTLE_RISE_SHARE * max(rise_bytes, 0.0), SETTLE_FLOOR * mean_bytes)
+
+
 def settle(
-    series: Series | _Timeline, end_s: float, limit_s: float, limit: str
+    series: Series | _Timeline,
+    end_s: float,
+    limit_s: float,
+    limit: str,
+    rise_bytes: float = 0.0,
 ) -> tuple[float | None, float | None, str]:
     """(after, settle time, how): the settle rule (see the module) after an event that
-    ended at `end_s`, looking no further than `limit_s` (which met it is `limit`)."""
+    ended at `end_s` having risen `rise_bytes` (peak minus before; 0 when unknown), looking
+    no further than `limit_s` (which met it is `limit`)."""
     line = series if isinstance(series, _Timeline) else _Timeline(series)
     limit_s = min(limit_s, end_s + SETTLE_TIMEOUT_S)
     limit = limit if limit_s < end_s + SETTLE_TIMEOUT_S else TIMEOUT
@@ -232,7 +252,7 @@ def settle(
         if len(window) < SETTLE_WINDOW_S / 2:
             continue  # a gap in the samples (between segments) is no evidence of calm
         mean = float(window.mean())
-        if mean > 0 and float(np.abs(window - mean).max()) <= SETTLE_BAND * mean:
+        if mean > 0 and float(np.abs(window - mean).max()) <= settle_band(mean, rise_bytes):
             return mean, float(start), SETTLED
     begin = max(end_s, limit_s - SETTLE_WINDOW_S)
     tail = line.values(begin, limit_s + 1e-9)
@@ -260,7 +280,10 @@ def measure_events(
         previous_end = float(ordered[i - 1].get("end", start)) - started_at if i else -math.inf
         before = line.values(max(start - BEFORE_S, previous_end), start)
         during = line.values(start, end + 1.0)
-        after, settle_s, how = settle(line, end, limit_s, limit)
+        before_bytes = float(before.mean()) if len(before) else None
+        peak_bytes = float(during.max()) if len(during) else None
+        rise = 0.0 if before_bytes is None or peak_bytes is None else peak_bytes - before_bytes
+        after, settle_s, how = settle(line, end, limit_s, limit, rise)
         out.append(
             EventMeasure(
                 session=session,
@@ -270,8 +293,8 @@ def measure_events(
                 error=event.get("error"),
                 start_s=start,
                 end_s=end,
-                before_bytes=float(before.mean()) if len(before) else None,
-                peak_bytes=float(during.max()) if len(during) else None,
+                before_bytes=before_bytes,
+                peak_bytes=peak_bytes,
                 after_bytes=after,
                 settle_s=settle_s,
                 settled_by=how,
@@ -427,6 +450,7 @@ __all__ = [
     "measure_events",
     "ratchet_setups",
     "settle",
+    "settle_band",
     "step_differences",
     "step_reading",
     "t_interval",

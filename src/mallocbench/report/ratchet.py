@@ -19,7 +19,8 @@ from rich.table import Table
 
 from mallocbench.analysis.ratchet import (
     BEFORE_S,
-    SETTLE_BAND,
+    SETTLE_FLOOR,
+    SETTLE_RISE_SHARE,
     SETTLE_TIMEOUT_S,
     SETTLE_WINDOW_S,
     SETTLED,
@@ -53,8 +54,10 @@ TERMINAL_COLUMNS = tuple(h for h in HEADER if h != "engine")
 METHOD_NOTE = (
     f"Ratchet: per event, RSS before is the mean over the {BEFORE_S:g} s before it started, "
     "the peak the highest RSS while it ran, and RSS after is taken once it settled: the "
-    f"first {SETTLE_WINDOW_S:g} s window after its end whose samples all lie within "
-    f"{SETTLE_BAND:.0%} of their mean (that window's mean); when none settles within "
+    f"first {SETTLE_WINDOW_S:g} s window after its end whose samples all lie within a "
+    f"band of their mean, the larger of {SETTLE_RISE_SHARE:.0%} of the event's rise (peak "
+    f"minus before) and {SETTLE_FLOOR:.2%} of that mean (that window's mean); when none "
+    "settles within "
     f"{SETTLE_TIMEOUT_S:g} s, before the next event or before the server's end, the last "
     f"{SETTLE_WINDOW_S:g} s before that limit (the 'settled' column counts the events that "
     "settled). The step is after minus before, with a 95% t interval over the soak's "
