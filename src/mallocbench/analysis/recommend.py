@@ -23,17 +23,10 @@ import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import client_bound
-from mallocbench.analysis.ratchet import (
-    SetupRatchet,
-    StepDifference,
-    ratchet_setups,
-    step_differences,
-)
-from mallocbench.analysis.soak import is_soak, soak_setups
 from mallocbench.analysis.summary import RSS as RSS_UNIT
 from mallocbench.analysis.summary import (
     RatioCell,
@@ -49,6 +42,9 @@ from mallocbench.analysis.summary import (
 from mallocbench.errors import MallocbenchError
 from mallocbench.metadata import ReplayRecord
 from mallocbench.results import STATUS_OK, RunResult
+
+if TYPE_CHECKING:
+    from mallocbench.analysis.ratchet import SetupRatchet, StepDifference
 
 THROUGHPUT = "throughput"
 P99 = "p99"
@@ -384,6 +380,25 @@ def _rss_evidence(
     return out
 
 
+def _steps_by_setup(
+    result: RunResult, ratchets: Sequence[SetupRatchet] | None, min_effect: float
+) -> dict[tuple[str, str], list[StepDifference]]:
+    """A soak's steps per event against the base's, per (engine, setup); {} without."""
+    # Imported here: numpy and the soak's analysis are for runs with events only, and
+    # `recommend --help` should not wait for them.
+    from mallocbench.analysis.ratchet import ratchet_setups, step_differences
+    from mallocbench.analysis.soak import is_soak, soak_setups
+
+    if ratchets is None:
+        if not any(s.events for s in result.sessions) or not is_soak(result):
+            return {}
+        ratchets = ratchet_setups(result, soak_setups(result))
+    out: dict[tuple[str, str], list[StepDifference]] = defaultdict(list)
+    for difference in step_differences(ratchets, result.base_setup, min_effect):
+        out[(difference.engine, difference.setup)].append(difference)
+    return out
+
+
 def _thin_evidence(result: RunResult, engine: str) -> ThinEvidence:
     cells = [c for c in result.cells if c.engine == engine]
     threads = {c.threads for c in cells}
@@ -462,11 +477,7 @@ def recommend(
     trace = os.path.basename((replay.trace_path or "") if replay else "") or "a trace"
     replay_label = f"peak RSS from a replay of {trace}"
     base = result.base_setup
-    if ratchets is None:
-        ratchets = ratchet_setups(result, soak_setups(result)) if is_soak(result) else ()
-    steps: dict[tuple[str, str], list[StepDifference]] = defaultdict(list)
-    for difference in step_differences(ratchets, base, effect):
-        steps[(difference.engine, difference.setup)].append(difference)
+    steps = _steps_by_setup(result, ratchets, effect)
     engines = []
     for engine in dict.fromkeys(c.engine for c in result.cells):
         candidates = []
