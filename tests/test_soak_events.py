@@ -17,9 +17,11 @@ from mallocbench.analysis.ratchet import (
     NEXT_EVENT,
     SETTLED,
     TIMEOUT,
+    StepReading,
     gap_slopes,
     measure_events,
     settle,
+    step_reading,
     t_interval,
 )
 from mallocbench.errors import MallocbenchError
@@ -62,6 +64,54 @@ def test_a_gap_in_the_samples_is_no_evidence_of_calm() -> None:
     assert how == TIMEOUT
 
 
+def test_the_settle_band_follows_the_rise_with_a_floor() -> None:
+    from mallocbench.analysis.ratchet import settle_band
+
+    assert settle_band(200 * MiB, 0.0) == pytest.approx(0.1 * MiB)  # 0.05% of RSS
+    assert settle_band(200 * MiB, 1 * MiB) == pytest.approx(0.1 * MiB)
+    assert settle_band(200 * MiB, 256 * MiB) == pytest.approx(12.8 * MiB)  # 5% of the rise
+    # After a 250 MiB rise the allocator hands memory back in swings of +-3 MiB around
+    # 205 MiB: settled within the event's own scale, not held to a band of its RSS.
+    series = [(float(t), (455 if t < 10 else 205 + (3 if t % 2 else -3)) * MiB)
+              for t in range(0, 120)]  # fmt: skip
+    after, at, how = settle(series, 10.0, 120.0, END, rise_bytes=250 * MiB)
+    assert how == SETTLED and at == 10.0 and after == pytest.approx(205 * MiB, abs=0.5 * MiB)
+    _, _, how = settle(series, 10.0, 120.0, END)  # no rise known: the floor alone
+    assert how == TIMEOUT
+
+
+def recorded_dump_lifetimes() -> dict[str, tuple[list[tuple[float, float]], list, float]]:
+    """Per setup of the recorded examples/dump-ratchet.toml run: its RSS series, its five
+    dumps and its server's start."""
+    from mallocbench.analysis.soak import soak_setups
+
+    fixture = Path(__file__).parent / "fixtures" / "results-dump-ratchet.json"
+    result = RunResult.from_dict(json.loads(fixture.read_text()))
+    sessions = {s.id: s for s in result.sessions}
+    out = {}
+    for soak in soak_setups(result):
+        (life,) = soak.lifetimes
+        out[soak.setup] = (life.series, sessions[life.session].events, life.started_at)
+    return out
+
+
+def test_recorded_dumps_settle_and_a_decay_is_waited_for() -> None:
+    lifetimes = recorded_dump_lifetimes()
+    for setup, (series, events, started) in lifetimes.items():
+        measures = measure_events(series, events, started, "s")
+        # Steady load on ~200 MiB stays within the floor: every dump's RSS settles.
+        assert [m.settled_by for m in measures] == [SETTLED] * 5, setup
+    # jemalloc with 5 s decays hands ~0.4 MiB back over the seconds after its second dump
+    # (ended at 93 s): the band waits for it, where 1% of RSS took the first window.
+    series, events, started = lifetimes["jemalloc-decay"]
+    second = measure_events(series, events, started, "s")[1]
+    assert second.settle_s is not None and second.settle_s - second.end_s > 5
+    later = [v for t, v in series if 120 <= t < 135]  # RSS just before the third dump
+    assert second.after_bytes == pytest.approx(sum(later) / len(later), abs=0.1 * MiB)
+    assert second.peak_bytes is not None and second.after_bytes is not None
+    assert second.peak_bytes - second.after_bytes > 0.3 * MiB
+
+
 def ratcheting(step_mib: float, drift_mib_h: float, events: int = 6, seed: int = 3):
     """RSS with an event every 60 s that leaves `step_mib` behind, drift between, noise."""
     rng = np.random.default_rng(seed)
@@ -86,6 +136,7 @@ def test_the_step_and_the_slope_between_events_are_kept_apart() -> None:
     assert steps is not None and steps.low is not None and steps.high is not None
     # The step holds the drift over the settle window only (~0.1 MiB here).
     assert steps.low <= 8.3 * MiB and steps.high >= 7.9 * MiB and steps.low > 0
+    assert step_reading(steps) == StepReading.UP
     between = t_interval(gap_slopes(series, measures))
     assert between is not None and between.low is not None and between.high is not None
     assert between.low * 3600 / MiB < 30 < between.high * 3600 / MiB
@@ -97,7 +148,10 @@ def test_no_step_shows_an_interval_holding_zero() -> None:
     steps = t_interval([m.step_bytes for m in measures if m.step_bytes is not None])
     assert steps is not None and steps.low is not None and steps.high is not None
     assert steps.low < 0 < steps.high
+    assert step_reading(steps) == StepReading.NONE_SHOWN
     assert t_interval([1.0]) is not None and t_interval([1.0]).low is None  # type: ignore[union-attr]
+    assert step_reading(t_interval([1.0])) == StepReading.TOO_FEW
+    assert step_reading(t_interval([-3.0, -2.0, -2.5])) == StepReading.DOWN
 
 
 # --- bad specs: one line, at their place ----------------------------------------------------

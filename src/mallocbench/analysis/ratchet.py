@@ -7,8 +7,14 @@ Per event (soakevents) on one server lifetime, from the per-second RSS series:
 - peak: the highest RSS from its start to its end (and the second after, so that an
   event shorter than the sampling still has one sample);
 - after: RSS once it settled. The settle rule: the first window of SETTLE_WINDOW_S
-  seconds, starting after the event's end, whose samples all lie within SETTLE_BAND of
-  their mean; `after` is that window's mean. When no window settles before SETTLE_TIMEOUT_S
+  seconds, starting after the event's end, whose samples all lie within the band of
+  their mean; `after` is that window's mean. The band (settle_band) is the larger of
+  SETTLE_RISE_SHARE of the event's own rise (peak minus before) and SETTLE_FLOOR of the
+  window's mean: calm next to what the event did, and no calmer than a server under load
+  stays. A fixed share of RSS was both too coarse for a sub-MiB step on a 200 MiB server
+  (a 2 MiB band took the first window after a dump, while jemalloc with 5 s decays was
+  still handing pages back) and too tight after a large event, whose churn is a share of
+  its own size. When no window settles before SETTLE_TIMEOUT_S
   after the end, the next event's start or the lifetime's end, `after` is the mean of the
   last SETTLE_WINDOW_S seconds before that limit, and the event records which limit it met
   ("timeout", "next event", "end"): its step is then less sure to be what stays.
@@ -21,10 +27,20 @@ each fitted by least squares on its own (the steps never enter it): the mean of 
 slopes with a t interval over gaps. The stretch before the first event holds the caches
 filling up and is left out. Time to the cap with the events included: RSS at the end,
 growing by the mean step per mean spacing of events plus the slope between them.
+
+As memory evidence for `recommend` (step_differences): a setup's mean step per event of
+one label minus the base's, with a 95% Welch interval over the two setups' events (each
+setup has its own server and its own events, so the samples are unpaired and their
+spreads need not match). A finding only when that interval excludes 0 and the difference
+is at least min_effect of the base's RSS before its events: an absolute step has no ratio
+to the base, and scaling the minimum effect by the RSS it would add to keeps one rule for
+every memory claim (a step of min_effect of RSS per event is what a peak-RSS ratio would
+call a change after one event).
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +53,10 @@ from mallocbench.results import RunResult, SessionInfo
 
 BEFORE_S = 10.0
 SETTLE_WINDOW_S = 10.0
-SETTLE_BAND = 0.01  # every sample within 1% of the window's mean
+# The settle band's two parts (settle_band). The floor: every recorded 10 s window of
+# steady load on a 200 MiB server stayed within 0.05% (0.1 MiB) of its mean.
+SETTLE_RISE_SHARE = 0.05
+SETTLE_FLOOR = 0.0005
 SETTLE_TIMEOUT_S = 60.0
 MIN_GAP_S = 15.0  # a gap between events shorter than this gives no slope
 MIN_GAP_SAMPLES = 10
@@ -80,12 +99,40 @@ class Interval:
     n: int
 
 
+class StepReading(enum.Enum):
+    """What a step's interval supports (report.ratchet words it)."""
+
+    UP = "up"  # the whole interval above 0: a ratchet
+    DOWN = "down"  # the whole interval below 0: RSS falls back lower than before
+    NONE_SHOWN = "none shown"  # the interval holds 0
+    TOO_FEW = "too few"  # one event: no interval
+
+
+def step_reading(interval: Interval | None) -> StepReading:
+    if interval is None or interval.low is None or interval.high is None:
+        return StepReading.TOO_FEW
+    if interval.low > 0:
+        return StepReading.UP
+    if interval.high < 0:
+        return StepReading.DOWN
+    return StepReading.NONE_SHOWN
+
+
+@dataclass(frozen=True)
+class LabelSteps:
+    """The steps of one event label on one setup: their interval and what it supports."""
+
+    label: str
+    interval: Interval  # bytes
+    reading: StepReading
+
+
 @dataclass(frozen=True)
 class SetupRatchet:
     setup: str
     engine: str
     events: tuple[EventMeasure, ...]
-    steps: tuple[tuple[str, Interval], ...]  # per event label, bytes
+    steps: tuple[LabelSteps, ...]  # per event label, in the order they first came
     between: Interval | None  # bytes per second, over the gaps between events
     peak_during_bytes: float | None  # the highest RSS during any event
     projection: Projection | None  # to the cap, events included (a capped, living server)
@@ -98,10 +145,56 @@ class SetupRatchet:
             "setup": self.setup,
             "engine": self.engine,
             "events": [{**e.__dict__, "step_bytes": e.step_bytes} for e in self.events],
-            "steps": {label: interval(iv) for label, iv in self.steps},
+            "steps": {s.label: interval(s.interval) for s in self.steps},
             "between_bytes_per_s": interval(self.between),
             "peak_during_bytes": self.peak_during_bytes,
             "projection_s": None if self.projection is None else self.projection.__dict__,
+        }
+
+
+@dataclass(frozen=True)
+class StepDifference:
+    """A setup's step per event of one label minus the base's, in bytes (see the module)."""
+
+    engine: str
+    setup: str
+    base: str
+    label: str
+    step: Interval  # the setup's steps
+    base_step: Interval  # the base's
+    difference: float
+    low: float | None  # the 95% Welch interval; None with fewer than 2 events on a side
+    high: float | None
+    base_before_bytes: float  # the base's mean RSS before its events of this label
+    min_effect: float
+
+    @property
+    def threshold_bytes(self) -> float:
+        """The smallest difference that counts: min_effect of the base's RSS before."""
+        return self.min_effect * self.base_before_bytes
+
+    def as_ratio(self) -> tuple[float, float, float]:
+        """(1 + difference, low, high) over the base's RSS before its events: the scale of a
+        ratio to the base, on which stats.classify's rule is this module's finding rule
+        (nan bounds without an interval)."""
+        scale = self.base_before_bytes
+
+        def share(x: float | None) -> float:
+            return math.nan if x is None else 1.0 + x / scale
+
+        return share(self.difference), share(self.low), share(self.high)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "base": self.base,
+            "step": self.step.__dict__.copy(),
+            "base_step": self.base_step.__dict__.copy(),
+            "difference_bytes": self.difference,
+            "low_bytes": self.low,
+            "high_bytes": self.high,
+            "base_before_bytes": self.base_before_bytes,
+            "threshold_bytes": self.threshold_bytes,
         }
 
 
@@ -135,11 +228,22 @@ class _Timeline:
         return self.t[lo:hi]
 
 
+def settle_band(mean_bytes: float, rise_bytes: float) -> float:
+    """How far from a window's mean every sample may lie for RSS to count as settled after
+    an event that rose `rise_bytes` above RSS before it (see the module)."""
+    return max(SETTLE_RISE_SHARE * max(rise_bytes, 0.0), SETTLE_FLOOR * mean_bytes)
+
+
 def settle(
-    series: Series | _Timeline, end_s: float, limit_s: float, limit: str
+    series: Series | _Timeline,
+    end_s: float,
+    limit_s: float,
+    limit: str,
+    rise_bytes: float = 0.0,
 ) -> tuple[float | None, float | None, str]:
     """(after, settle time, how): the settle rule (see the module) after an event that
-    ended at `end_s`, looking no further than `limit_s` (which met it is `limit`)."""
+    ended at `end_s` having risen `rise_bytes` (peak minus before; 0 when unknown), looking
+    no further than `limit_s` (which met it is `limit`)."""
     line = series if isinstance(series, _Timeline) else _Timeline(series)
     limit_s = min(limit_s, end_s + SETTLE_TIMEOUT_S)
     limit = limit if limit_s < end_s + SETTLE_TIMEOUT_S else TIMEOUT
@@ -148,7 +252,7 @@ def settle(
         if len(window) < SETTLE_WINDOW_S / 2:
             continue  # a gap in the samples (between segments) is no evidence of calm
         mean = float(window.mean())
-        if mean > 0 and float(np.abs(window - mean).max()) <= SETTLE_BAND * mean:
+        if mean > 0 and float(np.abs(window - mean).max()) <= settle_band(mean, rise_bytes):
             return mean, float(start), SETTLED
     begin = max(end_s, limit_s - SETTLE_WINDOW_S)
     tail = line.values(begin, limit_s + 1e-9)
@@ -176,7 +280,10 @@ def measure_events(
         previous_end = float(ordered[i - 1].get("end", start)) - started_at if i else -math.inf
         before = line.values(max(start - BEFORE_S, previous_end), start)
         during = line.values(start, end + 1.0)
-        after, settle_s, how = settle(line, end, limit_s, limit)
+        before_bytes = float(before.mean()) if len(before) else None
+        peak_bytes = float(during.max()) if len(during) else None
+        rise = 0.0 if before_bytes is None or peak_bytes is None else peak_bytes - before_bytes
+        after, settle_s, how = settle(line, end, limit_s, limit, rise)
         out.append(
             EventMeasure(
                 session=session,
@@ -186,8 +293,8 @@ def measure_events(
                 error=event.get("error"),
                 start_s=start,
                 end_s=end,
-                before_bytes=float(before.mean()) if len(before) else None,
-                peak_bytes=float(during.max()) if len(during) else None,
+                before_bytes=before_bytes,
+                peak_bytes=peak_bytes,
                 after_bytes=after,
                 settle_s=settle_s,
                 settled_by=how,
@@ -255,7 +362,7 @@ def setup_ratchet(soak: SetupSoak, sessions: dict[str, SessionInfo]) -> SetupRat
             [m.step_bytes for m in measures if m.label == label and m.step_bytes is not None]
         )
         if interval is not None:
-            steps.append((label, interval))
+            steps.append(LabelSteps(label, interval, step_reading(interval)))
     between = t_interval(slopes)
     peaks = [m.peak_bytes for m in measures if m.peak_bytes is not None]
     return SetupRatchet(
@@ -269,6 +376,62 @@ def setup_ratchet(soak: SetupSoak, sessions: dict[str, SessionInfo]) -> SetupRat
     )
 
 
+def welch_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float | None, float | None]:
+    """The 95% interval of mean(a) - mean(b), Welch's (unequal spreads); (None, None) with
+    fewer than 2 values on a side or no spread at all."""
+    if len(a) < 2 or len(b) < 2:
+        return None, None
+    from scipy import stats  # a second to load; only soaks with events need it
+
+    found = stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    low, high = float(found.low), float(found.high)
+    return (None, None) if math.isnan(low) or math.isnan(high) else (low, high)
+
+
+def _steps_of(ratchet: SetupRatchet, label: str) -> list[float]:
+    return [e.step_bytes for e in ratchet.events if e.label == label and e.step_bytes is not None]
+
+
+def step_differences(
+    ratchets: Sequence[SetupRatchet], base: str, min_effect: float
+) -> tuple[StepDifference, ...]:
+    """Each setup's steps against the base's, per engine and event label both saw; () when
+    the base had no events measured (then no step is claimed for anyone)."""
+    out = []
+    bases = {r.engine: r for r in ratchets if r.setup == base}
+    for ratchet in ratchets:
+        reference = bases.get(ratchet.engine)
+        if ratchet.setup == base or reference is None:
+            continue
+        for label in dict.fromkeys(e.label for e in ratchet.events):
+            mine, theirs = _steps_of(ratchet, label), _steps_of(reference, label)
+            before = [
+                e.before_bytes
+                for e in reference.events
+                if e.label == label and e.step_bytes is not None and e.before_bytes is not None
+            ]
+            step, base_step = t_interval(mine), t_interval(theirs)
+            if step is None or base_step is None or not before or sum(before) <= 0:
+                continue
+            low, high = welch_interval(mine, theirs)
+            out.append(
+                StepDifference(
+                    ratchet.engine,
+                    ratchet.setup,
+                    base,
+                    label,
+                    step,
+                    base_step,
+                    step.mean - base_step.mean,
+                    low,
+                    high,
+                    sum(before) / len(before),
+                    min_effect,
+                )
+            )
+    return tuple(out)
+
+
 def ratchet_setups(result: RunResult, soaks: Sequence[SetupSoak]) -> tuple[SetupRatchet, ...]:
     """Every soaked setup's ratchet, in the soaks' order; () for a soak without events."""
     sessions = {s.id: s for s in result.sessions}
@@ -279,10 +442,17 @@ def ratchet_setups(result: RunResult, soaks: Sequence[SetupSoak]) -> tuple[Setup
 __all__ = [
     "EventMeasure",
     "Interval",
+    "LabelSteps",
     "SetupRatchet",
+    "StepDifference",
+    "StepReading",
     "gap_slopes",
     "measure_events",
     "ratchet_setups",
     "settle",
+    "settle_band",
+    "step_differences",
+    "step_reading",
     "t_interval",
+    "welch_interval",
 ]

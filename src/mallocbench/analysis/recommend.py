@@ -8,6 +8,11 @@ minimum effect (a non-inferiority test: the 95% interval's bad end stays within
 least min_effect). Criteria that are not priorities only disqualify when they are shown
 worse. Qualifying candidates are ranked by the priorities in order; when none qualifies,
 the base stays. A point estimate alone never moves a decision.
+
+A soak with events adds memory evidence of another kind: the RSS step per event each
+setup leaves beside the base's (analysis.ratchet.step_differences, its finding rule
+stated there). It is weighed on peak RSS like a ratio, its difference taken as a share of
+the base's RSS before the events, but never enters the geometric mean that ranks.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import os
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import client_bound
@@ -37,6 +42,9 @@ from mallocbench.analysis.summary import (
 from mallocbench.errors import MallocbenchError
 from mallocbench.metadata import ReplayRecord
 from mallocbench.results import STATUS_OK, RunResult
+
+if TYPE_CHECKING:
+    from mallocbench.analysis.ratchet import SetupRatchet, StepDifference
 
 THROUGHPUT = "throughput"
 P99 = "p99"
@@ -63,9 +71,12 @@ class Evidence:
     high: float
     verdict: str  # stats.classify's word, about the ratio (not about better/worse)
     problem: str | None = None
+    # A step per soak event: its figures in bytes; ratio, low and high are then 1 plus the
+    # difference over the base's RSS before its events (analysis.ratchet).
+    step: StepDifference | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "where": self.where,
             "ratio": self.ratio,
             "low": None if math.isnan(self.low) else self.low,
@@ -73,6 +84,9 @@ class Evidence:
             "verdict": self.verdict,
             "problem": self.problem,
         }
+        if self.step is not None:
+            out["step"] = self.step.to_dict()
+        return out
 
 
 @dataclass
@@ -87,9 +101,10 @@ class Assessment:
     unclear: list[Evidence] = field(default_factory=list)  # bad end past min_effect
     cells: int = 0
     worst: Evidence | None = None  # the interval whose bad end is furthest from 1.0
+    steps: list[Evidence] = field(default_factory=list)  # every step per soak event weighed
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "criterion": self.criterion,
             "status": self.status,
             "estimate": self.estimate,
@@ -99,6 +114,9 @@ class Assessment:
             "unclear": [e.to_dict() for e in self.unclear],
             "worst": self.worst.to_dict() if self.worst else None,
         }
+        if self.steps:
+            out["steps"] = [e.to_dict() for e in self.steps]
+        return out
 
 
 @dataclass
@@ -196,12 +214,53 @@ def _evidence(where: str, cell: RatioCell) -> Evidence:
     return Evidence(where, cell.ratio, cell.low, cell.high, cell.verdict, cell.problem)
 
 
-def assess(criterion: str, cells: list[tuple[str, RatioCell]], min_effect: float) -> Assessment:
-    """A candidate's status on one criterion from its ratio cells (candidate / base)."""
-    higher_better = HIGHER_IS_BETTER[criterion]
+def _weigh(out: Assessment, evidence: Evidence, cell: RatioCell, min_effect: float) -> None:
+    """File one piece of evidence under better, worse and unclear, and keep the worst."""
+    higher_better = HIGHER_IS_BETTER[out.criterion]
     better_word = stats.FASTER if higher_better else stats.SLOWER
     worse_word = stats.SLOWER if higher_better else stats.FASTER
-    out = Assessment(criterion, UNMEASURED, None, cells=len(cells))
+    verdict = cell.verdict
+    if verdict == better_word:
+        out.better.append(evidence)
+    elif verdict == worse_word:
+        out.worse.append(evidence)
+    # Non-inferiority: the interval's bad end must stay within min_effect of 1.0.
+    if higher_better:
+        past = not cell.has_interval or cell.low < 1.0 - min_effect
+    else:
+        past = not cell.has_interval or cell.high > 1.0 + min_effect
+    if past and verdict != worse_word:
+        out.unclear.append(evidence)
+    if cell.has_interval:
+        bad = cell.low if higher_better else 1 / cell.high
+        if out.worst is None or bad < _bad_end(out.worst, higher_better):
+            out.worst = evidence
+
+
+def step_cell(difference: StepDifference) -> RatioCell:
+    """A soak's step difference on the ratio scale (StepDifference.as_ratio), so that
+    stats.classify and the non-inferiority test judge it by the ratchet's rule."""
+    ratio, low, high = difference.as_ratio()
+    return RatioCell(
+        ratio,
+        low,
+        high,
+        repeats=(difference.step.n, difference.base_step.n),
+        reference_label=difference.base,
+        min_effect=difference.min_effect,
+        unit=RSS_UNIT,
+    )
+
+
+def assess(
+    criterion: str,
+    cells: list[tuple[str, RatioCell]],
+    min_effect: float,
+    steps: Sequence[StepDifference] = (),
+) -> Assessment:
+    """A candidate's status on one criterion from its ratio cells (candidate / base) and,
+    for memory, the steps per soak event it leaves beside the base's."""
+    out = Assessment(criterion, UNMEASURED, None, cells=len(cells) + len(steps))
     ratios = []
     for where, cell in cells:
         evidence = _evidence(where, cell)
@@ -212,26 +271,18 @@ def assess(criterion: str, cells: list[tuple[str, RatioCell]], min_effect: float
             continue
         if cell.ratio is not None:
             ratios.append(cell.ratio)
-        verdict = cell.verdict
-        if verdict == better_word:
-            out.better.append(evidence)
-        elif verdict == worse_word:
-            out.worse.append(evidence)
-        # Non-inferiority: the interval's bad end must stay within min_effect of 1.0.
-        if higher_better:
-            past = not cell.has_interval or cell.low < 1.0 - min_effect
-        else:
-            past = not cell.has_interval or cell.high > 1.0 + min_effect
-        if past and verdict != worse_word:
-            out.unclear.append(evidence)
-        if cell.has_interval:
-            bad = cell.low if higher_better else 1 / cell.high
-            if out.worst is None or bad < _bad_end(out.worst, higher_better):
-                out.worst = evidence
+        _weigh(out, evidence, cell, min_effect)
+    for difference in steps:
+        cell = step_cell(difference)
+        evidence = dataclasses.replace(
+            _evidence(f"step per {difference.label} from a soak", cell), step=difference
+        )
+        out.steps.append(evidence)
+        _weigh(out, evidence, cell, min_effect)
     out.estimate = stats.geomean(ratios) if ratios else None
     if out.worse:
         out.status = WORSE
-    elif not ratios:
+    elif not ratios and not steps:
         out.status = UNMEASURED
     elif out.unclear:
         out.status = UNCLEAR
@@ -329,6 +380,25 @@ def _rss_evidence(
     return out
 
 
+def _steps_by_setup(
+    result: RunResult, ratchets: Sequence[SetupRatchet] | None, min_effect: float
+) -> dict[tuple[str, str], list[StepDifference]]:
+    """A soak's steps per event against the base's, per (engine, setup); {} without."""
+    # Imported here: numpy and the soak's analysis are for runs with events only, and
+    # `recommend --help` should not wait for them.
+    from mallocbench.analysis.ratchet import ratchet_setups, step_differences
+    from mallocbench.analysis.soak import is_soak, soak_setups
+
+    if ratchets is None:
+        if not any(s.events for s in result.sessions) or not is_soak(result):
+            return {}
+        ratchets = ratchet_setups(result, soak_setups(result))
+    out: dict[tuple[str, str], list[StepDifference]] = defaultdict(list)
+    for difference in step_differences(ratchets, result.base_setup, min_effect):
+        out[(difference.engine, difference.setup)].append(difference)
+    return out
+
+
 def _thin_evidence(result: RunResult, engine: str) -> ThinEvidence:
     cells = [c for c in result.cells if c.engine == engine]
     threads = {c.threads for c in cells}
@@ -389,11 +459,13 @@ def recommend(
     tables: Sequence[RatioTable] | None = None,
     rss_cells: Mapping[tuple[str, str], RatioCell] | None = None,
     replay: ReplayRecord | None = None,
+    ratchets: Sequence[SetupRatchet] | None = None,
 ) -> Recommendation:
     """The setup to run per engine, or the base when no candidate qualifies.
-    `tables` and `rss_cells`: relative_tables(result, min_effect) and
-    rss_ratio_cells(result, min_effect), when already at hand. `replay`: a replay of a
-    trace of this workload, whose peak RSS ratios join the servers' as memory evidence."""
+    `tables`, `rss_cells` and `ratchets`: relative_tables(result, min_effect),
+    rss_ratio_cells(result, min_effect) and ratchet_setups(...), when already at hand.
+    `replay`: a replay of a trace of this workload, whose peak RSS ratios join the servers'
+    as memory evidence. A soak's steps per event join them too (read from the samples)."""
     effect = min_effect_of(result, min_effect)
     if tables is None:
         tables = relative_tables(result, effect, summarize_run(result))
@@ -405,6 +477,7 @@ def recommend(
     trace = os.path.basename((replay.trace_path or "") if replay else "") or "a trace"
     replay_label = f"peak RSS from a replay of {trace}"
     base = result.base_setup
+    steps = _steps_by_setup(result, ratchets, effect)
     engines = []
     for engine in dict.fromkeys(c.engine for c in result.cells):
         candidates = []
@@ -422,7 +495,7 @@ def recommend(
             assessments = {
                 THROUGHPUT: assess(THROUGHPUT, qps_cells, effect),
                 P99: assess(P99, p99.get(f"{engine}/{setup}", []), effect),
-                RSS: assess(RSS, rss, effect),
+                RSS: assess(RSS, rss, effect, steps.get((engine, setup), ())),
             }
             peak = max(peaks.get((setup, engine), {}).values(), default=None)
             candidates.append(

@@ -126,6 +126,7 @@ def analyze(
     memory = memory_rows(run)
     rss_cells = rss_ratio_cells(run, effect)
     soaks = tuple(soak_setups(run)) if is_soak(run) else ()
+    ratchets = ratchet_setups(run, soaks)
     return RunAnalysis(
         result=run,
         min_effect=effect,
@@ -136,7 +137,9 @@ def analyze(
         tables=tuple(tables),
         memory=tuple(memory),
         verdict=tuple(verdict_rows(run, tables, memory, effect, rss_cells)),
-        recommendation=recommend(run, min_effect=effect, tables=tables, rss_cells=rss_cells),
+        recommendation=recommend(
+            run, min_effect=effect, tables=tables, rss_cells=rss_cells, ratchets=ratchets
+        ),
         sla=tuple(sla_results(run.cells)),
         is_soak=is_soak(run),
         soaks=soaks,
@@ -149,5 +152,5 @@ def analyze(
         not_steady=tuple(c for c in run.cells if c.warmup_steady is False),
         reserved_vsz_bytes=reserved_vsz_bytes(memory),
         replay=analyze_replay(run.metadata.replay, effect) if run.metadata.replay else None,
-        ratchets=ratchet_setups(run, soaks),
+        ratchets=ratchets,
     )

@@ -129,7 +129,8 @@ def recommend_cmd(
     (non-inferiority: the 95% interval's bad end stays within the minimum effect);
     otherwise the answer is to keep the base. Every claim prints its ratio, interval
     and the cells it comes from; thin evidence (one thread count, no write steps,
-    unstable or client-bound cells, few repeats) is said.
+    unstable or client-bound cells, few repeats) is said. A soak with events adds each
+    setup's RSS step per event against the base's as memory evidence.
 
     \b
     SOURCE is an output directory, a .sqlite store, a postgresql:// URL or a results.json.
@@ -143,6 +144,9 @@ def recommend_cmd(
     priorities = parse_priorities(priority_text)
     budget = parse_size(budget_text, "--memory-budget") if budget_text else None
     result = load_result(source, run_id, with_samples=False)
+    if any(s.events for s in result.sessions):
+        # A soak's steps per event are read from its per-second RSS: load it with them.
+        result = load_result(source, result.run_id)
     measured = list(dict.fromkeys(c.engine for c in result.cells))
     if engine is not None and engine not in measured:
         # An answer for the other engines would read as one for this engine.

@@ -19,13 +19,15 @@ from rich.table import Table
 
 from mallocbench.analysis.ratchet import (
     BEFORE_S,
-    SETTLE_BAND,
+    SETTLE_FLOOR,
+    SETTLE_RISE_SHARE,
     SETTLE_TIMEOUT_S,
     SETTLE_WINDOW_S,
     SETTLED,
     EventMeasure,
     Interval,
     SetupRatchet,
+    StepReading,
 )
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.console import make_console
@@ -52,8 +54,10 @@ TERMINAL_COLUMNS = tuple(h for h in HEADER if h != "engine")
 METHOD_NOTE = (
     f"Ratchet: per event, RSS before is the mean over the {BEFORE_S:g} s before it started, "
     "the peak the highest RSS while it ran, and RSS after is taken once it settled: the "
-    f"first {SETTLE_WINDOW_S:g} s window after its end whose samples all lie within "
-    f"{SETTLE_BAND:.0%} of their mean (that window's mean); when none settles within "
+    f"first {SETTLE_WINDOW_S:g} s window after its end whose samples all lie within a "
+    f"band of their mean, the larger of {SETTLE_RISE_SHARE:.0%} of the event's rise (peak "
+    f"minus before) and {SETTLE_FLOOR:.2%} of that mean (that window's mean); when none "
+    "settles within "
     f"{SETTLE_TIMEOUT_S:g} s, before the next event or before the server's end, the last "
     f"{SETTLE_WINDOW_S:g} s before that limit (the 'settled' column counts the events that "
     "settled). The step is after minus before, with a 95% t interval over the soak's "
@@ -79,15 +83,12 @@ def interval_text(interval: Interval | None, scale: float = 1 / MiB, digits: int
     return f"{mean} [{interval.low * scale:+,.{digits}f}, {interval.high * scale:+,.{digits}f}]"
 
 
-def reading(interval: Interval | None) -> str:
-    """What the step's interval supports: a ratchet, a drop, or neither."""
-    if interval is None or interval.low is None or interval.high is None:
-        return "too few events to tell"
-    if interval.low > 0:
-        return "steps up"
-    if interval.high < 0:
-        return "steps down"
-    return "no step shown"
+READINGS = {
+    StepReading.UP: "steps up",
+    StepReading.DOWN: "steps down",
+    StepReading.NONE_SHOWN: "no step shown",
+    StepReading.TOO_FEW: "too few events to tell",
+}
 
 
 def _cap_text(ratchet: SetupRatchet) -> str:
@@ -102,7 +103,8 @@ def _cap_text(ratchet: SetupRatchet) -> str:
 
 def _rows(ratchet: SetupRatchet) -> list[list[str]]:
     rows = []
-    for label, interval in ratchet.steps:
+    for steps in ratchet.steps:
+        label, interval = steps.label, steps.interval
         events = [e for e in ratchet.events if e.label == label]
         ok = sum(1 for e in events if e.status == "ok")
         settled = sum(1 for e in events if e.settled_by == SETTLED)
@@ -113,7 +115,7 @@ def _rows(ratchet: SetupRatchet) -> list[list[str]]:
                 ratchet.setup,
                 label,
                 f"{len(events)} ({ok})",
-                f"{interval_text(interval)}: {reading(interval)}",
+                f"{interval_text(interval)}: {READINGS[steps.reading]}",
                 f"{settled} of {len(events)}",
                 interval_text(ratchet.between, HOUR / MiB, 0),
                 f"{max(peaks) / MiB:,.0f}" if peaks else "-",
@@ -260,12 +262,12 @@ def with_event_marks(
 __all__ = [
     "HEADER",
     "METHOD_NOTE",
+    "READINGS",
     "interval_text",
     "markdown_lines",
     "print_ratchet",
     "ratchet_json",
     "ratchet_notes",
     "ratchet_table",
-    "reading",
     "with_event_marks",
 ]

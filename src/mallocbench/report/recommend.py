@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis import recommend as rec
+from mallocbench.analysis import stats
 from mallocbench.analysis.recommend import (
     Assessment,
     Candidate,
@@ -33,8 +34,45 @@ def _bound(x: float) -> str:
     return f"{x:.2f}"
 
 
+STEP_RULE = (
+    "Step per event from a soak: a setup's mean RSS step per event (RSS after the event "
+    "settled minus before it) minus the base's, with a 95% Welch interval over the two "
+    "setups' events; a finding only when the interval excludes 0 and the difference is "
+    "at least the minimum effect times the base's RSS before its events."
+)
+# stats.classify's words on the step's ratio scale: above 1.0 is more RSS left per event.
+STEP_WORDS = {
+    stats.FASTER: "leaves more per event",
+    stats.SLOWER: "leaves less per event",
+    stats.SAME: "the same within",
+}
+
+
+def step_text(e: Evidence) -> str:
+    """ "step per dump from a soak +0.17 MiB [-0.21, +0.55] vs glibc (...): no difference
+    shown"; worded as more or less only when it is a finding."""
+    d = e.step
+    assert d is not None
+    mib = float(1 << 20)
+    if d.low is None or d.high is None:
+        interval = " (no interval)"
+    else:
+        interval = f" [{d.low / mib:+,.2f}, {d.high / mib:+,.2f}]"
+    counted = f"{d.threshold_bytes / mib:,.2f} MiB" if d.threshold_bytes > 0 else "any size"
+    word = STEP_WORDS.get(e.verdict, "no difference shown")
+    if e.verdict == stats.SAME:
+        word += f" {counted}"
+    return (
+        f"{e.where} {d.difference / mib:+,.2f} MiB{interval} vs {d.base} "
+        f"({d.step.mean / mib:+,.2f} against {d.base_step.mean / mib:+,.2f} MiB per event, "
+        f"{d.step.n} and {d.base_step.n} events; {counted} counts): {word}"
+    )
+
+
 def evidence_text(e: Evidence) -> str:
     """ "point-query @8 0.95 [0.91, 0.99]"; memory has one value, so no place."""
+    if e.step is not None:
+        return step_text(e)
     where = "" if e.where == "peak RSS" else f"{e.where} "
     if e.problem:
         return f"{where}{e.problem}"
@@ -52,10 +90,18 @@ def _some(items: list[Evidence]) -> str:
 
 
 def assessment_text(a: Assessment, min_effect: float) -> str:
-    """One clause: the status, why, and the cells it comes from."""
+    """One clause: the status, why, and the cells it comes from; a soak's steps per event
+    always among them (a step that decides nothing is still shown, never as a finding)."""
+    text = _status_text(a, min_effect)
+    shown = [evidence_text(e) for e in a.steps]
+    return "; ".join([text, *(t for t in shown if t not in text)])
+
+
+def _status_text(a: Assessment, min_effect: float) -> str:
     name = NAMES[a.criterion]
     lower = not rec.HIGHER_IS_BETTER[a.criterion]
-    estimate = f" (geomean {a.estimate:.2f})" if a.estimate and a.cells > 1 else ""
+    ratios = a.cells - len(a.steps)  # the geomean leaves the steps out
+    estimate = f" (geomean {a.estimate:.2f})" if a.estimate and ratios > 1 else ""
     band = percent(min_effect)
     if a.status == rec.UNMEASURED:
         return f"{name}: not measured"
@@ -162,6 +208,8 @@ def recommendation_lines(r: Recommendation) -> list[str]:
             "Exploratory run (no intervals): nothing can be recommended; run at least 3 "
             "repeats (or --target-ci)."
         )
+    if any(c.assessments[rec.RSS].steps for e in r.engines for c in e.ranked):
+        lines.append(STEP_RULE)
     for e in r.engines:
         lines += ["", *engine_lines(e, r)]
     return lines
