@@ -30,7 +30,6 @@ from mallocbench.analysis.summary import (
     memory_rows,
     min_effect_of,
     peak_rss_by_repeat,
-    percent,
     ratio_cell,
     reserved_vsz_bytes,
     slug,
@@ -257,15 +256,13 @@ def _table(
 ) -> RatioTable:
     return RatioTable(
         key=f"cmp-{slug(engine)}-{threads}",
-        title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
-        caption="QPS(B) / QPS(A), 95% interval below"
-        + (f"; same: the whole interval within ±{percent(effect)}" if effect > 0 else ""),
         columns=columns,
         rows=rows,
         engine=engine,
         threads=threads,
         reference="run A",
         min_effect=effect,
+        between_runs=True,
     )
 
 

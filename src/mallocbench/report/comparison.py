@@ -27,6 +27,7 @@ from mallocbench.report.words import (
     finding_text,
     one_sided_text,
     significance_rule,
+    table_title,
     verdict_note,
     vsz_note,
 )
@@ -48,7 +49,9 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
     for t in cmp.tables:
         # ratio_text puts each interval under its ratio; with one repeat per side no cell
         # has one, and the caption says so once.
-        table = Table(title=f"QPS(B) / QPS(A): {t.title}", caption=_rules(cmp, t.has_intervals))
+        table = Table(
+            title=f"QPS(B) / QPS(A): {table_title(t)}", caption=_rules(cmp, t.has_intervals)
+        )
         table.add_column("step", overflow="fold")
         for column in t.columns:
             table.add_column(column, justify="right", overflow="fold")
@@ -231,7 +234,7 @@ def comparison_markdown(cmp: Comparison) -> str:
             "",
         ]
     for t in cmp.tables:
-        out += [f"## {t.title}", ""]
+        out += [f"## {table_title(t)}", ""]
         if not t.has_intervals:
             out += ["1 repeat: no interval, so no significance can be claimed.", ""]
         out.append("| step | " + " | ".join(t.columns) + " |")

@@ -68,6 +68,8 @@ __all__ = [
     "relative_text",
     "significance_rule",
     "sla_text",
+    "table_caption",
+    "table_title",
     "thin_clauses",
     "warmup_text",
     "wide_cell_text",
@@ -163,6 +165,24 @@ def cell_title(cell: RatioCell) -> str:
     if cell.unstable:
         parts.append("unstable: a repeat's throughput trended or shifted while measured")
     return "; ".join(parts)
+
+
+def table_title(table: RatioTable) -> str:
+    """Where a table of relative values was measured: engine and client threads."""
+    return f"{table.engine}, {table.threads} client thread{'s' if table.threads != 1 else ''}"
+
+
+def table_caption(table: RatioTable) -> str:
+    """What a table of relative values divides, and when a cell reads "same"."""
+    if table.between_runs:
+        text = "QPS(B) / QPS(A), 95% interval below"
+    else:
+        text = (
+            f"QPS(setup) / QPS({table.reference}), 95% interval below (paired by block: the "
+            "repeats' server starts)"
+        )
+    effect = table.min_effect
+    return text + (f"; same: the whole interval within ±{percent(effect)}" if effect > 0 else "")
 
 
 def color_rule(min_effect: float = 0.0) -> str:
