@@ -234,8 +234,9 @@ def test_no_command_imports_another() -> None:
     assert imports_of_commands(import_graph(), commands) == set()
 
 
-# Functions in analysis/ that return text. Allowed: names, ids and verdict constants,
-# which are keys rather than sentences.
+# Text in analysis/: functions that return it, str fields named for prose, and prose
+# literals. Allowed: names, ids and verdict constants, which are keys rather than
+# sentences, errors (each carries its one line), and what runs stored as text.
 TEXT_ALLOWED = {
     "stats.py:classify",  # a verdict constant (stats.FASTER, ...)
     "stats.py:verdict",
@@ -248,13 +249,55 @@ TEXT_ALLOWED = {
     "sla.py:step",
     "comparison.py:_ordered_setups",
     "run_analysis.py:recorded_notes",  # sentences the run stored, passed on as data
+    # A setting's value as shown (a size, seconds, knobs), which a difference between
+    # two runs and the refusal's one line carry; not prose.
+    "comparability.py:Fact.text",
+    # Stored in every results.json since stability was judged: rewording it in report/
+    # would need the numbers behind it in stored runs too.
+    "steady.py:Stability.reason",
+    "steady.py:check_stability (prose)",
+    # The evidence's "where" for a replay, beside the "step @threads" of the servers'.
+    "recommend.py:recommend (prose)",
 }
 TEXT_TYPES = {"str", "str | None", "list[str]", "Iterator[str]"}
-PROSE_WORDS = 6  # a module-level string of more words than this is a sentence
+PROSE_WORDS = 6  # a string of more words than this is a sentence
+# A field of these names holding text is a sentence waiting to be shown.
+PROSE_FIELDS = {"caption", "message", "note", "notes", "reason", "reasons", "text", "title", "why"}
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The string literals under `node`, one each ("a" "b" side by side is one),
+    f-strings by their source; docstrings and what errors are raised with left out."""
+    skip: set[int] = set()
+    for inner in ast.walk(node):
+        body = getattr(inner, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            skip.add(id(body[0].value))  # a docstring
+        if isinstance(inner, ast.Raise | ast.ClassDef) and (
+            not isinstance(inner, ast.ClassDef)
+            or any(ast.unparse(b).endswith(("Error", "Exception")) for b in inner.bases)
+        ):
+            skip |= {id(n) for n in ast.walk(inner)}
+        if isinstance(inner, ast.JoinedStr):
+            skip |= {id(v) for v in inner.values}
+    return [
+        str(n.value) if isinstance(n, ast.Constant) else ast.unparse(n)
+        for n in ast.walk(node)
+        if id(n) not in skip
+        and (
+            isinstance(n, ast.JoinedStr)
+            or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+        )
+    ]
+
+
+def _prose(strings: list[str]) -> bool:
+    return any(len(text.split()) > PROSE_WORDS for text in strings)
 
 
 def text_in_analysis(path: Path) -> list[str]:
-    """Functions annotated to return text, and module-level prose constants."""
+    """Functions annotated to return text, str fields named for prose, module-level
+    prose constants and prose written inside functions."""
     tree = ast.parse(path.read_text())
     found = [
         f"{path.name}:{node.name}"
@@ -263,17 +306,20 @@ def text_in_analysis(path: Path) -> list[str]:
         and node.returns is not None
         and ast.unparse(node.returns) in TEXT_TYPES
     ]
-    for node in tree.body:
-        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
-        # One literal each ("a" "b" written side by side is one); f-strings by their text.
-        strings = [
-            str(n.value) if isinstance(n, ast.Constant) else ast.unparse(n)
-            for n in ast.walk(value or ast.Constant(0))
-            if isinstance(n, ast.JoinedStr)
-            or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        found += [
+            f"{path.name}:{cls.name}.{item.target.id}"
+            for item in cls.body
+            if isinstance(item, ast.AnnAssign)
+            and isinstance(item.target, ast.Name)
+            and item.target.id in PROSE_FIELDS
+            and "str" in ast.unparse(item.annotation)
         ]
-        if any(len(text.split()) > PROSE_WORDS for text in strings):
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and _prose(_strings(node)):
             found.append(f"{path.name}:{ast.unparse(node).split('=')[0].strip()} (prose)")
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef) and _prose(_strings(node)):
+            found.append(f"{path.name}:{node.name} (prose)")
     return found
 
 
@@ -282,8 +328,24 @@ def test_the_text_check_finds_words_and_prose(tmp_path: Path) -> None:
     path.write_text(
         'NOTE = ("a sentence that is long " "enough to be prose")\nKEY = "rel"\n'
         "def words(x) -> str | None:\n    return None\ndef number(x) -> float:\n    return 1.0\n"
+        "class Row:\n    title: str\n    caption: str | None = None\n    key: str\n"
+        "    count: int\n    text: int = 0\n"
+        "def table(n: int) -> Row:\n"
+        '    """A docstring is not prose to show, however long it runs on."""\n'
+        "    if n < 0:\n"
+        '        raise ValueError(f"a negative count {n} cannot be a table of rows")\n'
+        '    return Row(title=f"{n} rows of the table, shown for the reader")\n'
+        "class Refused(Exception):\n"
+        "    def __init__(self) -> None:\n"
+        '        super().__init__("an error carries its own line, in as many words")\n'
     )
-    assert text_in_analysis(path) == ["m.py:words", "m.py:NOTE (prose)"]
+    assert text_in_analysis(path) == [
+        "m.py:words",
+        "m.py:Row.title",
+        "m.py:Row.caption",
+        "m.py:NOTE (prose)",
+        "m.py:table (prose)",
+    ]
 
 
 def test_analysis_returns_numbers_and_records_not_words() -> None:
