@@ -167,10 +167,11 @@ def test_a_slice_shorter_than_a_runs_is_refused(tmp_path: Path) -> None:
 def _store_calibration(cache: Path, experiment_file: Path, turns_within: float) -> None:
     """A stored calibration for this host and shape, as `calibrate` keeps one."""
     from mallocbench import experiment as experiment_mod
-    from mallocbench.commands import calibrate as calibrate_mod
+    from mallocbench.calibrate.store import calibration_key
+    from mallocbench.calibrate.target import pick_target
 
     experiment = experiment_mod.load(experiment_file)
-    target = calibrate_mod.pick_target(experiment, None, None, None, None)
+    target = pick_target(experiment, None, None, None, None)
 
     def parts(within: float, between: float) -> dict[str, float | int]:
         return {"within_var": within, "between_var": between, "starts": 2, "slices": 6}
@@ -183,7 +184,7 @@ def _store_calibration(cache: Path, experiment_file: Path, turns_within: float) 
         "runs": parts(4e-3, 2e-3) | {"within_df": 4, "mean_log": 0.0},
         "turns": parts(turns_within, 1e-5) | {"within_df": 4, "mean_log": 0.0},
     }
-    key = calibrate_mod.calibration_key(experiment, target)
+    key = calibration_key(experiment, target)
     path = cache / "calibrations" / f"{key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record))
@@ -193,7 +194,7 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mallocbench import experiment as experiment_mod
-    from mallocbench.commands import autodesign
+    from mallocbench.calibrate import auto as autodesign
 
     path = tmp_path / "auto.toml"
     path.write_text(TINY.replace("threads = [2]", 'threads = [2]\ndesign = "auto"\nrepeats = 3'))

@@ -29,7 +29,7 @@ from mallocbench import experiment as experiment_mod
 from mallocbench.cluster import (
     LOST_NOTE,
     LOST_NOTE_DONE,
-    StoredRunPipeline,
+    StoredRunSessions,
     Unit,
     experiment_from_run,
     host_differences,
@@ -359,7 +359,7 @@ def test_a_resume_never_replaces_reports_its_store_cannot_rebuild(tmp_path: Path
 
 def test_a_completed_run_drops_what_its_notes_said_was_missing() -> None:
     notes = [LOST_NOTE.format("innodb r1: its host died"), "unit innodb r2 moved from a to b"]
-    done = StoredRunPipeline.completed_notes(None, notes)  # type: ignore[arg-type]
+    done = StoredRunSessions().completed_notes(notes)
     assert done == [LOST_NOTE_DONE.format("innodb r1: its host died"), notes[1]]
     assert not any("--resume measures the rest" in n for n in done)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mallocbench.analysis.summary import relative_tables
-from mallocbench.commands import autodesign
+from mallocbench.calibrate import auto as autodesign
 from mallocbench.experiment import load
 from mallocbench.results import RunResult
 from mallocbench.runner import Pipeline, RunOptions
@@ -41,7 +41,7 @@ allocator = "jemalloc"
 
 def run(tmp_path: Path, design: str, alternate: str = "runs", auto: str | None = None) -> RunResult:
     """`auto`: the experiment asks for design "auto", and the run gets this design as a
-    calibration would choose it (commands.autodesign.apply)."""
+    calibration would choose it (calibrate.auto.apply)."""
     path = tmp_path / "il.toml"
     path.write_text(EXPERIMENT.format(design=design, alternate=alternate))
     experiment = load(path)

@@ -181,31 +181,62 @@ def test_renderers_never_call_the_analysis() -> None:
 
 
 def command_modules() -> set[str]:
-    """The modules under commands/ that define commands (a module-level `commands` list);
-    options.py and progress.py are helpers every command may share."""
-    out = set()
-    for path in (SRC / "mallocbench" / "commands").glob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "commands" for t in node.targets
-            ):
-                out.add(f"mallocbench.commands.{path.stem}")
-    return out
+    """The modules that define commands: those cli.py's COMMANDS table names."""
+    from mallocbench.cli import COMMANDS
+
+    return {f"mallocbench.commands.{c.module}" for c in COMMANDS.values()}
+
+
+# Shared by every command and no command themselves: declared options, the progress display.
+COMMAND_HELPERS = {"mallocbench.commands.options", "mallocbench.commands.progress"}
+
+
+def imports_of_commands(graph: dict[str, set[str]], commands: set[str]) -> set[str]:
+    """Every import of a command module by another module but the CLI itself, and every
+    module under commands/ that is neither a command nor a shared helper (a helper that
+    works for one command hides a command inside another)."""
+    wrong = {
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        for target in targets & commands
+        if target != name and name != "mallocbench.cli"
+    }
+    wrong |= {
+        f"{name} is not a command"
+        for name in graph
+        if name.startswith("mallocbench.commands.") and name not in commands | COMMAND_HELPERS
+    }
+    return wrong
+
+
+def test_the_command_import_check_finds_one_command_using_another() -> None:
+    graph = {
+        "mallocbench.cli": {"mallocbench.commands.run"},
+        "mallocbench.commands.run": {"mallocbench.commands.auto", "mallocbench.commands.options"},
+        "mallocbench.commands.auto": {"mallocbench.commands.calibrate"},
+        "mallocbench.commands.calibrate": {"mallocbench.commands.options"},
+        "mallocbench.commands.options": set(),
+        "mallocbench.report.x": {"mallocbench.commands.calibrate"},
+    }
+    commands = {"mallocbench.commands.run", "mallocbench.commands.calibrate"}
+    assert imports_of_commands(graph, commands) == {
+        "mallocbench.commands.auto -> mallocbench.commands.calibrate",
+        "mallocbench.report.x -> mallocbench.commands.calibrate",
+        "mallocbench.commands.auto is not a command",
+    }
 
 
 def test_no_command_imports_another() -> None:
     """What two commands share belongs in the package that does it (report/, analysis/,
-    the runner), not in one of them."""
+    calibrate/, the runner), not in one of them; the command set is cli.py's table."""
     commands = command_modules()
     assert "mallocbench.commands.run" in commands and len(commands) >= 10
-    graph = import_graph()
-    wrong = {f"{name} -> {sorted(graph[name] & commands - {name})}" for name in commands}
-    assert {w for w in wrong if not w.endswith("[]")} == set()
+    assert imports_of_commands(import_graph(), commands) == set()
 
 
-# Functions in analysis/ that return text. Allowed: names, ids and verdict constants,
-# which are keys rather than sentences.
+# Text in analysis/: functions that return it, str fields named for prose, and prose
+# literals. Allowed: names, ids and verdict constants, which are keys rather than
+# sentences, errors (each carries its one line), and what runs stored as text.
 TEXT_ALLOWED = {
     "stats.py:classify",  # a verdict constant (stats.FASTER, ...)
     "stats.py:verdict",
@@ -218,13 +249,55 @@ TEXT_ALLOWED = {
     "sla.py:step",
     "comparison.py:_ordered_setups",
     "run_analysis.py:recorded_notes",  # sentences the run stored, passed on as data
+    # A setting's value as shown (a size, seconds, knobs), which a difference between
+    # two runs and the refusal's one line carry; not prose.
+    "comparability.py:Fact.text",
+    # Stored in every results.json since stability was judged: rewording it in report/
+    # would need the numbers behind it in stored runs too.
+    "steady.py:Stability.reason",
+    "steady.py:check_stability (prose)",
+    # The evidence's "where" for a replay, beside the "step @threads" of the servers'.
+    "recommend.py:recommend (prose)",
 }
 TEXT_TYPES = {"str", "str | None", "list[str]", "Iterator[str]"}
-PROSE_WORDS = 6  # a module-level string of more words than this is a sentence
+PROSE_WORDS = 6  # a string of more words than this is a sentence
+# A field of these names holding text is a sentence waiting to be shown.
+PROSE_FIELDS = {"caption", "message", "note", "notes", "reason", "reasons", "text", "title", "why"}
+
+
+def _strings(node: ast.AST) -> list[str]:
+    """The string literals under `node`, one each ("a" "b" side by side is one),
+    f-strings by their source; docstrings and what errors are raised with left out."""
+    skip: set[int] = set()
+    for inner in ast.walk(node):
+        body = getattr(inner, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            skip.add(id(body[0].value))  # a docstring
+        if isinstance(inner, ast.Raise | ast.ClassDef) and (
+            not isinstance(inner, ast.ClassDef)
+            or any(ast.unparse(b).endswith(("Error", "Exception")) for b in inner.bases)
+        ):
+            skip |= {id(n) for n in ast.walk(inner)}
+        if isinstance(inner, ast.JoinedStr):
+            skip |= {id(v) for v in inner.values}
+    return [
+        str(n.value) if isinstance(n, ast.Constant) else ast.unparse(n)
+        for n in ast.walk(node)
+        if id(n) not in skip
+        and (
+            isinstance(n, ast.JoinedStr)
+            or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+        )
+    ]
+
+
+def _prose(strings: list[str]) -> bool:
+    return any(len(text.split()) > PROSE_WORDS for text in strings)
 
 
 def text_in_analysis(path: Path) -> list[str]:
-    """Functions annotated to return text, and module-level prose constants."""
+    """Functions annotated to return text, str fields named for prose, module-level
+    prose constants and prose written inside functions."""
     tree = ast.parse(path.read_text())
     found = [
         f"{path.name}:{node.name}"
@@ -233,17 +306,20 @@ def text_in_analysis(path: Path) -> list[str]:
         and node.returns is not None
         and ast.unparse(node.returns) in TEXT_TYPES
     ]
-    for node in tree.body:
-        value = node.value if isinstance(node, ast.Assign | ast.AnnAssign) else None
-        # One literal each ("a" "b" written side by side is one); f-strings by their text.
-        strings = [
-            str(n.value) if isinstance(n, ast.Constant) else ast.unparse(n)
-            for n in ast.walk(value or ast.Constant(0))
-            if isinstance(n, ast.JoinedStr)
-            or (isinstance(n, ast.Constant) and isinstance(n.value, str))
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        found += [
+            f"{path.name}:{cls.name}.{item.target.id}"
+            for item in cls.body
+            if isinstance(item, ast.AnnAssign)
+            and isinstance(item.target, ast.Name)
+            and item.target.id in PROSE_FIELDS
+            and "str" in ast.unparse(item.annotation)
         ]
-        if any(len(text.split()) > PROSE_WORDS for text in strings):
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and _prose(_strings(node)):
             found.append(f"{path.name}:{ast.unparse(node).split('=')[0].strip()} (prose)")
+        elif isinstance(node, ast.FunctionDef | ast.ClassDef) and _prose(_strings(node)):
+            found.append(f"{path.name}:{node.name} (prose)")
     return found
 
 
@@ -252,8 +328,24 @@ def test_the_text_check_finds_words_and_prose(tmp_path: Path) -> None:
     path.write_text(
         'NOTE = ("a sentence that is long " "enough to be prose")\nKEY = "rel"\n'
         "def words(x) -> str | None:\n    return None\ndef number(x) -> float:\n    return 1.0\n"
+        "class Row:\n    title: str\n    caption: str | None = None\n    key: str\n"
+        "    count: int\n    text: int = 0\n"
+        "def table(n: int) -> Row:\n"
+        '    """A docstring is not prose to show, however long it runs on."""\n'
+        "    if n < 0:\n"
+        '        raise ValueError(f"a negative count {n} cannot be a table of rows")\n'
+        '    return Row(title=f"{n} rows of the table, shown for the reader")\n'
+        "class Refused(Exception):\n"
+        "    def __init__(self) -> None:\n"
+        '        super().__init__("an error carries its own line, in as many words")\n'
     )
-    assert text_in_analysis(path) == ["m.py:words", "m.py:NOTE (prose)"]
+    assert text_in_analysis(path) == [
+        "m.py:words",
+        "m.py:Row.title",
+        "m.py:Row.caption",
+        "m.py:NOTE (prose)",
+        "m.py:table (prose)",
+    ]
 
 
 def test_analysis_returns_numbers_and_records_not_words() -> None:

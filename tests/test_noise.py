@@ -201,7 +201,8 @@ def test_calibrate_says_how_far_a_target_is_and_what_a_start_costs() -> None:
     3 points is hours away, and the words say so rather than "more than N starts"."""
     from types import SimpleNamespace
 
-    from mallocbench.commands.calibrate import Costs, plan_lines, plan_run
+    from mallocbench.analysis.noise import Costs, plan_run
+    from mallocbench.report.calibrate import plan_lines
 
     components = noise.VarianceComponents(
         5.32e-3, 1.24e-3, starts=3, slices=24, within_df=21, mean_log=10.2
@@ -240,7 +241,7 @@ def test_paired_components_are_the_ratios_own_variance() -> None:
 
 
 def test_design_plans_price_each_design_and_name_the_narrowest() -> None:
-    from mallocbench.commands.calibrate import Costs, best_design, block_costs, plan_run
+    from mallocbench.analysis.noise import Costs, best_design, block_costs, plan_run
 
     costs = Costs(start_s=4.0, warmup_s=6.0, slice_wall_s=5.0, turn_s=1.1)
     # Interleaved: one start for the block; sequential: a start and warmup per setup.

@@ -18,8 +18,15 @@ import pytest
 from mallocbench.executors.recorded import RecordedExecutor, ScriptedDeath
 from mallocbench.experiment import Experiment, PlannedCell, load, plan
 from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult
-from mallocbench.runner import STAGE1_BLOCKS, Pipeline, RunOptions, RunOutcome, SilentProgress
-from mallocbench.soak import SoakPipeline, SoakSpec, soak_experiment
+from mallocbench.runner import (
+    STAGE1_BLOCKS,
+    Pipeline,
+    RunOptions,
+    RunOutcome,
+    RunSessions,
+    SilentProgress,
+)
+from mallocbench.soak import SoakSessions, SoakSpec, soak_experiment
 from mallocbench.store import open_store
 from mallocbench.store.loading import load_result
 
@@ -65,17 +72,18 @@ def replay(
     experiment: Experiment,
     executor: RecordedExecutor,
     out: Path,
-    pipeline: type[Pipeline] = Pipeline,
+    sessions: RunSessions | None = None,
     progress: StopAfter | None = None,
     **options: object,
 ) -> RunOutcome:
     started = time.monotonic()
-    outcome = pipeline(
+    outcome = Pipeline(
         experiment,
         RunOptions(out_dir=out, **options),  # type: ignore[arg-type]
         progress,
         progress.requested if progress else None,
         executor=executor,
+        sessions=sessions,
     ).execute()
     # A replay never waits: seconds, not the minutes the recorded runs took.
     assert time.monotonic() - started < 10
@@ -353,7 +361,7 @@ def test_a_death_ends_the_setups_soak_instead(tmp_path: Path) -> None:
     soak = soak_experiment(experiment, SoakSpec(duration_s=40, segment_s=10))
     death = ScriptedDeath("je", "innodb", soak.steps[0].label, 1, 1, status=STATUS_OOM)
     executor = RecordedExecutor(recording, deaths=[death])
-    outcome = replay(soak, executor, tmp_path / "out", pipeline=SoakPipeline)
+    outcome = replay(soak, executor, tmp_path / "out", sessions=SoakSessions())
     assert outcome.aborted is None
     segments = Counter(c.setup for c in outcome.result.cells)
     # glibc soaked its 4 segments (2 recorded, 2 drawn); je's soak ended with its server.

@@ -254,14 +254,14 @@ def test_every_action_runs_beside_the_load_and_a_failure_is_an_outcome(tmp_path:
     from mallocbench.report.charts import run_charts
     from mallocbench.report.ratchet import markdown_lines, ratchet_json
     from mallocbench.runner import RunOptions
-    from mallocbench.soak import SoakPipeline, soak_metadata
+    from mallocbench.soak import soak_metadata, soak_pipeline
 
     path = tmp_path / "ev.toml"
     path.write_text(BASE + EVENTS)
     spec = SoakSpec(20.0, 10.0)
     experiment = soak_experiment(experiment_mod.load(path), spec)
     options = RunOptions(out_dir=tmp_path / "out", extra_metadata=soak_metadata(experiment, spec))
-    outcome = SoakPipeline(experiment, options).execute()
+    outcome = soak_pipeline(experiment, options).execute()
     assert outcome.aborted is None, outcome.aborted
     result = outcome.result
     # The soak went on past the failed statement: both segments measured.

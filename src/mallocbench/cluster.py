@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,7 @@ import psutil
 
 from mallocbench.analysis.comparability import MEMORY_TOLERANCE
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.base import Executor, Session
+from mallocbench.executors.base import RunContext, Session
 from mallocbench.executors.real import RealExecutor
 from mallocbench.experiment import (
     Experiment,
@@ -57,6 +57,7 @@ from mallocbench.runner import (
     Progress,
     RunOptions,
     RunOutcome,
+    RunSessions,
 )
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError
 from mallocbench.servers.orphans import Orphan, stop_orphans
@@ -247,32 +248,31 @@ def resume_command(run_id: str, options: RunOptions) -> str:
     )
 
 
-class StoredRunPipeline(Pipeline):
-    """A pipeline that resumes the run id it is given (`--resume RUN_ID`), if any."""
-
-    # A local resume of a run measured on several hosts is one more host of it.
-    joins_hosts = True
+class StoredRunSessions(RunSessions):
+    """A run's session source when the run is resumed by id (`--resume RUN_ID`) or
+    measured on several hosts: session ids unique across hosts and attempts, the hosts
+    recorded, and lost units' notes closed once a resume measured them."""
 
     def __init__(
         self,
-        experiment: Experiment,
-        options: RunOptions,
-        progress: Progress | None = None,
-        stop_requested: Callable[[], bool] | None = None,
         run_id: str | None = None,
-        executor: Executor | None = None,
+        taken: set[str] | None = None,
+        joins_hosts: bool = True,
     ) -> None:
-        super().__init__(experiment, options, progress, stop_requested, executor)
         self.pinned_run_id = run_id
         # Session ids already in the store: a resume or a retry never reuses one, which
         # would replace that session's record (its host, its peak memory) with its own.
-        self.taken: set[str] | None = None
+        self.taken = taken
+        # A local resume of a run measured on several hosts is one more host of it; a
+        # unit's host and the cluster's driver leave the hosts to the driver's record.
+        self.joins_hosts = joins_hosts
 
-    def resume_run_id(self, store: ResultsStore) -> str:
-        run_id = self.pinned_run_id or super().resume_run_id(store)
+    def resume_run_id(
+        self, store: ResultsStore, experiment: Experiment, carried: RunMetadata
+    ) -> str:
+        run_id = self.pinned_run_id or super().resume_run_id(store, experiment, carried)
         # The resumed run's metadata is written anew: keep what its hosts recorded so far.
         previous = store.load_run_header(run_id).metadata
-        carried = self.options.extra_metadata
         if carried.hosts is None and previous.hosts is not None:
             carried.hosts = previous.hosts
         if carried.cluster is None and previous.cluster is not None:
@@ -280,15 +280,15 @@ class StoredRunPipeline(Pipeline):
         return run_id
 
     def session_id(
-        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int
+        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int, host: str
     ) -> str:
         if self.taken is None:
             self.taken = store.session_ids(run_id)
-        base = super().session_id(store, run_id, planned, attempt)
+        base = super().session_id(store, run_id, planned, attempt, host)
         session_id, n = base, 1
         while session_id in self.taken:
             n += 1
-            session_id = f"{base}.{self.host_name}.{n}"
+            session_id = f"{base}.{host}.{n}"
         self.taken.add(session_id)
         return session_id
 
@@ -299,24 +299,19 @@ class StoredRunPipeline(Pipeline):
             done.append(note if unit is None else LOST_NOTE_DONE.format(unit))
         return done
 
-    def _run_sessions(
+    def sessions_ran(
         self,
         store: ResultsStore,
         run_id: str,
-        sessions: list[PlannedSession],
-        done: set[tuple[str, str, str, int, int]],
-        builds: dict[str | None, ServerBuild],
+        experiment: Experiment,
         outcome: RunOutcome,
+        builds: dict[str | None, ServerBuild],
+        measured_on: str | None,
     ) -> None:
-        before = outcome.measured
-        try:
-            super()._run_sessions(store, run_id, sessions, done, builds, outcome)
-        finally:
-            hosts = outcome.result.metadata.hosts
-            measured = outcome.measured > before
-            if self.joins_hosts and measured and hosts is not None and self.host_name not in hosts:
-                hosts[self.host_name] = _host_record(self.experiment, builds)
-                store.update_metadata(run_id, outcome.result.metadata)
+        hosts = outcome.result.metadata.hosts
+        if self.joins_hosts and measured_on and hosts is not None and measured_on not in hosts:
+            hosts[measured_on] = _host_record(experiment, builds)
+            store.update_metadata(run_id, outcome.result.metadata)
 
 
 def _lost_unit(note: str) -> str | None:
@@ -346,39 +341,30 @@ class _DriverExecutor(RealExecutor):
         yield None
 
 
-class ClusterPipeline(StoredRunPipeline):
+class ClusterSchedule:
     """Runs each block as a unit on a benchmark host of a Dask cluster."""
 
     def __init__(
-        self,
-        experiment: Experiment,
-        options: RunOptions,
-        progress: Progress | None = None,
-        stop_requested: Callable[[], bool] | None = None,
-        run_id: str | None = None,
-        *,
-        address: str,
-        security: Any = None,
-        say: Callable[[str], None] | None = None,
+        self, address: str, security: Any = None, say: Callable[[str], None] | None = None
     ) -> None:
-        super().__init__(
-            experiment, options, progress, stop_requested, run_id, executor=_DriverExecutor()
-        )
         self.address = address
         self.security = security
-        self.say = say or self.progress.status
+        self.asked_say = say
+        self.say: Callable[[str], None] = say or (lambda _text: None)
         self.client: Any = None
 
-    def execute(self) -> RunOutcome:
+    @contextlib.contextmanager
+    def connected(self) -> Iterator[None]:
         # Before anything is created or measured: a cluster without hosts is one line.
         self.client = connect(self.address, self.security)
         try:
-            return super().execute()
+            yield
         finally:
             self.client.close()
 
-    def _run_sessions(
+    def run(
         self,
+        pipeline: Pipeline,
         store: ResultsStore,
         run_id: str,
         sessions: list[PlannedSession],
@@ -386,11 +372,12 @@ class ClusterPipeline(StoredRunPipeline):
         builds: dict[str | None, ServerBuild],
         outcome: RunOutcome,
     ) -> None:
+        self.say = self.asked_say or pipeline.progress.status
         stored = store.load_run(run_id, with_samples=False).metadata
         state = _Dispatch(hosts=dict(stored.hosts or {}), shares=[], lost=[])
         units = units_of(sessions, done)
         try:
-            self._dispatch(store, run_id, units, outcome, state)
+            self._dispatch(pipeline, store, run_id, units, outcome, state)
         except KeyboardInterrupt:
             # Aborted at once (a second Ctrl-C): the hosts still stop their units.
             self._stop_event(run_id).set()
@@ -402,16 +389,17 @@ class ClusterPipeline(StoredRunPipeline):
                 f"{len(state.lost)} unit(s) lost with their benchmark host ("
                 + "; ".join(state.lost)
                 + "): their finished cells are kept; measure the rest with: "
-                + resume_command(run_id, self.options)
+                + resume_command(run_id, pipeline.options)
                 + " (add --cluster and --tls to spread them over the hosts again)"
             )
         if state.aborted:
             raise ServerStartError(state.aborted)
-        if state.interrupted or self.stop_requested():
+        if state.interrupted or pipeline.stop_requested():
             raise KeyboardInterrupt
 
     def _dispatch(
         self,
+        pipeline: Pipeline,
         store: ResultsStore,
         run_id: str,
         units: list[Unit],
@@ -431,16 +419,16 @@ class ClusterPipeline(StoredRunPipeline):
         stop_sent = False
         announced: dict[str, str] = {}  # unit task key -> the host that took it first
         hostless_since: float | None = None
-        store_at = store_target(self.options)
+        store_at = store_target(pipeline.options)
         while queue or running:
-            if self.stop_requested() and not stop_sent:
+            if pipeline.stop_requested() and not stop_sent:
                 self._stop_event(run_id).set()
                 queue.clear()
                 stop_sent = True
             hosts = benchmark_hosts(self.client)
             while queue and len(running) < len(hosts):
                 unit = queue.pop(0)
-                running[self._submit(store_at, run_id, unit)] = (unit, time.monotonic())
+                running[self._submit(pipeline, store_at, run_id, unit)] = (unit, time.monotonic())
             if not hosts and queue and not running:
                 hostless_since = hostless_since or time.monotonic()
                 if time.monotonic() - hostless_since > NO_HOST_GRACE_S:
@@ -454,7 +442,7 @@ class ClusterPipeline(StoredRunPipeline):
                 first = announced.get(future.key)
                 self._collect(future, unit, time.monotonic() - started, outcome, state, first)
             self._announce(running, hosts, announced)
-            seen = self._report_cells(store, run_id, seen)
+            seen = self._report_cells(pipeline, store, run_id, seen)
         if stop_sent:
             state.interrupted = True
 
@@ -463,13 +451,13 @@ class ClusterPipeline(StoredRunPipeline):
 
         return Event(stop_event_name(run_id), client=self.client)
 
-    def _submit(self, store_at: str, run_id: str, unit: Unit) -> Any:
+    def _submit(self, pipeline: Pipeline, store_at: str, run_id: str, unit: Unit) -> Any:
         spec = {
             "store": store_at,
             "run_id": run_id,
             "unit": unit.to_dict(),
-            "interleaved": self.interleaved,
-            "keep_datadirs": self.options.keep_datadirs,
+            "interleaved": pipeline.interleaved,
+            "keep_datadirs": pipeline.options.keep_datadirs,
         }
         return self.client.submit(
             run_unit_task,
@@ -540,14 +528,18 @@ class ClusterPipeline(StoredRunPipeline):
         )
 
     def _report_cells(
-        self, store: ResultsStore, run_id: str, seen: set[tuple[str, str, str, int, int]]
+        self,
+        pipeline: Pipeline,
+        store: ResultsStore,
+        run_id: str,
+        seen: set[tuple[str, str, str, int, int]],
     ) -> set[tuple[str, str, str, int, int]]:
         """Tell the progress display about cells the hosts committed since last time."""
         keys = store.finished_cell_keys(run_id)
         if keys - seen:
             for cell in store.load_run(run_id, with_samples=False).cells:
                 if cell.key in keys - seen:
-                    self.progress.cell_finished(cell)
+                    pipeline.progress.cell_finished(cell)
         return keys
 
     def _announced_hosts(self, store: ResultsStore, run_id: str) -> dict[str, HostRecord]:
@@ -726,34 +718,22 @@ def _announce_host(worker: Any, spec: dict[str, Any], path: Path) -> bool:
     return True
 
 
-class UnitPipeline(StoredRunPipeline):
-    """The local pipeline's block and session code, run for one unit on one host."""
+class _WorkerCpuExecutor(RealExecutor):
+    """A unit's executor: measures as a local run does, and counts what the Dask worker
+    process spent meanwhile (its share of the CPU the servers might have had)."""
 
-    joins_hosts = False  # the driver records the hosts, from the units' results
-
-    def __init__(
-        self,
-        experiment: Experiment,
-        options: RunOptions,
-        stop_requested: Callable[[], bool],
-        host: str,
-        worker_pid: int,
-        taken: set[str],
-    ) -> None:
-        super().__init__(experiment, options, stop_requested=stop_requested)
-        self.host = self.host_name = host
-        self.taken = taken
+    def __init__(self, worker_pid: int) -> None:
+        super().__init__()
         self.worker = _process(worker_pid)
         self.cpu_s = 0.0
         self.wall_s = 0.0
         self.per_session: dict[str, tuple[float, float]] = {}
 
-    def _measure_together(
-        self, pairs: list[tuple[Session, PlannedCell]], interleave: bool
+    def measure(
+        self, run: RunContext, pairs: Sequence[tuple[Session, PlannedCell]], interleave: bool
     ) -> list[Cell]:
-        """Measure as a local run does, and what the worker process spent meanwhile."""
         before_cpu, before = _cpu_seconds(self.worker), time.monotonic()
-        cells = super()._measure_together(pairs, interleave)
+        cells = super().measure(run, pairs, interleave)
         cpu, wall = _cpu_seconds(self.worker) - before_cpu, time.monotonic() - before
         if wall > 0 and self.worker is not None:
             self.cpu_s += cpu
@@ -822,10 +802,17 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
                 store_path=spec["store"],
                 keep_datadirs=bool(spec.get("keep_datadirs")),
             )
-            taken = store.session_ids(run_id)
-            pipeline = UnitPipeline(
-                experiment, options, stop_requested, host, spec["worker_pid"], taken
+            # The driver records the hosts, from the units' results.
+            sessions = StoredRunSessions(taken=store.session_ids(run_id), joins_hosts=False)
+            executor = _WorkerCpuExecutor(spec["worker_pid"])
+            pipeline = Pipeline(
+                experiment,
+                options,
+                stop_requested=stop_requested,
+                executor=executor,
+                sessions=sessions,
             )
+            pipeline.host_name = host
             builds = pipeline.executor.resolve_builds(experiment)
             result["metadata"] = _host_record(experiment, builds).to_dict()
             announce = Path(spec["host_record"])
@@ -855,9 +842,9 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
             "measured": outcome.measured,
             "failures": outcome.failures,
             "notes": outcome.notes,
-            "worker_cpu_s": pipeline.cpu_s,
-            "measured_s": pipeline.wall_s,
-            "worker_cpu_share": pipeline.cpu_s / pipeline.wall_s if pipeline.wall_s else None,
+            "worker_cpu_s": executor.cpu_s,
+            "measured_s": executor.wall_s,
+            "worker_cpu_share": executor.cpu_s / executor.wall_s if executor.wall_s else None,
         }
     )
     return result
@@ -865,8 +852,8 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
 
 __all__ = [
     "RESOURCE",
-    "ClusterPipeline",
-    "StoredRunPipeline",
+    "ClusterSchedule",
+    "StoredRunSessions",
     "Unit",
     "connect",
     "experiment_from_run",
@@ -923,16 +910,18 @@ def pipeline_for(
 ) -> Pipeline:
     """The local pipeline, or the cluster's when an address is given."""
     if address is None:
-        return StoredRunPipeline(experiment, options, progress, stop_requested, run_id)
-    return ClusterPipeline(
+        return Pipeline(
+            experiment, options, progress, stop_requested, sessions=StoredRunSessions(run_id)
+        )
+    return Pipeline(
         experiment,
         options,
         progress,
         stop_requested,
-        run_id,
-        address=address,
-        security=security,
-        say=say,
+        _DriverExecutor(),
+        # The driver records the hosts from what the units return.
+        sessions=StoredRunSessions(run_id, joins_hosts=False),
+        schedule=ClusterSchedule(address, security, say),
     )
 
 

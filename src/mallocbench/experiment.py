@@ -70,7 +70,7 @@ MIN_MEMORY_LIMIT = 128 << 20
 # How a run orders its measurements (see `blocks` and `concurrency_problem`).
 INTERLEAVED = "interleaved"
 SEQUENTIAL = "sequential"
-# Chosen at the start of the run from a calibration (commands.autodesign): interleaved
+# Chosen at the start of the run from a calibration (calibrate.auto): interleaved
 # runs, interleaved turns or sequential, whichever gives the narrowest interval here.
 AUTO = "auto"
 DESIGNS = (INTERLEAVED, SEQUENTIAL, AUTO)

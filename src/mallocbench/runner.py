@@ -6,6 +6,7 @@ server is recorded as the cell's result and the next cell gets a fresh server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -263,10 +264,213 @@ def dry_run_checks(experiment: Experiment, options: RunOptions, on_cluster: bool
         store.close()
 
 
-class Pipeline:
+class RunSessions:
+    """The session source of a run: what it measures, which run a resume continues, how
+    its sessions are named and what they do beside the load. A soak
+    (soak.SoakSessions) and a run kept in a shared store (cluster.StoredRunSessions)
+    change parts of it; the pipeline asks it and schedules what it plans."""
+
     # A server that died mid-session is replaced for the session's remaining cells; a
-    # soak (soak.py) ends the setup's soak instead, its death being the outcome.
+    # soak ends the setup's soak instead, its death being the outcome.
     restart_after_death = True
+
+    def plan(self, experiment: Experiment) -> list[PlannedSession]:
+        return plan(experiment)
+
+    def finished_keys(
+        self, store: ResultsStore, run_id: str, experiment: Experiment
+    ) -> set[tuple[str, str, str, int, int]]:
+        """Keys of the cells a resumed run skips."""
+        return store.finished_cell_keys(run_id)
+
+    def resume_run_id(
+        self, store: ResultsStore, experiment: Experiment, carried: RunMetadata
+    ) -> str:
+        """The run --resume continues; `carried` is the metadata the run will be given."""
+        return _resume_run_id(store, experiment)
+
+    def session_id(
+        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int, host: str
+    ) -> str:
+        return planned.id if attempt == 0 else f"{planned.id}.{attempt + 1}"
+
+    def completed_notes(self, notes: list[str]) -> list[str]:
+        """The run's notes once every cell is measured: none may still say what is missing."""
+        return notes
+
+    def takes_account(self, experiment: Experiment, planned: PlannedCell) -> bool:
+        """Whether the cell ends with the server's full account of its RSS."""
+        return True
+
+    def design_record(self, record: DesignRecord) -> DesignRecord:
+        """What the run records of its design, given what the experiment asked for."""
+        return record
+
+    def session_started(self, experiment: Experiment, live: Session) -> None:
+        """A session's server is up and recorded, before its first cell."""
+
+    def session_ending(self, live: Session) -> None:
+        """A session's server is about to stop."""
+
+    def sessions_ran(
+        self,
+        store: ResultsStore,
+        run_id: str,
+        experiment: Experiment,
+        outcome: RunOutcome,
+        builds: dict[str | None, ServerBuild],
+        measured_on: str | None,
+    ) -> None:
+        """After a round of sessions, also on an error; `measured_on`: the host that
+        measured a cell in it (None: no cell was measured)."""
+
+
+class Schedule(Protocol):
+    """Where and in what order a run's planned sessions are measured."""
+
+    def connected(self) -> contextlib.AbstractContextManager[None]:
+        """Held while the run executes (a cluster's client)."""
+        ...
+
+    def run(
+        self,
+        pipeline: Pipeline,
+        store: ResultsStore,
+        run_id: str,
+        sessions: list[PlannedSession],
+        done: set[tuple[str, str, str, int, int]],
+        builds: dict[str | None, ServerBuild],
+        outcome: RunOutcome,
+    ) -> None:
+        """Measure the sessions' cells not in `done`, each saved through the pipeline."""
+        ...
+
+
+class LocalSchedule:
+    """Sessions on this host: one server at a time (sequential), or every setup's
+    server of a block up at once (interleaved). A cluster's schedule
+    (cluster.ClusterSchedule) sends blocks to other hosts instead."""
+
+    def connected(self) -> contextlib.AbstractContextManager[None]:
+        """Held while the run executes: nothing to connect to here."""
+        return contextlib.nullcontext()
+
+    def run(
+        self,
+        pipeline: Pipeline,
+        store: ResultsStore,
+        run_id: str,
+        sessions: list[PlannedSession],
+        done: set[tuple[str, str, str, int, int]],
+        builds: dict[str | None, ServerBuild],
+        outcome: RunOutcome,
+    ) -> None:
+        if pipeline.interleaved:
+            for block in blocks(sessions):
+                if all(c.key in done for s in block for c in s.cells):
+                    continue
+                if pipeline.stop_requested():
+                    raise KeyboardInterrupt
+                self._run_block(pipeline, store, run_id, block, done, builds, outcome)
+            return
+        for session in sessions:
+            pending = [c for c in session.cells if c.key not in done]
+            if not pending:
+                continue
+            if pipeline.stop_requested():
+                raise KeyboardInterrupt
+            self._run_session(pipeline, store, run_id, session, pending, builds, outcome)
+
+    def _run_session(
+        self,
+        pipeline: Pipeline,
+        store: ResultsStore,
+        run_id: str,
+        planned: PlannedSession,
+        pending: list[PlannedCell],
+        builds: dict[str | None, ServerBuild],
+        outcome: RunOutcome,
+    ) -> None:
+        """Sequential design: the pending cells on one server; a dead one is replaced."""
+        setup = pipeline.experiment.setup(planned.setup)
+        attempt = 0
+        with pipeline.executor.host_prepared_for(setup):
+            while pending:
+                live = pipeline.begin_session(store, run_id, planned, attempt, builds)
+                attempt += 1
+                try:
+                    while pending:
+                        (cell,) = pipeline.measure_together([(live, pending[0])], interleave=False)
+                        pipeline.save_cell(store, run_id, cell, outcome)
+                        pending.pop(0)
+                        if not live.alive():
+                            live.info.status = cell.status
+                            if not pipeline.sessions.restart_after_death:
+                                pending.clear()
+                            break
+                        if pipeline.stop_requested():
+                            raise KeyboardInterrupt
+                finally:
+                    pipeline.end_session(store, run_id, live, outcome)
+
+    def _run_block(
+        self,
+        pipeline: Pipeline,
+        store: ResultsStore,
+        run_id: str,
+        sessions: list[PlannedSession],
+        done: set[tuple[str, str, str, int, int]],
+        builds: dict[str | None, ServerBuild],
+        outcome: RunOutcome,
+    ) -> None:
+        """Interleaved design: every setup's server up at once, each cell's slices alternating.
+
+        A server that dies is replaced for the block's next cell; the others stay up.
+        """
+        pending = {s.setup: [c for c in s.cells if c.key not in done] for s in sessions}
+        keys = list(
+            dict.fromkeys((c.step.label, c.threads) for s in sessions for c in pending[s.setup])
+        )
+        lives: dict[str, Session] = {}
+        attempts: dict[str, int] = {}
+        try:
+            for key in keys:
+                pairs = []
+                for session in sessions:
+                    cell = next(
+                        (c for c in pending[session.setup] if (c.step.label, c.threads) == key),
+                        None,
+                    )
+                    if cell is None:
+                        continue
+                    live = lives.get(session.setup)
+                    if live is None or not live.alive():
+                        if live is not None:
+                            pipeline.end_session(store, run_id, lives.pop(session.setup), outcome)
+                        attempt = attempts.get(session.setup, 0)
+                        attempts[session.setup] = attempt + 1
+                        live = pipeline.begin_session(store, run_id, session, attempt, builds)
+                        lives[session.setup] = live
+                    pairs.append((live, cell))
+                measured = pipeline.measure_together(pairs, interleave=True)
+                for (live, _), finished in zip(pairs, measured, strict=True):
+                    pipeline.save_cell(store, run_id, finished, outcome)
+                    if not live.alive():
+                        live.info.status = finished.status
+                if pipeline.stop_requested():
+                    raise KeyboardInterrupt
+        finally:
+            for live in lives.values():
+                pipeline.end_session(store, run_id, live, outcome)
+
+
+class Pipeline:
+    """A run from its plan to the store, composed of three parts: the session source
+    (what is measured and how sessions are named: RunSessions, a soak's, a stored
+    run's), the schedule (where and in what order sessions run: LocalSchedule, a
+    cluster's) and the executor (what starts servers and measures: real or recorded).
+    The pipeline itself keeps the run's record: its status, metadata, sessions, cells
+    and adaptive rounds in the store."""
 
     def __init__(
         self,
@@ -275,6 +479,9 @@ class Pipeline:
         progress: Progress | None = None,
         stop_requested: Callable[[], bool] | None = None,
         executor: Executor | None = None,
+        *,
+        sessions: RunSessions | None = None,
+        schedule: Schedule | None = None,
     ) -> None:
         self.experiment = experiment
         self.options = options
@@ -282,6 +489,8 @@ class Pipeline:
         self.stop_requested = stop_requested or (lambda: False)
         # What starts the servers and measures; the scheduler here decides the rest.
         self.executor: Executor = executor or RealExecutor()
+        self.sessions = sessions or RunSessions()
+        self.schedule: Schedule = schedule or LocalSchedule()
         # Why the setups' servers cannot be up at once, when the design asks for it.
         self.concurrency_problem = concurrency_problem(experiment)
         self.interleaved = experiment.design == INTERLEAVED and self.concurrency_problem is None
@@ -293,6 +502,11 @@ class Pipeline:
         self.store_lost: EnvironmentLost | None = None  # the store failed saving a cell
 
     def execute(self) -> RunOutcome:
+        # Before anything is created or measured: a cluster without hosts is one line.
+        with self.schedule.connected():
+            return self._execute_here()
+
+    def _execute_here(self) -> RunOutcome:
         experiment, options = self.experiment, self.options
         _check_writable(options.out_dir)
         with locks.lock_directory(options.out_dir):
@@ -310,7 +524,11 @@ class Pipeline:
         self, store: ResultsStore, builds: dict[str | None, ServerBuild], orphans: list[int]
     ) -> RunOutcome:
         experiment, options = self.experiment, self.options
-        run_id = self.resume_run_id(store) if options.resume else _new_run_id(store, experiment)
+        run_id = (
+            self.sessions.resume_run_id(store, experiment, options.extra_metadata)
+            if options.resume
+            else _new_run_id(store, experiment)
+        )
         _check_reports_dir(options.out_dir, store, run_id)
         with store.lock_run(run_id), self.executor.server_state(run_id) as state:
             self.runtime_dir = state
@@ -353,8 +571,8 @@ class Pipeline:
             # orphans they stopped) stays part of the run's story.
             earlier = store.load_run_header(run_id).metadata.notes or []
             outcome_notes = [*earlier, *(n for n in outcome_notes if n not in earlier)]
-        done = self.finished_keys(store, run_id)
-        sessions = self.plan_sessions()
+        done = self.sessions.finished_keys(store, run_id, experiment)
+        sessions = self.sessions.plan(experiment)
         total = sum(len(s.cells) for s in sessions)
         skipped = sum(1 for s in sessions for c in s.cells if c.key in done)
         self.progress.start(total, skipped)
@@ -374,7 +592,7 @@ class Pipeline:
             if options.target_ci_pct is not None:
                 self._repeat_until_narrow(store, run_id, metadata, builds, outcome, started)
             status = STATUS_FINISHED
-            outcome.notes[:] = self.completed_notes(outcome.notes)
+            outcome.notes[:] = self.sessions.completed_notes(outcome.notes)
         except KeyboardInterrupt:
             status = STATUS_INTERRUPTED
             outcome.aborted = "interrupted"
@@ -465,48 +683,12 @@ class Pipeline:
         builds: dict[str | None, ServerBuild],
         outcome: RunOutcome,
     ) -> None:
-        if self.interleaved:
-            for block in blocks(sessions):
-                if all(c.key in done for s in block for c in s.cells):
-                    continue
-                if self.stop_requested():
-                    raise KeyboardInterrupt
-                self._run_block(store, run_id, block, done, builds, outcome)
-            return
-        for session in sessions:
-            pending = [c for c in session.cells if c.key not in done]
-            if not pending:
-                continue
-            if self.stop_requested():
-                raise KeyboardInterrupt
-            self._run_session(store, run_id, session, pending, builds, outcome)
-
-    # --- what subclasses (soak.SoakPipeline) change -------------------------------------
-
-    def plan_sessions(self) -> list[PlannedSession]:
-        return plan(self.experiment)
-
-    def finished_keys(
-        self, store: ResultsStore, run_id: str
-    ) -> set[tuple[str, str, str, int, int]]:
-        """Keys of the cells a resumed run skips."""
-        return store.finished_cell_keys(run_id)
-
-    def resume_run_id(self, store: ResultsStore) -> str:
-        return _resume_run_id(store, self.experiment)
-
-    def completed_notes(self, notes: list[str]) -> list[str]:
-        """The run's notes once every cell is measured: none may still say what is missing."""
-        return notes
-
-    def session_id(
-        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int
-    ) -> str:
-        return planned.id if attempt == 0 else f"{planned.id}.{attempt + 1}"
-
-    def takes_account(self, planned: PlannedCell) -> bool:
-        """Whether the cell ends with the server's full account of its RSS."""
-        return True
+        before = outcome.measured
+        try:
+            self.schedule.run(self, store, run_id, sessions, done, builds, outcome)
+        finally:
+            host = self.host_name if outcome.measured > before else None
+            self.sessions.sessions_ran(store, run_id, self.experiment, outcome, builds, host)
 
     def _design_record(self) -> DesignRecord:
         experiment = self.experiment
@@ -523,7 +705,7 @@ class Pipeline:
             record.why = experiment.design_why
         if self.concurrency_problem is not None:
             record.why = "; ".join(w for w in (record.why, self.concurrency_problem) if w)
-        return record
+        return self.sessions.design_record(record)
 
     # --- adaptive repetition --------------------------------------------------------------
 
@@ -608,10 +790,10 @@ class Pipeline:
             keep_datadirs=self.options.keep_datadirs,
             progress=self.progress,
             stop_requested=self.stop_requested,
-            takes_account=self.takes_account,
+            takes_account=lambda planned: self.sessions.takes_account(self.experiment, planned),
         )
 
-    def _begin_session(
+    def begin_session(
         self,
         store: ResultsStore,
         run_id: str,
@@ -621,22 +803,27 @@ class Pipeline:
     ) -> Session:
         """Start a server for the session's setup, warm its cache, record it."""
         build = builds[self.experiment.setup(planned.setup).basedir]
-        session_id = self.session_id(store, run_id, planned, attempt)
+        session_id = self.sessions.session_id(store, run_id, planned, attempt, self.host_name)
         live = self.executor.start_session(self._run_context(), planned, session_id, build)
         live.info.host = live.info.host or self.host_name
         try:
             store.save_session(run_id, live.info)
+            self.sessions.session_started(self.experiment, live)
         except BaseException:
-            # Not yet the caller's to stop: a store that fails here leaves no server.
+            # Not yet the caller's to stop: a store (or a soak's events) failing here
+            # leaves no server.
             self.executor.stop_session(self._run_context(), live)
             raise
         return live
 
-    def _end_session(
+    def end_session(
         self, store: ResultsStore, run_id: str, live: Session, outcome: RunOutcome
     ) -> None:
         try:
-            self.executor.stop_session(self._run_context(), live)
+            try:
+                self.sessions.session_ending(live)
+            finally:
+                self.executor.stop_session(self._run_context(), live)
         finally:
             info = live.info
             try:
@@ -652,7 +839,7 @@ class Pipeline:
                 if note not in outcome.notes:
                     outcome.notes.append(note)
 
-    def _save_cell(self, store: ResultsStore, run_id: str, cell: Cell, outcome: RunOutcome) -> None:
+    def save_cell(self, store: ResultsStore, run_id: str, cell: Cell, outcome: RunOutcome) -> None:
         try:
             store.save_cell(run_id, cell)
         except EnvironmentLost as exc:
@@ -675,87 +862,7 @@ class Pipeline:
                 f"{cell.repeat + 1}: {cell.error}"
             )
 
-    def _run_session(
-        self,
-        store: ResultsStore,
-        run_id: str,
-        planned: PlannedSession,
-        pending: list[PlannedCell],
-        builds: dict[str | None, ServerBuild],
-        outcome: RunOutcome,
-    ) -> None:
-        """Sequential design: the pending cells on one server; a dead one is replaced."""
-        setup = self.experiment.setup(planned.setup)
-        attempt = 0
-        with self.executor.host_prepared_for(setup):
-            while pending:
-                live = self._begin_session(store, run_id, planned, attempt, builds)
-                attempt += 1
-                try:
-                    while pending:
-                        (cell,) = self._measure_together([(live, pending[0])], interleave=False)
-                        self._save_cell(store, run_id, cell, outcome)
-                        pending.pop(0)
-                        if not live.alive():
-                            live.info.status = cell.status
-                            if not self.restart_after_death:
-                                pending.clear()
-                            break
-                        if self.stop_requested():
-                            raise KeyboardInterrupt
-                finally:
-                    self._end_session(store, run_id, live, outcome)
-
-    def _run_block(
-        self,
-        store: ResultsStore,
-        run_id: str,
-        sessions: list[PlannedSession],
-        done: set[tuple[str, str, str, int, int]],
-        builds: dict[str | None, ServerBuild],
-        outcome: RunOutcome,
-    ) -> None:
-        """Interleaved design: every setup's server up at once, each cell's slices alternating.
-
-        A server that dies is replaced for the block's next cell; the others stay up.
-        """
-        pending = {s.setup: [c for c in s.cells if c.key not in done] for s in sessions}
-        keys = list(
-            dict.fromkeys((c.step.label, c.threads) for s in sessions for c in pending[s.setup])
-        )
-        lives: dict[str, Session] = {}
-        attempts: dict[str, int] = {}
-        try:
-            for key in keys:
-                pairs = []
-                for session in sessions:
-                    cell = next(
-                        (c for c in pending[session.setup] if (c.step.label, c.threads) == key),
-                        None,
-                    )
-                    if cell is None:
-                        continue
-                    live = lives.get(session.setup)
-                    if live is None or not live.alive():
-                        if live is not None:
-                            self._end_session(store, run_id, lives.pop(session.setup), outcome)
-                        attempt = attempts.get(session.setup, 0)
-                        attempts[session.setup] = attempt + 1
-                        live = self._begin_session(store, run_id, session, attempt, builds)
-                        lives[session.setup] = live
-                    pairs.append((live, cell))
-                measured = self._measure_together(pairs, interleave=True)
-                for (live, _), finished in zip(pairs, measured, strict=True):
-                    self._save_cell(store, run_id, finished, outcome)
-                    if not live.alive():
-                        live.info.status = finished.status
-                if self.stop_requested():
-                    raise KeyboardInterrupt
-        finally:
-            for live in lives.values():
-                self._end_session(store, run_id, live, outcome)
-
-    def _measure_together(
+    def measure_together(
         self, pairs: list[tuple[Session, PlannedCell]], interleave: bool
     ) -> list[Cell]:
         """One cell per (session, planned cell), measured by the executor."""
@@ -763,7 +870,10 @@ class Pipeline:
 
 
 __all__ = [
+    "LocalSchedule",
     "Pipeline",
+    "RunSessions",
+    "Schedule",
     "Progress",
     "RunOptions",
     "RunOutcome",

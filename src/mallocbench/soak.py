@@ -35,11 +35,11 @@ import dataclasses
 import math
 import time
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.base import Session
+from mallocbench.executors.base import Executor, Session
 from mallocbench.experiment import (
     MAX_DURATION_S,
     SEQUENTIAL,
@@ -49,8 +49,7 @@ from mallocbench.experiment import (
 )
 from mallocbench.metadata import DesignRecord, RunMetadata, SoakRecord
 from mallocbench.results import STATUS_CRASHED, STATUS_OOM
-from mallocbench.runner import Pipeline, RunOutcome
-from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.runner import Pipeline, Progress, RunOptions, RunSessions
 from mallocbench.soakevents import EventRunner, check_tools
 from mallocbench.store import ResultsStore
 from mallocbench.units import parse_duration
@@ -223,32 +222,33 @@ def soak_metadata(experiment: Experiment, spec: SoakSpec) -> RunMetadata:
     )
 
 
-class SoakPipeline(Pipeline):
-    """The run pipeline with a soak's plan, resume and session naming."""
+class SoakSessions(RunSessions):
+    """A soak's session source: its segments, resume and session naming, and its events
+    beside the load."""
 
     restart_after_death = False
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self) -> None:
         self._events: dict[str, EventRunner] = {}  # by session id, while its server runs
 
-    def plan_sessions(self) -> list[PlannedSession]:
-        return plan_soak(self.experiment)
+    def plan(self, experiment: Experiment) -> list[PlannedSession]:
+        return plan_soak(experiment)
 
     def finished_keys(
-        self, store: ResultsStore, run_id: str
+        self, store: ResultsStore, run_id: str, experiment: Experiment
     ) -> set[tuple[str, str, str, int, int]]:
         """Finished segments, and every segment of a setup whose server died in its soak."""
         done = store.finished_cell_keys(run_id)
         ended = store.setups_with_status(run_id, (STATUS_OOM, STATUS_CRASHED))
-        for session in self.plan_sessions():
+        for session in self.plan(experiment):
             if (session.setup, session.engine) in ended:
                 done.update(cell.key for cell in session.cells)
         return done
 
-    def resume_run_id(self, store: ResultsStore) -> str:
+    def resume_run_id(
+        self, store: ResultsStore, experiment: Experiment, carried: RunMetadata
+    ) -> str:
         """The latest soak of this experiment; refused if it soaked otherwise."""
-        experiment = self.experiment
         for run in reversed(store.list_runs()):
             if run["experiment"] != experiment.name:
                 continue
@@ -268,62 +268,64 @@ class SoakPipeline(Pipeline):
         )
 
     def session_id(
-        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int
+        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int, host: str
     ) -> str:
         """The first id the run has not used: a resumed soak's server is a new lifetime,
         and must not overwrite the record of the one before."""
         used = store.session_ids(run_id)
         while True:
-            candidate = super().session_id(store, run_id, planned, attempt)
+            candidate = super().session_id(store, run_id, planned, attempt, host)
             if candidate not in used:
                 return candidate
             attempt += 1
 
-    def _begin_session(
-        self,
-        store: ResultsStore,
-        run_id: str,
-        planned: PlannedSession,
-        attempt: int,
-        builds: dict[str | None, ServerBuild],
-    ) -> Session:
-        """The session's server, with its events (soakevents) started beside the load."""
-        live = super()._begin_session(store, run_id, planned, attempt, builds)
+    def session_started(self, experiment: Experiment, live: Session) -> None:
+        """The session's events (soakevents) start beside the load."""
         server = getattr(live, "server", None)  # a recorded executor replays no server
-        if self.experiment.events and server is not None:
-            horizon = self.experiment.repeats * self.experiment.duration_s
+        if experiment.events and server is not None:
+            horizon = experiment.repeats * experiment.duration_s
             runner = EventRunner(
-                self.experiment.events, server, live.info.started_at or time.time(), horizon
+                experiment.events, server, live.info.started_at or time.time(), horizon
             )
             self._events[live.info.id] = runner
             runner.start()
-        return live
 
-    def _end_session(
-        self, store: ResultsStore, run_id: str, live: Session, outcome: RunOutcome
-    ) -> None:
+    def session_ending(self, live: Session) -> None:
         """The events stop (one under way is cut) before the server does; their records go
         into the session the store keeps."""
         runner = self._events.pop(live.info.id, None)
         if runner is not None:
             live.info.events = runner.stop()
-        super()._end_session(store, run_id, live, outcome)
 
-    def takes_account(self, planned: PlannedCell) -> bool:
+    def takes_account(self, experiment: Experiment, planned: PlannedCell) -> bool:
         """Only the last segment: the account's own queries move RSS (see the module)."""
-        return planned.repeat == self.experiment.repeats - 1
+        return planned.repeat == experiment.repeats - 1
 
-    def _design_record(self) -> DesignRecord:
+    def design_record(self, record: DesignRecord) -> DesignRecord:
         return DesignRecord(asked=SEQUENTIAL, used=SEQUENTIAL, why=SEQUENTIAL_WHY)
+
+
+def soak_pipeline(
+    experiment: Experiment,
+    options: RunOptions,
+    progress: Progress | None = None,
+    stop_requested: Callable[[], bool] | None = None,
+    executor: Executor | None = None,
+) -> Pipeline:
+    """The run pipeline with a soak's session source."""
+    return Pipeline(
+        experiment, options, progress, stop_requested, executor, sessions=SoakSessions()
+    )
 
 
 __all__ = [
     "DEFAULT_DURATION",
     "DEFAULT_SEGMENT",
-    "SoakPipeline",
+    "SoakSessions",
     "SoakSpec",
     "plan_soak",
     "soak_experiment",
     "soak_spec",
     "soak_metadata",
+    "soak_pipeline",
 ]

@@ -10,7 +10,6 @@ like throughput. Runs of different datasets are refused first (`analysis.compara
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.comparability import (
@@ -30,7 +29,6 @@ from mallocbench.analysis.summary import (
     memory_rows,
     min_effect_of,
     peak_rss_by_repeat,
-    percent,
     ratio_cell,
     reserved_vsz_bytes,
     slug,
@@ -76,20 +74,12 @@ class Change:
     step: str  # PEAK_RSS for memory
     threads: int | None
     cell: RatioCell | None
-    reason: str = ""  # why it counts when it is not a ratio (a crash in one run)
-
-    def to_dict(self) -> dict[str, Any]:
-        record: dict[str, Any] = {
-            "kind": self.kind,
-            "engine": self.engine,
-            "threads": self.threads,
-            "step": self.step,
-            "setup": self.setup,
-            "reason": self.reason or None,
-        }
-        if self.cell is not None:
-            record.update(ratio=self.cell.ratio, **self.cell.interval_fields())
-        return record
+    # Why it counts when it is not a ratio: the run ("A" or "B") where the cell failed
+    # (its status, e.g. "oom") or the setup's cells were OOM-killed (how many), the other
+    # having measured.
+    failed_in: str | None = None
+    problem: str | None = None
+    oom_cells: int = 0
 
 
 @dataclass(frozen=True)
@@ -257,15 +247,13 @@ def _table(
 ) -> RatioTable:
     return RatioTable(
         key=f"cmp-{slug(engine)}-{threads}",
-        title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
-        caption="QPS(B) / QPS(A), 95% interval below"
-        + (f"; same: the whole interval within ±{percent(effect)}" if effect > 0 else ""),
         columns=columns,
         rows=rows,
         engine=engine,
         threads=threads,
         reference="run A",
         min_effect=effect,
+        between_runs=True,
     )
 
 
@@ -274,9 +262,9 @@ def _throughput_change(a: CellSummary, b: CellSummary, cell: RatioCell) -> Chang
     is a regression (a crash is worse than slow), regaining it an improvement."""
     where = (b.engine, b.setup, b.step, b.threads)
     if b.problem and not a.problem:
-        return Change(SLOWER, *where, cell, f"{b.problem} in B, measured in A")
+        return Change(SLOWER, *where, cell, failed_in="B", problem=b.problem)
     if a.problem and not b.problem:
-        return Change(FASTER, *where, cell, f"{a.problem} in A, measured in B")
+        return Change(FASTER, *where, cell, failed_in="A", problem=a.problem)
     if cell.verdict in (stats.SLOWER, stats.FASTER):
         return Change(SLOWER if cell.verdict == stats.SLOWER else FASTER, *where, cell)
     return None
@@ -338,12 +326,11 @@ def _memory_changes(m: MemoryChange) -> list[Change]:
     if m.rss is not None and m.rss.verdict in (stats.FASTER, stats.SLOWER):
         kind = RSS_UP if m.rss.verdict == stats.FASTER else RSS_DOWN
         out.append(Change(kind, m.engine, m.setup, PEAK_RSS, None, m.rss))
+    where = (m.engine, m.setup, PEAK_RSS, None, m.rss)
     if m.oom_b and not m.oom_a:
-        reason = f"OOM-killed in B ({m.oom_b} cell{'s' if m.oom_b != 1 else ''}), not in A"
-        out.append(Change(RSS_UP, m.engine, m.setup, PEAK_RSS, None, m.rss, reason))
+        out.append(Change(RSS_UP, *where, failed_in="B", oom_cells=m.oom_b))
     elif m.oom_a and not m.oom_b:
-        reason = f"OOM-killed in A ({m.oom_a} cell{'s' if m.oom_a != 1 else ''}), not in B"
-        out.append(Change(RSS_DOWN, m.engine, m.setup, PEAK_RSS, None, m.rss, reason))
+        out.append(Change(RSS_DOWN, *where, failed_in="A", oom_cells=m.oom_a))
     return out
 
 

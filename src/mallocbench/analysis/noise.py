@@ -325,7 +325,108 @@ def design_widths(
     return widths
 
 
+# How a run's setups share the machine (experiment.design and experiment.alternate).
+RUNS_DESIGN = "runs"  # interleaved, each slice a sysbench run of its own
+TURNS_DESIGN = "turns"  # interleaved, clients taking turns
+SEQUENTIAL_DESIGN = "sequential"  # one server at a time
+
+
+@dataclass
+class Costs:
+    """What each level of a run costs, in seconds (medians over the starts and slices)."""
+
+    start_s: float  # copy the datadir, start the server, warm its cache
+    warmup_s: float  # the step's warmup until steady
+    slice_wall_s: float  # a slice's sysbench run, dropped second and start-up included
+    turn_s: float = 0.0  # a turn of one setup, its share of the lead and settle turns included
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to ask of a run, from the measured noise and costs."""
+
+    setups: int  # in the comparison (at least 2: a setup and its base)
+    slices_per_start: int
+    budget_s: float
+    budget_starts: int
+    budget_width_pct: float | None  # None: the budget does not fit 2 starts
+    target_width_pct: float
+    target_starts: int | None  # None: out of reach (more than starts_for_width looks at)
+    target_s: float | None
+    design: str = RUNS_DESIGN
+    # The components are of the paired log-ratio (two copies measured together), so the
+    # ratio's variance is theirs; otherwise twice one setup's (independent starts).
+    paired: bool = False
+
+
+def block_costs(design: str, costs: Costs, setups: int) -> tuple[float, float]:
+    """A block's fixed seconds and its seconds per slice (or turn) of every setup.
+
+    Interleaved, the setups' servers start together (one start's time) and each warms
+    its step; sequential, each setup has its own start and warmup, and its slices are
+    one continuous sysbench run (a second of start-up, nothing dropped between them).
+    """
+    if design == SEQUENTIAL_DESIGN:
+        fixed = setups * (costs.start_s + costs.warmup_s + 1.0)
+        return fixed, setups * max(costs.slice_wall_s - 1.0, 1.0)
+    fixed = costs.start_s + setups * costs.warmup_s
+    if design == TURNS_DESIGN:
+        return fixed + setups * costs.turn_s, setups * costs.turn_s  # a settle turn each
+    return fixed, setups * costs.slice_wall_s
+
+
+def plan_run(
+    components: VarianceComponents,
+    costs: Costs,
+    setups: int,
+    budget_s: float,
+    target_width_pct: float,
+    design: str = RUNS_DESIGN,
+    paired: bool = False,
+) -> Plan:
+    """Kalibera & Jones' slices (or turns) per start, then the width a budget buys and
+    the time a width costs, for one design (block_costs)."""
+    fixed_s, per_slice_s = block_costs(design, costs, setups)
+    slices = optimal_slices_per_start(
+        components.within_var, components.between_var or 0.0, per_slice_s, fixed_s
+    )
+    block_s = fixed_s + slices * per_slice_s
+    budget_starts = int(budget_s // block_s) if block_s > 0 else 0
+    budget_width = (
+        resolvable_effect_pct(components, setups, slices, budget_starts, paired=paired)
+        if budget_starts >= 2
+        else None
+    )
+    needed = starts_for_width(components, setups, slices, target_width_pct, paired=paired)
+    return Plan(
+        setups=setups,
+        slices_per_start=slices,
+        budget_s=budget_s,
+        budget_starts=budget_starts,
+        budget_width_pct=budget_width,
+        target_width_pct=target_width_pct,
+        target_starts=needed,
+        target_s=needed * block_s if needed else None,
+        design=design,
+        paired=paired,
+    )
+
+
+def best_design(plans: list[Plan]) -> Plan | None:
+    """The design with the narrowest interval in the budget (None: none fits 2 starts)."""
+    fitting = [p for p in plans if p.budget_width_pct is not None]
+    return min(fitting, key=lambda p: p.budget_width_pct or math.inf, default=None)
+
+
 __all__ = [
+    "RUNS_DESIGN",
+    "SEQUENTIAL_DESIGN",
+    "TURNS_DESIGN",
+    "Costs",
+    "Plan",
+    "best_design",
+    "block_costs",
+    "plan_run",
     "design_widths",
     "VarianceComponents",
     "aggregation_curve",

@@ -124,15 +124,18 @@ class Candidate:
     setup: str
     assessments: dict[str, Assessment]
     qualifies: bool
-    reasons: list[str]  # why it does not qualify (criterion: status), empty when it does
+    # Why it does not qualify, each a (criterion, status): a priority it is not shown
+    # better on or no worse than, or another criterion it is worse on.
+    disqualified_by: list[tuple[str, str]]
     peak_rss_bytes: int | None = None
     over_budget: bool = False
+    better_on_none: bool = False  # nothing against it, but better on no priority either
 
     def to_dict(self) -> dict[str, Any]:
+        """Without the reasons it does not qualify, which the reports word."""
         return {
             "setup": self.setup,
             "qualifies": self.qualifies,
-            "reasons": self.reasons,
             "peak_rss_bytes": self.peak_rss_bytes,
             "over_budget": self.over_budget,
             "assessments": {k: a.to_dict() for k, a in self.assessments.items()},
@@ -433,22 +436,20 @@ def _candidate(
     peak: int | None,
     budget: int | None,
 ) -> Candidate:
-    reasons = [
-        f"{name}: {assessments[name].status}"
+    against = [
+        (name, assessments[name].status)
         for name in priorities
         if assessments[name].status not in (BETTER, NON_INFERIOR)
     ]
-    reasons += [
-        f"{name}: worse"
+    against += [
+        (name, WORSE)
         for name, a in assessments.items()
         if name not in priorities and a.status == WORSE
     ]
-    if not any(assessments[name].status == BETTER for name in priorities) and not reasons:
-        reasons.append("better on no priority")
+    none_better = not against and not any(assessments[n].status == BETTER for n in priorities)
     over = bool(budget and peak and peak > budget)
-    if over:
-        reasons.append("peak RSS over the memory budget")
-    return Candidate(setup, assessments, not reasons, reasons, peak, over)
+    qualifies = not against and not none_better and not over
+    return Candidate(setup, assessments, qualifies, against, peak, over, none_better)
 
 
 def recommend(

@@ -23,7 +23,7 @@ from typing import Any
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
-from mallocbench.formatting import percent, slug
+from mallocbench.formatting import slug
 from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult, SessionInfo
 from mallocbench.units import parse_fraction
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
@@ -306,8 +306,6 @@ class RatioTable:
     """Steps x columns of relative values, grouped like the published tables."""
 
     key: str
-    title: str
-    caption: str
     columns: list[str]
     rows: list[RatioRow]
     reference_header: str | None = None  # column of absolute reference QPS, if any
@@ -315,6 +313,7 @@ class RatioTable:
     threads: int = 0
     reference: str = ""  # the base setup (run report) or "run A" (compare)
     min_effect: float = 0.0
+    between_runs: bool = False  # run B over run A (compare), else setups over the base
 
     def groups(self) -> list[tuple[str, str, list[RatioRow], dict[str, float | None]]]:
         """(group, title, rows, geomean per column) in the catalogue's group order."""
@@ -438,14 +437,6 @@ def relative_tables(
                 tables.append(
                     RatioTable(
                         key=f"rel-{slug(engine)}-{threads}",
-                        title=f"{engine}, {threads} client thread{'s' if threads != 1 else ''}",
-                        caption=f"QPS(setup) / QPS({base}), 95% interval below (paired by "
-                        "block: the repeats' server starts)"
-                        + (
-                            f"; same: the whole interval within ±{percent(effect)}"
-                            if effect > 0
-                            else ""
-                        ),
                         columns=others,
                         rows=rows,
                         reference_header=f"{base} QPS",

@@ -315,7 +315,7 @@ def _choose_design(
     """design = "auto": the design a calibration favours (a stored one, or a short one
     measured now), or the one the run being resumed chose; a dry run only says which it
     would take, or that it would calibrate."""
-    from mallocbench.commands import autodesign
+    from mallocbench.calibrate import auto as autodesign
 
     pinned_run, cluster_address = pinned_and_cluster
     if cluster_address is not None:

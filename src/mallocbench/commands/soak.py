@@ -24,11 +24,11 @@ from mallocbench.runner import RunOptions, RunOutcome
 from mallocbench.soak import (
     DEFAULT_DURATION,
     DEFAULT_SEGMENT,
-    SoakPipeline,
     SoakSpec,
     plan_soak,
     soak_experiment,
     soak_metadata,
+    soak_pipeline,
     soak_spec,
 )
 
@@ -82,12 +82,12 @@ def _run(
     stop = StopOnSignals(lambda text: console.print(f"[yellow]{text}[/]"), dropped="segment")
     with stop:
         if banner is None:
-            outcome = SoakPipeline(experiment, options, stop_requested=stop.requested).execute()
+            outcome = soak_pipeline(experiment, options, stop_requested=stop.requested).execute()
         else:
             from mallocbench.commands.progress import RichProgress
 
             with RichProgress(console, segment_s, banner) as progress:
-                outcome = SoakPipeline(experiment, options, progress, stop.requested).execute()
+                outcome = soak_pipeline(experiment, options, progress, stop.requested).execute()
     return outcome, stop.signal
 
 

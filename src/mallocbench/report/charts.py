@@ -19,7 +19,7 @@ from mallocbench.analysis.summary import CellSummary, RatioTable
 from mallocbench.formatting import slug
 from mallocbench.report.ratchet import with_event_marks
 from mallocbench.report.soak import soak_charts
-from mallocbench.report.words import cell_title
+from mallocbench.report.words import cell_title, table_title
 from mallocbench.results import Cell, RunResult, SessionInfo
 from mallocbench.workloads.catalogue import label_order
 
@@ -204,7 +204,7 @@ def relative_chart(table: RatioTable, colors: dict[str, str]) -> Chart:
     }
     return Chart(
         f"chart-{table.key}",
-        f"Relative QPS, {table.title}",
+        f"Relative QPS, {table_title(table)}",
         data,
         layout,
         "Bars: mean QPS over repeats divided by the base's; whiskers: 95% interval "

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mallocbench import formatting as fmt
-from mallocbench.analysis.comparison import PEAK_RSS, Comparison, MemoryChange
+from mallocbench.analysis.comparison import PEAK_RSS, Change, Comparison, MemoryChange
 from mallocbench.analysis.summary import RSS, RatioCell
 from mallocbench.console import make_console
 from mallocbench.formatting import percent
@@ -22,11 +22,13 @@ from mallocbench.report.words import (
     cell_interval,
     cell_mark,
     cell_text,
+    change_reason,
     color_rule,
     difference_text,
     finding_text,
     one_sided_text,
     significance_rule,
+    table_title,
     verdict_note,
     vsz_note,
 )
@@ -48,7 +50,9 @@ def print_comparison(cmp: Comparison, console: Console | None = None) -> None:
     for t in cmp.tables:
         # ratio_text puts each interval under its ratio; with one repeat per side no cell
         # has one, and the caption says so once.
-        table = Table(title=f"QPS(B) / QPS(A): {t.title}", caption=_rules(cmp, t.has_intervals))
+        table = Table(
+            title=f"QPS(B) / QPS(A): {table_title(t)}", caption=_rules(cmp, t.has_intervals)
+        )
         table.add_column("step", overflow="fold")
         for column in t.columns:
             table.add_column(column, justify="right", overflow="fold")
@@ -198,6 +202,20 @@ def _memory_json(m: MemoryChange) -> dict[str, Any]:
     return record
 
 
+def _change_json(change: Change) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "kind": change.kind,
+        "engine": change.engine,
+        "threads": change.threads,
+        "step": change.step,
+        "setup": change.setup,
+        "reason": change_reason(change) or None,
+    }
+    if change.cell is not None:
+        record.update(ratio=change.cell.ratio, **change.cell.interval_fields())
+    return record
+
+
 def comparison_json(cmp: Comparison) -> str:
     return json.dumps(
         {
@@ -206,7 +224,7 @@ def comparison_json(cmp: Comparison) -> str:
             "min_effect": cmp.min_effect,
             "cells": comparison_records(cmp),
             "memory": [_memory_json(m) for m in cmp.memory],
-            "changes": [c.to_dict() for c in cmp.changes],
+            "changes": [_change_json(c) for c in cmp.changes],
             "differences": [d.to_dict() for d in cmp.differences],
             "unmatched": [one_sided_text(u) for u in cmp.unmatched],
         },
@@ -231,7 +249,7 @@ def comparison_markdown(cmp: Comparison) -> str:
             "",
         ]
     for t in cmp.tables:
-        out += [f"## {t.title}", ""]
+        out += [f"## {table_title(t)}", ""]
         if not t.has_intervals:
             out += ["1 repeat: no interval, so no significance can be claimed.", ""]
         out.append("| step | " + " | ".join(t.columns) + " |")

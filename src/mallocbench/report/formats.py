@@ -24,11 +24,13 @@ from mallocbench.analysis.patterns import PatternsAnalysis
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
+from mallocbench.report import calibrate as calibrate_report
 from mallocbench.report import comparison, export, markdown, patterns, ratchet, terminal
 from mallocbench.report import recommend as recommend_report
 from mallocbench.report.recommend import Advice
 
 if TYPE_CHECKING:
+    from mallocbench.calibrate.summary import CalibrationSummary
     from mallocbench.memory.massif import ProfileTop
     from mallocbench.memory.report import MemoryReport
 
@@ -194,6 +196,12 @@ def _profile_terminal(view: ProfileTop, console: Console) -> None:
 PROFILE: Outputs[ProfileTop] = Outputs(
     {"json": lambda v: json.dumps(v.profile.to_dict(v.top), indent=2) + "\n"},
     _profile_terminal,
+)
+
+
+# `calibrate`: one calibration of this host, its plan and designs.
+CALIBRATION: Outputs[CalibrationSummary] = Outputs(
+    {"json": calibrate_report.calibration_json}, calibrate_report.print_calibration
 )
 
 

@@ -66,6 +66,8 @@ from mallocbench.report.words import (
     one_sided_text,
     significance_rule,
     sla_text,
+    table_caption,
+    table_title,
     unit_note,
     unmeasured_text,
     verdict_note,
@@ -198,6 +200,8 @@ def _environment() -> jinja2.Environment:
     ):
         env.filters[word.__name__] = word
     env.filters["sla_text"] = sla_text
+    env.filters["table_title"] = table_title
+    env.filters["table_caption"] = table_caption
     env.globals["color_rule"] = color_rule
     env.globals["percent"] = percent
     env.globals["significance_rule"] = significance_rule

@@ -21,7 +21,7 @@ from mallocbench.analysis.recommend import (
     Recommendation,
 )
 from mallocbench.formatting import percent
-from mallocbench.report.words import thin_clauses
+from mallocbench.report.words import candidate_reasons, thin_clauses
 
 if TYPE_CHECKING:
     from mallocbench.deploy import Deployment
@@ -246,7 +246,14 @@ def recommendation_dict(r: Recommendation) -> dict[str, Any]:
     data = r.to_dict()
     for engine, e in zip(data["engines"], r.engines, strict=True):
         engine["thin_evidence"] = thin_clauses(e.thin)
+        engine["candidates"] = [_candidate_dict(c) for c in e.ranked]
     return data
+
+
+def _candidate_dict(c: Candidate) -> dict[str, Any]:
+    record = c.to_dict()
+    first = {"setup": record.pop("setup"), "qualifies": record.pop("qualifies")}
+    return {**first, "reasons": candidate_reasons(c), **record}
 
 
 @dataclass(frozen=True)

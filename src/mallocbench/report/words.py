@@ -24,7 +24,7 @@ from mallocbench.analysis.comparison import (
     OneSided,
 )
 from mallocbench.analysis.convergence import WideCell
-from mallocbench.analysis.recommend import ThinEvidence
+from mallocbench.analysis.recommend import Candidate, ThinEvidence
 from mallocbench.analysis.run_noise import BUSY_SHARE, RunNoise
 from mallocbench.analysis.sla import SlaStatus
 from mallocbench.analysis.steady import WarmupDetector
@@ -50,6 +50,8 @@ __all__ = [
     "cell_mark",
     "cell_text",
     "cell_title",
+    "candidate_reasons",
+    "change_reason",
     "change_text",
     "difference_text",
     "findings_summary",
@@ -68,6 +70,8 @@ __all__ = [
     "relative_text",
     "significance_rule",
     "sla_text",
+    "table_caption",
+    "table_title",
     "thin_clauses",
     "warmup_text",
     "wide_cell_text",
@@ -163,6 +167,24 @@ def cell_title(cell: RatioCell) -> str:
     if cell.unstable:
         parts.append("unstable: a repeat's throughput trended or shifted while measured")
     return "; ".join(parts)
+
+
+def table_title(table: RatioTable) -> str:
+    """Where a table of relative values was measured: engine and client threads."""
+    return f"{table.engine}, {table.threads} client thread{'s' if table.threads != 1 else ''}"
+
+
+def table_caption(table: RatioTable) -> str:
+    """What a table of relative values divides, and when a cell reads "same"."""
+    if table.between_runs:
+        text = "QPS(B) / QPS(A), 95% interval below"
+    else:
+        text = (
+            f"QPS(setup) / QPS({table.reference}), 95% interval below (paired by block: the "
+            "repeats' server starts)"
+        )
+    effect = table.min_effect
+    return text + (f"; same: the whole interval within ±{percent(effect)}" if effect > 0 else "")
 
 
 def color_rule(min_effect: float = 0.0) -> str:
@@ -403,6 +425,27 @@ def one_sided_text(u: OneSided) -> str:
     return f"{u.engine}/{u.step} @{u.threads} threads (only in {u.side})"
 
 
+def candidate_reasons(candidate: Candidate) -> list[str]:
+    """Why a setup does not qualify, briefly (criterion: status); empty when it does."""
+    reasons = [f"{name}: {status}" for name, status in candidate.disqualified_by]
+    if candidate.better_on_none:
+        reasons.append("better on no priority")
+    if candidate.over_budget:
+        reasons.append("peak RSS over the memory budget")
+    return reasons
+
+
+def change_reason(change: Change) -> str:
+    """Why a change counts without a ratio: one run failed where the other measured."""
+    if change.failed_in is None:
+        return ""
+    other = "A" if change.failed_in == "B" else "B"
+    if change.oom_cells:
+        cells = f"{change.oom_cells} cell{'s' if change.oom_cells != 1 else ''}"
+        return f"OOM-killed in {change.failed_in} ({cells}), not in {other}"
+    return f"{change.problem} in {change.failed_in}, measured in {other}"
+
+
 def change_text(change: Change) -> str:
     """One finding of `compare --fail-on`: where, then the ratio beyond the band or why
     it counts without one."""
@@ -411,8 +454,8 @@ def change_text(change: Change) -> str:
         where.append(f"{change.threads} thread{'s' if change.threads != 1 else ''}")
     where += [change.step, change.setup]
     text = f"{change.kind}: {', '.join(where)}: "
-    if change.reason or change.cell is None:
-        return text + change.reason
+    if change.failed_in is not None or change.cell is None:
+        return text + change_reason(change)
     cell = change.cell
     beyond = f"beyond ±{percent(cell.min_effect)}" if cell.min_effect > 0 else "excludes 1.0"
     return text + f"{fmt.ratio(cell.ratio)} {cell_interval(cell)}, {beyond}"

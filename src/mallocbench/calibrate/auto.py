@@ -4,7 +4,7 @@ The choice is the design whose expected interval width, at the run's own repeats
 measured seconds, is the narrowest (analysis.noise.design_widths), from the variance
 components `mallocbench calibrate` measures: one setup start after start (sequential)
 and two copies of it compared as runs and as turns. A calibration is stored per host and
-experiment shape (calibrate writes it), and a stored one younger than calibrate.STORED_MAX_AGE_S
+experiment shape (calibrate writes it), and a stored one younger than store.STORED_MAX_AGE_S
 is used; otherwise a short one runs first. Ties keep the default, runs.
 """
 
@@ -19,14 +19,18 @@ from rich.console import Console
 
 from mallocbench import experiment as experiment_mod
 from mallocbench.analysis import noise
-from mallocbench.commands import calibrate as calibrate_mod
+from mallocbench.analysis.noise import RUNS_DESIGN, SEQUENTIAL_DESIGN, TURNS_DESIGN
+from mallocbench.calibrate.measure import calibrate
+from mallocbench.calibrate.store import calibration_key, load_calibration, store_calibration
+from mallocbench.calibrate.summary import CalibrationSummary
+from mallocbench.calibrate.target import pick_target
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import Experiment
 from mallocbench.store import open_store
 
 # The short calibration at the start of a run: enough for the three designs' components.
 SHORT = {"starts": 2, "slices": 3, "pairs": True, "turns": 8, "turn_s": 1.0}
-DESIGNS = (calibrate_mod.RUNS_DESIGN, calibrate_mod.TURNS_DESIGN, calibrate_mod.SEQUENTIAL_DESIGN)
+DESIGNS = (RUNS_DESIGN, TURNS_DESIGN, SEQUENTIAL_DESIGN)
 
 
 def choose(
@@ -36,13 +40,13 @@ def choose(
     components = record["components"]
     slice_s, turn_s = float(record["slice_s"]), float(record["turn_s"])
     pieces = {
-        calibrate_mod.SEQUENTIAL_DESIGN: round(experiment.duration_s / slice_s),
-        calibrate_mod.RUNS_DESIGN: round(experiment.duration_s / slice_s),
-        calibrate_mod.TURNS_DESIGN: round(experiment.duration_s / turn_s),
+        SEQUENTIAL_DESIGN: round(experiment.duration_s / slice_s),
+        RUNS_DESIGN: round(experiment.duration_s / slice_s),
+        TURNS_DESIGN: round(experiment.duration_s / turn_s),
     }
     widths = noise.design_widths(
         components["sequential"],
-        {d: components[d] for d in (calibrate_mod.RUNS_DESIGN, calibrate_mod.TURNS_DESIGN)},
+        {d: components[d] for d in (RUNS_DESIGN, TURNS_DESIGN)},
         max(2, len(experiment.setups)),
         experiment.repeats,
         pieces,
@@ -57,16 +61,16 @@ def choose(
         f"{experiment.duration_s:g} s by {source} (points: {shown})"
     )
     if not math.isfinite(widths[best]):
-        best = calibrate_mod.RUNS_DESIGN
+        best = RUNS_DESIGN
         why = f"auto: {best} (one repeat gives no interval under any design; {source})"
     return best, widths, why
 
 
 def apply(experiment: Experiment, design: str, record: dict[str, Any], why: str) -> Experiment:
     """The experiment with the chosen design in place of "auto"."""
-    if design == calibrate_mod.SEQUENTIAL_DESIGN:
+    if design == SEQUENTIAL_DESIGN:
         return dataclasses.replace(experiment, design=experiment_mod.SEQUENTIAL, design_why=why)
-    turns = design == calibrate_mod.TURNS_DESIGN
+    turns = design == TURNS_DESIGN
     slice_s = float(record["turn_s"] if turns else record["slice_s"])
     return dataclasses.replace(
         experiment,
@@ -79,8 +83,8 @@ def apply(experiment: Experiment, design: str, record: dict[str, Any], why: str)
 
 def stored_choice(experiment: Experiment) -> Experiment | None:
     """The experiment with the design a stored calibration favours; None without one."""
-    target = calibrate_mod.pick_target(experiment, None, None, None, None)
-    record = calibrate_mod.load_calibration(calibrate_mod.calibration_key(experiment, target))
+    target = pick_target(experiment, None, None, None, None)
+    record = load_calibration(calibration_key(experiment, target))
     if record is None:
         return None
     design, _, why = choose(experiment, record, "a stored calibration of this host")
@@ -107,13 +111,9 @@ def resumed_choice(
     if design is None or design.asked != experiment_mod.AUTO or design.why is None:
         return None
     chosen = (
-        calibrate_mod.TURNS_DESIGN
+        TURNS_DESIGN
         if design.alternate == experiment_mod.TURNS
-        else (
-            calibrate_mod.SEQUENTIAL_DESIGN
-            if design.used == experiment_mod.SEQUENTIAL
-            else calibrate_mod.RUNS_DESIGN
-        )
+        else (SEQUENTIAL_DESIGN if design.used == experiment_mod.SEQUENTIAL else RUNS_DESIGN)
     )
     lengths = {"slice_s": design.slice_s or experiment.slice_s, "turn_s": design.slice_s or 1.0}
     return apply(experiment, chosen, lengths, design.why)
@@ -123,9 +123,9 @@ def resolve(experiment: Experiment, out_dir: Path, console: Console) -> Experime
     """The experiment with its design chosen, when it asks for "auto"; else unchanged."""
     if experiment.design != experiment_mod.AUTO:
         return experiment
-    target = calibrate_mod.pick_target(experiment, None, None, None, None)
-    key = calibrate_mod.calibration_key(experiment, target)
-    record = calibrate_mod.load_calibration(key)
+    target = pick_target(experiment, None, None, None, None)
+    key = calibration_key(experiment, target)
+    record = load_calibration(key)
     source = "a stored calibration of this host"
     if record is None:
         options = {
@@ -139,16 +139,16 @@ def resolve(experiment: Experiment, out_dir: Path, console: Console) -> Experime
             "of two copies)"
         )
         interleaved = dataclasses.replace(experiment, design=experiment_mod.INTERLEAVED)
-        summary = calibrate_mod.calibrate(interleaved, target, out_dir, options, console)
-        calibrate_mod.store_calibration(summary, key)
-        record = calibrate_mod.load_calibration(key) or _record_of(summary)
+        summary = calibrate(interleaved, target, out_dir, options, console)
+        store_calibration(summary, key)
+        record = load_calibration(key) or _record_of(summary)
         source = "a calibration at the start of this run"
     design, _, why = choose(experiment, record, source)
     console.print(f"design {why}")
     return apply(experiment, design, record, why)
 
 
-def _record_of(summary: calibrate_mod.CalibrationSummary) -> dict[str, Any]:
+def _record_of(summary: CalibrationSummary) -> dict[str, Any]:
     """What load() returns, straight from a summary (when the cache cannot be written)."""
     if summary.runs_ratio is None or summary.turns_ratio is None:
         raise ValueError("a calibration for auto measures pairs")

@@ -1,0 +1,300 @@
+"""Measuring a calibration: server starts of the target's setup, one copy or two, each
+warmed as a run warms a cell, then slices (and turns) measured as a run measures them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from mallocbench import dataset
+from mallocbench.calibrate.summary import (
+    CalibrationSummary,
+    PairResult,
+    SliceResult,
+    StartResult,
+    summarize,
+)
+from mallocbench.calibrate.target import Target
+from mallocbench.errors import MallocbenchError
+from mallocbench.experiment import Experiment, PlannedCell, PlannedSession
+from mallocbench.measure import (
+    CellMeasurement,
+    measure_turns,
+    new_cell,
+    warm_up,
+)
+from mallocbench.measure import measure_slice as measure_cell_slice
+from mallocbench.probes.system import cpu_snapshot, system_thp_mode
+from mallocbench.servers.mariadb import ServerBuild, find_build
+from mallocbench.servers.orphans import stop_orphans
+from mallocbench.session import LiveSession, start_session, stop_session, warm_cache
+from mallocbench.store import locks
+from mallocbench.workloads.sysbench import RunOutput
+
+
+def _harness_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread of this process
+    return usage.ru_utime + usage.ru_stime
+
+
+def _last_line(output: RunOutput) -> str:
+    return (output.output_tail.splitlines() or ["no output"])[-1]
+
+
+def measure_slice(
+    live: LiveSession, measurement: CellMeasurement, target: Target, slice_s: float
+) -> SliceResult:
+    """One slice measured exactly as a run measures one (measure.measure_slice).
+
+    A new sysbench process whose first second, clients connecting and preparing their
+    statements, is dropped; anything but the server and sysbench busy meanwhile is
+    interference, and the harness's own share of it is told apart here, so a busy
+    harness is not blamed on the machine.
+    """
+    harness_before = _harness_cpu_s()
+    cpu_before = cpu_snapshot()
+    seen = len(measurement.cell.samples)
+    started = time.monotonic()
+    alive = measure_cell_slice(
+        live, measurement, slice_s, lambda *_: None, should_stop=lambda: False
+    )
+    wall_s = time.monotonic() - started
+    capacity_s = (cpu_snapshot().total - cpu_before.total) / os.sysconf("SC_CLK_TCK")
+    harness_s = _harness_cpu_s() - harness_before
+    if not alive:
+        info = live.server.exit_info()
+        how = info.describe() if info else "server stopped"
+        raise MallocbenchError(f"the server of {target.describe()}: {how}")
+    output = measurement.outputs[-1]
+    if not output.ok:
+        raise MallocbenchError(f"a slice of {target.describe()} failed: {_last_line(output)}")
+    piece = measurement.cell.slices[-1]
+    found = {k: float(v) for k, v in piece.items() if k not in ("t", "qps", "tps", "seconds")}
+    found["harness_cpu_share"] = harness_s / capacity_s if capacity_s > 0 else 0.0
+    return SliceResult(
+        qps=float(piece["qps"]),
+        seconds=[x.qps for x in measurement.cell.samples[seen:] if x.qps is not None],
+        wall_s=wall_s,
+        interference=found,
+    )
+
+
+def _warm_step(
+    live: LiveSession, experiment: Experiment, target: Target, index: int
+) -> CellMeasurement:
+    """Warm the step until steady exactly as a run warms a cell; its cell says how long."""
+    planned = PlannedCell(target.setup.name, target.engine.name, target.step, target.threads, index)
+    cell = new_cell(planned, live, experiment)
+    if experiment.warmup_s > 0:
+        failed = warm_up(live, planned, cell, experiment, should_stop=lambda: False)
+        if failed is not None:
+            raise MallocbenchError(f"{target.describe()}: {failed.error}")
+    return CellMeasurement(cell, planned, drop_first_second=True)
+
+
+def measure_start(
+    experiment: Experiment,
+    target: Target,
+    where: tuple[ServerBuild, Path, Path],
+    index: int,
+    options: dict[str, Any],
+    status: Callable[[str], None],
+) -> tuple[StartResult, list[str]]:
+    """One server start: copy, start, warm cache and step, measure the slices, stop.
+
+    `where` is the build, the run directory and the golden datadir. The server is
+    started and stopped as a run's session is (session.py: the setup's cgroups too), and
+    stopped with its datadir removed on every way out (an error, Ctrl-C). Returns the
+    start and the notes its session left.
+    """
+    build, rundir, golden = where
+    planned = PlannedSession(target.setup.name, target.engine.name, index, ())
+    status(f"starting {target.setup.name} on {target.engine.name} ({rundir.name})")
+    began = time.monotonic()
+    live = start_session(experiment, planned, f"calibrate.{planned.id}", rundir, build, golden)
+    try:
+        warm_cache(live.server, experiment)
+        start_s = time.monotonic() - began
+        status(f"warming {target.step.label} ({rundir.name})")
+        measurement = _warm_step(live, experiment, target, index)
+        cell = measurement.cell
+        result = StartResult(start_s, cell.warmup_s or 0.0, bool(cell.warmup_steady))
+        for n in range(options["slices"]):
+            status(f"slice {n + 1}/{options['slices']} of {rundir.name}")
+            result.slices.append(measure_slice(live, measurement, target, options["slice_s"]))
+        return result, live.notes
+    finally:
+        stop_session(live, keep_datadir=False)
+
+
+def _turn_ratios(target: Target, first: CellMeasurement, second: CellMeasurement) -> list[float]:
+    """Copy a's turn over copy b's, round by round (a round is one turn of each)."""
+    for measurement in (first, second):
+        output = measurement.outputs[-1] if measurement.outputs else None
+        if output is None or not output.ok:
+            tail = _last_line(output) if output else "no output"
+            raise MallocbenchError(f"the turns of {target.describe()} failed: {tail}")
+    pairs = zip(first.cell.slices, second.cell.slices, strict=False)
+    return [float(a["qps"]) / float(b["qps"]) for a, b in pairs if a["qps"] > 0 < b["qps"]]
+
+
+def _start_copies(
+    experiment: Experiment,
+    target: Target,
+    where: tuple[ServerBuild, Path, Path],
+    index: int,
+    lives: list[LiveSession],
+    status: Callable[[str], None],
+) -> list[float]:
+    """Start copies a and b (appended to `lives` as they come up, for the caller to
+    stop), each on its own copy of the datadir with its cache warmed; their start times."""
+    build, rundir, golden = where
+    took = []
+    for copy in ("a", "b"):
+        began = time.monotonic()
+        planned = PlannedSession(target.setup.name, target.engine.name, index, ())
+        status(f"starting copy {copy} of {target.setup.name} ({rundir.name})")
+        session_id = f"calibrate.start{index + 1}{copy}"
+        lives.append(start_session(experiment, planned, session_id, rundir / copy, build, golden))
+        warm_cache(lives[-1].server, experiment)
+        took.append(time.monotonic() - began)
+    return took
+
+
+def _take_turns(
+    lives: list[LiveSession],
+    warmed: list[CellMeasurement],
+    experiment: Experiment,
+    options: dict[str, Any],
+) -> tuple[list[CellMeasurement], float]:
+    """Both copies' clients connected, taking turns; their turns and the wall time."""
+    turning = [
+        CellMeasurement(new_cell(m.planned, live, experiment), m.planned, False)
+        for m, live in zip(warmed, lives, strict=True)
+    ]
+    began = time.monotonic()
+    measure_turns(
+        list(zip(lives, turning, strict=True)),
+        options["turns"],
+        options["turn_s"],
+        lambda *_: None,
+        should_stop=lambda: False,
+    )
+    return turning, time.monotonic() - began
+
+
+def measure_pair(
+    experiment: Experiment,
+    target: Target,
+    where: tuple[ServerBuild, Path, Path],
+    index: int,
+    options: dict[str, Any],
+    status: Callable[[str], None],
+) -> tuple[StartResult, PairResult, list[str]]:
+    """Two copies of the setup up at once, as a block of a run has them: their slices
+    alternate as runs (the order rotating each round), then their clients take turns.
+
+    Copy a's slices are also the start a one-setup calibration measures (copy b idles
+    meanwhile, as the other servers of a block do). Both servers are stopped, their
+    datadirs removed, on every way out.
+    """
+    lives: list[LiveSession] = []
+    rundir = where[1]
+    try:
+        took = _start_copies(experiment, target, where, index, lives, status)
+        pair = PairResult(sum(took))
+        status(f"warming {target.step.label} on both copies ({rundir.name})")
+        warmed = [_warm_step(live, experiment, target, index) for live in lives]
+        first = warmed[0].cell
+        start = StartResult(took[0], first.warmup_s or 0.0, bool(first.warmup_steady))
+        for n in range(options["slices"]):
+            status(f"runs: round {n + 1}/{options['slices']} of {rundir.name}")
+            got = {}
+            for i in [0, 1] if n % 2 == 0 else [1, 0]:
+                got[i] = measure_slice(lives[i], warmed[i], target, options["slice_s"])
+            start.slices.append(got[0])
+            pair.run_ratios.append(got[0].qps / got[1].qps)
+        status(f"turns: {options['turns']} rounds of {options['turn_s']:g} s ({rundir.name})")
+        turning, pair.turns_wall_s = _take_turns(lives, warmed, experiment, options)
+        pair.turn_ratios = _turn_ratios(target, *turning)
+    finally:
+        for live in lives:
+            stop_session(live, keep_datadir=False)
+    return start, pair, [n for live in lives for n in live.notes]
+
+
+def calibrate(
+    experiment: Experiment, target: Target, out_dir: Path, options: dict[str, Any], console: Console
+) -> CalibrationSummary:
+    """Measure `options["starts"]` starts under the output directory's lock; summarize."""
+    build = find_build(target.setup.basedir)
+    calibrate_dir = out_dir / "calibrate"
+    session_notes: list[str] = []
+    with console.status("calibrating") as spinner:
+        golden = dataset.golden_datadir(
+            build, target.engine, experiment.dataset, on_status=spinner.update
+        )
+        with locks.lock_directory(out_dir):
+            # A calibration killed before it stopped its servers left them running.
+            stop_orphans(calibrate_dir)
+            system_thp = target.setup.thp if target.setup.thp in ("always", "madvise") else None
+            with system_thp_mode(system_thp):
+                measured = _measure_starts(
+                    experiment,
+                    target,
+                    (build, calibrate_dir, golden),
+                    options,
+                    (spinner.update, console.print),
+                )
+    starts = [start for start, _, _ in measured]
+    pairs = [pair for _, pair, _ in measured if pair is not None]
+    for _, _, notes in measured:
+        session_notes.extend(n for n in notes if n not in session_notes)
+    summary = summarize(experiment, target, starts, options, pairs)
+    summary.notes.extend(session_notes)
+    return summary
+
+
+def _measure_starts(
+    experiment: Experiment,
+    target: Target,
+    where: tuple[ServerBuild, Path, Path],
+    options: dict[str, Any],
+    say: tuple[Callable[[str], None], Callable[[str], None]],
+) -> list[tuple[StartResult, PairResult | None, list[str]]]:
+    """options["starts"] starts (calibrate_dir/start-N), of two copies each when
+    options["pairs"]; `say` is the spinner's status and the line printed per start."""
+    build, calibrate_dir, golden = where
+    status, line = say
+    found: list[tuple[StartResult, PairResult | None, list[str]]] = []
+    for index in range(options["starts"]):
+        at = (build, calibrate_dir / f"start-{index + 1}", golden)
+        pair: PairResult | None = None
+        if options.get("pairs"):
+            start, pair, notes = measure_pair(experiment, target, at, index, options, status)
+        else:
+            start, notes = measure_start(experiment, target, at, index, options, status)
+        found.append((start, pair, notes))
+        qps = ", ".join(f"{s.qps:,.0f}" for s in start.slices)
+        text = (
+            f"  start {index + 1}: ready in {start.start_s:.1f} s, warmed "
+            f"{start.warmup_s:.0f} s; slice QPS {qps}"
+        )
+        if pair is not None:
+            runs = ", ".join(f"{r:.3f}" for r in pair.run_ratios)
+            turns = statistics.geometric_mean(pair.turn_ratios) if pair.turn_ratios else math.nan
+            text += f"; copy a / copy b per run {runs}, geometric mean per turn {turns:.3f}"
+        line(text)
+    return found
+
+
+__all__ = ["calibrate", "measure_pair", "measure_slice", "measure_start"]

@@ -1,0 +1,290 @@
+"""What a calibration measured, and what follows from it: the noise at each level, the
+costs, the interference met and a plan per design (analysis.noise does the statistics).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mallocbench.analysis import noise
+from mallocbench.analysis.noise import (
+    RUNS_DESIGN,
+    SEQUENTIAL_DESIGN,
+    TURNS_DESIGN,
+    Costs,
+    Plan,
+    best_design,
+    plan_run,
+)
+from mallocbench.calibrate.target import Target
+from mallocbench.experiment import Experiment
+
+# Above this median share of the CPU used by other processes, the numbers measure the
+# interference as much as the machine: said in words beside them.
+BUSY_SHARE = 0.10
+
+
+@dataclass
+class SliceResult:
+    qps: float  # queries / seconds over the kept seconds
+    seconds: list[float]  # per-second QPS, the first (connection start-up) dropped
+    wall_s: float  # the whole sysbench run, dropped second and start-up included
+    interference: dict[str, float]
+
+
+@dataclass
+class StartResult:
+    start_s: float  # copy the datadir, start the server, warm its cache
+    warmup_s: float  # the step's warmup until steady
+    steady: bool
+    slices: list[SliceResult] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> list[float]:
+        return [qps for s in self.slices for qps in s.seconds]
+
+
+@dataclass
+class PairResult:
+    """Two copies of the setup up at once, compared with themselves: the ratio of copy a
+    to copy b per round, with slices as separate sysbench runs (design runs) and then
+    with their clients taking turns (design turns). No change at all, so every spread
+    of these ratios is noise as the blocked designs see it."""
+
+    start_s: float  # both servers started, caches warmed
+    run_ratios: list[float] = field(default_factory=list)
+    turn_ratios: list[float] = field(default_factory=list)
+    turns_wall_s: float = 0.0  # the turns phase, lead and settle turns included
+
+
+def _median(values: list[float]) -> float:
+    # Never empty: at least 2 starts of at least 2 slices each are measured.
+    return float(statistics.median(values))
+
+
+@dataclass
+class InterferenceSummary:
+    """Median and maximum over the slices of each interference measure (None: never
+    measured). Shares are of the machine's CPU time, from 0 to 1."""
+
+    median_other_cpu_share: float | None
+    max_other_cpu_share: float | None
+    median_harness_cpu_share: float | None
+    max_harness_cpu_share: float | None
+    median_steal_share: float | None
+    max_steal_share: float | None
+    median_load_avg_1m: float | None
+    max_load_avg_1m: float | None
+
+
+def _interference_summary(starts: list[StartResult]) -> InterferenceSummary:
+    per_slice = [s.interference for start in starts for s in start.slices]
+
+    def spread(key: str) -> tuple[float | None, float | None]:
+        found = [i[key] for i in per_slice if key in i]
+        return (_median(found), max(found)) if found else (None, None)
+
+    other, harness, steal, load = (
+        spread(key)
+        for key in ("other_cpu_share", "harness_cpu_share", "steal_share", "load_avg_1m")
+    )
+    return InterferenceSummary(
+        median_other_cpu_share=other[0],
+        max_other_cpu_share=other[1],
+        median_harness_cpu_share=harness[0],
+        max_harness_cpu_share=harness[1],
+        median_steal_share=steal[0],
+        max_steal_share=steal[1],
+        median_load_avg_1m=load[0],
+        max_load_avg_1m=load[1],
+    )
+
+
+@dataclass
+class CalibrationSummary:
+    """Everything the terminal table and --json show: what was calibrated, the noise at
+    each level, what each level costs, the interference met and the plan that follows."""
+
+    experiment: str
+    setup: str
+    engine: str
+    step: str  # its label
+    threads: int
+    slice_s: float
+    second_cv_pct: float | None  # None: no series long enough
+    aggregation_curve: list[tuple[int, float]]  # (k seconds, CV % of their means)
+    components: noise.VarianceComponents
+    costs: Costs
+    interference: InterferenceSummary
+    plan: Plan
+    starts: list[StartResult]
+    notes: list[str] = field(default_factory=list)
+    pairs: list[PairResult] = field(default_factory=list)
+    # Of the log-ratio copy a / copy b, per slice (or turn) and per start of the pair;
+    # None without pairs.
+    runs_ratio: noise.VarianceComponents | None = None
+    turns_ratio: noise.VarianceComponents | None = None
+    turn_s: float | None = None
+    designs: list[Plan] = field(default_factory=list)  # one per design, for `setups`
+    best: str | None = None  # the design with the narrowest interval in the budget
+
+    def to_dict(self) -> dict[str, Any]:
+        # The components' CVs are properties, which asdict leaves out.
+        return {
+            **asdict(self),
+            "components": self.components.to_dict(),
+            "runs_ratio": self.runs_ratio.to_dict() if self.runs_ratio else None,
+            "turns_ratio": self.turns_ratio.to_dict() if self.turns_ratio else None,
+        }
+
+    def ratio_cv_pct(self, plan: Plan) -> tuple[float, float | None] | None:
+        """The CV of a ratio setup / base under the plan's design, per slice (or turn)
+        and per start; None when that design was not measured."""
+        components = {
+            SEQUENTIAL_DESIGN: self.components,
+            RUNS_DESIGN: self.runs_ratio,
+            TURNS_DESIGN: self.turns_ratio,
+        }[plan.design]
+        if components is None:
+            return None
+        scale = 1.0 if plan.paired else 2.0  # the ratio's variance, not one setup's
+        start = components.between_var
+        return (
+            noise.cv_pct_from_log_var(scale * components.within_var),
+            None if start is None else noise.cv_pct_from_log_var(scale * start),
+        )
+
+
+def _ratio_components(ratios: list[list[float]]) -> noise.VarianceComponents | None:
+    if len(ratios) < 2 or not any(len(r) >= 2 for r in ratios):
+        return None
+    return noise.variance_components(ratios)
+
+
+def design_plans(
+    summary: CalibrationSummary, budget_s: float, target_width_pct: float
+) -> list[Plan]:
+    """A plan per design: sequential from one setup's components (its starts are
+    independent), runs and turns from the paired ratio components when measured."""
+    setups, costs = summary.plan.setups, summary.costs
+    plans = [
+        plan_run(summary.components, costs, setups, budget_s, target_width_pct, SEQUENTIAL_DESIGN)
+    ]
+    for design, ratio in ((RUNS_DESIGN, summary.runs_ratio), (TURNS_DESIGN, summary.turns_ratio)):
+        if ratio is not None:
+            plans.append(
+                plan_run(ratio, costs, setups, budget_s, target_width_pct, design, paired=True)
+            )
+    return plans
+
+
+def summarize(
+    experiment: Experiment,
+    target: Target,
+    starts: list[StartResult],
+    options: dict[str, Any],
+    pairs: list[PairResult] | None = None,
+) -> CalibrationSummary:
+    """Everything the terminal table and --json show."""
+    components = noise.variance_components([[s.qps for s in start.slices] for start in starts])
+    pairs = pairs or []
+    turns = 2 * (options.get("turns", 0) + 1)  # a settle turn each, then the rounds
+    costs = Costs(
+        start_s=_median([s.start_s for s in starts]),
+        warmup_s=_median([s.warmup_s for s in starts]),
+        slice_wall_s=_median([sl.wall_s for s in starts for sl in s.slices]),
+        turn_s=_median([p.turns_wall_s / turns for p in pairs]) if pairs else 0.0,
+    )
+    runs_ratio = _ratio_components([p.run_ratios for p in pairs])
+    summary = _summary(experiment, target, starts, options, components, costs, runs_ratio)
+    summary.pairs = pairs
+    summary.runs_ratio = runs_ratio
+    summary.turns_ratio = _ratio_components([p.turn_ratios for p in pairs])
+    summary.turn_s = options.get("turn_s") if pairs else None
+    summary.designs = design_plans(summary, options["budget_s"], options["target_ci_pct"])
+    best = best_design(summary.designs)
+    summary.best = best.design if best is not None and len(summary.designs) > 1 else None
+    return summary
+
+
+def _summary(
+    experiment: Experiment,
+    target: Target,
+    starts: list[StartResult],
+    options: dict[str, Any],
+    components: noise.VarianceComponents,
+    costs: Costs,
+    runs_ratio: noise.VarianceComponents | None,
+) -> CalibrationSummary:
+    series = [start.seconds for start in starts]
+    setups = max(2, len(experiment.setups))
+    interference = _interference_summary(starts)
+    # With the runs design's own paired components, the plan needs no guess of how much
+    # of the noise a block shares.
+    plan_components = runs_ratio or components
+    return CalibrationSummary(
+        experiment=experiment.name,
+        setup=target.setup.name,
+        engine=target.engine.name,
+        step=target.step.label,
+        threads=target.threads,
+        slice_s=options["slice_s"],
+        second_cv_pct=next(iter(noise.pooled_aggregation_curve(series, (1,))), (1, None))[1],
+        aggregation_curve=noise.pooled_aggregation_curve(series),
+        components=components,
+        costs=costs,
+        interference=interference,
+        plan=plan_run(
+            plan_components,
+            costs,
+            setups,
+            options["budget_s"],
+            options["target_ci_pct"],
+            paired=runs_ratio is not None,
+        ),
+        starts=starts,
+        notes=_notes(experiment, starts, interference, components),
+    )
+
+
+def _notes(
+    experiment: Experiment,
+    starts: list[StartResult],
+    interference: InterferenceSummary,
+    components: noise.VarianceComponents,
+) -> list[str]:
+    notes = []
+    busy = interference.median_other_cpu_share
+    if busy is not None and busy > BUSY_SHARE:
+        notes.append(
+            f"other processes used {100 * busy:.0f}% of the machine's CPU time (median per "
+            "slice) while measuring: these numbers include that interference; calibrate "
+            "again on a quiet machine to see its own noise"
+        )
+    if components.between_var == 0:
+        notes.append(
+            "the starts differed no more than their slices predict: the between-start "
+            "variance is estimated as 0, and more starts would refine that"
+        )
+    if len(experiment.setups) < 2:
+        notes.append("the experiment has one setup: the plan assumes two (a setup and its base)")
+    unsteady = sum(1 for s in starts if not s.steady)
+    if unsteady and experiment.warmup_s > 0:
+        notes.append(
+            f"{unsteady} of {len(starts)} warmups reached max_warmup without a steady state: "
+            "the slices may still include the ramp"
+        )
+    return notes
+
+
+__all__ = [
+    "CalibrationSummary",
+    "InterferenceSummary",
+    "PairResult",
+    "SliceResult",
+    "StartResult",
+    "design_plans",
+    "summarize",
+]

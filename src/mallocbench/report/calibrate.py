@@ -1,0 +1,209 @@
+"""`mallocbench calibrate`'s words: the noise, interference and design tables, the plan
+in sentences, and the JSON of everything measured."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from rich.console import Console
+from rich.table import Table
+
+from mallocbench.analysis.noise import RUNS_DESIGN, SEQUENTIAL_DESIGN, TURNS_DESIGN
+from mallocbench.calibrate.summary import CalibrationSummary
+
+
+def _pct(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:.{digits}f}%"
+
+
+def _levels_table(summary: CalibrationSummary) -> Table:
+    components, costs = summary.components, summary.costs
+    table = Table(title="Noise by level (coefficient of variation of throughput)")
+    table.add_column("level")
+    table.add_column("CV", justify="right")
+    table.add_column("from")
+    table.add_row("one second", _pct(summary.second_cv_pct), "seconds within each start")
+    table.add_row(
+        f"one slice ({summary.slice_s:g} s)",
+        _pct(components.slice_cv_pct),
+        f"{components.slices} slices, {components.within_df} df within starts",
+    )
+    table.add_row(
+        "one server start",
+        _pct(components.start_cv_pct),
+        f"{components.starts} starts (variance component, clamped at 0)",
+    )
+    table.add_section()
+    table.add_row("cost of a start", f"{costs.start_s:.1f} s", "copy datadir, start, warm cache")
+    table.add_row("step warmup", f"{costs.warmup_s:.1f} s", "until steady")
+    table.add_row("cost of a slice", f"{costs.slice_wall_s:.1f} s", "wall, start-up included")
+    return table
+
+
+def _curve_table(summary: CalibrationSummary) -> Table:
+    """Measured CV of k-second means beside what white noise would give (CV_1 / sqrt(k))."""
+    table = Table(title="Averaging seconds: CV of the mean of k consecutive seconds")
+    for column in ("k (s)", "measured", "white noise"):
+        table.add_column(column, justify="right")
+    first = summary.second_cv_pct
+    for k, cv in summary.aggregation_curve:
+        white = first / math.sqrt(k) if first is not None else None
+        table.add_row(str(k), _pct(cv, 2), _pct(white, 2))
+    return table
+
+
+def _interference_table(summary: CalibrationSummary) -> Table:
+    found = summary.interference
+    table = Table(title="Interference per slice")
+    for column in ("", "median", "max"):
+        table.add_column(column, justify="right" if column else "left")
+    for label, median, top in (
+        ("other processes' CPU", found.median_other_cpu_share, found.max_other_cpu_share),
+        ("  of which mallocbench's", found.median_harness_cpu_share, found.max_harness_cpu_share),
+        ("steal", found.median_steal_share, found.max_steal_share),
+    ):
+        table.add_row(
+            label,
+            _pct(None if median is None else 100 * median),
+            _pct(None if top is None else 100 * top),
+        )
+    median, top = found.median_load_avg_1m, found.max_load_avg_1m
+    table.add_row(
+        "load average (1 min)",
+        "-" if median is None else f"{median:.2f}",
+        "-" if top is None else f"{top:.2f}",
+    )
+    return table
+
+
+def _designs_table(summary: CalibrationSummary) -> Table:
+    """Per design: the noise its ratio is made of, and what the budget buys with it."""
+    budget = f"width in {summary.plan.budget_s / 60:g} min"
+    target = f"time for {summary.plan.target_width_pct:g} points"
+    table = Table(
+        title=f"Designs for {summary.plan.setups} setups: the noise of a ratio setup / base"
+    )
+    for column in (
+        "design",
+        "per slice/turn",
+        "per start",
+        "from",
+        "slices or turns per start",
+        budget,
+        target,
+    ):
+        table.add_column(column, justify="left" if column in ("design", "from") else "right")
+    origins = {
+        SEQUENTIAL_DESIGN: "2 x one setup's, starts independent",
+        RUNS_DESIGN: "copy a / copy b, runs",
+        TURNS_DESIGN: "copy a / copy b, turns",
+    }
+    for plan in summary.designs:
+        cvs = summary.ratio_cv_pct(plan)
+        if cvs is None:
+            continue
+        name = plan.design + (" (best)" if plan.design == summary.best else "")
+        table.add_row(
+            name,
+            _pct(cvs[0]),
+            _pct(cvs[1]),
+            origins[plan.design],
+            f"{plan.slices_per_start}",
+            _pct(plan.budget_width_pct, 1).rstrip("%") + " pts"
+            if plan.budget_width_pct is not None
+            else "does not fit",
+            _wall(plan.target_s) if plan.target_s is not None else "out of reach",
+        )
+    return table
+
+
+def design_lines(summary: CalibrationSummary) -> list[str]:
+    """The design to choose, in words; nothing without pairs."""
+    if summary.best is None:
+        return []
+    best = next(p for p in summary.designs if p.design == summary.best)
+    turns = summary.turns_ratio is not None and summary.plan.setups > 2
+    lines = [
+        f"Best design here for {summary.plan.setups} setups in {summary.plan.budget_s / 60:g} "
+        f"min: {summary.best} (about {best.budget_width_pct:.1f} points): "
+        + {
+            SEQUENTIAL_DESIGN: 'design = "sequential".',
+            RUNS_DESIGN: 'alternate = "runs" (the default).',
+            TURNS_DESIGN: 'alternate = "turns".',
+        }[summary.best]
+    ]
+    if turns:
+        lines.append(
+            "Pairs measure two setups; with more, a setup's turn is further from its base's, "
+            "so drift the pair shared may not all be shared: the turns width is a lower bound."
+        )
+    return lines
+
+
+def plan_lines(summary: CalibrationSummary) -> list[str]:
+    """The verdict in words: slices per start, what the budget buys, what the target costs."""
+    plan = summary.plan
+    lines = [
+        f"Kalibera-Jones: {plan.slices_per_start} slices of {summary.slice_s:g} s per "
+        "server start spend the time best for this noise and these costs."
+    ]
+    budget = f"{plan.budget_s / 60:g} min"
+    if plan.budget_width_pct is None:
+        lines.append(
+            f"With {plan.setups} setups, a budget of {budget} does not fit the 2 starts an "
+            "interval needs (per cell)."
+        )
+    else:
+        lines.append(
+            f"With {plan.setups} setups, a budget of {budget} ({plan.budget_starts} starts) "
+            f"resolves an interval width of about {plan.budget_width_pct:.1f} points (per cell)."
+        )
+    if plan.target_starts is None or plan.target_s is None:
+        lines.append(
+            f"A width of {plan.target_width_pct:g} points is out of reach at this noise: "
+            "quiet the machine or accept a wider interval."
+        )
+    else:
+        lines.append(
+            f"A width of {plan.target_width_pct:g} points needs about {plan.target_starts} "
+            f"starts and {_wall(plan.target_s)}"
+            + (": quiet the machine or accept a wider interval." if plan.target_s > 3600 else ".")
+        )
+    start_cv = summary.components.start_cv_pct
+    if start_cv is not None and start_cv > 0:
+        lines.append(
+            f"Two starts of one setup typically differ by {start_cv * math.sqrt(2):.1f}% with no "
+            "change at all: a comparison needs several server starts per setup, which is "
+            "why a run's repeats restart the servers."
+        )
+    return lines
+
+
+def _wall(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 60:.1f} minutes"
+
+
+def print_calibration(summary: CalibrationSummary, console: Console) -> None:
+    console.print(
+        f"[bold]{summary.experiment}[/]: {summary.setup} on {summary.engine}, "
+        f"{summary.step} at {summary.threads} threads"
+    )
+    console.print(_levels_table(summary))
+    console.print(_curve_table(summary))
+    console.print(_interference_table(summary))
+    if summary.pairs:
+        console.print(_designs_table(summary))
+    for line in plan_lines(summary) + design_lines(summary):
+        console.print(line)
+    for note in summary.notes:
+        console.print(f"[yellow]note[/]: {note}")
+
+
+def calibration_json(summary: CalibrationSummary) -> str:
+    return json.dumps(summary.to_dict(), indent=1) + "\n"
+
+
+__all__ = ["calibration_json", "design_lines", "plan_lines", "print_calibration"]
