@@ -19,6 +19,7 @@ from mallocbench.analysis import stats
 from mallocbench.analysis.ratchet import welch_interval
 from mallocbench.analysis.recommend import RSS, THROUGHPUT, Assessment, recommend
 from mallocbench.report.recommend import STEP_RULE, recommendation_lines
+from mallocbench.report.words import candidate_reasons
 from mallocbench.results import RunResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -83,7 +84,7 @@ def test_a_setup_that_leaves_more_per_dump_is_shown_worse_on_memory() -> None:
     assert step.verdict == stats.FASTER and step in a.worse and a.status == "worse"
     assert step.step is not None and step.step.low is not None
     assert step.step.low > step.step.threshold_bytes  # 8 MiB against ~6 MiB that counts
-    assert "rss: worse" in tcmalloc.reasons
+    assert "rss: worse" in candidate_reasons(tcmalloc)
     text = "\n".join(recommendation_lines(rec))
     assert STEP_RULE in text
     assert f"; peak RSS: worse: {WHERE} +8." in text
