@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mallocbench.commands.options import min_effect_option
+from mallocbench.commands.options import min_effect_option, timing_options
 from mallocbench.errors import MallocbenchError
 
 if TYPE_CHECKING:
@@ -85,20 +85,7 @@ def _budget(_ctx: click.Context, _param: click.Parameter, value: str | None) -> 
     help="Replays of each front point and the default, for the intervals.",
 )
 @min_effect_option("Smaller changes never count as beating the default (default 2%).")
-@click.option(
-    "--timing",
-    type=click.Choice(["recorded", "none"]),
-    default="recorded",
-    show_default=True,
-    help="recorded keeps the trace's gaps (time-based purging matters).",
-)
-@click.option(
-    "--speed",
-    type=click.FloatRange(0.001, 10000, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="With --timing recorded: replay N times faster.",
-)
+@timing_options
 @click.option(
     "--on",
     "evaluator_name",
