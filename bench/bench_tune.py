@@ -26,36 +26,34 @@ from typing import Any
 
 from bench_replay_steadiness import record
 
+from mallocbench import allocators
 from mallocbench.analysis import stats
-from mallocbench.patterns.experiment import make_setup
-from mallocbench.replay import runner
+from mallocbench.tune.evaluate import ReplayEvaluator
 
 DIRECTIONS = {
-    "glibc arena_max=1": ("glibc", {"MALLOC_ARENA_MAX": "1"}),
-    "jemalloc decay 0": ("jemalloc", {"MALLOC_CONF": "dirty_decay_ms:0,muzzy_decay_ms:0"}),
+    "glibc arena_max=1": ("glibc", {"arena_max": "1"}),
+    "jemalloc decay 0": ("jemalloc", {"dirty_decay_ms": "0", "muzzy_decay_ms": "0"}),
 }
 
 
 def direction(
-    trace: Path,
-    allocator: str,
-    knobs: dict[str, str],
-    repeats: int,
-    speed: float,
-    portion_s: float | None,
+    trace: Path, allocator: str, setting: dict[str, str], repeats: int, doc: dict[str, Any]
 ) -> Any:
-    """The textbook setting against its default, replayed as the tune's trials were."""
-    base = make_setup("bench", allocator, allocator)
-    tuned = make_setup("bench", f"{allocator}-tuned", allocator, knobs)
-    runs: dict[str, list[runner.ReplayRun]] = {base.name: [], tuned.name: []}
-    for r in range(repeats):  # interleaved, as replay does
-        for setup in (base, tuned):
-            run = runner.run_once(setup, trace, "recorded", speed, r, 900, until=portion_s)
-            runs[setup.name].append(run)
+    """The textbook setting against its default, replayed as the tune's trials were (the
+    same portion and speed, time-based knobs scaled the same way), interleaved."""
+    facts = doc["evaluation"]
+    evaluator = ReplayEvaluator(
+        trace, facts["timing"], facts["speed"], facts["trace_s"], facts["portion_s"]
+    )
+    library = allocators.get(allocator)
+    runs: dict[str, list[dict[str, float]]] = {"base": [], "tuned": []}
+    for _ in range(repeats):
+        runs["base"].append(evaluator(library, {}))
+        runs["tuned"].append(evaluator(library, setting))
     out = {}
     for key in ("peak_heap_rss", "cpu_s"):
-        a = [v for x in runs[tuned.name] if (v := x.value(key)) is not None]
-        b = [v for x in runs[base.name] if (v := x.value(key)) is not None]
+        a = [r[key] for r in runs["tuned"]]
+        b = [r[key] for r in runs["base"]]
         ratio, low, high = stats.ratio_ci(a, b)
         out[key] = [round(ratio, 3), round(low, 3), round(high, 3)]
     return out
@@ -128,10 +126,9 @@ def main() -> int:
             "load_average": [load_before, loadavg()],
         }
         summary.update(front_summary(doc))
-        portion = doc["evaluation"].get("portion_s")
         summary["directions"] = {
-            label: direction(trace, allocator, knobs, args.repeats, args.speed, portion)
-            for label, (allocator, knobs) in DIRECTIONS.items()
+            label: direction(trace, allocator, setting, args.repeats, doc)
+            for label, (allocator, setting) in DIRECTIONS.items()
         }
         summary["load_average"].append(loadavg())
         print(json.dumps(summary), flush=True)

@@ -272,7 +272,8 @@ def test_the_portion_fits_the_budget_and_is_stated() -> None:
     part = evaluate.ReplayEvaluator(Path("t.mbt"), "recorded", 2.0, 121.0, 20.0)
     assert (
         part.describe()
-        == "replay of the first 20 s of the trace's 121 s, timing recorded, 2x speed"
+        == "replay of the first 20 s of the trace's 121 s, timing recorded, 2x speed "
+        "(time-based knobs passed at 1/2 of their value, the trace's time)"
     )
     whole = evaluate.ReplayEvaluator(Path("t.mbt"), "none", 2.0, 121.0, 200.0)
     assert whole.portion_s is None and whole.describe() == (
