@@ -272,11 +272,11 @@ static void load(const char *path)
                 tr.frames++;
                 break; /* the rest of the trace is past the portion */
             }
-        }
-        else if (f.kind == MB_FRAME_SNAPSHOT)
+        } else if (f.kind == MB_FRAME_SNAPSHOT) {
             memcpy(arr_grow(&tr.snapshot, got / 16 * 16), out, got / 16 * 16);
-        else
+        } else {
             snprintf(tr.end, sizeof tr.end, "%.*s", (int)got, out);
+        }
         tr.frames++;
         at += sizeof f + f.comp_len;
     }
