@@ -146,9 +146,18 @@ static struct rthread *thread_of(uint32_t token)
     return fresh;
 }
 
+/* --until: only the calls of the first N ns of the trace (0: all of it). A portion is
+ * a shorter replay of the same program, its recorded start (the snapshot) included. */
+static uint64_t until_ns;
+/* The recorder's writer sweeps every thread's records into frames every 200 ms, so once a
+ * whole frame is this far past --until, no later frame holds a call before it. */
+#define UNTIL_SLACK_NS 10000000000ull
+static uint64_t frame_first_ns;
+
 static void parse_events(const char *raw, size_t len, uint64_t at)
 {
     size_t pos = 0;
+    frame_first_ns = UINT64_MAX;
     while (pos < len) {
         uint32_t head[2];
         if (len - pos < sizeof head)
@@ -161,7 +170,6 @@ static void parse_events(const char *raw, size_t len, uint64_t at)
             fail("%s: corrupt frame at byte offset %llu (event block overruns the frame)",
                  trace_path, (unsigned long long)at);
         struct rthread *t = thread_of(head[0]);
-        memcpy(arr_grow(&t->recs, bytes), raw + pos, bytes);
         for (uint32_t i = 0; i < head[1]; i++) {
             struct mb_rec r;
             memcpy(&r, raw + pos + (size_t)i * sizeof r, sizeof r);
@@ -169,9 +177,14 @@ static void parse_events(const char *raw, size_t len, uint64_t at)
             if (kind < MB_MALLOC || kind > MB_USABLE)
                 fail("%s: corrupt frame at byte offset %llu (unknown call kind %u)", trace_path,
                      (unsigned long long)at, kind);
+            if (MB_TIME(r.w0) < frame_first_ns)
+                frame_first_ns = MB_TIME(r.w0);
+            if (until_ns && MB_TIME(r.w0) > until_ns)
+                continue;
+            memcpy(arr_grow(&t->recs, sizeof r), &r, sizeof r);
             tr.counts[kind]++;
+            tr.events++;
         }
-        tr.events += head[1];
         pos += bytes;
     }
 }
@@ -252,12 +265,18 @@ static void load(const char *path)
         if (ZSTD_isError(got) || got != f.raw_len)
             fail("%s: corrupt frame at byte offset %zu (%s)", path, at,
                  ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong length");
-        if (f.kind == MB_FRAME_EVENTS)
+        if (f.kind == MB_FRAME_EVENTS) {
             parse_events(out, got, at);
-        else if (f.kind == MB_FRAME_SNAPSHOT)
+            if (until_ns && frame_first_ns != UINT64_MAX &&
+                frame_first_ns > until_ns + UNTIL_SLACK_NS) {
+                tr.frames++;
+                break; /* the rest of the trace is past the portion */
+            }
+        } else if (f.kind == MB_FRAME_SNAPSHOT) {
             memcpy(arr_grow(&tr.snapshot, got / 16 * 16), out, got / 16 * 16);
-        else
+        } else {
             snprintf(tr.end, sizeof tr.end, "%.*s", (int)got, out);
+        }
         tr.frames++;
         at += sizeof f + f.comp_len;
     }
@@ -917,6 +936,8 @@ static void print_trace_json(uint32_t nthreads)
            "  \"implicit_frees\": %llu,\n  \"failed_reallocs\": %llu,\n",
            (unsigned long long)b.skipped_frees, (unsigned long long)b.unknown_reallocs,
            (unsigned long long)b.implicit_frees, (unsigned long long)b.failed_reallocs);
+    if (until_ns)
+        printf("  \"until_s\": %.6f,\n", (double)until_ns / 1e9);
     printf("  \"snapshot_live\": %lld,\n", (long long)b.snapshot_live);
     printf("  \"duration_s\": %.6f,\n  \"ideal_peak_live\": %lld,\n  \"ideal_peak_at_s\": %.6f,\n"
            "  \"final_live\": %lld,\n  \"ops\": %llu,\n  \"ideal_curve\": [",
@@ -1006,7 +1027,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: mbreplay TRACE [--check] [--timing recorded|none] [--speed N] "
-            "[--order threads|recorded] [--sample-ms MS]\n"
+            "[--order threads|recorded] [--until SECONDS] [--sample-ms MS]\n"
             "Replays an mbrecord trace under the allocator this process runs with; JSON on "
             "stdout.\n");
     exit(2);
@@ -1033,6 +1054,11 @@ int main(int argc, char **argv)
             if (strcmp(v, "recorded") != 0 && strcmp(v, "threads") != 0)
                 fail("--order must be threads or recorded, not %s", v);
             strict_order = strcmp(v, "recorded") == 0;
+        } else if (strcmp(a, "--until") == 0 && i + 1 < argc) {
+            double until = strtod(argv[++i], NULL);
+            if (!(until > 0 && until < 1e9))
+                fail("--until must be a positive number of seconds, like 20");
+            until_ns = (uint64_t)(until * 1e9);
         } else if (strcmp(a, "--sample-ms") == 0 && i + 1 < argc) {
             opt.sample_ms = strtod(argv[++i], NULL);
             if (!(opt.sample_ms >= 1 && opt.sample_ms <= 10000))

@@ -20,8 +20,8 @@ from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.experiment import load
-from mallocbench.tune import driver, front, render, search
-from mallocbench.tune.evaluate import EvaluationFailed
+from mallocbench.tune import driver, evaluate, front, render, search
+from mallocbench.tune.evaluate import EvaluationFailed, auto_portion
 from mallocbench.tune.objectives import parse_constraints, parse_objectives
 from mallocbench.tune.space import build_space
 
@@ -234,7 +234,8 @@ BAD_INPUT = [
     (["--space", "glibc:arena_maxx=1..8"], "did you mean 'arena_max'"),
     (["--space", "tcmalloc:release_rate=1..2"], "'tcmalloc', which is not tuned"),
     (["--allocators", "jemaloc"], "jemalloc"),
-    (["--on", "servers"], "--on servers is not built yet"),
+    (["--on", "servers"], "--on servers (tuning on private servers) is not built yet"),
+    (["--portion", "soon"], "--portion = 'soon' is not a duration"),
 ]
 
 
@@ -248,6 +249,65 @@ def test_bad_input_is_one_line_before_anything_runs(
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], proc.stderr
     assert not out.exists()
+
+
+def test_an_experiment_is_refused_in_one_line_naming_what_to_do(tmp_path: Path) -> None:
+    experiment = tmp_path / "exp.toml"
+    experiment.write_text('name = "x"\n')
+    proc = run_cli("tune", str(experiment), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is an experiment" in lines[0], proc.stderr
+    assert "record = true" in lines[0] and "confirm.toml" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_portion_fits_the_budget_and_is_stated() -> None:
+    # 15 min, 2 allocators, 30 trials each: 9 s of search a trial, 70% of it replaying
+    assert auto_portion(900 * driver.SEARCH_SHARE / 2 / 30, "recorded", 1.0, 121.0) == 6.3
+    assert auto_portion(9.0, "recorded", 4.0, 121.0) == 25.2  # 4x faster: 4x the trace
+    assert auto_portion(9.0, "recorded", 1.0, 6.0) is None  # the whole trace fits
+    assert auto_portion(9.0, "none", 1.0, 121.0) is None  # its length is not the timing's
+    assert auto_portion(0.5, "recorded", 1.0, 121.0) == evaluate.MIN_PORTION_S
+    part = evaluate.ReplayEvaluator(Path("t.mbt"), "recorded", 2.0, 121.0, 20.0)
+    assert (
+        part.describe()
+        == "replay of the first 20 s of the trace's 121 s, timing recorded, 2x speed "
+        "(time-based knobs passed at 1/2 of their value, the trace's time)"
+    )
+    whole = evaluate.ReplayEvaluator(Path("t.mbt"), "none", 2.0, 121.0, 200.0)
+    assert whole.portion_s is None and whole.describe() == (
+        "replay of the whole trace (121 s), timing none"
+    )
+
+
+def trace_facts(trace: Path, *args: str) -> dict[str, Any]:
+    from mallocbench.replay.native import replayer_path
+
+    proc = subprocess.run(
+        [str(replayer_path()), str(trace), "--check", *args],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    facts: dict[str, Any] = json.loads(proc.stdout)
+    return facts
+
+
+def test_the_replayer_replays_only_the_portion(tiny_trace: Path) -> None:
+    whole = trace_facts(tiny_trace)
+    half = whole["duration_s"] / 2
+    part = trace_facts(tiny_trace, "--until", f"{half:.6f}")
+    assert part["until_s"] == pytest.approx(half, abs=1e-5) and "until_s" not in whole
+    assert 0 < part["duration_s"] <= half < whole["duration_s"]
+    assert 0 < part["events"] < whole["events"]
+    assert part["snapshot_live"] == whole["snapshot_live"]  # the recorded start is kept
+    from mallocbench.replay.native import replayer_path
+
+    bad = subprocess.run(
+        [str(replayer_path()), str(tiny_trace), "--until", "-3"], capture_output=True,
+        text=True, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--until must be a positive" in bad.stderr
 
 
 def test_an_unreadable_trace_is_one_line(tmp_path: Path) -> None:
@@ -278,8 +338,9 @@ def interrupt_after(command: list[str], line: str) -> subprocess.CompletedProces
 
 def test_a_real_tune_on_a_tiny_trace_ctrl_c_and_resume(tiny_trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
+    portion = round(trace_facts(tiny_trace)["duration_s"] * 0.8, 3)
     common = ["--allocators", "glibc,jemalloc", "--timing", "none", "--repeats", "2",
-              "--seed", "5", "--out", str(out)]  # fmt: skip
+              "--seed", "5", "--out", str(out), "--portion", f"{portion}s"]  # fmt: skip
     command = [sys.executable, "-m", "mallocbench.cli", "tune", str(tiny_trace), *common]
     stopped = interrupt_after([*command, "--trials", "40"], "glibc trial 3 done")
     assert stopped.returncode == 130, stopped.stderr
@@ -293,6 +354,8 @@ def test_a_real_tune_on_a_tiny_trace_ctrl_c_and_resume(tiny_trace: Path, tmp_pat
     resumed = run_cli("tune", str(tiny_trace), "--trials", "3", *common, "--resume", "--json")
     assert resumed.returncode == 0, resumed.stderr
     doc = json.loads(resumed.stdout)
+    assert doc["evaluation"]["portion_s"] == portion
+    assert any(f"replay of the first {portion:g} s" in n for n in doc["notes"])
     assert [r["allocator"] for r in doc["allocators"]] == ["glibc", "jemalloc"]
     glibc, jemalloc = doc["allocators"]
     searched = {s["trial"]: s["setting"] for s in glibc["searched"]}

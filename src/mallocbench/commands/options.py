@@ -44,6 +44,26 @@ def min_effect_option(help_text: str) -> Callable[[F], F]:
     )
 
 
+def timing_options(func: F) -> F:
+    """--timing recorded|none and --speed N: how a trace replay paces its calls (replay
+    and tune replay the same way, so they offer the same choices)."""
+    func = click.option(
+        "--speed",
+        type=click.FloatRange(0.001, 10000, min_open=True),
+        default=1.0,
+        show_default=True,
+        help="With --timing recorded: replay N times faster.",
+    )(func)
+    return click.option(
+        "--timing",
+        type=click.Choice(["recorded", "none"]),
+        default="recorded",
+        show_default=True,
+        help="recorded keeps the trace's gaps (time-based purging matters); none runs flat "
+        "out (CPU cost).",
+    )(func)
+
+
 def out_dir_option(help_text: str) -> Callable[[F], F]:
     """--out DIR, default ./out: where a command keeps what it writes."""
     return click.option(

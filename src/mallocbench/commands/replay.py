@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mallocbench.commands.options import min_effect_option
+from mallocbench.commands.options import min_effect_option, timing_options
 from mallocbench.errors import MallocbenchError
 
 if TYPE_CHECKING:
@@ -46,20 +46,7 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     help="A further setup with knobs, e.g. glibc:MALLOC_ARENA_MAX=2 (repeatable).",
 )
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
-@click.option(
-    "--timing",
-    type=click.Choice(["recorded", "none"]),
-    default="recorded",
-    show_default=True,
-    help="recorded keeps the gaps (time-based purging matters); none runs flat out (CPU cost).",
-)
-@click.option(
-    "--speed",
-    type=click.FloatRange(0.001, 10000, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="With --timing recorded: replay N times faster.",
-)
+@timing_options
 @click.option(
     "--order",
     type=click.Choice(["recorded", "threads"]),

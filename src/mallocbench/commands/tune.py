@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mallocbench.commands.options import min_effect_option
+from mallocbench.commands.options import min_effect_option, timing_options
 from mallocbench.errors import MallocbenchError
 
 if TYPE_CHECKING:
     from mallocbench.replay.trace import TraceInfo
     from mallocbench.tune.driver import Plan
+    from mallocbench.tune.evaluate import ReplayEvaluator
 
 DEFAULT_TRIALS = 30
 
@@ -22,6 +23,15 @@ def _budget(_ctx: click.Context, _param: click.Parameter, value: str | None) -> 
     from mallocbench.units import parse_duration
 
     return None if value is None else parse_duration(value, "--budget")
+
+
+def _portion(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    """Seconds, 0.0 for "all" (the whole trace), None when not given (auto)."""
+    from mallocbench.units import parse_duration
+
+    if value is None:
+        return None
+    return 0.0 if value.strip().lower() == "all" else parse_duration(value, "--portion")
 
 
 @click.command("tune")
@@ -38,7 +48,7 @@ def _budget(_ctx: click.Context, _param: click.Parameter, value: str | None) -> 
     "--budget",
     callback=_budget,
     metavar="DURATION",
-    help="Wall-clock budget for everything, e.g. 15m (3/4 search, 1/4 repeats).",
+    help="Wall-clock budget for everything, e.g. 15m (3/5 search, 2/5 repeats).",
 )
 @click.option(
     "--trials",
@@ -85,19 +95,14 @@ def _budget(_ctx: click.Context, _param: click.Parameter, value: str | None) -> 
     help="Replays of each front point and the default, for the intervals.",
 )
 @min_effect_option("Smaller changes never count as beating the default (default 2%).")
+@timing_options
 @click.option(
-    "--timing",
-    type=click.Choice(["recorded", "none"]),
-    default="recorded",
-    show_default=True,
-    help="recorded keeps the trace's gaps (time-based purging matters).",
-)
-@click.option(
-    "--speed",
-    type=click.FloatRange(0.001, 10000, min_open=True),
-    default=1.0,
-    show_default=True,
-    help="With --timing recorded: replay N times faster.",
+    "--portion",
+    "portion_s",
+    callback=_portion,
+    metavar="DURATION|all",
+    help="Replay only the trace's first DURATION in every trial and repeat (e.g. 20s). "
+    "Default with --budget: what lets --trials settings per allocator fit it; else all.",
 )
 @click.option(
     "--on",
@@ -129,6 +134,7 @@ def tune(
     min_effect: float | None,
     timing: str,
     speed: float,
+    portion_s: float | None,
     evaluator_name: str,
     engine: str,
     seed: int | None,
@@ -143,25 +149,40 @@ def tune(
     from mallocbench.tune import objectives as objmod
     from mallocbench.tune.driver import Plan, check_allocators, check_out, spaces_for
 
-    if evaluator_name == "servers":
-        raise MallocbenchError(
-            "--on servers is not built yet: tune on a trace (mallocbench record), then "
-            "confirm with the experiment tune writes to --out"
-        )
+    if evaluator_name == "servers" or trace.suffix.lower() == ".toml":
+        raise MallocbenchError(_servers_refusal(trace, evaluator_name))
     metrics = objmod.parse_objectives(objectives)
     constraints = objmod.parse_constraints(constraint_list)
     tuned = check_allocators(allocator_list)
     spaces = spaces_for(tuned, space_list)
     info = _check_trace(trace)
     check_out(out_dir, resume)
+    evaluator = _evaluator(
+        trace, info, timing, speed, portion_s, budget, len(tuned), trials or DEFAULT_TRIALS
+    )
     plan = Plan(
-        trace=str(trace), evaluator_name=f"replay timing={timing} speed={speed:g}",
+        trace=str(trace), evaluator_name=evaluator.describe(),
         objectives=metrics, constraints=constraints, spaces=spaces, tuned=tuned, out=out_dir,
         resume=resume, trials=trials or (None if budget else DEFAULT_TRIALS), budget_s=budget,
         repeats=repeats, min_effect=0.02 if min_effect is None else min_effect, seed=seed,
-        engine=engine,
+        engine=engine, evaluation=evaluator.facts(),
     )  # fmt: skip
-    _run(plan, float(info.data.get("duration_s") or 0), timing, speed, as_json)
+    _run(plan, evaluator, as_json)
+
+
+def _servers_refusal(target: Path, evaluator_name: str) -> str:
+    """What to do instead of tuning on servers, which is not built: record a trace of the
+    same workload, tune that, and confirm on servers with the experiment tune writes."""
+    what = (
+        "--on servers (tuning on private servers)"
+        if evaluator_name == "servers"
+        else f"{target} is an experiment: tuning on private servers (--on servers)"
+    )
+    return (
+        f"{what} is not built yet: record a trace of the workload "
+        "(record = true in the experiment, then mallocbench run it; or mallocbench record "
+        "--pid), tune OUT/traces/*.mbt, then mallocbench run the confirm.toml tune writes"
+    )
 
 
 def _check_trace(trace: Path) -> TraceInfo:
@@ -170,7 +191,31 @@ def _check_trace(trace: Path) -> TraceInfo:
     return tracemod.check(trace)
 
 
-def _run(plan: Plan, duration_s: float, timing: str, speed: float, as_json: bool) -> None:
+def _evaluator(
+    trace: Path,
+    info: TraceInfo,
+    timing: str,
+    speed: float,
+    portion_s: float | None,
+    budget: float | None,
+    allocators: int,
+    trials: int,
+) -> ReplayEvaluator:
+    """The replay every trial and repeat makes. Under a budget, by default only the
+    trace's first seconds, as many as let `trials` settings per allocator fit the
+    search's share of it: a search that runs out of time finds less than one that sees a
+    shorter stretch of the same program."""
+    from mallocbench.tune.driver import SEARCH_SHARE
+    from mallocbench.tune.evaluate import ReplayEvaluator, auto_portion
+
+    duration_s = float(info.data.get("duration_s") or 0)
+    if portion_s is None and budget is not None:
+        trial_s = budget * SEARCH_SHARE / allocators / trials
+        portion_s = auto_portion(trial_s, timing, speed, duration_s)
+    return ReplayEvaluator(trace, timing, speed, duration_s, portion_s or None)
+
+
+def _run(plan: Plan, evaluator: ReplayEvaluator, as_json: bool) -> None:
     import sys
     import time
 
@@ -178,12 +223,10 @@ def _run(plan: Plan, duration_s: float, timing: str, speed: float, as_json: bool
     from mallocbench.commands.options import StopOnSignals
     from mallocbench.console import make_console
     from mallocbench.tune import driver
-    from mallocbench.tune.evaluate import ReplayEvaluator
     from mallocbench.tune.progress import SearchProgress
     from mallocbench.tune.render import print_terminal, write_all
 
     plan.out.mkdir(parents=True, exist_ok=True)
-    evaluator = ReplayEvaluator(Path(plan.trace), timing, speed, duration_s)
     err = make_console(stderr=True)
     started = time.monotonic()
     # The first Ctrl-C (or SIGTERM) ends the search after the trial under way, so no

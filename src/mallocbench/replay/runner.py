@@ -28,8 +28,11 @@ TIMINGS = ("recorded", "none")
 ORDERS = ("recorded", "threads")
 
 
-def replay_command(trace: Path, timing: str, speed: float, order: str = "recorded") -> list[str]:
-    return [
+def replay_command(
+    trace: Path, timing: str, speed: float, order: str = "recorded", until: float | None = None
+) -> list[str]:
+    """`until`: replay only the first that many seconds of the trace (tune's trials)."""
+    command = [
         str(replayer_path()),
         str(trace),
         "--timing",
@@ -39,6 +42,7 @@ def replay_command(trace: Path, timing: str, speed: float, order: str = "recorde
         "--order",
         order,
     ]
+    return command if until is None else [*command, "--until", f"{until:g}"]
 
 
 def run_once(
@@ -49,9 +53,10 @@ def run_once(
     repeat: int,
     timeout: float,
     order: str = "recorded",
+    until: float | None = None,
 ) -> ReplayRun:
     """Replay once under `setup`; a bad trace raises, a crash is a result."""
-    command = replay_command(trace, timing, speed, order)
+    command = replay_command(trace, timing, speed, order, until)
     env = clean_environment(setup.allocator, setup.knobs)
     try:
         proc = subprocess.run(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from mallocbench.allocators import knobs
 from mallocbench.allocators.base import Allocator
@@ -28,10 +28,36 @@ class Evaluator(Protocol):
         ...
 
 
-class ReplayEvaluator:
-    """Replays the trace once under the allocator with the setting's environment."""
+# Of a trial's share of the search budget, the part its replay may last at recorded
+# timing; the rest is the replayer's start (reading and indexing the portion: about a
+# CPU second per 10 s of a 200,000 calls/s trace) and Optuna's bookkeeping.
+REPLAY_SHARE = 0.7
+MIN_PORTION_S = 5.0  # shorter portions see little beyond the recorded start
 
-    def __init__(self, trace: Path, timing: str, speed: float, duration_s: float) -> None:
+
+def auto_portion(trial_s: float, timing: str, speed: float, duration_s: float) -> float | None:
+    """The portion (first seconds of the trace) a trial can replay in `trial_s` of wall
+    time; None: the whole trace fits, or its length is not a matter of timing."""
+    if timing != "recorded" or duration_s <= 0:
+        return None
+    portion = max(MIN_PORTION_S, trial_s * REPLAY_SHARE * speed)
+    return None if portion >= duration_s else round(portion, 1)
+
+
+class ReplayEvaluator:
+    """Replays the trace once under the allocator with the setting's environment; with
+    `portion_s`, only the trace's first that many seconds (its recorded start included),
+    so a long trace costs seconds per trial. The search and the front's repeats replay
+    the same portion, so every interval compares like with like."""
+
+    def __init__(
+        self,
+        trace: Path,
+        timing: str,
+        speed: float,
+        duration_s: float,
+        portion_s: float | None = None,
+    ) -> None:
         from mallocbench.replay.runner import TIMINGS
 
         if timing not in TIMINGS:
@@ -39,18 +65,72 @@ class ReplayEvaluator:
         self.trace = trace
         self.timing = timing
         self.speed = speed
+        self.duration_s = duration_s
+        whole = portion_s is None or (duration_s > 0 and portion_s >= duration_s)
+        self.portion_s = None if whole else portion_s
+        length = duration_s if self.portion_s is None else self.portion_s
         # as `replay` allows: five times the replay's own length, and a minute to start
-        self.timeout = max(120.0, duration_s / speed * 5 + 60)
+        self.timeout = max(120.0, length / speed * 5 + 60)
+
+    def facts(self) -> dict[str, Any]:
+        """The same, for scripts (tune.json's "evaluation")."""
+        return {
+            "method": "replay",
+            "timing": self.timing,
+            "speed": self.speed,
+            "trace_s": self.duration_s,
+            "portion_s": self.portion_s,
+        }
+
+    def describe(self) -> str:
+        """How every setting is measured, for the study (a resume must match) and the
+        output: which part of the trace, at which timing and speed."""
+        if self.portion_s is None:
+            part = f"the whole trace ({self.duration_s:.0f} s)"
+        else:
+            part = f"the first {self.portion_s:g} s of the trace's {self.duration_s:.0f} s"
+        faster = self.timing == "recorded" and self.speed != 1
+        pace = f"timing {self.timing}" + (
+            f", {self.speed:g}x speed (time-based knobs passed at 1/{self.speed:g} of their "
+            "value, the trace's time)"
+            if faster
+            else ""
+        )
+        return f"replay of {part}, {pace}"
+
+    def passed(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, str]:
+        """The setting as this replay passes it: at N times the recorded pace every
+        time-based knob (a delay in ms: jemalloc's decays, mimalloc's purge delays) the
+        library reads gets 1/N of its value, its default too, so it spans the same stretch
+        of the trace as on the server. Unscaled, jemalloc's 10 s decay at 4x speed would
+        hold dirty pages for 40 s of the trace, and the search's best decay would be off
+        by 4x when deployed."""
+        if self.timing != "recorded" or self.speed == 1:
+            return dict(setting)
+        out = dict(setting)
+        for knob in allocator.knobs:
+            if knob.kind != "duration" or knob.unit != "ms":
+                continue
+            try:
+                value = float(setting.get(knob.name, knob.default))
+            except ValueError:
+                continue
+            if value > 0 and knobs.is_available(allocator, knob):
+                # never down to 0: a delay of 0 means "at once", another behaviour
+                out[knob.name] = str(max(1, round(value / self.speed)))
+        return out
 
     def environment(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, str]:
-        return knobs.environment(allocator, setting)
+        return knobs.environment(allocator, self.passed(allocator, setting))
 
     def __call__(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, float]:
         from mallocbench.patterns.experiment import PatternSetup
         from mallocbench.replay import runner
 
         setup = PatternSetup("tune", allocator, self.environment(allocator, setting))
-        run = runner.run_once(setup, self.trace, self.timing, self.speed, 0, self.timeout)
+        run = runner.run_once(
+            setup, self.trace, self.timing, self.speed, 0, self.timeout, until=self.portion_s
+        )
         if run.status != "ok":
             raise EvaluationFailed(run.error or run.status)
         return {
