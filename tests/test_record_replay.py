@@ -3,6 +3,8 @@ a real private server."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import shutil
@@ -167,6 +169,20 @@ def test_replay_command_compares_allocators_with_intervals(
     assert [(r["setup"], r["status"]) for r in runs] == [
         ("glibc", "ok"), ("jemalloc", "ok"), ("glibc", "ok"), ("jemalloc", "ok")
     ]  # fmt: skip
+    # CSV: replay.csv beside the reports, and `report --format csv` of a replay is its rows
+    rows = list(csv.DictReader(io.StringIO((out_dir / "replay.csv").read_text())))
+    assert [(r["setup"], r["runs"], r["failed"]) for r in rows] == [
+        ("glibc", "2", "0"), ("jemalloc", "2", "0")
+    ]  # fmt: skip
+    assert rows[0]["peak_heap_rss_ratio"] == "" and float(rows[1]["peak_heap_rss_ratio"]) > 0
+    assert rows[1]["peak_heap_rss_verdict"] in ("higher", "lower", "not significant")
+    again_csv = mallocbench("report", str(out_dir), "--format", "csv")
+    assert again_csv.returncode == 0 and again_csv.stdout == (out_dir / "replay.csv").read_text()
+    # `runs` says what a replay run is instead of "0 cells"
+    listed = mallocbench("runs", str(out_dir))
+    assert listed.returncode == 0, listed.stderr
+    assert f"replay of {trace}  glibc, jemalloc  2 repeats, 4/4 replays ok" in listed.stdout
+    assert "0 cells" not in listed.stdout
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
