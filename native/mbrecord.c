@@ -44,6 +44,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+/* ZSTD_createCCtx_advanced: the writer's zstd buffers are mmap'd and counted as the shim's */
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 #define TLS_IE _Thread_local __attribute__((tls_model("initial-exec")))
@@ -150,10 +152,33 @@ static void spin_unlock(atomic_int *lock)
     atomic_store_explicit(lock, 0, memory_order_release);
 }
 
+/* The shim's own mappings, so that whoever measures the host's heap while it records can
+ * take them out: they are anonymous memory the allocator never made. */
+static atomic_ullong own_bytes, own_peak;
+
+static void own_add(size_t add, size_t sub)
+{
+    unsigned long long now = add >= sub
+                                 ? atomic_fetch_add(&own_bytes, add - sub) + (add - sub)
+                                 : atomic_fetch_sub(&own_bytes, sub - add) - (sub - add);
+    unsigned long long peak = atomic_load(&own_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&own_peak, &peak, now)) {
+    }
+}
+
 static void *map(size_t size)
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED)
+        return NULL;
+    own_add(size, 0);
+    return p;
+}
+
+static void unmap(void *p, size_t size)
+{
+    munmap(p, size);
+    own_add(0, size);
 }
 
 /* ---- live-block table: pointer -> size of every block, kept while disarmed too so that
@@ -192,7 +217,7 @@ static int shard_grow(struct shard *s)
         e[j] = s->e[i];
     }
     if (s->e != NULL)
-        munmap(s->e, sizeof *s->e * s->cap);
+        unmap(s->e, sizeof *s->e * s->cap);
     s->e = e;
     s->cap = cap;
     return 0;
@@ -567,6 +592,8 @@ static int buf_reserve(struct buf *b, size_t more)
     void *p = b->data == NULL ? map(cap) : mremap(b->data, b->cap, cap, MREMAP_MAYMOVE);
     if (p == NULL || p == MAP_FAILED)
         return -1;
+    if (b->data != NULL)
+        own_add(cap, b->cap);
     b->data = p;
     b->cap = cap;
     return 0;
@@ -758,7 +785,7 @@ static void snapshot(void)
         write_frame(MB_FRAME_SNAPSHOT, snap.data + at, len);
     }
     if (snap.data != NULL)
-        munmap(snap.data, snap.cap);
+        unmap(snap.data, snap.cap);
 }
 
 static void header_info(char *info, size_t size)
@@ -813,6 +840,7 @@ static void arm(const char *path)
     if (write_all(header, sizeof header) != 0)
         return;
     t0_ns = now_ns();
+    atomic_store(&own_peak, atomic_load(&own_bytes));
     atomic_fetch_add(&gen, 1); /* chunks of an earlier window are discarded, not replayed */
     atomic_store(&armed, 1);
     /* after arming: a block allocated meanwhile is in the table and in the events; the
@@ -835,9 +863,10 @@ static void disarm(const char *why)
         return;
     char end[256];
     unsigned long long lost = atomic_exchange(&dropped, 0);
-    int n = snprintf(end, sizeof end, "events=%llu\ndropped=%llu\nsnapshot_blocks=%llu\n",
-                     (unsigned long long)w.events, lost,
-                     (unsigned long long)w.snapshot_blocks);
+    int n = snprintf(end, sizeof end,
+                     "events=%llu\ndropped=%llu\nsnapshot_blocks=%llu\nshim_mapped_peak=%llu\n",
+                     (unsigned long long)w.events, lost, (unsigned long long)w.snapshot_blocks,
+                     (unsigned long long)atomic_load(&own_peak));
     if (write_frame(MB_FRAME_END, end, (size_t)n) != 0)
         return;
     char text[MB_STATUS_SIZE];
@@ -878,11 +907,30 @@ static void poll_control(void)
     }
 }
 
+static void *zstd_alloc(void *opaque, size_t size)
+{
+    (void)opaque;
+    size_t *p = map(size + 16);
+    if (p == NULL)
+        return NULL;
+    p[0] = size + 16;
+    return (char *)p + 16;
+}
+
+static void zstd_free(void *opaque, void *address)
+{
+    (void)opaque;
+    if (address == NULL)
+        return;
+    size_t *p = (size_t *)(void *)((char *)address - 16);
+    unmap(p, p[0]);
+}
+
 static void *writer_main(void *unused)
 {
     (void)unused;
-    in_hook = 1; /* the writer's own calls (zstd's) are not the program's */
-    w.cctx = ZSTD_createCCtx();
+    in_hook = 1; /* the writer's own calls are not the program's */
+    w.cctx = ZSTD_createCCtx_advanced((ZSTD_customMem){zstd_alloc, zstd_free, NULL});
     if (w.cctx == NULL)
         return NULL;
     ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_compressionLevel, 1);
