@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -49,6 +50,7 @@ from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
+from mallocbench.results import json_safe
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
 from mallocbench.units import parse_size
@@ -261,6 +263,37 @@ def ranking(values: dict[str, list[float]], names: tuple[str, ...]) -> list[str]
     return sorted(have, key=lambda n: statistics.fmean(values[n]))
 
 
+def _ci(a: list[float], b: list[float]) -> list[float]:
+    return [round(x, 3) for x in stats.ratio_ci(a, b)]
+
+
+def pairs(
+    live: dict[str, list[float]], replay: dict[str, list[float]], names: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """Each pair's ratio (a/b) live and replayed, with 95% intervals where the repeats
+    give one. A replay agrees when its supported direction is live's; an interval that
+    holds 1 is "not shown", never a rank."""
+    have = [n for n in names if live.get(n) and replay.get(n)]
+    out = []
+    for i, a in enumerate(have):
+        for b in have[i + 1 :]:
+            lr, rr = _ci(live[a], live[b]), _ci(replay[a], replay[b])
+            shown = not math.isnan(rr[1]) and stats.significant(rr[1], rr[2])
+            agree = shown and (rr[0] > 1) == (lr[0] > 1)
+            out.append(
+                {
+                    "pair": f"{a} / {b}",
+                    "live": lr,
+                    "replay": rr,
+                    "replay_direction": ("higher" if rr[0] > 1 else "lower")
+                    if shown
+                    else "not shown",
+                    "agrees_with_live": agree,
+                }
+            )
+    return out
+
+
 def phase_compare(args: argparse.Namespace) -> dict[str, Any]:
     docs = [json.loads(Path(p).read_text().strip().splitlines()[-1]) for p in args.files]
     live = next(d for d in docs if d["phase"] == "live")
@@ -281,12 +314,13 @@ def phase_compare(args: argparse.Namespace) -> dict[str, Any]:
         out[f"{title}_ranked_live"] = a
         out[f"{title}_ranked_replay"] = b
         out[f"{title}_same_ranking"] = a == b
+        out[f"{title}_pairs"] = pairs(live_r, replay_r, names)
     if live_r.get("glibc") and live_r.get("jemalloc") and replay_r.get("glibc"):
         lg = statistics.fmean(live_r["glibc"]) / statistics.fmean(live_r["jemalloc"])
         rg = statistics.fmean(replay_r["glibc"]) / statistics.fmean(replay_r["jemalloc"])
         out["glibc_over_jemalloc"] = {
-            "live": round(lg, 3),
-            "replay": round(rg, 3),
+            "live": _ci(live_r["glibc"], live_r["jemalloc"]),
+            "replay": _ci(replay_r["glibc"], replay_r["jemalloc"]),
             "replay_over_live": round(rg / lg, 3),
             "within_25pct": abs(rg / lg - 1) <= 0.25,
         }
@@ -328,7 +362,7 @@ def main() -> int:
             tmp.chmod(0o755)
             summary = phase_record(args, tmp) if args.phase == "record" else phase_live(args, tmp)
     summary["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
-    print(json.dumps(summary), flush=True)
+    print(json.dumps(json_safe(summary)), flush=True)
     return 0
 
 
