@@ -576,6 +576,98 @@ EXPORT size_t malloc_usable_size(void *p)
     return real_usable(p);
 }
 
+/* ---- C++'s operators. jemalloc, tcmalloc and mimalloc define operator new and delete
+ * themselves; preloaded after this shim but before libstdc++, theirs would be the ones a
+ * C++ program (RocksDB) calls, and its blocks would never pass through malloc here: the
+ * recording would miss them. These go through the recorded functions instead. Only when
+ * an allocation fails is the next definition called, for its new-handler and bad_alloc
+ * (C cannot throw). ---- */
+typedef void *(*new_fn)(size_t);
+typedef void *(*new_aligned_fn)(size_t, size_t);
+
+static void *new_failed(const char *name, size_t size)
+{
+    new_fn next = (new_fn)dlsym(RTLD_NEXT, name);
+    return next != NULL ? next(size) : NULL;
+}
+
+static void *new_aligned_failed(const char *name, size_t size, size_t align)
+{
+    new_aligned_fn next = (new_aligned_fn)dlsym(RTLD_NEXT, name);
+    return next != NULL ? next(size, align) : NULL;
+}
+
+static void *new_aligned(size_t size, size_t align)
+{
+    void *p = NULL;
+    if (align < sizeof(void *))
+        align = sizeof(void *);
+    return posix_memalign(&p, align, size ? size : 1) == 0 ? p : NULL;
+}
+
+#define NEW(name)                                                                             \
+    EXPORT void *name(size_t size)                                                            \
+    {                                                                                         \
+        void *p = malloc(size ? size : 1);                                                    \
+        return p != NULL ? p : new_failed(#name, size);                                       \
+    }
+#define NEW_NOTHROW(name)                                                                     \
+    EXPORT void *name(size_t size, const void *nothrow)                                       \
+    {                                                                                         \
+        (void)nothrow;                                                                        \
+        return malloc(size ? size : 1);                                                       \
+    }
+#define NEW_ALIGNED(name)                                                                     \
+    EXPORT void *name(size_t size, size_t align)                                              \
+    {                                                                                         \
+        void *p = new_aligned(size, align);                                                   \
+        return p != NULL ? p : new_aligned_failed(#name, size, align);                        \
+    }
+#define NEW_ALIGNED_NOTHROW(name)                                                             \
+    EXPORT void *name(size_t size, size_t align, const void *nothrow)                         \
+    {                                                                                         \
+        (void)nothrow;                                                                        \
+        return new_aligned(size, align);                                                      \
+    }
+#define DELETE(name, ...)                                                                     \
+    EXPORT void name(void *p, __VA_ARGS__)                                                    \
+    {                                                                                         \
+        free(p);                                                                              \
+    }
+
+NEW(_Znwm)
+NEW(_Znam)
+NEW_NOTHROW(_ZnwmRKSt9nothrow_t)
+NEW_NOTHROW(_ZnamRKSt9nothrow_t)
+NEW_ALIGNED(_ZnwmSt11align_val_t)
+NEW_ALIGNED(_ZnamSt11align_val_t)
+NEW_ALIGNED_NOTHROW(_ZnwmSt11align_val_tRKSt9nothrow_t)
+NEW_ALIGNED_NOTHROW(_ZnamSt11align_val_tRKSt9nothrow_t)
+
+EXPORT void _ZdlPv(void *p)
+{
+    free(p);
+}
+
+EXPORT void _ZdaPv(void *p)
+{
+    free(p);
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+DELETE(_ZdlPvm, size_t size)
+DELETE(_ZdaPvm, size_t size)
+DELETE(_ZdlPvRKSt9nothrow_t, const void *nothrow)
+DELETE(_ZdaPvRKSt9nothrow_t, const void *nothrow)
+DELETE(_ZdlPvSt11align_val_t, size_t align)
+DELETE(_ZdaPvSt11align_val_t, size_t align)
+DELETE(_ZdlPvmSt11align_val_t, size_t size, size_t align)
+DELETE(_ZdaPvmSt11align_val_t, size_t size, size_t align)
+DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, size_t align, const void *nothrow)
+DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, size_t align, const void *nothrow)
+#pragma GCC diagnostic pop
+
 /* ---- the writer thread ---- */
 struct buf {
     char *data;
