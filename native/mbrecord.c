@@ -44,6 +44,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+/* ZSTD_createCCtx_advanced: the writer's zstd buffers are mmap'd and counted as the shim's */
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 #define TLS_IE _Thread_local __attribute__((tls_model("initial-exec")))
@@ -150,10 +152,33 @@ static void spin_unlock(atomic_int *lock)
     atomic_store_explicit(lock, 0, memory_order_release);
 }
 
+/* The shim's own mappings, so that whoever measures the host's heap while it records can
+ * take them out: they are anonymous memory the allocator never made. */
+static atomic_ullong own_bytes, own_peak;
+
+static void own_add(size_t add, size_t sub)
+{
+    unsigned long long now = add >= sub
+                                 ? atomic_fetch_add(&own_bytes, add - sub) + (add - sub)
+                                 : atomic_fetch_sub(&own_bytes, sub - add) - (sub - add);
+    unsigned long long peak = atomic_load(&own_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&own_peak, &peak, now)) {
+    }
+}
+
 static void *map(size_t size)
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED)
+        return NULL;
+    own_add(size, 0);
+    return p;
+}
+
+static void unmap(void *p, size_t size)
+{
+    munmap(p, size);
+    own_add(0, size);
 }
 
 /* ---- live-block table: pointer -> size of every block, kept while disarmed too so that
@@ -192,7 +217,7 @@ static int shard_grow(struct shard *s)
         e[j] = s->e[i];
     }
     if (s->e != NULL)
-        munmap(s->e, sizeof *s->e * s->cap);
+        unmap(s->e, sizeof *s->e * s->cap);
     s->e = e;
     s->cap = cap;
     return 0;
@@ -551,6 +576,98 @@ EXPORT size_t malloc_usable_size(void *p)
     return real_usable(p);
 }
 
+/* ---- C++'s operators. jemalloc, tcmalloc and mimalloc define operator new and delete
+ * themselves; preloaded after this shim but before libstdc++, theirs would be the ones a
+ * C++ program (RocksDB) calls, and its blocks would never pass through malloc here: the
+ * recording would miss them. These go through the recorded functions instead. Only when
+ * an allocation fails is the next definition called, for its new-handler and bad_alloc
+ * (C cannot throw). ---- */
+typedef void *(*new_fn)(size_t);
+typedef void *(*new_aligned_fn)(size_t, size_t);
+
+static void *new_failed(const char *name, size_t size)
+{
+    new_fn next = (new_fn)dlsym(RTLD_NEXT, name);
+    return next != NULL ? next(size) : NULL;
+}
+
+static void *new_aligned_failed(const char *name, size_t size, size_t align)
+{
+    new_aligned_fn next = (new_aligned_fn)dlsym(RTLD_NEXT, name);
+    return next != NULL ? next(size, align) : NULL;
+}
+
+static void *new_aligned(size_t size, size_t align)
+{
+    void *p = NULL;
+    if (align < sizeof(void *))
+        align = sizeof(void *);
+    return posix_memalign(&p, align, size ? size : 1) == 0 ? p : NULL;
+}
+
+#define NEW(name)                                                                             \
+    EXPORT void *name(size_t size)                                                            \
+    {                                                                                         \
+        void *p = malloc(size ? size : 1);                                                    \
+        return p != NULL ? p : new_failed(#name, size);                                       \
+    }
+#define NEW_NOTHROW(name)                                                                     \
+    EXPORT void *name(size_t size, const void *nothrow)                                       \
+    {                                                                                         \
+        (void)nothrow;                                                                        \
+        return malloc(size ? size : 1);                                                       \
+    }
+#define NEW_ALIGNED(name)                                                                     \
+    EXPORT void *name(size_t size, size_t align)                                              \
+    {                                                                                         \
+        void *p = new_aligned(size, align);                                                   \
+        return p != NULL ? p : new_aligned_failed(#name, size, align);                        \
+    }
+#define NEW_ALIGNED_NOTHROW(name)                                                             \
+    EXPORT void *name(size_t size, size_t align, const void *nothrow)                         \
+    {                                                                                         \
+        (void)nothrow;                                                                        \
+        return new_aligned(size, align);                                                      \
+    }
+#define DELETE(name, ...)                                                                     \
+    EXPORT void name(void *p, __VA_ARGS__)                                                    \
+    {                                                                                         \
+        free(p);                                                                              \
+    }
+
+NEW(_Znwm)
+NEW(_Znam)
+NEW_NOTHROW(_ZnwmRKSt9nothrow_t)
+NEW_NOTHROW(_ZnamRKSt9nothrow_t)
+NEW_ALIGNED(_ZnwmSt11align_val_t)
+NEW_ALIGNED(_ZnamSt11align_val_t)
+NEW_ALIGNED_NOTHROW(_ZnwmSt11align_val_tRKSt9nothrow_t)
+NEW_ALIGNED_NOTHROW(_ZnamSt11align_val_tRKSt9nothrow_t)
+
+EXPORT void _ZdlPv(void *p)
+{
+    free(p);
+}
+
+EXPORT void _ZdaPv(void *p)
+{
+    free(p);
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+DELETE(_ZdlPvm, size_t size)
+DELETE(_ZdaPvm, size_t size)
+DELETE(_ZdlPvRKSt9nothrow_t, const void *nothrow)
+DELETE(_ZdaPvRKSt9nothrow_t, const void *nothrow)
+DELETE(_ZdlPvSt11align_val_t, size_t align)
+DELETE(_ZdaPvSt11align_val_t, size_t align)
+DELETE(_ZdlPvmSt11align_val_t, size_t size, size_t align)
+DELETE(_ZdaPvmSt11align_val_t, size_t size, size_t align)
+DELETE(_ZdlPvSt11align_val_tRKSt9nothrow_t, size_t align, const void *nothrow)
+DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, size_t align, const void *nothrow)
+#pragma GCC diagnostic pop
+
 /* ---- the writer thread ---- */
 struct buf {
     char *data;
@@ -567,6 +684,8 @@ static int buf_reserve(struct buf *b, size_t more)
     void *p = b->data == NULL ? map(cap) : mremap(b->data, b->cap, cap, MREMAP_MAYMOVE);
     if (p == NULL || p == MAP_FAILED)
         return -1;
+    if (b->data != NULL)
+        own_add(cap, b->cap);
     b->data = p;
     b->cap = cap;
     return 0;
@@ -758,7 +877,7 @@ static void snapshot(void)
         write_frame(MB_FRAME_SNAPSHOT, snap.data + at, len);
     }
     if (snap.data != NULL)
-        munmap(snap.data, snap.cap);
+        unmap(snap.data, snap.cap);
 }
 
 static void header_info(char *info, size_t size)
@@ -813,6 +932,7 @@ static void arm(const char *path)
     if (write_all(header, sizeof header) != 0)
         return;
     t0_ns = now_ns();
+    atomic_store(&own_peak, atomic_load(&own_bytes));
     atomic_fetch_add(&gen, 1); /* chunks of an earlier window are discarded, not replayed */
     atomic_store(&armed, 1);
     /* after arming: a block allocated meanwhile is in the table and in the events; the
@@ -835,9 +955,10 @@ static void disarm(const char *why)
         return;
     char end[256];
     unsigned long long lost = atomic_exchange(&dropped, 0);
-    int n = snprintf(end, sizeof end, "events=%llu\ndropped=%llu\nsnapshot_blocks=%llu\n",
-                     (unsigned long long)w.events, lost,
-                     (unsigned long long)w.snapshot_blocks);
+    int n = snprintf(end, sizeof end,
+                     "events=%llu\ndropped=%llu\nsnapshot_blocks=%llu\nshim_mapped_peak=%llu\n",
+                     (unsigned long long)w.events, lost, (unsigned long long)w.snapshot_blocks,
+                     (unsigned long long)atomic_load(&own_peak));
     if (write_frame(MB_FRAME_END, end, (size_t)n) != 0)
         return;
     char text[MB_STATUS_SIZE];
@@ -878,11 +999,30 @@ static void poll_control(void)
     }
 }
 
+static void *zstd_alloc(void *opaque, size_t size)
+{
+    (void)opaque;
+    size_t *p = map(size + 16);
+    if (p == NULL)
+        return NULL;
+    p[0] = size + 16;
+    return (char *)p + 16;
+}
+
+static void zstd_free(void *opaque, void *address)
+{
+    (void)opaque;
+    if (address == NULL)
+        return;
+    size_t *p = (size_t *)(void *)((char *)address - 16);
+    unmap(p, p[0]);
+}
+
 static void *writer_main(void *unused)
 {
     (void)unused;
-    in_hook = 1; /* the writer's own calls (zstd's) are not the program's */
-    w.cctx = ZSTD_createCCtx();
+    in_hook = 1; /* the writer's own calls are not the program's */
+    w.cctx = ZSTD_createCCtx_advanced((ZSTD_customMem){zstd_alloc, zstd_free, NULL});
     if (w.cctx == NULL)
         return NULL;
     ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_compressionLevel, 1);

@@ -80,6 +80,7 @@ def run_reports(name: str, analysis: RunAnalysis) -> dict[str, Callable[[], str]
     golden_names = {
         "markdown": "report.md",
         "csv": "cells.csv",
+        "replay-csv": "replay.csv",
         "summary-csv": "summary.csv",
         "relative-csv": "relative.csv",
         "relative-json": "relative.json",

@@ -28,6 +28,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.formatting import durations, mib
 from mallocbench.metadata import Durations
 from mallocbench.report import formats
+from mallocbench.report import replay as replay_report
 from mallocbench.report.formats import write_reports, write_run_reports
 from mallocbench.report.words import wide_cell_text
 from mallocbench.results import RunResult
@@ -555,7 +556,12 @@ def runs_cmd(store: str) -> None:
     try:
         for run in db.list_runs():
             status = db.live_status(run["run_id"], run["status"])
-            click.echo(f"{run['run_id']}  {run['cells']:>4} cells  {run['experiment']}  {status}")
+            what = f"{run['cells']:>4} cells  {run['experiment']}"
+            if not run["cells"]:
+                replay = db.load_run_header(run["run_id"]).metadata.replay
+                if replay is not None:
+                    what = replay_report.listing(replay)
+            click.echo(f"{run['run_id']}  {what}  {status}")
     finally:
         db.close()
 

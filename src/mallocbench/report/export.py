@@ -12,6 +12,7 @@ from typing import Any
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import RatioRow, RatioTable
 from mallocbench.report.replay import document as replay_document
+from mallocbench.report.replay import records as replay_records
 from mallocbench.workloads.catalogue import label_order
 
 CELL_COLUMNS = (
@@ -162,6 +163,21 @@ def records_csv(records: list[dict[str, Any]], empty_header: tuple[str, ...]) ->
     writer.writeheader()
     writer.writerows(records)
     return buffer.getvalue()
+
+
+REPLAY_EMPTY_HEADER = ("trace", "setup", "allocator", "knobs")
+
+
+def replay_csv(analysis: RunAnalysis) -> str:
+    """A replay run's setups, one row each (the header alone for a run without one)."""
+    return records_csv(replay_records(analysis.replay), REPLAY_EMPTY_HEADER)
+
+
+def cells_or_replay_csv(analysis: RunAnalysis) -> str:
+    """`csv`: a replay run has no cells, so its CSV is its replay's rows."""
+    if analysis.replay is not None and not analysis.result.cells:
+        return replay_csv(analysis)
+    return cells_csv(analysis)
 
 
 def relative_csv(analysis: RunAnalysis) -> str:

@@ -40,7 +40,8 @@ Format = Callable[[RunAnalysis], str]
 FORMATS: dict[str, Format] = {
     "markdown": lambda a: markdown.render(a) + "\n",
     "html": lambda a: _html().render_html(a),
-    "csv": export.cells_csv,
+    "csv": export.cells_or_replay_csv,
+    "replay-csv": export.replay_csv,
     "summary-csv": export.summary_csv,
     "relative-csv": export.relative_csv,
     "relative-json": lambda a: export.relative_json(a) + "\n",
@@ -57,6 +58,8 @@ FILES: dict[str, Format] = {
     "relative.csv": export.relative_csv,
     "summary.csv": export.summary_csv,
 }
+# ... and a replay run's setups, beside them when the run is a replay.
+REPLAY_FILE = "replay.csv"
 
 
 def _html() -> ModuleType:
@@ -221,6 +224,9 @@ def write_reports(analysis: RunAnalysis, out_dir: Path, self_contained: bool = F
             target = out_dir / name
             write_text_atomic(target, render_file(analysis))
             written.append(target)
+        if analysis.replay is not None:
+            write_text_atomic(out_dir / REPLAY_FILE, export.replay_csv(analysis))
+            written.append(out_dir / REPLAY_FILE)
         written.append(_html().write_html(analysis, out_dir / "report.html", self_contained))
     return written
 

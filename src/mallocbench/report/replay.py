@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from mallocbench.analysis.replay import METRICS, Estimate, Ratio, ReplayAnalysis
+from mallocbench.metadata import ReplayRecord
+from mallocbench.results import json_safe
 
 MIB = 1024 * 1024
 # The ratio of RSS/live equals that of peak RSS (one ideal for all setups): not repeated.
@@ -247,4 +249,61 @@ def html_view(replay: ReplayAnalysis | None) -> ReplayView | None:
         base=replay.base,
         rule=rule_text(replay),
         errors=error_lines(replay),
+    )
+
+
+def _verdict(r: Ratio) -> str:
+    # classify's faster/slower mean above/below 1, which reads wrong for memory and CPU
+    if not r.finding:
+        return r.verdict
+    return "higher" if r.ratio > 1 else "lower"
+
+
+def records(replay: ReplayAnalysis | None) -> list[dict[str, Any]]:
+    """One row per setup for CSV: the trace it replayed, each metric's mean and 95%
+    bounds, and each ratio to the base with its bounds and verdict (empty for the base;
+    `finding` is true only under the project's rule)."""
+    if replay is None:
+        return []
+    rec = replay.record
+    out = []
+    for row in replay.rows:
+        record: dict[str, Any] = {
+            "trace": rec.trace_path,
+            "setup": row.setup,
+            "allocator": row.allocator,
+            "knobs": " ".join(f"{k}={v}" for k, v in sorted(row.knobs.items())),
+            "timing": rec.timing,
+            "speed": rec.speed,
+            "order": rec.order,
+            "runs": row.runs,
+            "failed": row.failed,
+            "ideal_peak_live": row.ideal_peak_live,
+        }
+        for key, _, _ in METRICS:
+            e = row.metrics[key]
+            record.update({key: e.mean, f"{key}_low": e.low, f"{key}_high": e.high})
+        for key in RATIO_KEYS:
+            r = row.ratios.get(key)
+            record.update(
+                {
+                    f"{key}_ratio": r.ratio if r else None,
+                    f"{key}_ratio_low": r.low if r else None,
+                    f"{key}_ratio_high": r.high if r else None,
+                    f"{key}_verdict": _verdict(r) if r else None,
+                    f"{key}_finding": r.finding if r else None,
+                }
+            )
+        out.append(json_safe(record))  # an interval not known is an empty field, not nan
+    return out
+
+
+def listing(rec: ReplayRecord) -> str:
+    """How `runs` shows a replay run, which has no cells: its trace, setups and replays."""
+    setups = [str(s.get("name")) for s in rec.setups or []]
+    done = sum(1 for r in rec.runs or [] if r.get("status") == "ok")
+    planned = int(rec.repeats or 0) * len(setups)
+    return (
+        f"replay of {rec.trace_path}  {', '.join(setups) or 'no setups'}  "
+        f"{rec.repeats or 0} repeats, {done}/{planned} replays ok"
     )
