@@ -6,20 +6,30 @@ significant" at min_effect 3%. Twenty runs cannot tell a 5% error rate from a 10
 so the recorded blocks of all runs are then resampled (3 blocks at a time, each block
 keeping its own pairing) into hundreds of further A/A comparisons judged by the same code.
 
-    .venv/bin/python bench/bench_aa.py [--runs 20] [--resamples 400] [--out /tmp/mb-bench-aa]
+With `--alternate turns` the twins' clients take 1 s turns (10 per cell) instead of
+running 5 s slices of their own. The paired log-ratio twin/base per turn (or slice) is
+then split into its per-turn and per-start variance components over every block of
+every run: how much of a block ratio's spread comes from the server starts themselves.
+`--reuse` keeps the runs already in --out (a run that was stopped is run again).
+
+    .venv/bin/python bench/bench_aa.py [--runs 20] [--resamples 400] [--alternate turns]
+        [--out /tmp/mb-bench-aa] [--reuse]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import random
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 from common import Plan, emit, ratio_cells, run
 
-from mallocbench.analysis import stats
+from mallocbench.analysis import noise, stats
 from mallocbench.analysis.summary import summarize
 from mallocbench.results import RunResult
 
@@ -36,6 +46,36 @@ def blocks_of(result: RunResult) -> list[tuple[float, float]]:
     return [(base.by_repeat[b], twin.by_repeat[b]) for b in base.by_repeat if b in twin.by_repeat]
 
 
+def block_ratios(result: RunResult) -> list[list[float]]:
+    """Per block, twin/base throughput of each turn (or slice), paired by position: the
+    k-th turn of each ran in the same round."""
+    cells = {(c.setup, c.repeat): c for c in result.cells if c.slices}
+    out = []
+    for (setup, repeat), base in sorted(cells.items()):
+        twin = cells.get(("glibc-b", repeat))
+        if setup != "glibc" or twin is None:
+            continue
+        pairs = zip(base.slices, twin.slices, strict=False)
+        out.append([t["qps"] / b["qps"] for b, t in pairs if b.get("qps") and t.get("qps")])
+    return [r for r in out if r]
+
+
+def components(ratios: list[list[float]], per_cell: int) -> dict[str, object]:
+    """Per-turn and per-start variance of the paired log-ratio, and the share of a block
+    ratio's variance (the mean of `per_cell` turns) that is per start."""
+    if len(ratios) < 2 or not any(len(r) >= 2 for r in ratios):
+        return {"components": None}
+    found = noise.variance_components(ratios)
+    between = found.between_var or 0.0
+    block_var = between + found.within_var / per_cell
+    return {
+        "components": found.to_dict(),
+        "per_start_share_of_one_turn": between / (between + found.within_var),
+        "per_start_share_of_block_ratio": between / block_var if block_var else math.nan,
+        "block_ratio_sd": math.sqrt(block_var),
+    }
+
+
 def resampled(pool: list[tuple[float, float]], draws: int, rng: random.Random) -> Counter[str]:
     verdicts: Counter[str] = Counter()
     for _ in range(draws):
@@ -49,21 +89,43 @@ def resampled(pool: list[tuple[float, float]], draws: int, rng: random.Random) -
     return verdicts
 
 
+def plan_for(alternate: str, repeats: int) -> Plan:
+    twins = [("glibc", "glibc", ""), ("glibc-b", "glibc", "")]
+    if alternate == "turns":
+        return Plan("aa", twins, repeats=repeats, alternate="turns", step_s=10, slice_s=1)
+    return Plan("aa", twins, repeats=repeats)
+
+
+def one_run(plan: Plan, out: Path, reuse: bool) -> tuple[RunResult, float | None]:
+    """A run's result and its wall seconds (None: reused from an earlier bench)."""
+    stored = out / "results.json"
+    if reuse and stored.exists():
+        result = RunResult.from_dict(json.loads(stored.read_text()))
+        if len({c.repeat for c in result.cells if c.qps}) >= plan.repeats:
+            return result, None
+    return run(plan, out)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--resamples", type=int, default=400)
     parser.add_argument("--out", type=Path, default=Path("/tmp/mb-bench-aa"))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--alternate", choices=("runs", "turns"), default="runs")
+    parser.add_argument("--reuse", action="store_true", help="keep finished runs in --out")
     args = parser.parse_args()
-    plan = Plan("aa", [("glibc", "glibc", ""), ("glibc-b", "glibc", "")], repeats=args.repeats)
+    plan = plan_for(args.alternate, args.repeats)
     verdicts: Counter[str] = Counter()
     pool: list[tuple[float, float]] = []
+    ratios: list[list[float]] = []
     for i in range(args.runs):
-        result, seconds = run(plan, args.out / f"run{i:02d}")
+        load = Path("/proc/loadavg").read_text().split()[0]
+        result, seconds = one_run(plan, args.out / f"run{i:02d}", args.reuse)
         cell = ratio_cells(result)["glibc-b"]
         verdicts[cell.verdict] += 1
         pool += blocks_of(result)
+        ratios += block_ratios(result)
         emit(
             {
                 "run": i,
@@ -71,16 +133,21 @@ def main() -> int:
                 "low": cell.low,
                 "high": cell.high,
                 "verdict": cell.verdict,
-                "seconds": round(seconds),
+                "seconds": None if seconds is None else round(seconds),
+                "load_before": float(load),
+                "load_after": float(Path("/proc/loadavg").read_text().split()[0]),
+                "at": time.strftime("%H:%M:%S", time.gmtime()),
             }
         )
     resamples = resampled(pool, args.resamples, random.Random(1))
     real_rate = sum(verdicts[v] for v in PASSING) / args.runs
     resampled_rate = sum(resamples[v] for v in PASSING) / args.resamples
     findings = sum(resamples[v] for v in stats.FINDINGS) / args.resamples
+    per_cell = max((len(r) for r in ratios), default=1)
     emit(
         {
             "benchmark": "aa",
+            "alternate": args.alternate,
             "runs": args.runs,
             "verdicts": dict(verdicts),
             "same_or_not_significant": real_rate,
@@ -89,6 +156,8 @@ def main() -> int:
             "resampled_same_or_not_significant": resampled_rate,
             "resampled_false_findings": findings,
             "blocks_in_pool": len(pool),
+            "turns_per_cell": per_cell,
+            "paired_log_ratio": components(ratios, per_cell),
             "target": TARGET,
             "verdict": "ok" if min(real_rate, resampled_rate) >= TARGET else "below target",
         }
