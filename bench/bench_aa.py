@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import random
+import statistics
 import sys
 import time
 from collections import Counter
@@ -119,11 +120,15 @@ def main() -> int:
     verdicts: Counter[str] = Counter()
     pool: list[tuple[float, float]] = []
     ratios: list[list[float]] = []
+    widths: list[float] = []
+    walls: list[float] = []
     for i in range(args.runs):
         load = Path("/proc/loadavg").read_text().split()[0]
         result, seconds = one_run(plan, args.out / f"run{i:02d}", args.reuse)
         cell = ratio_cells(result)["glibc-b"]
         verdicts[cell.verdict] += 1
+        widths.append(100 * (cell.high - cell.low))
+        walls += [] if seconds is None else [seconds]
         pool += blocks_of(result)
         ratios += block_ratios(result)
         emit(
@@ -156,6 +161,8 @@ def main() -> int:
             "resampled_same_or_not_significant": resampled_rate,
             "resampled_false_findings": findings,
             "blocks_in_pool": len(pool),
+            "width_points_median": statistics.median(widths),
+            "seconds_per_run_median": statistics.median(walls) if walls else None,
             "turns_per_cell": per_cell,
             "paired_log_ratio": components(ratios, per_cell),
             "target": TARGET,
