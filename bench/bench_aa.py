@@ -9,7 +9,10 @@ keeping its own pairing) into hundreds of further A/A comparisons judged by the 
 With `--alternate turns` the twins' clients take 1 s turns (10 per cell) instead of
 running 5 s slices of their own. The paired log-ratio twin/base per turn (or slice) is
 then split into its per-turn and per-start variance components over every block of
-every run: how much of a block ratio's spread comes from the server starts themselves.
+every run: how much of a block ratio's spread comes from the server starts themselves;
+and again after a regression on the difference in other processes' CPU share between
+the paired turns (a covariate the allocator does not cause), to show how much of the
+per-turn noise is the busy host.
 `--reuse` keeps the runs already in --out (a run that was stopped is run again).
 
     .venv/bin/python bench/bench_aa.py [--runs 20] [--resamples 400] [--alternate turns]
@@ -28,6 +31,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 from common import Plan, emit, ratio_cells, run
 
 from mallocbench.analysis import noise, stats
@@ -47,9 +51,10 @@ def blocks_of(result: RunResult) -> list[tuple[float, float]]:
     return [(base.by_repeat[b], twin.by_repeat[b]) for b in base.by_repeat if b in twin.by_repeat]
 
 
-def block_ratios(result: RunResult) -> list[list[float]]:
-    """Per block, twin/base throughput of each turn (or slice), paired by position: the
-    k-th turn of each ran in the same round."""
+def block_turns(result: RunResult) -> list[list[tuple[float, float]]]:
+    """Per block, for each turn (or slice) paired by position (the k-th turn of each ran
+    in the same round): twin/base throughput, and how much more of the machine other
+    processes used in the twin's turn than in the base's (probes.system.interference)."""
     cells = {(c.setup, c.repeat): c for c in result.cells if c.slices}
     out = []
     for (setup, repeat), base in sorted(cells.items()):
@@ -57,8 +62,29 @@ def block_ratios(result: RunResult) -> list[list[float]]:
         if setup != "glibc" or twin is None:
             continue
         pairs = zip(base.slices, twin.slices, strict=False)
-        out.append([t["qps"] / b["qps"] for b, t in pairs if b.get("qps") and t.get("qps")])
+        out.append(
+            [
+                (t["qps"] / b["qps"], t.get("other_cpu_share", 0.0) - b.get("other_cpu_share", 0.0))
+                for b, t in pairs
+                if b.get("qps") and t.get("qps")
+            ]
+        )
     return [r for r in out if r]
+
+
+def adjusted_for_others(turns: list[list[tuple[float, float]]]) -> tuple[list[list[float]], float]:
+    """The ratios with the part other processes' CPU explains taken out (a regression of
+    the log-ratio on the difference in their share, within blocks so that the per-start
+    level is left alone), and the share of the within-block variance it explained."""
+    ys = [np.log([r for r, _ in block]) for block in turns]
+    xs = [np.array([d for _, d in block]) for block in turns]
+    y_in = np.concatenate([y - y.mean() for y in ys])
+    x_in = np.concatenate([x - x.mean() for x in xs])
+    if not (x_in**2).sum():
+        return [list(np.exp(y)) for y in ys], 0.0
+    slope = float((x_in * y_in).sum() / (x_in**2).sum())
+    explained = 1.0 - float(((y_in - slope * x_in) ** 2).sum() / (y_in**2).sum())
+    return [list(np.exp(y - slope * x)) for y, x in zip(ys, xs, strict=True)], explained
 
 
 def components(ratios: list[list[float]], per_cell: int) -> dict[str, object]:
@@ -119,7 +145,7 @@ def main() -> int:
     plan = plan_for(args.alternate, args.repeats)
     verdicts: Counter[str] = Counter()
     pool: list[tuple[float, float]] = []
-    ratios: list[list[float]] = []
+    turns: list[list[tuple[float, float]]] = []
     widths: list[float] = []
     walls: list[float] = []
     for i in range(args.runs):
@@ -130,7 +156,7 @@ def main() -> int:
         widths.append(100 * (cell.high - cell.low))
         walls += [] if seconds is None else [seconds]
         pool += blocks_of(result)
-        ratios += block_ratios(result)
+        turns += block_turns(result)
         emit(
             {
                 "run": i,
@@ -148,7 +174,9 @@ def main() -> int:
     real_rate = sum(verdicts[v] for v in PASSING) / args.runs
     resampled_rate = sum(resamples[v] for v in PASSING) / args.resamples
     findings = sum(resamples[v] for v in stats.FINDINGS) / args.resamples
+    ratios = [[r for r, _ in block] for block in turns]
     per_cell = max((len(r) for r in ratios), default=1)
+    adjusted, explained = adjusted_for_others(turns) if turns else ([], 0.0)
     emit(
         {
             "benchmark": "aa",
@@ -165,6 +193,8 @@ def main() -> int:
             "seconds_per_run_median": statistics.median(walls) if walls else None,
             "turns_per_cell": per_cell,
             "paired_log_ratio": components(ratios, per_cell),
+            "adjusted_for_other_cpu": components(adjusted, per_cell)
+            | {"within_block_share_explained": explained},
             "target": TARGET,
             "verdict": "ok" if min(real_rate, resampled_rate) >= TARGET else "below target",
         }
