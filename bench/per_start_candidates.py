@@ -7,7 +7,8 @@ block's mean and its setup's mean (the two-way additive model the verdict uses),
 is left is the per-start effect plus slice noise. Each candidate a session recorded
 (`start` in results.json, probes/start.py) is regressed on it alone; the share of the
 level's variance it explains (R squared) is printed per candidate, with the number of
-starts. A candidate caused by the allocator (AnonHugePages) is not a fair covariate for a
+starts; beside them, the other processes' CPU share measured in the session's slices.
+A candidate caused by the allocator (AnonHugePages) is not a fair covariate for a
 comparison of allocators: it is shown, marked.
 """
 
@@ -45,12 +46,25 @@ def levels(result: dict) -> dict[str, float]:
     }
 
 
+def others_share(result: dict) -> dict[str, float]:
+    """session id -> the mean share of the machine other processes used in its slices:
+    not a start candidate but what the host did meanwhile, for comparison with them."""
+    shares: dict[str, list[float]] = defaultdict(list)
+    for cell in result["cells"]:
+        for piece in cell.get("slices") or []:
+            if "other_cpu_share" in piece:
+                shares[cell["session"]].append(float(piece["other_cpu_share"]))
+    return {sid: float(np.mean(v)) for sid, v in shares.items()}
+
+
 def main(paths: list[str]) -> None:
     found: dict[str, list[tuple[float, float]]] = defaultdict(list)
     every: list[float] = []
     for path in paths:
         result = json.loads(Path(path).read_text())
-        starts = {s["id"]: s.get("start") or {} for s in result["sessions"]}
+        starts = {s["id"]: dict(s.get("start") or {}) for s in result["sessions"]}
+        for sid, share in others_share(result).items():
+            starts.setdefault(sid, {})["other_cpu_share_measured"] = share
         for sid, level in levels(result).items():
             every.append(level)
             for name, value in starts.get(sid, {}).items():
