@@ -58,15 +58,16 @@ def test_the_dry_run_line_shows_no_runaway_width(
     """Two repeats of two setups leave 1 degree of freedom (t = 12.7): a noisy design's
     width comes out in the tens of thousands of points, and the line must not print it."""
     from mallocbench import experiment as experiment_mod
-    from mallocbench.commands import autodesign
-    from mallocbench.commands import calibrate as calibrate_mod
+    from mallocbench.calibrate import auto as autodesign
+    from mallocbench.calibrate.store import calibration_key
+    from mallocbench.calibrate.target import pick_target
 
     path = tmp_path / "auto.toml"
     path.write_text(AUTO)
     cache = tmp_path / "cache"
     monkeypatch.setenv("MALLOCBENCH_CACHE", str(cache))
     experiment = experiment_mod.load(path)
-    target = calibrate_mod.pick_target(experiment, None, None, None, None)
+    target = pick_target(experiment, None, None, None, None)
 
     def parts(within: float, between: float, mean_log: float) -> dict[str, float | int]:
         return {
@@ -86,7 +87,7 @@ def test_the_dry_run_line_shows_no_runaway_width(
         "runs": parts(0.4, 0.2, 0.0),
         "turns": parts(1e-4, 1e-5, 0.0),
     }
-    stored = cache / "calibrations" / f"{calibrate_mod.calibration_key(experiment, target)}.json"
+    stored = cache / "calibrations" / f"{calibration_key(experiment, target)}.json"
     stored.parent.mkdir(parents=True)
     stored.write_text(json.dumps(record))
     chosen = autodesign.stored_choice(experiment)
