@@ -126,15 +126,20 @@ def _can_restore_priority() -> bool:
 
 
 def _set_priority_of_tree(niceness: int) -> None:
-    """This process and every process it started (servers, clients, harnesses): a
-    module's server started by a test at idle priority must not stay there for the tests
-    after it."""
+    """This process and every process it started (servers, clients, harnesses), each of
+    their threads: a module's server started by a test at idle priority must not stay
+    there for the tests after it. Linux keeps a niceness per thread, and a process's
+    value names only its main thread, so a server's running workers (and the threads
+    they start later) are set one by one."""
     import psutil
 
     me = psutil.Process()
-    for process in [me, *me.children(recursive=True)]:
+    os.setpriority(os.PRIO_PROCESS, 0, niceness)  # the thread running the tests
+    for process in me.children(recursive=True):
         with contextlib.suppress(psutil.Error, OSError):  # gone meanwhile, or not ours
-            process.nice(niceness)
+            for thread in process.threads():
+                with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                    os.setpriority(os.PRIO_PROCESS, thread.id, niceness)
 
 
 class _Turns:
