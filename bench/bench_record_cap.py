@@ -47,16 +47,17 @@ def loadavg() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def window_figures(trace: Path, seconds: float) -> dict[str, Any]:
+def window_figures(trace: Path) -> dict[str, Any]:
     info = tracemod.check(trace)
+    recorded = max(float(info.data["duration_s"]), 1e-3)
     end = info.data["end"]
     return {
         "buffer_peak_mib": round(int(end.get("buffer_peak", 0)) / MIB, 1),
         "shim_mapped_peak_mib": round(int(end.get("shim_mapped_peak", 0)) / MIB, 1),
         "events": info.data["events"],
-        "events_per_s": round(info.data["events"] / seconds),
+        "events_per_s": round(info.data["events"] / recorded),  # while it recorded
         "status": info.status,
-        "load": loadavg(),
+        "loadavg": loadavg(),
     }
 
 
@@ -82,10 +83,9 @@ def server_windows(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
         time.sleep(2)
         for i, cap in enumerate(caps):
             trace = tmp / f"server-{i}.mbt"
-            started = time.monotonic()
             control.record(server.pid, args.seconds, trace, max_buffer=cap)
             row = {"load": "server", "cap_mib": cap // MIB or None}
-            row |= window_figures(trace, time.monotonic() - started)
+            row |= window_figures(trace)
             print(json.dumps(row), file=sys.stderr)
             out.append(row)
             trace.unlink()
@@ -111,14 +111,13 @@ def churn_windows(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
             MBRECORD_CONTROL=str(ctl),
             MBRECORD_MAX_BUFFER=str(cap),
         )
-        started = time.monotonic()
         proc = subprocess.run(
             [str(exe), f"{ctl}.status", str(args.churn_threads), str(args.churn_seconds)],
             env=env, capture_output=True, text=True, check=True,
         )  # fmt: skip
         calls = json.loads(proc.stdout)["calls"]
         row = {"load": "churn", "cap_mib": cap // MIB or None, "calls": calls}
-        row |= window_figures(trace, time.monotonic() - started)
+        row |= window_figures(trace)
         print(json.dumps(row), file=sys.stderr)
         out.append(row)
         trace.unlink()
@@ -151,7 +150,10 @@ def medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         min(r["buffer_peak_mib"] for r in mine),
                         max(r["buffer_peak_mib"] for r in mine),
                     ],
-                    "load_range": [min(r["load"] for r in mine), max(r["load"] for r in mine)],
+                    "loadavg_range": [
+                        min(r["loadavg"] for r in mine),
+                        max(r["loadavg"] for r in mine),
+                    ],
                 }
             )
     return summary

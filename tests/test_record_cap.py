@@ -164,3 +164,22 @@ def test_a_server_recorded_under_a_tiny_cap_stops_recording_and_serves_on(
     assert info.data["skipped_frees"] < 0.01 * info.data["calls"]["free"] + 10
     run = runner.run_once(make_setup("test", "glibc", "glibc"), trace, "none", 1.0, 0, 120)
     assert run.status == "ok" and run.data["malloc_failures"] == 0, run.error
+
+
+def test_runs_marks_a_replay_of_a_trace_that_stopped_early() -> None:
+    from mallocbench.metadata import ReplayRecord
+    from mallocbench.report.replay import listing
+
+    setups = [{"name": "glibc"}, {"name": "jemalloc"}]
+    runs = [{"status": "ok"}] * 4
+    for status, marked in (
+        ("stopped: the writer fell behind; buffers reached 64.1 MiB (cap 64.0 MiB)", True),
+        ("stopped: writing a frame: No space left on device at byte offset 9", True),
+        ("complete (disarmed) events=10 dropped=0", False),
+    ):
+        rec = ReplayRecord(
+            trace_path="t.mbt", trace={"status": status}, repeats=2, setups=setups, runs=runs
+        )
+        line = listing(rec)
+        assert ("(recording stopped early)" in line) == marked, line
+        assert line.endswith("2 repeats, 4/4 replays ok"), line
