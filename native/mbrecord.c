@@ -1198,6 +1198,7 @@ static void poll_control(void)
             arg = *rest ? rest + 1 : rest;
         }
         disarm("re-armed");
+        reclaim(); /* the new window's buffers are sized for its own cap */
         arm(arg, cap);
     } else if (strcmp(text, "off") == 0) {
         disarm("disarmed");
