@@ -11,16 +11,23 @@
  * - the writer thread blocks every signal, so a server's signal handling is unchanged;
  * - any write error (a full disk) stops recording: the trace is cut back to its last
  *   whole frame, its in-place status says where and why, one line goes to stderr;
+ * - its buffers (chunks waiting for the writer, the writer's own buffers and zstd's) are
+ *   capped (MBRECORD_MAX_BUFFER bytes, default 64 MiB; 0: no cap): a writer that falls
+ *   behind (a busy host, a slow disk) would otherwise let them grow with the event rate.
+ *   At the cap recording stops at a consistent cut (see overflow()), the trace is closed
+ *   with its status saying why, the memory is returned, and no recorded thread waits;
  * - a forked child stops recording (its parent's trace stays the parent's).
  *
  * Control file (MBRECORD_CONTROL, default /tmp/mbrecord-PID.control), polled by the
- * writer every 100 ms: "on [PATH]" arms (a new trace at PATH, default MBRECORD_OUT or
- * /tmp/mbrecord-PID-N.mbt), "off" disarms and closes the trace. A file was chosen over a
+ * writer every 100 ms: "on [cap=BYTES] [PATH]" arms (a new trace at PATH, default
+ * MBRECORD_OUT or /tmp/mbrecord-PID-N.mbt; cap= sets this window's buffer cap, since a
+ * running server's environment cannot change), "off" disarms and closes the trace. A file was chosen over a
  * signal because servers install handlers of their own (a SIGUSR2 sent to a process that
  * lacks the shim kills it), while a file needs no handler, harms nothing when the shim is
  * absent, and carries the output path. It is obeyed only when owned by the process's user
  * or root and writable by nobody else, so no other user can make the process write a file.
- * The writer answers in CONTROL.status: "recording PATH", "complete PATH ...", "error ...".
+ * The writer answers in CONTROL.status: "recording PATH", "complete PATH ...", "error ...",
+ * "stopped PATH: why" (the buffer cap was reached; the trace is whole up to its cut).
  * MBRECORD_ARMED=1 arms at start (to record a process from its first call).
  */
 #ifndef _GNU_SOURCE
@@ -115,6 +122,10 @@ static uint64_t t0_ns;       /* CLOCK_MONOTONIC at arming */
 static uint64_t ptr_key;     /* pointer tokens are address ^ key: no raw address leaves */
 static atomic_uint next_thread = 1;
 static atomic_ullong dropped; /* events lost for want of a buffer */
+#define DEFAULT_MAX_BUFFER (64ull << 20)
+static unsigned long long env_max_buffer = DEFAULT_MAX_BUFFER; /* MBRECORD_MAX_BUFFER */
+static atomic_ullong max_buffer;  /* this window's cap in bytes; 0: none */
+static atomic_ullong cut_ns;      /* 1 + the cut's time since arming; 0: no cut */
 static pthread_key_t exit_key;
 static int tracking = 1;     /* keep the live-block table */
 static atomic_int table_broken;
@@ -155,30 +166,42 @@ static void spin_unlock(atomic_int *lock)
 /* The shim's own mappings, so that whoever measures the host's heap while it records can
  * take them out: they are anonymous memory the allocator never made. */
 static atomic_ullong own_bytes, own_peak;
+/* The part that is buffers (everything but the live-block table, which is as large as
+ * the heap it describes and is not a backlog): this is what the cap limits. */
+static atomic_ullong buf_bytes, buf_peak;
+enum { TABLE = 0, BUFFER = 1 };
 
-static void own_add(size_t add, size_t sub)
+static void peak_up(atomic_ullong *peak, unsigned long long now)
 {
-    unsigned long long now = add >= sub
-                                 ? atomic_fetch_add(&own_bytes, add - sub) + (add - sub)
-                                 : atomic_fetch_sub(&own_bytes, sub - add) - (sub - add);
-    unsigned long long peak = atomic_load(&own_peak);
-    while (now > peak && !atomic_compare_exchange_weak(&own_peak, &peak, now)) {
+    unsigned long long was = atomic_load(peak);
+    while (now > was && !atomic_compare_exchange_weak(peak, &was, now)) {
     }
 }
 
-static void *map(size_t size)
+static void own_add(size_t add, size_t sub, int buffer)
+{
+    atomic_ullong *count[2] = {&own_bytes, &buf_bytes}, *peak[2] = {&own_peak, &buf_peak};
+    for (int i = 0; i <= buffer; i++) {
+        unsigned long long now = add >= sub
+                                     ? atomic_fetch_add(count[i], add - sub) + (add - sub)
+                                     : atomic_fetch_sub(count[i], sub - add) - (sub - add);
+        peak_up(peak[i], now);
+    }
+}
+
+static void *map(size_t size, int buffer)
 {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
-    own_add(size, 0);
+    own_add(size, 0, buffer);
     return p;
 }
 
-static void unmap(void *p, size_t size)
+static void unmap(void *p, size_t size, int buffer)
 {
     munmap(p, size);
-    own_add(0, size);
+    own_add(0, size, buffer);
 }
 
 /* ---- live-block table: pointer -> size of every block, kept while disarmed too so that
@@ -205,7 +228,7 @@ static uint64_t hash_ptr(uint64_t p)
 static int shard_grow(struct shard *s)
 {
     uint32_t cap = s->cap ? s->cap * 2 : 256;
-    struct entry *e = map(sizeof *e * cap);
+    struct entry *e = map(sizeof *e * cap, TABLE);
     if (e == NULL)
         return -1;
     for (uint32_t i = 0; i < s->cap; i++) {
@@ -217,7 +240,7 @@ static int shard_grow(struct shard *s)
         e[j] = s->e[i];
     }
     if (s->e != NULL)
-        unmap(s->e, sizeof *s->e * s->cap);
+        unmap(s->e, sizeof *s->e * s->cap, TABLE);
     s->e = e;
     s->cap = cap;
     return 0;
@@ -296,6 +319,20 @@ static struct chunk *pool;
 static int free_slots[MAX_SLOTS];
 static int free_slot_count;
 
+/* The cap is reached: stop recording at a consistent cut. The cut's time is read before
+ * `armed` is cleared, so a call that sees armed=0 is stamped after the cut, and every
+ * call stamped before it saw armed=1 and is recorded: chunk_get still maps a chunk for a
+ * call already under way (at most one per thread, so the overshoot is bounded), and the
+ * writer keeps only records stamped before the cut. No event is lost from the middle of
+ * the trace (a lost free would be a leak in the replay), and no recorded thread waits. */
+static void overflow(void)
+{
+    unsigned long long none = 0, t = now_ns();
+    t = t > t0_ns ? t - t0_ns : 0;
+    if (atomic_compare_exchange_strong(&cut_ns, &none, t + 1))
+        atomic_store(&armed, 0);
+}
+
 static struct chunk *chunk_get(uint32_t g)
 {
     spin_lock(&pool_lock);
@@ -303,8 +340,12 @@ static struct chunk *chunk_get(uint32_t g)
     if (c != NULL)
         pool = c->next;
     spin_unlock(&pool_lock);
-    if (c == NULL)
-        c = map(CHUNK_BYTES);
+    if (c == NULL) {
+        unsigned long long cap = atomic_load_explicit(&max_buffer, memory_order_relaxed);
+        if (cap != 0 && atomic_load_explicit(&buf_bytes, memory_order_relaxed) + CHUNK_BYTES > cap)
+            overflow();
+        c = map(CHUNK_BYTES, BUFFER);
+    }
     if (c == NULL)
         return NULL;
     c->next = NULL;
@@ -393,8 +434,17 @@ static void emit(unsigned kind, uint64_t when, uint64_t ptr, uint64_t size, uint
     r->size = size;
     r->aux = aux;
     atomic_store_explicit(&c->count, n + 1, memory_order_release);
-    if (n + 1 == CHUNK_RECS && thread_chunk(g) == NULL)
-        t_chunk = NULL;
+    if (n + 1 < CHUNK_RECS)
+        return;
+    if (atomic_load_explicit(&armed, memory_order_relaxed)) {
+        if (thread_chunk(g) == NULL)
+            t_chunk = NULL;
+        return;
+    }
+    /* stopped: hand the full chunk over without mapping one this thread may never use */
+    atomic_store(&slots[t_slot - 1], NULL);
+    chunk_push(c);
+    t_chunk = NULL;
 }
 
 static void after_alloc(unsigned kind, void *p, size_t size, size_t align)
@@ -669,6 +719,25 @@ DELETE(_ZdaPvSt11align_val_tRKSt9nothrow_t, size_t align, const void *nothrow)
 #pragma GCC diagnostic pop
 
 /* ---- the writer thread ---- */
+static void *zstd_alloc(void *opaque, size_t size)
+{
+    (void)opaque;
+    size_t *p = map(size + 16, BUFFER);
+    if (p == NULL)
+        return NULL;
+    p[0] = size + 16;
+    return (char *)p + 16;
+}
+
+static void zstd_free(void *opaque, void *address)
+{
+    (void)opaque;
+    if (address == NULL)
+        return;
+    size_t *p = (size_t *)(void *)((char *)address - 16);
+    unmap(p, p[0], BUFFER);
+}
+
 struct buf {
     char *data;
     size_t len, cap;
@@ -678,26 +747,25 @@ static int buf_reserve(struct buf *b, size_t more)
 {
     if (b->len + more <= b->cap)
         return 0;
-    size_t cap = b->cap ? b->cap : 1u << 20;
-    while (cap < b->len + more)
-        cap *= 2;
-    void *p = b->data == NULL ? map(cap) : mremap(b->data, b->cap, cap, MREMAP_MAYMOVE);
+    /* doubling from 64 KiB, so that a buffer stays near what it holds (the cap counts it) */
+    size_t cap = b->cap ? b->cap * 2 : 65536u;
+    if (cap < b->len + more)
+        cap = (b->len + more + 4095u) & ~(size_t)4095u;
+    void *p = b->data == NULL ? map(cap, BUFFER) : mremap(b->data, b->cap, cap, MREMAP_MAYMOVE);
     if (p == NULL || p == MAP_FAILED)
         return -1;
     if (b->data != NULL)
-        own_add(cap, b->cap);
+        own_add(cap, b->cap, BUFFER);
     b->data = p;
     b->cap = cap;
     return 0;
 }
 
-static int buf_add(struct buf *b, const void *data, size_t len)
+static void buf_free(struct buf *b)
 {
-    if (buf_reserve(b, len) != 0)
-        return -1;
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    return 0;
+    if (b->data != NULL)
+        unmap(b->data, b->cap, BUFFER);
+    *b = (struct buf){0};
 }
 
 static struct {
@@ -709,6 +777,7 @@ static struct {
     uint64_t good_end; /* file offset after the last whole frame */
     uint64_t events, snapshot_blocks;
     struct buf raw, comp;
+    size_t frame_bytes; /* events per frame: 4 MiB, less under a small cap */
     ZSTD_CCtx *cctx;
     unsigned window;
     atomic_int stop; /* process exit: close the trace */
@@ -786,7 +855,10 @@ static int write_frame(unsigned kind, const char *raw, size_t len)
         return -1;
     size_t bound = ZSTD_compressBound(len);
     w.comp.len = 0;
-    if (buf_reserve(&w.comp, sizeof(struct mb_frame) + bound) != 0) {
+    /* sized for the largest frame at once: grown by doubling it would reach twice that */
+    size_t most = ZSTD_compressBound(len > w.frame_bytes ? len : w.frame_bytes);
+    if (w.comp.cap < sizeof(struct mb_frame) + bound &&
+        buf_reserve(&w.comp, sizeof(struct mb_frame) + most) != 0) {
         stop_on_error(ENOMEM, "mapping a compression buffer:");
         return -1;
     }
@@ -807,20 +879,39 @@ static void flush_events(void)
     w.raw.len = 0;
 }
 
+/* Records before the cut only (all of them when there is none). */
+static uint32_t keep_before_cut(const struct mb_rec *from, uint32_t n, struct mb_rec *to)
+{
+    unsigned long long cut = atomic_load(&cut_ns);
+    if (cut == 0) {
+        memcpy(to, from, sizeof *from * n);
+        return n;
+    }
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (MB_TIME(from[i].w0) < cut - 1)
+            to[kept++] = from[i];
+    return kept;
+}
+
 static void take_records(struct chunk *c, uint32_t upto)
 {
     if (upto <= c->taken)
         return;
     uint32_t head[2] = {c->thread, upto - c->taken};
     size_t bytes = sizeof(struct mb_rec) * head[1];
+    if (w.raw.len > 0 && w.raw.len + sizeof head + bytes > w.frame_bytes)
+        flush_events(); /* before, so that the buffer never outgrows a frame */
     if (w.fd >= 0 && buf_reserve(&w.raw, sizeof head + bytes) == 0) {
-        buf_add(&w.raw, head, sizeof head);
-        buf_add(&w.raw, &c->rec[c->taken], bytes);
-        w.events += head[1];
+        struct mb_rec *to = (struct mb_rec *)(void *)(w.raw.data + w.raw.len + sizeof head);
+        head[1] = keep_before_cut(&c->rec[c->taken], head[1], to);
+        if (head[1] > 0) {
+            memcpy(w.raw.data + w.raw.len, head, sizeof head);
+            w.raw.len += sizeof head + sizeof(struct mb_rec) * head[1];
+            w.events += head[1];
+        }
     }
     c->taken = upto;
-    if (w.raw.len >= (4u << 20))
-        flush_events();
 }
 
 static void drain(int sweep)
@@ -855,29 +946,33 @@ static void drain(int sweep)
     }
 }
 
+/* Streamed through the events buffer, a frame at a time: a copy of the whole table
+ * would be as large as the table itself. */
 static void snapshot(void)
 {
-    struct buf snap = {0};
-    for (unsigned i = 0; i < SHARDS; i++) {
+    uint64_t blocks = 0;
+    w.raw.len = 0;
+    for (unsigned i = 0; i < SHARDS && w.fd >= 0; i++) {
         struct shard *s = &shards[i];
         spin_lock(&s->lock);
-        if (buf_reserve(&snap, (size_t)s->count * 16) == 0) {
+        if (buf_reserve(&w.raw, (size_t)s->count * 16) == 0) {
             for (uint32_t j = 0; j < s->cap; j++) {
                 if (s->e[j].key == 0)
                     continue;
                 uint64_t pair[2] = {s->e[j].key ^ ptr_key, s->e[j].size};
-                buf_add(&snap, pair, sizeof pair);
+                memcpy(w.raw.data + w.raw.len, pair, sizeof pair);
+                w.raw.len += sizeof pair;
             }
         }
         spin_unlock(&s->lock);
+        if (w.raw.len >= w.frame_bytes || (i == SHARDS - 1 && w.raw.len > 0)) {
+            blocks += w.raw.len / 16;
+            write_frame(MB_FRAME_SNAPSHOT, w.raw.data, w.raw.len);
+            w.raw.len = 0;
+        }
     }
-    w.snapshot_blocks = snap.len / 16;
-    for (size_t at = 0; at < snap.len && w.fd >= 0; at += 4u << 20) {
-        size_t len = snap.len - at < (4u << 20) ? snap.len - at : 4u << 20;
-        write_frame(MB_FRAME_SNAPSHOT, snap.data + at, len);
-    }
-    if (snap.data != NULL)
-        unmap(snap.data, snap.cap);
+    w.snapshot_blocks = blocks;
+    w.raw.len = 0;
 }
 
 static void header_info(char *info, size_t size)
@@ -902,7 +997,33 @@ static void header_info(char *info, size_t size)
              atomic_load(&table_broken) ? "incomplete" : (tracking ? "kept" : "off"));
 }
 
-static void arm(const char *path)
+/* Bytes from "67108864", "64M", "64MiB"; returns the text after it, NULL if not a size. */
+static const char *parse_bytes(const char *text, unsigned long long *out)
+{
+    char *rest;
+    errno = 0;
+    unsigned long long v = strtoull(text, &rest, 10);
+    if (rest == text || errno != 0 || *text == '-')
+        return NULL;
+    unsigned shift = 0;
+    switch (*rest) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    default: break;
+    }
+    if (shift != 0) {
+        rest++;
+        if (rest[0] == 'i' && (rest[1] == 'B' || rest[1] == 'b'))
+            rest += 2;
+        if (v > (~0ull >> shift))
+            return NULL;
+    }
+    *out = v << shift;
+    return rest;
+}
+
+static void arm(const char *path, unsigned long long cap)
 {
     const char *out = getenv("MBRECORD_OUT");
     if (path != NULL && *path)
@@ -912,6 +1033,17 @@ static void arm(const char *path)
     else
         snprintf(w.path, sizeof w.path, "/tmp/mbrecord-%d-%u.mbt", (int)getpid(), w.window);
     w.window++;
+    if (w.cctx == NULL) {
+        w.cctx = ZSTD_createCCtx_advanced((ZSTD_customMem){zstd_alloc, zstd_free, NULL});
+        if (w.cctx == NULL) {
+            fprintf(stderr, "mbrecord: no memory for a compression context; not recording\n");
+            say_status("error %s: no memory for a compression context: not recording\n",
+                       w.path, 0);
+            return;
+        }
+        ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_compressionLevel, 1);
+        ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_checksumFlag, 1);
+    }
     w.fd = open(w.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (w.fd < 0) {
         fprintf(stderr, "mbrecord: cannot create %s: %s; not recording\n", w.path,
@@ -929,10 +1061,24 @@ static void arm(const char *path)
     w.good_end = 0;
     w.events = 0;
     w.raw.len = 0;
+    /* a frame's raw and compressed buffers are the writer's share: at most a quarter of
+     * the cap (a power of two, so that the raw buffer's doubling lands on it) */
+    w.frame_bytes = 4u << 20;
+    while (cap != 0 && w.frame_bytes > 2 * CHUNK_BYTES && w.frame_bytes > cap / 8)
+        w.frame_bytes /= 2;
     if (write_all(header, sizeof header) != 0)
         return;
+    /* The writer's buffers at their full size from the start (zstd sizes its workspace by
+     * the input it is given: a frame of zeros costs a millisecond), so that the cap counts
+     * them before the first chunk rather than growing past it while the cut is written. */
+    if (buf_reserve(&w.raw, w.frame_bytes) == 0 &&
+        buf_reserve(&w.comp, sizeof(struct mb_frame) + ZSTD_compressBound(w.frame_bytes)) == 0)
+        ZSTD_compress2(w.cctx, w.comp.data, w.comp.cap, w.raw.data, w.frame_bytes);
     t0_ns = now_ns();
+    atomic_store(&cut_ns, 0);
+    atomic_store(&max_buffer, cap);
     atomic_store(&own_peak, atomic_load(&own_bytes));
+    atomic_store(&buf_peak, atomic_load(&buf_bytes));
     atomic_fetch_add(&gen, 1); /* chunks of an earlier window are discarded, not replayed */
     atomic_store(&armed, 1);
     /* after arming: a block allocated meanwhile is in the table and in the events; the
@@ -942,32 +1088,81 @@ static void arm(const char *path)
         say_status("recording %s\n", w.path, 0);
 }
 
+static double mib(unsigned long long bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0);
+}
+
+/* Ends the window: on "off", a new "on", process exit, or the cap (cut_ns set). */
 static void disarm(const char *why)
 {
     if (w.fd < 0)
         return;
     atomic_store(&armed, 0);
-    struct timespec pause = {0, 2000000};
+    struct timespec pause = {0, 10000000};
     nanosleep(&pause, NULL); /* let calls that saw armed=1 commit their record */
     drain(1);
     flush_events();
     if (w.fd < 0)
         return;
-    char end[256];
-    unsigned long long lost = atomic_exchange(&dropped, 0);
+    char end[512];
+    unsigned long long lost = atomic_exchange(&dropped, 0), cut = atomic_load(&cut_ns);
+    unsigned long long peak = atomic_load(&buf_peak), cap = atomic_load(&max_buffer);
     int n = snprintf(end, sizeof end,
-                     "events=%llu\ndropped=%llu\nsnapshot_blocks=%llu\nshim_mapped_peak=%llu\n",
+                     "events=%llu\ndropped=%llu\nsnapshot_blocks=%llu\nshim_mapped_peak=%llu\n"
+                     "buffer_peak=%llu\nmax_buffer=%llu\n",
                      (unsigned long long)w.events, lost, (unsigned long long)w.snapshot_blocks,
-                     (unsigned long long)atomic_load(&own_peak));
+                     (unsigned long long)atomic_load(&own_peak), peak, cap);
+    if (cut != 0)
+        n += snprintf(end + n, sizeof end - (size_t)n, "cut_s=%.6f\n", (double)(cut - 1) / 1e9);
     if (write_frame(MB_FRAME_END, end, (size_t)n) != 0)
         return;
     char text[MB_STATUS_SIZE];
-    snprintf(text, sizeof text, "complete (%s) events=%llu dropped=%llu", why,
-             (unsigned long long)w.events, lost);
+    if (cut != 0)
+        snprintf(text, sizeof text,
+                 "stopped: the writer fell behind; buffers reached %.1f MiB (cap %.1f MiB) "
+                 "at %.3f s after %llu events",
+                 mib(peak), mib(cap), (double)(cut - 1) / 1e9, (unsigned long long)w.events);
+    else
+        snprintf(text, sizeof text, "complete (%s) events=%llu dropped=%llu", why,
+                 (unsigned long long)w.events, lost);
     set_trace_status(text);
     close(w.fd);
     w.fd = -1;
-    say_status("complete %s events=%llu\n", w.path, w.events);
+    if (cut == 0) {
+        say_status("complete %s events=%llu\n", w.path, w.events);
+        return;
+    }
+    fprintf(stderr, "mbrecord: %s: %s; recording stopped, the process runs on\n", w.path, text);
+    char answer[MB_STATUS_SIZE + sizeof w.path + 16];
+    snprintf(answer, sizeof answer, "stopped %s: %s\n", w.path, text + strlen("stopped: "));
+    write_text_file(w.status_path, answer);
+}
+
+/* Between windows the buffers go back to the system: the chunks handed over since (a
+ * thread's last one, pushed when it next calls or exits), the pool, the writer's buffers
+ * and zstd's context. Each thread's current chunk stays until it calls again: it may
+ * still be writing to it, and unmapping it could crash the process. */
+static void reclaim(void)
+{
+    struct chunk *c = atomic_exchange_explicit(&full_list, NULL, memory_order_acquire);
+    spin_lock(&pool_lock);
+    struct chunk *pooled = pool;
+    pool = NULL;
+    spin_unlock(&pool_lock);
+    for (struct chunk *lists[2] = {c, pooled}, **l = lists; l < lists + 2; l++) {
+        while (*l != NULL) {
+            struct chunk *next = (*l)->next;
+            unmap(*l, CHUNK_BYTES, BUFFER);
+            *l = next;
+        }
+    }
+    buf_free(&w.raw);
+    buf_free(&w.comp);
+    if (w.cctx != NULL) {
+        ZSTD_freeCCtx(w.cctx);
+        w.cctx = NULL;
+    }
 }
 
 static void poll_control(void)
@@ -992,44 +1187,31 @@ static void poll_control(void)
         return; /* act on changes only: a stale "on" is not a new window */
     snprintf(w.last_command, sizeof w.last_command, "%s", text);
     if (strncmp(text, "on", 2) == 0 && (text[2] == 0 || text[2] == ' ')) {
+        const char *arg = text[2] ? text + 3 : "";
+        unsigned long long cap = env_max_buffer;
+        if (strncmp(arg, "cap=", 4) == 0) {
+            const char *rest = parse_bytes(arg + 4, &cap);
+            if (rest == NULL || (*rest != 0 && *rest != ' ')) {
+                say_status("error %s: bad cap= in the control file: not recording\n", arg, 0);
+                return;
+            }
+            arg = *rest ? rest + 1 : rest;
+        }
         disarm("re-armed");
-        arm(text[2] ? text + 3 : NULL);
+        reclaim(); /* the new window's buffers are sized for its own cap */
+        arm(arg, cap);
     } else if (strcmp(text, "off") == 0) {
         disarm("disarmed");
     }
-}
-
-static void *zstd_alloc(void *opaque, size_t size)
-{
-    (void)opaque;
-    size_t *p = map(size + 16);
-    if (p == NULL)
-        return NULL;
-    p[0] = size + 16;
-    return (char *)p + 16;
-}
-
-static void zstd_free(void *opaque, void *address)
-{
-    (void)opaque;
-    if (address == NULL)
-        return;
-    size_t *p = (size_t *)(void *)((char *)address - 16);
-    unmap(p, p[0]);
 }
 
 static void *writer_main(void *unused)
 {
     (void)unused;
     in_hook = 1; /* the writer's own calls are not the program's */
-    w.cctx = ZSTD_createCCtx_advanced((ZSTD_customMem){zstd_alloc, zstd_free, NULL});
-    if (w.cctx == NULL)
-        return NULL;
-    ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_compressionLevel, 1);
-    ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_checksumFlag, 1);
     const char *start = getenv("MBRECORD_ARMED");
     if (start != NULL && strcmp(start, "1") == 0)
-        arm(NULL);
+        arm(NULL, env_max_buffer);
     unsigned tick = 0;
     uint64_t last_flush = now_ns();
     while (!atomic_load(&w.stop)) {
@@ -1037,8 +1219,13 @@ static void *writer_main(void *unused)
         nanosleep(&pause, NULL);
         if (++tick % 2 == 0)
             poll_control();
-        if (!atomic_load(&armed))
+        if (!atomic_load(&armed)) {
+            if (w.fd >= 0 && atomic_load(&cut_ns) != 0)
+                disarm("buffer cap");
+            if (w.fd < 0)
+                reclaim();
             continue;
+        }
         drain(tick % 4 == 0);
         if (now_ns() - last_flush > 1000000000ull) {
             flush_events();
@@ -1067,6 +1254,16 @@ __attribute__((constructor)) static void mbrecord_init(void)
     ptr_key = (seed * 0x9E3779B97F4A7C15ull) | (1ull << 63);
     const char *track = getenv("MBRECORD_TRACK_LIVE");
     tracking = !(track != NULL && strcmp(track, "0") == 0);
+    const char *cap = getenv("MBRECORD_MAX_BUFFER");
+    if (cap != NULL && *cap) {
+        const char *rest = parse_bytes(cap, &env_max_buffer);
+        if (rest == NULL || *rest != 0) {
+            /* a typo must not lift the cap: keep the default and say so once */
+            env_max_buffer = DEFAULT_MAX_BUFFER;
+            fprintf(stderr, "mbrecord: MBRECORD_MAX_BUFFER=%s is not a size (e.g. 64M); "
+                            "using 64M\n", cap);
+        }
+    }
     const char *control = getenv("MBRECORD_CONTROL");
     if (control != NULL && *control)
         snprintf(w.control, sizeof w.control, "%s", control);

@@ -101,7 +101,8 @@ def _await_status(status: Path, word: str, seconds: float) -> str:
             text = status.read_text().strip()
         except OSError:
             text = ""
-        if text.startswith(word) or text.startswith("error"):
+        # "stopped": the shim's buffer cap ended the window early; the trace is closed
+        if text.startswith((word, "error", "stopped")):
             return text
         time.sleep(0.05)
     return text
@@ -125,8 +126,17 @@ class Window:
         return self.here.with_name(self.here.name + ".status")
 
 
-def start(pid: int, server_file: str | None = None) -> Window:
-    """Arm the shim in `pid`; returns once it says it is recording."""
+def _stopped(window: Window) -> bool:
+    """The shim ended the window itself (its buffer cap): no use waiting out the time."""
+    try:
+        return window.status.read_text().startswith("stopped")
+    except OSError:
+        return False
+
+
+def start(pid: int, server_file: str | None = None, max_buffer: int | None = None) -> Window:
+    """Arm the shim in `pid`; returns once it says it is recording. `max_buffer` caps the
+    shim's buffers for this window (None: its MBRECORD_MAX_BUFFER, or 64 MiB)."""
     if shim_loaded(pid) is None:
         raise MallocbenchError(not_loaded_message(pid))
     ctl = control_path(pid)
@@ -136,14 +146,20 @@ def start(pid: int, server_file: str | None = None) -> Window:
     window = Window(pid, ctl, server_file)
     window.status.unlink(missing_ok=True)
     try:
-        _write(window.here, f"on {server_file}\n")
+        cap = "" if max_buffer is None else f"cap={max_buffer} "
+        _write(window.here, f"on {cap}{server_file}\n")
     except OSError as exc:
         raise MallocbenchError(
             f"cannot write the control file {ctl} of process {pid}: {exc.strerror}; "
             "run as the server's user or root"
         ) from None
     answer = _await_status(window.status, "recording", 5.0)
-    if not answer.startswith("recording"):
+    if "cannot create cap=" in answer:  # a shim from before the cap took it for a path
+        raise MallocbenchError(
+            f"the shim loaded in process {pid} predates --max-buffer: restart the server "
+            "to load the current one, or record without --max-buffer"
+        )
+    if not answer.startswith(("recording", "stopped")):  # stopped: it recorded, briefly
         raise MallocbenchError(
             f"the shim in process {pid} did not start recording "
             f"({answer or 'no answer in 5 s'}): check that {ctl} is its control file"
@@ -175,15 +191,16 @@ def record(
     seconds: float,
     out: Path,
     started: Callable[[], None] | None = None,
+    max_buffer: int | None = None,
 ) -> str:
     """Arm the shim in `pid` for `seconds`, disarm it and move the trace to `out`.
     Returns the shim's closing status line."""
-    window = start(pid)
+    window = start(pid, max_buffer=max_buffer)
     if started is not None:
         started()
     try:
         end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0:
+        while (left := end - time.monotonic()) > 0 and not _stopped(window):
             time.sleep(min(left, 0.5))
     except BaseException:
         _write(window.here, "off\n")  # never leave a server recording

@@ -303,7 +303,11 @@ def listing(rec: ReplayRecord) -> str:
     setups = [str(s.get("name")) for s in rec.setups or []]
     done = sum(1 for r in rec.runs or [] if r.get("status") == "ok")
     planned = int(rec.repeats or 0) * len(setups)
+    # A trace whose recording stopped early (a full disk, the shim's buffer cap) is marked
+    # here too: its replays cover only the start of the window.
+    cut = str((rec.trace or {}).get("status") or "").startswith("stopped")
     return (
-        f"replay of {rec.trace_path}  {', '.join(setups) or 'no setups'}  "
+        f"replay of {rec.trace_path}{' (recording stopped early)' if cut else ''}  "
+        f"{', '.join(setups) or 'no setups'}  "
         f"{rec.repeats or 0} repeats, {done}/{planned} replays ok"
     )
