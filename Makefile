@@ -10,6 +10,8 @@ OUT ?= demo-out
 # the suite in one process.
 TEST_WORKERS ?= 3
 # What pytest runs; e.g. `make test TESTS=tests/test_layout.py` for one module.
+# Longest first, and tests that share a module's server on one worker: tests/scheduling.py.
+DIST := $(if $(filter 0,$(TEST_WORKERS)),,--dist loadgroup)
 TESTS ?= tests
 
 .PHONY: setup deps venv lock native demo test lint clean bench-help
@@ -68,7 +70,7 @@ test: setup
 	$(VENV)/bin/ruff check src tests bench
 	$(PY) bench/bench_help.py
 	@nice -n 19 $(VENV)/bin/mypy src tests bench > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
-	  $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) $(TESTS); tests=$$?; \
+	  $(PY) -m pytest -q --durations=20 -n $(TEST_WORKERS) $(DIST) $(TESTS); tests=$$?; \
 	  wait $$mypy; typed=$$?; \
 	  echo "mypy src tests bench:"; cat $(VENV)/mypy.log; \
 	  exit $$(( tests || typed ))

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import scheduling
 from mallocbench.servers.mariadb import ServerBuild, find_build
 
 
@@ -74,6 +75,18 @@ _TERMINAL_VARS = ("COLUMNS", "LINES")
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     node.workerinput["terminal environ"] = {name: os.environ.get(name) for name in _TERMINAL_VARS}
+    node.workerinput["schedule groups"] = str(scheduling.groups_file(node.config))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    return scheduling.GroupScheduling(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    scheduling.remove_groups(config)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -111,14 +124,22 @@ def _is_strict(item: pytest.Item | None) -> bool:
     return mark is not None and bool(mark.kwargs.get("strict", False))
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Under xdist the `alone` tests go first: xdist's first batch gives them all to one
-    # worker, which then keeps the lock from one to the next while the other workers run
-    # the suite's first tests at idle priority beside them.
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # Strict ones lead: they wait out whatever runs at idle priority, and at the
-        # start that is nothing yet.
-        items.sort(key=lambda item: (not _is_strict(item), not _is_alone(item)))
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Under `--dist loadgroup` the `alone` tests are one group that goes first, strict
+    # ones leading (they wait out whatever runs at idle priority, and at the start that
+    # is nothing yet); one worker keeps the lock from one to the next while the others
+    # run the longest of the rest at idle priority beside them (tests/scheduling.py).
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and config.getvalue("loadgroup"):
+        groups = scheduling.order(items, _is_alone, _is_strict, scheduling.load_durations())
+        path = Path(config.workerinput["schedule groups"])  # type: ignore[attr-defined]
+        scheduling.write_groups(path, groups, worker)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if scheduling.wants_recording() and not hasattr(session.config, "workerinput"):
+        session.config.pluginmanager.register(scheduling.DurationRecorder())
 
 
 def _can_restore_priority() -> bool:
