@@ -7,14 +7,18 @@ added beside the replay one.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mallocbench.allocators import knobs
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
+
+if TYPE_CHECKING:
+    from mallocbench.experiment import Experiment
 
 
 class EvaluationFailed(Exception):
@@ -24,7 +28,8 @@ class EvaluationFailed(Exception):
 
 class Evaluator(Protocol):
     def __call__(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, float]:
-        """The measured values by the replayer's keys (peak_heap_rss, cpu_s, ...)."""
+        """The measured values by its metrics' keys (objectives.METRICS for a replay:
+        peak_heap_rss, cpu_s, ...; SERVER_METRICS on servers)."""
         ...
 
 
@@ -139,4 +144,149 @@ class ReplayEvaluator:
             if isinstance(value, int | float)
             and not isinstance(value, bool)
             and math.isfinite(float(value))
+        }
+
+
+class _StatusOnly:
+    """A run's progress reduced to the dataset's loading: the tune's bar counts trials,
+    a server start per trial would only be noise, but the first load takes a while."""
+
+    def __init__(self, say: Callable[[str], None] | None) -> None:
+        self.say = say
+
+    def start(self, total_cells: int, skipped: int) -> None:
+        pass
+
+    def status(self, text: str) -> None:
+        if self.say is not None and text.startswith("loading dataset"):
+            self.say(text)
+
+    def cell_started(self, cell: Any, phase: str) -> None:
+        pass
+
+    def interval(self, cell: Any, interval: Any, rss_bytes: int | None) -> None:
+        pass
+
+    def cell_finished(self, cell: Any) -> None:
+        pass
+
+    def round_started(self, repeat: int, cells: int, reason: str) -> None:
+        pass
+
+
+SERVER_RUNS_DIR = "servers"  # under --out: the store and logs of every trial's run
+
+
+class ServerEvaluator:
+    """Measures a setting by a short run of the experiment on a private server: the
+    experiment's one engine, step and thread count on its dataset, under the allocator
+    with the setting's environment, one server start per evaluation. Each evaluation is
+    a run of its own, through the same pipeline as `mallocbench run` (golden datadir
+    copy, server start, allocator check, warmup, sysbench, probes), kept in
+    OUT/servers/results.sqlite; the dataset is loaded once, into the golden datadir
+    cache every later start copies. The base setup gives the server (config, CPUs,
+    THP, caps); the tune gives its allocator and knobs."""
+
+    def __init__(
+        self, experiment: Experiment, out: Path, say: Callable[[str], None] | None = None
+    ) -> None:
+        from mallocbench.tune.workload import from_experiment
+
+        self.where = experiment.source or experiment.name
+        self.workload = from_experiment(experiment, self.where)
+        template = experiment.setup(experiment.base)
+        if template.knobs:
+            raise MallocbenchError(
+                f"{self.where}: the base setup {template.name} sets knobs "
+                f"({', '.join(template.knobs)}): the tune sets each allocator's knobs "
+                "itself, so remove them there"
+            )
+        self.experiment = experiment
+        self.template = template
+        self.runs_dir = out / SERVER_RUNS_DIR
+        self.say = say
+
+    def facts(self) -> dict[str, Any]:
+        return {
+            "method": "servers",
+            "experiment": self.where,
+            "setup": self.template.name,
+            **self.workload.to_dict(),
+            "store": str(self.runs_dir / "results.sqlite"),
+        }
+
+    def describe(self) -> str:
+        w = self.workload
+        warm = f"warmup {w.warmup_s:g} s" if w.warmup_s > 0 else "no warmup"
+        return (
+            f"run on a private server ({w.describe()}; {warm}, {w.step_s:g} s measured; "
+            f"the server of setup {self.template.name}), one server start per setting"
+        )
+
+    def check(self) -> None:
+        """What a run refuses before it starts a server (no server in the basedir, an
+        unwritable --out), refused here before the first trial."""
+        from mallocbench.runner import RunOptions, dry_run_checks
+
+        dry_run_checks(self.experiment, RunOptions(out_dir=self.runs_dir), on_cluster=False)
+
+    def trial_experiment(self, allocator: Allocator, setting: Mapping[str, str]) -> Experiment:
+        """The experiment of one evaluation: one setup (the base setup's server, the
+        allocator and the setting's knobs), one repeat, one server at a time."""
+        import dataclasses
+
+        from mallocbench.experiment import SEQUENTIAL
+
+        env = knobs.environment(allocator, setting)
+        name = f"tune-{allocator.name}"
+        setup = dataclasses.replace(
+            self.template,
+            name=name,
+            allocator=allocator,
+            allocator_spec=allocator.name,
+            knobs=env,
+            record=False,
+            description=" ".join(f"{k}={v}" for k, v in setting.items()) or "default",
+        )
+        text = (
+            f"{self.experiment.text.rstrip()}\n\n# mallocbench tune: setup {name!r} with "
+            f"allocator {allocator.name} and knobs {json.dumps(env)} in place of the setups\n"
+        )
+        return dataclasses.replace(
+            self.experiment,
+            name=name,
+            text=text,
+            setups=[setup],
+            base=name,
+            repeats=1,
+            design=SEQUENTIAL,
+            design_why=None,
+        )
+
+    def __call__(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, float]:
+        from mallocbench.runner import Pipeline, RunOptions
+
+        experiment = self.trial_experiment(allocator, setting)
+        pipeline = Pipeline(experiment, RunOptions(out_dir=self.runs_dir), _StatusOnly(self.say))
+        outcome = pipeline.execute()
+        if outcome.aborted == "interrupted":
+            raise KeyboardInterrupt
+        result = outcome.result
+        if outcome.aborted or not result.cells:
+            raise EvaluationFailed(outcome.aborted or "no cell was measured")
+        cell = result.cells[0]
+        if cell.status != "ok":
+            raise EvaluationFailed(f"{cell.status}: {cell.error or 'no numbers'}")
+        peaks = [s.peak_rss_bytes for s in result.sessions if s.peak_rss_bytes]
+        values = {
+            # the session's peak: the server's whole life, its warmup included
+            "peak_rss_bytes": max(peaks) if peaks else cell.peak_rss_bytes,
+            "server_cpu_us_per_op": cell.metrics.get("server_cpu_us_per_op"),
+            "qps": cell.qps,
+            "p99_ms": cell.p99_ms,
+        }
+        return {
+            k: float(v)
+            for k, v in values.items()
+            if isinstance(v, int | float) and math.isfinite(float(v))
         }
