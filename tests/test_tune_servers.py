@@ -46,6 +46,15 @@ allocator = "glibc"
 """
 
 
+def load_run(store_path: Path, experiment_name: str) -> RunResult:
+    store = open_store(store_path, readonly=True)
+    try:
+        run = next(r for r in store.list_runs() if r["experiment"] == experiment_name)
+        return store.load_run(str(run["run_id"]), with_samples=False)
+    finally:
+        store.close()
+
+
 def experiment(tmp_path: Path, engines: str = '["innodb"]', knobs: str = "") -> Path:
     path = tmp_path / "tiny.toml"
     path.write_text(TINY.format(engines=engines, knobs=knobs))
@@ -99,13 +108,17 @@ def test_a_real_tune_on_private_servers(tmp_path: Path) -> None:
         assert len(point["samples"]["peak_rss_bytes"]) == 2
         assert point["estimates"]["peak_rss_bytes"]["mean"] > 20 << 20
         assert 0 < point["estimates"]["server_cpu_us_per_op"]["mean"] < 1e5
-    # Every evaluation is a run of its own in OUT/servers' store: 2 trials, then the
-    # default and each front point twice; the setting's knobs reached the server.
-    runs = 2 + 2 * len(result["points"])
+    # Every trial is a run of its own in OUT/servers' store, and the front's repeats one
+    # run of 2 blocks (the default's and each front point's servers up at once, when
+    # more than one); the setting's knobs reached the server.
     db = sqlite3.connect(out / "servers" / "results.sqlite")
     cells = db.execute("SELECT run_id, status, qps FROM cells").fetchall()
-    assert len(cells) == runs and len({c[0] for c in cells}) == runs
+    assert len(cells) == 2 + 2 * len(result["points"]) and len({c[0] for c in cells}) == 3
     assert all(status == "ok" and qps > 0 for _, status, qps in cells)
+    front_run = load_run(out / "servers" / "results.sqlite", "tune-glibc-front")
+    assert front_run.metadata.repeats == 2
+    together = "interleaved" if len(result["points"]) > 1 else "sequential"
+    assert front_run.metadata.design is not None and front_run.metadata.design.used == together
     knobs = [json.loads(d)["knobs"] for (d,) in db.execute("SELECT data FROM setups")]
     assert {} in knobs and any("glibc.malloc.arena_max=" in k.get("GLIBC_TUNABLES", "")
                                for k in knobs)  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -18,7 +18,8 @@ from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 
 if TYPE_CHECKING:
-    from mallocbench.experiment import Experiment
+    from mallocbench.experiment import Experiment, Setup
+    from mallocbench.results import Cell, RunResult
 
 
 class EvaluationFailed(Exception):
@@ -180,12 +181,13 @@ SERVER_RUNS_DIR = "servers"  # under --out: the store and logs of every trial's 
 class ServerEvaluator:
     """Measures a setting by a short run of the experiment on a private server: the
     experiment's one engine, step and thread count on its dataset, under the allocator
-    with the setting's environment, one server start per evaluation. Each evaluation is
-    a run of its own, through the same pipeline as `mallocbench run` (golden datadir
-    copy, server start, allocator check, warmup, sysbench, probes), kept in
-    OUT/servers/results.sqlite; the dataset is loaded once, into the golden datadir
-    cache every later start copies. The base setup gives the server (config, CPUs,
-    THP, caps); the tune gives its allocator and knobs."""
+    with the setting's environment, one server start per evaluation. Each trial is a
+    run of its own, and the front's repeats one run in blocks (`measure_blocks`),
+    through the same pipeline as `mallocbench run` (golden datadir copy, server start,
+    allocator check, warmup, sysbench, probes), kept in OUT/servers/results.sqlite; the
+    dataset is loaded once, into the golden datadir cache every later start copies.
+    The base setup gives the server (config, CPUs, THP, caps); the tune gives its
+    allocator and knobs."""
 
     def __init__(
         self, experiment: Experiment, out: Path, say: Callable[[str], None] | None = None
@@ -218,9 +220,11 @@ class ServerEvaluator:
     def describe(self) -> str:
         w = self.workload
         warm = f"warmup {w.warmup_s:g} s" if w.warmup_s > 0 else "no warmup"
+        together = "one at a time" if self.experiment.design == "sequential" else "up at once"
         return (
             f"run on a private server ({w.describe()}; {warm}, {w.step_s:g} s measured; "
-            f"the server of setup {self.template.name}), one server start per setting"
+            f"the server of setup {self.template.name}), one server start per setting, the "
+            f"front's repeats in blocks of its settings' servers {together}"
         )
 
     def check(self) -> None:
@@ -230,15 +234,13 @@ class ServerEvaluator:
 
         dry_run_checks(self.experiment, RunOptions(out_dir=self.runs_dir), on_cluster=False)
 
-    def trial_experiment(self, allocator: Allocator, setting: Mapping[str, str]) -> Experiment:
-        """The experiment of one evaluation: one setup (the base setup's server, the
-        allocator and the setting's knobs), one repeat, one server at a time."""
+    def _setup(
+        self, allocator: Allocator, setting: Mapping[str, str], name: str
+    ) -> tuple[Setup, dict[str, str]]:
+        """The base setup's server under the allocator with the setting's environment."""
         import dataclasses
 
-        from mallocbench.experiment import SEQUENTIAL
-
         env = knobs.environment(allocator, setting)
-        name = f"tune-{allocator.name}"
         setup = dataclasses.replace(
             self.template,
             name=name,
@@ -248,45 +250,94 @@ class ServerEvaluator:
             record=False,
             description=" ".join(f"{k}={v}" for k, v in setting.items()) or "default",
         )
+        return setup, env
+
+    def _experiment(self, name: str, setups: list[Setup], repeats: int, design: str) -> Experiment:
+        import dataclasses
+
+        what = "; ".join(f"{s.name}: {s.allocator.name} {json.dumps(s.knobs)}" for s in setups)
         text = (
-            f"{self.experiment.text.rstrip()}\n\n# mallocbench tune: setup {name!r} with "
-            f"allocator {allocator.name} and knobs {json.dumps(env)} in place of the setups\n"
+            f"{self.experiment.text.rstrip()}\n\n# mallocbench tune: these setups in place of "
+            f"the file's, {repeats} repeat(s), design {design}: {what}\n"
         )
         return dataclasses.replace(
             self.experiment,
             name=name,
             text=text,
-            setups=[setup],
-            base=name,
-            repeats=1,
-            design=SEQUENTIAL,
+            setups=setups,
+            base=setups[0].name,
+            repeats=repeats,
+            design=design,
             design_why=None,
         )
 
-    def __call__(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, float]:
+    def trial_experiment(self, allocator: Allocator, setting: Mapping[str, str]) -> Experiment:
+        """The experiment of one evaluation: one setup, one repeat, one server."""
+        from mallocbench.experiment import SEQUENTIAL
+
+        name = f"tune-{allocator.name}"
+        setup, _ = self._setup(allocator, setting, name)
+        return self._experiment(name, [setup], 1, SEQUENTIAL)
+
+    def _execute(self, experiment: Experiment) -> RunResult:
         from mallocbench.runner import Pipeline, RunOptions
 
-        experiment = self.trial_experiment(allocator, setting)
         pipeline = Pipeline(experiment, RunOptions(out_dir=self.runs_dir), _StatusOnly(self.say))
         outcome = pipeline.execute()
         if outcome.aborted == "interrupted":
             raise KeyboardInterrupt
-        result = outcome.result
-        if outcome.aborted or not result.cells:
-            raise EvaluationFailed(outcome.aborted or "no cell was measured")
-        cell = result.cells[0]
-        if cell.status != "ok":
+        if outcome.aborted and not outcome.result.cells:
+            raise EvaluationFailed(outcome.aborted)
+        return outcome.result
+
+    def __call__(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, float]:
+        result = self._execute(self.trial_experiment(allocator, setting))
+        if not result.cells:
+            raise EvaluationFailed("no cell was measured")
+        values = _values(result, result.cells[0])
+        if values is None:
+            cell = result.cells[0]
             raise EvaluationFailed(f"{cell.status}: {cell.error or 'no numbers'}")
-        peaks = [s.peak_rss_bytes for s in result.sessions if s.peak_rss_bytes]
-        values = {
-            # the session's peak: the server's whole life, its warmup included
-            "peak_rss_bytes": max(peaks) if peaks else cell.peak_rss_bytes,
-            "server_cpu_us_per_op": cell.metrics.get("server_cpu_us_per_op"),
-            "qps": cell.qps,
-            "p99_ms": cell.p99_ms,
-        }
-        return {
-            k: float(v)
-            for k, v in values.items()
-            if isinstance(v, int | float) and math.isfinite(float(v))
-        }
+        return values
+
+    def measure_blocks(
+        self, allocator: Allocator, settings: Sequence[Mapping[str, str]], repeats: int
+    ) -> list[list[dict[str, float] | None]]:
+        """The front's repeats as one run of the run's blocked design: every setting's
+        server up at once in each of `repeats` blocks, their measured slices alternating
+        (unless the experiment asks for one server at a time, or memory is short), so
+        the host's drift reaches them alike. Per block, each setting's values (None:
+        not measured)."""
+        from mallocbench.experiment import INTERLEAVED, SEQUENTIAL
+
+        design = SEQUENTIAL if self.experiment.design == SEQUENTIAL else INTERLEAVED
+        setups = [
+            self._setup(allocator, setting, f"tune-{allocator.name}-{index}")[0]
+            for index, setting in enumerate(settings)
+        ]
+        result = self._execute(
+            self._experiment(f"tune-{allocator.name}-front", setups, repeats, design)
+        )
+        names = [s.name for s in setups]
+        out: list[list[dict[str, float] | None]] = [[None] * len(setups) for _ in range(repeats)]
+        for cell in result.cells:
+            if cell.setup in names and 0 <= cell.repeat < repeats:
+                out[cell.repeat][names.index(cell.setup)] = _values(result, cell)
+        return out
+
+
+def _values(result: RunResult, cell: Cell) -> dict[str, float] | None:
+    """A measured cell's values by SERVER_METRICS' keys; None for a failed one."""
+    if cell.status != "ok":
+        return None
+    # the session's peak: the server's whole life, its warmup included
+    peaks = [s.peak_rss_bytes for s in result.sessions if s.id == cell.session and s.peak_rss_bytes]
+    values = {
+        "peak_rss_bytes": max(peaks) if peaks else cell.peak_rss_bytes,
+        "server_cpu_us_per_op": cell.metrics.get("server_cpu_us_per_op"),
+        "qps": cell.qps,
+        "p99_ms": cell.p99_ms,
+    }
+    return {
+        k: float(v) for k, v in values.items() if isinstance(v, int | float) and math.isfinite(v)
+    }

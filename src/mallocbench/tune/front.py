@@ -116,11 +116,24 @@ def measure(
     repeats: int,
     progress: Callable[[str], None] | None = None,
 ) -> list[Point]:
-    """Every chosen setting `repeats` times, interleaved."""
+    """Every chosen setting `repeats` times, interleaved; in blocks of the setting's
+    servers up at once where the evaluator measures so (on servers)."""
     points = [
         Point("default" if t.default else f"#{t.number}", t.number, t.default, t.setting, t.metrics)
         for t in chosen
     ]
+    blocked = getattr(evaluator, "measure_blocks", None)
+    if blocked is not None:
+        if progress is not None:
+            progress(f"{allocator.name}: {len(points)} settings in {repeats} blocks")
+        for block in blocked(allocator, [p.setting for p in points], repeats):
+            for point, values in zip(points, block, strict=True):
+                if values is None:
+                    point.failed += 1
+                    continue
+                for key, value in values.items():
+                    point.samples.setdefault(key, []).append(value)
+        return points
     for repeat in range(repeats):
         for point in points:
             if progress is not None:
