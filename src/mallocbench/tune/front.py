@@ -52,6 +52,9 @@ class Point:
     setting: dict[str, str]
     searched: dict[str, float]  # the search's one observation
     samples: dict[str, list[float]] = field(default_factory=dict)
+    # The block each sample was measured in, by key, when the repeats ran in blocks (on
+    # servers): two points are then compared block by block. Empty: independent repeats.
+    blocks: dict[str, list[int]] = field(default_factory=dict)
     failed: int = 0
     estimates: dict[str, Estimate] = field(default_factory=dict)
     versus_default: dict[str, Versus] = field(default_factory=dict)
@@ -126,13 +129,14 @@ def measure(
     if blocked is not None:
         if progress is not None:
             progress(f"{allocator.name}: {len(points)} settings in {repeats} blocks")
-        for block in blocked(allocator, [p.setting for p in points], repeats):
+        for index, block in enumerate(blocked(allocator, [p.setting for p in points], repeats)):
             for point, values in zip(points, block, strict=True):
                 if values is None:
                     point.failed += 1
                     continue
                 for key, value in values.items():
                     point.samples.setdefault(key, []).append(value)
+                    point.blocks.setdefault(key, []).append(index)
         return points
     for repeat in range(repeats):
         for point in points:
@@ -161,8 +165,20 @@ def versus(
     metric: Metric,
     min_effect: float,
     confidence: float = 0.95,
+    blocks: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> Versus:
-    ratio, low, high = stats.ratio_ci(a, b, confidence)
+    """a against b; with `blocks` (the block of each of a's and b's samples), paired
+    by block as `run` pairs its setups: what a block shares (the host's load then, the
+    page cache) cancels out of the ratio's interval."""
+    if blocks is not None and len(set(blocks[0]) & set(blocks[1])) >= 2:
+        paired = stats.blocked_ratios(
+            dict(zip(blocks[1], b, strict=True)),
+            {"a": dict(zip(blocks[0], a, strict=True))},
+            confidence,
+        )["a"]
+        ratio, low, high = paired.ratio, paired.low, paired.high
+    else:
+        ratio, low, high = stats.ratio_ci(a, b, confidence)
     verdict = stats.classify(ratio, low, high, min_effect)
     finding = verdict in stats.FINDINGS
     good = ratio < 1 if metric.lower_is_better else ratio > 1
@@ -187,10 +203,8 @@ def judge(
         point.feasible = all(c.satisfied(means) for c in constraints)
         if default is not None and point is not default:
             point.versus_default = {
-                m.name: versus(point.samples.get(m.key, []), default.samples.get(m.key, []), m,
-                               min_effect, to_default)
-                for m in objectives
-            }  # fmt: skip
+                m.name: compare(point, default, m, min_effect, to_default) for m in objectives
+            }
     for a in points:
         a.dominated_by = [
             b.label
@@ -199,15 +213,25 @@ def judge(
         ]
 
 
+def compare(a: Point, b: Point, m: Metric, min_effect: float, confidence: float) -> Versus:
+    """Point a against point b on m, paired by block when both were measured in blocks."""
+    a_blocks, b_blocks = a.blocks.get(m.key), b.blocks.get(m.key)
+    return versus(
+        a.samples.get(m.key, []),
+        b.samples.get(m.key, []),
+        m,
+        min_effect,
+        confidence,
+        (a_blocks, b_blocks) if a_blocks and b_blocks else None,
+    )
+
+
 def _shown_better(
     b: Point, a: Point, objectives: Sequence[Metric], min_effect: float, confidence: float
 ) -> bool:
     """b dominates a as the intervals show it: a finding better on one objective, and on
     every other better or shown the same (within min_effect)."""
-    verdicts = [
-        versus(b.samples.get(m.key, []), a.samples.get(m.key, []), m, min_effect, confidence)
-        for m in objectives
-    ]
+    verdicts = [compare(b, a, m, min_effect, confidence) for m in objectives]
     return any(v.better for v in verdicts) and all(
         v.better or v.verdict == stats.SAME for v in verdicts
     )
