@@ -159,7 +159,9 @@ def tune(
     TRACE (.mbt): each setting is a replay of the trace under the allocator (seconds).
     EXPERIMENT (.toml, or --on servers): each setting is a short run of the experiment's
     one engine, step and thread count on a private server started under it, as
-    `mallocbench run` starts them (the dataset loaded once; minutes a trial).
+    `mallocbench run` starts them (the dataset loaded once; a trial is a server start,
+    the warmup and the measured seconds), the front's repeats in blocks of servers up
+    at once.
 
     One Optuna study per allocator (kept in OUT/tune.db; Ctrl-C keeps every finished
     trial, --resume continues), the default setting first. The front is then measured
