@@ -226,3 +226,28 @@ def test_repeats_in_blocks_are_compared_block_by_block() -> None:
     default.blocks[rss.key] = lower.blocks[rss.key] = [0, 1, 2, 3]
     paired = front.compare(lower, default, rss, 0.02, 0.95)
     assert paired.better and 0.94 < paired.low < paired.ratio < paired.high < 0.96
+
+
+def test_the_blocks_error_is_pooled_over_the_front_as_run_pools_its_setups() -> None:
+    from mallocbench.analysis import stats
+
+    rss = parse_objectives("rss", "servers")[0]
+    load, wobble = [1.0, 1.6, 0.7], [[1.0, 1.01, 0.99], [0.99, 1.0, 1.01], [1.01, 0.99, 1.0]]
+    points = [front.Point(f"p{i}", i, i == 0, {}, {}) for i in range(3)]
+    for point, level, noise in zip(points, [100e6, 95e6, 97e6], wobble, strict=True):
+        point.samples[rss.key] = [level * x * w for x, w in zip(load, noise, strict=True)]
+        point.blocks[rss.key] = [0, 1, 2]
+    pool = front.pool_of(points, rss.key)
+    assert pool is not None and pool.df == 4  # (3 points - 1) x (3 blocks - 1)
+    pooled = front.compare(points[1], points[0], rss, 0.02, 0.95, pool)
+    by_run = stats.blocked_ratios(
+        dict(enumerate(points[0].samples[rss.key])),
+        {f"p{i}": dict(enumerate(points[i].samples[rss.key])) for i in (1, 2)},
+    )["p1"]
+    assert (pooled.ratio, pooled.low, pooled.high) == pytest.approx(
+        (by_run.ratio, by_run.low, by_run.high)
+    )
+    alone = front.compare(points[1], points[0], rss, 0.02, 0.95)  # 2 df: a wider interval
+    assert alone.high - alone.low > pooled.high - pooled.low
+    front.judge(points, [rss], [], 0.02)
+    assert points[1].versus_default["rss"].better and "p1" in points[0].dominated_by

@@ -13,6 +13,7 @@ beats the default there as a finding.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -179,6 +180,10 @@ def versus(
         ratio, low, high = paired.ratio, paired.low, paired.high
     else:
         ratio, low, high = stats.ratio_ci(a, b, confidence)
+    return _verdict(ratio, low, high, metric, min_effect)
+
+
+def _verdict(ratio: float, low: float, high: float, metric: Metric, min_effect: float) -> Versus:
     verdict = stats.classify(ratio, low, high, min_effect)
     finding = verdict in stats.FINDINGS
     good = ratio < 1 if metric.lower_is_better else ratio > 1
@@ -197,24 +202,60 @@ def judge(
     n = len(points)
     to_default = family_confidence((n - 1) * len(objectives))
     pairwise = family_confidence(n * (n - 1) // 2 * len(objectives))
+    pools = {m.key: pool_of(points, m.key) for m in objectives}
     for point in points:
         point.estimates = {k: Estimate(*stats.mean_ci(point.samples.get(k, []))) for k in keys}
         means = {k: e.mean for k, e in point.estimates.items()}
         point.feasible = all(c.satisfied(means) for c in constraints)
         if default is not None and point is not default:
             point.versus_default = {
-                m.name: compare(point, default, m, min_effect, to_default) for m in objectives
+                m.name: compare(point, default, m, min_effect, to_default, pools[m.key])
+                for m in objectives
             }
     for a in points:
         a.dominated_by = [
             b.label
             for b in points
-            if b is not a and _shown_better(b, a, objectives, min_effect, pairwise)
+            if b is not a and _shown_better(b, a, objectives, min_effect, pairwise, pools)
         ]
 
 
-def compare(a: Point, b: Point, m: Metric, min_effect: float, confidence: float) -> Versus:
-    """Point a against point b on m, paired by block when both were measured in blocks."""
+@dataclass(frozen=True)
+class Pool:
+    """The point x block residual of log values over the blocks every point measured:
+    the blocked design's error term, pooled over the points as `run` pools its setups
+    (stats.blocked_ratios), so a pair's interval has (points - 1) x (blocks - 1) degrees
+    of freedom rather than blocks - 1 (2 at 3 repeats: t would be 4.3, or 12 at the
+    Bonferroni level of a few comparisons)."""
+
+    mse: float
+    df: int
+    blocks: tuple[int, ...]
+
+
+def pool_of(points: Sequence[Point], key: str) -> Pool | None:
+    """None: not every point was measured in blocks, or fewer than two blocks in common."""
+    maps = [dict(zip(p.blocks.get(key, []), p.samples.get(key, []), strict=True)) for p in points]
+    if len(maps) < 2 or not all(maps):
+        return None
+    common = sorted(set.intersection(*(set(m) for m in maps)))
+    if len(common) < 2 or any(m[b] <= 0 for m in maps for b in common):
+        return None
+    mse, df = stats.block_residual([[math.log(m[b]) for b in common] for m in maps])
+    return Pool(mse, df, tuple(common)) if df >= 1 and math.isfinite(mse) else None
+
+
+def compare(
+    a: Point, b: Point, m: Metric, min_effect: float, confidence: float, pool: Pool | None = None
+) -> Versus:
+    """Point a against point b on m: with the points' `pool`, on the blocks they all
+    measured; else paired by block when both were measured in blocks, else unpaired."""
+    if pool is not None:
+        a_map = dict(zip(a.blocks[m.key], a.samples[m.key], strict=True))
+        b_map = dict(zip(b.blocks[m.key], b.samples[m.key], strict=True))
+        d = math.log(sum(a_map[k] for k in pool.blocks) / sum(b_map[k] for k in pool.blocks))
+        half = stats.t_quantile(confidence, pool.df) * math.sqrt(2 * pool.mse / len(pool.blocks))
+        return _verdict(math.exp(d), math.exp(d - half), math.exp(d + half), m, min_effect)
     a_blocks, b_blocks = a.blocks.get(m.key), b.blocks.get(m.key)
     return versus(
         a.samples.get(m.key, []),
@@ -227,11 +268,16 @@ def compare(a: Point, b: Point, m: Metric, min_effect: float, confidence: float)
 
 
 def _shown_better(
-    b: Point, a: Point, objectives: Sequence[Metric], min_effect: float, confidence: float
+    b: Point,
+    a: Point,
+    objectives: Sequence[Metric],
+    min_effect: float,
+    confidence: float,
+    pools: Mapping[str, Pool | None],
 ) -> bool:
     """b dominates a as the intervals show it: a finding better on one objective, and on
     every other better or shown the same (within min_effect)."""
-    verdicts = [compare(b, a, m, min_effect, confidence) for m in objectives]
+    verdicts = [compare(b, a, m, min_effect, confidence, pools.get(m.key)) for m in objectives]
     return any(v.better for v in verdicts) and all(
         v.better or v.verdict == stats.SAME for v in verdicts
     )
