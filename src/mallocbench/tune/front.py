@@ -235,9 +235,9 @@ class Pool:
 
 def pool_of(points: Sequence[Point], key: str) -> Pool | None:
     """None: not every point was measured in blocks, or fewer than two blocks in common."""
-    maps = [dict(zip(p.blocks.get(key, []), p.samples.get(key, []), strict=True)) for p in points]
-    if len(maps) < 2 or not all(maps):
+    if len(points) < 2 or not all(p.blocks.get(key) for p in points):
         return None
+    maps = [dict(zip(p.blocks[key], p.samples[key], strict=True)) for p in points]
     common = sorted(set.intersection(*(set(m) for m in maps)))
     if len(common) < 2 or any(m[b] <= 0 for m in maps for b in common):
         return None
