@@ -123,9 +123,19 @@ def test_a_real_tune_on_private_servers(tmp_path: Path) -> None:
     assert {} in knobs and any("glibc.malloc.arena_max=" in k.get("GLIBC_TUNABLES", "")
                                for k in knobs)  # fmt: skip
     assert {p.name for p in out.iterdir()} >= {"tune.db", "tune.json", "tune.md", "tune.html"}
-    exp.write_text(exp.read_text().replace("step = 1", "step = 2"))
-    changed = run_cli("tune", str(exp), *args, "--resume")
-    assert changed.returncode == 2 and "give the same options to --resume" in changed.stderr
+
+
+def test_a_changed_workload_is_another_study(tmp_path: Path) -> None:
+    """--resume compares the evaluation's description (search.Settings), so it must
+    change with anything that changes what a setting measures."""
+    from mallocbench.tune.evaluate import ServerEvaluator
+
+    path = experiment(tmp_path)
+    before = ServerEvaluator(load(path), tmp_path / "out").describe()
+    for old, new in (("step = 1", "step = 2"), ("rows = 2000", "rows = 3000"),
+                     ("threads = [2]", "threads = [4]")):  # fmt: skip
+        path.write_text(TINY.format(engines='["innodb"]', knobs="").replace(old, new))
+        assert ServerEvaluator(load(path), tmp_path / "out").describe() != before, new
 
 
 # --- the confirmation's workload ------------------------------------------------------
