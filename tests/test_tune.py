@@ -236,6 +236,7 @@ BAD_INPUT = [
     (["--allocators", "jemaloc"], "jemalloc"),
     (["--on", "servers"], "--on servers measures an experiment, and"),
     (["--objectives", "rss,qps"], "objective 'qps' is not measured by a trace replay"),
+    (["--workload", "nope.toml"], "experiment file nope.toml does not exist"),
     (["--portion", "soon"], "--portion = 'soon' is not a duration"),
 ]
 

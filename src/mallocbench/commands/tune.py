@@ -183,8 +183,8 @@ def tune(
         evaluator = _server_evaluator(trace, out_dir)
         known: Workload | None = evaluator.workload
     else:
+        known = _trace_workload(trace, workload_file, engine)  # before the trace's long read
         info = _check_trace(trace)
-        known = _trace_workload(trace, workload_file, engine)
         evaluator = _evaluator(
             trace, info, timing, speed, portion_s, budget, len(tuned), trials or DEFAULT_TRIALS
         )
