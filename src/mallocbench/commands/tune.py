@@ -1,4 +1,5 @@
-"""`mallocbench tune`: search allocator knobs on a trace for the RSS-against-time front."""
+"""`mallocbench tune`: search allocator knobs for the RSS-against-time front, on a trace
+(replays, seconds per trial) or an experiment (short runs on private servers)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from mallocbench.errors import MallocbenchError
 if TYPE_CHECKING:
     from mallocbench.replay.trace import TraceInfo
     from mallocbench.tune.driver import Plan
-    from mallocbench.tune.evaluate import ReplayEvaluator
+    from mallocbench.tune.evaluate import ReplayEvaluator, ServerEvaluator
+    from mallocbench.tune.workload import Workload
 
 DEFAULT_TRIALS = 30
 
@@ -35,7 +37,9 @@ def _portion(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 
 
 @click.command("tune")
-@click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument(
+    "trace", metavar="TRACE|EXPERIMENT", type=click.Path(dir_okay=False, path_type=Path)
+)
 @click.option(
     "--allocators",
     "allocator_list",
@@ -61,7 +65,8 @@ def _portion(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     default="rss,time",
     show_default=True,
     metavar="A,B",
-    help="What to optimise: rss, rss_over_live, time (CPU), wall (lower is better), calls_per_s.",
+    help="What to optimise. On a trace: rss, rss_over_live, time (CPU), wall (lower is "
+    "better), calls_per_s. On servers: rss (peak), time (server CPU per operation), qps, p99.",
 )
 @click.option(
     "--constraint",
@@ -92,7 +97,7 @@ def _portion(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     type=click.IntRange(2, 100),
     default=5,
     show_default=True,
-    help="Replays of each front point and the default, for the intervals.",
+    help="Measurements of each front point and the default, for the intervals.",
 )
 @min_effect_option("Smaller changes never count as beating the default (default 2%).")
 @timing_options
@@ -108,15 +113,22 @@ def _portion(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     "--on",
     "evaluator_name",
     type=click.Choice(["replay", "servers"]),
-    default="replay",
-    show_default=True,
-    help="How a setting is measured.",
+    help="How a setting is measured: replay (of a TRACE, seconds a trial) or servers (a "
+    "short run of the EXPERIMENT's one engine, step and thread count on a private server, "
+    "a server start a trial). Default: by the argument.",
+)
+@click.option(
+    "--workload",
+    "workload_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="EXPERIMENT.toml",
+    help="For a TRACE: the experiment whose load it recorded (one engine, step, thread "
+    "count); confirm.toml runs it. Found without it for a trace a run recorded.",
 )
 @click.option(
     "--engine",
-    default="innodb",
-    show_default=True,
-    help="Engine of the confirmation experiment written to --out.",
+    help="Engine of the confirmation's generic workload (default innodb), when the "
+    "trace's is not known.",
 )
 @click.option("--seed", type=int, help="Seed of the sampler, for a repeatable search.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead.")
@@ -135,54 +147,129 @@ def tune(
     timing: str,
     speed: float,
     portion_s: float | None,
-    evaluator_name: str,
-    engine: str,
+    evaluator_name: str | None,
+    workload_file: Path | None,
+    engine: str | None,
     seed: int | None,
     as_json: bool,
 ) -> None:
-    """Search allocator knobs on a trace for the RSS-versus-time front, with intervals.
+    """Search allocator knobs for the RSS-versus-time front, with intervals.
+
+    \b
+    TRACE (.mbt): each setting is a replay of the trace under the allocator (seconds).
+    EXPERIMENT (.toml, or --on servers): each setting is a short run of the experiment's
+    one engine, step and thread count on a private server started under it, as
+    `mallocbench run` starts them (the dataset loaded once; a trial is a server start,
+    the warmup and the measured seconds), the front's repeats in blocks of servers up
+    at once.
 
     One Optuna study per allocator (kept in OUT/tune.db; Ctrl-C keeps every finished
-    trial, --resume continues), the default setting first. The front is then replayed
+    trial, --resume continues), the default setting first. The front is then measured
     --repeats times per point, and a setting is chosen (memory first, speed first) only
-    when it beats the default as a finding; its systemd drop-in is printed."""
+    when it beats the default as a finding; its systemd drop-in is printed, and
+    OUT/confirm.toml runs it against the default on servers."""
     from mallocbench.tune import objectives as objmod
     from mallocbench.tune.driver import Plan, check_allocators, check_out, spaces_for
 
-    if evaluator_name == "servers" or trace.suffix.lower() == ".toml":
-        raise MallocbenchError(_servers_refusal(trace, evaluator_name))
-    metrics = objmod.parse_objectives(objectives)
-    constraints = objmod.parse_constraints(constraint_list)
+    on = _method(trace, evaluator_name)
+    if on == objmod.SERVERS:
+        _refuse_replay_options(portion_s, workload_file, engine)
+    metrics = objmod.parse_objectives(objectives, on)
+    constraints = objmod.parse_constraints(constraint_list, on)
     tuned = check_allocators(allocator_list)
     spaces = spaces_for(tuned, space_list)
-    info = _check_trace(trace)
+    evaluator: ReplayEvaluator | ServerEvaluator
+    if on == objmod.SERVERS:
+        evaluator = _server_evaluator(trace, out_dir)
+        known: Workload | None = evaluator.workload
+    else:
+        known = _trace_workload(trace, workload_file, engine)  # before the trace's long read
+        info = _check_trace(trace)
+        evaluator = _evaluator(
+            trace, info, timing, speed, portion_s, budget, len(tuned), trials or DEFAULT_TRIALS
+        )
     check_out(out_dir, resume)
-    evaluator = _evaluator(
-        trace, info, timing, speed, portion_s, budget, len(tuned), trials or DEFAULT_TRIALS
-    )
     plan = Plan(
         trace=str(trace), evaluator_name=evaluator.describe(),
         objectives=metrics, constraints=constraints, spaces=spaces, tuned=tuned, out=out_dir,
         resume=resume, trials=trials or (None if budget else DEFAULT_TRIALS), budget_s=budget,
         repeats=repeats, min_effect=0.02 if min_effect is None else min_effect, seed=seed,
-        engine=engine, evaluation=evaluator.facts(),
+        engine=known.engine if known else engine or "innodb", evaluation=evaluator.facts(),
+        workload=known,
     )  # fmt: skip
     _run(plan, evaluator, as_json)
 
 
-def _servers_refusal(target: Path, evaluator_name: str) -> str:
-    """What to do instead of tuning on servers, which is not built: record a trace of the
-    same workload, tune that, and confirm on servers with the experiment tune writes."""
-    what = (
-        "--on servers (tuning on private servers)"
-        if evaluator_name == "servers"
-        else f"{target} is an experiment: tuning on private servers (--on servers)"
-    )
-    return (
-        f"{what} is not built yet: record a trace of the workload "
-        "(record = true in the experiment, then mallocbench run it; or mallocbench record "
-        "--pid), tune OUT/traces/*.mbt, then mallocbench run the confirm.toml tune writes"
-    )
+def _method(target: Path, evaluator_name: str | None) -> str:
+    """servers for an experiment, replay for a trace; --on must agree with the argument."""
+    from mallocbench.tune.objectives import REPLAY, SERVERS
+
+    experiment = target.suffix.lower() == ".toml"
+    if evaluator_name == SERVERS and not experiment:
+        raise MallocbenchError(
+            f"--on servers measures an experiment, and {target} is not one (.toml): give "
+            "the experiment of the workload to tune, or leave --on out to replay the trace"
+        )
+    if evaluator_name == REPLAY and experiment:
+        raise MallocbenchError(
+            f"--on replay replays a trace, and {target} is an experiment: leave --on out to "
+            "tune it on servers, or give a trace (.mbt) recorded from it (record = true)"
+        )
+    return SERVERS if experiment else REPLAY
+
+
+def _refuse_replay_options(
+    portion_s: float | None, workload_file: Path | None, engine: str | None
+) -> None:
+    """Options of a trace's tune given with an experiment: one line, not ignored."""
+    ctx = click.get_current_context()
+    replay_only = [
+        name
+        for name, given in (
+            ("--timing", _given(ctx, "timing")),
+            ("--speed", _given(ctx, "speed")),
+            ("--portion", portion_s is not None),
+            ("--workload", workload_file is not None),
+            ("--engine", engine is not None),
+        )
+        if given
+    ]
+    if replay_only:
+        verb = "is" if len(replay_only) == 1 else "are"
+        raise MallocbenchError(
+            f"{', '.join(replay_only)} {verb} for a trace: on servers the experiment says "
+            "the engine, step, dataset and durations; leave it out"
+        )
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source != click.core.ParameterSource.DEFAULT
+
+
+def _server_evaluator(target: Path, out_dir: Path) -> ServerEvaluator:
+    from mallocbench import experiment as experiment_mod
+    from mallocbench.tune.evaluate import ServerEvaluator
+
+    evaluator = ServerEvaluator(experiment_mod.load(target), out_dir)
+    evaluator.check()
+    return evaluator
+
+
+def _trace_workload(trace: Path, workload_file: Path | None, engine: str | None) -> Workload | None:
+    """What the trace was recorded under: --workload's experiment, else what the run
+    that recorded it stored; None: unknown (the confirmation's workload is generic)."""
+    from mallocbench import experiment as experiment_mod
+    from mallocbench.tune import workload
+
+    if workload_file is None:
+        return workload.of_trace(trace)
+    if engine is not None:
+        raise MallocbenchError(
+            "--engine sets the generic workload's engine; with --workload its experiment "
+            "says the engine: leave --engine out"
+        )
+    return workload.from_experiment(experiment_mod.load(workload_file), str(workload_file))
 
 
 def _check_trace(trace: Path) -> TraceInfo:
@@ -215,7 +302,7 @@ def _evaluator(
     return ReplayEvaluator(trace, timing, speed, duration_s, portion_s or None)
 
 
-def _run(plan: Plan, evaluator: ReplayEvaluator, as_json: bool) -> None:
+def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool) -> None:
     import sys
     import time
 
@@ -228,6 +315,10 @@ def _run(plan: Plan, evaluator: ReplayEvaluator, as_json: bool) -> None:
 
     plan.out.mkdir(parents=True, exist_ok=True)
     err = make_console(stderr=True)
+    from mallocbench.tune.evaluate import ServerEvaluator
+
+    if isinstance(evaluator, ServerEvaluator):  # a first dataset load is worth a line
+        evaluator.say = lambda text: err.print(text, markup=False, highlight=False)
     started = time.monotonic()
     # The first Ctrl-C (or SIGTERM) ends the search after the trial under way, so no
     # trial is cut in half in the database; a second one aborts at once.

@@ -22,6 +22,7 @@ from mallocbench.tune import front, search
 from mallocbench.tune.evaluate import Evaluator
 from mallocbench.tune.objectives import Constraint, Metric
 from mallocbench.tune.space import Dimension, build_space, parse_space_options
+from mallocbench.tune.workload import Workload, generic_lines, setup_lines, toml_lines
 
 # Of a --budget, the share the search gets; the rest is for re-measuring the front: with
 # 5 repeats, two fifths leave room for the default and about three front points.
@@ -49,6 +50,9 @@ class Plan:
     engine: str = "innodb"
     notes: list[str] = field(default_factory=list)
     evaluation: dict[str, Any] = field(default_factory=dict)  # how a setting is measured
+    # What was tuned (the experiment's, or the one the trace was recorded under); None:
+    # unknown, and the confirmation's workload is generic.
+    workload: Workload | None = None
 
 
 def check_allocators(names: str) -> list[Allocator]:
@@ -235,7 +239,8 @@ def deploy_for(allocator: Allocator, point: front.Point, env: dict[str, str]) ->
 
 def confirmation_toml(plan: Plan, results: Sequence[dict[str, Any]]) -> str | None:
     """An experiment for `mallocbench run` that confirms the chosen settings on real
-    private servers against each allocator's default (None: nothing was chosen)."""
+    private servers against each allocator's default, on the workload that was tuned
+    when it is known (None: nothing was chosen)."""
     setups: list[tuple[str, str, dict[str, str]]] = []
     for result in results:
         chosen = {p: d for p, d in result["deploy"].items()}
@@ -253,31 +258,17 @@ def confirmation_toml(plan: Plan, results: Sequence[dict[str, Any]]) -> str | No
         return None
     lines = [
         "# Written by `mallocbench tune`: the settings it chose, against each allocator's",
-        "# default, on real private servers. Set engines, steps and dataset to the workload",
-        "# the trace was recorded from; compare each tuned setup to its allocator's default.",
+        "# default, on real private servers; compare each tuned setup to its allocator's",
+        "# default.",
         'name = "tune-confirm"',
         f"base = {json.dumps(setups[0][0])}",
-        f"engines = [{json.dumps(plan.engine)}]",
-        'steps = ["point-query", "update-nonindex"]',
-        "threads = [8]",
-        "repeats = 5",
         f'min_effect = "{plan.min_effect * 100:g}%"',
-        "",
-        "[dataset]",
-        "tables = 4",
-        "rows = 50000",
-        'cache = "512M"',
-        "",
-        "[durations]",
-        "warmup = 5",
-        "step = 30",
     ]
+    known = plan.workload
+    lines += toml_lines(known) if known else generic_lines(plan.engine)
+    fields = known.setup_fields if known else {}
     for name, allocator, env in setups:
-        lines += ["", "[[setup]]", f"name = {json.dumps(name)}",
-                  f"allocator = {json.dumps(allocator)}"]  # fmt: skip
-        if env:
-            items = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
-            lines.append(f"knobs = {{ {items} }}")
+        lines += setup_lines(name, allocator, env, fields)
     return "\n".join(lines) + "\n"
 
 
@@ -292,10 +283,15 @@ def document(
             f"{plan.budget_s / 60:.1f} min: re-measuring the front (the default and at least "
             "one point, --repeats times each) took longer than the quarter left for it"
         )
+    confirmation = (
+        "the confirmation's blocked run (the default and the choice up at once, 5 blocks) "
+        "is for the choice"
+        if plan.evaluation.get("method") == "servers"
+        else "the confirmation on servers is for the whole workload"
+    )
     notes.append(
         f"every setting was measured by a {plan.evaluator_name}, the search's trials and "
-        "the front's repeats alike: the intervals are for that, and the confirmation on "
-        "servers is for the whole workload"
+        f"the front's repeats alike: the intervals are for that, and {confirmation}"
     )
     toml = confirmation_toml(plan, results)
     if toml is None:
@@ -307,10 +303,12 @@ def document(
             f"confirm on real private servers before deploying: mallocbench run {path} "
             f"--out {plan.out / 'confirm'}"
         )
+        notes.append(_workload_note(plan.workload, path))
     return {
         "trace": plan.trace,
         "evaluator": plan.evaluator_name,
         "evaluation": plan.evaluation,
+        "workload": plan.workload.to_dict() if plan.workload else None,
         "objectives": [
             {
                 "name": m.name,
@@ -328,3 +326,13 @@ def document(
         "allocators": results,
         "notes": notes,
     }
+
+
+def _workload_note(known: Workload | None, path: Path) -> str:
+    if known is None:
+        return (
+            f"{path} runs a generic workload (nothing said what the trace was recorded "
+            "under): set its engines, steps, threads and [dataset] to that load first, or "
+            "give --workload EXPERIMENT.toml"
+        )
+    return f"{path} runs the tuned workload, {known.describe()} ({known.source})"

@@ -13,6 +13,7 @@ beats the default there as a finding.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -52,6 +53,9 @@ class Point:
     setting: dict[str, str]
     searched: dict[str, float]  # the search's one observation
     samples: dict[str, list[float]] = field(default_factory=dict)
+    # The block each sample was measured in, by key, when the repeats ran in blocks (on
+    # servers): two points are then compared block by block. Empty: independent repeats.
+    blocks: dict[str, list[int]] = field(default_factory=dict)
     failed: int = 0
     estimates: dict[str, Estimate] = field(default_factory=dict)
     versus_default: dict[str, Versus] = field(default_factory=dict)
@@ -116,11 +120,25 @@ def measure(
     repeats: int,
     progress: Callable[[str], None] | None = None,
 ) -> list[Point]:
-    """Every chosen setting `repeats` times, interleaved."""
+    """Every chosen setting `repeats` times, interleaved; in blocks of the setting's
+    servers up at once where the evaluator measures so (on servers)."""
     points = [
         Point("default" if t.default else f"#{t.number}", t.number, t.default, t.setting, t.metrics)
         for t in chosen
     ]
+    blocked = getattr(evaluator, "measure_blocks", None)
+    if blocked is not None:
+        if progress is not None:
+            progress(f"{allocator.name}: {len(points)} settings in {repeats} blocks")
+        for index, block in enumerate(blocked(allocator, [p.setting for p in points], repeats)):
+            for point, values in zip(points, block, strict=True):
+                if values is None:
+                    point.failed += 1
+                    continue
+                for key, value in values.items():
+                    point.samples.setdefault(key, []).append(value)
+                    point.blocks.setdefault(key, []).append(index)
+        return points
     for repeat in range(repeats):
         for point in points:
             if progress is not None:
@@ -148,8 +166,24 @@ def versus(
     metric: Metric,
     min_effect: float,
     confidence: float = 0.95,
+    blocks: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> Versus:
-    ratio, low, high = stats.ratio_ci(a, b, confidence)
+    """a against b; with `blocks` (the block of each of a's and b's samples), paired
+    by block as `run` pairs its setups: what a block shares (the host's load then, the
+    page cache) cancels out of the ratio's interval."""
+    if blocks is not None and len(set(blocks[0]) & set(blocks[1])) >= 2:
+        paired = stats.blocked_ratios(
+            dict(zip(blocks[1], b, strict=True)),
+            {"a": dict(zip(blocks[0], a, strict=True))},
+            confidence,
+        )["a"]
+        ratio, low, high = paired.ratio, paired.low, paired.high
+    else:
+        ratio, low, high = stats.ratio_ci(a, b, confidence)
+    return _verdict(ratio, low, high, metric, min_effect)
+
+
+def _verdict(ratio: float, low: float, high: float, metric: Metric, min_effect: float) -> Versus:
     verdict = stats.classify(ratio, low, high, min_effect)
     finding = verdict in stats.FINDINGS
     good = ratio < 1 if metric.lower_is_better else ratio > 1
@@ -168,33 +202,82 @@ def judge(
     n = len(points)
     to_default = family_confidence((n - 1) * len(objectives))
     pairwise = family_confidence(n * (n - 1) // 2 * len(objectives))
+    pools = {m.key: pool_of(points, m.key) for m in objectives}
     for point in points:
         point.estimates = {k: Estimate(*stats.mean_ci(point.samples.get(k, []))) for k in keys}
         means = {k: e.mean for k, e in point.estimates.items()}
         point.feasible = all(c.satisfied(means) for c in constraints)
         if default is not None and point is not default:
             point.versus_default = {
-                m.name: versus(point.samples.get(m.key, []), default.samples.get(m.key, []), m,
-                               min_effect, to_default)
+                m.name: compare(point, default, m, min_effect, to_default, pools[m.key])
                 for m in objectives
-            }  # fmt: skip
+            }
     for a in points:
         a.dominated_by = [
             b.label
             for b in points
-            if b is not a and _shown_better(b, a, objectives, min_effect, pairwise)
+            if b is not a and _shown_better(b, a, objectives, min_effect, pairwise, pools)
         ]
 
 
+@dataclass(frozen=True)
+class Pool:
+    """The point x block residual of log values over the blocks every point measured:
+    the blocked design's error term, pooled over the points as `run` pools its setups
+    (stats.blocked_ratios), so a pair's interval has (points - 1) x (blocks - 1) degrees
+    of freedom rather than blocks - 1 (2 at 3 repeats: t would be 4.3, or 12 at the
+    Bonferroni level of a few comparisons)."""
+
+    mse: float
+    df: int
+    blocks: tuple[int, ...]
+
+
+def pool_of(points: Sequence[Point], key: str) -> Pool | None:
+    """None: not every point was measured in blocks, or fewer than two blocks in common."""
+    if len(points) < 2 or not all(p.blocks.get(key) for p in points):
+        return None
+    maps = [dict(zip(p.blocks[key], p.samples[key], strict=True)) for p in points]
+    common = sorted(set.intersection(*(set(m) for m in maps)))
+    if len(common) < 2 or any(m[b] <= 0 for m in maps for b in common):
+        return None
+    mse, df = stats.block_residual([[math.log(m[b]) for b in common] for m in maps])
+    return Pool(mse, df, tuple(common)) if df >= 1 and math.isfinite(mse) else None
+
+
+def compare(
+    a: Point, b: Point, m: Metric, min_effect: float, confidence: float, pool: Pool | None = None
+) -> Versus:
+    """Point a against point b on m: with the points' `pool`, on the blocks they all
+    measured; else paired by block when both were measured in blocks, else unpaired."""
+    if pool is not None:
+        a_map = dict(zip(a.blocks[m.key], a.samples[m.key], strict=True))
+        b_map = dict(zip(b.blocks[m.key], b.samples[m.key], strict=True))
+        d = math.log(sum(a_map[k] for k in pool.blocks) / sum(b_map[k] for k in pool.blocks))
+        half = stats.t_quantile(confidence, pool.df) * math.sqrt(2 * pool.mse / len(pool.blocks))
+        return _verdict(math.exp(d), math.exp(d - half), math.exp(d + half), m, min_effect)
+    a_blocks, b_blocks = a.blocks.get(m.key), b.blocks.get(m.key)
+    return versus(
+        a.samples.get(m.key, []),
+        b.samples.get(m.key, []),
+        m,
+        min_effect,
+        confidence,
+        (a_blocks, b_blocks) if a_blocks and b_blocks else None,
+    )
+
+
 def _shown_better(
-    b: Point, a: Point, objectives: Sequence[Metric], min_effect: float, confidence: float
+    b: Point,
+    a: Point,
+    objectives: Sequence[Metric],
+    min_effect: float,
+    confidence: float,
+    pools: Mapping[str, Pool | None],
 ) -> bool:
     """b dominates a as the intervals show it: a finding better on one objective, and on
     every other better or shown the same (within min_effect)."""
-    verdicts = [
-        versus(b.samples.get(m.key, []), a.samples.get(m.key, []), m, min_effect, confidence)
-        for m in objectives
-    ]
+    verdicts = [compare(b, a, m, min_effect, confidence, pools.get(m.key)) for m in objectives]
     return any(v.better for v in verdicts) and all(
         v.better or v.verdict == stats.SAME for v in verdicts
     )

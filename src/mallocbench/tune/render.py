@@ -32,6 +32,10 @@ def fmt(unit: str, value: float | None) -> str:
         return f"{value:,.0f}/s"
     if unit == "s":
         return f"{value:.3f} s"
+    if unit == "ms":
+        return f"{value:.2f} ms"
+    if unit == "us":
+        return f"{value:.1f} µs"
     return f"{value:.2f}"
 
 
