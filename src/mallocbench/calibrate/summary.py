@@ -40,6 +40,7 @@ class StartResult:
     warmup_s: float  # the step's warmup until steady
     steady: bool
     slices: list[SliceResult] = field(default_factory=list)
+    stop_s: float = 0.0  # stop the server, remove its datadir
 
     @property
     def seconds(self) -> list[float]:
@@ -196,6 +197,7 @@ def summarize(
         warmup_s=_median([s.warmup_s for s in starts]),
         slice_wall_s=_median([sl.wall_s for s in starts for sl in s.slices]),
         turn_s=_median([p.turns_wall_s / turns for p in pairs]) if pairs else 0.0,
+        stop_s=_median([s.stop_s for s in starts]),
     )
     runs_ratio = _ratio_components([p.run_ratios for p in pairs])
     summary = _summary(experiment, target, starts, options, components, costs, runs_ratio)
