@@ -373,6 +373,7 @@ def test_nothing_fitting_keeps_runs_and_a_plan_searches_its_shape_in_the_budget(
             assert plan.budget_width_pct <= width + 1e-9
     # The time a target costs is the least over the same shapes.
     assert plan.target_s is not None and plan.target_slices_per_start is not None
+    assert plan.target_starts is not None
     assert plan.target_s == pytest.approx(
         plan.target_starts * (fixed + plan.target_slices_per_start * per_slice)
     )
