@@ -19,7 +19,7 @@ SLOPE = -1.5  # log-throughput per unit of the machine other processes take
 
 
 def _run(seed: int, shift: float = 0.0, blocks: int = 5, slices: int = 10) -> RunResult:
-    """glibc (base) and je, equal in truth: each slice's throughput falls with the other
+    """glibc (base) and je taking turns, equal in truth: each turn's throughput falls with the other
     processes' share in it, which varies a lot from slice to slice; `shift` adds that
     much share to every je slice, as if je's own server left the others more CPU."""
     rng = np.random.default_rng(seed)
@@ -33,7 +33,7 @@ def _run(seed: int, shift: float = 0.0, blocks: int = 5, slices: int = 10) -> Ru
                 share = float(rng.uniform(0.0, 0.4)) + (shift if setup == "je" else 0.0)
                 log_qps = math.log(10_000) + level + start + SLOPE * share + rng.normal(0, 0.01)
                 pieces.append({"t": float(k), "qps": math.exp(log_qps), "seconds": 1.0,
-                               "other_cpu_share": share})  # fmt: skip
+                               "other_cpu_share": share, "turn": 1.0})  # fmt: skip
             qps = float(np.mean([p["qps"] for p in pieces]))
             cells.append(Cell(setup, "innodb", STEP, 8, repeat, qps=qps, slices=pieces))
     return RunResult("r1", "adjust", "glibc", cells=cells)
@@ -66,7 +66,13 @@ def test_every_report_states_it_beside_the_raw_and_old_runs_have_none() -> None:
     (note,) = [n for n in run_notes(analyze(run)) if n.startswith("adjusted for other")]
     assert "innodb, point-query range=100 at 8 threads" in note
     assert "je 1.0" in note and "raw)" in note
+    # Runs slices count the other setups' idle servers as other processes: not adjusted.
     for cell in run.cells:
         for piece in cell.slices:
+            del piece["turn"]
+    assert adjust_for_other_cpu(run, summarize_run(run)) == ()
+    for cell in run.cells:
+        for piece in cell.slices:
+            piece["turn"] = 1.0
             del piece["other_cpu_share"]
     assert adjust_for_other_cpu(run, summarize_run(run)) == ()

@@ -5,14 +5,17 @@ of the machine other processes took during one setup's slice than during its bas
 (69% of the within-block variance of the turns' log-ratio in the A/A bench). Every
 slice records that share (probes.system.interference), so the spread can be taken out
 by regression adjustment: per engine, step and thread count, the log-ratio of each
-setup's k-th slice to the base's k-th slice of the same block (the two ran in the same
+setup's k-th turn to the base's k-th turn of the same block (the two ran in the same
 round) is regressed on the difference of their other-CPU shares, within blocks (each
 block's pairs centred on their own means, so the per-start level is left alone) and
 pooled over setups and blocks, for one slope. A setup's block value is then moved by
 minus the slope times its block's mean difference, and the blocked ratios are computed
 again from the adjusted blocks, beside the raw ones.
 
-The slope comes from within-block deviations, which are orthogonal to the block means
+Only turns are adjusted: there every setup's server and client count as the run's own
+CPU, so what is left is the host's; a runs slice counts the other setups' idle servers
+as other processes, and those run other allocators. The slope comes from within-block
+deviations, which are orthogonal to the block means
 the interval is made of, so the interval keeps its degrees of freedom. A covariate
 adjustment is only fair when the treatment does not cause the covariate: other
 processes' CPU is the host's, but on a saturated machine a setup whose server burns
@@ -69,11 +72,18 @@ class CpuAdjustment:
     ratios: tuple[AdjustedRatio, ...]
 
 
+def _usable(piece: dict[str, float]) -> bool:
+    # Only turns: there every setup's server and client count as the run's own CPU
+    # (measure._taken), so the share is the host's. A runs slice counts the other
+    # setups' idle servers as other processes, and their allocators could move it.
+    return bool(piece.get("turn")) and piece.get("qps", 0) > 0 and SHARE in piece
+
+
 def _paired(base: Cell, other: Cell) -> list[tuple[float, float]]:
-    """(log-ratio, share difference) of the k-th slices of two cells of one block."""
+    """(log-ratio, share difference) of the k-th turns of two cells of one block."""
     out = []
     for b, o in zip(base.slices, other.slices, strict=False):
-        if b.get("qps", 0) > 0 and o.get("qps", 0) > 0 and SHARE in b and SHARE in o:
+        if _usable(b) and _usable(o):
             out.append((math.log(o["qps"] / b["qps"]), float(o[SHARE]) - float(b[SHARE])))
     return out
 
@@ -149,9 +159,9 @@ def _adjust_cell(
 def adjust_for_other_cpu(
     result: RunResult, summaries: Mapping[tuple[str, str, str, int], CellSummary]
 ) -> tuple[CpuAdjustment, ...]:
-    """Every verdict cell whose slices recorded the other processes' CPU, adjusted;
-    () when no cell has paired slices with the share (sequential cells measured in one
-    piece, older runs)."""
+    """Every verdict cell whose turns recorded the other processes' CPU, adjusted; ()
+    when no cell has paired turns with the share (runs slices, sequential cells, older
+    runs)."""
     by_key: dict[CellKey, dict[str, dict[int, Cell]]] = defaultdict(lambda: defaultdict(dict))
     for cell in result.cells:
         if cell.status == STATUS_OK and cell.slices:
