@@ -130,6 +130,7 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     assert len(data["pairs"]) == 2
     for pair in data["pairs"]:
         assert len(pair["run_ratios"]) == 2 and len(pair["turn_ratios"]) == 3
+        assert len(pair["warmups_s"]) == 2  # both copies' warmups price a block's
         assert all(0 < r < 100 for r in pair["run_ratios"] + pair["turn_ratios"])
     assert data["runs_ratio"]["starts"] == 2 and data["runs_ratio"]["slices"] == 4
     assert data["turns_ratio"]["starts"] == 2 and data["turns_ratio"]["slices"] == 6

@@ -216,6 +216,7 @@ def measure_pair(
         pair = PairResult(sum(took))
         status(f"warming {target.step.label} on both copies ({rundir.name})")
         warmed = [_warm_step(live, experiment, target, index) for live in lives]
+        pair.warmups_s = [m.cell.warmup_s or 0.0 for m in warmed]
         first = warmed[0].cell
         start = StartResult(took[0], first.warmup_s or 0.0, bool(first.warmup_steady))
         for n in range(options["slices"]):
