@@ -1,30 +1,29 @@
 """Time to verdict against the floor: the width each design reaches in 5 minutes, over
 the width `mallocbench calibrate` predicts for the best design in the same 5 minutes.
 
-One bench run: `calibrate` once on the 4-setup experiment (InnoDB point-query, 8
-clients; glibc the base), as a process, its --json read back. Its components (of one
-setup start after start, and of the log-ratio of two copies compared as runs and as
-turns) and costs give each design's plan for the budget: the slices (or turns) per
-start whose predicted width, with the starts that then fit, is the narrowest.
-(calibrate's own plan takes Kalibera and Jones' optimum, which ignores the budget: on
-a host where starts differ little it asks for 20 slices, and fewer than 2 starts fit.
-It is shown beside, and checked against calibrate's JSON for its 4 setups, so the
-model here is calibrate's.)
+For each setup count, 2 (glibc, jemalloc) and 4 (+ tcmalloc, mimalloc), one bench run:
+`calibrate` once on that experiment (InnoDB point-query, 8 clients; glibc the base), as
+a process, its --json read back; calibrate stores it for this host and shape, where
+`design = "auto"` finds it. Its components (of one setup start after start, and of the
+log-ratio of two copies compared as runs and as turns) and costs (start, warmup, slice,
+turn, stop) give each design's plan for the budget: calibrate's own (analysis.noise
+plan_run: the slices or turns per start whose predicted width, with the starts that
+then fit, is the narrowest), read from its JSON and checked against the same model here.
 
-Then, for 2 setups (glibc, jemalloc) and 4 (+ tcmalloc, mimalloc), each fixed design
-(runs, turns, sequential) runs as its plan says, and `design = "auto"` runs the runs
-plan's experiment with the design left to it (it finds calibrate's stored calibration,
-so it spends no time calibrating). Each is stopped with SIGTERM after --minutes, as a
-user's Ctrl-C would (finished cells are kept), and judged by the code the reports use.
+Then each fixed design (runs, turns, sequential) runs as its plan says, and
+`design = "auto"` runs with `budget` set to the minutes, so it chooses the design and
+its shape for that wall time itself (from the stored calibration: no time spent
+calibrating). Each is stopped with SIGTERM after --minutes, as a user's Ctrl-C would
+(finished cells are kept), and judged by the code the reports use.
 
 The best design by prediction runs first, then auto, then the others. After each
-design it prints that design's width reached (mean and widest over the
-ratios to the base, in points), the blocks it finished against the plan's, and the
-spread of a block's log-ratio against the calibrated one; then the ratio reached /
-predicted for the best design by prediction (target <= 1.25) and auto's width over the
-best fixed design's (target <= 1.1). A run's residual has few degrees of freedom, so
-each ratio comes with the 95% interval the run's chi-square gives the width at its
-true spread.
+design it prints that design's width reached (mean and widest over the ratios to the
+base, in points), the blocks it finished against the plan's, the median seconds a block
+took against the model's, and the spread of a block's log-ratio against the calibrated
+one; then the ratio reached / predicted for the best design by prediction (target <=
+1.25) and auto's width over the best fixed design's (target <= 1.1). A run's residual
+has few degrees of freedom, so each ratio comes with the 95% interval the run's
+chi-square gives the width at its true spread.
 
     .venv/bin/python bench/bench_time_to_verdict.py [--minutes 5] [--setups 2,4]
         [--designs runs,turns,sequential,auto] [--calibration FILE.json]
@@ -47,7 +46,8 @@ from scipy.stats import chi2
 from scipy.stats import f as fisher_f
 
 from mallocbench.analysis import noise, stats
-from mallocbench.analysis.summary import summarize
+from mallocbench.analysis.adjust import adjust_for_other_cpu
+from mallocbench.analysis.summary import summarize, summarize_run
 from mallocbench.results import RunResult
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
@@ -66,12 +66,19 @@ def load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def calibrate(out: Path, minutes: float) -> tuple[dict[str, Any], float, float]:
-    """calibrate's JSON for the 4-setup experiment, its wall seconds and the load before."""
+MAX_WARMUP_S = 15  # the calibration's and every run's: the warmup is a cost the plan prices
+
+
+def calibrate(out: Path, minutes: float, setups: int) -> tuple[dict[str, Any], float, float]:
+    """calibrate's JSON for the experiment of `setups` setups, its wall seconds and the
+    load before; calibrate stores it where auto finds it (the key holds the setups)."""
     out.mkdir(parents=True, exist_ok=True)
-    experiment = out / "ttv4.toml"
-    experiment.write_text(Plan("ttv4", setups_of(4), repeats=REPEATS).toml())
-    path = out / "calibration.json"
+    name = f"ttv{setups}"
+    experiment = out / f"{name}.toml"
+    experiment.write_text(
+        Plan(name, setups_of(setups), repeats=REPEATS, max_warmup=MAX_WARMUP_S).toml()
+    )
+    path = out / f"calibration{setups}.json"
     before, started = load(), time.monotonic()
     done = subprocess.run(
         [
@@ -107,70 +114,37 @@ def components_of(calibration: dict[str, Any], design: str) -> noise.VarianceCom
     return noise.VarianceComponents(**{f: found[f] for f in fields})
 
 
-def block_seconds(design: str, costs: dict[str, float], setups: int) -> tuple[float, float]:
-    """A block's fixed seconds and its seconds per slice (or turn) of every setup: the
-    cost model calibrate plans with (checked against its own plans in `plans`)."""
-    if design == "sequential":
-        fixed = setups * (costs["start_s"] + costs["warmup_s"] + 1.0)
-        return fixed, setups * max(costs["slice_wall_s"] - 1.0, 1.0)
-    fixed = costs["start_s"] + setups * costs["warmup_s"]
-    if design == "turns":
-        return fixed + setups * costs["turn_s"], setups * costs["turn_s"]
-    return fixed, setups * costs["slice_wall_s"]
+def costs_of(calibration: dict[str, Any]) -> noise.Costs:
+    return noise.Costs(**calibration["costs"])
 
 
-def plan(
-    calibration: dict[str, Any],
-    design: str,
-    setups: int,
-    budget_s: float,
-    slices: int | None = None,
-) -> dict:
-    """Slices per start, starts that fit and the width they reach, for one design:
-    calibrate's (Kalibera and Jones' optimum, `slices` None) or with `slices` given."""
+def plan(calibration: dict[str, Any], design: str, setups: int, budget_s: float) -> dict:
+    """Slices per start, starts that fit and the width they reach, for one design, by
+    calibrate's own model (analysis.noise.shape_in_budget)."""
     found = components_of(calibration, design)
-    fixed_s, per_slice_s = block_seconds(design, calibration["costs"], setups)
-    if slices is None:
-        slices = noise.optimal_slices_per_start(
-            found.within_var, found.between_var or 0.0, per_slice_s, fixed_s
-        )
-    starts = int(budget_s // (fixed_s + slices * per_slice_s))
+    costs = costs_of(calibration)
     paired = design != "sequential"
-    width = (
-        noise.resolvable_effect_pct(found, setups, slices, starts, paired=paired)
-        if starts >= 2
-        else math.inf
-    )
+    shape = noise.shape_in_budget(found, costs, design, setups, budget_s, paired=paired)
+    slices = shape.slices_per_start
     block_var = (1.0 if paired else 2.0) * ((found.between_var or 0.0) + found.within_var / slices)
+    fixed_s, per_slice_s = noise.block_costs(design, costs, setups)
     return {
         "slices_per_start": slices,
-        "starts": starts,
-        "width": width,
+        "starts": shape.starts,
+        "width": shape.width_pct,
+        "block_s": fixed_s + slices * per_slice_s,
         "block_log_ratio_sd": math.sqrt(block_var),
     }
 
 
-def narrowest(calibration: dict[str, Any], design: str, setups: int, budget_s: float) -> dict:
-    """The plan whose predicted width in the budget is the narrowest: Kalibera and Jones'
-    optimum ignores the budget, and where starts differ little it asks for so many slices
-    that fewer than 2 starts fit (no interval at all)."""
-    tried = [
-        plan(calibration, design, setups, budget_s, k)
-        for k in range(1, noise.MAX_SLICES_PER_START + 1)
-    ]
-    return min(tried, key=lambda p: (p["width"], -p["starts"]))
-
-
 def plans(calibration: dict[str, Any], setups: int, budget_s: float) -> dict[str, dict]:
-    """Every design's narrowest plan in the budget, with calibrate's own beside it; for
-    calibrate's setup count, its own is checked against its JSON."""
-    made = {d: narrowest(calibration, d, setups, budget_s) for d in FIXED}
-    for design in FIXED:
-        made[design]["calibrate_plan"] = plan(calibration, design, setups, budget_s)
+    """Every design's plan in the budget; for calibrate's setup count, checked against
+    the plans in its JSON (so the model here is calibrate's)."""
+    made = {d: plan(calibration, d, setups, budget_s) for d in FIXED}
     for theirs in calibration["designs"]:
-        if theirs["setups"] != setups:
+        if theirs["setups"] != setups or abs(theirs["budget_s"] - budget_s) > 0.5:
             continue
-        ours = made[theirs["design"]]["calibrate_plan"]
+        ours = made[theirs["design"]]
         width = theirs["budget_width_pct"]
         same = (width is None and not math.isfinite(ours["width"])) or (
             width is not None and abs(width - ours["width"]) < 0.01
@@ -181,9 +155,10 @@ def plans(calibration: dict[str, Any], setups: int, budget_s: float) -> dict[str
 
 
 def experiment_for(
-    name: str, design: str, setups: int, made: dict, calibration: dict[str, Any]
+    name: str, design: str, setups: int, made: dict, calibration: dict[str, Any], budget_s: float
 ) -> Plan:
-    """The experiment a design's plan asks for; auto gets the runs plan's, design open."""
+    """The experiment a design's plan asks for; auto gets the budget and chooses itself
+    (its step and slice here are only the defaults it replaces)."""
     shape = made["runs" if design == "auto" else design]
     piece = float(calibration["turn_s"] if design == "turns" else calibration["slice_s"])
     kinds = {
@@ -201,8 +176,21 @@ def experiment_for(
         alternate=alternate,
         step_s=shape["slices_per_start"] * piece,
         slice_s=piece,
-        max_warmup=15,
+        max_warmup=MAX_WARMUP_S,
+        budget_s=budget_s if design == "auto" else None,
     )
+
+
+def block_seconds(result: RunResult) -> float | None:
+    """The median wall seconds of a finished block: first start to last stop."""
+    spans: dict[int, list[float]] = {}
+    for session in result.sessions:
+        if session.started_at is None or session.ended_at is None:
+            continue
+        spans.setdefault(session.repeat, []).extend([session.started_at, session.ended_at])
+    finished = {c.repeat for c in result.cells if c.status == "ok"}
+    seconds = [max(v) - min(v) for r, v in spans.items() if r in finished]
+    return statistics.median(seconds) if seconds else None
 
 
 def reached(result: RunResult) -> dict[str, Any]:
@@ -228,7 +216,28 @@ def reached(result: RunResult) -> dict[str, Any]:
         "blocks": first.blocks,
         "df": first.df,
         "block_log_ratio_sd": se * math.sqrt(first.blocks),
+        "block_s": block_seconds(result),
+        **adjusted_widths(result),
         "chosen": chosen(result),
+    }
+
+
+def adjusted_widths(result: RunResult) -> dict[str, Any]:
+    """The widths the reports' other-CPU adjustment gives (analysis.adjust), beside the
+    raw: their mean over the setups it adjusted, how many it left alone (the covariate
+    differed by setup) and the within-block share the covariate explained."""
+    found = adjust_for_other_cpu(result, summarize_run(result))
+    if not found:
+        return {"adjusted_width_mean": None}
+    (cell,) = found
+    done = [r.adjusted for r in cell.ratios if r.adjusted is not None]
+    widths = [100 * (r.high - r.low) for r in done if math.isfinite(r.high - r.low)]
+    return {
+        "adjusted_width_mean": statistics.fmean(widths) if widths else None,
+        "adjusted_setups": len(done),
+        "not_adjusted_setups": len(cell.ratios) - len(done),
+        "other_cpu_explained": cell.explained,
+        "other_cpu_slope": cell.slope,
     }
 
 
@@ -237,7 +246,15 @@ def chosen(result: RunResult) -> dict[str, Any] | None:
     design = result.metadata.design
     if design is None:
         return None
-    return {"used": design.used, "alternate": design.alternate, "why": design.why}
+    return {
+        "used": design.used,
+        "alternate": design.alternate,
+        "slice_s": design.slice_s,
+        "slices_per_cell": design.slices_per_cell,
+        "repeats": result.metadata.repeats,
+        "widths": design.widths,
+        "why": design.why,
+    }
 
 
 def ratio_interval(ratio: float, df: int) -> tuple[float, float]:
@@ -304,22 +321,31 @@ def main() -> int:
     parser.add_argument("--setups", default="2,4")
     parser.add_argument("--designs", default="runs,turns,sequential,auto")
     parser.add_argument("--out", type=Path, default=Path("/tmp/mb-bench-ttv"))
-    parser.add_argument("--calibration", type=Path, help="calibrate --json to use, not a new one")
+    parser.add_argument(
+        "--calibration", type=Path, help="calibrate --json to use, not a new one (one --setups)"
+    )
     args = parser.parse_args()
     budget_s = args.minutes * 60
-    if args.calibration:
-        calibration = json.loads(args.calibration.read_text())
-    else:
-        calibration, seconds, before = calibrate(args.out / "calibrate", args.minutes)
-        emit({"calibrate_s": round(seconds), "load_before": before, "load_after": load()})
-    emit({"calibration": {k: calibration[k] for k in ("costs", "runs_ratio", "turns_ratio")}})
     for setups in (int(n) for n in args.setups.split(",")):
+        if args.calibration:
+            calibration = json.loads(args.calibration.read_text())
+        else:
+            calibration, seconds, before = calibrate(args.out / "calibrate", args.minutes, setups)
+            emit(
+                {
+                    "setups": setups,
+                    "calibrate_s": round(seconds),
+                    "load_before": before,
+                    "load_after": load(),
+                }
+            )
+        emit({"calibration": {k: calibration[k] for k in ("costs", "runs_ratio", "turns_ratio")}})
         made = plans(calibration, setups, budget_s)
         emit({"setups": setups, "plans": made})
         found: dict[str, dict] = {}
         for design in in_order(args.designs.split(","), made):
             name = f"ttv{setups}-{design}"
-            experiment = experiment_for(name, design, setups, made, calibration)
+            experiment = experiment_for(name, design, setups, made, calibration, budget_s)
             before = load()
             result, wall = run(experiment, args.out / name, stop_after_s=budget_s)
             found[design] = reached(result)
@@ -332,6 +358,7 @@ def main() -> int:
                     "load_after": load(),
                     **found[design],
                     "planned_blocks": made[design]["starts"] if design in made else None,
+                    "planned_block_s": made.get(design, {}).get("block_s"),
                     "planned_block_log_ratio_sd": made.get(design, {}).get("block_log_ratio_sd"),
                 }
             )

@@ -28,6 +28,7 @@ steps = ["{step}"]
 threads = [{threads}]
 repeats = {repeats}
 min_effect = "{min_effect}"
+{budget_line}
 [dataset]
 tables = 4
 rows = 20000
@@ -61,6 +62,7 @@ class Plan:
     step_s: float = 5
     slice_s: float | None = None
     max_warmup: float = 10
+    budget_s: float | None = None  # design "auto" only: the wall time it chooses for
 
     def toml(self) -> str:
         text = EXPERIMENT.format(
@@ -76,6 +78,7 @@ class Plan:
             step_s=self.step_s,
             max_warmup=self.max_warmup,
             slice_line="" if self.slice_s is None else f"slice = {self.slice_s}",
+            budget_line="" if self.budget_s is None else f"budget = {self.budget_s:g}",
         )
         for name, allocator, extra in self.setups:
             text += SETUP.format(name=name, allocator=allocator, extra=extra)

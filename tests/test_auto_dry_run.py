@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
 import time
 from pathlib import Path
@@ -10,8 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from mallocbench.analysis import noise
 from mallocbench.cli import main
-from mallocbench.commands.run import WIDEST_SHOWN_PCT, _capped_widths
+from mallocbench.errors import MallocbenchError
+from mallocbench.report.calibrate import WIDEST_SHOWN_PCT, design_choice_text
 
 AUTO = """
 name = "auto"
@@ -42,14 +46,72 @@ allocator = "glibc"
 
 
 def test_widths_past_the_cap_are_worded_and_the_rest_kept() -> None:
-    why = "auto: turns, the narrowest (points: runs 51963.0, turns 12.5, sequential -)"
-    assert _capped_widths(why) == (
-        f"auto: turns, the narrowest (points: runs over {WIDEST_SHOWN_PCT}, turns 12.5, "
-        "sequential -)"
+    def shape(design: str, width: float) -> noise.Shape:
+        return noise.Shape(design, 3, 2, 100.0, width)
+
+    choice = noise.DesignChoice(
+        "turns",
+        budget_s=300.0,
+        budget_given=True,
+        setups=2,
+        shapes={
+            "runs": shape("runs", 51963.04),
+            "turns": shape("turns", 12.54),
+            "sequential": shape("sequential", math.inf),
+        },
     )
-    assert _capped_widths("auto: runs (one repeat gives no interval)") == (
-        "auto: runs (one repeat gives no interval)"
+    assert choice.widths == {"runs": 51963.04, "turns": 12.54, "sequential": None}
+    assert design_choice_text(choice, stored=True) == (
+        "auto: turns, 2 repeats of 3 turns, the narrowest expected interval in the same "
+        "5.0 min of wall time (the experiment's budget) by a stored calibration of this host "
+        f"(points: runs over {WIDEST_SHOWN_PCT}, turns 12.5, sequential -)"
     )
+    nothing = dataclasses.replace(
+        choice, design="runs", shapes={"runs": shape("runs", math.inf)}, budget_given=False
+    )
+    assert design_choice_text(nothing, stored=False) == (
+        "auto: runs (no design fits the 2 repeats an interval needs in 5.0 min of wall time, "
+        "the experiment's own as runs; by a calibration at the start of this run)"
+    )
+
+
+def test_a_budget_goes_with_auto_and_fits_the_shape_to_it(tmp_path: Path) -> None:
+    from mallocbench import experiment as experiment_mod
+    from mallocbench.calibrate import auto as autodesign
+
+    path = tmp_path / "auto.toml"
+    path.write_text(AUTO.replace("repeats = 2", 'repeats = 2\nbudget = "5m"'))
+    experiment = experiment_mod.load(path)
+    assert experiment.budget_s == 300.0
+    costs = noise.Costs(start_s=1.2, warmup_s=9.0, slice_wall_s=5.1, turn_s=1.07)
+    record = {
+        "slice_s": 5.0,
+        "turn_s": 1.0,
+        "costs": costs,
+        "components": {
+            "sequential": _components(0.3, 0.01),
+            "runs": _components(0.3, 0.0),
+            "turns": _components(0.3, 0.0),
+        },
+    }
+    choice = autodesign.choose(experiment, record)
+    assert choice.budget_given and choice.budget_s == 300.0
+    shape = choice.shapes[choice.design]
+    chosen = autodesign.apply_choice(experiment, choice, record, "why")
+    # The budget, not the experiment's 2 repeats, sets how many blocks run and how long.
+    assert chosen.repeats == shape.starts >= 2 and shape.wall_s <= 300.0
+    assert chosen.duration_s == shape.slices_per_start * (1.0 if choice.design == "turns" else 5.0)
+    assert chosen.design_widths == choice.widths and chosen.design_budget_s == 300.0
+
+    path.write_text(AUTO.replace('design = "auto"', 'budget = "5m"'))
+    with pytest.raises(MallocbenchError) as refused:
+        experiment_mod.load(path)
+    assert 'add design = "auto"' in str(refused.value)
+    assert len(str(refused.value).strip().splitlines()) == 1
+
+
+def _components(within: float, between: float) -> noise.VarianceComponents:
+    return noise.VarianceComponents(within, between, starts=2, slices=6, within_df=4, mean_log=0)
 
 
 def test_the_dry_run_line_shows_no_runaway_width(
@@ -86,14 +148,15 @@ def test_the_dry_run_line_shows_no_runaway_width(
         "sequential": parts(0.5, 0.3, 8.0),
         "runs": parts(0.4, 0.2, 0.0),
         "turns": parts(1e-4, 1e-5, 0.0),
+        "costs": {"start_s": 3.0, "warmup_s": 6.0, "slice_wall_s": 6.0, "turn_s": 1.1},
     }
     stored = cache / "calibrations" / f"{calibration_key(experiment, target)}.json"
     stored.parent.mkdir(parents=True)
     stored.write_text(json.dumps(record))
     chosen = autodesign.stored_choice(experiment)
     assert chosen is not None and chosen.design_why
-    runaway = re.search(r"runs (\d+\.\d)", chosen.design_why)
-    assert runaway and float(runaway[1]) > 1000  # what the line would have said
+    widths = chosen.design_widths or {}
+    assert (widths["runs"] or 0) > 1000  # what the line would say uncapped
 
     result = CliRunner().invoke(main, ["run", str(path), "--dry-run", "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output[-2000:]

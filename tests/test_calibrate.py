@@ -130,10 +130,11 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     assert len(data["pairs"]) == 2
     for pair in data["pairs"]:
         assert len(pair["run_ratios"]) == 2 and len(pair["turn_ratios"]) == 3
+        assert len(pair["warmups_s"]) == 2  # both copies' warmups price a block's
         assert all(0 < r < 100 for r in pair["run_ratios"] + pair["turn_ratios"])
     assert data["runs_ratio"]["starts"] == 2 and data["runs_ratio"]["slices"] == 4
     assert data["turns_ratio"]["starts"] == 2 and data["turns_ratio"]["slices"] == 6
-    assert data["costs"]["turn_s"] >= 1.0
+    assert data["costs"]["turn_s"] >= 1.0 and data["costs"]["stop_s"] > 0
     designs = {p["design"]: p for p in data["designs"]}
     assert set(designs) == {"sequential", "runs", "turns"}
     assert designs["runs"]["paired"] and not designs["sequential"]["paired"]
@@ -183,6 +184,7 @@ def _store_calibration(cache: Path, experiment_file: Path, turns_within: float) 
         "sequential": parts(4e-3, 4e-3) | {"within_df": 4, "mean_log": 8.0},
         "runs": parts(4e-3, 2e-3) | {"within_df": 4, "mean_log": 0.0},
         "turns": parts(turns_within, 1e-5) | {"within_df": 4, "mean_log": 0.0},
+        "costs": {"start_s": 3.0, "warmup_s": 6.0, "slice_wall_s": 6.0, "turn_s": 1.1},
     }
     key = calibration_key(experiment, target)
     path = cache / "calibrations" / f"{key}.json"
@@ -211,10 +213,17 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     chosen = autodesign.stored_choice(experiment)
     assert chosen is not None and chosen.design == "interleaved" and chosen.alternate == "turns"
     assert chosen.slice_s == 1.0 and chosen.design_why and "auto: turns" in chosen.design_why
+    # The wall time of 3 repeats of two 5 s runs slices (3 x 42 s at the stored costs)
+    # holds 9 turns per start: turns get the time runs would take, not runs' seconds.
+    assert chosen.repeats == 3 and chosen.duration_s == 9.0
+    assert chosen.design_budget_s == pytest.approx(126.0)
     result = run_cli("run", str(path), "--dry-run", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "design auto: turns, the narrowest expected interval" in result.stdout
-    assert "turn(s) of 1 s" in result.stdout
+    assert (
+        "design auto: turns, 3 repeats of 9 turns, the narrowest expected interval in the "
+        "same 2.1 min of wall time (the experiment's own as runs)" in result.stdout
+    )
+    assert "9 turn(s) of 1 s" in result.stdout
 
     # A cluster's hosts are not this machine: refused in one line, nothing started.
     result = run_cli(
@@ -227,6 +236,6 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     _store_calibration(tmp_path / "cache", path, turns_within=0.5)
     chosen = autodesign.stored_choice(experiment)
     assert chosen is not None and chosen.alternate == "runs" and chosen.design == "interleaved"
-    assert chosen.slice_s == 5.0
+    assert chosen.slice_s == 5.0 and chosen.duration_s == 10.0 and chosen.repeats == 3
     # Nothing stored to resume: the stored calibration decides, not a run that is not there.
     assert autodesign.resumed_choice(experiment, tmp_path / "out" / "results.sqlite", None) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -48,6 +49,8 @@ def run(tmp_path: Path, design: str, alternate: str = "runs", auto: str | None =
     if auto is not None:
         lengths = {"slice_s": 3.0, "turn_s": 3.0}
         experiment = autodesign.apply(experiment, auto, lengths, f"auto: {auto} (a test)")
+        widths = {"runs": 12.5, "turns": 8.25, "sequential": None}
+        experiment = dataclasses.replace(experiment, design_widths=widths, design_budget_s=90.0)
     outcome = Pipeline(experiment, RunOptions(out_dir=tmp_path / "out")).execute()
     assert outcome.aborted is None and not outcome.failures, outcome.failures
     return outcome.result
@@ -120,6 +123,9 @@ def test_turns_keep_clients_connected_and_never_overlap(tmp_path: Path) -> None:
     # Chosen by design = "auto": the record and the run's notes say so, and why.
     assert design.asked == "auto" and design.used == "interleaved"
     assert design.why == "auto: turns (a test)"
+    # What auto predicted, as numbers: in results.json and back (None where none fit).
+    assert design.widths == {"runs": 12.5, "turns": 8.25, "sequential": None}
+    assert design.budget_s == 90.0
     assert "design auto: turns (a test)" in (result.metadata.notes or [])
     assert len(result.cells) == 4 and all(len(c.slices) == 2 for c in result.cells)
     for block in (0, 1):

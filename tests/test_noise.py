@@ -213,7 +213,9 @@ def test_calibrate_says_how_far_a_target_is_and_what_a_start_costs() -> None:
     assert plan.target_s is not None and plan.target_s > 3600
     summary = SimpleNamespace(plan=plan, slice_s=5.0, components=components)
     text = " ".join(plan_lines(summary))  # type: ignore[arg-type]
-    assert f"needs about {plan.target_starts} starts and" in text and "hours" in text
+    slices = plan.target_slices_per_start
+    assert f"needs about {plan.target_starts} starts of {slices} slice" in text
+    assert "hours" in text
     assert "quiet the machine" in text
     start_cv = components.start_cv_pct
     assert start_cv is not None
@@ -244,10 +246,14 @@ def test_design_plans_price_each_design_and_name_the_narrowest() -> None:
     from mallocbench.analysis.noise import Costs, best_design, block_costs, plan_run
 
     costs = Costs(start_s=4.0, warmup_s=6.0, slice_wall_s=5.0, turn_s=1.1)
-    # Interleaved: one start for the block; sequential: a start and warmup per setup.
-    assert block_costs("runs", costs, 4) == (4.0 + 24.0, 20.0)
-    assert block_costs("turns", costs, 4) == pytest.approx((28.0 + 4.4, 4.4))
+    # Every design starts and warms each setup's server in turn; sequential also pays a
+    # sysbench start per setup, and turns a settle turn each.
+    assert block_costs("runs", costs, 4) == (4 * 10.0, 20.0)
+    assert block_costs("turns", costs, 4) == pytest.approx((40.0 + 4.4, 4.4))
     assert block_costs("sequential", costs, 4) == (4 * 11.0, 16.0)
+    stopping = Costs(start_s=4.0, warmup_s=6.0, slice_wall_s=5.0, turn_s=1.1, stop_s=2.0)
+    assert block_costs("runs", stopping, 4) == (4 * 12.0, 20.0)
+    assert block_costs("sequential", stopping, 4) == (4 * 13.0, 16.0)
     noisy = noise.VarianceComponents(1e-2, 1e-3, starts=3, slices=18, within_df=15, mean_log=0)
     quiet = noise.VarianceComponents(1e-4, 1e-4, starts=3, slices=18, within_df=15, mean_log=0)
     plans = [
@@ -259,3 +265,115 @@ def test_design_plans_price_each_design_and_name_the_narrowest() -> None:
     assert best is not None and best.design == "turns"
     assert all(p.budget_starts >= 2 for p in plans)
     assert best_design([plan_run(noisy, costs, 4, 30, 3.0, "runs")]) is None
+
+
+def _parts(within: float, between: float) -> noise.VarianceComponents:
+    return noise.VarianceComponents(within, between, starts=3, slices=18, within_df=15, mean_log=0)
+
+
+COSTS = noise.Costs(start_s=3.0, warmup_s=6.0, slice_wall_s=6.0, turn_s=1.1)
+
+
+def _runs_budget(costs: noise.Costs, setups: int, slices: int, starts: int) -> float:
+    fixed, per_slice = noise.block_costs("runs", costs, setups)
+    return starts * (fixed + slices * per_slice)
+
+
+def test_each_design_gets_the_same_wall_time_and_its_own_shape() -> None:
+    """At 5 repeats of 3 runs slices, each design is priced at that run's wall time:
+    turns (no dropped second, no sysbench start per turn) fit 15 turns per start."""
+    parts = {
+        "runs": _parts(0.02, 5e-4),
+        "turns": _parts(0.02, 5e-4),
+        "sequential": _parts(0.02, 1e-3),
+    }
+    budget = _runs_budget(COSTS, 2, 3, 5)
+    fixed = noise.choose_at_equal_time(parts, COSTS, 2, budget, starts=5)
+    assert {d: (s.slices_per_start, s.starts) for d, s in fixed.shapes.items()} == {
+        "runs": (3, 5),
+        "turns": (15, 5),
+        "sequential": (3, 5),
+    }
+    assert fixed.shapes["runs"].wall_s == pytest.approx(budget)
+    assert all(s.wall_s <= budget + 1e-9 for s in fixed.shapes.values())
+    assert not fixed.budget_given
+    # Free to choose its shape, each design takes the narrowest the budget buys.
+    free = noise.choose_at_equal_time(parts, COSTS, 2, budget)
+    assert free.budget_given and all(s.wall_s <= budget for s in free.shapes.values())
+    for design, shape in free.shapes.items():
+        assert shape.width_pct <= fixed.shapes[design].width_pct + 1e-9
+    # Turns' pieces are cheaper, so with the same noise per piece they win.
+    assert fixed.design == free.design == "turns"
+
+
+def test_auto_picks_runs_turns_or_sequential_at_equal_wall_time() -> None:
+    budget = _runs_budget(COSTS, 2, 3, 5)
+    cases = {
+        "runs": {
+            "runs": _parts(4e-3, 5e-4),
+            "turns": _parts(0.05, 5e-4),
+            "sequential": _parts(4e-3, 2e-3),
+        },
+        "turns": {
+            "runs": _parts(0.05, 5e-4),
+            "turns": _parts(4e-3, 5e-4),
+            "sequential": _parts(0.02, 2e-3),
+        },
+        "sequential": {
+            "runs": _parts(0.05, 0.01),
+            "turns": _parts(0.2, 0.01),
+            "sequential": _parts(2e-3, 2e-4),
+        },
+    }
+    for expected, parts in cases.items():
+        for starts in (5, None):
+            choice = noise.choose_at_equal_time(parts, COSTS, 2, budget, starts=starts)
+            assert choice.design == expected, (expected, starts, choice.widths)
+            assert choice.widths[expected] == min(w for w in choice.widths.values() if w)
+    # A tie keeps runs, the default: the same components, and no within-start noise for
+    # the shapes to tell apart.
+    tie = {"runs": _parts(0.0, 2e-3), "turns": _parts(0.0, 2e-3), "sequential": _parts(0.0, 0.01)}
+    choice = noise.choose_at_equal_time(tie, COSTS, 2, budget, starts=5)
+    assert choice.widths["runs"] == choice.widths["turns"] and choice.design == "runs"
+
+
+def test_cheap_turns_win_what_equal_measured_seconds_hide() -> None:
+    """Per measured second the runs' slices are a little quieter, so at equal repeats
+    and seconds runs would be narrower; but each slice is a sysbench start and a dropped
+    second (8 s of wall for 5 measured on a busy host), and in the runs' wall time turns
+    measure 21 seconds to their 15."""
+    costs = noise.Costs(start_s=3.0, warmup_s=6.0, slice_wall_s=8.0, turn_s=1.05)
+    parts = {"runs": _parts(0.01, 0.0), "turns": _parts(0.06, 0.0)}
+    same_seconds = {
+        d: noise.resolvable_effect_pct(parts[d], 2, k, 5, paired=True)
+        for d, k in (("runs", 3), ("turns", 15))
+    }
+    assert same_seconds["runs"] < same_seconds["turns"]
+    choice = noise.choose_at_equal_time(parts, costs, 2, _runs_budget(costs, 2, 3, 5), starts=5)
+    assert choice.design == "turns" and choice.shapes["turns"].slices_per_start == 21
+    assert choice.widths["runs"] == pytest.approx(same_seconds["runs"])
+
+
+def test_nothing_fitting_keeps_runs_and_a_plan_searches_its_shape_in_the_budget() -> None:
+    parts = {"runs": _parts(0.01, 1e-3), "turns": _parts(0.01, 1e-3)}
+    choice = noise.choose_at_equal_time(parts, COSTS, 4, 30.0)
+    assert choice.design == "runs" and set(choice.widths.values()) == {None}
+    # No between-start variance: Kalibera and Jones would take 20 slices per start and
+    # fit fewer than 2 starts in 5 minutes; the budget's own search fits several.
+    quiet_starts = _parts(0.3, 0.0)
+    costs = noise.Costs(start_s=1.2, warmup_s=9.0, slice_wall_s=5.1, turn_s=1.07)
+    plan = noise.plan_run(quiet_starts, costs, 2, 300, 3.0, "runs", paired=True)
+    assert plan.budget_width_pct is not None and plan.budget_starts >= 2
+    fixed, per_slice = noise.block_costs("runs", costs, 2)
+    assert plan.budget_starts * (fixed + plan.slices_per_start * per_slice) <= 300
+    for slices in range(1, noise.MAX_SLICES_PER_START + 1):
+        starts = int(300 // (fixed + slices * per_slice))
+        if starts >= 2:
+            width = noise.resolvable_effect_pct(quiet_starts, 2, slices, starts, paired=True)
+            assert plan.budget_width_pct <= width + 1e-9
+    # The time a target costs is the least over the same shapes.
+    assert plan.target_s is not None and plan.target_slices_per_start is not None
+    assert plan.target_starts is not None
+    assert plan.target_s == pytest.approx(
+        plan.target_starts * (fixed + plan.target_slices_per_start * per_slice)
+    )

@@ -124,6 +124,8 @@ RUN_TOP: dict[str, Schema] = {
         enum=["runs", "turns"],
     ),
     "min_effect": FRACTION | {"description": "smaller changes are never findings"},
+    "budget": DURATION
+    | {"description": 'design = "auto": the wall time it fits the chosen design to'},
     "record": _of("boolean", "every setup records (a setup's own record wins)"),
     "dataset": table(RUN_DATASET, "the sysbench tables every engine loads"),
     "durations": table(RUN_DURATIONS, "how long each cell warms and is measured"),

@@ -139,6 +139,11 @@ class Experiment:
     alternate: str = RUNS
     # With design = "auto", once chosen: how and why (what the calibration predicted).
     design_why: str | None = None
+    # design = "auto": the wall time the designs are compared in (None: the experiment's
+    # own as runs), and once chosen, each design's expected width there (None: no fit).
+    budget_s: float | None = None
+    design_widths: dict[str, float | None] | None = None
+    design_budget_s: float | None = None
     repeats: int = 1
     min_effect: float = 0.0  # relative changes smaller than this are reported as "same"
     server_config: dict[str, str] = field(default_factory=dict)
@@ -556,6 +561,9 @@ def from_dict(
     alternate = problems.check(("alternate",), _alternate, data.get("alternate", RUNS))
     timing = _durations(problems, data, alternate or RUNS)
     design = problems.check(("design",), _design, data.get("design", INTERLEAVED))
+    budget = None
+    if "budget" in data:
+        budget = problems.check(("budget",), _budget, data["budget"], design)
     events = parse_events(problems, data)
     problems.raise_if_any(source, text, overridden)
     return Experiment(
@@ -575,6 +583,7 @@ def from_dict(
         design=str(design),
         alternate=str(alternate),
         repeats=int(repeats or 1),
+        budget_s=budget,
         min_effect=float(min_effect or 0),
         server_config=server.config,
         basedir=server.basedir,
@@ -776,6 +785,15 @@ def _repeats(value: object) -> int:
     if value < 1:  # type: ignore[operator]
         raise MallocbenchError(f"repeats = {value} must be at least 1")
     return value  # type: ignore[return-value]
+
+
+def _budget(value: object, design: object) -> float:
+    if design != AUTO:
+        raise MallocbenchError(
+            'budget is the wall time design = "auto" compares the designs in: add '
+            'design = "auto", or remove budget and set repeats'
+        )
+    return _seconds(value, "budget", 60)
 
 
 def _design(value: object) -> str:

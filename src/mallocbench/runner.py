@@ -703,6 +703,8 @@ class Pipeline:
         if experiment.design_why is not None:
             record.asked = AUTO
             record.why = experiment.design_why
+            record.budget_s = experiment.design_budget_s
+            record.widths = experiment.design_widths
         if self.concurrency_problem is not None:
             record.why = "; ".join(w for w in (record.why, self.concurrency_problem) if w)
         return self.sessions.design_record(record)

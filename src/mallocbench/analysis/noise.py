@@ -298,33 +298,6 @@ def starts_within(
     return int(budget_s // one) if one > 0 else 0
 
 
-def design_widths(
-    sequential: VarianceComponents,
-    paired: dict[str, VarianceComponents],
-    setups: int,
-    repeats: int,
-    pieces: dict[str, int],
-) -> dict[str, float]:
-    """Expected interval width (points) of a cell under each design at a run's shape.
-
-    `sequential` are one setup's components, start after start (its starts are
-    independent, so a ratio's variance is twice theirs); `paired` maps a blocked design
-    ("runs", "turns") to the components of the log-ratio of two copies measured its way.
-    `pieces` is how many slices (or turns) of the calibrated length a cell's measured
-    seconds hold under each design. Infinite with fewer than 2 repeats.
-    """
-    widths = {
-        "sequential": resolvable_effect_pct(
-            sequential, setups, max(1, pieces["sequential"]), repeats
-        )
-    }
-    for design, components in paired.items():
-        widths[design] = resolvable_effect_pct(
-            components, setups, max(1, pieces[design]), repeats, paired=True
-        )
-    return widths
-
-
 # How a run's setups share the machine (experiment.design and experiment.alternate).
 RUNS_DESIGN = "runs"  # interleaved, each slice a sysbench run of its own
 TURNS_DESIGN = "turns"  # interleaved, clients taking turns
@@ -339,6 +312,7 @@ class Costs:
     warmup_s: float  # the step's warmup until steady
     slice_wall_s: float  # a slice's sysbench run, dropped second and start-up included
     turn_s: float = 0.0  # a turn of one setup, its share of the lead and settle turns included
+    stop_s: float = 0.0  # stop a server and remove its datadir (0: not measured)
 
 
 @dataclass(frozen=True)
@@ -357,22 +331,121 @@ class Plan:
     # The components are of the paired log-ratio (two copies measured together), so the
     # ratio's variance is theirs; otherwise twice one setup's (independent starts).
     paired: bool = False
+    target_slices_per_start: int | None = None  # of the target's plan, when in reach
 
 
 def block_costs(design: str, costs: Costs, setups: int) -> tuple[float, float]:
     """A block's fixed seconds and its seconds per slice (or turn) of every setup.
 
-    Interleaved, the setups' servers start together (one start's time) and each warms
-    its step; sequential, each setup has its own start and warmup, and its slices are
-    one continuous sysbench run (a second of start-up, nothing dropped between them).
+    Every design starts, warms and stops each setup's server once per block, one after
+    another (interleaved too: the runner starts a block's servers in turn).
+    Sequential's slices are one continuous sysbench run per setup (a second of start-up,
+    nothing dropped between them); interleaved, each slice is a sysbench run of its own,
+    or each turn a turn of connected clients after a settle turn.
     """
+    per_server = costs.start_s + costs.warmup_s + costs.stop_s
     if design == SEQUENTIAL_DESIGN:
-        fixed = setups * (costs.start_s + costs.warmup_s + 1.0)
+        fixed = setups * (per_server + 1.0)
         return fixed, setups * max(costs.slice_wall_s - 1.0, 1.0)
-    fixed = costs.start_s + setups * costs.warmup_s
+    fixed = setups * per_server
     if design == TURNS_DESIGN:
         return fixed + setups * costs.turn_s, setups * costs.turn_s  # a settle turn each
     return fixed, setups * costs.slice_wall_s
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One design's run in a wall-clock budget: slices (or turns) per start, the starts
+    that fit, the seconds they take and the interval width they are expected to give."""
+
+    design: str
+    slices_per_start: int
+    starts: int
+    wall_s: float
+    width_pct: float  # math.inf: fewer than 2 starts (or no slice) fit the budget
+
+    @property
+    def fits(self) -> bool:
+        return math.isfinite(self.width_pct)
+
+
+def _shape(
+    components: VarianceComponents,
+    setups: int,
+    design: str,
+    block: tuple[float, float],
+    slices: int,
+    starts: int,
+    paired: bool,
+) -> Shape:
+    fixed_s, per_slice_s = block
+    width = (
+        resolvable_effect_pct(components, setups, slices, starts, paired=paired)
+        if starts >= 2 and slices >= 1
+        else math.inf
+    )
+    return Shape(design, slices, starts, starts * (fixed_s + slices * per_slice_s), width)
+
+
+# Floating-point slack when a budget is exactly the time of a shape (auto's default
+# budget is the experiment's own time as runs): that shape must still fit.
+_FIT_SLACK = 1e-9
+
+
+def shape_in_budget(
+    components: VarianceComponents,
+    costs: Costs,
+    design: str,
+    setups: int,
+    budget_s: float,
+    paired: bool = False,
+    starts: int | None = None,
+) -> Shape:
+    """The narrowest interval a design reaches in `budget_s` of wall time (block_costs).
+
+    With `starts` given (a run's repeats) every start gets as many slices as the budget
+    leaves it; otherwise every slices-per-start count up to MAX_SLICES_PER_START is
+    tried, each with the whole starts that then fit, and the narrowest kept (on a tie
+    the one with more starts, whose interval estimate is steadier). Kalibera and
+    Jones' optimum alone ignores the budget: where starts differ little it asks for so
+    many slices that fewer than 2 starts fit, and no interval at all.
+    """
+    block = block_costs(design, costs, setups)
+    fixed_s, per_slice_s = block
+    if per_slice_s <= 0:
+        raise ValueError("a slice's cost must be positive")
+    if starts is not None:
+        room = budget_s / starts - fixed_s if starts > 0 else 0.0
+        slices = max(0, math.floor(room / per_slice_s + _FIT_SLACK))
+        return _shape(components, setups, design, block, slices, starts, paired)
+    tried = []
+    for slices in range(1, MAX_SLICES_PER_START + 1):
+        fitting = math.floor(budget_s / (fixed_s + slices * per_slice_s) + _FIT_SLACK)
+        tried.append(_shape(components, setups, design, block, slices, fitting, paired))
+    return min(tried, key=lambda s: (s.width_pct, -s.starts))
+
+
+def time_for_width(
+    components: VarianceComponents,
+    costs: Costs,
+    design: str,
+    setups: int,
+    target_width_pct: float,
+    paired: bool = False,
+) -> tuple[int, int, float] | None:
+    """The least wall time reaching the target width: (slices per start, starts,
+    seconds), trying every slices-per-start count as shape_in_budget does; None when
+    no count reaches it within starts_for_width's limit."""
+    fixed_s, per_slice_s = block_costs(design, costs, setups)
+    best: tuple[int, int, float] | None = None
+    for slices in range(1, MAX_SLICES_PER_START + 1):
+        needed = starts_for_width(components, setups, slices, target_width_pct, paired=paired)
+        if needed is None:
+            continue
+        seconds = needed * (fixed_s + slices * per_slice_s)
+        if best is None or seconds < best[2]:
+            best = (slices, needed, seconds)
+    return best
 
 
 def plan_run(
@@ -384,31 +457,83 @@ def plan_run(
     design: str = RUNS_DESIGN,
     paired: bool = False,
 ) -> Plan:
-    """Kalibera & Jones' slices (or turns) per start, then the width a budget buys and
-    the time a width costs, for one design (block_costs)."""
-    fixed_s, per_slice_s = block_costs(design, costs, setups)
-    slices = optimal_slices_per_start(
-        components.within_var, components.between_var or 0.0, per_slice_s, fixed_s
-    )
-    block_s = fixed_s + slices * per_slice_s
-    budget_starts = int(budget_s // block_s) if block_s > 0 else 0
-    budget_width = (
-        resolvable_effect_pct(components, setups, slices, budget_starts, paired=paired)
-        if budget_starts >= 2
-        else None
-    )
-    needed = starts_for_width(components, setups, slices, target_width_pct, paired=paired)
+    """One design's plan: the narrowest width the budget buys (shape_in_budget) and the
+    least time the target width costs (time_for_width), by the same block arithmetic."""
+    shape = shape_in_budget(components, costs, design, setups, budget_s, paired)
+    needed = time_for_width(components, costs, design, setups, target_width_pct, paired)
     return Plan(
         setups=setups,
-        slices_per_start=slices,
+        slices_per_start=shape.slices_per_start,
         budget_s=budget_s,
-        budget_starts=budget_starts,
-        budget_width_pct=budget_width,
+        budget_starts=shape.starts,
+        budget_width_pct=shape.width_pct if shape.fits else None,
         target_width_pct=target_width_pct,
-        target_starts=needed,
-        target_s=needed * block_s if needed else None,
+        target_starts=needed[1] if needed else None,
+        target_s=needed[2] if needed else None,
         design=design,
         paired=paired,
+        target_slices_per_start=needed[0] if needed else None,
+    )
+
+
+DESIGNS = (RUNS_DESIGN, TURNS_DESIGN, SEQUENTIAL_DESIGN)  # the default first: it wins ties
+
+
+@dataclass(frozen=True)
+class DesignChoice:
+    """design = "auto"'s choice: each design's shape in one wall-clock budget, and the
+    design whose expected interval is the narrowest there."""
+
+    design: str
+    budget_s: float
+    budget_given: bool  # the experiment's own budget; else its wall time as runs
+    setups: int
+    shapes: dict[str, Shape]
+
+    @property
+    def widths(self) -> dict[str, float | None]:
+        """Each design's expected width in points; None where nothing fits (JSON-safe)."""
+        return {d: s.width_pct if s.fits else None for d, s in self.shapes.items()}
+
+
+def choose_at_equal_time(
+    components: dict[str, VarianceComponents],
+    costs: Costs,
+    setups: int,
+    budget_s: float,
+    starts: int | None = None,
+) -> DesignChoice:
+    """The design with the narrowest expected interval in `budget_s` of wall time.
+
+    `components` maps each design to what calibrate measured for it: one setup start
+    after start for sequential (its ratio's variance is twice theirs), the paired
+    log-ratio of two copies for runs and turns. Each design gets the same wall time,
+    priced by block_costs, so a design that spends less on starts and dropped seconds
+    measures more in it. With `starts` (the run's repeats) each design keeps them and
+    fills the time with slices; without, each takes its own best shape. Exact ties
+    keep the first in DESIGNS (runs, the default), and so does a budget in which no
+    design fits 2 starts.
+    """
+    shapes = {
+        design: shape_in_budget(
+            components[design],
+            costs,
+            design,
+            setups,
+            budget_s,
+            paired=design != SEQUENTIAL_DESIGN,
+            starts=starts,
+        )
+        for design in DESIGNS
+        if design in components
+    }
+    best = min(shapes.values(), key=lambda s: s.width_pct)
+    return DesignChoice(
+        design=best.design if best.fits else RUNS_DESIGN,
+        budget_s=budget_s,
+        budget_given=starts is None,
+        setups=setups,
+        shapes=shapes,
     )
 
 
@@ -425,9 +550,14 @@ __all__ = [
     "Costs",
     "Plan",
     "best_design",
+    "choose_at_equal_time",
+    "DESIGNS",
+    "DesignChoice",
     "block_costs",
     "plan_run",
-    "design_widths",
+    "Shape",
+    "shape_in_budget",
+    "time_for_width",
     "VarianceComponents",
     "aggregation_curve",
     "cv_pct_from_log_var",

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mallocbench.analysis import stats
+from mallocbench.analysis.adjust import CpuAdjustment, adjust_for_other_cpu
 from mallocbench.analysis.client import client_bound
 from mallocbench.analysis.ratchet import SetupRatchet, ratchet_setups
 from mallocbench.analysis.recommend import Recommendation, recommend
@@ -71,6 +72,9 @@ class RunAnalysis:
     replay: ReplayAnalysis | None = None  # a replay run's results (mallocbench replay)
     # A soak's events: the RSS step each left behind (analysis.ratchet); () without events.
     ratchets: tuple[SetupRatchet, ...] = ()
+    # Relative QPS adjusted for the other processes' CPU per paired slice, beside the raw
+    # (analysis.adjust); () for soaks and runs without paired slices.
+    cpu_adjusted: tuple[CpuAdjustment, ...] = ()
 
     @property
     def recorded_notes(self) -> list[str]:
@@ -153,4 +157,5 @@ def analyze(
         reserved_vsz_bytes=reserved_vsz_bytes(memory),
         replay=analyze_replay(run.metadata.replay, effect) if run.metadata.replay else None,
         ratchets=ratchets,
+        cpu_adjusted=() if is_soak(run) else adjust_for_other_cpu(run, summaries),
     )

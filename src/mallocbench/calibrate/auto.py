@@ -1,17 +1,21 @@
 """`design = "auto"`: pick runs, turns or sequential from a calibration of this host.
 
-The choice is the design whose expected interval width, at the run's own repeats and
-measured seconds, is the narrowest (analysis.noise.design_widths), from the variance
-components `mallocbench calibrate` measures: one setup start after start (sequential)
-and two copies of it compared as runs and as turns. A calibration is stored per host and
-experiment shape (calibrate writes it), and a stored one younger than store.STORED_MAX_AGE_S
-is used; otherwise a short one runs first. Ties keep the default, runs.
+The choice is the design whose expected interval width is the narrowest in the same
+wall time (analysis.noise.choose_at_equal_time): the experiment's `budget`, or else the
+time the experiment itself takes as runs (the default) at its repeats and measured
+seconds, priced with the calibration's costs (server start, warmup, slice, turn). The
+widths come from the variance components `mallocbench calibrate` measures: one setup
+start after start (sequential) and two copies of it compared as runs and as turns. The
+chosen design gets the shape it was priced at: with a budget, its own repeats and cell
+length; without, the experiment's repeats and the cell length that fills the time. A
+calibration is stored per host and experiment shape (calibrate writes it), and a stored
+one younger than store.STORED_MAX_AGE_S is used; otherwise a short one runs first.
+Ties keep the default, runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
@@ -19,51 +23,40 @@ from rich.console import Console
 
 from mallocbench import experiment as experiment_mod
 from mallocbench.analysis import noise
-from mallocbench.analysis.noise import RUNS_DESIGN, SEQUENTIAL_DESIGN, TURNS_DESIGN
+from mallocbench.analysis.noise import RUNS_DESIGN, SEQUENTIAL_DESIGN, TURNS_DESIGN, DesignChoice
 from mallocbench.calibrate.measure import calibrate
 from mallocbench.calibrate.store import calibration_key, load_calibration, store_calibration
 from mallocbench.calibrate.summary import CalibrationSummary
 from mallocbench.calibrate.target import pick_target
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import Experiment
+from mallocbench.report.calibrate import design_choice_text
 from mallocbench.store import open_store
 
 # The short calibration at the start of a run: enough for the three designs' components.
 SHORT = {"starts": 2, "slices": 3, "pairs": True, "turns": 8, "turn_s": 1.0}
-DESIGNS = (RUNS_DESIGN, TURNS_DESIGN, SEQUENTIAL_DESIGN)
 
 
-def choose(
-    experiment: Experiment, record: dict[str, Any], source: str
-) -> tuple[str, dict[str, float], str]:
-    """The design, every design's expected width, and why, in words."""
+def _piece_s(design: str, record: dict[str, Any]) -> float:
+    """The length of the slices (or turns) the calibration measured for a design."""
+    return float(record["turn_s"] if design == TURNS_DESIGN else record["slice_s"])
+
+
+def choose(experiment: Experiment, record: dict[str, Any]) -> DesignChoice:
+    """Every design's shape and expected width in the same wall time, and the narrowest."""
+    costs: noise.Costs = record["costs"]
+    setups = max(2, len(experiment.setups))
     components = record["components"]
-    slice_s, turn_s = float(record["slice_s"]), float(record["turn_s"])
-    pieces = {
-        SEQUENTIAL_DESIGN: round(experiment.duration_s / slice_s),
-        RUNS_DESIGN: round(experiment.duration_s / slice_s),
-        TURNS_DESIGN: round(experiment.duration_s / turn_s),
-    }
-    widths = noise.design_widths(
-        components["sequential"],
-        {d: components[d] for d in (RUNS_DESIGN, TURNS_DESIGN)},
-        max(2, len(experiment.setups)),
-        experiment.repeats,
-        pieces,
+    if experiment.budget_s is not None:
+        return noise.choose_at_equal_time(components, costs, setups, experiment.budget_s)
+    # The experiment's own time as runs: its repeats of its cells cut into the slices
+    # the calibration measured.
+    slices = max(1, round(experiment.duration_s / _piece_s(RUNS_DESIGN, record)))
+    fixed_s, per_slice_s = noise.block_costs(RUNS_DESIGN, costs, setups)
+    budget_s = experiment.repeats * (fixed_s + slices * per_slice_s)
+    return noise.choose_at_equal_time(
+        components, costs, setups, budget_s, starts=experiment.repeats
     )
-    # min() keeps the first of equals: runs, the default, unless another is narrower.
-    best = min(DESIGNS, key=lambda d: widths[d])
-    shown = ", ".join(
-        f"{d} {widths[d]:.1f}" if math.isfinite(widths[d]) else f"{d} -" for d in DESIGNS
-    )
-    why = (
-        f"auto: {best}, the narrowest expected interval for {experiment.repeats} repeats of "
-        f"{experiment.duration_s:g} s by {source} (points: {shown})"
-    )
-    if not math.isfinite(widths[best]):
-        best = RUNS_DESIGN
-        why = f"auto: {best} (one repeat gives no interval under any design; {source})"
-    return best, widths, why
 
 
 def apply(experiment: Experiment, design: str, record: dict[str, Any], why: str) -> Experiment:
@@ -71,7 +64,7 @@ def apply(experiment: Experiment, design: str, record: dict[str, Any], why: str)
     if design == SEQUENTIAL_DESIGN:
         return dataclasses.replace(experiment, design=experiment_mod.SEQUENTIAL, design_why=why)
     turns = design == TURNS_DESIGN
-    slice_s = float(record["turn_s"] if turns else record["slice_s"])
+    slice_s = _piece_s(design, record)
     return dataclasses.replace(
         experiment,
         design=experiment_mod.INTERLEAVED,
@@ -81,14 +74,32 @@ def apply(experiment: Experiment, design: str, record: dict[str, Any], why: str)
     )
 
 
+def apply_choice(
+    experiment: Experiment, choice: DesignChoice, record: dict[str, Any], why: str
+) -> Experiment:
+    """The experiment with the chosen design, in the shape it was priced at: its repeats
+    and cell length (unchanged when it is the experiment's own shape, or nothing fits:
+    the run then says so in `why`)."""
+    shape = choice.shapes.get(choice.design)
+    own_time = not choice.budget_given and choice.design == RUNS_DESIGN  # as it was asked
+    if shape is not None and shape.fits and not own_time:
+        experiment = dataclasses.replace(
+            experiment,
+            repeats=shape.starts,
+            duration_s=shape.slices_per_start * _piece_s(choice.design, record),
+        )
+    chosen = apply(experiment, choice.design, record, why)
+    return dataclasses.replace(chosen, design_widths=choice.widths, design_budget_s=choice.budget_s)
+
+
 def stored_choice(experiment: Experiment) -> Experiment | None:
     """The experiment with the design a stored calibration favours; None without one."""
     target = pick_target(experiment, None, None, None, None)
     record = load_calibration(calibration_key(experiment, target))
     if record is None:
         return None
-    design, _, why = choose(experiment, record, "a stored calibration of this host")
-    return apply(experiment, design, record, why)
+    choice = choose(experiment, record)
+    return apply_choice(experiment, choice, record, design_choice_text(choice, stored=True))
 
 
 def resumed_choice(
@@ -108,7 +119,7 @@ def resumed_choice(
     finally:
         store.close()
     design = header.metadata.design if header is not None else None
-    if design is None or design.asked != experiment_mod.AUTO or design.why is None:
+    if header is None or design is None or design.asked != experiment_mod.AUTO or not design.why:
         return None
     chosen = (
         TURNS_DESIGN
@@ -116,6 +127,16 @@ def resumed_choice(
         else (SEQUENTIAL_DESIGN if design.used == experiment_mod.SEQUENTIAL else RUNS_DESIGN)
     )
     lengths = {"slice_s": design.slice_s or experiment.slice_s, "turn_s": design.slice_s or 1.0}
+    # auto gave the run its repeats and cell length too: the resumed cells keep them.
+    metadata = header.metadata
+    step_s = metadata.durations.step_s if metadata.durations is not None else None
+    experiment = dataclasses.replace(
+        experiment,
+        repeats=metadata.repeats or experiment.repeats,
+        duration_s=step_s or experiment.duration_s,
+        design_widths=design.widths,
+        design_budget_s=design.budget_s,
+    )
     return apply(experiment, chosen, lengths, design.why)
 
 
@@ -126,7 +147,7 @@ def resolve(experiment: Experiment, out_dir: Path, console: Console) -> Experime
     target = pick_target(experiment, None, None, None, None)
     key = calibration_key(experiment, target)
     record = load_calibration(key)
-    source = "a stored calibration of this host"
+    stored = record is not None
     if record is None:
         options = {
             **SHORT,
@@ -142,10 +163,10 @@ def resolve(experiment: Experiment, out_dir: Path, console: Console) -> Experime
         summary = calibrate(interleaved, target, out_dir, options, console)
         store_calibration(summary, key)
         record = load_calibration(key) or _record_of(summary)
-        source = "a calibration at the start of this run"
-    design, _, why = choose(experiment, record, source)
+    choice = choose(experiment, record)
+    why = design_choice_text(choice, stored=stored)
     console.print(f"design {why}")
-    return apply(experiment, design, record, why)
+    return apply_choice(experiment, choice, record, why)
 
 
 def _record_of(summary: CalibrationSummary) -> dict[str, Any]:
@@ -155,6 +176,7 @@ def _record_of(summary: CalibrationSummary) -> dict[str, Any]:
     return {
         "slice_s": summary.slice_s,
         "turn_s": summary.turn_s,
+        "costs": summary.costs,
         "components": {
             "sequential": summary.components,
             "runs": summary.runs_ratio,
@@ -163,4 +185,4 @@ def _record_of(summary: CalibrationSummary) -> dict[str, Any]:
     }
 
 
-__all__ = ["apply", "choose", "resolve", "resumed_choice", "stored_choice"]
+__all__ = ["apply", "apply_choice", "choose", "resolve", "resumed_choice", "stored_choice"]

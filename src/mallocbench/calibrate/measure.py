@@ -131,9 +131,11 @@ def measure_start(
         for n in range(options["slices"]):
             status(f"slice {n + 1}/{options['slices']} of {rundir.name}")
             result.slices.append(measure_slice(live, measurement, target, options["slice_s"]))
-        return result, live.notes
     finally:
+        stopping = time.monotonic()
         stop_session(live, keep_datadir=False)
+    result.stop_s = time.monotonic() - stopping
+    return result, live.notes
 
 
 def _turn_ratios(target: Target, first: CellMeasurement, second: CellMeasurement) -> list[float]:
@@ -214,6 +216,7 @@ def measure_pair(
         pair = PairResult(sum(took))
         status(f"warming {target.step.label} on both copies ({rundir.name})")
         warmed = [_warm_step(live, experiment, target, index) for live in lives]
+        pair.warmups_s = [m.cell.warmup_s or 0.0 for m in warmed]
         first = warmed[0].cell
         start = StartResult(took[0], first.warmup_s or 0.0, bool(first.warmup_steady))
         for n in range(options["slices"]):
@@ -227,8 +230,11 @@ def measure_pair(
         turning, pair.turns_wall_s = _take_turns(lives, warmed, experiment, options)
         pair.turn_ratios = _turn_ratios(target, *turning)
     finally:
+        stopping = time.monotonic()
         for live in lives:
             stop_session(live, keep_datadir=False)
+    # A block stops each of its servers in turn, as here: the cost is per server.
+    start.stop_s = (time.monotonic() - stopping) / len(lives)
     return start, pair, [n for live in lives for n in live.notes]
 
 

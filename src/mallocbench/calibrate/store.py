@@ -21,9 +21,11 @@ STORED_MAX_AGE_S = 24 * 3600
 
 
 def calibration_key(experiment: Experiment, target: Target) -> str:
-    """This host and the shape the noise depends on: setup, engine, step, clients, data."""
+    """This host and the shape the noise and costs depend on: setup, engine, step,
+    clients, data, and the number of setups (a block starts and warms every one)."""
     data = experiment.dataset
     shape = [
+        len(experiment.setups),
         socket.gethostname(),
         target.setup.name,
         target.setup.allocator_spec,
@@ -52,6 +54,7 @@ def store_calibration(summary: CalibrationSummary, key: str) -> Path | None:
         "sequential": asdict(summary.components),
         "runs": asdict(summary.runs_ratio),
         "turns": asdict(summary.turns_ratio),
+        "costs": asdict(summary.costs),
     }
     path = _path(key)
     try:
@@ -70,6 +73,9 @@ def load_calibration(key: str, now: float | None = None) -> dict[str, Any] | Non
             name: noise.VarianceComponents(**record[name])
             for name in ("sequential", "runs", "turns")
         }
+        # auto prices each design's wall time with these; a record without them (an
+        # older version's) is measured again.
+        record["costs"] = noise.Costs(**record["costs"])
     except (OSError, ValueError, TypeError, KeyError):
         return None
     age = (now or time.time()) - float(record.get("saved_at", 0))

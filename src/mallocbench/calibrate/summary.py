@@ -40,6 +40,7 @@ class StartResult:
     warmup_s: float  # the step's warmup until steady
     steady: bool
     slices: list[SliceResult] = field(default_factory=list)
+    stop_s: float = 0.0  # stop the server, remove its datadir
 
     @property
     def seconds(self) -> list[float]:
@@ -57,6 +58,7 @@ class PairResult:
     run_ratios: list[float] = field(default_factory=list)
     turn_ratios: list[float] = field(default_factory=list)
     turns_wall_s: float = 0.0  # the turns phase, lead and settle turns included
+    warmups_s: list[float] = field(default_factory=list)  # each copy's step warmup
 
 
 def _median(values: list[float]) -> float:
@@ -193,9 +195,11 @@ def summarize(
     turns = 2 * (options.get("turns", 0) + 1)  # a settle turn each, then the rounds
     costs = Costs(
         start_s=_median([s.start_s for s in starts]),
-        warmup_s=_median([s.warmup_s for s in starts]),
+        # Every copy warms as a block's server does: twice the samples of a noisy cost.
+        warmup_s=_median([w for p in pairs for w in p.warmups_s] or [s.warmup_s for s in starts]),
         slice_wall_s=_median([sl.wall_s for s in starts for sl in s.slices]),
         turn_s=_median([p.turns_wall_s / turns for p in pairs]) if pairs else 0.0,
+        stop_s=_median([s.stop_s for s in starts]),
     )
     runs_ratio = _ratio_components([p.run_ratios for p in pairs])
     summary = _summary(experiment, target, starts, options, components, costs, runs_ratio)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -339,25 +338,8 @@ def _choose_design(
             "(about 2 min) runs first; the plan below is for interleaved runs"
         )
         return dataclasses.replace(experiment, design=experiment_mod.INTERLEAVED)
-    click.echo(f"design {_capped_widths(chosen.design_why or '')}")
+    click.echo(f"design {chosen.design_why}")
     return chosen
-
-
-# A predicted interval wider than this says nothing a run could act on; numbers past it
-# (tens of thousands of points at 2 repeats) read as measurements, so they are capped.
-WIDEST_SHOWN_PCT = 100
-
-
-def _capped_widths(why: str) -> str:
-    """auto's reason with each predicted width above WIDEST_SHOWN_PCT shown as out of reach."""
-    head, sep, widths = why.partition("(points: ")
-
-    def cap(match: re.Match[str]) -> str:
-        if float(match[2]) <= WIDEST_SHOWN_PCT:
-            return match[0]
-        return f"{match[1]} over {WIDEST_SHOWN_PCT}"
-
-    return head + sep + re.sub(r"(\w+) (\d+(?:\.\d+)?)", cap, widths)
 
 
 def _cluster_access(

@@ -9,7 +9,12 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from mallocbench.analysis.noise import RUNS_DESIGN, SEQUENTIAL_DESIGN, TURNS_DESIGN
+from mallocbench.analysis.noise import (
+    RUNS_DESIGN,
+    SEQUENTIAL_DESIGN,
+    TURNS_DESIGN,
+    DesignChoice,
+)
 from mallocbench.calibrate.summary import CalibrationSummary
 
 
@@ -36,6 +41,7 @@ def _levels_table(summary: CalibrationSummary) -> Table:
     )
     table.add_section()
     table.add_row("cost of a start", f"{costs.start_s:.1f} s", "copy datadir, start, warm cache")
+    table.add_row("cost of a stop", f"{costs.stop_s:.1f} s", "stop, remove datadir")
     table.add_row("step warmup", f"{costs.warmup_s:.1f} s", "until steady")
     table.add_row("cost of a slice", f"{costs.slice_wall_s:.1f} s", "wall, start-up included")
     return table
@@ -144,11 +150,11 @@ def design_lines(summary: CalibrationSummary) -> list[str]:
 def plan_lines(summary: CalibrationSummary) -> list[str]:
     """The verdict in words: slices per start, what the budget buys, what the target costs."""
     plan = summary.plan
-    lines = [
-        f"Kalibera-Jones: {plan.slices_per_start} slices of {summary.slice_s:g} s per "
-        "server start spend the time best for this noise and these costs."
-    ]
     budget = f"{plan.budget_s / 60:g} min"
+    lines = [
+        f"In {budget}, {_slices(plan.slices_per_start)} of {summary.slice_s:g} s per server "
+        "start give the narrowest interval for this noise and these costs."
+    ]
     if plan.budget_width_pct is None:
         lines.append(
             f"With {plan.setups} setups, a budget of {budget} does not fit the 2 starts an "
@@ -167,7 +173,7 @@ def plan_lines(summary: CalibrationSummary) -> list[str]:
     else:
         lines.append(
             f"A width of {plan.target_width_pct:g} points needs about {plan.target_starts} "
-            f"starts and {_wall(plan.target_s)}"
+            f"starts of {_slices(plan.target_slices_per_start or 1)} and {_wall(plan.target_s)}"
             + (": quiet the machine or accept a wider interval." if plan.target_s > 3600 else ".")
         )
     start_cv = summary.components.start_cv_pct
@@ -178,6 +184,10 @@ def plan_lines(summary: CalibrationSummary) -> list[str]:
             "why a run's repeats restart the servers."
         )
     return lines
+
+
+def _slices(count: int) -> str:
+    return f"{count} slice" + ("" if count == 1 else "s")
 
 
 def _wall(seconds: float) -> str:
@@ -202,8 +212,49 @@ def print_calibration(summary: CalibrationSummary, console: Console) -> None:
         console.print(f"[yellow]note[/]: {note}")
 
 
+# A predicted interval wider than this says nothing a run could act on; numbers past it
+# (tens of thousands of points at 2 repeats) read as measurements, so they are capped.
+WIDEST_SHOWN_PCT = 100
+
+
+def _width_words(width: float | None) -> str:
+    if width is None or not math.isfinite(width):
+        return "-"
+    return f"over {WIDEST_SHOWN_PCT}" if width > WIDEST_SHOWN_PCT else f"{width:.1f}"
+
+
+def design_choice_text(choice: DesignChoice, stored: bool) -> str:
+    """design = "auto"'s choice in one line: the design, the shape it gets, the wall
+    time the designs were compared in and every design's expected width there."""
+    source = (
+        "a stored calibration of this host" if stored else "a calibration at the start of this run"
+    )
+    budget = f"{choice.budget_s / 60:.1f} min"
+    whose = "the experiment's budget" if choice.budget_given else "the experiment's own as runs"
+    widths = ", ".join(f"{d} {_width_words(w)}" for d, w in choice.widths.items())
+    shape = choice.shapes.get(choice.design)
+    if shape is None or not shape.fits:
+        return (
+            f"auto: {choice.design} (no design fits the 2 repeats an interval needs in "
+            f"{budget} of wall time, {whose}; by {source})"
+        )
+    piece = "turns" if choice.design == TURNS_DESIGN else "slices"
+    return (
+        f"auto: {choice.design}, {shape.starts} repeats of {shape.slices_per_start} {piece}, "
+        f"the narrowest expected interval in the same {budget} of wall time ({whose}) by "
+        f"{source} (points: {widths})"
+    )
+
+
 def calibration_json(summary: CalibrationSummary) -> str:
     return json.dumps(summary.to_dict(), indent=1) + "\n"
 
 
-__all__ = ["calibration_json", "design_lines", "plan_lines", "print_calibration"]
+__all__ = [
+    "WIDEST_SHOWN_PCT",
+    "calibration_json",
+    "design_choice_text",
+    "design_lines",
+    "plan_lines",
+    "print_calibration",
+]

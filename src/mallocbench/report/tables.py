@@ -18,6 +18,7 @@ from mallocbench.analysis.summary import (
 from mallocbench.report.words import (
     ACCOUNTING_NOTE,
     CAP_NOTE,
+    adjustment_notes,
     noise_notes,
     oom_text,
     sla_text,
@@ -117,6 +118,7 @@ def run_notes(analysis: RunAnalysis) -> list[str]:
     return [
         *analysis.recorded_notes,
         *noise_notes(analysis.noise),
+        *adjustment_notes(analysis.cpu_adjusted),
         *stability_notes(analysis.unstable, analysis.not_steady),
     ]
 

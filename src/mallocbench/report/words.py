@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis import stats
+from mallocbench.analysis.adjust import AdjustedRatio, CpuAdjustment
 from mallocbench.analysis.client import CellLike
 from mallocbench.analysis.comparability import Difference
 from mallocbench.analysis.comparison import (
@@ -330,6 +331,33 @@ def noise_notes(noise: RunNoise | None) -> list[str]:
         if noise.other_cpu_median > BUSY_SHARE:
             text += ": the measurements include that interference"
         notes.append(text)
+    return notes
+
+
+def _adjusted_words(item: AdjustedRatio) -> str:
+    raw = item.raw
+    raw_text = f"{fmt.ratio(raw.ratio)}x {fmt.interval(raw.low, raw.high)} raw"
+    if item.adjusted is None:
+        return (
+            f"{item.setup} not adjusted ({raw_text}: its slices saw {item.shift:+.0%} of the "
+            "machine in other processes' CPU against the base's, so its allocator may be "
+            "the cause)"
+        )
+    done = item.adjusted
+    return f"{item.setup} {fmt.ratio(done.ratio)}x {fmt.interval(done.low, done.high)} ({raw_text})"
+
+
+def adjustment_notes(adjusted: Iterable[CpuAdjustment]) -> list[str]:
+    """The relative QPS adjusted for the other processes' CPU, beside the raw, per cell:
+    numbers only, never a finding of their own (the verdict is the raw one's)."""
+    notes = []
+    for cell in adjusted:
+        ratios = "; ".join(_adjusted_words(item) for item in cell.ratios)
+        notes.append(
+            f"adjusted for other processes' CPU ({cell.engine}, {cell.step} at {cell.threads} "
+            f"threads): their share in paired slices explains {cell.explained:.0%} of the "
+            f"ratios' spread within blocks ({cell.pairs} pairs); {ratios}"
+        )
     return notes
 
 
