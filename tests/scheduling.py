@@ -17,7 +17,8 @@ a file beside the run, since the scheduler sees test ids only):
 - the tests of a file that share a fixture of module or class scope (a private server, a
   recorded trace): split over workers, each worker would build it again.
 
-`MALLOCBENCH_STORE_DURATIONS=1 make test` rewrites tests/durations.json from that run.
+`MALLOCBENCH_STORE_DURATIONS=1 make test` rewrites tests/durations.json from that run
+(failed tests included: their seconds were spent all the same).
 """
 
 from __future__ import annotations
@@ -143,8 +144,8 @@ class DurationRecorder:
         self.seconds[report.nodeid] = self.seconds.get(report.nodeid, 0.0) + report.duration
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if exitstatus != 0 or not self.seconds:
-            return  # a failed or partial run is no model of the next one
+        if exitstatus not in (0, 1) or not self.seconds:
+            return  # an interrupted or broken run is no model of the next one
         rounded = {k: round(v, 1) for k, v in sorted(self.seconds.items())}
         DURATIONS.write_text(json.dumps(rounded, indent=0) + "\n")
 

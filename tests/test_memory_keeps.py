@@ -344,7 +344,9 @@ def test_next_run_removes_an_empty_group_of_a_killed_harness(tmp_path: Path) -> 
     empty = _killed_harness("empty")
     occupied = _killed_harness("with-server")
     try:
-        assert empty.is_dir() and occupied.is_dir()
+        # Not `empty.is_dir()`: a run starting in another test meanwhile does what the next
+        # run does and may have removed it already, which is the behaviour checked below.
+        assert occupied.is_dir()
         with MemoryCgroup.create("alive") as alive:
             stop_orphans(tmp_path / "servers")  # what the next run does first
             assert not empty.exists()

@@ -89,7 +89,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "tune": LazyCommand(
         "tune",
         "tune",
-        "Search allocator knobs on a trace for the RSS-versus-time front, with intervals.",
+        "Search allocator knobs for the RSS-versus-time front, with intervals.",
     ),
     "memory": LazyCommand(
         "memory",
