@@ -5,11 +5,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT ?= demo-out
 # pytest-xdist workers for `make test`: most server tests wait on servers, sysbench and
-# their timeouts, so more workers than cores keep the cores busy (on 2 cores, 4 workers
-# finished 35-45 s before 3 in back-to-back clean checkouts, in two sessions); tests
-# marked `alone` (timing, CPU, noise) still run by themselves (tests/conftest.py).
-# TEST_WORKERS=0 runs the suite in one process.
-TEST_WORKERS ?= 4
+# their timeouts, so more workers than cores keep the cores busy; tests marked `alone`
+# (timing, CPU, noise) still run by themselves (tests/conftest.py). 4 workers were not
+# reliably faster on 2 cores (9:58 and 10:51 of pytest against 10:42 for 3, on clean
+# checkouts) and load the timing-sensitive tests more. TEST_WORKERS=0 runs the suite in
+# one process.
+TEST_WORKERS ?= 3
 # What pytest runs; e.g. `make test TESTS=tests/test_layout.py` for one module.
 # Longest first, and tests that share a module's server on one worker: tests/scheduling.py.
 DIST := $(if $(filter 0,$(TEST_WORKERS)),,--dist loadgroup)
