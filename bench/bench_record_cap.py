@@ -22,22 +22,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from mallocbench import allocators
-from mallocbench.dataset import golden_datadir
+from common import server_under_load
+
 from mallocbench.experiment import Dataset
 from mallocbench.replay import control
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
-from mallocbench.servers import engines
-from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
 from mallocbench.units import parse_size
-from mallocbench.workloads.catalogue import step_from_label
-from mallocbench.workloads.sysbench import Sysbench
 
 HERE = Path(__file__).resolve().parent
 MIB = 1 << 20
@@ -62,24 +57,13 @@ def window_figures(trace: Path) -> dict[str, Any]:
 
 
 def server_windows(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
-    build = find_build()
-    engine = engines.get("innodb")
     dataset = Dataset(tables=2, rows=10000, cache_bytes=128 * MIB)
-    golden = golden_datadir(build, engine, dataset)
-    config = ServerConfig(engine, dataset.cache_bytes, allocators.get(str(shim_path())))
     caps = [0, args.cap] * args.rounds
     out = []
-    with PrivateServer(build, tmp / "srv", config) as server:
-        server.copy_datadir_from(golden)
-        server.start()
-        sysbench = Sysbench(
-            str(server.sysbench_options), dataset.tables, dataset.rows, engine.sql_engine
-        )
-        step = step_from_label(args.step)
-        sysbench.run(step, args.threads, 3)
-        total = len(caps) * (args.seconds + 2) + 10
-        load = threading.Thread(target=sysbench.run, args=(step, args.threads, total), daemon=True)
-        load.start()
+    total = len(caps) * (args.seconds + 2) + 10
+    with server_under_load(
+        tmp, "innodb", dataset, {}, str(shim_path()), args.step, args.threads, 3, total
+    ) as server:
         time.sleep(2)
         for i, cap in enumerate(caps):
             trace = tmp / f"server-{i}.mbt"
@@ -89,7 +73,6 @@ def server_windows(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
             print(json.dumps(row), file=sys.stderr)
             out.append(row)
             trace.unlink()
-        load.join()
     return out
 
 

@@ -47,9 +47,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mallocbench import allocators
+from common import server_under_load
+
 from mallocbench.analysis import stats
-from mallocbench.dataset import golden_datadir
 from mallocbench.experiment import Dataset
 from mallocbench.memory import process
 from mallocbench.patterns.experiment import make_setup
@@ -57,11 +57,8 @@ from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
 from mallocbench.results import json_safe
-from mallocbench.servers import engines
-from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
+from mallocbench.servers.mariadb import PrivateServer
 from mallocbench.units import parse_size
-from mallocbench.workloads.catalogue import step_from_label
-from mallocbench.workloads.sysbench import Sysbench
 
 # name: (allocator, knobs); the arena sweep is glibc's default beside 1, 2 and 4 arenas
 SETTINGS: dict[str, tuple[str, dict[str, str]]] = {
@@ -112,34 +109,15 @@ def serve(
     args: argparse.Namespace, allocator: str, knobs: dict[str, str], tmp: Path, body: Any
 ) -> Any:
     """A private MyRocks server with the shim in front of `allocator`, under load."""
-    build = find_build()
-    engine = engines.get(args.engine)
     dataset = Dataset(
         tables=args.tables, rows=args.rows, cache_bytes=parse_size(args.cache, "--cache")
     )
-    golden = golden_datadir(build, engine, dataset)
-    config = ServerConfig(
-        engine,
-        dataset.cache_bytes,
-        allocators.get(allocator),
-        knobs=knobs,
-        record_shim=str(shim_path()),
-    )
-    with PrivateServer(build, tmp / "srv", config) as server:
-        server.copy_datadir_from(golden)
-        server.start()
-        sysbench = Sysbench(
-            str(server.sysbench_options), dataset.tables, dataset.rows, engine.sql_engine
-        )
-        step = step_from_label(args.step)
-        sysbench.run(step, args.threads, 5)
-        load = threading.Thread(
-            target=sysbench.run, args=(step, args.threads, args.seconds + 15), daemon=True
-        )
-        load.start()
-        result = body(server)
-        load.join()
-        return result
+    extra = {"knobs": knobs, "record_shim": str(shim_path())}
+    with server_under_load(
+        tmp, args.engine, dataset, extra, allocator, args.step, args.threads, 5,
+        args.seconds + 15,
+    ) as server:  # fmt: skip
+        return body(server)
 
 
 def phase_record(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:

@@ -17,45 +17,28 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
+from common import server_under_load
+
 from mallocbench import allocators
-from mallocbench.dataset import golden_datadir
 from mallocbench.experiment import Dataset
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
-from mallocbench.servers import engines
-from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
 from mallocbench.units import parse_size
-from mallocbench.workloads.catalogue import step_from_label
-from mallocbench.workloads.sysbench import Sysbench
 
 
 def record(args: argparse.Namespace, out: Path, tmp: Path) -> None:
-    build = find_build()
-    engine = engines.get(args.engine)
     dataset = Dataset(
         tables=args.tables, rows=args.rows, cache_bytes=parse_size(args.cache, "--cache")
     )
-    golden = golden_datadir(build, engine, dataset)
-    config = ServerConfig(engine, dataset.cache_bytes, allocators.get(str(shim_path())))
-    with PrivateServer(build, tmp / "srv", config) as server:
-        server.copy_datadir_from(golden)
-        server.start()
-        sysbench = Sysbench(
-            str(server.sysbench_options), dataset.tables, dataset.rows, engine.sql_engine
-        )
-        step = step_from_label(args.step)
-        sysbench.run(step, args.threads, 5)
-        load = threading.Thread(
-            target=sysbench.run, args=(step, args.threads, args.seconds + 10), daemon=True
-        )
-        load.start()
+    with server_under_load(
+        tmp, args.engine, dataset, {}, str(shim_path()), args.step, args.threads, 5,
+        args.seconds + 10,
+    ) as server:  # fmt: skip
         control.record(server.pid, args.seconds, out)
-        load.join()
 
 
 def main() -> int:

@@ -7,13 +7,17 @@ measures is what a user would have been told.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mallocbench.analysis.summary import RatioCell, relative_tables
 from mallocbench.results import RunResult
@@ -135,3 +139,43 @@ def ratio_cells(result: RunResult) -> dict[str, RatioCell]:
 
 def emit(record: dict[str, object]) -> None:
     print(json.dumps(record), flush=True)
+
+
+@contextlib.contextmanager
+def server_under_load(
+    tmp: Path,
+    engine_name: str,
+    dataset: Any,
+    config_extra: dict[str, Any],
+    allocator: str,
+    step_label: str,
+    threads: int,
+    warm_s: float,
+    load_s: float,
+) -> Iterator[Any]:
+    """A private server from the golden datadir under `allocator`, warmed by `warm_s` of
+    the step, then kept under `threads` clients in the background for `load_s`: what the
+    record and replay benches measure beside. Waits for the load when the body ends."""
+    from mallocbench import allocators
+    from mallocbench.dataset import golden_datadir
+    from mallocbench.servers import engines
+    from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
+    from mallocbench.workloads.catalogue import step_from_label
+    from mallocbench.workloads.sysbench import Sysbench
+
+    build = find_build()
+    engine = engines.get(engine_name)
+    golden = golden_datadir(build, engine, dataset)
+    config = ServerConfig(engine, dataset.cache_bytes, allocators.get(allocator), **config_extra)
+    with PrivateServer(build, tmp / "srv", config) as server:
+        server.copy_datadir_from(golden)
+        server.start()
+        sysbench = Sysbench(
+            str(server.sysbench_options), dataset.tables, dataset.rows, engine.sql_engine
+        )
+        step = step_from_label(step_label)
+        sysbench.run(step, threads, warm_s)
+        load = threading.Thread(target=sysbench.run, args=(step, threads, load_s), daemon=True)
+        load.start()
+        yield server
+        load.join()
