@@ -306,3 +306,22 @@ def test_a_supported_rss_difference_is_a_finding_of_the_verdict(result: RunResul
     # Identical peaks: nothing to find, and nothing is worded as one.
     same = html.build_context(analyze(_with_peaks(result, 1.0)))
     assert not any(verdict_rss_finding(r) for r in same.verdict)
+
+
+def test_the_verdict_shows_the_rss_ratio_its_interval_belongs_to(result: RunResult) -> None:
+    """The verdict table's peak-RSS number sits above the blocked ratio's interval, and a
+    finding quotes that ratio: they must be one estimate, not the ratio of the two
+    lifetime peaks (here 0.75 against a blocked ratio of 0.82)."""
+    made = _with_peaks(result, 0.9)
+    last = max(c.repeat for c in made.cells)
+    measured_list: list[SessionInfo | Cell] = [*made.sessions, *made.cells]
+    for measured in measured_list:
+        if measured.setup != "je" and measured.repeat == last:
+            measured.peak_rss_bytes = int((measured.peak_rss_bytes or 0) * 1.2)
+    context = html.build_context(analyze(made))
+    row = next(r for r in context.verdict if (r.engine, r.setup) == ("innodb", "je"))
+    assert row.rss is not None and row.rss.ratio is not None and row.rss_peaks is not None
+    peaks_ratio = row.rss_peaks[0] / row.rss_peaks[1]
+    assert abs(peaks_ratio - row.rss.ratio) > 0.05, (peaks_ratio, row.rss.ratio)
+    assert row.rss_ratio == row.rss.ratio
+    assert f"{row.rss.ratio:.2f}x<br>" in html.render_html(analyze(made))

@@ -49,7 +49,7 @@ class VerdictRow:
     min_effect: float
     any_interval: bool  # some cell of the setup has an interval
     inconclusive: int  # intervals excluding 1.0 whose change may be below min_effect
-    rss_ratio: float | None = None
+    rss_ratio: float | None = None  # rss.ratio where it has an interval, else of the peaks
     # Peak RSS of the setup and of what it is compared with (the base, run A).
     rss_peaks: tuple[int, int] | None = None
     # The RSS ratio over each repeat's peaks, when it has an interval.
@@ -134,5 +134,9 @@ def verdict_rows(
             rss = rss_cells.get((engine, setup))
             if rss is not None and rss.has_interval:
                 row.rss = rss
+                # The interval shown beside it is of the blocked ratio: the number
+                # above it must be that estimate, not the ratio of the two peaks.
+                if rss.ratio is not None:
+                    row.rss_ratio = rss.ratio
             rows.append(row)
     return rows
