@@ -151,14 +151,14 @@ def test_more_peak_rss_over_three_repeats_fails_rss_up(tmp_path: Path) -> None:
     # The interval is in every format that prints the RSS ratio.
     data = json.loads(invoke(*paths, "--format", "json").stdout)
     je = next(m for m in data["memory"] if m["setup"] == "je")
-    assert je["rss"]["verdict"] == "faster" and je["rss"]["repeats_a"] == 3
+    assert je["rss"]["verdict"] == "higher" and je["rss"]["repeats_a"] == 3
     assert 1.2 < je["rss"]["low"] < je["rss"]["ratio"] < je["rss"]["high"] < 1.45
     assert [c["kind"] for c in data["changes"]] == ["rss-up"]
     text = invoke(*paths, "--format", "markdown").stdout
     assert "| innodb | je |" in text and "**\\***" in text.split("| innodb | je |")[1]
     rows = invoke(*paths, "--format", "csv").stdout.splitlines()
     rss_rows = [r for r in rows if ",peak RSS,memory,je," in r]
-    assert len(rss_rows) == 1 and ",faster,True,bytes,3,3," in rss_rows[0]
+    assert len(rss_rows) == 1 and ",higher,True,bytes,3,3," in rss_rows[0]
 
 
 def test_one_repeat_has_no_interval_and_is_never_a_finding(tmp_path: Path) -> None:

@@ -247,15 +247,22 @@ class RatioCell:
         return stats.interval_width(self.low, self.high)
 
     def interval_fields(self) -> dict[str, Any]:
-        """What every export has beside a ratio: its interval (JSON has no nan) and verdict."""
+        """What every export has beside a ratio: its interval (JSON has no nan) and verdict.
+
+        stats.classify words any ratio above 1 "faster"; a reader of a memory ratio's
+        export would take that for the good direction, so memory says higher or lower.
+        """
 
         def bound(x: float) -> float | None:
             return x if self.has_interval and math.isfinite(x) else None
 
+        verdict = self.verdict
+        if self.unit == RSS:
+            verdict = _MEMORY_WORDS.get(verdict, verdict)
         return {
             "low": bound(self.low),
             "high": bound(self.high),
-            "verdict": self.verdict,
+            "verdict": verdict,
             "significant": self.significant,
         }
 
@@ -562,6 +569,7 @@ def memory_rows(result: RunResult) -> list[MemoryRow]:
 
 
 RSS = "bytes"
+_MEMORY_WORDS = {stats.FASTER: "higher", stats.SLOWER: "lower"}
 
 
 def peak_rss_by_repeat(result: RunResult) -> dict[tuple[str, str], dict[int, float]]:
