@@ -126,6 +126,28 @@ def test_a_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
         new_study(tmp_path, constraints="rss<=1G")
 
 
+def test_a_resume_names_the_trace_however_it_is_spelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The study began with a relative path (as a study before absolute paths did); the
+    same file named absolutely, or through a symlink, is the same study; another is not."""
+    (tmp_path / "tiny.mbt").write_bytes(b"")
+    (tmp_path / "other.mbt").write_bytes(b"")
+    (tmp_path / "link.mbt").symlink_to(tmp_path / "tiny.mbt")
+    (tmp_path / "out").mkdir()
+    monkeypatch.chdir(tmp_path)
+
+    def study(trace: str) -> Any:
+        settings = search.settings_for(trace, "synthetic", OBJECTIVES, [], SPACE)
+        return search.open_study(tmp_path / "out", "glibc", OBJECTIVES, [], settings, 3)
+
+    study("tiny.mbt")
+    study(str(tmp_path / "tiny.mbt"))
+    study(str(tmp_path / "link.mbt"))
+    with pytest.raises(Exception, match="searched tune-glibc with trace"):
+        study(str(tmp_path / "other.mbt"))
+
+
 def judged(evaluator: Synthetic, tmp_path: Path, trials: int = 20) -> list[front.Point]:
     study = new_study(tmp_path)
     search.search(study, GLIBC, SPACE, OBJECTIVES, evaluator, search.Stop(trials, None))

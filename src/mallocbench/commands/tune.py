@@ -190,7 +190,7 @@ def tune(
         )
     check_out(out_dir, resume)
     plan = Plan(
-        trace=str(trace), evaluator_name=evaluator.describe(),
+        trace=str(trace.resolve()), evaluator_name=evaluator.describe(),
         objectives=metrics, constraints=constraints, spaces=spaces, tuned=tuned, out=out_dir,
         resume=resume, trials=trials or (None if budget else DEFAULT_TRIALS), budget_s=budget,
         repeats=repeats, min_effect=0.02 if min_effect is None else min_effect, seed=seed,

@@ -115,10 +115,18 @@ def existing_studies(out: Path) -> list[str]:
     return [s.study_name for s in summaries]
 
 
+def _same_setting(key: str, stored: Any, value: Any) -> bool:
+    if key == "trace":
+        # One file however it was named: studies keep it absolute, and a study begun
+        # before they did holds the path as typed, resolved here from where we are.
+        return bool(Path(stored).resolve() == Path(value).resolve())
+    return bool(stored == value)
+
+
 def _check_resumed(study: optuna.Study, settings: Settings, out: Path) -> None:
     stored = study.user_attrs
     for key, value in settings.attrs().items():
-        if key in stored and stored[key] != value:
+        if key in stored and not _same_setting(key, stored[key], value):
             raise MallocbenchError(
                 f"{out / DB_NAME} searched {study.study_name} with {key} {stored[key]!r}, "
                 f"not {value!r}: give the same options to --resume, or another --out"
