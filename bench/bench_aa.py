@@ -31,10 +31,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 from common import Plan, emit, ratio_cells, run
 
 from mallocbench.analysis import noise, stats
+from mallocbench.analysis.adjust import within_group_slope
 from mallocbench.analysis.summary import summarize
 from mallocbench.results import RunResult
 
@@ -73,18 +73,14 @@ def block_turns(result: RunResult) -> list[list[tuple[float, float]]]:
 
 
 def adjusted_for_others(turns: list[list[tuple[float, float]]]) -> tuple[list[list[float]], float]:
-    """The ratios with the part other processes' CPU explains taken out (a regression of
-    the log-ratio on the difference in their share, within blocks so that the per-start
-    level is left alone), and the share of the within-block variance it explained."""
-    ys = [np.log([r for r, _ in block]) for block in turns]
-    xs = [np.array([d for _, d in block]) for block in turns]
-    y_in = np.concatenate([y - y.mean() for y in ys])
-    x_in = np.concatenate([x - x.mean() for x in xs])
-    if not (x_in**2).sum():
-        return [list(np.exp(y)) for y in ys], 0.0
-    slope = float((x_in * y_in).sum() / (x_in**2).sum())
-    explained = 1.0 - float(((y_in - slope * x_in) ** 2).sum() / (y_in**2).sum())
-    return [list(np.exp(y - slope * x)) for y, x in zip(ys, xs, strict=True)], explained
+    """The ratios with the part other processes' CPU explains taken out (the run's own
+    adjustment, analysis.adjust: the log-ratio regressed on the difference in their
+    share within blocks), and the share of the within-block variance it explained."""
+    fitted = within_group_slope([[(math.log(r), d) for r, d in block] for block in turns])
+    if fitted is None:
+        return [[r for r, _ in block] for block in turns], 0.0
+    slope, explained, _ = fitted
+    return [[r * math.exp(-slope * d) for r, d in block] for block in turns], explained
 
 
 def components(ratios: list[list[float]], per_cell: int) -> dict[str, object]:

@@ -88,8 +88,12 @@ def _paired(base: Cell, other: Cell) -> list[tuple[float, float]]:
     return out
 
 
-def _slope(groups: list[list[tuple[float, float]]]) -> tuple[float, float, int] | None:
-    """Within-group least-squares slope, the share of variance it explains, pairs."""
+def within_group_slope(
+    groups: list[list[tuple[float, float]]],
+) -> tuple[float, float, int] | None:
+    """Least-squares slope of y on x within groups (each group's means taken out, so the
+    per-start level is left alone), the share of variance it explains, and the pairs;
+    None when there is no variation to fit."""
     ys = [np.array([y for y, _ in g]) for g in groups if len(g) >= 2]
     xs = [np.array([x for _, x in g]) for g in groups if len(g) >= 2]
     if not ys:
@@ -128,7 +132,7 @@ def _adjust_cell(
         name: {b: _paired(base[b], cells[b]) for b in cells if b in base}
         for name, cells in others.items()
     }
-    fitted = _slope([p for blocks in pairs.values() for p in blocks.values()])
+    fitted = within_group_slope([p for blocks in pairs.values() for p in blocks.values()])
     base_summary = summaries.get((base_name, engine, step, threads))
     if fitted is None or base_summary is None:
         return None
@@ -178,4 +182,4 @@ def adjust_for_other_cpu(
     return tuple(found)
 
 
-__all__ = ["AdjustedRatio", "CpuAdjustment", "adjust_for_other_cpu"]
+__all__ = ["AdjustedRatio", "CpuAdjustment", "adjust_for_other_cpu", "within_group_slope"]
