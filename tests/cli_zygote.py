@@ -33,7 +33,7 @@ PRELOAD = (
     "mallocbench.commands.run",
     "mallocbench.analysis.summary",
     "mallocbench.report.html",
-    "scipy.stats",
+    "scipy.special",
     "dask",
     "distributed",
     "plotly.graph_objects",

@@ -60,16 +60,17 @@ MIN_JUDGED_S = 2 * MIN_SEGMENT_S
 
 @functools.lru_cache(maxsize=64)
 def _t_critical(alpha: float, df: int) -> float:
-    # Imported here: scipy takes a second to load and only some callers need it.
-    from scipy import stats as scipy_stats
+    # Imported here, from scipy.special (what scipy.stats.t calls; scipy.stats takes over
+    # a second more to load): only some callers need it.
+    from scipy.special import stdtrit
 
-    return float(scipy_stats.t.ppf(1 - alpha / 2, df))
+    return float(stdtrit(df, 1 - alpha / 2))
 
 
 def _t_two_sided_p(t: float, df: float) -> float:
-    from scipy import stats as scipy_stats
+    from scipy.special import stdtr
 
-    return float(2 * scipy_stats.t.sf(abs(t), df))
+    return float(2 * stdtr(df, -abs(t)))
 
 
 def _mean(xs: Sequence[float]) -> float:
