@@ -15,7 +15,7 @@ import pytest
 
 from mallocbench import allocators
 from mallocbench.patterns.experiment import make_setup
-from mallocbench.replay import runner
+from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
 
@@ -153,6 +153,9 @@ def test_a_server_recorded_under_a_tiny_cap_stops_recording_and_serves_on(
         assert "usable up to that point" in proc.stderr and "--max-buffer" in proc.stderr
         assert server.alive()
         assert server.query("SELECT COUNT(*) FROM test.t") == [(sum(rows),)]  # still serving
+        # the shim answered: record leaves neither its control file nor the status behind
+        ctl = control.in_process(server.pid, control.control_path(server.pid))
+        assert not ctl.exists() and not ctl.with_name(ctl.name + ".status").exists(), ctl
         logs = [server.error_log, server.stdout_log]
         text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())
     assert text.count("mbrecord:") == 1 and "the writer fell behind" in text, text[-2000:]

@@ -177,6 +177,11 @@ def stop(window: Window, out: Path | None) -> str:
     Returns the shim's closing status line."""
     disarm(window)
     closing = _await_status(window.status, "complete", 60.0)
+    if closing.startswith(("complete", "stopped", "error")):
+        # The shim has answered and reads the control file only for a change: without
+        # it nothing happens, and /tmp keeps no pair of files per recorded process.
+        window.here.unlink(missing_ok=True)
+        window.status.unlink(missing_ok=True)
     source = in_process(window.pid, window.server_file)
     if not source.is_file():
         raise MallocbenchError(f"the shim in process {window.pid} wrote no trace ({closing})")
