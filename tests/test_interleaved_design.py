@@ -29,7 +29,7 @@ rows = 2000
 cache = "32M"
 [durations]
 warmup = 0
-step = 6
+step = {step}
 slice = 3
 [[setup]]
 name = "glibc"
@@ -40,11 +40,17 @@ allocator = "jemalloc"
 """
 
 
-def run(tmp_path: Path, design: str, alternate: str = "runs", auto: str | None = None) -> RunResult:
+def run(
+    tmp_path: Path,
+    design: str,
+    alternate: str = "runs",
+    auto: str | None = None,
+    step_s: int = 6,
+) -> RunResult:
     """`auto`: the experiment asks for design "auto", and the run gets this design as a
     calibration would choose it (calibrate.auto.apply)."""
     path = tmp_path / "il.toml"
-    path.write_text(EXPERIMENT.format(design=design, alternate=alternate))
+    path.write_text(EXPERIMENT.format(design=design, alternate=alternate, step=step_s))
     experiment = load(path)
     if auto is not None:
         lengths = {"slice_s": 3.0, "turn_s": 3.0}
@@ -104,7 +110,7 @@ def test_interleaved_blocks_alternate_slices_between_servers_up_at_once(tmp_path
 
 @pytest.mark.server
 def test_sequential_design_runs_one_server_at_a_time(tmp_path: Path) -> None:
-    result = run(tmp_path, "sequential")
+    result = run(tmp_path, "sequential", step_s=3)  # one slice a cell is all it checks
     design = result.metadata.design
     assert design is not None and design.used == "sequential"
     sessions = sorted(result.sessions, key=lambda s: s.started_at or 0)
