@@ -126,12 +126,14 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     assert "Noise by level" in result.stdout and "Interference per slice" in result.stdout
     assert "resolves an interval width" in result.stdout or "does not fit" in result.stdout
 
-    # Each start is of two copies, compared as runs and as turns: a ratio per round.
+    # Each start is of two copies (the experiment has one setup, a run compares at
+    # least two), compared as runs and as turns: one series of a ratio per round.
     assert len(data["pairs"]) == 2
     for pair in data["pairs"]:
-        assert len(pair["run_ratios"]) == 2 and len(pair["turn_ratios"]) == 3
+        (runs,), (turns,) = pair["run_ratios"], pair["turn_ratios"]
+        assert len(runs) == 2 and len(turns) == 3
         assert len(pair["warmups_s"]) == 2  # both copies' warmups price a block's
-        assert all(0 < r < 100 for r in pair["run_ratios"] + pair["turn_ratios"])
+        assert all(0 < r < 100 for r in runs + turns)
     assert data["runs_ratio"]["starts"] == 2 and data["runs_ratio"]["slices"] == 4
     assert data["turns_ratio"]["starts"] == 2 and data["turns_ratio"]["slices"] == 6
     assert data["costs"]["turn_s"] >= 1.0 and data["costs"]["stop_s"] > 0
@@ -146,6 +148,44 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     assert not _servers_under(tmp_path)
     assert not list(out.glob("calibrate/*/data")), "a datadir was left behind"
     assert not (out / "results.sqlite").exists()
+
+
+def test_as_many_copies_as_setups_each_give_a_ratio_series(tmp_path: Path) -> None:
+    """Copies b, c and d each give copy a / that copy per round: every series is a
+    group of the ratio's components (the level of copy c against a moves a block ratio
+    as b's does), and a turn's cost is the turns phase over every copy's turns."""
+    from mallocbench import experiment as experiment_mod
+    from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
+    from mallocbench.calibrate.target import pick_target
+
+    path = tmp_path / "four.toml"
+    path.write_text(
+        TINY + "".join(f'[[setup]]\nname = "g{i}"\nallocator = "glibc"\n' for i in (2, 3, 4))
+    )
+    experiment = experiment_mod.load(path)
+    target = pick_target(experiment, None, None, None, None)
+    levels = ([1.0, 1.2, 0.9], [1.1, 1.0, 0.8])  # copy a over b, c, d: per start
+    starts, pairs = [], []
+    for level in levels:
+        piece = SliceResult(1000.0, [1000.0], 6.0, {})
+        starts.append(StartResult(2.0, 5.0, True, [piece, piece]))
+        pairs.append(
+            PairResult(
+                8.0,
+                run_ratios=[[x, x * 1.01] for x in level],
+                turn_ratios=[[x, x * 0.99, x] for x in level],
+                turns_wall_s=4 * (3 + 1) * 1.25,  # 4 copies x (3 rounds + a settle round)
+                warmups_s=[5.0] * 4,
+            )
+        )
+    options = {"turns": 3, "turn_s": 1.0, "budget_s": 300.0, "target_ci_pct": 3.0, "slice_s": 5}
+    summary = summarize(experiment, target, starts, options, pairs)
+    assert summary.runs_ratio is not None and summary.turns_ratio is not None
+    assert summary.runs_ratio.starts == 6 and summary.runs_ratio.slices == 12
+    assert summary.turns_ratio.starts == 6 and summary.turns_ratio.slices == 18
+    assert summary.costs.turn_s == pytest.approx(1.25)
+    assert summary.runs_ratio.between_var is not None and summary.runs_ratio.between_var > 0.005
+    assert summary.plan.setups == 4
 
 
 def test_unknown_setup_is_one_clean_error_line(tmp_path: Path) -> None:

@@ -328,7 +328,7 @@ class Plan:
     target_starts: int | None  # None: out of reach (more than starts_for_width looks at)
     target_s: float | None
     design: str = RUNS_DESIGN
-    # The components are of the paired log-ratio (two copies measured together), so the
+    # The components are of the paired log-ratio (copies measured together), so the
     # ratio's variance is theirs; otherwise twice one setup's (independent starts).
     paired: bool = False
     target_slices_per_start: int | None = None  # of the target's plan, when in reach
@@ -515,7 +515,7 @@ def choose_at_equal_time(
 
     `components` maps each design to what calibrate measured for it: one setup start
     after start for sequential (its ratio's variance is twice theirs), the paired
-    log-ratio of two copies for runs and turns. Each design gets the same wall time,
+    log-ratio of copies for runs and turns. Each design gets the same wall time,
     priced by block_costs, so a design that spends less on starts and dropped seconds
     measures more in it. With `starts` (the run's repeats) each design keeps them and
     fills the time with slices; without, each takes its own best shape. Exact ties

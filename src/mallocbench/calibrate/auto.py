@@ -5,7 +5,7 @@ wall time (analysis.noise.choose_at_equal_time): the experiment's `budget`, or e
 time the experiment itself takes as runs (the default) at its repeats and measured
 seconds, priced with the calibration's costs (server start, warmup, slice, turn). The
 widths come from the variance components `mallocbench calibrate` measures: one setup
-start after start (sequential) and two copies of it compared as runs and as turns. The
+start after start (sequential) and copies of it compared as runs and as turns. The
 chosen design gets the shape it was priced at: with a budget, its own repeats and cell
 length; without, the experiment's repeats and the cell length that fills the time. A
 calibration is stored per host and experiment shape (calibrate writes it), and a stored
@@ -149,15 +149,17 @@ def resolve(experiment: Experiment, out_dir: Path, console: Console) -> Experime
     record = load_calibration(key)
     stored = record is not None
     if record is None:
+        copies = max(2, len(experiment.setups))
         options = {
             **SHORT,
+            "copies": copies,
             "slice_s": max(experiment_mod.MIN_RUN_SLICE_S, experiment.slice_s),
             "budget_s": 300.0,
             "target_ci_pct": 3.0,
         }
         console.print(
             f"design auto: calibrating {target.describe()} first ({SHORT['starts']} starts "
-            "of two copies)"
+            f"of {copies} copies)"
         )
         interleaved = dataclasses.replace(experiment, design=experiment_mod.INTERLEAVED)
         summary = calibrate(interleaved, target, out_dir, options, console)

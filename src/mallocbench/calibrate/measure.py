@@ -1,10 +1,9 @@
-"""Measuring a calibration: server starts of the target's setup, one copy or two, each
+"""Measuring a calibration: server starts of the target's setup, one copy or several, each
 warmed as a run warms a cell, then slices (and turns) measured as a run measures them.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import resource
 import statistics
@@ -138,15 +137,24 @@ def measure_start(
     return result, live.notes
 
 
-def _turn_ratios(target: Target, first: CellMeasurement, second: CellMeasurement) -> list[float]:
-    """Copy a's turn over copy b's, round by round (a round is one turn of each)."""
-    for measurement in (first, second):
+def _turn_ratios(target: Target, measured: list[CellMeasurement]) -> list[list[float]]:
+    """Copy a's turn over each other copy's, round by round (a round is one turn of
+    each): one series per other copy."""
+    for measurement in measured:
         output = measurement.outputs[-1] if measurement.outputs else None
         if output is None or not output.ok:
             tail = _last_line(output) if output else "no output"
             raise MallocbenchError(f"the turns of {target.describe()} failed: {tail}")
-    pairs = zip(first.cell.slices, second.cell.slices, strict=False)
-    return [float(a["qps"]) / float(b["qps"]) for a, b in pairs if a["qps"] > 0 < b["qps"]]
+    first = measured[0].cell.slices
+    return [
+        [float(a["qps"]) / float(b["qps"]) for a, b in zip(first, other.cell.slices, strict=False)
+         if a["qps"] > 0 < b["qps"]]
+        for other in measured[1:]
+    ]  # fmt: skip
+
+
+def copy_name(index: int) -> str:
+    return chr(ord("a") + index)
 
 
 def _start_copies(
@@ -156,12 +164,14 @@ def _start_copies(
     index: int,
     lives: list[LiveSession],
     status: Callable[[str], None],
+    copies: int,
 ) -> list[float]:
-    """Start copies a and b (appended to `lives` as they come up, for the caller to
-    stop), each on its own copy of the datadir with its cache warmed; their start times."""
+    """Start `copies` copies a, b, ... (appended to `lives` as they come up, for the
+    caller to stop), each on its own copy of the datadir with its cache warmed; their
+    start times."""
     build, rundir, golden = where
     took = []
-    for copy in ("a", "b"):
+    for copy in (copy_name(i) for i in range(copies)):
         began = time.monotonic()
         planned = PlannedSession(target.setup.name, target.engine.name, index, ())
         status(f"starting copy {copy} of {target.setup.name} ({rundir.name})")
@@ -194,7 +204,7 @@ def _take_turns(
     return turning, time.monotonic() - began
 
 
-def measure_pair(
+def measure_copies(
     experiment: Experiment,
     target: Target,
     where: tuple[ServerBuild, Path, Path],
@@ -202,19 +212,22 @@ def measure_pair(
     options: dict[str, Any],
     status: Callable[[str], None],
 ) -> tuple[StartResult, PairResult, list[str]]:
-    """Two copies of the setup up at once, as a block of a run has them: their slices
-    alternate as runs (the order rotating each round), then their clients take turns.
+    """options["copies"] copies of the setup up at once (2 by default), as a block of a
+    run with that many setups has them: their slices alternate as runs (the order
+    rotating each round), then their clients take turns. Copy a stands for the base,
+    each other copy for a setup compared with it.
 
-    Copy a's slices are also the start a one-setup calibration measures (copy b idles
-    meanwhile, as the other servers of a block do). Both servers are stopped, their
-    datadirs removed, on every way out.
+    Copy a's slices are also the start a one-setup calibration measures (the other
+    copies idle meanwhile, as the other servers of a block do). Every server is stopped,
+    its datadir removed, on every way out.
     """
+    copies = int(options.get("copies", 2))
     lives: list[LiveSession] = []
     rundir = where[1]
     try:
-        took = _start_copies(experiment, target, where, index, lives, status)
-        pair = PairResult(sum(took))
-        status(f"warming {target.step.label} on both copies ({rundir.name})")
+        took = _start_copies(experiment, target, where, index, lives, status, copies)
+        pair = PairResult(sum(took), run_ratios=[[] for _ in range(copies - 1)])
+        status(f"warming {target.step.label} on {copies} copies ({rundir.name})")
         warmed = [_warm_step(live, experiment, target, index) for live in lives]
         pair.warmups_s = [m.cell.warmup_s or 0.0 for m in warmed]
         first = warmed[0].cell
@@ -222,13 +235,14 @@ def measure_pair(
         for n in range(options["slices"]):
             status(f"runs: round {n + 1}/{options['slices']} of {rundir.name}")
             got = {}
-            for i in [0, 1] if n % 2 == 0 else [1, 0]:
+            for i in [(n + k) % copies for k in range(copies)]:
                 got[i] = measure_slice(lives[i], warmed[i], target, options["slice_s"])
             start.slices.append(got[0])
-            pair.run_ratios.append(got[0].qps / got[1].qps)
+            for k in range(1, copies):
+                pair.run_ratios[k - 1].append(got[0].qps / got[k].qps)
         status(f"turns: {options['turns']} rounds of {options['turn_s']:g} s ({rundir.name})")
         turning, pair.turns_wall_s = _take_turns(lives, warmed, experiment, options)
-        pair.turn_ratios = _turn_ratios(target, *turning)
+        pair.turn_ratios = _turn_ratios(target, turning)
     finally:
         stopping = time.monotonic()
         for live in lives:
@@ -277,8 +291,8 @@ def _measure_starts(
     options: dict[str, Any],
     say: tuple[Callable[[str], None], Callable[[str], None]],
 ) -> list[tuple[StartResult, PairResult | None, list[str]]]:
-    """options["starts"] starts (calibrate_dir/start-N), of two copies each when
-    options["pairs"]; `say` is the spinner's status and the line printed per start."""
+    """options["starts"] starts (calibrate_dir/start-N), of options["copies"] copies
+    each when options["pairs"]; `say` is the spinner's status and the line printed per start."""
     build, calibrate_dir, golden = where
     status, line = say
     found: list[tuple[StartResult, PairResult | None, list[str]]] = []
@@ -286,7 +300,7 @@ def _measure_starts(
         at = (build, calibrate_dir / f"start-{index + 1}", golden)
         pair: PairResult | None = None
         if options.get("pairs"):
-            start, pair, notes = measure_pair(experiment, target, at, index, options, status)
+            start, pair, notes = measure_copies(experiment, target, at, index, options, status)
         else:
             start, notes = measure_start(experiment, target, at, index, options, status)
         found.append((start, pair, notes))
@@ -296,11 +310,26 @@ def _measure_starts(
             f"{start.warmup_s:.0f} s; slice QPS {qps}"
         )
         if pair is not None:
-            runs = ", ".join(f"{r:.3f}" for r in pair.run_ratios)
-            turns = statistics.geometric_mean(pair.turn_ratios) if pair.turn_ratios else math.nan
-            text += f"; copy a / copy b per run {runs}, geometric mean per turn {turns:.3f}"
+            text += "; " + _copies_text(pair)
         line(text)
     return found
 
 
-__all__ = ["calibrate", "measure_pair", "measure_slice", "measure_start"]
+def _copies_text(pair: PairResult) -> str:
+    """Copy a over each other copy: per run with two copies, else each one's geometric
+    mean over its runs; and per turn, the geometric mean."""
+
+    def geomean(values: list[float]) -> str:
+        return f"{statistics.geometric_mean(values):.3f}" if values else "nan"
+
+    if len(pair.run_ratios) == 1:
+        runs = ", ".join(f"{r:.3f}" for r in pair.run_ratios[0])
+        per_turn = geomean(pair.turn_ratios[0])
+        return f"copy a / copy b per run {runs}, geometric mean per turn {per_turn}"
+    others = ", ".join(copy_name(k + 1) for k in range(len(pair.run_ratios)))
+    runs = ", ".join(geomean(r) for r in pair.run_ratios)
+    turns = ", ".join(geomean(r) for r in pair.turn_ratios)
+    return f"copy a / copies {others}: geometric mean per run {runs}, per turn {turns}"
+
+
+__all__ = ["calibrate", "copy_name", "measure_copies", "measure_slice", "measure_start"]

@@ -18,6 +18,9 @@ from mallocbench.experiment import Experiment
 
 # The host's noise changes with what else runs on it: an older calibration is redone.
 STORED_MAX_AGE_S = 24 * 3600
+# Bumped when what a calibration measures changes, so older records are measured again:
+# 2 = as many copies up at once as the experiment has setups (1 measured two).
+_RECORD_FORMAT = 2
 
 
 def calibration_key(experiment: Experiment, target: Target) -> str:
@@ -25,6 +28,7 @@ def calibration_key(experiment: Experiment, target: Target) -> str:
     clients, data, and the number of setups (a block starts and warms every one)."""
     data = experiment.dataset
     shape = [
+        _RECORD_FORMAT,
         len(experiment.setups),
         socket.gethostname(),
         target.setup.name,

@@ -49,16 +49,22 @@ class StartResult:
 
 @dataclass
 class PairResult:
-    """Two copies of the setup up at once, compared with themselves: the ratio of copy a
-    to copy b per round, with slices as separate sysbench runs (design runs) and then
-    with their clients taking turns (design turns). No change at all, so every spread
-    of these ratios is noise as the blocked designs see it."""
+    """Copies of the setup up at once (two, or as many as the experiment has setups),
+    compared with themselves: the ratio of copy a to each other copy per round, with
+    slices as separate sysbench runs (design runs) and then with their clients taking
+    turns (design turns). No change at all, so every spread of these ratios is noise as
+    the blocked designs see it, with as many servers sharing the machine as a block has."""
 
-    start_s: float  # both servers started, caches warmed
-    run_ratios: list[float] = field(default_factory=list)
-    turn_ratios: list[float] = field(default_factory=list)
+    start_s: float  # every copy started, caches warmed
+    # One series per copy after a: copy a / that copy, a value per round.
+    run_ratios: list[list[float]] = field(default_factory=list)
+    turn_ratios: list[list[float]] = field(default_factory=list)
     turns_wall_s: float = 0.0  # the turns phase, lead and settle turns included
     warmups_s: list[float] = field(default_factory=list)  # each copy's step warmup
+
+    @property
+    def copies(self) -> int:
+        return len(self.warmups_s)
 
 
 def _median(values: list[float]) -> float:
@@ -124,8 +130,8 @@ class CalibrationSummary:
     starts: list[StartResult]
     notes: list[str] = field(default_factory=list)
     pairs: list[PairResult] = field(default_factory=list)
-    # Of the log-ratio copy a / copy b, per slice (or turn) and per start of the pair;
-    # None without pairs.
+    # Of the log-ratio copy a / another copy, per slice (or turn) and per start; None
+    # without pairs.
     runs_ratio: noise.VarianceComponents | None = None
     turns_ratio: noise.VarianceComponents | None = None
     turn_s: float | None = None
@@ -192,20 +198,22 @@ def summarize(
     """Everything the terminal table and --json show."""
     components = noise.variance_components([[s.qps for s in start.slices] for start in starts])
     pairs = pairs or []
-    turns = 2 * (options.get("turns", 0) + 1)  # a settle turn each, then the rounds
+    rounds = options.get("turns", 0) + 1  # a settle turn each, then the rounds
     costs = Costs(
         start_s=_median([s.start_s for s in starts]),
         # Every copy warms as a block's server does: twice the samples of a noisy cost.
         warmup_s=_median([w for p in pairs for w in p.warmups_s] or [s.warmup_s for s in starts]),
         slice_wall_s=_median([sl.wall_s for s in starts for sl in s.slices]),
-        turn_s=_median([p.turns_wall_s / turns for p in pairs]) if pairs else 0.0,
+        turn_s=_median([p.turns_wall_s / (p.copies * rounds) for p in pairs]) if pairs else 0.0,
         stop_s=_median([s.stop_s for s in starts]),
     )
-    runs_ratio = _ratio_components([p.run_ratios for p in pairs])
+    # Each copy's series is a draw of what a setup's ratio to its base sees in a block;
+    # they share copy a, so their degrees of freedom overstate what they hold a little.
+    runs_ratio = _ratio_components([r for p in pairs for r in p.run_ratios])
     summary = _summary(experiment, target, starts, options, components, costs, runs_ratio)
     summary.pairs = pairs
     summary.runs_ratio = runs_ratio
-    summary.turns_ratio = _ratio_components([p.turn_ratios for p in pairs])
+    summary.turns_ratio = _ratio_components([r for p in pairs for r in p.turn_ratios])
     summary.turn_s = options.get("turn_s") if pairs else None
     summary.designs = design_plans(summary, options["budget_s"], options["target_ci_pct"])
     best = best_design(summary.designs)

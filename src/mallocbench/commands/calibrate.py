@@ -81,15 +81,16 @@ def write_json(summary: CalibrationSummary, path: Path) -> None:
     "--pairs/--no-pairs",
     default=True,
     show_default=True,
-    help="Start two copies of the setup each time and compare them as runs and as turns "
-    "(every design); --no-pairs: one copy (the sequential design only).",
+    help="Start copies of the setup each time, as many as the experiment has setups (at "
+    "least two), and compare them as runs and as turns (every design); --no-pairs: one "
+    "copy (the sequential design only).",
 )
 @click.option(
     "--turns",
     type=click.IntRange(2, 1000),
     default=10,
     show_default=True,
-    help="Rounds of turns per pair (a turn of each copy).",
+    help="Rounds of turns per start (a turn of each copy).",
 )
 @click.option(
     "--turn",
@@ -134,12 +135,13 @@ def calibrate_cmd(
     recorded. From the variance between seconds, between slices of one start and
     between starts, and what each costs, it says how many slices per start spend the
     time best (Kalibera & Jones, ISMM 2013), what interval width --budget buys and how
-    long a width of --target-ci takes. Each start is of two copies of the setup, up
-    together as a run's block has them, compared with each other: their slices as
-    separate runs (design runs), then --turns rounds of turns (design turns). The
-    spread of their ratio, per slice or turn and per start, is what each design's
-    interval is made of, so the width each design reaches in --budget is predicted for
-    the experiment's number of setups, and the narrowest named. Nothing goes into the
+    long a width of --target-ci takes. Each start is of as many copies of the setup as
+    the experiment has setups (at least two), up together as a run's block has them,
+    copy a compared with each other: their slices as separate runs (design runs), then
+    --turns rounds of turns (design turns). The spread of those ratios, per slice or
+    turn and per start, is what each design's interval is made of, so the width each
+    design reaches in --budget is predicted for the experiment's number of setups, and
+    the narrowest named. Nothing goes into the
     run store; the calibration is kept for runs with design = "auto" (a day).
 
     \b
@@ -154,6 +156,8 @@ def calibrate_cmd(
         "slices": slices,
         "slice_s": slice_s,
         "pairs": pairs,
+        # As many copies up at once as a block of the experiment has servers.
+        "copies": max(2, len(experiment.setups)),
         "turns": turns,
         "turn_s": float(turn_s),
         "budget_s": parse_duration(budget, "--budget"),
@@ -163,7 +167,8 @@ def calibrate_cmd(
     console.print(
         f"calibrating {target.describe()}: {starts} starts x {slices} slices of {slice_s} s"
         + (
-            f", of two copies each (compared as runs, then as {turns} turns of {turn_s} s)"
+            f", of {options['copies']} copies each (copy a compared with the others as runs, "
+            f"then as {turns} turns of {turn_s} s)"
             if pairs
             else ""
         )

@@ -100,10 +100,12 @@ def _designs_table(summary: CalibrationSummary) -> Table:
         target,
     ):
         table.add_column(column, justify="left" if column in ("design", "from") else "right")
+    copies = max((p.copies for p in summary.pairs), default=2)
+    others = "copy b" if copies == 2 else f"copies b-{chr(ord('a') + copies - 1)}"
     origins = {
         SEQUENTIAL_DESIGN: "2 x one setup's, starts independent",
-        RUNS_DESIGN: "copy a / copy b, runs",
-        TURNS_DESIGN: "copy a / copy b, turns",
+        RUNS_DESIGN: f"copy a / {others}, runs",
+        TURNS_DESIGN: f"copy a / {others}, turns",
     }
     for plan in summary.designs:
         cvs = summary.ratio_cv_pct(plan)
@@ -129,7 +131,8 @@ def design_lines(summary: CalibrationSummary) -> list[str]:
     if summary.best is None:
         return []
     best = next(p for p in summary.designs if p.design == summary.best)
-    turns = summary.turns_ratio is not None and summary.plan.setups > 2
+    copies = max((p.copies for p in summary.pairs), default=2)
+    turns = summary.turns_ratio is not None and summary.plan.setups > copies
     lines = [
         f"Best design here for {summary.plan.setups} setups in {summary.plan.budget_s / 60:g} "
         f"min: {summary.best} (about {best.budget_width_pct:.1f} points): "
@@ -141,8 +144,10 @@ def design_lines(summary: CalibrationSummary) -> list[str]:
     ]
     if turns:
         lines.append(
-            "Pairs measure two setups; with more, a setup's turn is further from its base's, "
-            "so drift the pair shared may not all be shared: the turns width is a lower bound."
+            f"The calibration had {copies} copies up at once, the experiment has "
+            f"{summary.plan.setups} setups: with more, a setup's turn is further from its "
+            "base's, so drift the copies shared may not all be shared: the turns width is a "
+            "lower bound."
         )
     return lines
 
