@@ -5,7 +5,8 @@ For each setup count, 2 (glibc, jemalloc) and 4 (+ tcmalloc, mimalloc), one benc
 `calibrate` once on that experiment (InnoDB point-query, 8 clients; glibc the base), as
 a process, its --json read back; calibrate stores it for this host and shape, where
 `design = "auto"` finds it. Its components (of one setup start after start, and of the
-log-ratio of two copies compared as runs and as turns) and costs (start, warmup, slice,
+log-ratio of copy a to each other copy, as many copies up at once as the experiment has
+setups, compared as runs and as turns) and costs (start, warmup, slice,
 turn, stop) give each design's plan for the budget: calibrate's own (analysis.noise
 plan_run: the slices or turns per start whose predicted width, with the starts that
 then fit, is the narrowest), read from its JSON and checked against the same model here.
