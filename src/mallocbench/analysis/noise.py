@@ -413,9 +413,9 @@ def shape_in_budget(
     leaves it; otherwise every slices-per-start count up to MAX_SLICES_PER_START is
     tried, each with the whole starts that then fit in the budget less BUDGET_MARGIN,
     and the narrowest kept (on a tie the one with more starts, whose interval estimate
-    is steadier). Kalibera and
-    Jones' optimum alone ignores the budget: where starts differ little it asks for so
-    many slices that fewer than 2 starts fit, and no interval at all.
+    is steadier). Kalibera and Jones' optimum alone ignores the budget: where starts
+    differ little it asks for so many slices that fewer than 2 starts fit, and no
+    interval at all.
     """
     block = block_costs(design, costs, setups)
     fixed_s, per_slice_s = block
