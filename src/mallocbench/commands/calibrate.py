@@ -141,8 +141,8 @@ def calibrate_cmd(
     --turns rounds of turns (design turns). The spread of those ratios, per slice or
     turn and per start, is what each design's interval is made of, so the width each
     design reaches in --budget is predicted for the experiment's number of setups, and
-    the narrowest named. Nothing goes into the
-    run store; the calibration is kept for runs with design = "auto" (a day).
+    the narrowest named. Nothing goes into the run store; the calibration is kept for
+    runs with design = "auto" (a day).
 
     \b
     Examples:
