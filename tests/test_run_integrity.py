@@ -674,6 +674,12 @@ def test_a_client_stopped_while_measured_is_recorded_with_its_cell(
     tmp_path: Path, integrity_figures: IntegrityFigures
 ) -> None:
     exp = write_experiment(tmp_path, seconds=12)
+    # Sequential: each cell one 12 s sysbench run, so the 6 s stop lands inside it; the
+    # interleaved default cuts a cell into 5 s slices, a sysbench run each, and a stop
+    # begun 1.5 s into one outlasted it once (the next slice measured, no stall seen).
+    exp.write_text(
+        exp.read_text().replace('base = "glibc"', 'base = "glibc"\ndesign = "sequential"')
+    )
     out = tmp_path / "out"
     harness = start_run(str(exp), "--out", str(out))
     try:
