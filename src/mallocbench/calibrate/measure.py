@@ -20,6 +20,7 @@ from mallocbench.calibrate.summary import (
     PairResult,
     SliceResult,
     StartResult,
+    copy_name,
     summarize,
 )
 from mallocbench.calibrate.target import Target
@@ -151,10 +152,6 @@ def _turn_ratios(target: Target, measured: list[CellMeasurement]) -> list[list[f
          if a["qps"] > 0 < b["qps"]]
         for other in measured[1:]
     ]  # fmt: skip
-
-
-def copy_name(index: int) -> str:
-    return chr(ord("a") + index)
 
 
 def _start_copies(
@@ -332,4 +329,4 @@ def _copies_text(pair: PairResult) -> str:
     return f"copy a / copies {others}: geometric mean per run {runs}, per turn {turns}"
 
 
-__all__ = ["calibrate", "copy_name", "measure_copies", "measure_slice", "measure_start"]
+__all__ = ["calibrate", "measure_copies", "measure_slice", "measure_start"]

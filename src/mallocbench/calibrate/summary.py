@@ -67,6 +67,11 @@ class PairResult:
         return len(self.warmups_s)
 
 
+def copy_name(index: int) -> str:
+    """Copy 0 is a, the base's stand-in; the others b, c, ..."""
+    return chr(ord("a") + index)
+
+
 def _median(values: list[float]) -> float:
     # Never empty: at least 2 starts of at least 2 slices each are measured.
     return float(statistics.median(values))
@@ -137,6 +142,11 @@ class CalibrationSummary:
     turn_s: float | None = None
     designs: list[Plan] = field(default_factory=list)  # one per design, for `setups`
     best: str | None = None  # the design with the narrowest interval in the budget
+
+    @property
+    def copies(self) -> int:
+        """Copies up at once per start (2 without pairs: what a comparison has)."""
+        return max((p.copies for p in self.pairs), default=2)
 
     def to_dict(self) -> dict[str, Any]:
         # The components' CVs are properties, which asdict leaves out.
@@ -297,6 +307,7 @@ __all__ = [
     "PairResult",
     "SliceResult",
     "StartResult",
+    "copy_name",
     "design_plans",
     "summarize",
 ]

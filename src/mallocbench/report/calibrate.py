@@ -15,7 +15,7 @@ from mallocbench.analysis.noise import (
     TURNS_DESIGN,
     DesignChoice,
 )
-from mallocbench.calibrate.summary import CalibrationSummary
+from mallocbench.calibrate.summary import CalibrationSummary, copy_name
 
 
 def _pct(value: float | None, digits: int = 1) -> str:
@@ -100,8 +100,8 @@ def _designs_table(summary: CalibrationSummary) -> Table:
         target,
     ):
         table.add_column(column, justify="left" if column in ("design", "from") else "right")
-    copies = max((p.copies for p in summary.pairs), default=2)
-    others = "copy b" if copies == 2 else f"copies b-{chr(ord('a') + copies - 1)}"
+    copies = summary.copies
+    others = "copy b" if copies == 2 else f"copies b-{copy_name(copies - 1)}"
     origins = {
         SEQUENTIAL_DESIGN: "2 x one setup's, starts independent",
         RUNS_DESIGN: f"copy a / {others}, runs",
@@ -131,8 +131,6 @@ def design_lines(summary: CalibrationSummary) -> list[str]:
     if summary.best is None:
         return []
     best = next(p for p in summary.designs if p.design == summary.best)
-    copies = max((p.copies for p in summary.pairs), default=2)
-    turns = summary.turns_ratio is not None and summary.plan.setups > copies
     lines = [
         f"Best design here for {summary.plan.setups} setups in {summary.plan.budget_s / 60:g} "
         f"min: {summary.best} (about {best.budget_width_pct:.1f} points): "
@@ -142,13 +140,6 @@ def design_lines(summary: CalibrationSummary) -> list[str]:
             TURNS_DESIGN: 'alternate = "turns".',
         }[summary.best]
     ]
-    if turns:
-        lines.append(
-            f"The calibration had {copies} copies up at once, the experiment has "
-            f"{summary.plan.setups} setups: with more, a setup's turn is further from its "
-            "base's, so drift the copies shared may not all be shared: the turns width is a "
-            "lower bound."
-        )
     return lines
 
 
