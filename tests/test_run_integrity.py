@@ -75,13 +75,14 @@ def write_experiment(
     return path
 
 
-def start_run(*args: str) -> subprocess.Popen[str]:
+def start_run(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "mallocbench.cli", "run", "--quiet", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -191,11 +192,15 @@ def test_second_run_into_the_same_directory_is_refused(tmp_path: Path, integrity
 
 @pytest.mark.server
 def test_sigkill_of_the_harness_then_resume_leaves_no_server_behind(
-    tmp_path: Path, integrity_figures
+    tmp_path: Path, passable_dir: Path, integrity_figures
 ) -> None:
     exp = write_experiment(tmp_path, seconds=3)
     out = tmp_path / "out"
-    harness = start_run(str(exp), "--out", str(out))
+    # Runtime directories of their own (as root): in the shared root, any run another
+    # test starts meanwhile sweeps the dead harness's directory and stops its servers
+    # itself, as it should, and the resume would find some or none of them left to stop.
+    private_runtime = {"MALLOCBENCH_RUNTIME": str(passable_dir / "run")}
+    harness = start_run(str(exp), "--out", str(out), env=private_runtime)
     try:
         records = wait_for(lambda: server_records(out), "a running server", harness=harness)
         assert isinstance(records, list)
@@ -218,7 +223,7 @@ def test_sigkill_of_the_harness_then_resume_leaves_no_server_behind(
         listed = run_cli("runs", str(out))
         assert "died" in listed.stdout, listed.stdout
 
-        resumed = run_cli("run", str(exp), "--out", str(out), "--resume")
+        resumed = run_cli("run", str(exp), "--out", str(out), "--resume", env=private_runtime)
         integrity_figures.check_output(resumed.stdout + resumed.stderr)
         assert resumed.returncode == 0, resumed.stderr[-2000:]
         # Says what it stopped (the interleaved design had every setup's server up).
