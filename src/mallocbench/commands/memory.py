@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     "--watch",
     type=float,
     metavar="SECONDS",
-    help="Sample every SECONDS until Ctrl-C, writing a CSV and an SVG chart.",
+    help="Sample every SECONDS until Ctrl-C or `kill` (SIGTERM), writing a CSV and an HTML chart.",
 )
 @click.option("--count", type=int, metavar="N", help="With --watch: stop after N samples.")
 @click.option(
@@ -144,7 +145,8 @@ def _watch(
     out: Path,
     as_json: bool,
 ) -> None:
-    """--watch: sample on one connection until Ctrl-C or --count; closes `conn`."""
+    """--watch: sample on one connection until Ctrl-C, SIGTERM or --count; closes `conn`."""
+    from mallocbench.commands.options import StopOnSignals
     from mallocbench.memory import take as take_mod
     from mallocbench.memory import watch as watch_mod
 
@@ -177,9 +179,23 @@ def _watch(
 
     csv_path, chart_path = out / "memory.csv", out / "memory.html"
     if not as_json:
-        click.echo(f"sampling pid {pid} every {watch:g}s; Ctrl-C stops (writing {csv_path})")
+        click.echo(
+            f"sampling pid {pid} every {watch:g}s; Ctrl-C or kill {os.getpid()} stops "
+            f"(writing {csv_path})"
+        )
     try:
-        rows = watch_mod.watch(sample, watch, csv_path, chart_path, count=count, on_row=show)
+        # Its own handlers, as run's: a watcher started in the background inherits SIGINT
+        # ignored, and `kill` (SIGTERM) would otherwise end it without its chart.
+        with StopOnSignals() as stop:
+            rows = watch_mod.watch(
+                sample,
+                watch,
+                csv_path,
+                chart_path,
+                count=count,
+                on_row=show,
+                should_stop=stop.requested,
+            )
     finally:
         conn.close()
     click.echo(f"{len(rows)} samples: {csv_path}, chart {chart_path}", err=as_json)

@@ -2,7 +2,7 @@
 
 Each sample is the full account (same numbers as one `mallocbench memory`), appended to
 a CSV and flushed at once so an interrupted watch loses nothing; the chart is written
-when the loop ends, including on Ctrl-C.
+when the loop ends, including on Ctrl-C or a `kill` (SIGTERM).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.memory.report import MemoryReport
 
 MiB = 1024 * 1024
+# How often a wait between samples checks for a requested stop.
+_STOP_POLL_S = 0.1
 
 COLUMNS = (
     "time",
@@ -92,8 +94,10 @@ def watch(
     chart_path: Path,
     count: int | None = None,
     on_row: Callable[[dict[str, object]], None] | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
 ) -> list[dict[str, object]]:
-    """Sample every `interval` seconds until `count` samples or Ctrl-C; return the rows."""
+    """Sample every `interval` seconds until `count` samples, `should_stop()` or Ctrl-C;
+    return the rows."""
     if interval <= 0:
         raise MallocbenchError("--watch needs a positive number of seconds, e.g. --watch 5")
     try:
@@ -108,7 +112,7 @@ def watch(
     try:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
         writer.writeheader()
-        while count is None or len(rows) < count:
+        while (count is None or len(rows) < count) and not should_stop():
             row = row_of(sample(), started)
             rows.append(row)
             writer.writerow(row)
@@ -119,7 +123,10 @@ def watch(
                 break
             # Keep a steady cadence: sampling time is not added to the interval.
             next_at += interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
+            # In short naps: a stop asked for by a signal handler ends the wait promptly
+            # (the handler only sets a flag, so the sleep itself would run on).
+            while not should_stop() and (left := next_at - time.monotonic()) > 0:
+                time.sleep(min(left, _STOP_POLL_S))
     except KeyboardInterrupt:
         pass  # Ctrl-C is the normal way to stop watching
     except OSError as exc:
