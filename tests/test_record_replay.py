@@ -8,6 +8,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -306,6 +307,31 @@ def test_record_refuses_a_process_without_the_shim() -> None:
         message = str(caught.value)
         assert "does not have the recording shim loaded" in message
         assert f"LD_PRELOAD={shim_path()}" in message and "\n" not in message
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_start_the_shim_never_answered_is_taken_back(tmp_path: Path) -> None:
+    """A shim that misses the 5 s answer (here: its process stopped) must not arm on the
+    "on" later, when nobody is left to stop its recording."""
+    ctl, trace = tmp_path / "ctl", tmp_path / "late.mbt"
+    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_CONTROL=str(ctl))
+    sleeper = subprocess.Popen(["sleep", "60"], env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while control.shim_loaded(sleeper.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sleeper.send_signal(signal.SIGSTOP)
+        with pytest.raises(MallocbenchError, match="no answer in 5 s"):
+            control.start(sleeper.pid, str(trace))
+        sleeper.send_signal(signal.SIGCONT)
+        time.sleep(1.0)  # ten of the shim's control polls
+        assert not trace.exists()
+        assert (
+            not Path(f"{ctl}.status").exists()
+            or "recording" not in Path(f"{ctl}.status").read_text()
+        )
     finally:
         sleeper.kill()
         sleeper.wait()

@@ -7,6 +7,7 @@ file system; the trace is written by the server (as its user) and then moved to 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -154,6 +155,11 @@ def start(pid: int, server_file: str | None = None, max_buffer: int | None = Non
             "run as the server's user or root"
         ) from None
     answer = _await_status(window.status, "recording", 5.0)
+    if not answer.startswith(("recording", "stopped")):
+        # Take the "on" back: a shim that was only slow (its process stopped, its writer
+        # starved) would otherwise arm on it later and record with nobody to stop it.
+        with contextlib.suppress(OSError):
+            _write(window.here, "off\n")
     if "cannot create cap=" in answer:  # a shim from before the cap took it for a path
         raise MallocbenchError(
             f"the shim loaded in process {pid} predates --max-buffer: restart the server "
