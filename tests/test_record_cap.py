@@ -13,26 +13,20 @@ from typing import Any
 
 import pytest
 
+import native_programs
 from mallocbench import allocators
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
 
-HERE = Path(__file__).resolve().parent
 MIB = 1 << 20
 CHUNK = 64 << 10  # the shim's per-thread buffer
 
 
 @pytest.fixture(scope="module")
 def churn(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    exe = tmp_path_factory.mktemp("churn") / "churn"
-    subprocess.run(
-        ["cc", "-O1", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(exe),
-         str(HERE / "native" / "churn.c")],
-        check=True,
-    )  # fmt: skip
-    return exe
+    return native_programs.build("churn", tmp_path_factory.mktemp("churn"))
 
 
 def run_churn(

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import native_programs
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.patterns.experiment import make_setup
@@ -44,13 +45,7 @@ def mallocbench(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def known_pattern(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    exe = tmp_path_factory.mktemp("kp") / "known_pattern"
-    subprocess.run(
-        ["cc", "-O1", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pthread", "-o", str(exe),
-         str(HERE / "native" / "known_pattern.c")],
-        check=True,
-    )  # fmt: skip
-    return exe
+    return native_programs.build("known_pattern", tmp_path_factory.mktemp("kp"))
 
 
 def record_pattern(exe: Path, workdir: Path, trace: Path) -> tuple[dict[str, Any], str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+import native_programs
 from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
@@ -25,7 +26,6 @@ from mallocbench.tune.evaluate import EvaluationFailed, auto_portion
 from mallocbench.tune.objectives import parse_constraints, parse_objectives
 from mallocbench.tune.space import build_space
 
-HERE = Path(__file__).resolve().parent
 OBJECTIVES = parse_objectives("rss,time")
 GLIBC = allocators.get("glibc")
 SPACE = build_space(GLIBC, [("arena_max", "1..64"), ("tcache_count", "0..64")])
@@ -237,12 +237,7 @@ def tiny_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from test_record_replay import record_pattern
 
     workdir = tmp_path_factory.mktemp("tunetrace")
-    exe = workdir / "known_pattern"
-    subprocess.run(
-        ["cc", "-O1", "-std=c11", "-pthread", "-o", str(exe),
-         str(HERE / "native" / "known_pattern.c")],
-        check=True,
-    )  # fmt: skip
+    exe = native_programs.build("known_pattern", workdir)
     trace = workdir / "kp.mbt"
     record_pattern(exe, workdir, trace)
     return trace
