@@ -11,9 +11,9 @@ OUT ?= demo-out
 # checkouts) and load the timing-sensitive tests more. TEST_WORKERS=0 runs the suite in
 # one process.
 TEST_WORKERS ?= 3
-# What pytest runs; e.g. `make test TESTS=tests/test_layout.py` for one module.
 # Longest first, and tests that share a module's server on one worker: tests/scheduling.py.
 DIST := $(if $(filter 0,$(TEST_WORKERS)),,--dist loadgroup)
+# What pytest runs; e.g. `make test TESTS=tests/test_layout.py` for one module.
 TESTS ?= tests
 
 .PHONY: setup deps venv lock native bytecode demo test lint clean bench-help
