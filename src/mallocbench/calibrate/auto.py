@@ -26,7 +26,7 @@ from mallocbench.analysis import noise
 from mallocbench.analysis.noise import RUNS_DESIGN, SEQUENTIAL_DESIGN, TURNS_DESIGN, DesignChoice
 from mallocbench.calibrate.measure import calibrate
 from mallocbench.calibrate.store import calibration_key, load_calibration, store_calibration
-from mallocbench.calibrate.summary import CalibrationSummary
+from mallocbench.calibrate.summary import CalibrationSummary, compared_setups
 from mallocbench.calibrate.target import pick_target
 from mallocbench.errors import MallocbenchError
 from mallocbench.experiment import Experiment
@@ -45,7 +45,7 @@ def _piece_s(design: str, record: dict[str, Any]) -> float:
 def choose(experiment: Experiment, record: dict[str, Any]) -> DesignChoice:
     """Every design's shape and expected width in the same wall time, and the narrowest."""
     costs: noise.Costs = record["costs"]
-    setups = max(2, len(experiment.setups))
+    setups = compared_setups(experiment)
     components = record["components"]
     if experiment.budget_s is not None:
         return noise.choose_at_equal_time(components, costs, setups, experiment.budget_s)
@@ -149,17 +149,15 @@ def resolve(experiment: Experiment, out_dir: Path, console: Console) -> Experime
     record = load_calibration(key)
     stored = record is not None
     if record is None:
-        copies = max(2, len(experiment.setups))
         options = {
             **SHORT,
-            "copies": copies,
             "slice_s": max(experiment_mod.MIN_RUN_SLICE_S, experiment.slice_s),
             "budget_s": 300.0,
             "target_ci_pct": 3.0,
         }
         console.print(
             f"design auto: calibrating {target.describe()} first ({SHORT['starts']} starts "
-            f"of {copies} copies)"
+            f"of {compared_setups(experiment)} copies)"
         )
         interleaved = dataclasses.replace(experiment, design=experiment_mod.INTERLEAVED)
         summary = calibrate(interleaved, target, out_dir, options, console)

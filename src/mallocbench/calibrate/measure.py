@@ -20,6 +20,7 @@ from mallocbench.calibrate.summary import (
     PairResult,
     SliceResult,
     StartResult,
+    compared_setups,
     copy_name,
     summarize,
 )
@@ -209,16 +210,16 @@ def measure_copies(
     options: dict[str, Any],
     status: Callable[[str], None],
 ) -> tuple[StartResult, PairResult, list[str]]:
-    """options["copies"] copies of the setup up at once (2 by default), as a block of a
-    run with that many setups has them: their slices alternate as runs (the order
-    rotating each round), then their clients take turns. Copy a stands for the base,
-    each other copy for a setup compared with it.
+    """As many copies of the setup up at once as a block of the experiment has servers
+    (summary.compared_setups): their slices alternate as runs (the order rotating each
+    round), then their clients take turns. Copy a stands for the base, each other copy
+    for a setup compared with it.
 
     Copy a's slices are also the start a one-setup calibration measures (the other
     copies idle meanwhile, as the other servers of a block do). Every server is stopped,
     its datadir removed, on every way out.
     """
-    copies = int(options.get("copies", 2))
+    copies = compared_setups(experiment)
     lives: list[LiveSession] = []
     rundir = where[1]
     try:
@@ -288,8 +289,8 @@ def _measure_starts(
     options: dict[str, Any],
     say: tuple[Callable[[str], None], Callable[[str], None]],
 ) -> list[tuple[StartResult, PairResult | None, list[str]]]:
-    """options["starts"] starts (calibrate_dir/start-N), of options["copies"] copies
-    each when options["pairs"]; `say` is the spinner's status and the line printed per start."""
+    """options["starts"] starts (calibrate_dir/start-N), of compared_setups copies each
+    when options["pairs"]; `say` is the spinner's status and the line printed per start."""
     build, calibrate_dir, golden = where
     status, line = say
     found: list[tuple[StartResult, PairResult | None, list[str]]] = []

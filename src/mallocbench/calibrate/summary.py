@@ -67,6 +67,13 @@ class PairResult:
         return len(self.warmups_s)
 
 
+def compared_setups(experiment: Experiment) -> int:
+    """The setups a block of the experiment compares: its own, at least two (a base and
+    one other), so one-setup calibrations plan for a comparison too. Calibrate starts
+    this many copies at once."""
+    return max(2, len(experiment.setups))
+
+
 def copy_name(index: int) -> str:
     """Copy 0 is a, the base's stand-in; the others b, c, ..."""
     return chr(ord("a") + index)
@@ -241,7 +248,7 @@ def _summary(
     runs_ratio: noise.VarianceComponents | None,
 ) -> CalibrationSummary:
     series = [start.seconds for start in starts]
-    setups = max(2, len(experiment.setups))
+    setups = compared_setups(experiment)
     interference = _interference_summary(starts)
     # With the runs design's own paired components, the plan needs no guess of how much
     # of the noise a block shares.
@@ -307,6 +314,7 @@ __all__ = [
     "PairResult",
     "SliceResult",
     "StartResult",
+    "compared_setups",
     "copy_name",
     "design_plans",
     "summarize",

@@ -19,7 +19,7 @@ import click
 from mallocbench import experiment as experiment_mod
 from mallocbench.calibrate.measure import calibrate
 from mallocbench.calibrate.store import calibration_key, store_calibration
-from mallocbench.calibrate.summary import CalibrationSummary
+from mallocbench.calibrate.summary import CalibrationSummary, compared_setups
 from mallocbench.calibrate.target import pick_target
 from mallocbench.commands.options import out_dir_option, percent_option
 from mallocbench.console import make_console
@@ -156,8 +156,6 @@ def calibrate_cmd(
         "slices": slices,
         "slice_s": slice_s,
         "pairs": pairs,
-        # As many copies up at once as a block of the experiment has servers.
-        "copies": max(2, len(experiment.setups)),
         "turns": turns,
         "turn_s": float(turn_s),
         "budget_s": parse_duration(budget, "--budget"),
@@ -167,8 +165,8 @@ def calibrate_cmd(
     console.print(
         f"calibrating {target.describe()}: {starts} starts x {slices} slices of {slice_s} s"
         + (
-            f", of {options['copies']} copies each (copy a compared with the others as runs, "
-            f"then as {turns} turns of {turn_s} s)"
+            f", of {compared_setups(experiment)} copies each (copy a compared with the "
+            f"others as runs, then as {turns} turns of {turn_s} s)"
             if pairs
             else ""
         )
