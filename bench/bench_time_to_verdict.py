@@ -340,7 +340,8 @@ def main() -> int:
                     "load_after": load(),
                 }
             )
-        emit({"calibration": {k: calibration[k] for k in ("costs", "runs_ratio", "turns_ratio")}})
+        kept = ("costs", "runs_ratio", "turns_ratio", "own_start_var")
+        emit({"calibration": {k: calibration.get(k) for k in kept}})
         made = plans(calibration, setups, budget_s)
         emit({"setups": setups, "plans": made})
         found: dict[str, dict] = {}

@@ -188,6 +188,44 @@ def test_as_many_copies_as_setups_each_give_a_ratio_series(tmp_path: Path) -> No
     assert summary.plan.setups == 4
 
 
+def test_runs_and_turns_are_planned_with_the_start_level_both_saw(tmp_path: Path) -> None:
+    """Three starts whose level runs measure precisely and turns drown in their scatter:
+    turns alone call the start-to-start variance 0; pooled over both designs, as they
+    measure the same starts, the plans of both carry it, and the note says so."""
+    from mallocbench import experiment as experiment_mod
+    from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
+    from mallocbench.calibrate.target import pick_target
+
+    experiment = experiment_mod.load(_tiny(tmp_path))
+    target = pick_target(experiment, None, None, None, None)
+    scatter = [1.3, 0.75, 1.25, 0.8, 1.2, 0.85]  # turn to turn, far above the levels' spread
+    starts, pairs = [], []
+    for level in (1.0, 1.1, 0.9):
+        piece = SliceResult(1000.0, [1000.0], 6.0, {})
+        starts.append(StartResult(2.0, 5.0, True, [piece, piece]))
+        pairs.append(
+            PairResult(
+                8.0,
+                run_ratios=[[level * 1.01, level / 1.01, level]],
+                turn_ratios=[[level * s for s in scatter]],
+                turns_wall_s=2 * 7 * 1.1,
+                warmups_s=[5.0, 5.0],
+            )
+        )
+    options = {"turns": 6, "turn_s": 1.0, "budget_s": 300.0, "target_ci_pct": 3.0, "slice_s": 5}
+    summary = summarize(experiment, target, starts, options, pairs)
+    assert summary.own_start_var["turns"] == 0.0
+    own_runs = summary.own_start_var["runs"]
+    assert own_runs is not None and own_runs > 0.005
+    assert summary.runs_ratio is not None and summary.turns_ratio is not None
+    shared = summary.turns_ratio.between_var
+    assert shared == pytest.approx(own_runs, rel=0.05)  # runs measure the levels precisely
+    assert summary.runs_ratio.between_var == shared
+    assert any("pooled over both" in note for note in summary.notes)
+    data = summary.to_dict()
+    assert data["turns_ratio"]["between_var"] == shared and data["own_start_var"]["turns"] == 0.0
+
+
 def test_unknown_setup_is_one_clean_error_line(tmp_path: Path) -> None:
     result = run_cli("calibrate", str(_tiny(tmp_path)), "--setup", "nope", "--out", str(tmp_path))
     assert result.returncode == 2

@@ -381,3 +381,49 @@ def test_nothing_fitting_keeps_runs_and_a_plan_searches_its_shape_in_the_budget(
     assert plan.target_s == pytest.approx(
         plan.target_starts * (fixed + plan.target_slices_per_start * per_slice)
     )
+
+
+def _shared_designs(
+    rng: np.random.Generator, starts: int, shapes: list[tuple[int, float]], shared_sd: float
+) -> list[list[list[float]]]:
+    """Designs measured on the same starts: a level per start that every design sees,
+    and (slices, within SD) of each design's own scatter around it."""
+    levels = rng.normal(0, shared_sd, starts)
+    return [[list(np.exp(level + rng.normal(0, sd, n))) for level in levels] for n, sd in shapes]
+
+
+def test_one_design_alone_gives_its_own_between_start_variance() -> None:
+    rng = np.random.default_rng(11)
+    (groups,) = _shared_designs(rng, 5, [(6, 0.05)], 0.08)
+    own = noise.variance_components(groups).between_var
+    assert noise.shared_start_var([groups]) == pytest.approx(own)
+
+
+def test_a_shared_start_level_is_recovered_from_designs_of_unequal_precision() -> None:
+    """Runs-like (6 slices, 3%) and turns-like (10 turns, 25%) designs on the same
+    starts: pooled, the level both share is found; with 3 starts, the noisy design alone
+    calls it 0 far more often than the pooled estimate does."""
+    rng = np.random.default_rng(5)
+    shapes = [(6, 0.03), (10, 0.25)]
+    many = _shared_designs(rng, 400, shapes, 0.09)
+    assert noise.shared_start_var(many) == pytest.approx(0.09**2, rel=0.15)
+    pooled_zero = alone_zero = 0
+    pooled = []
+    for _ in range(400):
+        designs = _shared_designs(rng, 3, shapes, 0.09)
+        found = noise.shared_start_var(designs)
+        assert found is not None
+        pooled.append(found)
+        pooled_zero += found == 0
+        alone_zero += noise.variance_components(designs[1]).between_var == 0
+    assert float(np.mean(pooled)) == pytest.approx(0.09**2, rel=0.2)
+    assert pooled_zero < 0.1 * 400 < alone_zero
+
+
+def test_no_shared_level_without_groups_that_line_up() -> None:
+    rng = np.random.default_rng(3)
+    runs, turns = _shared_designs(rng, 3, [(4, 0.05), (6, 0.1)], 0.05)
+    assert noise.shared_start_var([runs, turns[:2]]) is None
+    assert noise.shared_start_var([runs[:1], turns[:1]]) is None
+    assert noise.shared_start_var([[[1.0], [2.0]], [[1.0, 1.1], [2.0, 2.1]]]) is None
+    assert noise.shared_start_var([]) is None

@@ -112,6 +112,48 @@ def variance_components(starts: Sequence[Sequence[float]]) -> VarianceComponents
     )
 
 
+def shared_start_var(designs: Sequence[Sequence[Sequence[float]]]) -> float | None:
+    """The between-start variance of a level every design shares, from several designs
+    measured on the same starts: `designs[d][g]` is design d's series in group g (a
+    server start, or one copy's ratio series within it), the groups in the same order
+    in every design.
+
+    Model: log y_gjd = mu_d + a_g + e_gjd, with a_g ~ (0, shared) the group's level in
+    every design and e_gjd ~ (0, within_d) design d's own scatter. Each design's group
+    mean, less the design's grand mean, estimates a_g with variance within_d / n_gd;
+    weighting the designs by 1 / that gives one estimate m_g per group whose noise is
+    v_g = 1 / sum_d (n_gd / within_d), hence by the method of moments
+
+        shared = max(0, var(m_g) - mean(v_g)).
+
+    One design alone gives its own between-start variance (variance_components, for
+    equal slice counts). Pooled, a design that measures the start's level precisely
+    (runs: long slices) lends that precision to one that measures it poorly (turns:
+    many short, scattered turns), whose own estimate from 2 or 3 starts is often 0
+    though the starts differ. None with fewer than 2 groups, when the designs' groups
+    do not line up, or when a design has no group of 2 values (no within variance).
+    """
+    if not designs or len({len(groups) for groups in designs}) != 1 or len(designs[0]) < 2:
+        return None
+    weights, levels = [], []
+    for groups in designs:
+        logs = _log_groups(groups)
+        if len(logs) != len(groups):
+            return None
+        sizes = np.array([len(g) for g in logs], dtype=float)
+        if sizes.sum() <= len(logs):
+            return None
+        within = float(sum(((g - g.mean()) ** 2).sum() for g in logs)) / (sizes.sum() - len(logs))
+        means = np.array([g.mean() for g in logs])
+        # Within 0 (identical values) would weigh infinitely: floor it far below any
+        # machine's scatter.
+        weights.append(sizes / max(within, 1e-12))
+        levels.append(means - float(np.concatenate(logs).mean()))
+    weight = np.sum(weights, axis=0)
+    combined = np.sum([w * m for w, m in zip(weights, levels, strict=True)], axis=0) / weight
+    return max(0.0, float(combined.var(ddof=1) - np.mean(1.0 / weight)))
+
+
 def pooled_aggregation_curve(
     series: Sequence[Sequence[float]], lengths: Sequence[int] = DEFAULT_LENGTHS
 ) -> list[tuple[int, float]]:
