@@ -24,7 +24,8 @@ took against the model's, and the spread of a block's log-ratio against the cali
 one; then the ratio reached / predicted for the best design by prediction (target <=
 1.25) and auto's width over the best fixed design's (target <= 1.1). A run's residual
 has few degrees of freedom, so each ratio comes with the 95% interval the run's
-chi-square gives the width at its true spread.
+chi-square gives the width at its true spread, and with the chance that a model and a
+chooser that were exactly right would meet each target at the run's degrees of freedom.
 
     .venv/bin/python bench/bench_time_to_verdict.py [--minutes 5] [--setups 2,4]
         [--designs runs,turns,sequential,auto] [--calibration FILE.json]
@@ -42,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from common import Plan, emit, run
 from scipy.stats import chi2
 from scipy.stats import f as fisher_f
@@ -279,6 +281,32 @@ def two_run_interval(ratio: float, df_top: int, df_bottom: int) -> tuple[float, 
     )
 
 
+def odds_at_these_df(found: dict[str, dict], best: str, draws: int = 200_000) -> dict[str, float]:
+    """What chance alone allows at the degrees of freedom this bench run had, for a model
+    and a chooser that are exactly right: a run's width scatters around its expected
+    value as sqrt(chi2_df / df). The chance that the best design's width comes out at
+    most 1.25 times the expected one; and, were every design's expected width the same,
+    the chance that auto's comes out at most 1.1 times the narrowest of the fixed
+    designs' (the minimum of several noisy widths sits below their common value)."""
+    rng = np.random.default_rng(0)
+
+    def widths(df: int) -> np.ndarray:
+        return np.sqrt(rng.chisquare(df, draws) / df)
+
+    out: dict[str, float] = {}
+    if found.get(best, {}).get("df", 0) >= 1:
+        out["p_reached_within_prediction_target"] = float(
+            np.mean(widths(found[best]["df"]) <= PREDICTION_TARGET)
+        )
+    fixed = [found[d]["df"] for d in FIXED if found.get(d, {}).get("df", 0) >= 1]
+    if fixed and found.get("auto", {}).get("df", 0) >= 1:
+        narrowest = np.min([widths(df) for df in fixed], axis=0)
+        out["p_auto_within_target_if_designs_tie"] = float(
+            np.mean(widths(found["auto"]["df"]) <= AUTO_TARGET * narrowest)
+        )
+    return out
+
+
 def judge(setups: int, made: dict, found: dict[str, dict]) -> dict[str, Any]:
     """The two Done-when ratios for one setup count."""
     best = min(FIXED, key=lambda d: made[d]["width"])
@@ -305,7 +333,7 @@ def judge(setups: int, made: dict, found: dict[str, dict]) -> dict[str, Any]:
             ),
             "auto_target": AUTO_TARGET,
         }
-    return out
+    return out | odds_at_these_df(found, best)
 
 
 def in_order(designs: list[str], made: dict[str, dict]) -> list[str]:
