@@ -193,6 +193,7 @@ def test_runs_and_turns_are_planned_with_the_start_level_both_saw(tmp_path: Path
     turns alone call the start-to-start variance 0; pooled over both designs, as they
     measure the same starts, the plans of both carry it, and the note says so."""
     from mallocbench import experiment as experiment_mod
+    from mallocbench.analysis.noise import SHARED_START_MIN_P
     from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
     from mallocbench.calibrate.target import pick_target
 
@@ -224,6 +225,20 @@ def test_runs_and_turns_are_planned_with_the_start_level_both_saw(tmp_path: Path
     assert any("pooled over both" in note for note in summary.notes)
     data = summary.to_dict()
     assert data["turns_ratio"]["between_var"] == shared and data["own_start_var"]["turns"] == 0.0
+    assert data["start_agreement_p"] > SHARED_START_MIN_P
+
+    # A start whose turns put copy a far below b while its runs put them level: turns'
+    # starts vary in a way of their own, and each design keeps its own estimate.
+    pairs[1].turn_ratios = [[0.6 * s for s in scatter]]
+    summary = summarize(experiment, target, starts, options, pairs)
+    assert summary.runs_ratio is not None and summary.turns_ratio is not None
+    assert summary.runs_ratio.between_var == pytest.approx(own_runs)
+    own_turns = summary.own_start_var["turns"]
+    assert own_turns is not None and own_turns > 0.05
+    assert summary.turns_ratio.between_var == own_turns
+    assert any("keep their own" in note for note in summary.notes)
+    p = summary.start_agreement_p
+    assert p is not None and p < SHARED_START_MIN_P
 
 
 def test_unknown_setup_is_one_clean_error_line(tmp_path: Path) -> None:

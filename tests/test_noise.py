@@ -396,7 +396,9 @@ def test_one_design_alone_gives_its_own_between_start_variance() -> None:
     rng = np.random.default_rng(11)
     (groups,) = _shared_designs(rng, 5, [(6, 0.05)], 0.08)
     own = noise.variance_components(groups).between_var
-    assert noise.shared_start_var([groups]) == pytest.approx(own)
+    alone = noise.shared_start_var([groups])
+    assert alone is not None and alone.variance == pytest.approx(own)
+    assert alone.agreement_p is None  # nothing to agree with
 
 
 def test_a_shared_start_level_is_recovered_from_designs_of_unequal_precision() -> None:
@@ -405,16 +407,16 @@ def test_a_shared_start_level_is_recovered_from_designs_of_unequal_precision() -
     calls it 0 far more often than the pooled estimate does."""
     rng = np.random.default_rng(5)
     shapes = [(6, 0.03), (10, 0.25)]
-    many = _shared_designs(rng, 400, shapes, 0.09)
-    assert noise.shared_start_var(many) == pytest.approx(0.09**2, rel=0.15)
+    many = noise.shared_start_var(_shared_designs(rng, 400, shapes, 0.09))
+    assert many is not None and many.variance == pytest.approx(0.09**2, rel=0.15)
     pooled_zero = alone_zero = 0
     pooled = []
     for _ in range(400):
         designs = _shared_designs(rng, 3, shapes, 0.09)
         found = noise.shared_start_var(designs)
         assert found is not None
-        pooled.append(found)
-        pooled_zero += found == 0
+        pooled.append(found.variance)
+        pooled_zero += found.variance == 0
         alone_zero += noise.variance_components(designs[1]).between_var == 0
     assert float(np.mean(pooled)) == pytest.approx(0.09**2, rel=0.2)
     assert pooled_zero < 0.1 * 400 < alone_zero
@@ -427,3 +429,24 @@ def test_no_shared_level_without_groups_that_line_up() -> None:
     assert noise.shared_start_var([runs[:1], turns[:1]]) is None
     assert noise.shared_start_var([[[1.0], [2.0]], [[1.0, 1.1], [2.0, 2.1]]]) is None
     assert noise.shared_start_var([]) is None
+
+
+def test_designs_whose_starts_disagree_are_told_apart_from_noise() -> None:
+    """Under the shared model the agreement test rejects about 5% of 5-start
+    calibrations; when turns have levels of their own (SD 15%) beside the shared one,
+    most."""
+    rng = np.random.default_rng(9)
+    shapes = [(3, 0.09), (6, 0.17)]
+    agreeing = disagreeing = 0
+    for _ in range(400):
+        runs, turns = _shared_designs(rng, 5, shapes, 0.06)
+        found = noise.shared_start_var([runs, turns])
+        assert found is not None and found.agreement_p is not None
+        agreeing += found.agreement_p < noise.SHARED_START_MIN_P
+        own = rng.normal(0, 0.15, 5)
+        turns = [list(np.asarray(g) * math.exp(x)) for g, x in zip(turns, own, strict=True)]
+        found = noise.shared_start_var([runs, turns])
+        assert found is not None and found.agreement_p is not None
+        disagreeing += found.agreement_p < noise.SHARED_START_MIN_P
+    assert 0.02 * 400 < agreeing < 0.09 * 400
+    assert disagreeing > 0.6 * 400

@@ -112,7 +112,22 @@ def variance_components(starts: Sequence[Sequence[float]]) -> VarianceComponents
     )
 
 
-def shared_start_var(designs: Sequence[Sequence[Sequence[float]]]) -> float | None:
+@dataclass(frozen=True)
+class SharedStart:
+    """The between-start variance several designs measured on the same starts share,
+    and whether their starts' levels agree well enough to share one."""
+
+    variance: float
+    # Of the designs' per-start levels agreeing within their noise (chi-square); None
+    # with one design. Small: a design's starts differ in a way of its own.
+    agreement_p: float | None
+
+
+# Below this agreement, a design keeps its own between-start variance.
+SHARED_START_MIN_P = 0.05
+
+
+def shared_start_var(designs: Sequence[Sequence[Sequence[float]]]) -> SharedStart | None:
     """The between-start variance of a level every design shares, from several designs
     measured on the same starts: `designs[d][g]` is design d's series in group g (a
     server start, or one copy's ratio series within it), the groups in the same order
@@ -120,18 +135,24 @@ def shared_start_var(designs: Sequence[Sequence[Sequence[float]]]) -> float | No
 
     Model: log y_gjd = mu_d + a_g + e_gjd, with a_g ~ (0, shared) the group's level in
     every design and e_gjd ~ (0, within_d) design d's own scatter. Each design's group
-    mean, less the design's grand mean, estimates a_g with variance within_d / n_gd;
-    weighting the designs by 1 / that gives one estimate m_g per group whose noise is
-    v_g = 1 / sum_d (n_gd / within_d), hence by the method of moments
+    mean, less the design's grand mean, estimates a_g with variance v_gd = within_d /
+    n_gd; weighting the designs by 1 / v_gd gives one estimate m_g per group whose noise
+    is v_g = 1 / sum_d (1 / v_gd), hence by the method of moments
 
         shared = max(0, var(m_g) - mean(v_g)).
 
     One design alone gives its own between-start variance (variance_components, for
     equal slice counts). Pooled, a design that measures the start's level precisely
     (runs: long slices) lends that precision to one that measures it poorly (turns:
-    many short, scattered turns), whose own estimate from 2 or 3 starts is often 0
-    though the starts differ. None with fewer than 2 groups, when the designs' groups
-    do not line up, or when a design has no group of 2 values (no within variance).
+    many short, scattered turns), whose own estimate from a few starts is often 0 though
+    the starts differ.
+
+    The model holds only if the designs see the same level per start. Under it, each
+    design's group mean differs from their weighted mean m_g by noise alone, so
+    sum_gd (its deviation)^2 / v_gd, less the group effect, is chi-square with
+    (designs - 1) (groups - 1) degrees of freedom; `agreement_p` is its tail. None with
+    fewer than 2 groups, when the designs' groups do not line up, or when a design has
+    no group of 2 values (no within variance).
     """
     if not designs or len({len(groups) for groups in designs}) != 1 or len(designs[0]) < 2:
         return None
@@ -151,7 +172,17 @@ def shared_start_var(designs: Sequence[Sequence[Sequence[float]]]) -> float | No
         levels.append(means - float(np.concatenate(logs).mean()))
     weight = np.sum(weights, axis=0)
     combined = np.sum([w * m for w, m in zip(weights, levels, strict=True)], axis=0) / weight
-    return max(0.0, float(combined.var(ddof=1) - np.mean(1.0 / weight)))
+    variance = max(0.0, float(combined.var(ddof=1) - np.mean(1.0 / weight)))
+    if len(designs) < 2:
+        return SharedStart(variance, None)
+    deviations = sum(
+        float((w * (m - combined) ** 2).sum()) for w, m in zip(weights, levels, strict=True)
+    )
+    df = (len(designs) - 1) * (len(combined) - 1)
+    # Imported here: scipy.special loads in a fraction of scipy.stats' time (stats.py).
+    from scipy.special import chdtrc
+
+    return SharedStart(variance, float(chdtrc(df, deviations)))
 
 
 def pooled_aggregation_curve(
@@ -615,6 +646,9 @@ __all__ = [
     "pooled_aggregation_curve",
     "resolvable_effect_pct",
     "second_cv_pct",
+    "SHARED_START_MIN_P",
+    "SharedStart",
+    "shared_start_var",
     "starts_for_width",
     "starts_within",
     "time_for_starts",

@@ -150,9 +150,11 @@ class CalibrationSummary:
     turn_s: float | None = None
     designs: list[Plan] = field(default_factory=list)  # one per design, for `setups`
     best: str | None = None  # the design with the narrowest interval in the budget
-    # Each paired design's own between-start variance, before the shared one
-    # (shared_start_var) took its place in runs_ratio and turns_ratio.
+    # Each paired design's own between-start variance, beside the one runs_ratio and
+    # turns_ratio carry (pooled over both by shared_start_var when their starts agree).
     own_start_var: dict[str, float | None] = field(default_factory=dict)
+    # Of runs' and turns' per-start levels agreeing (noise.SharedStart); None unmeasured.
+    start_agreement_p: float | None = None
 
     @property
     def copies(self) -> int:
@@ -198,39 +200,51 @@ def _shared_start(
     run_series: list[list[float]],
     turn_series: list[list[float]],
 ) -> tuple[
-    noise.VarianceComponents | None, noise.VarianceComponents | None, dict[str, float | None]
+    noise.VarianceComponents | None, noise.VarianceComponents | None, noise.SharedStart | None
 ]:
     """Runs and turns with one between-start variance, pooled over both, when both were
-    measured; each design's own estimate beside them ({} when not pooled).
+    measured and their starts' levels agree; the pooled estimate and its agreement test
+    (None without both designs).
 
-    Both designs measure the same copies on the same starts, and a start's level shows
-    in both alike (their per-start means agreed on this host, e.g. -0.21 and -0.12 on
-    the log scale for the start both put lowest). Turns alone, 10 short and scattered
-    turns per start, called it 0 from 3 starts where 20 turns A/A runs found a CV of
-    10%, and a plan on 0 promised turns an interval 1.5 times narrower than they reached.
+    Both designs measure the same copies on the same starts, and a start's level mostly
+    shows in both alike (their per-start means agreed on this host, e.g. -0.21 and
+    -0.12 on the log scale for the start both put lowest). Turns alone, 10 short and
+    scattered turns per start, called it 0 from 3 starts where 20 turns A/A runs found
+    a CV of 10%, and a plan on 0 promised turns an interval 1.5 times narrower than they
+    reached. But turns can also have levels of their own (a start whose turns ran copy
+    a at 0.64 of copy b while its runs put them level): then pooling would hide them,
+    and each design keeps its own.
     """
     if runs is None or turns is None:
-        return runs, turns, {}
+        return runs, turns, None
     shared = noise.shared_start_var([run_series, turn_series])
-    if shared is None:
-        return runs, turns, {}
-    own = {RUNS_DESIGN: runs.between_var, TURNS_DESIGN: turns.between_var}
-    return (
-        dataclasses.replace(runs, between_var=shared),
-        dataclasses.replace(turns, between_var=shared),
-        own,
+    if shared is None or shared.agreement_p is None:
+        return runs, turns, None
+    if shared.agreement_p < noise.SHARED_START_MIN_P:
+        return runs, turns, shared
+    pooled = (
+        dataclasses.replace(runs, between_var=shared.variance),
+        dataclasses.replace(turns, between_var=shared.variance),
     )
+    return *pooled, shared
 
 
-def _shared_note(own: dict[str, float | None], pooled: noise.VarianceComponents | None) -> str:
+def _shared_note(own: dict[str, float | None], shared: noise.SharedStart) -> str:
     def cv(variance: float | None) -> str:
         return "n/a" if variance is None else f"{noise.cv_pct_from_log_var(variance):.1f}%"
 
-    shared = pooled.between_var if pooled is not None else None
+    p = shared.agreement_p or 0.0
+    alone = f"alone, runs gave {cv(own[RUNS_DESIGN])} and turns {cv(own[TURNS_DESIGN])}"
+    if p < noise.SHARED_START_MIN_P:
+        return (
+            f"per start, runs and turns keep their own CVs ({alone}): their starts' levels "
+            f"differed more than their noise allows (p = {p:.3f}), so turns' starts vary "
+            "in a way of their own on this host"
+        )
     return (
-        f"per start, runs and turns are planned with one CV pooled over both ({cv(shared)}): "
-        f"they measure the same starts; alone, runs gave {cv(own.get(RUNS_DESIGN))} and "
-        f"turns {cv(own.get(TURNS_DESIGN))}"
+        f"per start, runs and turns are planned with one CV pooled over both "
+        f"({cv(shared.variance)}), as they measure the same starts and their levels "
+        f"agreed (p = {p:.2f}); {alone}"
     )
 
 
@@ -274,16 +288,19 @@ def summarize(
     # they share copy a, so their degrees of freedom overstate what they hold a little.
     run_series = [r for p in pairs for r in p.run_ratios]
     turn_series = [r for p in pairs for r in p.turn_ratios]
-    runs_ratio, turns_ratio, own = _shared_start(
-        _ratio_components(run_series), _ratio_components(turn_series), run_series, turn_series
-    )
+    runs_own, turns_own = _ratio_components(run_series), _ratio_components(turn_series)
+    runs_ratio, turns_ratio, shared = _shared_start(runs_own, turns_own, run_series, turn_series)
     summary = _summary(experiment, target, starts, options, components, costs, runs_ratio)
     summary.pairs = pairs
     summary.runs_ratio = runs_ratio
     summary.turns_ratio = turns_ratio
-    summary.own_start_var = own
-    if own:
-        summary.notes.append(_shared_note(own, runs_ratio))
+    if shared is not None and runs_own is not None and turns_own is not None:
+        summary.own_start_var = {
+            RUNS_DESIGN: runs_own.between_var,
+            TURNS_DESIGN: turns_own.between_var,
+        }
+        summary.start_agreement_p = shared.agreement_p
+        summary.notes.append(_shared_note(summary.own_start_var, shared))
     summary.turn_s = options.get("turn_s") if pairs else None
     summary.designs = design_plans(summary, options["budget_s"], options["target_ci_pct"])
     best = best_design(summary.designs)
