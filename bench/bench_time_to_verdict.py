@@ -368,7 +368,7 @@ def main() -> int:
                     "load_after": load(),
                 }
             )
-        kept = ("costs", "runs_ratio", "turns_ratio", "own_start_var")
+        kept = ("costs", "runs_ratio", "turns_ratio", "own_start_var", "start_agreement_p")
         emit({"calibration": {k: calibration.get(k) for k in kept}})
         made = plans(calibration, setups, budget_s)
         emit({"setups": setups, "plans": made})

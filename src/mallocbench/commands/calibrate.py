@@ -44,9 +44,9 @@ def write_json(summary: CalibrationSummary, path: Path) -> None:
 @click.option("--threads", type=click.IntRange(1), help="Client threads (default: the first).")
 # Starts before slices: a block of a run is one server start, and the between-start
 # variance, most of a turns block's, is known only as well as the starts are many (3
-# starts: 2 degrees of freedom; its estimates came out at a third to a half of what the
-# runs measured after them saw). Short starts also measure servers as young as a run's
-# blocks have; 5 starts of 3 slices and 6 rounds of turns take what 3 of 6 and 10 took.
+# starts: 2 degrees of freedom; its estimates came out at a quarter to a half of what
+# the runs measured after them saw). Short starts also measure servers as young as a
+# run's blocks; 5 starts of 3 slices and 6 rounds of turns take what 3 of 6 and 10 took.
 @click.option(
     "--starts",
     type=click.IntRange(2, 100),
