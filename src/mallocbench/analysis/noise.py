@@ -159,17 +159,14 @@ def shared_start_var(designs: Sequence[Sequence[Sequence[float]]]) -> SharedStar
     weights, levels = [], []
     for groups in designs:
         logs = _log_groups(groups)
-        if len(logs) != len(groups):
-            return None
         sizes = np.array([len(g) for g in logs], dtype=float)
-        if sizes.sum() <= len(logs):
+        if len(logs) != len(groups) or sizes.sum() <= len(logs):
             return None
-        within = float(sum(((g - g.mean()) ** 2).sum() for g in logs)) / (sizes.sum() - len(logs))
-        means = np.array([g.mean() for g in logs])
+        own = variance_components(groups)
         # Within 0 (identical values) would weigh infinitely: floor it far below any
         # machine's scatter.
-        weights.append(sizes / max(within, 1e-12))
-        levels.append(means - float(np.concatenate(logs).mean()))
+        weights.append(sizes / max(own.within_var, 1e-12))
+        levels.append(np.array([g.mean() for g in logs]) - own.mean_log)
     weight = np.sum(weights, axis=0)
     combined = np.sum([w * m for w, m in zip(weights, levels, strict=True)], axis=0) / weight
     variance = max(0.0, float(combined.var(ddof=1) - np.mean(1.0 / weight)))
