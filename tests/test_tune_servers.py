@@ -5,6 +5,7 @@ the one a trace was recorded under), or says that its workload is generic."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from pathlib import Path
@@ -123,6 +124,29 @@ def test_a_real_tune_on_private_servers(tmp_path: Path) -> None:
     assert {} in knobs and any("glibc.malloc.arena_max=" in k.get("GLIBC_TUNABLES", "")
                                for k in knobs)  # fmt: skip
     assert {p.name for p in out.iterdir()} >= {"tune.db", "tune.json", "tune.md", "tune.html"}
+
+
+def test_the_fronts_run_is_sequential_when_the_default_stands_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A front of the default alone is one setup: nothing to alternate with, so its run
+    is recorded as sequential; two or more settings are up at once, unless the
+    experiment asks for one server at a time."""
+    from mallocbench.tune.evaluate import ServerEvaluator
+
+    asked: list[tuple[int, str]] = []
+
+    def execute(_self: ServerEvaluator, exp: Any) -> RunResult:
+        asked.append((len(exp.setups), exp.design))
+        return RunResult(run_id="r", experiment=exp.name, base_setup=exp.base, cells=[])
+
+    monkeypatch.setattr(ServerEvaluator, "_execute", execute)
+    evaluator = ServerEvaluator(load(experiment(tmp_path)), tmp_path / "out")
+    assert evaluator.measure_blocks(GLIBC, [{}], 2) == [[None], [None]]
+    evaluator.measure_blocks(GLIBC, [{}, {"arena_max": "1"}], 2)
+    evaluator.experiment = dataclasses.replace(evaluator.experiment, design="sequential")
+    evaluator.measure_blocks(GLIBC, [{}, {"arena_max": "1"}], 2)
+    assert asked == [(1, "sequential"), (2, "interleaved"), (2, "sequential")]
 
 
 def test_a_changed_workload_is_another_study(tmp_path: Path) -> None:

@@ -305,12 +305,14 @@ class ServerEvaluator:
     ) -> list[list[dict[str, float] | None]]:
         """The front's repeats as one run of the run's blocked design: every setting's
         server up at once in each of `repeats` blocks, their measured slices alternating
-        (unless the experiment asks for one server at a time, or memory is short), so
-        the host's drift reaches them alike. Per block, each setting's values (None:
-        not measured)."""
+        (unless there is one setting, the experiment asks for one server at a time, or
+        memory is short), so the host's drift reaches them alike. Per block, each
+        setting's values (None: not measured)."""
         from mallocbench.experiment import INTERLEAVED, SEQUENTIAL
 
-        design = SEQUENTIAL if self.experiment.design == SEQUENTIAL else INTERLEAVED
+        # A default alone has no partner to alternate with; its run says sequential.
+        alone = len(settings) < 2
+        design = SEQUENTIAL if self.experiment.design == SEQUENTIAL or alone else INTERLEAVED
         setups = [
             self._setup(allocator, setting, f"tune-{allocator.name}-{index}")[0]
             for index, setting in enumerate(settings)
