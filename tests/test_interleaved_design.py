@@ -120,6 +120,10 @@ def test_sequential_design_runs_one_server_at_a_time(tmp_path: Path) -> None:
     assert all(len(c.slices) == 1 for c in result.cells)
 
 
+# A turn ends with the event under way at its end; on a busy host that ran 83 ms late.
+EVENT_TAIL_S = 0.15
+
+
 @pytest.mark.server
 @pytest.mark.alone  # asserts on turn lengths and latency
 def test_turns_keep_clients_connected_and_never_overlap(tmp_path: Path) -> None:
@@ -145,20 +149,22 @@ def test_turns_keep_clients_connected_and_never_overlap(tmp_path: Path) -> None:
         # the event under way at its end. That is milliseconds on an idle host, but an
         # event whose thread the busy test host descheduled ran 83 ms past its turn in
         # CI: the bound is 5% of a 3 s turn, beyond which the overlap would matter.
+        # The same tail lengthens that turn's seconds (3.11 s in another CI run).
         order = [setup for _, _, setup in spans]
         assert order[0] != order[1] and order[1] == order[2] and order[2] != order[3]
         for (_, end, _), (begin, _, _) in zip(spans, spans[1:], strict=False):
-            assert begin >= end - 0.15, spans
+            assert begin >= end - EVENT_TAIL_S, spans
     for cell in result.cells:
         for piece in cell.slices:
             # Nothing dropped: a turn is its 3 s, the client having settled in a turn before.
-            assert piece["qps"] > 0 and 2.5 <= piece["seconds"] <= 3.1 and piece["turn"] == 1.0
+            assert piece["qps"] > 0 and 2.5 <= piece["seconds"] <= 3 + EVENT_TAIL_S
+            assert piece["turn"] == 1.0
             assert 0.0 <= piece["other_cpu_share"] <= 1.0
         assert cell.qps == pytest.approx(sum(s["qps"] for s in cell.slices) / 2)
         # Per-op costs and latency come from the turns alone.
         assert cell.metrics["server_cpu_us_per_op"] > 0 and cell.metrics["client_cpu_s"] > 0
         assert cell.p99_ms is not None and cell.p99_ms < 1000
-        assert cell.duration_s is not None and 5 <= cell.duration_s <= 6.2
+        assert cell.duration_s is not None and 5 <= cell.duration_s <= 6 + 2 * EVENT_TAIL_S
     (table,) = relative_tables(result)
     (row,) = table.rows
     assert row.cells["je"].paired and row.cells["je"].has_interval
