@@ -10,10 +10,10 @@ which neighbours on the host move). With --split the server runs on CPU 1 and sy
 on CPU 0, so server and clients never share a CPU.
 
 Printed, as JSON lines:
-- the aggregation curve: the variance of the mean log QPS over windows of T seconds,
-  beside what independent seconds would give (the 1 s variance / T). A ratio far above
-  1 at T = 20-30 s is wander that lasts as long as a block: more seconds in a start do
-  not average it away, and a short calibration does not see it;
+- the aggregation curve, as calibrate measures it (the CV of T-second means), and each
+  window's variance over what independent seconds would give (the 1 s variance / T).
+  A ratio far above 1 at T = 20-30 s is wander that lasts as long as a block: more
+  seconds in a start do not average it away, and a short calibration does not see it;
 - each canary's spread, and its correlation with the windows' log QPS at T = 1, 10
   and 30 s (r squared: the share it explains). A host cause of the wander would show
   here, with a negative sign.
@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 from common import Plan, emit, run
+
+from mallocbench.analysis import noise
 
 NATIVE = Path(__file__).resolve().parent / "native" / "canary.c"
 WINDOWS_S = (1, 5, 10, 20, 30, 60)
@@ -73,19 +75,14 @@ def window_means(values: np.ndarray, width: int) -> np.ndarray:
     return values[:usable].reshape(-1, width).mean(axis=1)
 
 
-def aggregation_curve(log_qps: np.ndarray) -> list[dict[str, float]]:
-    one = float(np.var(log_qps, ddof=1))
-    curve = []
-    for width in WINDOWS_S:
-        means = window_means(log_qps, width)
-        if len(means) < 3:
-            break
-        variance = float(np.var(means, ddof=1))
-        curve.append(
-            {"window_s": width, "windows": len(means), "variance": variance,
-             "over_independent": variance * width / one}
-        )  # fmt: skip
-    return curve
+def aggregation_curve(qps: list[float]) -> list[dict[str, float]]:
+    """calibrate's curve (noise.aggregation_curve: the CV of k-second means), with each
+    window's variance over what independent seconds would leave, (CV_k / CV_1)^2 k."""
+    curve = noise.aggregation_curve(qps, WINDOWS_S)
+    one = curve[0][1]
+    return [
+        {"window_s": k, "cv_pct": cv, "over_independent": (cv / one) ** 2 * k} for k, cv in curve
+    ]
 
 
 def explained(log_qps: np.ndarray, probe: np.ndarray) -> dict[str, float]:
@@ -132,12 +129,13 @@ def main() -> None:
     (cell,) = result.cells
     samples = [(s.t, s.qps) for s in cell.samples if s.qps]
     times = np.array([t for t, _ in samples])
-    log_qps = np.log([q for _, q in samples])
+    qps = [q for _, q in samples]
+    log_qps = np.log(qps)
     emit(
         {"split": args.split, "seconds": len(log_qps),
          "qps_median": float(np.exp(np.median(log_qps))),
-         "second_cv_pct": 100 * float(np.std(log_qps, ddof=1)),
-         "curve": aggregation_curve(log_qps)}
+         "second_cv_pct": noise.second_cv_pct(qps),
+         "curve": aggregation_curve(qps)}
     )  # fmt: skip
     for kind, (at, per_step) in probes.items():
         # Each second's mean of the canary's samples taken within it (sysbench's seconds
