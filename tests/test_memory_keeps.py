@@ -314,8 +314,9 @@ import os, subprocess, sys, time
 from mallocbench.servers.cgroup import MemoryCgroup
 group = MemoryCgroup.create("killed", 256 << 20)
 if sys.argv[1] == "with-server":
-    # Stands in for a server: its own session, so it outlives the harness, as servers do.
-    subprocess.Popen(["sleep", "300"], preexec_fn=group.join_self, start_new_session=True)
+    # Stands in for a server: its own process group, so it outlives the harness, as
+    # servers do.
+    subprocess.Popen(["sleep", "300"], preexec_fn=group.join_self, process_group=0)
     while not group.pids():
         time.sleep(0.01)
 print(group.path, flush=True)

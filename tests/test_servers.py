@@ -94,6 +94,22 @@ def test_real_server_runs_under_each_allocator(
 
 
 @pytest.mark.server
+def test_server_has_its_own_process_group_but_shares_the_harness_session(
+    build: ServerBuild, tmp_path: Path
+) -> None:
+    """A terminal's Ctrl-C must not reach the server (its own process group), and the
+    scheduler must see its threads beside the clients' (the harness's session, so the
+    same autogroup): a session of its own starved it for seconds at turn changes."""
+    with running(build, tmp_path, config()) as server:
+        assert os.getpgid(server.pid) == server.pid != os.getpgid(0)
+        assert os.getsid(server.pid) == os.getsid(0)
+        ours = Path("/proc/self/autogroup")
+        if ours.exists():  # kernels with CONFIG_SCHED_AUTOGROUP
+            theirs = Path(f"/proc/{server.pid}/autogroup").read_text().split()[0]
+            assert theirs == ours.read_text().split()[0]
+
+
+@pytest.mark.server
 def test_myrocks_engine_is_loaded(build: ServerBuild, tmp_path: Path) -> None:
     with running(build, tmp_path, config("jemalloc", "myrocks")) as server:
         engines_rows = dict((r[0], r[1]) for r in server.query("SHOW ENGINES"))

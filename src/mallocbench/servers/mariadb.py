@@ -521,13 +521,20 @@ class PrivateServer:
         with contextlib.suppress(FileNotFoundError):
             self.socket.unlink()
         with open(self.stdout_log, "ab") as out:
+            # A process group of its own keeps a terminal's Ctrl-C off the server (the
+            # harness stops it) and lets one killpg take wrappers along. Not a session
+            # of its own: Linux schedules each session as one group (autogroup), and
+            # a server in its own group beside its clients' group was starved for 1-2
+            # s at a time when clients taking turns changed hands (scheduling delays
+            # of 2,000 ms in perf sched; a turn in ten ran late, four times the paired
+            # turns' variance with four servers).
             self.proc = subprocess.Popen(
                 self.command(),
                 env=self.environment(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                process_group=0,
                 preexec_fn=self._in_child(),
             )
         process.track(self.proc)

@@ -64,7 +64,7 @@ def stop_orphan(record: Path, timeout: float = 60.0) -> Orphan | None:
         started = process_start_time(orphan.pid)
         for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
             try:
-                # Servers run in their own session: the group takes wrappers (taskset,
+                # Servers run in their own process group: it takes wrappers (taskset,
                 # profilers) along with mysqld.
                 os.killpg(orphan.pid, sig)
             except ProcessLookupError:
