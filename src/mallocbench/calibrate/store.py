@@ -19,8 +19,9 @@ from mallocbench.experiment import Experiment
 # The host's noise changes with what else runs on it: an older calibration is redone.
 STORED_MAX_AGE_S = 24 * 3600
 # Bumped when what a calibration measures changes, so older records are measured again:
-# 2 = as many copies up at once as the experiment has setups (1 measured two).
-_RECORD_FORMAT = 2
+# 2 = as many copies up at once as the experiment has setups (1 measured two);
+# 3 = servers in the harness's session, not each in its own (turns were up to 4x noisier).
+_RECORD_FORMAT = 3
 
 
 def calibration_key(experiment: Experiment, target: Target) -> str:
