@@ -15,7 +15,7 @@ Printed, as JSON lines:
   A ratio far above 1 at T = 20-30 s is wander that lasts as long as a block: more
   seconds in a start do not average it away, and a short calibration does not see it;
 - each canary's spread, and its correlation with the windows' log QPS at T = 1, 10
-  and 30 s (r squared: the share it explains). A host cause of the wander would show
+  and 30 s (r; r squared is the share it explains). A host cause of the wander would show
   here, with a negative sign.
 """
 
@@ -140,10 +140,8 @@ def main() -> None:
     for kind, (at, per_step) in probes.items():
         # Each second's mean of the canary's samples taken within it (sysbench's seconds
         # end at their timestamps).
-        per_second = np.array(
-            [per_step[(at > t - 1) & (at <= t)].mean() if ((at > t - 1) & (at <= t)).any()
-             else math.nan for t in times]
-        )  # fmt: skip
+        within = [(at > t - 1) & (at <= t) for t in times]
+        per_second = np.array([per_step[w].mean() if w.any() else math.nan for w in within])
         keep = ~np.isnan(per_second)
         probe = np.log(per_second[keep])
         emit(
