@@ -105,8 +105,10 @@ def test_server_has_its_own_process_group_but_shares_the_harness_session(
         assert os.getsid(server.pid) == os.getsid(0)
         ours = Path("/proc/self/autogroup")
         if ours.exists():  # kernels with CONFIG_SCHED_AUTOGROUP
-            theirs = Path(f"/proc/{server.pid}/autogroup").read_text().split()[0]
-            assert theirs == ours.read_text().split()[0]
+            # Empty in both for the root autogroup (CI's sandbox runs there); a session
+            # of its own would have given the server a named one.
+            theirs = Path(f"/proc/{server.pid}/autogroup").read_text()
+            assert theirs.split()[:1] == ours.read_text().split()[:1]
 
 
 @pytest.mark.server
