@@ -407,3 +407,21 @@ def test_a_server_seen_dead_just_after_its_client_failed_is_a_death_not_a_failur
     started = time.monotonic()
     assert not died_meanwhile(_DyingServer(alive_for=None), grace_s=0.3)  # type: ignore[arg-type]
     assert 0.3 <= time.monotonic() - started < 2.0
+
+
+def test_the_peak_sampler_keeps_a_dead_process_last_reading() -> None:
+    """A server killed within its first second leaves no per-second report: the sampler's
+    last reading of it alive, with its charge, is the only point of its timeline."""
+    from mallocbench.probes.process import PeakSampler
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    charges = iter(range(1, 1000))
+    with PeakSampler(child.pid, interval_s=0.05, charge=lambda: {"n": next(charges)}) as peaks:
+        time.sleep(0.3)
+        assert peaks.last is not None and not peaks.outlived
+        child.kill()
+        child.wait()
+        time.sleep(0.2)
+    assert peaks.outlived and peaks.last is not None
+    t, memory, charged = peaks.last
+    assert t < time.time() and 0 < memory.rss_bytes <= peaks.peak_rss and charged["n"] >= 2

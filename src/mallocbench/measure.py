@@ -105,8 +105,17 @@ def measure(
     if not probes:
         output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
         return Measured(output, samples, None, None, max(gaps))
-    with proc_probe.PeakSampler(server_pid) as peaks:
+    charge = server_probe.charge if server_probe is not None else None
+    with proc_probe.PeakSampler(server_pid, charge=charge) as peaks:
         output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
+    last = peaks.last
+    if peaks.outlived and last is not None and (not samples or last[0] > samples[-1].t):
+        # The server died between two reports (a cap reached within the first second
+        # leaves no report at all): its last reading, a quarter second from the death at
+        # most, ends the timeline, with memory alone since no second was completed.
+        t, memory, charged = last
+        samples.append(Sample(t=t, rss_bytes=memory.rss_bytes, vsz_bytes=memory.vsz_bytes,
+                              extra=charged))  # fmt: skip
     return Measured(output, samples, peaks.peak_rss or None, peaks.peak_vsz or None, max(gaps))
 
 
@@ -612,6 +621,8 @@ def longest_stall(cell: Cell) -> int:
         return 0
     longest = run = 0
     for sample in cell.samples:
+        if sample.qps is None:
+            continue  # a reading of memory alone (a dead server's last), not a second
         run = run + 1 if not sample.qps else 0
         longest = max(longest, run)
     return longest

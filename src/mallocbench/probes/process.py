@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -93,11 +95,22 @@ class PeakSampler:
     window, and VSZ has no per-window peak at all, so both are sampled here.
     """
 
-    def __init__(self, pid: int, interval_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        pid: int,
+        interval_s: float = 0.25,
+        charge: Callable[[], dict[str, float]] | None = None,
+    ) -> None:
         self.pid = pid
         self.interval_s = interval_s
         self.peak_rss = 0
         self.peak_vsz = 0
+        # The newest reading of a live process (time, memory, `charge()`), and whether it
+        # was gone at a later one: a killed server's reading nearest its death, which the
+        # per-second timeline can miss by up to a second, or miss entirely.
+        self.last: tuple[float, Memory, dict[str, float]] | None = None
+        self.outlived = False
+        self._charge = charge
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="peak-sampler", daemon=True)
 
@@ -111,6 +124,9 @@ class PeakSampler:
         if memory is not None:
             self.peak_rss = max(self.peak_rss, memory.rss_bytes)
             self.peak_vsz = max(self.peak_vsz, memory.vsz_bytes)
+            self.last = (time.time(), memory, self._charge() if self._charge else {})
+        elif self.last is not None:
+            self.outlived = True
         return memory
 
     def __enter__(self) -> PeakSampler:

@@ -65,7 +65,7 @@ class ServerMemoryProbe:
     def read(self) -> dict[str, float]:
         # Read first and without SQL: it still tells the charge of a server too busy
         # (or too short of memory) to answer.
-        values = self._charge()
+        values = self.charge()
         conn = self._connection()
         if conn is None:
             return values
@@ -102,7 +102,8 @@ class ServerMemoryProbe:
             self._broken = True
         return values
 
-    def _charge(self) -> dict[str, float]:
+    def charge(self) -> dict[str, float]:
+        """The server's cgroup charge, without SQL; empty without a group or a server."""
         group = self.server.config.memory_cgroup
         # After a kill the group holds only the page cache left behind: no reading of
         # the server's, any more than RSS is.
