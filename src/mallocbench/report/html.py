@@ -257,10 +257,17 @@ def _charts_json(charts: list[Chart]) -> str:
     return text.replace("</", "<\\/")
 
 
+# Significant digits a chart's numbers keep: far more than a pixel needs, and few enough
+# that the last bits, which differ between CPUs' vector paths in numpy's sums, never show
+# (a page must not change with the host that drew it).
+CHART_DIGITS = 10
+
+
 def _clean_nan(value: Any) -> Any:
-    """JSON has no NaN: missing values become null, which Plotly leaves as gaps."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    """JSON has no NaN: missing values become null, which Plotly leaves as gaps; other
+    floats keep CHART_DIGITS significant digits."""
+    if isinstance(value, float):
+        return float(f"{value:.{CHART_DIGITS}g}") if math.isfinite(value) else None
     if isinstance(value, dict):
         return {k: _clean_nan(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
