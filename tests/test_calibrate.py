@@ -131,9 +131,9 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     assert len(data["pairs"]) == 2
     for pair in data["pairs"]:
         (runs,), (turns,) = pair["run_ratios"], pair["turn_ratios"]
-        assert len(runs) == 2 and len(turns) == 3
+        assert len(runs) == 2 and len(turns) == 3, pair
         assert len(pair["warmups_s"]) == 2  # both copies' warmups price a block's
-        assert all(0 < r < 100 for r in runs + turns)
+        assert all(0 < r < 100 for r in runs + turns), pair
     assert data["runs_ratio"]["starts"] == 2 and data["runs_ratio"]["slices"] == 4
     assert data["turns_ratio"]["starts"] == 2 and data["turns_ratio"]["slices"] == 6
     assert data["costs"]["turn_s"] >= 1.0 and data["costs"]["stop_s"] > 0

@@ -7,14 +7,13 @@ every step in the published order (delete and insert last), then the insert benc
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mallocbench import allocators, dataset
-from mallocbench.analysis.sla import ibench_rates, sla_status
+from mallocbench.analysis.sla import SLA_FRACTION, ibench_rates, sla_status
 from mallocbench.dataset import Dataset
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import engines
@@ -137,22 +136,26 @@ def test_insert_benchmark_steps_in_order(bench: Sysbench) -> None:
         assert churn.metrics["ibench_insert_rows"] == churn.events * batch
         assert churn.metrics["ibench_delete_rows"] == churn.metrics["ibench_insert_rows"]
     for label in ("qr100", "qp100", "qr500", "qp500", "qr1000", "qp1000"):
-        # qr100's rate is checked as met, so it runs 3 s in batches of one row: the
-        # deleter follows the inserter, and on the loaded CI host it ended two 10-row
-        # batches behind (280 rows in 3.07 s, 91/s), where one row is a third of a percent.
-        checked = step(label)
-        if label == "qr100":
-            checked = dataclasses.replace(checked, options={"ibench-batch": "1"})
-        output = bench.run(checked, THREADS, 3 if label == "qr100" else 1)
+        # The writers' pacing, not the host's speed, is what is checked: a loaded CI host
+        # kept neither 95% of 100 rows/s in 10-row batches (the deleter ended two batches
+        # behind, 91/s) nor in 1-row ones (39/s). What holds on any host: the inserter
+        # never runs ahead of its schedule (one batch at most), the deleter never deletes
+        # more than was inserted, and the SLA verdict is the rule applied to the slower.
+        output = bench.run(step(label), THREADS, 1)
         assert output.ok and output.events > 0, output.output_tail
         assert output.threads == 3
         rates = ibench_rates(output.metrics)
         assert rates.queries_per_s and rates.queries_per_s > 0
         assert output.metrics["ibench_queries"] == output.events
+        target, batch = int(label[2:]), 10
+        inserted = output.metrics["ibench_insert_rows"]
+        deleted = output.metrics["ibench_delete_rows"]
+        assert batch <= inserted <= target * output.metrics["ibench_seconds"] + batch
+        assert 0 < deleted <= inserted and inserted % batch == deleted % batch == 0
         status = sla_status(output)
-        assert status is not None and status.target == int(label[2:])
-        if label == "qr100":
-            assert status.met, (status, output.metrics)
+        assert status is not None and status.target == target
+        slower = min(r for r in (rates.insert_rows_per_s, rates.delete_rows_per_s) if r)
+        assert status.achieved == slower and status.met == (slower >= SLA_FRACTION * target)
 
 
 def test_insert_benchmark_queries_are_covering_or_by_pk(bench: Sysbench) -> None:

@@ -237,7 +237,9 @@ def measure_copies(
                 got[i] = measure_slice(lives[i], warmed[i], target, options["slice_s"])
             start.slices.append(got[0])
             for k in range(1, copies):
-                pair.run_ratios[k - 1].append(got[0].qps / got[k].qps)
+                # A slice that completed nothing (a stall) has no ratio, as a turn has none.
+                if got[0].qps > 0 < got[k].qps:
+                    pair.run_ratios[k - 1].append(got[0].qps / got[k].qps)
         status(f"turns: {options['turns']} rounds of {options['turn_s']:g} s ({rundir.name})")
         turning, pair.turns_wall_s = _take_turns(lives, warmed, experiment, options)
         pair.turn_ratios = _turn_ratios(target, turning)
