@@ -22,13 +22,19 @@ design it prints that design's width reached (mean and widest over the ratios to
 base, in points), the blocks it finished against the plan's, the median seconds a block
 took against the model's, and the spread of a block's log-ratio against the calibrated
 one; then the ratio reached / predicted for the best design by prediction (target <=
-1.25) and auto's width over the best fixed design's (target <= 1.1). A run's residual
-has few degrees of freedom, so each ratio comes with the 95% interval the run's
-chi-square gives the width at its true spread, and with the chance that a model and a
-chooser that were exactly right would meet each target at the run's degrees of freedom.
+1.25) and auto's width over the best fixed design's (target <= 1.1).
+
+A run's residual has 9-12 degrees of freedom, so one run's width scatters by about a
+fifth around its expected value: one run of each design cannot tell a chooser that
+works from one that does not (two runs of one design in one bench run reached 9.9 and
+14.0 points). `--repeats N` runs every design N times, round after round (so drift of
+the host's noise reaches every design alike), and judges the median width of each.
+Each ratio comes with the 95% interval that the runs' chi-squares give a median of
+widths at their true spread, and with the chance that a model and a chooser that were
+exactly right would meet each target at these degrees of freedom.
 
     .venv/bin/python bench/bench_time_to_verdict.py [--minutes 5] [--setups 2,4]
-        [--designs runs,turns,sequential,auto] [--calibration FILE.json]
+        [--designs runs,turns,sequential,auto] [--repeats 1] [--calibration FILE.json]
 """
 
 from __future__ import annotations
@@ -45,8 +51,6 @@ from typing import Any
 
 import numpy as np
 from common import Plan, emit, run
-from scipy.stats import chi2
-from scipy.stats import f as fisher_f
 
 from mallocbench.analysis import noise, stats
 from mallocbench.analysis.adjust import adjust_for_other_cpu
@@ -260,76 +264,89 @@ def chosen(result: RunResult) -> dict[str, Any] | None:
     }
 
 
-def ratio_interval(ratio: float, df: int) -> tuple[float, float]:
-    """95% interval of the width at the run's true spread over the same denominator."""
-    if df < 1 or not math.isfinite(ratio):
+SCATTER_DRAWS = 200_000
+
+
+def scatter(dfs: list[int], rng: np.random.Generator) -> np.ndarray:
+    """Draws of the median, over runs with these residual degrees of freedom, of a run's
+    width over its expected width: each scatters as sqrt(chi2_df / df)."""
+    draws = [np.sqrt(rng.chisquare(df, SCATTER_DRAWS) / df) for df in dfs]
+    return np.median(np.array(draws), axis=0)
+
+
+def median_width(runs: list[dict]) -> float:
+    return statistics.median(r["width_mean"] for r in runs)
+
+
+def dfs_of(runs: list[dict]) -> list[int]:
+    return [r["df"] for r in runs if r["df"] >= 1]
+
+
+def ratio_interval(ratio: float, dfs: list[int]) -> tuple[float, float]:
+    """95% interval of the median width at the runs' true spread over the same denominator."""
+    if not dfs or not math.isfinite(ratio):
         return math.nan, math.nan
-    return (
-        ratio * math.sqrt(df / chi2.ppf(0.975, df)),
-        ratio * math.sqrt(df / chi2.ppf(0.025, df)),
-    )
+    low, high = np.quantile(scatter(dfs, np.random.default_rng(1)), [0.025, 0.975])
+    return ratio / float(high), ratio / float(low)
 
 
-def two_run_interval(ratio: float, df_top: int, df_bottom: int) -> tuple[float, float]:
-    """95% interval of a ratio of two runs' widths at their true spreads: each width's
-    square scatters as chi-square over its df, so their quotient as F."""
-    if min(df_top, df_bottom) < 1 or not math.isfinite(ratio):
+def two_median_interval(ratio: float, dfs_top: list[int], dfs_bottom: list[int]) -> tuple:
+    """95% interval of a ratio of two designs' median widths at their true spreads (for
+    one run each, the F interval of a ratio of two widths)."""
+    if not dfs_top or not dfs_bottom or not math.isfinite(ratio):
         return math.nan, math.nan
-    return (
-        ratio / math.sqrt(fisher_f.ppf(0.975, df_top, df_bottom)),
-        ratio / math.sqrt(fisher_f.ppf(0.025, df_top, df_bottom)),
-    )
+    rng = np.random.default_rng(2)
+    quotient = scatter(dfs_top, rng) / scatter(dfs_bottom, rng)
+    low, high = np.quantile(quotient, [0.025, 0.975])
+    return ratio / float(high), ratio / float(low)
 
 
-def odds_at_these_df(found: dict[str, dict], best: str, draws: int = 200_000) -> dict[str, float]:
+def odds_at_these_df(found: dict[str, list[dict]], best: str) -> dict[str, float]:
     """What chance alone allows at the degrees of freedom this bench run had, for a model
-    and a chooser that are exactly right: a run's width scatters around its expected
-    value as sqrt(chi2_df / df). The chance that the best design's width comes out at
-    most 1.25 times the expected one; and, were every design's expected width the same,
-    the chance that auto's comes out at most 1.1 times the narrowest of the fixed
-    designs' (the minimum of several noisy widths sits below their common value)."""
+    and a chooser that are exactly right. The chance that the best design's median width
+    comes out at most 1.25 times the expected one; and, were every design's expected
+    width the same, the chance that auto's comes out at most 1.1 times the narrowest of
+    the fixed designs' (the minimum of several noisy widths sits below their common value)."""
     rng = np.random.default_rng(0)
-
-    def widths(df: int) -> np.ndarray:
-        return np.sqrt(rng.chisquare(df, draws) / df)
-
     out: dict[str, float] = {}
-    if found.get(best, {}).get("df", 0) >= 1:
-        out["p_reached_within_prediction_target"] = float(
-            np.mean(widths(found[best]["df"]) <= PREDICTION_TARGET)
-        )
-    fixed = [found[d]["df"] for d in FIXED if found.get(d, {}).get("df", 0) >= 1]
-    if fixed and found.get("auto", {}).get("df", 0) >= 1:
-        narrowest = np.min([widths(df) for df in fixed], axis=0)
+    if dfs_of(found.get(best, [])):
+        reached_ = scatter(dfs_of(found[best]), rng)
+        out["p_reached_within_prediction_target"] = float(np.mean(reached_ <= PREDICTION_TARGET))
+    fixed = [dfs_of(found[d]) for d in FIXED if dfs_of(found.get(d, []))]
+    if fixed and dfs_of(found.get("auto", [])):
+        narrowest = np.min([scatter(dfs, rng) for dfs in fixed], axis=0)
         out["p_auto_within_target_if_designs_tie"] = float(
-            np.mean(widths(found["auto"]["df"]) <= AUTO_TARGET * narrowest)
+            np.mean(scatter(dfs_of(found["auto"]), rng) <= AUTO_TARGET * narrowest)
         )
     return out
 
 
-def judge(setups: int, made: dict, found: dict[str, dict]) -> dict[str, Any]:
-    """The two Done-when ratios for one setup count."""
+def judge(setups: int, made: dict, found: dict[str, list[dict]]) -> dict[str, Any]:
+    """The two Done-when ratios for one setup count, from each design's median width."""
     best = min(FIXED, key=lambda d: made[d]["width"])
     predicted = made[best]["width"]
-    ratio = found[best]["width_mean"] / predicted if best in found else math.nan
+    ratio = median_width(found[best]) / predicted if best in found else math.nan
     out: dict[str, Any] = {
         "setups": setups,
         "best_predicted": best,
         "predicted_width": predicted,
-        "best_reached_width": found.get(best, {}).get("width_mean"),
+        "best_reached_widths": [r["width_mean"] for r in found.get(best, [])],
+        "best_reached_width": median_width(found[best]) if best in found else None,
         "reached_over_predicted": ratio,
-        "reached_over_predicted_95": ratio_interval(ratio, found.get(best, {}).get("df", 0)),
+        "reached_over_predicted_each": [r["width_mean"] / predicted for r in found.get(best, [])],
+        "reached_over_predicted_95": ratio_interval(ratio, dfs_of(found.get(best, []))),
         "prediction_target": PREDICTION_TARGET,
     }
     fixed = [d for d in FIXED if d in found]
     if fixed and "auto" in found:
-        narrowest = min(fixed, key=lambda d: found[d]["width_mean"])
-        versus = found["auto"]["width_mean"] / found[narrowest]["width_mean"]
+        narrowest = min(fixed, key=lambda d: median_width(found[d]))
+        versus = median_width(found["auto"]) / median_width(found[narrowest])
         out |= {
             "best_fixed_reached": narrowest,
+            "auto_widths": [r["width_mean"] for r in found["auto"]],
             "auto_over_best_fixed": versus,
-            "auto_over_best_fixed_95": two_run_interval(
-                versus, found["auto"]["df"], found[narrowest]["df"]
+            "auto_over_best_fixed_95": two_median_interval(
+                versus, dfs_of(found["auto"]), dfs_of(found[narrowest])
             ),
             "auto_target": AUTO_TARGET,
         }
@@ -337,10 +354,11 @@ def judge(setups: int, made: dict, found: dict[str, dict]) -> dict[str, Any]:
 
 
 def in_order(designs: list[str], made: dict[str, dict]) -> list[str]:
-    """The best design by prediction first, then auto, then the rest: the two the
-    Done-when ratios need come first when the time runs short."""
-    best = min((d for d in FIXED if d in designs), key=lambda d: made[d]["width"], default=None)
-    first = [d for d in (best, "auto") if d in designs]
+    """The best design by prediction first (run even when not asked for: the Done-when
+    ratios are about it), then auto, then the rest: the two the ratios need come first
+    when the time runs short."""
+    best = min(FIXED, key=lambda d: made[d]["width"])
+    first = [best] + [d for d in ("auto",) if d in designs]
     return first + [d for d in designs if d not in first]
 
 
@@ -349,6 +367,9 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=5)
     parser.add_argument("--setups", default="2,4")
     parser.add_argument("--designs", default="runs,turns,sequential,auto")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="runs of each design, round after round"
+    )
     parser.add_argument("--out", type=Path, default=Path("/tmp/mb-bench-ttv"))
     parser.add_argument(
         "--calibration", type=Path, help="calibrate --json to use, not a new one (one --setups)"
@@ -372,28 +393,35 @@ def main() -> int:
         emit({"calibration": {k: calibration.get(k) for k in kept}})
         made = plans(calibration, setups, budget_s)
         emit({"setups": setups, "plans": made})
-        found: dict[str, dict] = {}
-        for design in in_order(args.designs.split(","), made):
-            name = f"ttv{setups}-{design}"
-            experiment = experiment_for(name, design, setups, made, calibration, budget_s)
-            before = load()
-            result, wall = run(experiment, args.out / name, stop_after_s=budget_s)
-            found[design] = reached(result)
-            emit(
-                {
-                    "setups": setups,
-                    "design": design,
-                    "wall_s": round(wall),
-                    "load_before": before,
-                    "load_after": load(),
-                    **found[design],
-                    "planned_blocks": made[design]["starts"] if design in made else None,
-                    "planned_block_s": made.get(design, {}).get("block_s"),
-                    "planned_block_log_ratio_sd": made.get(design, {}).get("block_log_ratio_sd"),
-                }
-            )
-            # After every design: a bench stopped for time still leaves its verdict so far.
-            emit(judge(setups, made, found) | {"designs_run": list(found)})
+        found: dict[str, list[dict]] = {}
+        for round_ in range(args.repeats):
+            for design in in_order(args.designs.split(","), made):
+                name = f"ttv{setups}-{design}" + (f"-{round_ + 1}" if args.repeats > 1 else "")
+                experiment = experiment_for(name, design, setups, made, calibration, budget_s)
+                before = load()
+                result, wall = run(experiment, args.out / name, stop_after_s=budget_s)
+                found.setdefault(design, []).append(reached(result))
+                emit(
+                    {
+                        "setups": setups,
+                        "design": design,
+                        "round": round_ + 1,
+                        "wall_s": round(wall),
+                        "load_before": before,
+                        "load_after": load(),
+                        **found[design][-1],
+                        "planned_blocks": made[design]["starts"] if design in made else None,
+                        "planned_block_s": made.get(design, {}).get("block_s"),
+                        "planned_block_log_ratio_sd": made.get(design, {}).get(
+                            "block_log_ratio_sd"
+                        ),
+                    }
+                )
+                # After every run: a bench stopped for time still leaves its verdict so far.
+                emit(
+                    judge(setups, made, found)
+                    | {"runs_per_design": {d: len(v) for d, v in found.items()}}
+                )
     return 0
 
 
