@@ -218,7 +218,8 @@ class CellMeasurement:
                 "t": kept[0].t if kept else time.time(),
                 "qps": statistics.fmean(rates) if counted else output.qps,
                 "tps": statistics.fmean(tps) if counted else output.tps,
-                "seconds": float(len(kept)) if counted else output.seconds,
+                # Seconds with a rate: a dead server's last reading has memory alone.
+                "seconds": float(len(rates)) if counted else output.seconds,
                 **noise,
             }
         )
