@@ -375,6 +375,8 @@ def main() -> int:
         "--calibration", type=Path, help="calibrate --json to use, not a new one (one --setups)"
     )
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: give at least 1 run of each design")
     budget_s = args.minutes * 60
     for setups in (int(n) for n in args.setups.split(",")):
         if args.calibration:

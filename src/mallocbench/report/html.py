@@ -263,15 +263,15 @@ def _charts_json(charts: list[Chart]) -> str:
 CHART_DIGITS = 10
 
 
-def _clean_nan(value: Any) -> Any:
+def _chart_values(value: Any) -> Any:
     """JSON has no NaN: missing values become null, which Plotly leaves as gaps; other
     floats keep CHART_DIGITS significant digits."""
     if isinstance(value, float):
         return float(f"{value:.{CHART_DIGITS}g}") if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _clean_nan(v) for k, v in value.items()}
+        return {k: _chart_values(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_clean_nan(v) for v in value]
+        return [_chart_values(v) for v in value]
     return value
 
 
@@ -285,8 +285,8 @@ def _page(template: str, charts: list[Chart], plotly_src: str | None = None, **c
     """The page; charts load plotly.js from `plotly_src` beside it, else from a gzipped
     copy inside the page (self-contained)."""
     for chart in charts:
-        chart.data = _clean_nan(chart.data)
-        chart.layout = _clean_nan(chart.layout)
+        chart.data = _chart_values(chart.data)
+        chart.layout = _chart_values(chart.layout)
     return (
         _environment()
         .get_template(template)
