@@ -17,7 +17,9 @@ its shape for that wall time itself (from the stored calibration: no time spent
 calibrating). Each is stopped with SIGTERM after --minutes, as a user's Ctrl-C would
 (finished cells are kept), and judged by the code the reports use.
 
-The best design by prediction runs first, then auto, then the others. After each
+The best design by prediction runs first, then auto (the two swap every other round),
+then the others. A fixed design asks for the blocks its plan fits; auto for many, and
+takes its own repeats from the budget. After each
 design it prints that design's width reached (mean and widest over the ratios to the
 base, in points), the blocks it finished against the plan's, the median seconds a block
 took against the model's, and the spread of a block's log-ratio against the calibrated
@@ -59,7 +61,7 @@ from mallocbench.results import RunResult
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
 FIXED = ("runs", "turns", "sequential")
-REPEATS = 60  # more than fit in the minutes: the stop ends every run
+REPEATS = 60  # more than fit in the minutes: auto takes its own from the budget
 TARGET_CI_PCT = 3.0
 PREDICTION_TARGET = 1.25
 AUTO_TARGET = 1.1
@@ -178,7 +180,9 @@ def experiment_for(
     return Plan(
         name,
         setups_of(setups),
-        repeats=REPEATS,
+        # A fixed design asks for the blocks its plan fits, and ends by itself as auto
+        # does, so the two runs differ in nothing but the choosing.
+        repeats=REPEATS if design == "auto" else max(2, shape["starts"]),
         design=kind,
         alternate=alternate,
         step_s=shape["slices_per_start"] * piece,
@@ -353,12 +357,15 @@ def judge(setups: int, made: dict, found: dict[str, list[dict]]) -> dict[str, An
     return out | odds_at_these_df(found, best)
 
 
-def in_order(designs: list[str], made: dict[str, dict]) -> list[str]:
-    """The best design by prediction first (run even when not asked for: the Done-when
-    ratios are about it), then auto, then the rest: the two the ratios need come first
-    when the time runs short."""
+def in_order(designs: list[str], made: dict[str, dict], round_: int) -> list[str]:
+    """The best design by prediction and auto first (the best run even when not asked
+    for: the Done-when ratios are about it), then the rest: the two the ratios need come
+    first when the time runs short. The two swap places every other round, so neither
+    always follows the same run (a run stopped for time, or the calibration)."""
     best = min(FIXED, key=lambda d: made[d]["width"])
     first = [best] + [d for d in ("auto",) if d in designs]
+    if round_ % 2 == 1:
+        first.reverse()
     return first + [d for d in designs if d not in first]
 
 
@@ -397,7 +404,7 @@ def main() -> int:
         emit({"setups": setups, "plans": made})
         found: dict[str, list[dict]] = {}
         for round_ in range(args.repeats):
-            for design in in_order(args.designs.split(","), made):
+            for design in in_order(args.designs.split(","), made, round_):
                 name = f"ttv{setups}-{design}" + (f"-{round_ + 1}" if args.repeats > 1 else "")
                 experiment = experiment_for(name, design, setups, made, calibration, budget_s)
                 before = load()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -186,6 +187,45 @@ def test_as_many_copies_as_setups_each_give_a_ratio_series(tmp_path: Path) -> No
     assert summary.costs.turn_s == pytest.approx(1.25)
     assert summary.runs_ratio.between_var is not None and summary.runs_ratio.between_var > 0.005
     assert summary.plan.setups == 4
+
+
+def test_copies_take_the_places_a_runs_blocks_give_their_setups(tmp_path: Path) -> None:
+    """Start k starts, warms and turns its copies in the order block k of a run has its
+    setups (reversed on odd repeats), so an advantage of one place in that order is
+    between-start variance in the calibration as in the run, not a fixed offset of copy
+    a that the prediction would leave out."""
+    from mallocbench import experiment as experiment_mod
+    from mallocbench.calibrate.measure import copy_order
+
+    for count in (2, 3, 4):
+        path = tmp_path / f"n{count}.toml"
+        path.write_text(
+            TINY
+            + "".join(
+                f'[[setup]]\nname = "g{i}"\nallocator = "glibc"\n' for i in range(2, count + 1)
+            )
+        )
+        experiment = dataclasses.replace(experiment_mod.load(path), repeats=4)
+        names = [s.name for s in experiment.setups]
+        for repeat in range(4):
+            block = [
+                session.setup
+                for session in experiment_mod.plan(experiment)
+                if session.repeat == repeat
+            ]
+            assert copy_order(count, repeat) == [names.index(n) for n in block]
+    assert copy_order(2, 1) == [1, 0]
+
+
+def test_two_copies_get_the_starts_four_get_in_ratio_series() -> None:
+    """One series of copy a over another copy per start with two copies, three with four:
+    the default starts give both about as many series, and never fewer than 5 starts."""
+    from mallocbench.calibrate.summary import DEFAULT_STARTS, default_starts
+
+    assert default_starts(1) == DEFAULT_STARTS == 5
+    assert default_starts(2) == 10
+    assert default_starts(3) == 5 and default_starts(4) == 5
+    assert all(default_starts(n) * (n - 1) >= 10 for n in range(2, 8))
 
 
 def test_runs_and_turns_are_planned_with_the_start_level_both_saw(tmp_path: Path) -> None:

@@ -155,29 +155,40 @@ def _turn_ratios(target: Target, measured: list[CellMeasurement]) -> list[list[f
     ]  # fmt: skip
 
 
+def copy_order(copies: int, index: int) -> list[int]:
+    """The copies in the order start `index` starts, warms and turns them: a first on
+    even starts, last on odd ones, as a run reverses its setups on odd repeats
+    (experiment.plan). Whatever favours one place in that order (the server started
+    first idles while the others warm) then lands in the between-start variance, where
+    a run's blocks meet it, not in a fixed offset of copy a that no run has."""
+    order = list(range(copies))
+    return order if index % 2 == 0 else order[::-1]
+
+
 def _start_copies(
     experiment: Experiment,
     target: Target,
     where: tuple[ServerBuild, Path, Path],
     index: int,
-    lives: list[LiveSession],
+    lives: dict[int, LiveSession],
     status: Callable[[str], None],
-    copies: int,
+    order: list[int],
 ) -> list[float]:
-    """Start `copies` copies a, b, ... (appended to `lives` as they come up, for the
+    """Start the copies in `order` (kept in `lives` by copy as they come up, for the
     caller to stop), each on its own copy of the datadir with its cache warmed; their
-    start times."""
+    start times, in copy order."""
     build, rundir, golden = where
-    took = []
-    for copy in (copy_name(i) for i in range(copies)):
+    took: dict[int, float] = {}
+    for i in order:
+        copy = copy_name(i)
         began = time.monotonic()
         planned = PlannedSession(target.setup.name, target.engine.name, index, ())
         status(f"starting copy {copy} of {target.setup.name} ({rundir.name})")
         session_id = f"calibrate.start{index + 1}{copy}"
-        lives.append(start_session(experiment, planned, session_id, rundir / copy, build, golden))
-        warm_cache(lives[-1].server, experiment)
-        took.append(time.monotonic() - began)
-    return took
+        lives[i] = start_session(experiment, planned, session_id, rundir / copy, build, golden)
+        warm_cache(lives[i].server, experiment)
+        took[i] = time.monotonic() - began
+    return [took[i] for i in sorted(took)]
 
 
 def _take_turns(
@@ -213,27 +224,29 @@ def measure_copies(
     """As many copies of the setup up at once as a block of the experiment has servers
     (summary.compared_setups): their slices alternate as runs (the order rotating each
     round), then their clients take turns. Copy a stands for the base, each other copy
-    for a setup compared with it.
+    for a setup compared with it; they start, warm and turn in copy_order, reversed on
+    odd starts as a run's blocks are.
 
     Copy a's slices are also the start a one-setup calibration measures (the other
     copies idle meanwhile, as the other servers of a block do). Every server is stopped,
     its datadir removed, on every way out.
     """
     copies = compared_setups(experiment)
-    lives: list[LiveSession] = []
+    order = copy_order(copies, index)
+    lives: dict[int, LiveSession] = {}
     rundir = where[1]
     try:
-        took = _start_copies(experiment, target, where, index, lives, status, copies)
+        took = _start_copies(experiment, target, where, index, lives, status, order)
         pair = PairResult(sum(took), run_ratios=[[] for _ in range(copies - 1)])
         status(f"warming {target.step.label} on {copies} copies ({rundir.name})")
-        warmed = [_warm_step(live, experiment, target, index) for live in lives]
-        pair.warmups_s = [m.cell.warmup_s or 0.0 for m in warmed]
+        warmed = {i: _warm_step(lives[i], experiment, target, index) for i in order}
+        pair.warmups_s = [warmed[i].cell.warmup_s or 0.0 for i in range(copies)]
         first = warmed[0].cell
         start = StartResult(took[0], first.warmup_s or 0.0, bool(first.warmup_steady))
         for n in range(options["slices"]):
             status(f"runs: round {n + 1}/{options['slices']} of {rundir.name}")
             got = {}
-            for i in [(n + k) % copies for k in range(copies)]:
+            for i in [order[(n + k) % copies] for k in range(copies)]:
                 got[i] = measure_slice(lives[i], warmed[i], target, options["slice_s"])
             start.slices.append(got[0])
             for k in range(1, copies):
@@ -241,15 +254,18 @@ def measure_copies(
                 if got[0].qps > 0 < got[k].qps:
                     pair.run_ratios[k - 1].append(got[0].qps / got[k].qps)
         status(f"turns: {options['turns']} rounds of {options['turn_s']:g} s ({rundir.name})")
-        turning, pair.turns_wall_s = _take_turns(lives, warmed, experiment, options)
-        pair.turn_ratios = _turn_ratios(target, turning)
+        turning, pair.turns_wall_s = _take_turns(
+            [lives[i] for i in order], [warmed[i] for i in order], experiment, options
+        )
+        in_copy_order = [turning[order.index(i)] for i in range(copies)]
+        pair.turn_ratios = _turn_ratios(target, in_copy_order)
     finally:
         stopping = time.monotonic()
-        for live in lives:
+        for live in lives.values():
             stop_session(live, keep_datadir=False)
     # A block stops each of its servers in turn, as here: the cost is per server.
-    start.stop_s = (time.monotonic() - stopping) / len(lives)
-    return start, pair, [n for live in lives for n in live.notes]
+    start.stop_s = (time.monotonic() - stopping) / max(1, len(lives))
+    return start, pair, [n for live in lives.values() for n in live.notes]
 
 
 def calibrate(
@@ -332,4 +348,4 @@ def _copies_text(pair: PairResult) -> str:
     return f"copy a / copies {others}: geometric mean per run {runs}, per turn {turns}"
 
 
-__all__ = ["calibrate", "measure_copies", "measure_slice", "measure_start"]
+__all__ = ["calibrate", "copy_order", "measure_copies", "measure_slice", "measure_start"]

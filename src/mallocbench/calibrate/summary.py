@@ -75,6 +75,18 @@ def compared_setups(experiment: Experiment) -> int:
     return max(2, len(experiment.setups))
 
 
+DEFAULT_STARTS = 5
+START_SERIES = 10  # ratio series (starts x copies after a) a calibration with pairs aims at
+
+
+def default_starts(copies: int) -> int:
+    """Starts for a calibration of `copies` copies up at once (1: no pairs): enough for
+    START_SERIES series of copy a over another copy, and never fewer than DEFAULT_STARTS."""
+    if copies < 2:
+        return DEFAULT_STARTS
+    return max(DEFAULT_STARTS, -(-START_SERIES // (copies - 1)))
+
+
 def copy_name(index: int) -> str:
     """Copy 0 is a, the base's stand-in; the others b, c, ..."""
     return chr(ord("a") + index)

@@ -19,7 +19,13 @@ import click
 from mallocbench import experiment as experiment_mod
 from mallocbench.calibrate.measure import calibrate
 from mallocbench.calibrate.store import calibration_key, store_calibration
-from mallocbench.calibrate.summary import CalibrationSummary, compared_setups
+from mallocbench.calibrate.summary import (
+    DEFAULT_STARTS,
+    START_SERIES,
+    CalibrationSummary,
+    compared_setups,
+    default_starts,
+)
 from mallocbench.calibrate.target import pick_target
 from mallocbench.commands.options import out_dir_option, percent_option
 from mallocbench.console import make_console
@@ -47,12 +53,16 @@ def write_json(summary: CalibrationSummary, path: Path) -> None:
 # starts: 2 degrees of freedom; its estimates came out at a quarter to a half of what
 # the runs measured after them saw). Short starts also measure servers as young as a
 # run's blocks; 5 starts of 3 slices and 6 rounds of turns take what 3 of 6 and 10 took.
+# Each start gives one ratio series per copy after a, so two copies need twice the
+# starts for as many (a 2-setup prediction from 5 starts, 4 degrees of freedom, came out
+# 0.76 of the widths its runs reached, where 4 setups' came out 0.93).
 @click.option(
     "--starts",
     type=click.IntRange(2, 100),
-    default=5,
-    show_default=True,
-    help="Server starts; at least 2, or the between-start variance is unknown.",
+    default=None,
+    help="Server starts; at least 2, or the between-start variance is unknown "
+    f"[default: {DEFAULT_STARTS}, or enough for {START_SERIES} ratio series with "
+    "pairs: 10 for two copies].",
 )
 @click.option(
     "--slices",
@@ -119,7 +129,7 @@ def calibrate_cmd(
     engine: str | None,
     step: str | None,
     threads: int | None,
-    starts: int,
+    starts: int | None,
     slices: int,
     slice_s: int,
     pairs: bool,
@@ -156,6 +166,8 @@ def calibrate_cmd(
     """
     experiment = experiment_mod.load(experiment_file)
     target = pick_target(experiment, setup, engine, step, threads)
+    if starts is None:
+        starts = default_starts(compared_setups(experiment) if pairs else 1)
     options = {
         "starts": starts,
         "slices": slices,
