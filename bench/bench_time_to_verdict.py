@@ -137,10 +137,14 @@ def plan(calibration: dict[str, Any], design: str, setups: int, budget_s: float)
     slices = shape.slices_per_start
     block_var = (1.0 if paired else 2.0) * ((found.between_var or 0.0) + found.within_var / slices)
     fixed_s, per_slice_s = noise.block_costs(design, costs, setups)
+    in_range = noise.width_range_pct(
+        found, slices, shape.width_pct, series_per_start=setups - 1 if paired else 1
+    )
     return {
         "slices_per_start": slices,
         "starts": shape.starts,
         "width": shape.width_pct,
+        "width_range": in_range,
         "block_s": fixed_s + slices * per_slice_s,
         "block_log_ratio_sd": math.sqrt(block_var),
     }
@@ -334,6 +338,8 @@ def judge(setups: int, made: dict, found: dict[str, list[dict]]) -> dict[str, An
         "setups": setups,
         "best_predicted": best,
         "predicted_width": predicted,
+        # Where the prediction itself may lie, from the calibration's starts and turns.
+        "predicted_width_range": made[best]["width_range"],
         "best_reached_widths": [r["width_mean"] for r in found.get(best, [])],
         "best_reached_width": median_width(found[best]) if best in found else None,
         "reached_over_predicted": ratio,

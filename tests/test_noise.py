@@ -220,6 +220,11 @@ def test_calibrate_says_how_far_a_target_is_and_what_a_start_costs() -> None:
     start_cv = components.start_cv_pct
     assert start_cv is not None
     assert f"typically differ by {start_cv * math.sqrt(2):.1f}%" in text
+    # 3 starts: the width the budget buys is known to within a factor of several.
+    assert plan.budget_width_range_pct is not None
+    low, high = plan.budget_width_range_pct
+    assert low < (plan.budget_width_pct or 0) < high and high / low > 3
+    assert f"{low:.1f} to {high:.1f} as far as this calibration can tell" in text
 
 
 def test_paired_components_are_the_ratios_own_variance() -> None:
@@ -450,3 +455,45 @@ def test_designs_whose_starts_disagree_are_told_apart_from_noise() -> None:
         disagreeing += found.agreement_p < noise.SHARED_START_MIN_P
     assert 0.02 * 400 < agreeing < 0.09 * 400
     assert disagreeing > 0.6 * 400
+
+
+def test_the_width_range_covers_the_true_width_as_often_as_it_says() -> None:
+    """A two-copy calibration of 5 starts of 6 turns, drawn from known components, again
+    and again: the width the run's plan would truly reach lies inside the predicted
+    range about 95% of the time (Satterthwaite's approximation, the clamp of a negative
+    between part at 0), and the range is wide at these degrees of freedom."""
+    rng = np.random.default_rng(7)
+    between, within, starts, turns, slices, run_starts = 0.005, 0.02, 5, 6, 4, 10
+    truth = noise.VarianceComponents(within, between, starts, starts * turns, 0, 0.0)
+    true_width = noise.resolvable_effect_pct(truth, 2, slices, run_starts, paired=True)
+    inside, ratios = 0, []
+    draws = 2000
+    for _ in range(draws):
+        levels = rng.normal(0.0, math.sqrt(between), starts)
+        series = [np.exp(level + rng.normal(0.0, math.sqrt(within), turns)) for level in levels]
+        found = noise.variance_components(series)
+        width = noise.resolvable_effect_pct(found, 2, slices, run_starts, paired=True)
+        span = noise.width_range_pct(found, slices, width)
+        assert span is not None and span[0] < width < span[1]
+        inside += span[0] <= true_width <= span[1]
+        ratios.append(span[1] / span[0])
+    print(f"coverage {inside / draws:.3f}, median high/low {np.median(ratios):.2f}")
+    assert 0.92 <= inside / draws <= 0.98
+    assert float(np.median(ratios)) > 1.8  # 4 degrees of freedom in the larger part
+
+
+def test_a_width_range_counts_series_that_share_a_start_as_fewer() -> None:
+    """Three series per start of four copies share copy a's level: they count as 1.5
+    independent ones, so the range is wider than their count would make it, and
+    narrower than one series a start; nothing is said of a width that does not fit or
+    a mean square with no degrees of freedom."""
+    found = noise.VarianceComponents(0.03, 0.004, 15, 90, 75, 0.0)
+    series = noise.width_range_pct(found, 6, 20.0)
+    shared = noise.width_range_pct(found, 6, 20.0, series_per_start=3)
+    one_each = noise.VarianceComponents(0.03, 0.004, 5, 30, 25, 0.0)
+    single = noise.width_range_pct(one_each, 6, 20.0)
+    assert series is not None and shared is not None and single is not None
+    assert single[0] < shared[0] < series[0] < 20.0 < series[1] < shared[1] < single[1]
+    assert noise.width_range_pct(found, 6, math.inf) is None
+    one_start = noise.VarianceComponents(0.03, 0.004, 1, 6, 5, 0.0)
+    assert noise.width_range_pct(one_start, 6, 20.0) is None

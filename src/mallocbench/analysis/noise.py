@@ -402,6 +402,9 @@ class Plan:
     # ratio's variance is theirs; otherwise twice one setup's (independent starts).
     paired: bool = False
     target_slices_per_start: int | None = None  # of the target's plan, when in reach
+    # Where the budget's width may lie, given the starts and slices the components came
+    # from (width_range_pct); None when it does not fit or cannot be said.
+    budget_width_range_pct: tuple[float, float] | None = None
 
 
 def block_costs(design: str, costs: Costs, setups: int) -> tuple[float, float]:
@@ -526,6 +529,55 @@ def time_for_width(
     return best
 
 
+def width_range_pct(
+    components: VarianceComponents,
+    slices_per_start: int,
+    width_pct: float,
+    confidence: float = 0.95,
+    series_per_start: int = 1,
+) -> tuple[float, float] | None:
+    """The range an expected width may lie in, given how well the calibration knows the
+    block variance it is made of, between_var + within_var / slices. That estimate is a
+    sum of the two mean squares of variance_components (between starts, MSB, and
+    within, MSW): (MSB - MSW) / n0 + MSW / slices, with n0 slices a start. Satterthwaite
+    gives it degrees of freedom from theirs (starts - 1 and within_df), and a width grows
+    as the square root of the variance, so its range is the chi-square interval of the
+    variance, square-rooted. With 5 starts of a two-copy calibration MSB has 4 degrees
+    of freedom, and a width of 14 points may truly be 10 or 23: a run that reaches 18
+    has not shown the model wrong. None when the width is not finite or a mean square
+    has no degrees of freedom. Paired or not, the factor of a ratio's variance cancels.
+
+    With several series per start (copy a over each of three other copies), the series
+    share copy a's level: two of them correlate by a half when every copy's level
+    varies alike, so m series of a start count as about 2m / (m + 1) independent ones in
+    MSB's degrees of freedom (1.5 for three), not m.
+    """
+    if not math.isfinite(width_pct) or slices_per_start < 1:
+        return None
+    groups = components.starts
+    starts_df = groups * 2 / (series_per_start + 1) - 1
+    within_df = components.within_df
+    if starts_df < 1 or within_df < 1:
+        return None
+    per_group = components.slices / groups  # n0 when every start has as many slices
+    msw = components.within_var
+    msb = msw + per_group * _between(components)
+    weights = (1.0 / per_group, 1.0 / slices_per_start - 1.0 / per_group)
+    variance = weights[0] * msb + weights[1] * msw
+    spread = (weights[0] * msb) ** 2 / starts_df + (weights[1] * msw) ** 2 / within_df
+    if variance <= 0 or spread <= 0:
+        return None
+    df = variance**2 / spread
+    # Imported here, as analysis.stats imports its t quantile: scipy loads slowly.
+    from scipy.special import chdtri
+
+    tail = (1.0 - confidence) / 2
+    return (
+        width_pct * math.sqrt(df / float(chdtri(df, tail))),
+        width_pct * math.sqrt(df / float(chdtri(df, 1.0 - tail))),
+    )
+
+
 def plan_run(
     components: VarianceComponents,
     costs: Costs,
@@ -534,11 +586,23 @@ def plan_run(
     target_width_pct: float,
     design: str = RUNS_DESIGN,
     paired: bool = False,
+    series_per_start: int = 1,
 ) -> Plan:
-    """One design's plan: the narrowest width the budget buys (shape_in_budget) and the
+    """One design's plan: the narrowest width the budget buys (shape_in_budget), the
+    range the calibration leaves it (width_range_pct, `server_starts` as there) and the
     least time the target width costs (time_for_width), by the same block arithmetic."""
     shape = shape_in_budget(components, costs, design, setups, budget_s, paired)
     needed = time_for_width(components, costs, design, setups, target_width_pct, paired)
+    in_range = (
+        width_range_pct(
+            components,
+            shape.slices_per_start,
+            shape.width_pct,
+            series_per_start=series_per_start,
+        )
+        if shape.fits
+        else None
+    )
     return Plan(
         setups=setups,
         slices_per_start=shape.slices_per_start,
@@ -551,6 +615,7 @@ def plan_run(
         design=design,
         paired=paired,
         target_slices_per_start=needed[0] if needed else None,
+        budget_width_range_pct=in_range,
     )
 
 

@@ -272,7 +272,16 @@ def design_plans(
     for design, ratio in ((RUNS_DESIGN, summary.runs_ratio), (TURNS_DESIGN, summary.turns_ratio)):
         if ratio is not None:
             plans.append(
-                plan_run(ratio, costs, setups, budget_s, target_width_pct, design, paired=True)
+                plan_run(
+                    ratio,
+                    costs,
+                    setups,
+                    budget_s,
+                    target_width_pct,
+                    design,
+                    paired=True,
+                    series_per_start=max(1, summary.copies - 1),
+                )
             )
     return plans
 

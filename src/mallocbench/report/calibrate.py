@@ -14,6 +14,7 @@ from mallocbench.analysis.noise import (
     SEQUENTIAL_DESIGN,
     TURNS_DESIGN,
     DesignChoice,
+    Plan,
 )
 from mallocbench.calibrate.summary import CalibrationSummary, copy_name
 
@@ -118,12 +119,29 @@ def _designs_table(summary: CalibrationSummary) -> Table:
             _pct(cvs[1]),
             origins[plan.design],
             f"{plan.slices_per_start}",
-            _pct(plan.budget_width_pct, 1).rstrip("%") + " pts"
-            if plan.budget_width_pct is not None
-            else "does not fit",
+            _budget_width(plan),
             _wall(plan.target_s) if plan.target_s is not None else "out of reach",
         )
     return table
+
+
+def _budget_width(plan: Plan) -> str:
+    """The width the budget buys, with the range the calibration's own few starts leave
+    it (noise.width_range_pct)."""
+    if plan.budget_width_pct is None:
+        return "does not fit"
+    text = f"{plan.budget_width_pct:.1f} pts"
+    if plan.budget_width_range_pct is not None:
+        low, high = plan.budget_width_range_pct
+        text += f" ({_width_words(low)}-{_width_words(high)})"
+    return text
+
+
+def _range_words(plan: Plan) -> str:
+    if plan.budget_width_range_pct is None:
+        return ""
+    low, high = plan.budget_width_range_pct
+    return f", {_width_words(low)} to {_width_words(high)} as far as this calibration can tell"
 
 
 def design_lines(summary: CalibrationSummary) -> list[str]:
@@ -133,7 +151,7 @@ def design_lines(summary: CalibrationSummary) -> list[str]:
     best = next(p for p in summary.designs if p.design == summary.best)
     lines = [
         f"Best design here for {summary.plan.setups} setups in {summary.plan.budget_s / 60:g} "
-        f"min: {summary.best} (about {best.budget_width_pct:.1f} points): "
+        f"min: {summary.best} (about {best.budget_width_pct:.1f} points{_range_words(best)}): "
         + {
             SEQUENTIAL_DESIGN: 'design = "sequential".',
             RUNS_DESIGN: 'alternate = "runs" (the default).',
@@ -159,7 +177,8 @@ def plan_lines(summary: CalibrationSummary) -> list[str]:
     else:
         lines.append(
             f"With {plan.setups} setups, a budget of {budget} ({plan.budget_starts} starts) "
-            f"resolves an interval width of about {plan.budget_width_pct:.1f} points (per cell)."
+            f"resolves an interval width of about {plan.budget_width_pct:.1f} points (per cell"
+            f"{_range_words(plan)})."
         )
     if plan.target_starts is None or plan.target_s is None:
         lines.append(
