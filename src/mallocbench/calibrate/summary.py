@@ -214,18 +214,22 @@ def _shared_start(
 ) -> tuple[
     noise.VarianceComponents | None, noise.VarianceComponents | None, noise.SharedStart | None
 ]:
-    """Runs and turns with one between-start variance, pooled over both, when both were
-    measured and their starts' levels agree; the pooled estimate and its agreement test
-    (None without both designs).
+    """Runs and turns with a between-start variance no lower than the one pooled over
+    both, when both were measured and their starts' levels agree; the pooled estimate
+    and its agreement test (None without both designs).
 
     Both designs measure the same copies on the same starts, and a start's level mostly
     shows in both alike (their per-start means agreed on this host, e.g. -0.21 and
     -0.12 on the log scale for the start both put lowest). Turns alone, 10 short and
     scattered turns per start, called it 0 from 3 starts where 20 turns A/A runs found
     a CV of 10%, and a plan on 0 promised turns an interval 1.5 times narrower than they
-    reached. But turns can also have levels of their own (a start whose turns ran copy
-    a at 0.64 of copy b while its runs put them level): then pooling would hide them,
-    and each design keeps its own.
+    reached: the pooled level raises such an estimate. But a design's starts can also
+    vary in a way of their own on top of the shared level (a start whose turns ran copy
+    a at 0.64 of copy b while its runs put them level), so the pooled level is a floor,
+    never a replacement: one calibration's turns alone gave 0.0053 beside a pooled
+    0.0009 (their runs alone 0.0001), and a plan on the pooled value would have
+    promised turns a 12.5-point interval where their own gave 17.5. When the starts'
+    levels disagree outright, each design keeps its own.
     """
     if runs is None or turns is None:
         return runs, turns, None
@@ -234,11 +238,11 @@ def _shared_start(
         return runs, turns, None
     if shared.agreement_p < noise.SHARED_START_MIN_P:
         return runs, turns, shared
-    pooled = (
-        dataclasses.replace(runs, between_var=shared.variance),
-        dataclasses.replace(turns, between_var=shared.variance),
-    )
-    return *pooled, shared
+
+    def floored(own: noise.VarianceComponents) -> noise.VarianceComponents:
+        return dataclasses.replace(own, between_var=max(own.between_var or 0.0, shared.variance))
+
+    return floored(runs), floored(turns), shared
 
 
 def _shared_note(own: dict[str, float | None], shared: noise.SharedStart) -> str:
@@ -254,9 +258,9 @@ def _shared_note(own: dict[str, float | None], shared: noise.SharedStart) -> str
             "in a way of their own on this host"
         )
     return (
-        f"per start, runs and turns are planned with one CV pooled over both "
-        f"({cv(shared.variance)}), as they measure the same starts and their levels "
-        f"agreed (p = {p:.2f}); {alone}"
+        f"per start, runs and turns are planned with their own CVs or the one pooled over "
+        f"both ({cv(shared.variance)}), whichever is larger, as they measure the same "
+        f"starts and their levels agreed (p = {p:.2f}); {alone}"
     )
 
 
