@@ -433,3 +433,47 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     assert chosen.slice_s == 5.0 and chosen.duration_s == 10.0 and chosen.repeats == 3
     # Nothing stored to resume: the stored calibration decides, not a run that is not there.
     assert autodesign.resumed_choice(experiment, tmp_path / "out" / "results.sqlite", None) is None
+
+
+def test_an_experiment_naming_no_design_takes_a_stored_calibrations_choice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No design in the file: with a calibration of this host and shape stored, the run
+    takes auto's choice from it (free: nothing is calibrated) and says the file named
+    none; without one it runs interleaved runs and a dry run says how to let auto
+    choose. A design or alternate written, one repeat, or --cluster keep the file's."""
+    monkeypatch.setenv("MALLOCBENCH_CACHE", str(tmp_path / "cache"))
+    pair = TINY.replace("threads = [2]", "threads = [2]\nrepeats = 3") + (
+        '[[setup]]\nname = "je"\nallocator = "jemalloc"\n'
+    )
+    path = tmp_path / "pair.toml"
+    path.write_text(pair)
+
+    def dry(file: Path, *extra: str) -> str:
+        result = run_cli("run", str(file), "--dry-run", "--out", str(tmp_path / "out"), *extra)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout
+
+    plain = dry(path)
+    assert "interleaved runs, the default; `mallocbench calibrate` this experiment" in plain
+    assert "design auto" not in plain and "slice(s) of 5 s" in plain
+
+    _store_calibration(tmp_path / "cache", path, turns_within=1e-4)
+    chosen = dry(path)
+    assert "design auto: turns, 3 repeats of" in chosen
+    assert "a stored calibration of this host" in chosen
+    assert "the experiment names no design" in chosen and "turn(s) of 1 s" in chosen
+
+    for written in ('alternate = "runs"', 'design = "interleaved"'):
+        fixed = tmp_path / "fixed.toml"
+        fixed.write_text(pair.replace("repeats = 3", f"repeats = 3\n{written}"))
+        _store_calibration(tmp_path / "cache", fixed, turns_within=1e-4)
+        kept = dry(fixed)
+        assert "design auto" not in kept and "the default" not in kept
+        assert "slice(s) of 5 s" in kept
+    once = tmp_path / "once.toml"
+    once.write_text(pair.replace("repeats = 3", "repeats = 1"))
+    _store_calibration(tmp_path / "cache", once, turns_within=1e-4)
+    assert "design auto" not in dry(once)
+    clustered = dry(path, "--cluster", "127.0.0.1:9", "--insecure")
+    assert "design auto" not in clustered and "slice(s) of 5 s" in clustered
