@@ -332,6 +332,54 @@ def test_a_start_the_shim_never_answered_is_taken_back(tmp_path: Path) -> None:
         sleeper.wait()
 
 
+def test_an_interrupted_recording_keeps_its_trace_and_leaves_no_files(tmp_path: Path) -> None:
+    """Ctrl-C during `record`: the shim is disarmed, the trace so far lands where --out
+    said, whole and checkable, and neither it nor the control and status files stay
+    beside the control file (the server's /tmp); the process runs on."""
+    ctl = tmp_path / "ctl"
+    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_CONTROL=str(ctl))
+    churn = "while True: [bytearray(64) for _ in range(1000)]"
+    busy = subprocess.Popen([sys.executable, "-c", churn], env=env)
+    try:
+        deadline = time.monotonic() + 10
+        while control.shim_loaded(busy.pid) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out = tmp_path / "kept" / "so-far.mbt"
+
+        def interrupted() -> None:
+            time.sleep(0.5)
+            raise KeyboardInterrupt
+
+        with pytest.raises(control.RecordingInterrupted) as caught:
+            control.record(busy.pid, 30, out, started=interrupted)
+        assert caught.value.kept == out and out.stat().st_size > HEADER
+        assert tracemod.header_status(out).startswith("complete")
+        assert tracemod.check(out).complete
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+        assert busy.poll() is None
+
+        # The command says where the trace went, and exits as an interruption does.
+        cli_out = tmp_path / "cli.mbt"
+        command = [sys.executable, "-m", "mallocbench.cli", "record", "--pid", str(busy.pid)]
+        recorder = subprocess.Popen(
+            [*command, "--seconds", "30", "--out", str(cli_out)],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert recorder.stderr is not None
+        assert "recording process" in recorder.stderr.readline()
+        recorder.send_signal(signal.SIGINT)
+        stderr = recorder.stderr.read()
+        assert recorder.wait(timeout=30) == 130, stderr
+        assert f"{cli_out}: " in stderr and "the trace up to the interruption" in stderr
+        assert tracemod.header_status(cli_out).startswith("complete")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["cli.mbt", "kept"]
+        assert busy.poll() is None
+    finally:
+        busy.kill()
+        busy.wait()
+
+
 def test_dropin_preloads_the_shim_in_front_of_the_allocator() -> None:
     out = mallocbench("record", "--print-dropin", "--service", "mariadb")
     assert out.returncode == 0, out.stderr

@@ -79,13 +79,23 @@ def record(
             f"--max-buffer {max_buffer} is below {MIN_BUFFER >> 20}M, less than the shim's "
             "buffers hold at rest: give e.g. 64M"
         )
-    closing = control.record(
-        pid,
-        seconds,
-        out,
-        started=lambda: click.echo(f"recording process {pid} for {seconds:g} s ...", err=True),
-        max_buffer=cap,
-    )
+    try:
+        closing = control.record(
+            pid,
+            seconds,
+            out,
+            started=lambda: click.echo(f"recording process {pid} for {seconds:g} s ...", err=True),
+            max_buffer=cap,
+        )
+    except control.RecordingInterrupted as stopped:
+        if stopped.kept is not None:
+            size = stopped.kept.stat().st_size
+            click.echo(
+                f"{stopped.kept}: {size / 1e6:.2f} MB, the trace up to the interruption "
+                "(it replays as it is); the server was disarmed and runs on",
+                err=True,
+            )
+        raise
     size = out.stat().st_size
     status = header_status(out)
     if not status.startswith("stopped"):

@@ -197,6 +197,40 @@ def stop(window: Window, out: Path | None) -> str:
     return closing
 
 
+class RecordingInterrupted(KeyboardInterrupt):
+    """Ctrl-C while recording: the shim was disarmed, and the trace so far is in `kept`
+    (None when the shim did not close it in time)."""
+
+    def __init__(self, kept: Path | None) -> None:
+        super().__init__()
+        self.kept = kept
+
+
+# After an interruption, how long the shim may take to close its trace: it polls the
+# control file ten times a second and flushes what its writer holds.
+CLOSE_AFTER_INTERRUPT_S = 5.0
+
+
+def _keep_what_was_recorded(window: Window, out: Path) -> Path | None:
+    """Once the disarmed shim has closed the trace, move it to `out` and remove the
+    control and status files (nothing of the window stays in the server's /tmp); if it
+    does not answer in time, leave them, as it may still read them."""
+    closing = _await_status(window.status, "complete", CLOSE_AFTER_INTERRUPT_S)
+    if not closing.startswith(("complete", "stopped", "error")):
+        return None
+    window.here.unlink(missing_ok=True)
+    window.status.unlink(missing_ok=True)
+    source = in_process(window.pid, window.server_file)
+    try:
+        if not source.is_file():
+            return None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(source), out)
+    except OSError:
+        return None
+    return out
+
+
 def record(
     pid: int,
     seconds: float,
@@ -205,15 +239,18 @@ def record(
     max_buffer: int | None = None,
 ) -> str:
     """Arm the shim in `pid` for `seconds`, disarm it and move the trace to `out`.
-    Returns the shim's closing status line."""
+    Returns the shim's closing status line. Interrupted, it disarms the shim, keeps the
+    trace so far in `out` and raises RecordingInterrupted."""
     window = start(pid, max_buffer=max_buffer)
-    if started is not None:
-        started()
     try:
+        if started is not None:
+            started()
         end = time.monotonic() + seconds
         while (left := end - time.monotonic()) > 0 and not _stopped(window):
             time.sleep(min(left, 0.5))
-    except BaseException:
+    except BaseException as exc:
         _write(window.here, "off\n")  # never leave a server recording
-        raise
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
+        raise RecordingInterrupted(_keep_what_was_recorded(window, out)) from None
     return stop(window, out)
