@@ -89,7 +89,11 @@ def variance_components(starts: Sequence[Sequence[float]]) -> VarianceComponents
     starts differ less than their slices predict, and a variance cannot, so it is clamped
     at 0. A start with one slice adds to the between part only.
     """
-    groups = _log_groups(starts)
+    return _components_of_logs(_log_groups(starts))
+
+
+def _components_of_logs(groups: list[np.ndarray]) -> VarianceComponents:
+    """variance_components of groups already on the log scale."""
     sizes = np.array([len(g) for g in groups], dtype=float)
     n_total, a = int(sizes.sum()), len(groups)
     if n_total == a:
@@ -162,7 +166,7 @@ def shared_start_var(designs: Sequence[Sequence[Sequence[float]]]) -> SharedStar
         sizes = np.array([len(g) for g in logs], dtype=float)
         if len(logs) != len(groups) or sizes.sum() <= len(logs):
             return None
-        own = variance_components(groups)
+        own = _components_of_logs(logs)
         # Within 0 (identical values) would weigh infinitely: floor it far below any
         # machine's scatter.
         weights.append(sizes / max(own.within_var, 1e-12))

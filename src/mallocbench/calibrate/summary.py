@@ -167,6 +167,8 @@ class CalibrationSummary:
     own_start_var: dict[str, float | None] = field(default_factory=dict)
     # Of runs' and turns' per-start levels agreeing (noise.SharedStart); None unmeasured.
     start_agreement_p: float | None = None
+    # Per design planned: the CV of a ratio per slice (or turn) and per start (ratio_cv_pct).
+    ratio_cvs: dict[str, tuple[float, float | None]] = field(default_factory=dict)
 
     @property
     def copies(self) -> int:
@@ -184,7 +186,8 @@ class CalibrationSummary:
 
     def ratio_cv_pct(self, plan: Plan) -> tuple[float, float | None] | None:
         """The CV of a ratio setup / base under the plan's design, per slice (or turn)
-        and per start; None when that design was not measured."""
+        and per start; None when that design was not measured. Summarize keeps each
+        design's in ratio_cvs, which the reports read."""
         components = {
             SEQUENTIAL_DESIGN: self.components,
             RUNS_DESIGN: self.runs_ratio,
@@ -328,6 +331,9 @@ def summarize(
         summary.notes.append(_shared_note(summary.own_start_var, shared))
     summary.turn_s = options.get("turn_s") if pairs else None
     summary.designs = design_plans(summary, options["budget_s"], options["target_ci_pct"])
+    summary.ratio_cvs = {
+        plan.design: cvs for plan in summary.designs if (cvs := summary.ratio_cv_pct(plan))
+    }
     best = best_design(summary.designs)
     summary.best = best.design if best is not None and len(summary.designs) > 1 else None
     return summary

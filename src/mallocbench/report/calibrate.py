@@ -109,7 +109,7 @@ def _designs_table(summary: CalibrationSummary) -> Table:
         TURNS_DESIGN: f"copy a / {others}, turns",
     }
     for plan in summary.designs:
-        cvs = summary.ratio_cv_pct(plan)
+        cvs = summary.ratio_cvs.get(plan.design)
         if cvs is None:
             continue
         name = plan.design + (" (best)" if plan.design == summary.best else "")
