@@ -81,6 +81,7 @@ def test_interference_arithmetic_and_clamping() -> None:
     found = interference(before, after, own_cpu_s=0.5)
     assert found["other_cpu_share"] == pytest.approx(0.5 / 4, abs=0.01)
     assert found["steal_share"] == pytest.approx(0.1, abs=0.01)
+    assert found["idle_share"] == pytest.approx(0.65, abs=0.01)
     assert interference(before, after, own_cpu_s=3.0)["other_cpu_share"] == 0.0
     # Capacity as CPUs x wall time when given: 2 CPUs over 1 s.
     assert interference(before, after, 0.0, cpus=2)["other_cpu_share"] == pytest.approx(0.5)

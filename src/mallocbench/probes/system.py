@@ -171,6 +171,10 @@ def interference(
       counters tick at different moments, so a quiet interval can come out a hair
       below 0);
     - steal_share: time the hypervisor gave to other guests, / all CPU time;
+    - idle_share: time no CPU work was ready (idle and iowait), / all CPU time: in a
+      turn whose server and clients could use every CPU, idle time is work bunched on
+      fewer CPUs than it could have had (a placement the scheduler kept), not a lack
+      of work;
     - load_avg_1m: the kernel's 1-minute load average as it is now.
 
     All CPU time is the jiffies of every state, or `cpus` x the elapsed wall time when
@@ -178,11 +182,13 @@ def interference(
     """
     hz = os.sysconf("SC_CLK_TCK")
     steal_s = (after.jiffies["steal"] - before.jiffies["steal"]) / hz
+    idle_s = sum(after.jiffies[s] - before.jiffies[s] for s in ("idle", "iowait")) / hz
     busy_s = (after.busy - before.busy) / hz
     capacity_s = cpus * (after.t - before.t) if cpus else (after.total - before.total) / hz
     result = {
         "other_cpu_share": _clamp((busy_s - own_cpu_s) / capacity_s) if capacity_s > 0 else 0.0,
         "steal_share": _clamp(steal_s / capacity_s) if capacity_s > 0 else 0.0,
+        "idle_share": _clamp(idle_s / capacity_s) if capacity_s > 0 else 0.0,
     }
     load = load_avg_1m()
     if load is not None:
