@@ -117,12 +117,7 @@ RUN_TOP: dict[str, Schema] = {
     "steps": _list_of(_of("string", '"name", "name range=N" or a group'), "steps to run"),
     "threads": _list_of(_of("integer", "clients", minimum=1), "client counts"),
     "repeats": _of("integer", "blocks: server starts of every setup", minimum=1),
-    "design": _of(
-        "string",
-        "how setups share time; unset: auto's choice when this host is calibrated, else "
-        "interleaved",
-        enum=["interleaved", "sequential", "auto"],
-    ),
+    "design": _of("string", "how setups share time", enum=["interleaved", "sequential", "auto"]),
     "alternate": _of(
         "string",
         "interleaved slices: sysbench runs of their own, or turns of connected clients",

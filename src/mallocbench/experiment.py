@@ -137,9 +137,6 @@ class Experiment:
     slice_s: float = DEFAULT_SLICE_S
     design: str = INTERLEAVED
     alternate: str = RUNS
-    # False when the file names neither design nor alternate: the run then takes the
-    # design a stored calibration of this host favours, if there is one (commands.run).
-    design_given: bool = True
     # With design = "auto", once chosen: how and why (what the calibration predicted).
     design_why: str | None = None
     # design = "auto": the wall time the designs are compared in (None: the experiment's
@@ -585,7 +582,6 @@ def from_dict(
         slice_s=timing.slice,
         design=str(design),
         alternate=str(alternate),
-        design_given="design" in data or "alternate" in data,
         repeats=int(repeats or 1),
         budget_s=budget,
         min_effect=float(min_effect or 0),

@@ -259,11 +259,9 @@ def run_cmd(
             f"use `mallocbench soak {experiment_file}`, or remove them for `run`"
         )
     budget_s = parse_duration(budget, "--budget")
-    where = RunOptions(out_dir=out_dir, store_path=store_path, resume=resume)
     if experiment.design == experiment_mod.AUTO:
+        where = RunOptions(out_dir=out_dir, store_path=store_path, resume=resume)
         experiment = _choose_design(experiment, where, (pinned_run, cluster_address), dry_run)
-    elif cluster_address is None:
-        experiment = _default_design(experiment, where, pinned_run, dry_run)
     sessions = experiment_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
     per_cell = cell_estimate(experiment)
@@ -341,39 +339,6 @@ def _choose_design(
         )
         return dataclasses.replace(experiment, design=experiment_mod.INTERLEAVED)
     click.echo(f"design {chosen.design_why}")
-    return chosen
-
-
-def _default_design(
-    experiment: experiment_mod.Experiment,
-    where: RunOptions,
-    pinned_run: str | None,
-    dry_run: bool,
-) -> experiment_mod.Experiment:
-    """An experiment that names no design runs as design = "auto" would when a
-    calibration of this host and shape is stored (it costs nothing then), else as
-    interleaved runs (a dry run says how to let auto choose); a resumed run keeps what
-    it chose. Not for one setup (nothing to compare) or one repeat (no interval either
-    way), nor with --cluster (a calibration of this machine says nothing of its hosts)."""
-    if experiment.design_given or len(experiment.setups) < 2 or experiment.repeats < 2:
-        return experiment
-    from mallocbench.calibrate import auto as autodesign
-
-    if where.resume:
-        resumed = autodesign.resumed_choice(experiment, where.store_target, pinned_run)
-        if resumed is not None:
-            click.echo(f"design {resumed.design_why} (as the run being resumed chose)", err=True)
-            return resumed
-        return experiment
-    chosen = autodesign.stored_choice(experiment)
-    if chosen is None:
-        if dry_run:
-            click.echo(
-                "design: interleaved runs, the default; `mallocbench calibrate` this "
-                "experiment once and its runs take the design that suits this host"
-            )
-        return experiment
-    click.echo(f"design {chosen.design_why}; the experiment names no design", err=not dry_run)
     return chosen
 
 
