@@ -547,7 +547,7 @@ def width_range_pct(
     gives it degrees of freedom from theirs (starts - 1 and within_df), and a width grows
     as the square root of the variance, so its range is the chi-square interval of the
     variance, square-rooted. With 5 starts of a two-copy calibration MSB has 4 degrees
-    of freedom, and a width of 14 points may truly be 10 or 23: a run that reaches 18
+    of freedom, and a width of 14 points may truly be 9 or 32: a run that reaches 18
     has not shown the model wrong. None when the width is not finite or a mean square
     has no degrees of freedom. Paired or not, the factor of a ratio's variance cancels.
 
@@ -593,7 +593,7 @@ def plan_run(
     series_per_start: int = 1,
 ) -> Plan:
     """One design's plan: the narrowest width the budget buys (shape_in_budget), the
-    range the calibration leaves it (width_range_pct, `server_starts` as there) and the
+    range the calibration leaves it (width_range_pct, `series_per_start` as there) and the
     least time the target width costs (time_for_width), by the same block arithmetic."""
     shape = shape_in_budget(components, costs, design, setups, budget_s, paired)
     needed = time_for_width(components, costs, design, setups, target_width_pct, paired)

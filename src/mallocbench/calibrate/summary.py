@@ -231,7 +231,7 @@ def _shared_start(
     a at 0.64 of copy b while its runs put them level), so the pooled level is a floor,
     never a replacement: one calibration's turns alone gave 0.0053 beside a pooled
     0.0009 (their runs alone 0.0001), and a plan on the pooled value would have
-    promised turns a 12.5-point interval where their own gave 17.5. When the starts'
+    promised turns a 12.5-point interval where their own gave 16.9. When the starts'
     levels disagree outright, each design keeps its own.
     """
     if runs is None or turns is None:

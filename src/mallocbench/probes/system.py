@@ -172,9 +172,8 @@ def interference(
       below 0);
     - steal_share: time the hypervisor gave to other guests, / all CPU time;
     - idle_share: time no CPU work was ready (idle and iowait), / all CPU time: in a
-      turn whose server and clients could use every CPU, idle time is work bunched on
-      fewer CPUs than it could have had (a placement the scheduler kept), not a lack
-      of work;
+      turn whose server and clients could use every CPU, idle time means the work did
+      not spread over them (bunched on fewer CPUs, or waiting on something else);
     - load_avg_1m: the kernel's 1-minute load average as it is now.
 
     All CPU time is the jiffies of every state, or `cpus` x the elapsed wall time when
