@@ -365,6 +365,9 @@ def test_an_interrupted_recording_keeps_its_trace_and_leaves_no_files(tmp_path: 
             [*command, "--seconds", "30", "--out", str(cli_out)],
             stderr=subprocess.PIPE,
             text=True,
+            # A shell that started the tests in the background left SIGINT ignored, and
+            # Python keeps an ignored SIGINT ignored: give the recorder the default back.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         assert recorder.stderr is not None
         assert "recording process" in recorder.stderr.readline()
