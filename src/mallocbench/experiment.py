@@ -15,7 +15,7 @@ import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -191,6 +191,16 @@ def _threads_for(experiment: Experiment, step: Step) -> list[int]:
     return [step.definition.threads] if step.definition.threads else experiment.threads
 
 
+_Item = TypeVar("_Item")
+
+
+def in_block_order(items: list[_Item], repeat: int) -> list[_Item]:
+    """The order block `repeat` starts, warms and measures its setups in: as listed on
+    even repeats, reversed on odd ones, so drift and any advantage of a place in the
+    order reach every setup alike (calibrate's copies take the same places)."""
+    return list(items) if repeat % 2 == 0 else items[::-1]
+
+
 def _round(
     experiment: Experiment,
     repeat: int,
@@ -200,7 +210,7 @@ def _round(
 
     `wanted` (setup, engine, step label, threads) limits the round to those cells.
     """
-    order = experiment.setups if repeat % 2 == 0 else list(reversed(experiment.setups))
+    order = in_block_order(experiment.setups, repeat)
     sessions = []
     for engine in experiment.engines:
         for setup in order:

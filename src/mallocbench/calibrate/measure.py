@@ -26,7 +26,7 @@ from mallocbench.calibrate.summary import (
 )
 from mallocbench.calibrate.target import Target
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import Experiment, PlannedCell, PlannedSession
+from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, in_block_order
 from mallocbench.measure import (
     CellMeasurement,
     measure_turns,
@@ -161,8 +161,7 @@ def copy_order(copies: int, index: int) -> list[int]:
     (experiment.plan). Whatever favours one place in that order (the server started
     first idles while the others warm) then lands in the between-start variance, where
     a run's blocks meet it, not in a fixed offset of copy a that no run has."""
-    order = list(range(copies))
-    return order if index % 2 == 0 else order[::-1]
+    return in_block_order(list(range(copies)), index)
 
 
 def _start_copies(
@@ -264,7 +263,7 @@ def measure_copies(
         for live in lives.values():
             stop_session(live, keep_datadir=False)
     # A block stops each of its servers in turn, as here: the cost is per server.
-    start.stop_s = (time.monotonic() - stopping) / max(1, len(lives))
+    start.stop_s = (time.monotonic() - stopping) / len(lives)
     return start, pair, [n for live in lives.values() for n in live.notes]
 
 

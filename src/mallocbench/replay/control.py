@@ -178,22 +178,33 @@ def disarm(window: Window) -> None:
     _write(window.here, "off\n")
 
 
-def stop(window: Window, out: Path | None) -> str:
-    """Disarm; move the trace to `out` (None: leave it where the process wrote it).
-    Returns the shim's closing status line."""
-    disarm(window)
-    closing = _await_status(window.status, "complete", 60.0)
+def _collect(window: Window, out: Path | None, wait_s: float) -> tuple[str, Path | None]:
+    """Await the disarmed shim's closing line; once it has answered, remove the control
+    and status files (nothing of the window stays in the process's /tmp). Move the
+    trace to `out` (None: leave it where the process wrote it). Returns the closing line
+    and where the trace now is (None: the shim wrote none)."""
+    closing = _await_status(window.status, "complete", wait_s)
     if closing.startswith(("complete", "stopped", "error")):
-        # The shim has answered and reads the control file only for a change: without
-        # it nothing happens, and /tmp keeps no pair of files per recorded process.
+        # The shim reads the control file only for a change: without it nothing happens.
         window.here.unlink(missing_ok=True)
         window.status.unlink(missing_ok=True)
     source = in_process(window.pid, window.server_file)
     if not source.is_file():
+        return closing, None
+    if out is None:
+        return closing, source
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(source), out)
+    return closing, out
+
+
+def stop(window: Window, out: Path | None) -> str:
+    """Disarm; move the trace to `out` (None: leave it where the process wrote it).
+    Returns the shim's closing status line."""
+    disarm(window)
+    closing, kept = _collect(window, out, 60.0)
+    if kept is None:
         raise MallocbenchError(f"the shim in process {window.pid} wrote no trace ({closing})")
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(source), out)
     return closing
 
 
@@ -209,26 +220,6 @@ class RecordingInterrupted(KeyboardInterrupt):
 # After an interruption, how long the shim may take to close its trace: it polls the
 # control file ten times a second and flushes what its writer holds.
 CLOSE_AFTER_INTERRUPT_S = 5.0
-
-
-def _keep_what_was_recorded(window: Window, out: Path) -> Path | None:
-    """Once the disarmed shim has closed the trace, move it to `out` and remove the
-    control and status files (nothing of the window stays in the server's /tmp); if it
-    does not answer in time, leave them, as it may still read them."""
-    closing = _await_status(window.status, "complete", CLOSE_AFTER_INTERRUPT_S)
-    if not closing.startswith(("complete", "stopped", "error")):
-        return None
-    window.here.unlink(missing_ok=True)
-    window.status.unlink(missing_ok=True)
-    source = in_process(window.pid, window.server_file)
-    try:
-        if not source.is_file():
-            return None
-        out.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(source), out)
-    except OSError:
-        return None
-    return out
 
 
 def record(
@@ -252,5 +243,9 @@ def record(
         _write(window.here, "off\n")  # never leave a server recording
         if not isinstance(exc, KeyboardInterrupt):
             raise
-        raise RecordingInterrupted(_keep_what_was_recorded(window, out)) from None
+        try:
+            kept = _collect(window, out, CLOSE_AFTER_INTERRUPT_S)[1]
+        except OSError:
+            kept = None
+        raise RecordingInterrupted(kept) from None
     return stop(window, out)
