@@ -145,6 +145,7 @@ def plan(calibration: dict[str, Any], design: str, setups: int, budget_s: float)
         "starts": shape.starts,
         "width": shape.width_pct,
         "width_range": in_range,
+        "width_df": noise.width_df(found, slices, series_per_start=setups - 1 if paired else 1),
         "block_s": fixed_s + slices * per_slice_s,
         "block_log_ratio_sd": math.sqrt(block_var),
     }
@@ -340,6 +341,18 @@ def judge(setups: int, made: dict, found: dict[str, list[dict]]) -> dict[str, An
         "predicted_width": predicted,
         # Where the prediction itself may lie, from the calibration's starts and turns.
         "predicted_width_range": made[best]["width_range"],
+        # The designs the calibration cannot rank against the best: auto's choice
+        # among them is a guess.
+        "predicted_unranked": list(
+            noise.unranked_beside(
+                best,
+                {
+                    d: (made[d]["width"], made[d]["width_df"])
+                    for d in FIXED
+                    if math.isfinite(made[d]["width"])
+                },
+            )
+        ),
         "best_reached_widths": [r["width_mean"] for r in found.get(best, [])],
         "best_reached_width": median_width(found[best]) if best in found else None,
         "reached_over_predicted": ratio,

@@ -45,21 +45,18 @@ allocator = "glibc"
 """
 
 
-def test_widths_past_the_cap_are_worded_and_the_rest_kept() -> None:
-    def shape(design: str, width: float) -> noise.Shape:
-        return noise.Shape(design, 3, 2, 100.0, width)
+def _shape(design: str, width: float) -> noise.Shape:
+    return noise.Shape(design, 3, 2, 100.0, width)
 
-    choice = noise.DesignChoice(
-        "turns",
-        budget_s=300.0,
-        budget_given=True,
-        setups=2,
-        shapes={
-            "runs": shape("runs", 51963.04),
-            "turns": shape("turns", 12.54),
-            "sequential": shape("sequential", math.inf),
-        },
-    )
+
+def _choice(design: str, widths: dict[str, float]) -> noise.DesignChoice:
+    """A choice in a given 5-minute budget for 2 setups, of shapes of 2 repeats of 3."""
+    shapes = {d: _shape(d, w) for d, w in widths.items()}
+    return noise.DesignChoice(design, budget_s=300.0, budget_given=True, setups=2, shapes=shapes)
+
+
+def test_widths_past_the_cap_are_worded_and_the_rest_kept() -> None:
+    choice = _choice("turns", {"runs": 51963.04, "turns": 12.54, "sequential": math.inf})
     assert choice.widths == {"runs": 51963.04, "turns": 12.54, "sequential": None}
     assert design_choice_text(choice, stored=True) == (
         "auto: turns, 2 repeats of 3 turns, the narrowest expected interval in the same "
@@ -67,7 +64,7 @@ def test_widths_past_the_cap_are_worded_and_the_rest_kept() -> None:
         f"(points: runs over {WIDEST_SHOWN_PCT}, turns 12.5, sequential -)"
     )
     nothing = dataclasses.replace(
-        choice, design="runs", shapes={"runs": shape("runs", math.inf)}, budget_given=False
+        choice, design="runs", shapes={"runs": _shape("runs", math.inf)}, budget_given=False
     )
     assert design_choice_text(nothing, stored=False) == (
         "auto: runs (no design fits the 2 repeats an interval needs in 5.0 min of wall time, "
@@ -164,3 +161,17 @@ def test_the_dry_run_line_shows_no_runaway_width(
     assert f"runs over {WIDEST_SHOWN_PCT}" in line and f"sequential over {WIDEST_SHOWN_PCT}" in line
     assert re.search(r"turns \d+\.\d", line)  # a width within reach is still shown
     assert not re.search(r"\d{4,}", line.replace(",", ""))
+
+
+def test_a_choice_the_calibration_cannot_rank_is_worded_as_a_guess() -> None:
+    ranked = dataclasses.replace(
+        _choice("runs", {"runs": 16.9, "turns": 19.4}),
+        ranges={"runs": (11.6, 30.8), "turns": (14.1, 31.2)},
+    )
+    assert "guess" not in design_choice_text(ranked, stored=True)
+    guessed = dataclasses.replace(ranked, unranked=("turns",))
+    assert design_choice_text(guessed, stored=True).endswith(
+        "(points: runs 16.9, turns 19.4); turns is not reliably wider (runs 11.6-30.8, "
+        "turns 14.1-31.2): the calibration cannot rank them, so this choice is its best "
+        "guess, not a finding"
+    )

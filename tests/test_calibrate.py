@@ -149,7 +149,12 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     # The plan of the experiment's design uses the paired components, not twice one setup's.
     assert data["plan"]["paired"]
     assert data["best"] in designs
-    assert "Designs for 2 setups" in result.stdout and "Best design here" in result.stdout
+    assert "Designs for 2 setups" in result.stdout
+    # From 2 starts the designs can seldom be ranked: then the best is named a guess.
+    if data["unranked"]:
+        assert "Narrowest design here" in result.stdout and "not a finding" in result.stdout
+    else:
+        assert "Best design here" in result.stdout
 
     assert not _servers_under(tmp_path)
     assert not list(out.glob("calibrate/*/data")), "a datadir was left behind"
@@ -324,6 +329,7 @@ def test_the_pooled_start_level_is_a_floor_not_a_replacement(tmp_path: Path) -> 
     from mallocbench.analysis.noise import SHARED_START_MIN_P, TURNS_DESIGN
     from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
     from mallocbench.calibrate.target import pick_target
+    from mallocbench.report.calibrate import design_lines
 
     experiment = experiment_mod.load(_tiny(tmp_path))
     target = pick_target(experiment, None, None, None, None)
@@ -345,6 +351,14 @@ def test_the_pooled_start_level_is_a_floor_not_a_replacement(tmp_path: Path) -> 
     assert summary.turns_ratio.between_var == own_turns
     turns = next(plan for plan in summary.designs if plan.design == TURNS_DESIGN)
     assert turns.budget_width_pct is not None and turns.budget_width_pct > 15
+    # Runs are predicted a little narrower than turns, by less than 10 starts can tell:
+    # the calibration names runs its best guess and says it cannot rank the two.
+    # (This test's sequential starts are all alike: whatever it says of them is no news.)
+    assert summary.best == "runs" and "turns" in summary.unranked
+    assert summary.to_dict()["unranked"] == summary.unranked
+    (line,) = design_lines(summary)
+    assert line.startswith("Narrowest design here for 2 setups in 5 min: runs (about ")
+    assert "turns at " in line and "not reliably wider" in line and "not a finding" in line
 
 
 def test_unknown_setup_is_one_clean_error_line(tmp_path: Path) -> None:

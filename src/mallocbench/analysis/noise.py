@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -409,6 +409,8 @@ class Plan:
     # Where the budget's width may lie, given the starts and slices the components came
     # from (width_range_pct); None when it does not fit or cannot be said.
     budget_width_range_pct: tuple[float, float] | None = None
+    # The degrees of freedom the budget width's variance is known with (width_df).
+    budget_width_df: float | None = None
 
 
 def block_costs(design: str, costs: Costs, setups: int) -> tuple[float, float]:
@@ -533,6 +535,29 @@ def time_for_width(
     return best
 
 
+def width_df(
+    components: VarianceComponents, slices_per_start: int, series_per_start: int = 1
+) -> float | None:
+    """The degrees of freedom of the block variance a width is made of (Satterthwaite,
+    as width_range_pct explains); None when a mean square has none."""
+    if slices_per_start < 1:
+        return None
+    groups = components.starts
+    starts_df = groups * 2 / (series_per_start + 1) - 1
+    within_df = components.within_df
+    if starts_df < 1 or within_df < 1:
+        return None
+    per_group = components.slices / groups  # n0 when every start has as many slices
+    msw = components.within_var
+    msb = msw + per_group * _between(components)
+    weights = (1.0 / per_group, 1.0 / slices_per_start - 1.0 / per_group)
+    variance = weights[0] * msb + weights[1] * msw
+    spread = (weights[0] * msb) ** 2 / starts_df + (weights[1] * msw) ** 2 / within_df
+    if variance <= 0 or spread <= 0:
+        return None
+    return variance**2 / spread
+
+
 def width_range_pct(
     components: VarianceComponents,
     slices_per_start: int,
@@ -556,22 +581,9 @@ def width_range_pct(
     varies alike, so m series of a start count as about 2m / (m + 1) independent ones in
     MSB's degrees of freedom (1.5 for three), not m.
     """
-    if not math.isfinite(width_pct) or slices_per_start < 1:
+    df = width_df(components, slices_per_start, series_per_start)
+    if not math.isfinite(width_pct) or df is None:
         return None
-    groups = components.starts
-    starts_df = groups * 2 / (series_per_start + 1) - 1
-    within_df = components.within_df
-    if starts_df < 1 or within_df < 1:
-        return None
-    per_group = components.slices / groups  # n0 when every start has as many slices
-    msw = components.within_var
-    msb = msw + per_group * _between(components)
-    weights = (1.0 / per_group, 1.0 / slices_per_start - 1.0 / per_group)
-    variance = weights[0] * msb + weights[1] * msw
-    spread = (weights[0] * msb) ** 2 / starts_df + (weights[1] * msw) ** 2 / within_df
-    if variance <= 0 or spread <= 0:
-        return None
-    df = variance**2 / spread
     # Imported here, as analysis.stats imports its t quantile: scipy loads slowly.
     from scipy.special import chdtri
 
@@ -620,22 +632,65 @@ def plan_run(
         paired=paired,
         target_slices_per_start=needed[0] if needed else None,
         budget_width_range_pct=in_range,
+        budget_width_df=(
+            width_df(components, shape.slices_per_start, series_per_start) if shape.fits else None
+        ),
     )
 
 
 DESIGNS = (RUNS_DESIGN, TURNS_DESIGN, SEQUENTIAL_DESIGN)  # the default first: it wins ties
 
+WidthRange = tuple[float, float] | None
+# A width and the degrees of freedom its variance is known with (width_df).
+WidthEstimate = tuple[float, float | None]
+# A design is ranked narrower than another only at this level (one-sided F test).
+RANKED_MAX_P = 0.05
+
+
+def unranked_beside(best: str, estimates: dict[str, WidthEstimate]) -> tuple[str, ...]:
+    """The designs a calibration cannot rank against `best`: `estimates` holds each
+    fitting design's expected width and its degrees of freedom (width_df).
+
+    A width is the square root of a block variance known with some degrees of freedom,
+    so the square of two widths' ratio is an F ratio. `best` is ranked narrower than a
+    design only when that ratio is too large for equal variances (one-sided, p <
+    RANKED_MAX_P); with unknown degrees of freedom it is not. The designs are measured on
+    the same starts, which makes their estimates move together and the test cautious.
+    In a time-to-verdict bench on this 2-core host two designs predicted 1.5% and 15%
+    wider than the best came out narrower: from 10 to 15 starts, that is noise."""
+    from scipy.special import fdtrc  # scipy loads slowly (see width_range_pct)
+
+    width, df = estimates[best]
+
+    def ranked(other: float, other_df: float | None) -> bool:
+        if df is None or other_df is None or width <= 0:
+            return False
+        return float(fdtrc(other_df, df, (other / width) ** 2)) < RANKED_MAX_P
+
+    return tuple(
+        design
+        for design, (other, other_df) in estimates.items()
+        if design != best and not ranked(other, other_df)
+    )
+
 
 @dataclass(frozen=True)
 class DesignChoice:
     """design = "auto"'s choice: each design's shape in one wall-clock budget, and the
-    design whose expected interval is the narrowest there."""
+    design whose expected interval is the narrowest there.
+
+    `ranges` says where each fitting design's width may lie, given the calibration's
+    few starts (width_range_pct), and `unranked` names the designs it cannot rank
+    against the chosen one (unranked_beside): the choice among those is the
+    calibration's best guess, not a ranking it supports."""
 
     design: str
     budget_s: float
     budget_given: bool  # the experiment's own budget; else its wall time as runs
     setups: int
     shapes: dict[str, Shape]
+    ranges: dict[str, WidthRange] = field(default_factory=dict)
+    unranked: tuple[str, ...] = ()
 
     @property
     def widths(self) -> dict[str, float | None]:
@@ -659,7 +714,8 @@ def choose_at_equal_time(
     measures more in it. With `starts` (the run's repeats) each design keeps them and
     fills the time with slices; without, each takes its own best shape. Exact ties
     keep the first in DESIGNS (runs, the default), and so does a budget in which no
-    design fits 2 starts.
+    design fits 2 starts. A paired design's components hold one series per setup
+    compared with the base, `setups - 1` a start (width_range_pct's series_per_start).
     """
     shapes = {
         design: shape_in_budget(
@@ -675,12 +731,29 @@ def choose_at_equal_time(
         if design in components
     }
     best = min(shapes.values(), key=lambda s: s.width_pct)
+    fitting = {design: shape for design, shape in shapes.items() if shape.fits}
+
+    def series(design: str) -> int:
+        return 1 if design == SEQUENTIAL_DESIGN else max(1, setups - 1)
+
+    ranges = {
+        d: width_range_pct(
+            components[d], s.slices_per_start, s.width_pct, series_per_start=series(d)
+        )
+        for d, s in fitting.items()
+    }
+    estimates = {
+        d: (s.width_pct, width_df(components[d], s.slices_per_start, series(d)))
+        for d, s in fitting.items()
+    }
     return DesignChoice(
         design=best.design if best.fits else RUNS_DESIGN,
         budget_s=budget_s,
         budget_given=starts is None,
         setups=setups,
         shapes=shapes,
+        ranges=ranges,
+        unranked=unranked_beside(best.design, estimates) if best.fits else (),
     )
 
 
@@ -691,6 +764,7 @@ def best_design(plans: list[Plan]) -> Plan | None:
 
 
 __all__ = [
+    "RANKED_MAX_P",
     "RUNS_DESIGN",
     "SEQUENTIAL_DESIGN",
     "TURNS_DESIGN",
@@ -705,6 +779,10 @@ __all__ = [
     "Shape",
     "shape_in_budget",
     "time_for_width",
+    "unranked_beside",
+    "WidthEstimate",
+    "WidthRange",
+    "width_df",
     "VarianceComponents",
     "aggregation_curve",
     "cv_pct_from_log_var",

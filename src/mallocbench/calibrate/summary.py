@@ -162,6 +162,8 @@ class CalibrationSummary:
     turn_s: float | None = None
     designs: list[Plan] = field(default_factory=list)  # one per design, for `setups`
     best: str | None = None  # the design with the narrowest interval in the budget
+    # The designs this calibration cannot rank against best (noise.unranked_beside).
+    unranked: list[str] = field(default_factory=list)
     # Each paired design's own between-start variance, beside the one runs_ratio and
     # turns_ratio carry (pooled over both by shared_start_var when their starts agree).
     own_start_var: dict[str, float | None] = field(default_factory=dict)
@@ -336,6 +338,13 @@ def summarize(
     }
     best = best_design(summary.designs)
     summary.best = best.design if best is not None and len(summary.designs) > 1 else None
+    if summary.best is not None:
+        estimates = {
+            p.design: (p.budget_width_pct, p.budget_width_df)
+            for p in summary.designs
+            if p.budget_width_pct is not None
+        }
+        summary.unranked = list(noise.unranked_beside(summary.best, estimates))
     return summary
 
 

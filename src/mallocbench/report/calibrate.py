@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 
 from rich.console import Console
 from rich.table import Table
 
 from mallocbench.analysis.noise import (
+    RANKED_MAX_P,
     RUNS_DESIGN,
     SEQUENTIAL_DESIGN,
     TURNS_DESIGN,
@@ -112,7 +114,9 @@ def _designs_table(summary: CalibrationSummary) -> Table:
         cvs = summary.ratio_cvs.get(plan.design)
         if cvs is None:
             continue
-        name = plan.design + (" (best)" if plan.design == summary.best else "")
+        name = plan.design
+        if plan.design == summary.best:
+            name += " (best guess)" if summary.unranked else " (best)"
         table.add_row(
             name,
             _pct(cvs[0]),
@@ -149,16 +153,28 @@ def design_lines(summary: CalibrationSummary) -> list[str]:
     if summary.best is None:
         return []
     best = next(p for p in summary.designs if p.design == summary.best)
-    lines = [
-        f"Best design here for {summary.plan.setups} setups in {summary.plan.budget_s / 60:g} "
-        f"min: {summary.best} (about {best.budget_width_pct:.1f} points{_range_words(best)}): "
-        + {
-            SEQUENTIAL_DESIGN: 'design = "sequential".',
-            RUNS_DESIGN: 'alternate = "runs" (the default).',
-            TURNS_DESIGN: 'alternate = "turns".',
-        }[summary.best]
+    setting = {
+        SEQUENTIAL_DESIGN: 'design = "sequential"',
+        RUNS_DESIGN: 'alternate = "runs" (the default)',
+        TURNS_DESIGN: 'alternate = "turns"',
+    }[summary.best]
+    where = f"for {summary.plan.setups} setups in {summary.plan.budget_s / 60:g} min"
+    about = f"about {best.budget_width_pct:.1f} points{_range_words(best)}"
+    if not summary.unranked:
+        return [f"Best design here {where}: {summary.best} ({about}): {setting}."]
+    rivals = [p for p in summary.designs if p.design in summary.unranked]
+    return [
+        f"Narrowest design here {where}: {summary.best} ({about}), but "
+        + _and(f"{p.design} at {_budget_width(p).replace(' pts', ' points')}" for p in rivals)
+        + f" {'is' if len(rivals) == 1 else 'are'} not reliably wider: this calibration "
+        f"cannot rank them (F test, p >= {RANKED_MAX_P:g}). {summary.best.capitalize()} is "
+        f"its best guess, not a finding: {setting}. More --starts narrow the ranges."
     ]
-    return lines
+
+
+def _and(items: Iterable[str]) -> str:
+    listed = list(items)
+    return listed[0] if len(listed) == 1 else ", ".join(listed[:-1]) + " and " + listed[-1]
 
 
 def plan_lines(summary: CalibrationSummary) -> list[str]:
@@ -254,11 +270,27 @@ def design_choice_text(choice: DesignChoice, stored: bool) -> str:
             f"{budget} of wall time, {whose}; by {source})"
         )
     piece = "turns" if choice.design == TURNS_DESIGN else "slices"
-    return (
+    text = (
         f"auto: {choice.design}, {shape.starts} repeats of {shape.slices_per_start} {piece}, "
         f"the narrowest expected interval in the same {budget} of wall time ({whose}) by "
         f"{source} (points: {widths})"
     )
+    if choice.unranked:
+        ranges = ", ".join(
+            f"{d} {_range_text(choice.ranges.get(d))}" for d in (choice.design, *choice.unranked)
+        )
+        verb = "is" if len(choice.unranked) == 1 else "are"
+        text += (
+            f"; {_and(choice.unranked)} {verb} not reliably wider ({ranges}): the "
+            "calibration cannot rank them, so this choice is its best guess, not a finding"
+        )
+    return text
+
+
+def _range_text(width_range: tuple[float, float] | None) -> str:
+    if width_range is None:
+        return "range unknown"
+    return f"{_width_words(width_range[0])}-{_width_words(width_range[1])}"
 
 
 def calibration_json(summary: CalibrationSummary) -> str:
