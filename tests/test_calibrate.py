@@ -361,6 +361,45 @@ def test_the_pooled_start_level_is_a_floor_not_a_replacement(tmp_path: Path) -> 
     assert "turns at " in line and "not reliably wider" in line and "not a finding" in line
 
 
+def test_a_copy_that_nearly_stopped_is_named_and_kept(tmp_path: Path) -> None:
+    """Ten starts as calibrated on a quiet host give no note; the same with one runs
+    slice of copy b nearly stopped (a / b = 16, as a busy CI host once gave) name the
+    start, the design and the ratio, and the ratio stays in the components."""
+    from mallocbench import experiment as experiment_mod
+    from mallocbench.calibrate.summary import (
+        CalibrationSummary,
+        PairResult,
+        SliceResult,
+        StartResult,
+        summarize,
+    )
+    from mallocbench.calibrate.target import pick_target
+
+    experiment = experiment_mod.load(_tiny(tmp_path))
+    target = pick_target(experiment, None, None, None, None)
+    piece = SliceResult(1000.0, [1000.0], 6.0, {})
+    starts = [StartResult(0.6, 8.0, True, [piece, piece, piece]) for _ in RUNS_SEEN]
+    options = {"turns": 6, "turn_s": 1.0, "budget_s": 300.0, "target_ci_pct": 3.0, "slice_s": 5}
+
+    def summary_of(runs_seen: list[list[float]]) -> CalibrationSummary:
+        pairs = [
+            PairResult(1.2, [runs], [turns], turns_wall_s=15.5, warmups_s=[8, 8])
+            for runs, turns in zip(runs_seen, TURNS_SEEN, strict=True)
+        ]
+        return summarize(experiment, target, starts, options, pairs)
+
+    quiet = summary_of(RUNS_SEEN)
+    assert not any("nearly stopped" in note for note in quiet.notes)
+    stalled_runs = [list(r) for r in RUNS_SEEN]
+    stalled_runs[3][1] = 16.0
+    stalled = summary_of(stalled_runs)
+    (note,) = [n for n in stalled.notes if "nearly stopped" in n]
+    assert note.startswith("a copy nearly stopped: in start 4, copy a ran at 16 times copy b")
+    assert "in a slice" in note and "calibrate again when it is quiet" in note
+    assert stalled.runs_ratio is not None and quiet.runs_ratio is not None
+    assert stalled.runs_ratio.within_var > 2 * quiet.runs_ratio.within_var
+
+
 def test_unknown_setup_is_one_clean_error_line(tmp_path: Path) -> None:
     result = run_cli("calibrate", str(_tiny(tmp_path)), "--setup", "nope", "--out", str(tmp_path))
     assert result.returncode == 2

@@ -5,6 +5,7 @@ costs, the interference met and a plan per design (analysis.noise does the stati
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -25,6 +26,10 @@ from mallocbench.experiment import Experiment
 # Above this median share of the CPU used by other processes, the numbers measure the
 # interference as much as the machine: said in words beside them.
 BUSY_SHARE = 0.10
+# A ratio of two copies of one setup this far from 1 is a copy that nearly stopped: with
+# the tests running in parallel, one copy's slice ran at 0.06 of the other's and a turn
+# at 183 times. Two copies on a quiet host stayed within 0.5-1.7 per turn.
+STALL_RATIO = 4.0
 
 
 @dataclass
@@ -331,6 +336,9 @@ def summarize(
         }
         summary.start_agreement_p = shared.agreement_p
         summary.notes.append(_shared_note(summary.own_start_var, shared))
+    stalled = _stall_note(pairs)
+    if stalled is not None:
+        summary.notes.append(stalled)
     summary.turn_s = options.get("turn_s") if pairs else None
     summary.designs = design_plans(summary, options["budget_s"], options["target_ci_pct"])
     summary.ratio_cvs = {
@@ -385,6 +393,31 @@ def _summary(
         ),
         starts=starts,
         notes=_notes(experiment, starts, interference, components),
+    )
+
+
+def _stall_note(pairs: list[PairResult]) -> str | None:
+    """Says where a copy nearly stopped (a ratio beyond STALL_RATIO either way): those
+    ratios stay in the components, as a run's stalled block stays in its interval, and
+    widen every prediction; None when no copy did."""
+    found = [
+        (start, design, copy_name(k + 1), ratio)
+        for start, pair in enumerate(pairs, 1)
+        for design, series in ((RUNS_DESIGN, pair.run_ratios), (TURNS_DESIGN, pair.turn_ratios))
+        for k, ratios in enumerate(series)
+        for ratio in ratios
+        if not 1 / STALL_RATIO <= ratio <= STALL_RATIO
+    ]
+    if not found:
+        return None
+    start, design, copy, ratio = max(found, key=lambda f: abs(math.log(f[3])))
+    piece = "slice" if design == RUNS_DESIGN else "turn"
+    more = f" ({len(found)} such ratios in all)" if len(found) > 1 else ""
+    return (
+        f"a copy nearly stopped: in start {start}, copy a ran at {ratio:.3g} times copy "
+        f"{copy} in a {piece}{more}. Those ratios are kept in the components, which widens "
+        "every predicted width; another load on this machine (a test suite, a build) is "
+        "the usual cause: calibrate again when it is quiet"
     )
 
 
