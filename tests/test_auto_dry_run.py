@@ -99,6 +99,7 @@ def test_a_budget_goes_with_auto_and_fits_the_shape_to_it(tmp_path: Path) -> Non
     assert chosen.repeats == shape.starts >= 2 and shape.wall_s <= 300.0
     assert chosen.duration_s == shape.slices_per_start * (1.0 if choice.design == "turns" else 5.0)
     assert chosen.design_widths == choice.widths and chosen.design_budget_s == 300.0
+    assert chosen.design_unranked == list(choice.unranked)
 
     path.write_text(AUTO.replace('design = "auto"', 'budget = "5m"'))
     with pytest.raises(MallocbenchError) as refused:

@@ -56,7 +56,9 @@ def run(
         lengths = {"slice_s": 3.0, "turn_s": 3.0}
         experiment = autodesign.apply(experiment, auto, lengths, f"auto: {auto} (a test)")
         widths = {"runs": 12.5, "turns": 8.25, "sequential": None}
-        experiment = dataclasses.replace(experiment, design_widths=widths, design_budget_s=90.0)
+        experiment = dataclasses.replace(
+            experiment, design_widths=widths, design_budget_s=90.0, design_unranked=["runs"]
+        )
     outcome = Pipeline(experiment, RunOptions(out_dir=tmp_path / "out")).execute()
     assert outcome.aborted is None and not outcome.failures, outcome.failures
     return outcome.result
@@ -139,7 +141,7 @@ def test_turns_keep_clients_connected_and_never_overlap(tmp_path: Path) -> None:
     assert design.why == "auto: turns (a test)"
     # What auto predicted, as numbers: in results.json and back (None where none fit).
     assert design.widths == {"runs": 12.5, "turns": 8.25, "sequential": None}
-    assert design.budget_s == 90.0
+    assert design.budget_s == 90.0 and design.unranked == ["runs"]
     assert "design auto: turns (a test)" in (result.metadata.notes or [])
     assert len(result.cells) == 4 and all(len(c.slices) == 2 for c in result.cells)
     for block in (0, 1):

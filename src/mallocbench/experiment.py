@@ -143,6 +143,7 @@ class Experiment:
     # own as runs), and once chosen, each design's expected width there (None: no fit).
     budget_s: float | None = None
     design_widths: dict[str, float | None] | None = None
+    design_unranked: list[str] | None = None  # the designs the calibration could not rank
     design_budget_s: float | None = None
     repeats: int = 1
     min_effect: float = 0.0  # relative changes smaller than this are reported as "same"

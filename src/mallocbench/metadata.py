@@ -249,6 +249,9 @@ class DesignRecord(Record):
     # interval width there, in points (None: it did not fit 2 starts).
     budget_s: float | None = None
     widths: dict[str, float | None] | None = None
+    # The designs the calibration could not rank against the chosen one (their widths
+    # are not reliably wider): the choice among them is a guess, not a finding.
+    unranked: list[str] | None = None
 
 
 @dataclass

@@ -705,6 +705,7 @@ class Pipeline:
             record.why = experiment.design_why
             record.budget_s = experiment.design_budget_s
             record.widths = experiment.design_widths
+            record.unranked = experiment.design_unranked
         if self.concurrency_problem is not None:
             record.why = "; ".join(w for w in (record.why, self.concurrency_problem) if w)
         return self.sessions.design_record(record)

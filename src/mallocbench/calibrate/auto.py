@@ -90,7 +90,12 @@ def apply_choice(
             duration_s=shape.slices_per_start * _piece_s(choice.design, record),
         )
     chosen = apply(experiment, choice.design, record, why)
-    return dataclasses.replace(chosen, design_widths=choice.widths, design_budget_s=choice.budget_s)
+    return dataclasses.replace(
+        chosen,
+        design_widths=choice.widths,
+        design_budget_s=choice.budget_s,
+        design_unranked=list(choice.unranked),
+    )
 
 
 def stored_choice(experiment: Experiment) -> Experiment | None:
@@ -136,6 +141,7 @@ def resumed_choice(
         repeats=metadata.repeats or experiment.repeats,
         duration_s=step_s or experiment.duration_s,
         design_widths=design.widths,
+        design_unranked=design.unranked,
         design_budget_s=design.budget_s,
     )
     return apply(experiment, chosen, lengths, design.why)
