@@ -137,15 +137,14 @@ def plan(calibration: dict[str, Any], design: str, setups: int, budget_s: float)
     slices = shape.slices_per_start
     block_var = (1.0 if paired else 2.0) * ((found.between_var or 0.0) + found.within_var / slices)
     fixed_s, per_slice_s = noise.block_costs(design, costs, setups)
-    in_range = noise.width_range_pct(
-        found, slices, shape.width_pct, series_per_start=setups - 1 if paired else 1
-    )
+    series = noise.series_per_start(design, setups)
+    in_range = noise.width_range_pct(found, slices, shape.width_pct, series_per_start=series)
     return {
         "slices_per_start": slices,
         "starts": shape.starts,
         "width": shape.width_pct,
         "width_range": in_range,
-        "width_df": noise.width_df(found, slices, series_per_start=setups - 1 if paired else 1),
+        "width_df": noise.width_df(found, slices, series_per_start=series),
         "block_s": fixed_s + slices * per_slice_s,
         "block_log_ratio_sd": math.sqrt(block_var),
     }

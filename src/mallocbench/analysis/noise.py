@@ -581,7 +581,15 @@ def width_range_pct(
     varies alike, so m series of a start count as about 2m / (m + 1) independent ones in
     MSB's degrees of freedom (1.5 for three), not m.
     """
-    df = width_df(components, slices_per_start, series_per_start)
+    return _width_range(
+        width_pct, width_df(components, slices_per_start, series_per_start), confidence
+    )
+
+
+def _width_range(
+    width_pct: float, df: float | None, confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """width_range_pct from the width's degrees of freedom (width_df)."""
     if not math.isfinite(width_pct) or df is None:
         return None
     # Imported here, as analysis.stats imports its t quantile: scipy loads slowly.
@@ -609,16 +617,7 @@ def plan_run(
     least time the target width costs (time_for_width), by the same block arithmetic."""
     shape = shape_in_budget(components, costs, design, setups, budget_s, paired)
     needed = time_for_width(components, costs, design, setups, target_width_pct, paired)
-    in_range = (
-        width_range_pct(
-            components,
-            shape.slices_per_start,
-            shape.width_pct,
-            series_per_start=series_per_start,
-        )
-        if shape.fits
-        else None
-    )
+    df = width_df(components, shape.slices_per_start, series_per_start) if shape.fits else None
     return Plan(
         setups=setups,
         slices_per_start=shape.slices_per_start,
@@ -631,10 +630,8 @@ def plan_run(
         design=design,
         paired=paired,
         target_slices_per_start=needed[0] if needed else None,
-        budget_width_range_pct=in_range,
-        budget_width_df=(
-            width_df(components, shape.slices_per_start, series_per_start) if shape.fits else None
-        ),
+        budget_width_range_pct=_width_range(shape.width_pct, df),
+        budget_width_df=df,
     )
 
 
@@ -645,6 +642,12 @@ WidthRange = tuple[float, float] | None
 WidthEstimate = tuple[float, float | None]
 # A design is ranked narrower than another only at this level (one-sided F test).
 RANKED_MAX_P = 0.05
+
+
+def series_per_start(design: str, setups: int) -> int:
+    """The ratio series one start of a calibration gives a design (width_range_pct): one
+    per setup compared with the base for the paired designs, one for sequential."""
+    return 1 if design == SEQUENTIAL_DESIGN else max(1, setups - 1)
 
 
 def unranked_beside(best: str, estimates: dict[str, WidthEstimate]) -> tuple[str, ...]:
@@ -714,8 +717,7 @@ def choose_at_equal_time(
     measures more in it. With `starts` (the run's repeats) each design keeps them and
     fills the time with slices; without, each takes its own best shape. Exact ties
     keep the first in DESIGNS (runs, the default), and so does a budget in which no
-    design fits 2 starts. A paired design's components hold one series per setup
-    compared with the base, `setups - 1` a start (width_range_pct's series_per_start).
+    design fits 2 starts.
     """
     shapes = {
         design: shape_in_budget(
@@ -731,21 +733,12 @@ def choose_at_equal_time(
         if design in components
     }
     best = min(shapes.values(), key=lambda s: s.width_pct)
-    fitting = {design: shape for design, shape in shapes.items() if shape.fits}
-
-    def series(design: str) -> int:
-        return 1 if design == SEQUENTIAL_DESIGN else max(1, setups - 1)
-
-    ranges = {
-        d: width_range_pct(
-            components[d], s.slices_per_start, s.width_pct, series_per_start=series(d)
-        )
-        for d, s in fitting.items()
-    }
     estimates = {
-        d: (s.width_pct, width_df(components[d], s.slices_per_start, series(d)))
-        for d, s in fitting.items()
+        d: (s.width_pct, width_df(components[d], s.slices_per_start, series_per_start(d, setups)))
+        for d, s in shapes.items()
+        if s.fits
     }
+    ranges = {d: _width_range(width, df) for d, (width, df) in estimates.items()}
     return DesignChoice(
         design=best.design if best.fits else RUNS_DESIGN,
         budget_s=budget_s,
@@ -777,6 +770,7 @@ __all__ = [
     "block_costs",
     "plan_run",
     "Shape",
+    "series_per_start",
     "shape_in_budget",
     "time_for_width",
     "unranked_beside",

@@ -180,14 +180,16 @@ def disarm(window: Window) -> None:
 
 def _collect(window: Window, out: Path | None, wait_s: float) -> tuple[str, Path | None]:
     """Await the disarmed shim's closing line; once it has answered, remove the control
-    and status files (nothing of the window stays in the process's /tmp). Move the
+    and status files (nothing of the window stays in the process's /tmp) and move the
     trace to `out` (None: leave it where the process wrote it). Returns the closing line
-    and where the trace now is (None: the shim wrote none)."""
+    and where the trace now is: None when the shim wrote none, or has not answered in
+    `wait_s` (it may still be writing the trace and reading those files, so all stay)."""
     closing = _await_status(window.status, "complete", wait_s)
-    if closing.startswith(("complete", "stopped", "error")):
-        # The shim reads the control file only for a change: without it nothing happens.
-        window.here.unlink(missing_ok=True)
-        window.status.unlink(missing_ok=True)
+    if not closing.startswith(("complete", "stopped", "error")):
+        return closing, None
+    # The shim reads the control file only for a change: without it nothing happens.
+    window.here.unlink(missing_ok=True)
+    window.status.unlink(missing_ok=True)
     source = in_process(window.pid, window.server_file)
     if not source.is_file():
         return closing, None
@@ -204,7 +206,11 @@ def stop(window: Window, out: Path | None) -> str:
     disarm(window)
     closing, kept = _collect(window, out, 60.0)
     if kept is None:
-        raise MallocbenchError(f"the shim in process {window.pid} wrote no trace ({closing})")
+        said = f"said {closing!r}" if closing else "said nothing"
+        raise MallocbenchError(
+            f"the shim in process {window.pid} left no closed trace within 60 s ({said}); "
+            f"whatever it wrote stays at {in_process(window.pid, window.server_file)}"
+        )
     return closing
 
 
