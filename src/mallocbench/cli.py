@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import click
 
@@ -126,6 +126,19 @@ COMMANDS: dict[str, LazyCommand] = {
 
 
 class Group(click.Group):
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        # The group's own options are parsed here, before invoke: `mallocbench --bogus`.
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            _click_error(exc)
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -133,9 +146,27 @@ class Group(click.Group):
             click.echo(f"mallocbench: error: {exc}", err=True)
             lost = isinstance(exc, EnvironmentLost)
             sys.exit(exitcodes.ABORTED if lost else exitcodes.USAGE)
+        except click.ClickException as exc:
+            _click_error(exc)
         except KeyboardInterrupt:
             click.echo("mallocbench: interrupted", err=True)
             sys.exit(exitcodes.interrupted())
+
+
+def _click_error(exc: click.ClickException) -> NoReturn:
+    """click's own errors in the one-line form of every other: click prints a usage
+    line and a hint line before its error line, and the error is what a script needs."""
+    message = " ".join(exc.format_message().split())
+    if isinstance(exc, click.UsageError):
+        # The command the mistake was made in (a subcommand's, inside a group).
+        names: list[str] = []
+        ctx = exc.ctx
+        while ctx is not None and ctx.parent is not None:  # the root's name is how it ran
+            names.insert(0, ctx.info_name or "")
+            ctx = ctx.parent
+        message += f" (see {' '.join(['mallocbench', *names, '--help'])})"
+    click.echo(f"mallocbench: error: {message}", err=True)
+    sys.exit(exitcodes.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
 
 
 class LazyGroup(Group):

@@ -47,6 +47,7 @@ from mallocbench.experiment import (
     blocks,
     from_dict,
     plan_extra_round,
+    recorded_set,
 )
 from mallocbench.files import write_text_atomic
 from mallocbench.metadata import ClusterRecord, HostRecord, RunMetadata, WorkerCpuShare
@@ -128,7 +129,7 @@ def experiment_from_run(stored: RunResult) -> Experiment:
     lines = text.rstrip("\n").splitlines()
     overrides: list[str] = []
     while lines and (match := _SET_LINE.match(lines[-1])):
-        overrides.insert(0, match.group(1))
+        overrides.insert(0, recorded_set(match.group(1)))
         lines.pop()
     try:
         data = tomllib.loads(text)

@@ -22,6 +22,13 @@ from mallocbench.validation import Problems
 Schema = dict[str, Any]
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+# A setup's name becomes part of directory names (a session's is NAME.ENGINE.rN under
+# --out), a socket path and report columns: 300 characters overflowed a file name.
+MAX_NAME = 64
+# Blocks: a server start of every setup each (patterns: runs of every case). Beyond a
+# thousand an interval stops narrowing in any way a run could use (--max-repeats has
+# the same cap), and the plan grows without end (a million repeats took 14 s and 674 MB).
+MAX_REPEATS = 1000
 
 
 def _of(types: str | list[str], description: str, **extra: Any) -> Schema:
@@ -53,7 +60,12 @@ DURATION = _of(["number", "string"], 'seconds, or a duration such as "90s", "30m
 FRACTION = _of(["number", "string"], 'a fraction (0.02) or a percentage ("2%")')
 
 SETUP: dict[str, Schema] = {
-    "name": _of("string", "short name used in reports, e.g. je-arena1", pattern=_NAME.pattern),
+    "name": _of(
+        "string",
+        "short name used in reports, e.g. je-arena1",
+        pattern=_NAME.pattern,
+        maxLength=MAX_NAME,
+    ),
     "allocator": _of("string", "glibc, jemalloc, tcmalloc, tcmalloc_minimal, mimalloc or a .so"),
     "knobs": {**STRING_MAP, "description": "allocator environment, e.g. MALLOC_ARENA_MAX"},
     "description": _of("string", "what this setup is for"),
@@ -116,7 +128,9 @@ RUN_TOP: dict[str, Schema] = {
     "engines": _list_of(_of("string", "innodb or myrocks"), "engines to run"),
     "steps": _list_of(_of("string", '"name", "name range=N" or a group'), "steps to run"),
     "threads": _list_of(_of("integer", "clients", minimum=1), "client counts"),
-    "repeats": _of("integer", "blocks: server starts of every setup", minimum=1),
+    "repeats": _of(
+        "integer", "blocks: server starts of every setup", minimum=1, maximum=MAX_REPEATS
+    ),
     "design": _of("string", "how setups share time", enum=["interleaved", "sequential", "auto"]),
     "alternate": _of(
         "string",
@@ -148,7 +162,7 @@ PATTERNS_TOP: dict[str, Schema] = {
     "name": RUN_TOP["name"],
     "description": RUN_TOP["description"],
     "base": RUN_TOP["base"],
-    "repeats": _of("integer", "runs of every case and setup", minimum=1),
+    "repeats": _of("integer", "runs of every case and setup", minimum=1, maximum=MAX_REPEATS),
     "seconds": CASE["seconds"],
     "ops": CASE["ops"],
     "threads": CASE["threads"],
@@ -252,6 +266,13 @@ def _common_setup(problems: Problems, table: SetupTable) -> CommonSetup | None:
         problems.add(
             path + ("name",),
             f"setup name {name!r} is invalid: use letters, digits, '-', '_' and '.'",
+        )
+        return None
+    if name is not None and len(str(name)) > MAX_NAME:
+        problems.add(
+            path + ("name",),
+            f"setup name {str(name)[:20]}... is {len(str(name))} characters long: give at "
+            f"most {MAX_NAME} (it names directories and report columns)",
         )
         return None
     knobs = setup_knobs(problems, path + ("knobs",), raw.get("knobs", {}), label, allocator)

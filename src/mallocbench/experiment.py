@@ -8,6 +8,8 @@ each table takes are listed once, in mallocbench.dialect, with the [[setup]] che
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import itertools
 import os
 import re
@@ -24,6 +26,7 @@ from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.dataset import Dataset, cache_root
 from mallocbench.dialect import (
+    MAX_REPEATS,
     RUN_DATASET,
     RUN_DURATIONS,
     RUN_SERVER,
@@ -54,6 +57,10 @@ THP_MODES = ("always", "madvise", "never")
 MAX_TABLES = 1024
 MAX_ROWS = 10**9  # per table
 MAX_DURATION_S = 24 * 3600  # warmup or measured seconds of one cell
+# Cells one run may plan: setups x engines x steps x threads x repeats. At the shortest
+# cell (1 s measured, no warmup) this is more than a day of measuring.
+MAX_CELLS = 100_000
+MAX_TITLE = 200  # characters of the experiment's name
 
 # Disk a loaded sysbench table takes per row: id INT + k INT + c CHAR(120) + pad CHAR(60)
 # are 188 bytes, plus InnoDB's 18 bytes of row header and transaction fields, page fill
@@ -491,9 +498,27 @@ def apply_overrides(
             value = tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw.strip()
-        overridden[_set_path(data, path, value, item)] = f"--set {key.strip()}={raw.strip()}"
-        recorded.append(f"# --set {key.strip()}={raw.strip()}")
+        shown = _shown_set(f"{key.strip()}={raw.strip()}")
+        overridden[_set_path(data, path, value, item)] = shown
+        recorded.append(f"# {shown}")
     return recorded
+
+
+def _shown_set(item: str) -> str:
+    """`--set KEY=VALUE` as messages and the stored text show it: a line break or
+    another control character escaped, as repr writes it, so a value can neither add a
+    line to the terminal nor a TOML line after the comment that records it."""
+    return f"--set {item}" if item.isprintable() else f"--set {item!r}"
+
+
+def recorded_set(shown: str) -> str:
+    """The KEY=VALUE a stored `# --set ...` line records (the inverse of _shown_set)."""
+    if shown[:1] in ("'", '"') and shown[-1:] == shown[:1]:
+        with contextlib.suppress(ValueError, SyntaxError):
+            item = ast.literal_eval(shown)
+            if isinstance(item, str):
+                return item
+    return shown
 
 
 def _set_path(data: dict[str, Any], path: list[str], value: object, item: str) -> KeyPath:
@@ -576,9 +601,10 @@ def from_dict(
     if "budget" in data:
         budget = problems.check(("budget",), _budget, data["budget"], design)
     events = parse_events(problems, data)
+    name = problems.check(("name",), _name, data.get("name", default_name))
     problems.raise_if_any(source, text, overridden)
-    return Experiment(
-        name=str(data.get("name", default_name)),
+    experiment = Experiment(
+        name=str(name),
         text=text,
         setups=setups,
         base=base,
@@ -601,6 +627,10 @@ def from_dict(
         port=server.port,
         events=events,
     )
+    # Checked once the parts are right: a count of broken parts would mislead.
+    problems.check(("repeats",) if "repeats" in data else (), _check_cells, experiment)
+    problems.raise_if_any(source, text, overridden)
+    return experiment
 
 
 @dataclass
@@ -791,11 +821,36 @@ def _threads(problems: Problems, data: dict[str, Any]) -> list[int]:
     return good
 
 
+def _name(value: object) -> str:
+    """The experiment's name heads its report and the plan: one line of text."""
+    if not isinstance(value, str) or not value.isprintable() or len(value) > MAX_TITLE:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise MallocbenchError(
+            f"name = {shown} is invalid: give one line of at most {MAX_TITLE} printable characters"
+        )
+    return value
+
+
 def _repeats(value: object) -> int:
     _expect(value, int, "repeats", "give a whole number of repeats, e.g. 3")
-    if value < 1:  # type: ignore[operator]
-        raise MallocbenchError(f"repeats = {value} must be at least 1")
-    return value  # type: ignore[return-value]
+    return _bounded_int(value, "repeats", 1, MAX_REPEATS)
+
+
+def planned_cells(experiment: Experiment) -> int:
+    """How many cells `plan` gives, counted without building them."""
+    per_repeat = sum(len(_threads_for(experiment, step)) for step in experiment.steps)
+    return per_repeat * len(experiment.setups) * len(experiment.engines) * experiment.repeats
+
+
+def _check_cells(experiment: Experiment) -> None:
+    cells = planned_cells(experiment)
+    if cells > MAX_CELLS:
+        raise MallocbenchError(
+            f"the experiment plans {cells:,} cells ({len(experiment.setups)} setups x "
+            f"{len(experiment.engines)} engines x steps and threads x {experiment.repeats} "
+            f"repeats), more than the {MAX_CELLS:,} one run may hold: use fewer repeats, "
+            "steps, threads or setups, or split it into several runs"
+        )
 
 
 def _budget(value: object, design: object) -> float:

@@ -37,6 +37,7 @@ def get(spec: str, require_available: bool = True) -> Allocator:
     """
     if is_custom_spec(spec):
         path = os.path.abspath(os.path.expanduser(spec))
+        _check_preloadable(spec, path)
         if not os.path.isfile(path):
             raise MallocbenchError(
                 f"allocator library {spec!r} does not exist: give the path of a malloc "
@@ -61,6 +62,20 @@ def get(spec: str, require_available: bool = True) -> Allocator:
         f"unknown allocator {spec!r}{did_you_mean(spec, known)}: use one of "
         f"{', '.join(names())} or a path to a .so file"
     )
+
+
+def _check_preloadable(spec: str, path: str) -> None:
+    """LD_PRELOAD splits its list at spaces and colons, so a library whose path holds
+    one would be preloaded as pieces that do not exist (the loader says so on stderr
+    and the server runs with glibc's malloc)."""
+    separator = next((c for c in path if c in " :"), None)
+    if separator is not None:
+        what = "a space" if separator == " " else "a colon"
+        raise MallocbenchError(
+            f"allocator library {spec!r} has {what} in its path, which LD_PRELOAD cannot "
+            "carry (it separates libraries there): copy or link the library to a path "
+            "without one, e.g. /usr/local/lib/libmalloc.so"
+        )
 
 
 def mapped_libraries(pid: int) -> list[str]:

@@ -45,6 +45,7 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.dialect import (
     CASE,
+    MAX_REPEATS,
     PATTERNS_TOP,
     SetupTable,
     common_setups,
@@ -492,7 +493,7 @@ def from_dict(
     setups = _table_setups(problems, tables)
     defaults = _defaults(problems, data, list(dict.fromkeys([*setups, *setup_names(tables)])))
     cases = _cases(problems, data, setups, defaults)
-    repeats = problems.check(("repeats",), _int, "repeats", data.get("repeats", 3), 1, 1000)
+    repeats = problems.check(("repeats",), _int, "repeats", data.get("repeats", 3), 1, MAX_REPEATS)
     problems.raise_if_any(source, text)
     return PatternExperiment(
         name=str(data.get("name", name)),

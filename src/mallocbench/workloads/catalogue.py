@@ -256,6 +256,8 @@ def lua_dir() -> Path:
     return Path(str(resources.files("mallocbench.workloads") / "lua"))
 
 
+# A range is rows of one table, and a table holds at most experiment.MAX_ROWS.
+MAX_RANGE = 10**9
 _SPEC = re.compile(r"^\s*([a-z0-9.-]+)(?:[\s_]+range\s*=\s*(\d+))?\s*$")
 
 
@@ -287,6 +289,11 @@ def parse_steps(specs: list[str]) -> list[Step]:
             if not definition.takes_range:
                 raise MallocbenchError(
                     f"step {name!r} takes no range: write {name!r} without 'range=N'"
+                )
+            if not 1 <= int(range_text) <= MAX_RANGE:
+                raise MallocbenchError(
+                    f"step {spec!r}: range={range_text} is out of range: give 1 to "
+                    f"{MAX_RANGE:,} rows (a range is rows of one table)"
                 )
             steps.append(Step(definition, int(range_text)))
         else:
