@@ -19,6 +19,7 @@ from mallocbench.cluster import experiment_from_run
 from mallocbench.dialect import MAX_NAME, MAX_REPEATS
 from mallocbench.experiment import MAX_CELLS, load, plan, planned_cells
 from mallocbench.results import RunResult
+from mallocbench.store import open_store
 from test_input_validation import assert_refused
 
 
@@ -152,3 +153,142 @@ def test_click_usage_errors_are_one_line(
     result = run_cli(*args)
     line = assert_refused(result, integrity_figures, says, hint)
     assert "Usage:" not in result.stdout + result.stderr and "Try " not in line
+
+
+# --- config keys: what the server build knows, and what it took --------------------------
+
+
+def _refused_before_any_load(
+    tmp_path: Path, path: Path, integrity_figures: Any, *needles: str, sets: tuple[str, ...] = ()
+) -> str:
+    """Refused the same by --dry-run and by a run, which loads nothing first."""
+    sets_args = [a for item in sets for a in ("--set", item)]
+    assert_refused(run_cli("run", str(path), "--dry-run", *sets_args), integrity_figures, *needles)
+    out = tmp_path / "o"
+    line = assert_refused(
+        run_cli("run", str(path), "--out", str(out), "-q", *sets_args), integrity_figures, *needles
+    )
+    assert not (out / "servers").exists()  # no server directory: no dataset, no start
+    return line
+
+
+@pytest.mark.server
+def test_a_config_key_the_server_does_not_know(tmp_path: Path, integrity_figures: Any) -> None:
+    path = small_experiment(tmp_path, setup_extra='config = { sort_bufer_size = "4M" }')
+    line = _refused_before_any_load(
+        tmp_path, path, integrity_figures, "setup a on innodb", "config key sort_bufer_size"
+    )
+    assert "is not an option of mariadb" in line and "did you mean 'sort_buffer_size'" in line
+    # Through --set on the shared [server] table too, and with loose-, which the server
+    # would ignore rather than refuse.
+    fine = small_experiment(tmp_path)
+    for key in ("server.config.sort_bufer_size=4M", "server.config.loose-sort_bufer_size=4M"):
+        line = _refused_before_any_load(
+            tmp_path, fine, integrity_figures, "sort_bufer_size", sets=(key,)
+        )
+    assert "would ignore it (loose-)" in line
+
+
+@pytest.mark.server
+def test_spellings_the_server_takes_pass(tmp_path: Path) -> None:
+    """`-` or `_`, skip-, loose- of a known option, an unambiguous beginning of one."""
+    config = (
+        'config = { "sort-buffer-size" = "4M", skip_name_resolve = 1, '
+        '"loose-innodb-buffer-pool-size-max" = "1G", "max-heap-table-siz" = "32M" }'
+    )
+    path = small_experiment(tmp_path, setup_extra=config)
+    result = run_cli("run", str(path), "--dry-run")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.server
+def test_plugin_options_exist_where_the_plugin_is_loaded(
+    tmp_path: Path, integrity_figures: Any
+) -> None:
+    path = small_experiment(tmp_path, setup_extra="config = { rocksdb_max_open_files = 100 }")
+    myrocks = run_cli("run", str(path), "--dry-run", "--set", 'engines=["myrocks"]')
+    assert myrocks.returncode == 0, myrocks.stderr  # the engine loads ha_rocksdb
+    _refused_before_any_load(
+        tmp_path, path, integrity_figures, "setup a on innodb", "rocksdb_max_open_files"
+    )
+    # A plugin the setup loads itself brings its options; one that is not there is named.
+    missing = small_experiment(tmp_path, setup_extra='config = { plugin_load_add = "ha_nope" }')
+    _refused_before_any_load(
+        tmp_path, missing, integrity_figures, "cannot load a plugin", "ha_nope.so"
+    )
+
+
+@pytest.mark.server
+def test_the_option_list_is_kept_per_build(tmp_path: Path, build: Any) -> None:
+    from mallocbench.servers.known_options import known_options
+
+    first = known_options(build, (), cache=tmp_path)
+    kept = list((tmp_path / "server-options").iterdir())
+    assert len(kept) == 1 and "sort_buffer_size" in first.names
+    with_rocksdb = known_options(build, ("ha_rocksdb.so",), cache=tmp_path)
+    assert len(list((tmp_path / "server-options").iterdir())) == 2
+    assert "rocksdb_max_open_files" in with_rocksdb.names - first.names
+    # Read back, not asked again: the kept list is what the next check uses.
+    kept[0].write_text(kept[0].read_text().replace('"sort_buffer_size"', '"sort_buffer_sizx"'))
+    assert "sort_buffer_sizx" in known_options(build, (), cache=tmp_path).names
+
+
+@pytest.mark.server
+def test_a_plugin_the_server_could_not_start_fails_the_setup(
+    tmp_path: Path, integrity_figures: Any
+) -> None:
+    """file_key_management loads for --help but its start fails without a key file: the
+    server runs on without it, and the setup must not be measured as if it had it."""
+    path = small_experiment(
+        tmp_path, setup_extra='config = { plugin_load_add = "file_key_management" }'
+    )
+    assert run_cli("run", str(path), "--dry-run").returncode == 0
+    out = tmp_path / "o"
+    result = run_cli("run", str(path), "--out", str(out), "-q")
+    integrity_figures.add("faults injected")
+    integrity_figures.check_output(result.stdout + result.stderr)
+    assert result.returncode == 3, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("mallocbench: error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "setup a on innodb failed" in errors[0]
+    assert "did not load file_key_management.so" in errors[0]
+    assert "init function returned error" in errors[0]  # the server's own reason
+    # The run keeps why, as it keeps a crashed server's cells with theirs.
+    store = open_store(str(out / "results.sqlite"), readonly=True)
+    try:
+        header = store.load_run_header()
+    finally:
+        store.close()
+    assert (
+        header.metadata.notes and "did not load file_key_management.so" in header.metadata.notes[0]
+    )
+    assert not (out / "report.md").exists()  # nothing measured, nothing reported as measured
+
+
+@pytest.mark.server
+def test_a_loose_key_the_server_ignored_fails_the_start(tmp_path: Path, build: Any) -> None:
+    """The check a started server gets, for what a dry run cannot see (a build swapped
+    after the check): its variables and plugins against what it was asked for."""
+    from mallocbench.servers import engines
+    from mallocbench.servers.mariadb import ServerConfig, SettingNotTaken, running
+
+    def config(overrides: dict[str, object]) -> ServerConfig:
+        return ServerConfig(
+            engine=engines.get("innodb"),
+            cache_bytes=32 << 20,
+            allocator=allocators.get("glibc"),
+            overrides=overrides,
+        )
+
+    ignored = config({"loose-innodb-nope": "1"})
+    with (
+        pytest.raises(SettingNotTaken, match="loose-innodb-nope = 1: the server has no such"),
+        running(build, tmp_path / "a", ignored),
+    ):
+        pass
+    taken: dict[str, object] = {
+        "loose-sort-buffer-size": "4M",
+        "plugin_load_add": "metadata_lock_info",
+    }
+    with running(build, tmp_path / "b", config(taken)) as server:
+        assert server.query("SELECT @@sort_buffer_size") == [(4 << 20,)]

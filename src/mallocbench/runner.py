@@ -50,7 +50,7 @@ from mallocbench.results import (
     RunResult,
     SetupInfo,
 )
-from mallocbench.servers.mariadb import ServerBuild, ServerStartError
+from mallocbench.servers.mariadb import ServerBuild, ServerStartError, SettingNotTaken
 from mallocbench.store import ResultsStore, is_url, locks, open_store, store_label
 from mallocbench.store.base import STORE_NAME
 from mallocbench.store.sqlite import (
@@ -598,6 +598,8 @@ class Pipeline:
             outcome.aborted = "interrupted"
         except ServerStartError as exc:
             outcome.aborted = str(exc)
+            # A failed setup, as a crashed server is: the run keeps why with its cells.
+            outcome.notes += [str(exc)] if isinstance(exc, SettingNotTaken) else []
             # A unit lost with its benchmark host (cluster.UnitsLost) leaves the run
             # "interrupted", resumable, rather than "failed".
             status = getattr(exc, "run_status", status)

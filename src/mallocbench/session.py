@@ -25,7 +25,13 @@ from mallocbench.replay.native import shim_path
 from mallocbench.results import SessionInfo
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup
-from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig, ServerStartError
+from mallocbench.servers.mariadb import (
+    PrivateServer,
+    ServerBuild,
+    ServerConfig,
+    ServerStartError,
+    SettingNotTaken,
+)
 from mallocbench.servers.runtime import RuntimeDir
 from mallocbench.workloads.sysbench import Sysbench
 
@@ -167,6 +173,8 @@ def _start_server(live: LiveSession, engine_name: str) -> None:
     setup, group = live.setup, live.memory_group
     try:
         live.server.start()
+    except SettingNotTaken as exc:
+        raise SettingNotTaken(f"setup {setup.name} on {engine_name} failed: {exc}") from exc
     except ServerStartError as exc:
         if group is not None and group.oom_kills():
             raise ServerStartError(

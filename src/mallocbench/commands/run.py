@@ -392,7 +392,8 @@ def _conclude(
     # eyes, once.
     if not _same_file(sys.stdout, sys.stderr):
         for note in outcome.notes:
-            console.print(f"[yellow]note[/]: {note}")
+            if note != outcome.aborted:  # said once, as the error below
+                console.print(f"[yellow]note[/]: {note}")
     if outcome.aborted == "interrupted":
         console.print(
             f"[yellow]interrupted[/]: {len(outcome.result.cells)} cells kept in "

@@ -51,6 +51,7 @@ from mallocbench.servers import process, runtime
 from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup, OomWatch
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config
+from mallocbench.servers.taken import Plugin, not_taken
 
 SERVER_BINARIES = ("mariadbd", "mysqld")
 # Environment variables that would change the allocator or its behaviour behind our back.
@@ -69,6 +70,11 @@ SERVER_RECORD = "server.json"
 
 class ServerStartError(MallocbenchError):
     """The server did not become ready; the message carries the error log's last lines."""
+
+
+class SettingNotTaken(ServerStartError):
+    """The server started without a setting it was given (servers.taken): a failed
+    setup, since measuring it would measure another setup under its name."""
 
 
 @dataclass(frozen=True)
@@ -544,6 +550,7 @@ class PrivateServer:
         try:
             self._wait_ready(timeout)
             self._check_started()
+            self._check_taken()
         except BaseException:
             self.stop()
             raise
@@ -572,6 +579,38 @@ class PrivateServer:
             if isinstance(exc, MallocbenchError):
                 raise
             raise ServerStartError(f"server started but its first query failed: {exc}") from exc
+
+    def _check_taken(self) -> None:
+        """Fail the start when the server runs without a setting it was given."""
+        try:
+            variables = {str(k): str(v) for k, v in self.query("SHOW GLOBAL VARIABLES")}
+            rows = self.query(
+                "SELECT PLUGIN_NAME, PLUGIN_LIBRARY, PLUGIN_STATUS FROM information_schema.PLUGINS"
+            )
+        except pymysql.err.MySQLError as exc:
+            raise ServerStartError(
+                f"server started but reading its settings failed: {exc}"
+            ) from exc
+        plugins = [Plugin(str(n), str(lib) if lib else None, str(st)) for n, lib, st in rows]
+        problems = not_taken(self.settings(), variables, plugins)
+        if not problems:
+            return
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        said = self._logged_about(first.word)
+        raise SettingNotTaken(
+            f"the server started without a setting it was given, {first.text}{more}"
+            + (f" (its error log: {said})" if said else "")
+            + "; nothing is measured under a setup it does not run"
+        )
+
+    def _logged_about(self, word: str) -> str | None:
+        """The first error or warning of the log that names `word` (the cause comes
+        before what follows from it), without its time stamp."""
+        for line in log_tail(self.error_log, 400).splitlines():
+            if word in line and ("[ERROR]" in line or "[Warning]" in line):
+                return re.sub(r"^.*?\[(ERROR|Warning)\] ", "", line).strip()
+        return None
 
     def _in_child(self) -> Callable[[], None] | None:
         """What the forked child does before exec: THP off, join the memory and cpu cgroups."""

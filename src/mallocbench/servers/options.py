@@ -20,7 +20,7 @@ _CONFIG_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 
 # Prefixes my_getopt strips before it looks an option up, so `loose-init-file` and
 # `skip-networking` are spellings of init_file and networking.
-_OPTION_PREFIXES = ("loose_", "skip_", "enable_", "disable_", "maximum_", "autoset_")
+OPTION_PREFIXES = ("loose_", "skip_", "enable_", "disable_", "maximum_", "autoset_")
 
 # What mallocbench writes into every private server's my.cnf: overriding one would share
 # a datadir, socket or port with another server, open it to the network, let any account
@@ -65,10 +65,15 @@ _CODE_LOADING_ENV = {
 }
 
 
+def option_key(name: str) -> str:
+    """A config key as mariadbd compares names: case and `-` or `_` do not matter."""
+    return name.lower().replace("-", "_")
+
+
 def _normalise(name: str) -> str:
     """The option a name addresses, as mariadbd resolves it (case, - or _, prefixes)."""
-    key = name.lower().replace("-", "_")
-    for prefix in _OPTION_PREFIXES:
+    key = option_key(name)
+    for prefix in OPTION_PREFIXES:
         if key.startswith(prefix):
             key = key.removeprefix(prefix)
     return key
