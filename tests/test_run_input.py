@@ -224,13 +224,18 @@ def test_the_option_list_is_kept_per_build(tmp_path: Path, build: Any) -> None:
 
     first = known_options(build, (), cache=tmp_path)
     kept = list((tmp_path / "server-options").iterdir())
-    assert len(kept) == 1 and "sort_buffer_size" in first.names
+    assert first is not None and len(kept) == 1 and "sort_buffer_size" in first.names
     with_rocksdb = known_options(build, ("ha_rocksdb.so",), cache=tmp_path)
-    assert len(list((tmp_path / "server-options").iterdir())) == 2
+    assert with_rocksdb is not None and len(list((tmp_path / "server-options").iterdir())) == 2
     assert "rocksdb_max_open_files" in with_rocksdb.names - first.names
     # Read back, not asked again: the kept list is what the next check uses.
     kept[0].write_text(kept[0].read_text().replace('"sort_buffer_size"', '"sort_buffer_sizx"'))
-    assert "sort_buffer_sizx" in known_options(build, (), cache=tmp_path).names
+    again = known_options(build, (), cache=tmp_path)
+    assert again is not None and "sort_buffer_sizx" in again.names
+    # A plugin that did not load is said, and its list is not kept: it may be installed.
+    failed = known_options(build, ("ha_nope",), cache=tmp_path)
+    assert failed is not None and "ha_nope.so" in (failed.plugin_error or "")
+    assert len(list((tmp_path / "server-options").iterdir())) == 2
 
 
 @pytest.mark.server
@@ -292,3 +297,21 @@ def test_a_loose_key_the_server_ignored_fails_the_start(tmp_path: Path, build: A
     }
     with running(build, tmp_path / "b", config(taken)) as server:
         assert server.query("SELECT @@sort_buffer_size") == [(4 << 20,)]
+
+
+def test_patterns_plans_are_bounded_too(tmp_path: Path, integrity_figures: Any) -> None:
+    many = [a for t in range(1, 120) for a in ("-t", str(t))]
+    flags = ("patterns", "-p", "oltp", "-a", "glibc", "--repeats", "1000", "--dry-run")
+    assert_refused(run_cli(*flags, *many), integrity_figures, "119,000 runs", "100,000")
+    in_file = tmp_path / "p.toml"
+    in_file.write_text(
+        "repeats = 1000\nthreads = [" + ",".join(map(str, range(1, 120))) + "]\n"
+        '[[setup]]\nallocator = "glibc"\n[[patterns]]\npattern = "oltp"\n'
+    )
+    line = assert_refused(
+        run_cli("patterns", str(in_file), "--dry-run"), integrity_figures, "119,000 runs"
+    )
+    assert line.startswith(f"mallocbench: error: {in_file}:1: ")  # at the repeats line
+    in_file.write_text(in_file.read_text().replace("repeats = 1000", "repeats = 2"))
+    fine = run_cli("patterns", str(in_file), "--dry-run", "-t", "1")
+    assert fine.returncode == 0 and fine.stdout.strip().endswith("2 runs"), fine.stderr

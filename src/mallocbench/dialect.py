@@ -29,6 +29,10 @@ MAX_NAME = 64
 # thousand an interval stops narrowing in any way a run could use (--max-repeats has
 # the same cap), and the plan grows without end (a million repeats took 14 s and 674 MB).
 MAX_REPEATS = 1000
+# What one file may plan: cells of a run (setups x engines x steps x threads x repeats),
+# runs of a patterns file (cases x threads x setups x repeats). At a second each this is
+# more than a day of measuring.
+MAX_PLANNED = 100_000
 
 
 def _of(types: str | list[str], description: str, **extra: Any) -> Schema:

@@ -26,6 +26,7 @@ from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.dataset import Dataset, cache_root
 from mallocbench.dialect import (
+    MAX_PLANNED,
     MAX_REPEATS,
     RUN_DATASET,
     RUN_DURATIONS,
@@ -57,9 +58,7 @@ THP_MODES = ("always", "madvise", "never")
 MAX_TABLES = 1024
 MAX_ROWS = 10**9  # per table
 MAX_DURATION_S = 24 * 3600  # warmup or measured seconds of one cell
-# Cells one run may plan: setups x engines x steps x threads x repeats. At the shortest
-# cell (1 s measured, no warmup) this is more than a day of measuring.
-MAX_CELLS = 100_000
+MAX_CELLS = MAX_PLANNED
 MAX_TITLE = 200  # characters of the experiment's name
 
 # Disk a loaded sysbench table takes per row: id INT + k INT + c CHAR(120) + pad CHAR(60)

@@ -203,7 +203,7 @@ def _experiment(
     """
     patterns, allocator_flags, options = flags
     if experiment_file is None:
-        return pexp.from_flags(
+        made = pexp.from_flags(
             list(patterns),
             list(allocator_flags),
             list(threads),
@@ -214,6 +214,8 @@ def _experiment(
             base,
             seed,
         )
+        pexp.check_runs(made.cases, made.repeats)
+        return made
     adhoc = {
         "--pattern": patterns,
         "--allocator": allocator_flags,
@@ -229,6 +231,7 @@ def _experiment(
         )
     experiment = pexp.load(experiment_file)
     _override(experiment, threads, seconds, repeats)
+    pexp.check_runs(experiment.cases, experiment.repeats)
     return experiment
 
 

@@ -65,6 +65,8 @@ def check_config_keys(experiment: Experiment, setup: Setup, build: ServerBuild) 
     for engine in experiment.engines:
         config = {**engine.config(experiment.dataset.cache_bytes), **asked}
         known = known_options(build, plugins_asked(config))
+        if known is None:
+            return
         if known.plugin_error is not None:
             raise MallocbenchError(
                 f"setup {setup.name} on {engine.name}: {build.label} cannot load a plugin "

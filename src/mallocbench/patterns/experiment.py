@@ -45,6 +45,7 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.dialect import (
     CASE,
+    MAX_PLANNED,
     MAX_REPEATS,
     PATTERNS_TOP,
     SetupTable,
@@ -494,6 +495,8 @@ def from_dict(
     defaults = _defaults(problems, data, list(dict.fromkeys([*setups, *setup_names(tables)])))
     cases = _cases(problems, data, setups, defaults)
     repeats = problems.check(("repeats",), _int, "repeats", data.get("repeats", 3), 1, MAX_REPEATS)
+    if repeats is not None:
+        problems.check(("repeats",) if "repeats" in data else (), check_runs, cases, repeats)
     problems.raise_if_any(source, text)
     return PatternExperiment(
         name=str(data.get("name", name)),
@@ -504,6 +507,17 @@ def from_dict(
         text=text,
         description=str(data.get("description", "")),
     )
+
+
+def check_runs(cases: list[Case], repeats: int) -> None:
+    """Refuse a plan beyond MAX_PLANNED runs (also after the command line's overrides)."""
+    runs = repeats * sum(len(case.threads) * len(case.setups) for case in cases)
+    if runs > MAX_PLANNED:
+        raise MallocbenchError(
+            f"the experiment plans {runs:,} runs (cases x threads x setups x {repeats} "
+            f"repeats), more than the {MAX_PLANNED:,} one run may hold: use fewer repeats, "
+            "thread counts, setups or cases"
+        )
 
 
 def load(path: str | os.PathLike[str]) -> PatternExperiment:
