@@ -315,3 +315,13 @@ def test_patterns_plans_are_bounded_too(tmp_path: Path, integrity_figures: Any) 
     in_file.write_text(in_file.read_text().replace("repeats = 1000", "repeats = 2"))
     fine = run_cli("patterns", str(in_file), "--dry-run", "-t", "1")
     assert fine.returncode == 0 and fine.stdout.strip().endswith("2 runs"), fine.stderr
+
+
+def test_an_engine_listed_twice_is_refused(tmp_path: Path, integrity_figures: Any) -> None:
+    """Its sessions would share names, and so the directories their servers keep."""
+    path = small_experiment(tmp_path)
+    assert_refused(
+        run_cli("run", str(path), "--dry-run", "--set", 'engines=["innodb", "innodb"]'),
+        integrity_figures,
+        "engines names innodb twice: list it once",
+    )

@@ -785,6 +785,12 @@ def _engines(problems: Problems, data: dict[str, Any]) -> list[Engine]:
     if not names:
         problems.add(("engines",), 'engines is empty: write e.g. engines = ["innodb"]')
     found = [problems.check(("engines", i), engines.get, str(n)) for i, n in enumerate(names)]
+    seen: set[str] = set()
+    for index, engine in enumerate(found):
+        if engine is not None and engine.name in seen:
+            # Its sessions would share their names, and so their server directories.
+            problems.add(("engines", index), f"engines names {engine.name} twice: list it once")
+        seen.add(engine.name if engine is not None else "")
     return [engine for engine in found if engine is not None]
 
 
