@@ -325,3 +325,39 @@ def test_an_engine_listed_twice_is_refused(tmp_path: Path, integrity_figures: An
         integrity_figures,
         "engines names innodb twice: list it once",
     )
+
+
+@pytest.mark.server
+def test_a_value_the_server_adjusted_is_a_note_of_the_run(tmp_path: Path) -> None:
+    """Clamped into range, the setting is still taken: measured, and said."""
+    path = small_experiment(tmp_path, setup_extra='config = { sort_buffer_size = "1" }')
+    out = tmp_path / "o"
+    result = run_cli("run", str(path), "--out", str(out), "-q")
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = "setup a on innodb: the server adjusted sort_buffer_size = 1 runs as "
+    assert said in result.stderr
+    store = open_store(str(out / "results.sqlite"), readonly=True)
+    try:
+        notes = store.load_run_header().metadata.notes or []
+    finally:
+        store.close()
+    assert [n for n in notes if n.startswith(said)] and len(notes) == len(set(notes))
+
+
+def test_what_counts_as_taken() -> None:
+    from mallocbench.servers.taken import Plugin, adjusted, not_taken
+
+    variables = {"sort_buffer_size": "4194304", "innodb_adaptive_hash_index": "OFF", "sql_mode": ""}
+    same = {"sort-buffer-size": "4M", "innodb_adaptive_hash_index": "off", "sql_mode": "ANSI"}
+    assert adjusted(same, variables) == []  # sizes, switches; text is not compared
+    assert adjusted({"loose-sort_buffer_size": "1"}, variables) == [
+        "loose-sort_buffer_size = 1 runs as 4194304"
+    ]
+    plugins = [Plugin("ROCKSDB", "ha_rocksdb.so", "ACTIVE"), Plugin("X", "x.so", "DISABLED")]
+    asked = {"plugin_load_add": "ha_rocksdb", "plugin-load": "x=x.so;ha_rocksdb.so"}
+    assert [p.text for p in not_taken(asked, variables, plugins)] == [
+        "plugin-load = x=x.so;ha_rocksdb.so: the server did not load x.so"
+    ]
+    # Without loose- an unknown key stops the server; with it, it is dropped.
+    ignored = not_taken({"nope": "1", "loose-nope": "1", "loose-sort-buf": "1"}, variables, [])
+    assert [p.word for p in ignored] == ["loose-nope"]

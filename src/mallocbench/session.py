@@ -160,6 +160,10 @@ def start_session(
     idle = proc_probe.read_memory(server.pid)
     info.idle_rss_bytes = idle.rss_bytes if idle is not None else None
     info.thp = effective_thp(server.pid, setup.thp)
+    live.notes.extend(
+        f"setup {setup.name} on {engine.name}: the server adjusted {change}"
+        for change in server.adjusted
+    )
     if setup.thp in ("always", "madvise") and (info.thp or "").startswith("off"):
         live.notes.append(
             f"setup {setup.name} asks for THP {setup.thp}, but the server turns THP "

@@ -51,7 +51,7 @@ from mallocbench.servers import process, runtime
 from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup, OomWatch
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config
-from mallocbench.servers.taken import Plugin, not_taken
+from mallocbench.servers.taken import Plugin, adjusted, not_taken
 
 SERVER_BINARIES = ("mariadbd", "mysqld")
 # Environment variables that would change the allocator or its behaviour behind our back.
@@ -321,6 +321,8 @@ class PrivateServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.allocator_path: str | None = None
         self.server_version: str | None = None
+        # The setup's settings the server runs with another value of (servers.taken).
+        self.adjusted: list[str] = []
         self._stopping = False
         self._oom_watch: OomWatch | None = None
 
@@ -592,6 +594,8 @@ class PrivateServer:
                 f"server started but reading its settings failed: {exc}"
             ) from exc
         plugins = [Plugin(str(n), str(lib) if lib else None, str(st)) for n, lib, st in rows]
+        asked = {k: _size_value(v) for k, v in self.config.overrides.items()}
+        self.adjusted = adjusted(asked, variables)
         problems = not_taken(self.settings(), variables, plugins)
         if not problems:
             return

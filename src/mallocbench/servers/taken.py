@@ -9,12 +9,17 @@ what it was asked for, and a setting it did not take fails the start.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mallocbench.servers.options import OPTION_PREFIXES, option_key
 
 PLUGIN_OPTIONS = ("plugin_load", "plugin_load_add")
+# A number as my.cnf takes it: 4M is 4 MiB (the server's suffixes are powers of 1024).
+_NUMBER = re.compile(r"(\d+)([kmgtpe]?)", re.IGNORECASE)
+_SCALE = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5, "e": 6}
+_TRUE, _FALSE = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
 
 
 @dataclass(frozen=True)
@@ -82,3 +87,34 @@ def not_taken(
         if problem is not None:
             problems.append(problem)
     return problems
+
+
+def _as_number(text: str) -> int | None:
+    match = _NUMBER.fullmatch(text.strip())
+    if match is None:
+        return None
+    return int(match.group(1)) * 1024 ** _SCALE[match.group(2).lower()]
+
+
+def _as_switch(text: str) -> bool | None:
+    lowered = text.strip().lower()
+    return True if lowered in _TRUE else False if lowered in _FALSE else None
+
+
+def adjusted(asked: Mapping[str, str], variables: Mapping[str, str]) -> list[str]:
+    """The numbers and switches of `asked` the server runs with another value of: it
+    clamps a value out of range and rounds some to a block size, and starts anyway.
+    Text values (lists, modes) are left alone: the server may spell them otherwise."""
+    lowered = {option_key(k): v for k, v in variables.items()}
+    changed = []
+    for key, value in asked.items():
+        running = lowered.get(option_key(key).removeprefix("loose_"))
+        if running is None:
+            continue  # an option, not a variable (skip_x, plugin_load_add): nothing to read
+        for parse in (_as_number, _as_switch):
+            wanted, got = parse(value), parse(running)
+            if wanted is not None and got is not None:
+                if wanted != got:
+                    changed.append(f"{key} = {value} runs as {running}")
+                break
+    return changed
