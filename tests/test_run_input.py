@@ -20,6 +20,7 @@ from mallocbench.dialect import MAX_NAME, MAX_REPEATS
 from mallocbench.experiment import MAX_CELLS, load, plan, planned_cells
 from mallocbench.results import RunResult
 from mallocbench.store import open_store
+from test_cli_errors import assert_one_line_error
 from test_input_validation import assert_refused
 
 
@@ -361,3 +362,20 @@ def test_what_counts_as_taken() -> None:
     # Without loose- an unknown key stops the server; with it, it is dropped.
     ignored = not_taken({"nope": "1", "loose-nope": "1", "loose-sort-buf": "1"}, variables, [])
     assert [p.word for p in ignored] == ["loose-nope"]
+
+
+@pytest.mark.server
+def test_a_calibration_checks_the_keys_before_its_load_too(
+    tmp_path: Path, integrity_figures: Any
+) -> None:
+    """`calibrate`, and design = "auto", which calibrates before the run's own checks."""
+    path = small_experiment(tmp_path, setup_extra='config = { sort_bufer_size = "4M" }')
+    out = tmp_path / "o"
+    for args in (("calibrate", str(path)), ("run", str(path), "-q", "--set", "design=auto")):
+        # Each says what it is about to do first, on a line of its own.
+        result = run_cli(*args, "--out", str(out))
+        integrity_figures.add("faults injected")
+        integrity_figures.check_output(result.stdout + result.stderr)
+        assert result.returncode == 2
+        assert_one_line_error(result, "setup a on innodb", "sort_bufer_size")
+    assert not (out / "calibrate").exists() and not (out / "servers").exists()

@@ -26,6 +26,7 @@ from mallocbench.calibrate.summary import (
 )
 from mallocbench.calibrate.target import Target
 from mallocbench.errors import MallocbenchError
+from mallocbench.executors.real import check_config_keys
 from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, in_block_order
 from mallocbench.measure import (
     CellMeasurement,
@@ -272,6 +273,7 @@ def calibrate(
 ) -> CalibrationSummary:
     """Measure `options["starts"]` starts under the output directory's lock; summarize."""
     build = find_build(target.setup.basedir)
+    check_config_keys(experiment, target.setup, build)  # before the dataset is loaded
     calibrate_dir = out_dir / "calibrate"
     session_notes: list[str] = []
     with console.status("calibrating") as spinner:
