@@ -1,0 +1,57 @@
+"""What readers say of runs that are not whole: a results.json value of the wrong type
+(one line naming the field), a run that did not finish (how much of it, how to go on),
+and a replay whose disk fills under --out (what a replay can do, what it measured)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli_runner import run_cli
+from conftest import IntegrityFigures
+from test_run_integrity import FIXTURE, one_error_line
+
+
+def spoiled(tmp_path: Path, where: tuple[str | int, ...], value: Any) -> Path:
+    """The fixture's results.json with the value at `where` replaced."""
+    data = json.loads(FIXTURE.read_text())
+    holder = data
+    for key in where[:-1]:
+        holder = holder[key]
+    holder[where[-1]] = value
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+WRONG = [
+    (("cells", 0, "qps"), "fast", "cells[0].qps is 'fast', not a number or null"),
+    (("cells", 1, "threads"), "8", "cells[1].threads is '8', not a whole number"),
+    (("cells", 0, "metrics"), [1], "cells[0].metrics is [1], not an object"),
+    (("cells", 0, "samples"), [{"t": "now"}], "cells[0].samples[0].t is 'now', not a number"),
+    # a metric without a number: the report's mean of it was a TypeError
+    (("cells", 0, "metrics"), {"stalled_s": None},
+     "cells[0].metrics.stalled_s is None, not a number"),
+    (("setups", 1, "knobs"), {"MALLOC_CONF": 5}, "setups[1].knobs.MALLOC_CONF is 5, not a string"),
+    (("base_setup",), None, "base_setup is None, not a string"),
+]  # fmt: skip
+READERS = [("report", "{bad}"), ("compare", "{good}", "{bad}"), ("recommend", "{bad}")]
+
+
+@pytest.mark.parametrize("reader", READERS, ids=lambda r: r[0])
+@pytest.mark.parametrize(("where", "value", "said"), WRONG, ids=lambda w: str(w)[:24])
+def test_a_value_of_the_wrong_type_is_one_line_naming_the_field(
+    tmp_path: Path,
+    integrity_figures: IntegrityFigures,
+    reader: tuple[str, ...],
+    where: tuple[str | int, ...],
+    value: Any,
+    said: str,
+) -> None:
+    bad = spoiled(tmp_path, where, value)
+    result = run_cli(*(arg.format(bad=bad, good=FIXTURE) for arg in reader))
+    line = one_error_line(result, integrity_figures, 2)
+    assert line.startswith(f"mallocbench: error: {bad}: {said}: correct that value"), line
