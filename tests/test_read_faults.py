@@ -12,6 +12,8 @@ import pytest
 
 from cli_runner import run_cli
 from conftest import IntegrityFigures
+from mallocbench.results import RunResult
+from mallocbench.store import Store
 from test_run_integrity import FIXTURE, one_error_line
 
 
@@ -55,3 +57,35 @@ def test_a_value_of_the_wrong_type_is_one_line_naming_the_field(
     result = run_cli(*(arg.format(bad=bad, good=FIXTURE) for arg in reader))
     line = one_error_line(result, integrity_figures, 2)
     assert line.startswith(f"mallocbench: error: {bad}: {said}: correct that value"), line
+
+
+def unfinished_store(out: Path, status: str, cells: int) -> RunResult:
+    """The fixture's run with `cells` of its cells, left in `status` with nobody holding
+    it: what a harness killed mid-run leaves ("running"), or one stopped ("interrupted")."""
+    result = RunResult.from_dict(json.loads(FIXTURE.read_text()))
+    planned = len(result.cells)
+    result.cells = result.cells[:cells]
+    result.metadata.experiment_file = "/work/small.toml"
+    store = Store(out / "results.sqlite")
+    try:
+        store.save_run(result)
+        store.set_status(result.run_id, status)
+    finally:
+        store.close()
+    assert planned > cells
+    return result
+
+
+@pytest.mark.parametrize(("status", "said"), [("running", "died"), ("interrupted", "interrupted")])
+def test_report_on_a_run_that_did_not_finish_says_how_far_it_got(
+    tmp_path: Path, status: str, said: str
+) -> None:
+    result = unfinished_store(tmp_path, status, 3)
+    planned = len(RunResult.from_dict(json.loads(FIXTURE.read_text())).cells)
+    shown = run_cli("report", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        f"run {result.run_id} did not finish ({said}): 3 of about {planned} cells measured; "
+        "MISSING cells were not measured: continue with "
+        f"`mallocbench run /work/small.toml --out {tmp_path} --resume`"
+    ) in " ".join(shown.stderr.split())
