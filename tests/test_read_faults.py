@@ -5,6 +5,10 @@ and a replay whose disk fills under --out (what a replay can do, what it measure
 from __future__ import annotations
 
 import json
+import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +18,10 @@ from cli_runner import run_cli
 from conftest import IntegrityFigures
 from mallocbench.results import RunResult
 from mallocbench.store import Store
-from test_run_integrity import FIXTURE, one_error_line
+from test_run_integrity import FIXTURE, fill, one_error_line, small_filesystem
+from test_tune import tiny_trace
+
+__all__ = ["tiny_trace"]  # a fixture, used by name
 
 
 def spoiled(tmp_path: Path, where: tuple[str | int, ...], value: Any) -> Path:
@@ -89,3 +96,45 @@ def test_report_on_a_run_that_did_not_finish_says_how_far_it_got(
         "MISSING cells were not measured: continue with "
         f"`mallocbench run /work/small.toml --out {tmp_path} --resume`"
     ) in " ".join(shown.stderr.split())
+
+
+def replays_committed(store: Path) -> bool:
+    try:
+        db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+        try:
+            return any('"runs": [{' in row[0] for row in db.execute("SELECT metadata FROM runs"))
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False  # not created yet
+
+
+def test_a_full_disk_under_replay_out_says_what_a_replay_can_do(
+    tiny_trace: Path, tmp_path: Path, integrity_figures: IntegrityFigures
+) -> None:
+    with small_filesystem(tmp_path / "fs", "1M") as fs:
+        filler = fill(fs)
+        full = run_cli("replay", str(tiny_trace), "--timing", "none", "--out", str(fs / "a"))
+        line = one_error_line(full, integrity_figures, 3)
+        assert f"no space left for the results store {fs / 'a' / 'results.sqlite'}" in line
+        assert "replay the trace again (a replay has no --resume)" in line
+        assert "run --resume" not in line
+        filler.unlink()
+        # At 1/50 of the recorded pace each replay lasts about two seconds: the disk
+        # fills once the first is in the store, under the second.
+        out = fs / "b"
+        replay = subprocess.Popen(
+            [sys.executable, "-m", "mallocbench.cli", "replay", str(tiny_trace), "--repeats",
+             "3", "--timing", "recorded", "--speed", "0.02", "--out", str(out)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not replays_committed(out / "results.sqlite") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        fill(fs)
+        stdout, stderr = replay.communicate(timeout=300)
+        midway = subprocess.CompletedProcess(replay.args, replay.returncode, stdout, stderr)
+        line = one_error_line(midway, integrity_figures, 3)
+        assert "replay the trace again (a replay has no --resume): the " in line
+        measured = int(line.split(": the ")[1].split()[0])
+        assert measured >= 1 and f" {measured}/{measured} " in stdout  # printed, not lost
