@@ -171,7 +171,7 @@ def guarded(out: Path) -> Iterator[None]:
         from sqlalchemy.exc import SQLAlchemyError
 
         internal = _optuna().exceptions.StorageInternalError
-        if not isinstance(exc, SQLAlchemyError | internal) and _sqlite_error(exc) is None:
+        if not isinstance(exc, SQLAlchemyError | internal):
             raise
         raise studies_fault(db, exc) from exc
 
