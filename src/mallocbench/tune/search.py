@@ -293,8 +293,8 @@ def run_trial(
 ) -> optuna.trial.FrozenTrial:
     """Ask, evaluate, tell. A failed evaluation is a failed trial, unless a stop was
     asked for meanwhile (`stopping`): a Ctrl-C at a terminal reaches the replayer too,
-    and what it cut short is put back for the resume, as is the trial a second Ctrl-C
-    (KeyboardInterrupt) leaves, before it goes on up."""
+    and what it cut short is put back for the resume, as is the trial any exception
+    leaves (a second Ctrl-C), before it goes on up."""
     optuna = _optuna()
     trial = study.ask()
     try:
