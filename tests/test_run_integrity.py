@@ -222,6 +222,10 @@ def test_sigkill_of_the_harness_then_resume_leaves_no_server_behind(
         assert status == "running" and run_holder(out / "results.sqlite", run_id) is None
         listed = run_cli("runs", str(out))
         assert "died" in listed.stdout, listed.stdout
+        # report says so too: how far it got, and the command that goes on
+        reported = " ".join(run_cli("report", str(out)).stderr.split())
+        assert f"run {run_id} did not finish (died): " in reported, reported
+        assert f"continue with `mallocbench run {exp} --out {out} --resume`" in reported
 
         resumed = run_cli("run", str(exp), "--out", str(out), "--resume", env=private_runtime)
         integrity_figures.check_output(resumed.stdout + resumed.stderr)

@@ -115,7 +115,11 @@ def test_resume_after_an_interruption_loses_no_trial(tmp_path: Path) -> None:
     assert "RUNNING" not in states  # the interrupted trial is closed, not left dangling
     search.search(resumed, GLIBC, SPACE, OBJECTIVES, Synthetic(), search.Stop(12, None))
     after = {t.number: t for t in search.observed(resumed, SPACE, [])}
-    assert len(after) == 11  # 12 finished: 11 measured, the interrupted one failed
+    # 12 measured: the interrupted trial is no count of --trials, and its point is the
+    # resume's first
+    assert len(after) == 12
+    cut = [t for t in resumed.get_trials() if t.user_attrs.get(search.INTERRUPTED_ATTR)]
+    assert len(cut) == 1 and after[cut[0].number + 1].setting == cut[0].user_attrs["setting"]
     assert all(after[n].setting == setting for n, setting in before.items())
     assert sum(t.default for t in after.values()) == 1  # the default ran once, first
 

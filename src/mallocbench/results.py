@@ -6,8 +6,11 @@ so a report can be made again from the file alone, without the store.
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import asdict, dataclass, field, fields
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
 from mallocbench.metadata import RunMetadata
@@ -230,3 +233,93 @@ class RunResult:
             experiment_text=data.get("experiment_text", ""),
             schema=data.get("schema", SCHEMA_VERSION),
         )
+
+
+# --- a results.json read back: every value of the type its field declares -------------
+
+_SCALARS: dict[Any, tuple[str, Any]] = {
+    # JSON has one number type: a whole number is a float too, true is neither.
+    int: ("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    float: ("a number", lambda v: isinstance(v, int | float) and not isinstance(v, bool)),
+    str: ("a string", lambda v: isinstance(v, str)),
+    bool: ("true or false", lambda v: isinstance(v, bool)),
+}
+# Read by its own tolerant decoder (an unreadable key is kept aside, not refused).
+_SELF_DECODED = frozenset({"metadata"})
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _words(hint: Any) -> str:
+    """What a field of type `hint` holds, in the words of a JSON file."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("null" if a is type(None) else _words(a) for a in typing.get_args(hint))
+    if origin is dict or is_dataclass(hint):
+        return "an object"
+    if origin is list:
+        return "a list"
+    return _SCALARS[hint][0] if hint in _SCALARS else "anything"
+
+
+def _misfit(hint: Any, value: Any, where: str) -> tuple[str, Any, Any] | None:
+    """The first value under `where` that is not of `hint`: (its field, the hint it
+    breaks, the value); None when everything fits."""
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        found = [_misfit(a, value, where) for a in typing.get_args(hint) if a is not type(None)]
+        if any(f is None for f in found):
+            return None
+        deeper = next((f for f in found if f is not None and f[0] != where), None)
+        return deeper or (where, hint, value)
+    if is_dataclass(hint):
+        return (
+            misfit_fields(hint, value, where) if isinstance(value, dict) else (where, hint, value)
+        )
+    if origin is dict:
+        if not isinstance(value, dict):
+            return (where, hint, value)
+        inner = typing.get_args(hint)[1]
+        return next(
+            (f for k, v in value.items() if (f := _misfit(inner, v, f"{where}.{k}"))),
+            None,
+        )
+    if origin is list:
+        if not isinstance(value, list):
+            return (where, hint, value)
+        inner = typing.get_args(hint)[0]
+        return next(
+            (f for i, v in enumerate(value) if (f := _misfit(inner, v, f"{where}[{i}]"))),
+            None,
+        )
+    check = _SCALARS.get(hint)
+    return None if check is None or check[1](value) else (where, hint, value)
+
+
+def misfit_fields(cls: Any, data: dict[str, Any], where: str = "") -> tuple[str, Any, Any] | None:
+    """`data`'s first value of another type than `cls` declares for it, checked
+    through nested lists, objects and records (a cell's samples); keys `cls` does not
+    have are left to its reader."""
+    hints = _hints(cls)
+    for key, value in data.items():
+        if key in hints and key not in _SELF_DECODED:
+            found = _misfit(hints[key], value, f"{where}.{key}" if where else key)
+            if found is not None:
+                return found
+    return None
+
+
+def type_problem(data: dict[str, Any]) -> str | None:
+    """What is wrong with a results.json's values, in one phrase naming the field, the
+    value and what it should be; None when each has its declared type."""
+    found = misfit_fields(RunResult, data)
+    if found is None:
+        return None
+    where, hint, value = found
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return f"{where} is {shown}, not {_words(hint)}"

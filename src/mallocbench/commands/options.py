@@ -142,10 +142,19 @@ class StopOnSignals:
     (KeyboardInterrupt). `say`, when given, tells the user what the first one does.
     """
 
-    def __init__(self, say: Callable[[str], None] | None = None, dropped: str = "cell") -> None:
+    def __init__(
+        self,
+        say: Callable[[str], None] | None = None,
+        dropped: str = "cell",
+        under_way: str | None = None,
+    ) -> None:
+        """`under_way` says what becomes of the work under way, when it is not simply
+        dropped (a tune's trial may end and be kept)."""
         self.signal: int | None = None
         self._say = say
-        self._dropped = dropped
+        self._under_way = under_way or (
+            f"the {dropped} under way is dropped, finished {dropped}s are kept"
+        )
         self._previous: dict[int, Any] = {}
 
     def requested(self) -> bool:
@@ -157,8 +166,8 @@ class StopOnSignals:
         self.signal = signum
         if self._say is not None:
             self._say(
-                f"{signal.Signals(signum).name}: stopping; the {self._dropped} under way is "
-                f"dropped, finished {self._dropped}s are kept (Ctrl-C again to abort at once)"
+                f"{signal.Signals(signum).name}: stopping; {self._under_way} (Ctrl-C again "
+                "to abort at once)"
             )
 
     def __enter__(self) -> StopOnSignals:

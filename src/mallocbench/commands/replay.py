@@ -9,8 +9,10 @@ import click
 
 from mallocbench.commands.options import min_effect_option, timing_options
 from mallocbench.errors import MallocbenchError
+from mallocbench.store.base import StoreDiskFault
 
 if TYPE_CHECKING:
+    from mallocbench.results import RunResult
     from mallocbench.store.base import ResultsStore
 
 
@@ -103,9 +105,10 @@ def replay(
     result = replay_runs.new_result(
         info, setups, timing, speed, repeats, min_effect, warnings, order
     )
-    store = _open_store(out_dir)
     console = make_console(stderr=True)
+    store = None
     try:
+        store = _open_store(out_dir)
         with console.status("replaying") as status:
             replay_runs.replay_run(
                 result,
@@ -114,6 +117,8 @@ def replay(
                 store,
                 progress=lambda text: status.update(f"replaying: {text}"),
             )
+    except StoreDiskFault as exc:
+        raise _disk_fault(exc, result, as_json) from exc
     finally:
         if store is not None:
             store.close()
@@ -124,6 +129,24 @@ def replay(
         click.echo(formats.render("json", analysis), nl=False)
     else:
         formats.print_terminal(analysis, make_console(), str(out_dir) if out_dir else None)
+
+
+def _disk_fault(exc: StoreDiskFault, result: RunResult, as_json: bool) -> MallocbenchError:
+    """A full or failing disk under --out: the replays measured so far are printed (the
+    last may not have reached the store), and the line says how a replay goes on."""
+    from mallocbench.analysis.run_analysis import analyze
+    from mallocbench.console import make_console
+    from mallocbench.report import formats
+
+    record = result.metadata.replay
+    measured = len(record.runs or []) if record is not None else 0
+    if measured:
+        if as_json:
+            click.echo(formats.render("json", analyze(result)), nl=False)
+        else:
+            formats.print_terminal(analyze(result), make_console(), None)
+    shown = f": the {measured} replay(s) measured are printed above" if measured else ""
+    return exc.going_on(f"replay the trace again (a replay has no --resume){shown}")
 
 
 def _open_store(out_dir: Path | None) -> ResultsStore | None:

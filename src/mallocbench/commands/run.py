@@ -11,6 +11,7 @@ from typing import TextIO
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from mallocbench import cluster as cluster_mod
 from mallocbench import exitcodes
@@ -39,8 +40,10 @@ from mallocbench.runner import (
     cell_estimate,
     dry_run_checks,
 )
-from mallocbench.store import is_url, open_store, store_target
+from mallocbench.store import is_url, open_store, store_label, store_target
+from mallocbench.store.base import STORE_NAME
 from mallocbench.store.loading import load_result
+from mallocbench.store.sqlite import STATUS_FINISHED
 from mallocbench.units import parse_duration
 from mallocbench.workloads.catalogue import CATALOGUE, GROUPS, parse_steps
 
@@ -526,7 +529,8 @@ def _store_of(source: str | Path | None) -> str | Path | None:
 
 
 def _say_if_running(source: str | None, result: RunResult) -> None:
-    """A run still being measured shows MISSING cells that are only still to come."""
+    """A run still being measured shows MISSING cells that are only still to come; one
+    that died, was interrupted or failed shows ones that never will without a resume."""
     target = _store_of(source)
     if target is None:
         return
@@ -536,16 +540,50 @@ def _say_if_running(source: str | None, result: RunResult) -> None:
         status = db.live_status(result.run_id, stored)
     finally:
         db.close()
-    if not status.startswith("running"):
+    if status in ("", STATUS_FINISHED):
         return
+    say = make_console(stderr=True).print
+    done, planned, what = _progress_of(result)
+    if status.startswith("running"):
+        say(
+            f"[yellow]run {result.run_id} is still {status}[/]: {done} of about "
+            f"{planned} {what} measured so far; MISSING cells are not measured yet"
+        )
+        return
+    # died (its harness was killed), interrupted or failed: the words before the reason
+    ended = status.split(" (")[0]
+    say(
+        f"[yellow]run {result.run_id} did not finish[/] ({ended}): "
+        + escape(f"{done} of about {planned} {what} measured; {_how_to_go_on(target, result)}")
+    )
+
+
+def _progress_of(result: RunResult) -> tuple[int, int, str]:
+    """(measured, planned, what is counted): cells of a run, replays of a replay."""
     meta = result.metadata
+    if meta.replay is not None:
+        replays = len(meta.replay.setups or []) * int(meta.replay.repeats or 1)
+        return len(meta.replay.runs or []), replays, "replays"
     planned = 1
     for listed in (meta.engines, meta.steps, meta.threads):
         planned *= len(listed or [1])
     planned *= len(result.setups) * int(meta.repeats or 1)
-    make_console(stderr=True).print(
-        f"[yellow]run {result.run_id} is still {status}[/]: {len(result.cells)} of about "
-        f"{planned} cells measured so far; MISSING cells are not measured yet"
+    return len(result.cells), planned, "cells"
+
+
+def _how_to_go_on(target: str | Path, result: RunResult) -> str:
+    """The command that measures what an unfinished run is missing."""
+    if result.metadata.replay is not None:
+        return "a replay has no --resume: replay the trace again for the missing ones"
+    where = (
+        f"--out {Path(target).parent}"
+        if not is_url(target) and Path(target).name == STORE_NAME
+        else f"--store {store_label(target)}"
+    )
+    experiment = result.metadata.experiment_file or "EXPERIMENT.toml"
+    return (
+        "MISSING cells were not measured: continue with "
+        f"`mallocbench run {experiment} {where} --resume`"
     )
 
 

@@ -170,6 +170,7 @@ def tune(
     OUT/confirm.toml runs it against the default on servers."""
     from mallocbench.tune import objectives as objmod
     from mallocbench.tune.driver import Plan, check_allocators, check_out, spaces_for
+    from mallocbench.tune.search import guarded
 
     on = _method(trace, evaluator_name)
     if on == objmod.SERVERS:
@@ -188,7 +189,8 @@ def tune(
         evaluator = _evaluator(
             trace, info, timing, speed, portion_s, budget, len(tuned), trials or DEFAULT_TRIALS
         )
-    check_out(out_dir, resume)
+    with guarded(out_dir):
+        check_out(out_dir, resume)
     plan = Plan(
         trace=str(trace.resolve()), evaluator_name=evaluator.describe(),
         objectives=metrics, constraints=constraints, spaces=spaces, tuned=tuned, out=out_dir,
@@ -197,7 +199,8 @@ def tune(
         engine=known.engine if known else engine or "innodb", evaluation=evaluator.facts(),
         workload=known,
     )  # fmt: skip
-    _run(plan, evaluator, as_json)
+    with guarded(out_dir):
+        _run(plan, evaluator, as_json)
 
 
 def _method(target: Path, evaluator_name: str | None) -> str:
@@ -321,8 +324,13 @@ def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool
         evaluator.say = lambda text: err.print(text, markup=False, highlight=False)
     started = time.monotonic()
     # The first Ctrl-C (or SIGTERM) ends the search after the trial under way, so no
-    # trial is cut in half in the database; a second one aborts at once.
-    stop = StopOnSignals(lambda text: err.print(text, markup=False), dropped="trial")
+    # trial is cut in half in the database; a second one aborts at once. A Ctrl-C at a
+    # terminal stops the trial's replayer too: that trial is measured again on --resume.
+    stop = StopOnSignals(
+        lambda text: err.print(text, markup=False),
+        under_way="the trial under way is kept if it ends, measured again by --resume if "
+        "the signal cut it short; finished trials are kept",
+    )
     kept = (
         f"mallocbench: every finished trial is kept in {plan.out / 'tune.db'}: "
         "the same command with --resume continues"

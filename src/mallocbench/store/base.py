@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from mallocbench.errors import EnvironmentLost
 from mallocbench.metadata import RunMetadata
 from mallocbench.results import Cell, RunResult, SessionInfo, SetupInfo
 
@@ -62,13 +63,32 @@ def damaged_store(label: str, detail: object) -> str:
     )
 
 
-def store_disk_fault(label: str, detail: object, full: bool) -> str:
-    """The one line for a store whose disk filled up or failed under a read or a write."""
+RUN_GOES_ON = "continue with `mallocbench run --resume`"
+
+
+def store_disk_fault(label: str, detail: object, full: bool, then: str = RUN_GOES_ON) -> str:
+    """The one line for a store whose disk filled up or failed under a read or a write;
+    `then` is how the command that was writing goes on once there is room."""
     what = "no space left for" if full else "I/O error on"
     return (
         f"{what} the results store {label} ({detail}): free space on (or check) its "
-        "disk, then continue with `mallocbench run --resume`; what was saved before is kept"
+        f"disk, then {then}; what was saved before is kept"
     )
+
+
+class StoreDiskFault(EnvironmentLost):
+    """A store's disk filled up or failed. The message tells a run how to go on; a
+    command that goes on another way (a replay has no --resume) words its own line from
+    the same facts."""
+
+    def __init__(self, label: str, detail: object, full: bool) -> None:
+        super().__init__(store_disk_fault(label, detail, full))
+        self.label = label
+        self.detail = detail
+        self.full = full
+
+    def going_on(self, then: str) -> EnvironmentLost:
+        return EnvironmentLost(store_disk_fault(self.label, self.detail, self.full, then))
 
 
 class ResultsStore(Protocol):

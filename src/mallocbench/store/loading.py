@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import read_bounded
-from mallocbench.results import RunResult
+from mallocbench.results import RunResult, type_problem
 from mallocbench.store.base import STORE_NAME, is_url
 from mallocbench.store.sqlite import Store
 
@@ -50,7 +50,14 @@ def load_result(
     if _is_sqlite(path):
         return _from_store(path, run_id, with_samples)
     try:
-        result = RunResult.from_dict(json.loads(read_bounded(path, JSON_LIMIT, "results file")))
+        data = json.loads(read_bounded(path, JSON_LIMIT, "results file"))
+        wrong = type_problem(data) if isinstance(data, dict) else None
+        if wrong is not None:
+            raise MallocbenchError(
+                f"{path}: {wrong}: correct that value, or write the file again from the "
+                "run's results store (mallocbench report STORE --run RUN_ID --out DIR)"
+            )
+        result = RunResult.from_dict(data)
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise MallocbenchError(
             f"{path} is neither a results store nor a mallocbench results.json ({exc})"

@@ -14,14 +14,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from mallocbench.errors import EnvironmentLost, MallocbenchError
+from mallocbench.errors import MallocbenchError
 from mallocbench.results import Cell, Sample
 from mallocbench.store import locks
 from mallocbench.store.base import (
     STORE_SCHEMA_VERSION,
+    StoreDiskFault,
     damaged_store,
     schema_refusal,
-    store_disk_fault,
 )
 from mallocbench.store.sql import CELL_COLUMNS, SAMPLE_COLUMNS, SqlStore, cell_row, sample_rows
 
@@ -90,6 +90,22 @@ CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
 STORE_TABLES = frozenset({"runs", "cells"})
 
 
+DAMAGED, NOT_SQLITE, FULL, IO_ERROR = "damaged", "not SQLite", "full", "I/O error"
+
+
+def fault_kind(exc: sqlite3.Error) -> str | None:
+    """What an SQLite error says of the file or its disk (DAMAGED, NOT_SQLITE, FULL,
+    IO_ERROR); None for anything else (a lock, a bad statement). The tune's studies are
+    judged by the same rule."""
+    primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
+    return {
+        sqlite3.SQLITE_CORRUPT: DAMAGED,
+        sqlite3.SQLITE_NOTADB: NOT_SQLITE,
+        sqlite3.SQLITE_FULL: FULL,
+        sqlite3.SQLITE_IOERR: IO_ERROR,
+    }.get(primary)
+
+
 @contextlib.contextmanager
 def _guard(path: Path) -> Iterator[None]:
     """sqlite3's damaged-file, full-disk and I/O errors as one line naming the store.
@@ -100,12 +116,11 @@ def _guard(path: Path) -> Iterator[None]:
     try:
         yield
     except sqlite3.DatabaseError as exc:
-        primary = (getattr(exc, "sqlite_errorcode", None) or 0) & 0xFF
-        if primary == sqlite3.SQLITE_CORRUPT:
+        kind = fault_kind(exc)
+        if kind == DAMAGED:
             raise MallocbenchError(damaged_store(str(path), exc)) from exc
-        if primary in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
-            full = primary == sqlite3.SQLITE_FULL
-            raise EnvironmentLost(store_disk_fault(str(path), exc, full)) from exc
+        if kind in (FULL, IO_ERROR):
+            raise StoreDiskFault(str(path), exc, kind == FULL) from exc
         raise
 
 

@@ -68,6 +68,12 @@ class SearchProgress:
     def __call__(self, name: str, study: Any, trial: Any) -> None:
         finished = len(search.finished_trials(study))
         text = f"{name}: {self.front_text(name, study)}"
+        if not self.live and trial.user_attrs.get(search.INTERRUPTED_ATTR):
+            self.console.print(
+                f"{name} trial {finished + 1} cut short by the stop: --resume measures it again",
+                markup=False,
+            )
+            return
         if not self.live:
             state = "failed" if trial.user_attrs.get("error") else "done"
             self.console.print(f"{name} trial {finished} {state}; {text}", markup=False)

@@ -10,16 +10,19 @@ constraints and the report read back exactly what was measured.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sqlite3
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mallocbench.allocators.base import Allocator
-from mallocbench.errors import MallocbenchError
+from mallocbench.errors import EnvironmentLost, MallocbenchError
+from mallocbench.files import is_disk_fault
 from mallocbench.tune.evaluate import EvaluationFailed, Evaluator
 from mallocbench.tune.objectives import Constraint, Metric
 from mallocbench.tune.space import Dimension, setting_of, signature
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
 
 DB_NAME = "tune.db"
 DEFAULT_ATTR = "default"
+# Set on a trial a stop (Ctrl-C, SIGTERM) cut short: no measurement, so no count.
+INTERRUPTED_ATTR = "interrupted"
 
 
 def storage_url(out: Path) -> str:
@@ -105,6 +110,70 @@ def open_storage(out: Path) -> Any:
     event.listen(storage.engine, "connect", _pragmas)
     storage.engine.dispose()  # connections made before the listener get no pragmas
     return storage
+
+
+def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
+    """The sqlite3 error under Optuna's and SQLAlchemy's wrappers, which say what
+    happened only in it."""
+    seen: BaseException | None = exc
+    while seen is not None and not isinstance(seen, sqlite3.Error):
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return seen
+
+
+def studies_fault(db: Path, exc: BaseException) -> EnvironmentLost:
+    """One line for tune.db refused by SQLite: damaged, its disk full or failing, or
+    unusable (read-only, held by another program). Exit 3, as for the results store's
+    disk: the trials told before are in the file (unless it is the damage)."""
+    from mallocbench.store.sqlite import DAMAGED, FULL, IO_ERROR, NOT_SQLITE, fault_kind
+
+    cause = _sqlite_error(exc)
+    detail = str(cause or exc).splitlines()[0]
+    kind = fault_kind(cause) if cause is not None else None
+    if kind in (DAMAGED, NOT_SQLITE):
+        return EnvironmentLost(
+            f"the tune's studies {db} are damaged ({detail}): restore the file from a copy "
+            "and --resume, or move it aside to start the tune again; the sqlite3 shell's "
+            ".recover may save its finished trials"
+        )
+    if kind in (FULL, IO_ERROR):
+        what = "no space left for" if kind == FULL else "I/O error on"
+        return EnvironmentLost(
+            f"{what} the tune's studies {db} ({detail}): free space on (or check) its "
+            "disk, then run the same command again (with --resume once a trial is kept); "
+            "every finished trial is kept"
+        )
+    return EnvironmentLost(
+        f"cannot use the tune's studies {db} ({detail}): make the file and its directory "
+        "writable (and not held by another program), or give another --out"
+    )
+
+
+@contextlib.contextmanager
+def guarded(out: Path) -> Iterator[None]:
+    """tune.db's SQLite errors (through Optuna's storage) and a full or failing disk
+    under --out as one line each, never a traceback."""
+    db = out / DB_NAME
+    try:
+        yield
+    except MallocbenchError:
+        raise  # already one line (the servers' results store has its own guard)
+    except OSError as exc:
+        if not is_disk_fault(exc):
+            raise
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise EnvironmentLost(
+            f"cannot write into {out}: {exc.strerror}{where}: free space on its disk, then "
+            f"run the same command with --resume; every finished trial is kept in {db}"
+        ) from exc
+    except Exception as exc:
+        # Imported only now: SQLAlchemy costs a second that a tune refused early must not.
+        from sqlalchemy.exc import SQLAlchemyError
+
+        internal = _optuna().exceptions.StorageInternalError
+        if not isinstance(exc, SQLAlchemyError | internal):
+            raise
+        raise studies_fault(db, exc) from exc
 
 
 def existing_studies(out: Path) -> list[str]:
@@ -193,9 +262,24 @@ class Stop:
 
 
 def finished_trials(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Measured or failed on their own; not those a stop cut short (--trials and the
+    report count these)."""
     optuna = _optuna()
     states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
-    return study.get_trials(deepcopy=False, states=states)
+    trials = study.get_trials(deepcopy=False, states=states)
+    return [t for t in trials if not t.user_attrs.get(INTERRUPTED_ATTR)]
+
+
+def _put_back(study: optuna.Study, trial: optuna.trial.Trial) -> optuna.trial.FrozenTrial:
+    """A trial a stop cut short measured nothing: it is closed (no dangling trial) and
+    marked, so no count takes it, and its point is queued again, so a resume measures
+    it first: the default above all, which every other point is judged against."""
+    optuna = _optuna()
+    trial.set_user_attr(INTERRUPTED_ATTR, True)
+    frozen = study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    attrs = {DEFAULT_ATTR: True} if trial.user_attrs.get(DEFAULT_ATTR) else {}
+    study.enqueue_trial(dict(trial.params), user_attrs=attrs)
+    return frozen
 
 
 def run_trial(
@@ -205,9 +289,12 @@ def run_trial(
     objectives: Sequence[Metric],
     evaluator: Evaluator,
     constraints: Sequence[Constraint] = (),
+    stopping: Callable[[], bool] | None = None,
 ) -> optuna.trial.FrozenTrial:
-    """Ask, evaluate, tell. A failed evaluation is a failed trial; Ctrl-C marks the
-    running trial failed (so the study holds no dangling trial) and goes on up."""
+    """Ask, evaluate, tell. A failed evaluation is a failed trial, unless a stop was
+    asked for meanwhile (`stopping`): a Ctrl-C at a terminal reaches the replayer too,
+    and what it cut short is put back for the resume, as is the trial any exception
+    leaves (a second Ctrl-C), before it goes on up."""
     optuna = _optuna()
     trial = study.ask()
     try:
@@ -220,9 +307,11 @@ def run_trial(
             raise EvaluationFailed(f"no {', '.join(missing)} measured")
     except EvaluationFailed as exc:
         trial.set_user_attr("error", str(exc))
+        if stopping is not None and stopping():
+            return _put_back(study, trial)
         return study.tell(trial, state=optuna.trial.TrialState.FAIL)
     except BaseException:
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        _put_back(study, trial)
         raise
     trial.set_user_attr("metrics", values)
     if hasattr(trial, "set_constraint"):
@@ -244,7 +333,9 @@ def search(
     """Trials until `stop`; returns how many this call ran."""
     ran = 0
     while not stop.reached(len(finished_trials(study))):
-        frozen = run_trial(study, allocator, space, objectives, evaluator, constraints)
+        frozen = run_trial(
+            study, allocator, space, objectives, evaluator, constraints, stop.requested
+        )
         ran += 1
         if progress is not None:
             progress(study, frozen)
