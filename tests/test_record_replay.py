@@ -285,12 +285,15 @@ def test_full_disk_stops_recording_and_the_process_runs_on(
     assert truth["calls"]["free"] > 0  # it ran to the end and reported
     lines = [ln for ln in stderr.splitlines() if ln.startswith("mbrecord:")]
     assert len(lines) == 1 and "No space left on device" in lines[0], stderr
-    info = tracemod.check(trace)  # what was written is still a readable trace
-    assert info.status.startswith("stopped: writing a frame: No space left on device")
-    offset = int(info.status.split("byte offset ")[1].split()[0])
+    status = tracemod.header_status(trace)
+    assert status.startswith("stopped: writing a frame: No space left on device"), status
+    offset = int(status.split("byte offset ")[1].split()[0])
     assert offset == trace.stat().st_size  # cut back to its last whole frame
-    assert info.data["events"] < 47500
-    assert any("stopped" in w for w in info.warnings())
+    # The disk filled before the first events frame: a readable trace with no call in it,
+    # refused at replay in one line that gives the reason it stopped.
+    with pytest.raises(tracemod.TraceError, match="no calls to replay") as caught:
+        tracemod.check(trace)
+    assert status in str(caught.value)
 
 
 def test_record_refuses_a_process_without_the_shim() -> None:
@@ -533,3 +536,46 @@ def test_full_disk_while_a_server_records_and_it_keeps_serving(
     assert info.status.startswith("stopped: writing a frame: No space left on device")
     assert "byte offset" in info.status
     assert text.count("mbrecord:") == 1, text[-2000:]
+
+
+def test_a_trace_cut_at_a_frame_boundary_replays_only_with_a_warning(
+    pattern_trace: Any, tmp_path: Path, integrity_figures: Any
+) -> None:
+    """Cut where a frame ends, a trace reads cleanly: without its END frame it once
+    replayed as if whole. Now the replay says how much is there, beside its results; cut
+    before its events, it has nothing to replay and is refused."""
+    trace, _ = pattern_trace
+    offsets = frame_offsets(trace)
+    counted = tracemod.check(trace).data["events"]
+    cut = tmp_path / "cut.mbt"
+    cut.write_bytes(trace.read_bytes()[: offsets[-1]])  # the END frame is the last
+    info = tracemod.check(cut)
+    assert info.data["end_frame"] is False and info.data["header_events"] == counted
+    assert info.data["calls_present"] == counted
+    result = mallocbench("replay", str(cut), "--allocators", "glibc", "--repeats", "1",
+                         "--timing", "none", "--json")  # fmt: skip
+    integrity_figures.add("faults injected")
+    integrity_figures.check_output(result.stderr)
+    assert result.returncode == 0, result.stderr
+    warnings = json.loads(result.stdout)["replay_summary"]["warnings"]
+    said = (
+        f"the trace has no END frame (it was cut short): it holds {counted:,} calls of "
+        f"the {counted:,} its header counts"
+    )
+    assert any(said in w for w in warnings), warnings
+    # before its one events frame: the snapshot alone
+    cut.write_bytes(trace.read_bytes()[: offsets[-2]])
+    integrity_figures.add("faults injected")
+    line = one_error_line(mallocbench("replay", str(cut)))
+    assert "no calls to replay (the recorded window caught none" in line, line
+
+
+def test_a_header_only_trace_is_refused(
+    pattern_trace: Any, tmp_path: Path, integrity_figures: Any
+) -> None:
+    trace, _ = pattern_trace
+    bare = tmp_path / "bare.mbt"
+    bare.write_bytes(trace.read_bytes()[:HEADER])
+    integrity_figures.add("faults injected")
+    line = one_error_line(mallocbench("replay", str(bare)))
+    assert "header only, no calls to replay" in line and line.startswith("mallocbench: error:")

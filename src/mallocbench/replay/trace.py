@@ -45,12 +45,32 @@ class TraceInfo:
     def header(self) -> dict[str, str]:
         return dict(self.data.get("info") or {})
 
+    def cut_short(self) -> str | None:
+        """How much of the recording a trace without its END frame, or with fewer calls
+        than its header counts, still holds (None: it is whole, or read only in part)."""
+        if "calls_present" not in self.data or self.data.get("until_s") is not None:
+            return None
+        present = int(self.data["calls_present"])
+        counted = int(self.data.get("header_events", -1))
+        of = f" of the {counted:,} its header counts" if counted >= 0 else ""
+        if not self.data.get("end_frame", True):
+            return (
+                f"the trace has no END frame (it was cut short): it holds {present:,} calls"
+                f"{of}; the replay covers those"
+            )
+        if counted >= 0 and counted != present:
+            return f"the trace holds {present:,} calls{of}; the replay covers those"
+        return None
+
     def warnings(self, server_version: str | None = None) -> list[str]:
         """What a reader of a replay must know about this trace, one sentence each."""
         out = []
         if self.status.startswith("stopped"):
             out.append(f"the recording {self.status}: the replay covers what came before")
-        elif not self.complete:
+        cut = self.cut_short()
+        if cut is not None:
+            out.append(cut)
+        elif not self.complete and not self.status.startswith("stopped"):
             out.append(
                 "the trace was not closed (the process ended without disarming): "
                 "the replay covers what was written"
