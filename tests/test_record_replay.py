@@ -3,6 +3,7 @@ a real private server."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -356,7 +357,9 @@ def test_an_interrupted_recording_keeps_its_trace_and_leaves_no_files(tmp_path: 
         with pytest.raises(control.RecordingInterrupted) as caught:
             control.record(busy.pid, 30, out, started=interrupted)
         assert caught.value.kept == out and out.stat().st_size > HEADER
-        assert tracemod.header_status(out).startswith("complete")
+        # the header says why the window ended, and when
+        assert tracemod.header_status(out).startswith("complete (interrupted at "), out
+        assert "of a 30 s window) events=" in tracemod.header_status(out)
         assert tracemod.check(out).complete
         assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
         assert busy.poll() is None
@@ -416,7 +419,7 @@ def test_private_server_recorded_and_replayed(build: Any, tmp_path: Path) -> Non
         worker = threading.Thread(target=load)
         worker.start()
         try:
-            closing = control.record(server.pid, 3.0, trace)
+            closing = control.record(server.pid, 3.0, trace).closing
         finally:
             stop.set()
             worker.join()
@@ -579,3 +582,139 @@ def test_a_header_only_trace_is_refused(
     integrity_figures.add("faults injected")
     line = one_error_line(mallocbench("replay", str(bare)))
     assert "header only, no calls to replay" in line and line.startswith("mallocbench: error:")
+
+
+# ---------------------------------------------------------------- record never loses a trace
+
+
+@pytest.fixture(scope="module")
+def linger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return native_programs.build("linger", tmp_path_factory.mktemp("linger"))
+
+
+def start_linger(exe: Path, workdir: Path, seconds: float) -> subprocess.Popen[str]:
+    """`linger` under the shim, unarmed, its control file in `workdir`: what `record`
+    leaves there after the window is what it would leave in a server's /tmp."""
+    ctl = workdir / "ctl"
+    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_CONTROL=str(ctl))
+    proc = subprocess.Popen(
+        [str(exe), f"{ctl}.status", str(seconds)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 10
+    while control.shim_loaded(proc.pid) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return proc
+
+
+def start_record(pid: int, out: Path, seconds: float = 30) -> subprocess.Popen[str]:
+    recorder = subprocess.Popen(
+        [sys.executable, "-m", "mallocbench.cli", "record", "--pid", str(pid), "--seconds",
+         str(seconds), "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert recorder.stderr is not None
+    assert "recording process" in recorder.stderr.readline()
+    return recorder
+
+
+def finished(recorder: subprocess.Popen[str], figures: Any) -> tuple[int, str, str]:
+    out, err = recorder.communicate(timeout=120)
+    figures.add("faults injected")
+    figures.check_output(err)
+    return recorder.returncode, out, err
+
+
+@pytest.mark.parametrize("ending", ["exits", "killed"])
+def test_a_process_that_ends_during_the_window_leaves_its_trace_at_out(
+    linger: Path, tmp_path: Path, integrity_figures: Any, ending: str
+) -> None:
+    """Once a FileNotFoundError traceback, --out never written, the trace left in the
+    process's /tmp. Now the trace is at --out, its header says why the window ended,
+    the exit status is 3, and nothing stays beside the control file."""
+    work = tmp_path / "proc"
+    work.mkdir()
+    proc = start_linger(linger, work, 1.5 if ending == "exits" else 60)
+    out = tmp_path / "kept" / "trace.mbt"
+    began = time.monotonic()
+    recorder = start_record(proc.pid, out)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "armed"
+    if ending == "killed":
+        time.sleep(2.5)  # the shim writes a frame a second
+        proc.kill()
+    proc.wait(timeout=30)
+    code, stdout, stderr = finished(recorder, integrity_figures)
+    assert code == 3, stderr
+    assert time.monotonic() - began < 25  # it did not wait out its 30 s window
+    assert f"process {proc.pid} " in stderr and "during the window" in stderr, stderr
+    status = tracemod.header_status(out)
+    info = tracemod.check(out)
+    assert info.data["calls_present"] > 100, info.data
+    if ending == "exits":
+        assert status.startswith(f"complete (process {proc.pid} exited at "), status
+        assert "of a 30 s window) events=" in status and info.cut_short() is None
+    else:
+        assert status.startswith(f"stopped: process {proc.pid} ended at about "), status
+        assert f"whole frames up to byte offset {out.stat().st_size}" in status, status
+        assert info.data["end_frame"] is False and info.cut_short() is not None
+    assert [p.name for p in work.iterdir()] == [], list(work.iterdir())
+    run = runner.run_once(make_setup("test", "glibc", "glibc"), out, "none", 1.0, 0, 120)
+    assert run.status == "ok", run.error
+
+
+def test_a_full_disk_at_out_keeps_the_trace_and_names_it(
+    linger: Path, small_disk: Path, tmp_path: Path, integrity_figures: Any
+) -> None:
+    """Once an ENOSPC traceback and a 0-byte file at --out: now --out is untouched and
+    one line says where the trace is kept and how to move it, exit status 4."""
+    filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+    with contextlib.suppress(OSError):
+        while os.write(filler, b"\0" * 4096):
+            pass
+    os.close(filler)
+    proc = start_linger(linger, tmp_path, 60)
+    try:
+        out = small_disk / "trace.mbt"
+        recorder = start_record(proc.pid, out, seconds=1)
+        code, _, stderr = finished(recorder, integrity_figures)
+    finally:
+        proc.kill()
+        proc.wait()
+    lines = stderr.strip().splitlines()
+    assert code == 4 and len(lines) == 1, stderr
+    assert lines[0].startswith(f"mallocbench: error: cannot write {out}: No space left"), lines
+    assert not out.exists() and sorted(p.name for p in small_disk.iterdir()) == ["filler"]
+    kept = Path(lines[0].split("the trace is kept at ")[1].split(":")[0])
+    assert kept.parent == tmp_path and f"mv {kept} {out}" in lines[0], lines[0]
+    assert tracemod.check(kept).complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == [kept.name]  # no control files
+
+
+def test_a_second_record_of_one_process_is_refused_with_the_first_s_pid(
+    linger: Path, tmp_path: Path, integrity_figures: Any
+) -> None:
+    """Once the second re-armed the shim and closed the first's trace early, and the
+    first waited 60 s and exited 2 with its trace named by a /proc path."""
+    proc = start_linger(linger, tmp_path, 60)
+    try:
+        first_out, second_out = tmp_path / "first.mbt", tmp_path / "second.mbt"
+        first = start_record(proc.pid, first_out, seconds=3)
+        second = mallocbench("record", "--pid", str(proc.pid), "--seconds", "1", "--out",
+                             str(second_out))  # fmt: skip
+        integrity_figures.add("faults injected")
+        line = one_error_line(second)
+        said = f"process {proc.pid} is already being recorded by mallocbench (pid {first.pid})"
+        assert said in line and f"kill -INT {first.pid}" in line, line
+        assert not second_out.exists()
+        code, stdout, stderr = finished(first, integrity_figures)
+        assert code == 0, stderr
+        assert "(complete " in stdout and tracemod.header_status(first_out).startswith(
+            "complete (disarmed)"
+        )
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["first.mbt"]  # lock gone too
+        # a recorder that died without a word leaves a lock that is not obeyed
+        (tmp_path / "ctl.lock").write_text("999999999\n")
+        outcome = control.record(proc.pid, 0.5, tmp_path / "third.mbt")
+        assert outcome.ended == "window" and outcome.kept == tmp_path / "third.mbt"
+    finally:
+        proc.kill()
+        proc.wait()

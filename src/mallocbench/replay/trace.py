@@ -8,6 +8,7 @@ cap when its writer fell behind) is still replayable and its status says where i
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,33 @@ class TraceInfo:
 
 
 STATUS_OFFSET, STATUS_SIZE = 16, 240  # native/mbtrace.h
+HEADER_SIZE, FRAME_HEADER, FRAME_MAGIC = 1024, struct.Struct("<IIII"), 0x5246424D
+
+
+def set_status(path: Path, text: str) -> None:
+    """Rewrite the trace's in-place status (the recorder could not: its process died, or
+    the window ended for a reason only the recording command knows)."""
+    raw = text.encode()[: STATUS_SIZE - 1].ljust(STATUS_SIZE, b"\0")
+    with path.open("r+b") as f:
+        f.seek(STATUS_OFFSET)
+        f.write(raw)
+
+
+def cut_to_whole_frames(path: Path) -> int:
+    """Cut a trace whose recorder was killed mid-write back to its last whole frame (by
+    the frames' lengths; their checksums are the replayer's to check); its new size."""
+    size = path.stat().st_size
+    at = HEADER_SIZE
+    with path.open("r+b") as f:
+        while at + FRAME_HEADER.size <= size:
+            f.seek(at)
+            magic, _, comp_len, _ = FRAME_HEADER.unpack(f.read(FRAME_HEADER.size))
+            if magic != FRAME_MAGIC or at + FRAME_HEADER.size + comp_len > size:
+                break
+            at += FRAME_HEADER.size + comp_len
+        at = min(at, size)
+        f.truncate(at)
+    return at
 
 
 def header_status(path: Path) -> str:
