@@ -395,6 +395,16 @@ def test_dropin_preloads_the_shim_in_front_of_the_allocator() -> None:
     assert "[Service]" in out.stdout and f"LD_PRELOAD={shim_path()}" in out.stdout
 
 
+def test_record_help_lists_how_a_window_can_end() -> None:
+    from mallocbench import exitcodes
+
+    out = mallocbench("record", "--help")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    for code, words in exitcodes.RECORD_POLICY:
+        assert f"{code} {' '.join(words.split())}" in text, words
+
+
 @pytest.mark.server
 def test_private_server_recorded_and_replayed(build: Any, tmp_path: Path) -> None:
     from mallocbench.servers import engines

@@ -51,8 +51,8 @@ RECORD_POLICY = (
     ),
     (
         RECORD_NOT_AT_OUT,
-        "the trace could not be written to --out (a full disk, no permission):\n"
-        "one line names where it is kept and how to move it",
+        "the trace could not be written to --out (a full disk, no permission;\n"
+        "after Ctrl-C too): one line names where it is kept and how to move it",
     ),
     (interrupted(), "interrupted (Ctrl-C): the trace so far is at --out"),
 )  # fmt: skip
