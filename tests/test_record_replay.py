@@ -728,3 +728,33 @@ def test_a_second_record_of_one_process_is_refused_with_the_first_s_pid(
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_ctrl_c_while_the_shim_cannot_answer_names_where_the_trace_stays(
+    linger: Path, tmp_path: Path, integrity_figures: Any
+) -> None:
+    """A stopped process cannot close its trace in the 5 s an interrupted record waits:
+    the trace is not copied half-written; one line says where it is, exit status 4."""
+    proc = start_linger(linger, tmp_path, 60)
+    try:
+        out = tmp_path / "out" / "trace.mbt"
+        recorder = start_record(proc.pid, out)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "armed"
+        proc.send_signal(signal.SIGSTOP)
+        recorder.send_signal(signal.SIGINT)
+        code, _, stderr = finished(recorder, integrity_figures)
+        lines = stderr.strip().splitlines()
+        assert code == 4 and len(lines) == 1, stderr
+        assert f"the shim in process {proc.pid} left no closed trace within 5 s" in lines[0]
+        kept = control.in_process(proc.pid, str(tmp_path / "mbrecord-"))
+        assert f"the trace is kept at {kept}" in lines[0] and "mv " in lines[0], lines[0]
+        assert not out.exists()
+        proc.send_signal(signal.SIGCONT)  # it reads the "off" and closes the trace
+        (trace,) = tmp_path.glob("mbrecord-*.mbt")  # the shim created it when armed
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and tracemod.header_status(trace) == "recording":
+            time.sleep(0.1)
+        assert tracemod.header_status(trace).startswith("complete (disarmed)")
+    finally:
+        proc.kill()
+        proc.wait()

@@ -319,11 +319,10 @@ class Outcome:
 
 
 def _ending(window: Window, closing: str, interrupted: bool) -> str:
-    closed = closing.startswith(("complete", "stopped", "error"))
+    if not closing.startswith(("complete", "stopped", "error")):
+        return "killed" if window.ended() else "unanswered"
     if interrupted:
         return "interrupted"
-    if not closed:
-        return "killed" if window.ended() else "unanswered"
     if "(process exit)" in window.header_status():
         return "exited"
     return "shim" if closing.startswith(("stopped", "error")) else "window"
@@ -344,7 +343,14 @@ def _finish(
     closing = _await_status(window, "complete", wait_s)
     ended = _ending(window, closing, interrupted)
     if ended == "unanswered":
-        return Outcome(closing, ended)
+        # It may still be writing the trace: a copy now could be torn; it stays there.
+        source = in_process(window.pid, window.server_file)
+        said = f"said {closing!r}" if closing else "said nothing"
+        return Outcome(
+            closing, ended, source if source.is_file() else None,
+            f"the shim in process {window.pid} left no closed trace within {wait_s:.0f} s "
+            f"({said})",
+        )  # fmt: skip
     # The shim reads the control file only for a change: without it nothing happens.
     window.remove("", ".status")
     if out is None:
@@ -436,14 +442,6 @@ def _rescue(window: Window, name: str) -> Path | None:
         return source if source.is_file() else None
 
 
-def _unanswered(window: Window, closing: str, wait_s: float) -> MallocbenchError:
-    said = f"said {closing!r}" if closing else "said nothing"
-    return MallocbenchError(
-        f"the shim in process {window.pid} left no closed trace within {wait_s:.0f} s "
-        f"({said}); whatever it wrote stays at {in_process(window.pid, window.server_file)}"
-    )
-
-
 def stop(window: Window, out: Path | None) -> str:
     """Disarm; move the trace to `out` (None: leave it where the process wrote it).
     Returns the shim's closing status line."""
@@ -451,8 +449,6 @@ def stop(window: Window, out: Path | None) -> str:
         outcome = _finish(window, out, 60.0)
     finally:
         window.close()
-    if outcome.ended == "unanswered":
-        raise _unanswered(window, outcome.closing, 60.0)
     if outcome.kept is None or (out is not None and outcome.kept != out):
         where = f"it is at {outcome.kept}" if outcome.kept else "no copy could be kept"
         raise MallocbenchError(f"{outcome.problem or 'no trace was written'}; {where}")
@@ -511,6 +507,4 @@ def record(
         outcome = _finish(window, out, 60.0, seconds=seconds)
     finally:
         window.close()
-    if outcome.ended == "unanswered":
-        raise _unanswered(window, outcome.closing, 60.0)
     return outcome
