@@ -616,11 +616,13 @@ def start_linger(exe: Path, workdir: Path, seconds: float) -> subprocess.Popen[s
     return proc
 
 
-def start_record(pid: int, out: Path, seconds: float = 30) -> subprocess.Popen[str]:
+def start_record(
+    pid: int, out: Path, seconds: float = 30, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     recorder = subprocess.Popen(
         [sys.executable, "-m", "mallocbench.cli", "record", "--pid", str(pid), "--seconds",
          str(seconds), "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     assert recorder.stderr is not None
     assert "recording process" in recorder.stderr.readline()
@@ -758,3 +760,63 @@ def test_ctrl_c_while_the_shim_cannot_answer_names_where_the_trace_stays(
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("out_disk", ["room", "full"])
+def test_a_killed_process_with_a_private_tmp_leaves_its_trace_outside_it(
+    linger: Path, small_disk: Path, tmp_path: Path, integrity_figures: Any, out_disk: str
+) -> None:
+    """A server with its own /tmp (systemd's PrivateTmp: a mount only its namespace sees)
+    is killed during the window: its /tmp goes with it, so the trace is copied out through
+    the descriptors record holds. When --out is full, it goes to record's own temporary
+    directory, never only to the /tmp that is about to vanish."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is needed for a private mount namespace")
+    private = tmp_path / "private-tmp"
+    private.mkdir()
+    ctl = private / "ctl"
+    script = (
+        f"mount -t tmpfs -o size=64m tmpfs {private} && exec env LD_PRELOAD={shim_path()} "
+        f"MBRECORD_CONTROL={ctl} {linger} {ctl}.status 60"
+    )
+    proc = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while control.shim_loaded(proc.pid) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if control.shim_loaded(proc.pid) is None:
+        proc.kill()
+        proc.wait()
+        pytest.skip("cannot mount a private tmpfs in a new mount namespace here")
+    if out_disk == "full":
+        filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+        with contextlib.suppress(OSError):
+            while os.write(filler, b"\0" * 4096):
+                pass
+        os.close(filler)
+    out = (small_disk if out_disk == "full" else tmp_path) / "trace.mbt"
+    rescue = tmp_path / "rescue"
+    rescue.mkdir()
+    recorder = start_record(proc.pid, out, env=dict(os.environ, TMPDIR=str(rescue)))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "armed"
+        time.sleep(2.5)  # the shim writes a frame a second
+    finally:
+        proc.kill()
+        proc.wait()
+    code, _, stderr = finished(recorder, integrity_figures)
+    assert list(private.iterdir()) == []  # the host never saw the process's /tmp
+    if out_disk == "room":
+        assert code == 3, stderr
+        kept = out
+    else:
+        lines = stderr.strip().splitlines()
+        assert code == 4 and len(lines) == 1, stderr
+        (kept,) = rescue.glob("mbrecord-*.mbt")
+        assert f"the trace is kept at {kept}: move it with mv {kept} {out}" in lines[0]
+        assert not out.exists()
+    status = tracemod.header_status(kept)
+    assert status.startswith(f"stopped: process {proc.pid} ended at about "), status
+    assert tracemod.check(kept).data["calls_present"] > 100
