@@ -673,16 +673,21 @@ def test_a_process_that_ends_during_the_window_leaves_its_trace_at_out(
     assert run.status == "ok", run.error
 
 
+def fill(disk: Path) -> None:
+    """Leave no byte free on `disk` (a file named filler takes it all)."""
+    filler = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+    with contextlib.suppress(OSError):
+        while os.write(filler, b"\0" * 4096):
+            pass
+    os.close(filler)
+
+
 def test_a_full_disk_at_out_keeps_the_trace_and_names_it(
     linger: Path, small_disk: Path, tmp_path: Path, integrity_figures: Any
 ) -> None:
     """Once an ENOSPC traceback and a 0-byte file at --out: now --out is untouched and
     one line says where the trace is kept and how to move it, exit status 4."""
-    filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-    with contextlib.suppress(OSError):
-        while os.write(filler, b"\0" * 4096):
-            pass
-    os.close(filler)
+    fill(small_disk)
     proc = start_linger(linger, tmp_path, 60)
     try:
         out = small_disk / "trace.mbt"
@@ -791,11 +796,7 @@ def test_a_killed_process_with_a_private_tmp_leaves_its_trace_outside_it(
         proc.wait()
         pytest.skip("cannot mount a private tmpfs in a new mount namespace here")
     if out_disk == "full":
-        filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
-        with contextlib.suppress(OSError):
-            while os.write(filler, b"\0" * 4096):
-                pass
-        os.close(filler)
+        fill(small_disk)
     out = (small_disk if out_disk == "full" else tmp_path) / "trace.mbt"
     rescue = tmp_path / "rescue"
     rescue.mkdir()

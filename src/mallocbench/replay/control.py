@@ -452,6 +452,8 @@ def stop(window: Window, out: Path | None) -> str:
     if outcome.kept is None or (out is not None and outcome.kept != out):
         where = f"it is at {outcome.kept}" if outcome.kept else "no copy could be kept"
         raise MallocbenchError(f"{outcome.problem or 'no trace was written'}; {where}")
+    if outcome.ended == "killed":  # the shim said nothing; the header says it now
+        return tracemod.header_status(outcome.kept)
     return outcome.closing
 
 
