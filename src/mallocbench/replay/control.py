@@ -195,38 +195,52 @@ def _open(window: Window) -> None:
     _lock(window)
 
 
+def _claim(window: Window, name: str) -> bool:
+    """Create the lock with this recorder's PID already in it (a link to a file written
+    first), so no other recorder ever reads it empty; False if it exists."""
+    temp = f"{name}.{os.getpid()}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644,
+                 dir_fd=window.ctl_dir)  # fmt: skip
+    try:
+        os.write(fd, f"{os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    try:
+        os.link(temp, name, src_dir_fd=window.ctl_dir, dst_dir_fd=window.ctl_dir)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(temp, dir_fd=window.ctl_dir)
+
+
 def _lock(window: Window) -> None:
     """One recorder per process: a second "on" would close the first one's window early
     and leave it waiting for a trace that is no longer its own."""
     name = window.name + LOCK_SUFFIX
-    for _ in range(2):
-        try:
-            fd = os.open(
-                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644,
-                dir_fd=window.ctl_dir,
-            )  # fmt: skip
-        except FileExistsError:
+    owner = ""
+    try:
+        for _ in range(2):
+            if _claim(window, name):
+                window.locked = True
+                return
             owner = _read_at(window.ctl_dir, name)
             if owner.isdigit() and proc_probe.alive(int(owner)):
-                window.close()
-                raise MallocbenchError(
-                    f"process {window.pid} is already being recorded by mallocbench (pid "
-                    f"{owner}): wait for that recording to end, or stop it with kill -INT "
-                    f"{owner} (it keeps its trace), then record"
-                ) from None
+                break
             with contextlib.suppress(OSError):  # its recorder died: the lock is stale
                 os.unlink(name, dir_fd=window.ctl_dir)
-            continue
-        except OSError as exc:
-            window.close()
-            raise MallocbenchError(
-                f"cannot write beside the control file {window.control} of process "
-                f"{window.pid}: {exc.strerror}; run as the server's user or root"
-            ) from None
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{os.getpid()}\n")
-        window.locked = True
-        return
+    except OSError as exc:
+        window.close()
+        raise MallocbenchError(
+            f"cannot write beside the control file {window.control} of process "
+            f"{window.pid}: {exc.strerror}; run as the server's user or root"
+        ) from None
+    window.close()
+    raise MallocbenchError(
+        f"process {window.pid} is already being recorded by mallocbench (pid {owner or '?'}): "
+        f"wait for that recording to end, or stop it with kill -INT {owner or 'PID'} (it "
+        "keeps its trace), then record"
+    )
 
 
 def _await_status(window: Window, word: str, seconds: float) -> str:
