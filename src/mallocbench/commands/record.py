@@ -139,7 +139,7 @@ def _not_at_out(outcome: Outcome, out: Path, pid: int) -> NoReturn:
     """--out could not take the trace: one line with where it is and how to move it."""
     problem = outcome.problem or f"cannot write {out}"
     if outcome.kept is None:
-        where = "and no copy could be kept elsewhere: the trace is lost"
+        where = "no copy could be kept anywhere else: the trace is lost"
     elif str(outcome.kept).startswith(f"/proc/{pid}/"):
         where = (
             f"the trace is kept at {outcome.kept} while process {pid} runs: move it now with "
