@@ -358,7 +358,7 @@ def test_an_interrupted_recording_keeps_its_trace_and_leaves_no_files(tmp_path: 
             control.record(busy.pid, 30, out, started=interrupted)
         assert caught.value.kept == out and out.stat().st_size > HEADER
         # the header says why the window ended, and when
-        assert tracemod.header_status(out).startswith("complete (interrupted at "), out
+        assert tracemod.header_status(out).startswith("complete (interrupted by SIGINT at ")
         assert "of a 30 s window) events=" in tracemod.header_status(out)
         assert tracemod.check(out).complete
         assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
@@ -821,3 +821,31 @@ def test_a_killed_process_with_a_private_tmp_leaves_its_trace_outside_it(
     status = tracemod.header_status(kept)
     assert status.startswith(f"stopped: process {proc.pid} ended at about "), status
     assert tracemod.check(kept).data["calls_present"] > 100
+
+
+def test_sigterm_ends_the_window_as_ctrl_c_does(
+    linger: Path, tmp_path: Path, integrity_figures: Any
+) -> None:
+    """By default SIGTERM (a `timeout`, a service stop) killed record at once: the server
+    kept recording with nobody to stop it, its trace in the server's /tmp."""
+    work = tmp_path / "proc"
+    work.mkdir()
+    proc = start_linger(linger, work, 60)
+    try:
+        out = tmp_path / "trace.mbt"
+        recorder = start_record(proc.pid, out)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "armed"
+        time.sleep(0.5)
+        recorder.send_signal(signal.SIGTERM)
+        code, _, stderr = finished(recorder, integrity_figures)
+        assert code == 143, stderr
+        assert stderr.strip().endswith("mallocbench: interrupted by SIGTERM"), stderr
+        assert "the trace up to the interruption" in stderr
+        status = tracemod.header_status(out)
+        assert status.startswith("complete (interrupted by SIGTERM at "), status
+        assert [p.name for p in work.iterdir()] == []  # disarmed, nothing left behind
+        time.sleep(0.5)
+        assert not list(work.iterdir()) and proc.poll() is None  # and it runs on
+    finally:
+        proc.kill()
+        proc.wait()

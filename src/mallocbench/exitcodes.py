@@ -54,7 +54,8 @@ RECORD_POLICY = (
         "the trace could not be written to --out (a full disk, no permission;\n"
         "after Ctrl-C too): one line names where it is kept and how to move it",
     ),
-    (interrupted(), "interrupted (Ctrl-C): the trace so far is at --out"),
+    (interrupted(), "interrupted (Ctrl-C; 143: SIGTERM, 129: SIGHUP): the trace so far\n"
+     "is at --out"),
 )  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -103,7 +104,9 @@ def record(
             )
         else:
             _not_at_out(stopped.outcome, out, pid)
-        raise
+        _interrupted(stopped.signum)
+    except control.Signalled as stopped:  # while arming: the shim was told "off"
+        _interrupted(stopped.signum)
     if outcome.kept != out:
         _not_at_out(outcome, out, pid)
     size = out.stat().st_size
@@ -114,6 +117,14 @@ def record(
     click.echo(f"{out}: {size / 1e6:.2f} MB (recording {status})")
     click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
     sys.exit(exitcodes.ABORTED)
+
+
+def _interrupted(signum: int) -> NoReturn:
+    """Exit as a signal's interruption does, 128 + its number."""
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt  # the group's own line and status
+    click.echo(f"mallocbench: interrupted by {signal.Signals(signum).name}", err=True)
+    sys.exit(exitcodes.interrupted(signum))
 
 
 def _early_note(outcome: Outcome, status: str, pid: int) -> str:

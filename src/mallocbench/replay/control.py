@@ -11,9 +11,11 @@ import contextlib
 import os
 import select
 import shutil
+import signal
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -275,6 +277,8 @@ def start(pid: int, server_file: str | None = None, max_buffer: int | None = Non
     try:
         _arm(window, max_buffer)
     except BaseException:
+        with contextlib.suppress(OSError):  # interrupted while arming: not armed either
+            _write(window.here, "off\n")
         window.close()
         raise
     window.armed_at = time.monotonic()
@@ -330,6 +334,7 @@ class Outcome:
     ended: str
     kept: Path | None = None
     problem: str = ""  # why the trace is not where it was asked to go
+    signal: str = ""  # what interrupted it: SIGINT (Ctrl-C), SIGTERM, SIGHUP
 
 
 def _ending(window: Window, closing: str, interrupted: bool) -> str:
@@ -343,7 +348,7 @@ def _ending(window: Window, closing: str, interrupted: bool) -> str:
 
 
 def _finish(
-    window: Window, out: Path | None, wait_s: float, interrupted: bool = False,
+    window: Window, out: Path | None, wait_s: float, interrupted: str = "",
     seconds: float | None = None,
 ) -> Outcome:  # fmt: skip
     """Disarm, await the shim's closing line, take the trace to `out` (None: leave it
@@ -355,7 +360,7 @@ def _finish(
         with contextlib.suppress(OSError):
             disarm(window)
     closing = _await_status(window, "complete", wait_s)
-    ended = _ending(window, closing, interrupted)
+    ended = _ending(window, closing, bool(interrupted))
     if ended == "unanswered":
         # It may still be writing the trace: a copy now could be torn; it stays there.
         source = in_process(window.pid, window.server_file)
@@ -370,7 +375,7 @@ def _finish(
     if out is None:
         source = in_process(window.pid, window.server_file)
         return Outcome(closing, ended, source if source.is_file() else None)
-    outcome = _deliver(window, out, Outcome(closing, ended))
+    outcome = _deliver(window, out, Outcome(closing, ended, signal=interrupted))
     if outcome.kept is not None and outcome.kept.parent.is_dir():
         with contextlib.suppress(OSError):
             _annotate(outcome, window, time.monotonic() - window.armed_at, seconds)
@@ -389,7 +394,7 @@ def _annotate(outcome: Outcome, window: Window, elapsed: float, seconds: float |
             f"close the trace; whole frames up to byte offset {end}"
         )
     elif outcome.ended == "interrupted" and status.startswith("complete (disarmed)"):
-        text = status.replace("(disarmed)", f"(interrupted at {span})", 1)
+        text = status.replace("(disarmed)", f"(interrupted by {outcome.signal} at {span})", 1)
     elif outcome.ended == "exited":
         text = status.replace("(process exit)", f"(process {window.pid} exited at {span})", 1)
     else:
@@ -472,13 +477,42 @@ def stop(window: Window, out: Path | None) -> str:
 
 
 class RecordingInterrupted(KeyboardInterrupt):
-    """Ctrl-C while recording: the shim was disarmed, and `outcome` says where the trace
-    so far is (its `kept` is None when the shim did not close it in time)."""
+    """Ctrl-C (or SIGTERM, SIGHUP) while recording: the shim was disarmed, and `outcome`
+    says where the trace so far is (its `kept` is None when the shim did not close it in
+    time)."""
 
-    def __init__(self, outcome: Outcome) -> None:
+    def __init__(self, outcome: Outcome, signum: int = signal.SIGINT) -> None:
         super().__init__()
         self.outcome = outcome
         self.kept = outcome.kept
+        self.signum = int(signum)
+
+
+class Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during a recording, raised where Ctrl-C raises KeyboardInterrupt."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the window as Ctrl-C does: by default they would kill this
+    command and leave the server recording, its trace in the server's /tmp."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Signalled(signum)
+
+    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 # After an interruption, how long the shim may take to close its trace: it polls the
@@ -494,18 +528,13 @@ def _wait_window(window: Window, seconds: float) -> None:
             return
 
 
-def record(
-    pid: int,
-    seconds: float,
-    out: Path,
-    started: Callable[[], None] | None = None,
-    max_buffer: int | None = None,
-) -> Outcome:
-    """Arm the shim in `pid` for `seconds`, disarm it and move the trace to `out`; the
-    outcome says how the window ended and where the trace is. Interrupted, it disarms
-    the shim, keeps the trace so far and raises RecordingInterrupted."""
-    window = start(pid, max_buffer=max_buffer)
-    try:
+def _armed_window(
+    pid: int, seconds: float, started: Callable[[], None] | None, max_buffer: int | None
+) -> tuple[Window, int | None]:
+    """Arm, and wait out the window; the signal that cut it short, if one did (then the
+    shim has been told to stop)."""
+    with _signals_interrupt():
+        window = start(pid, max_buffer=max_buffer)
         try:
             if started is not None:
                 started()
@@ -514,13 +543,32 @@ def record(
             with contextlib.suppress(OSError):
                 disarm(window)  # never leave a server recording
             if not isinstance(exc, KeyboardInterrupt):
+                window.close()
                 raise
-            try:
-                outcome = _finish(window, out, CLOSE_AFTER_INTERRUPT_S, True, seconds)
-            except OSError as lost:
-                outcome = Outcome("", "interrupted", None, str(lost))
-            raise RecordingInterrupted(outcome) from None
-        outcome = _finish(window, out, 60.0, seconds=seconds)
+            return window, getattr(exc, "signum", int(signal.SIGINT))
+    return window, None
+
+
+def record(
+    pid: int,
+    seconds: float,
+    out: Path,
+    started: Callable[[], None] | None = None,
+    max_buffer: int | None = None,
+) -> Outcome:
+    """Arm the shim in `pid` for `seconds`, disarm it and move the trace to `out`; the
+    outcome says how the window ended and where the trace is. Interrupted (Ctrl-C,
+    SIGTERM, SIGHUP), it disarms the shim, keeps the trace so far and raises
+    RecordingInterrupted."""
+    window, signum = _armed_window(pid, seconds, started, max_buffer)
+    try:
+        if signum is None:
+            return _finish(window, out, 60.0, seconds=seconds)
+        name = signal.Signals(signum).name
+        try:
+            outcome = _finish(window, out, CLOSE_AFTER_INTERRUPT_S, name, seconds)
+        except OSError as lost:
+            outcome = Outcome("", "interrupted", None, str(lost), name)
+        raise RecordingInterrupted(outcome, signum) from None
     finally:
         window.close()
-    return outcome
