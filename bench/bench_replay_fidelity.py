@@ -127,7 +127,7 @@ def phase_record(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
 
     def body(server: PrivateServer) -> str:
         loads.append(load_1min())
-        status = control.record(server.pid, args.seconds, partial)
+        status = control.record(server.pid, args.seconds, partial).closing
         loads.append(load_1min())
         return status
 

@@ -123,12 +123,18 @@ static struct {
     char end[512];
     uint32_t version;
     uint64_t frames, bytes, events;
+    uint64_t read_events; /* every call in the frames read, --until or not */
+    int end_frame;        /* the recorder closed the trace: its END frame is there */
     struct arr threads; /* struct rthread */
     struct arr snapshot; /* u64 token, u64 size */
     uint64_t counts[8];
 } tr;
 
-static struct rthread *thread_of(uint32_t token)
+/* Far above any real server's threads (thousands): a trace with more is damaged or
+ * crafted, and each one costs a replay thread and a linear lookup here. */
+#define MAX_THREADS 4096u
+
+static struct rthread *thread_of(uint32_t token, uint64_t at)
 {
     static size_t last;
     struct rthread *t = (struct rthread *)tr.threads.data;
@@ -138,6 +144,10 @@ static struct rthread *thread_of(uint32_t token)
     for (size_t i = 0; i < n; i++)
         if (t[i].token == token)
             return &t[last = i];
+    if (n >= MAX_THREADS)
+        fail("%s: more than %u threads (the %zuth starts in the frame at byte offset %llu): "
+             "no real server records that many; the trace is damaged or not a recording",
+             trace_path, MAX_THREADS, n + 1, (unsigned long long)at);
     struct rthread *fresh = arr_grow(&tr.threads, sizeof *fresh);
     memset(fresh, 0, sizeof *fresh);
     fresh->token = token;
@@ -169,7 +179,7 @@ static void parse_events(const char *raw, size_t len, uint64_t at)
         if (bytes > len - pos)
             fail("%s: corrupt frame at byte offset %llu (event block overruns the frame)",
                  trace_path, (unsigned long long)at);
-        struct rthread *t = thread_of(head[0]);
+        struct rthread *t = thread_of(head[0], at);
         for (uint32_t i = 0; i < head[1]; i++) {
             struct mb_rec r;
             memcpy(&r, raw + pos + (size_t)i * sizeof r, sizeof r);
@@ -177,6 +187,7 @@ static void parse_events(const char *raw, size_t len, uint64_t at)
             if (kind < MB_MALLOC || kind > MB_USABLE)
                 fail("%s: corrupt frame at byte offset %llu (unknown call kind %u)", trace_path,
                      (unsigned long long)at, kind);
+            tr.read_events++;
             if (MB_TIME(r.w0) < frame_first_ns)
                 frame_first_ns = MB_TIME(r.w0);
             if (until_ns && MB_TIME(r.w0) > until_ns)
@@ -276,6 +287,7 @@ static void load(const char *path)
             memcpy(arr_grow(&tr.snapshot, got / 16 * 16), out, got / 16 * 16);
         } else {
             snprintf(tr.end, sizeof tr.end, "%.*s", (int)got, out);
+            tr.end_frame = 1;
         }
         tr.frames++;
         at += sizeof f + f.comp_len;
@@ -283,6 +295,21 @@ static void load(const char *path)
     ZSTD_freeDCtx(dctx);
     arr_free(&raw);
     munmap((void *)map, size);
+}
+
+/* The calls the recorder counted: its END frame's events=, else the header status's
+ * "events=N" or "after N events" (a recording cut by a write error); -1 if it says none. */
+static long long header_events(void)
+{
+    const char *at = tr.end_frame ? strstr(tr.end, "events=") : NULL;
+    if (at == NULL || (at != tr.end && at[-1] != '\n'))
+        at = strstr(tr.status, "events=");
+    if (at != NULL)
+        return strtoll(at + strlen("events="), NULL, 10);
+    at = strstr(tr.status, " after ");
+    if (at != NULL && strstr(at, " events") != NULL)
+        return strtoll(at + strlen(" after "), NULL, 10);
+    return -1;
 }
 
 /* ---- building the replay: block ids, dependency edges, the ideal live curve ---- */
@@ -930,7 +957,9 @@ static void print_trace_json(uint32_t nthreads)
         if (k != MB_REALLOC_FREE)
             printf("%s\"%s\": %llu", k == MB_MALLOC ? "" : ", ", names[k],
                    (unsigned long long)tr.counts[k]);
-    printf("},\n  \"threads\": %u,\n  \"snapshot_blocks\": %llu,\n  \"blocks\": %u,\n", nthreads,
+    printf("},\n  \"end_frame\": %s,\n  \"calls_present\": %llu,\n  \"header_events\": %lld,\n",
+           tr.end_frame ? "true" : "false", (unsigned long long)tr.read_events, header_events());
+    printf("  \"threads\": %u,\n  \"snapshot_blocks\": %llu,\n  \"blocks\": %u,\n", nthreads,
            (unsigned long long)(tr.snapshot.len / 16), b.nblocks);
     printf("  \"skipped_frees\": %llu,\n  \"unknown_reallocs\": %llu,\n"
            "  \"implicit_frees\": %llu,\n  \"failed_reallocs\": %llu,\n",
@@ -1033,6 +1062,33 @@ static void usage(void)
     exit(2);
 }
 
+/* A trace with nothing to replay is refused; one cut short (no END frame, or fewer calls
+ * than its header counts) is replayed, and print_trace_json says how much is there. */
+static void check_calls(void)
+{
+    if (tr.read_events > 0)
+        return;
+    if (tr.frames == 0)
+        fail("%s: header only, no calls to replay (the recorder wrote no frame; its status "
+             "says \"%s\"): record again, for a window in which the process runs",
+             trace_path, tr.status);
+    fail("%s: no calls to replay (the recorded window caught none; its status says \"%s\"): "
+         "record again while the process is busy", trace_path, tr.status);
+}
+
+/* One replay at --timing recorded lasts the trace's span over --speed: more than a day is
+ * refused (a 1e15 ns gap would otherwise sleep for weeks, and its deadline overflows). */
+#define MAX_REPLAY_NS 86400e9
+
+static void check_span(uint64_t span_ns)
+{
+    if (!opt.timing || opt.check || (double)span_ns / opt.speed <= MAX_REPLAY_NS)
+        return;
+    fail("%s: spans %.0f s; at --speed %g one replay would take %.1f days, over the bound of "
+         "1 day: give --speed %.3g or more, or --timing none", trace_path, (double)span_ns / 1e9,
+         opt.speed, (double)span_ns / opt.speed / 86400e9, (double)span_ns / MAX_REPLAY_NS);
+}
+
 int main(int argc, char **argv)
 {
     const char *path = NULL;
@@ -1074,7 +1130,9 @@ int main(int argc, char **argv)
         usage();
     page_size = sysconf(_SC_PAGESIZE);
     load(path);
+    check_calls();
     build();
+    check_span(b.duration_ns);
     uint32_t nthreads = (uint32_t)(tr.threads.len / sizeof(struct rthread));
     print_trace_json(nthreads);
     if (!opt.check) {

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import psycopg
 
+from mallocbench.probes import process as proc_probe
+
 TEST_USER = "bench"
 PASSWORD_USER = "secretive"
 PASSWORD = "pw-never-printed-7f3a"
@@ -113,16 +115,6 @@ PREFIX = "mallocbench-pg-"
 OWNER_FILE = "owner.pid"  # the test process that started the server in this directory
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_orphans(binaries: Path, user: str | None) -> list[Path]:
     """Stop and remove the servers of test sessions that died without cleaning up.
 
@@ -136,7 +128,7 @@ def sweep_orphans(binaries: Path, user: str | None) -> list[Path]:
             owner = int((base / OWNER_FILE).read_text())
         except (OSError, ValueError):
             owner = None
-        if owner is not None and _alive(owner):
+        if owner is not None and proc_probe.alive(owner):
             continue
         if owner is None and time.time() - base.stat().st_mtime < 3600:
             continue  # no owner yet: a session may be creating it right now

@@ -141,7 +141,7 @@ def test_a_server_recorded_under_a_tiny_cap_stops_recording_and_serves_on(
             stop.set()
             for worker in workers:
                 worker.join()
-        assert proc.returncode == 0, proc.stderr
+        assert proc.returncode == 3, proc.stderr  # the window ended early, its trace kept
         # the cap ended the window early: `record` did not wait out its 20 s
         assert "the writer fell behind" in proc.stdout, proc.stdout
         assert "usable up to that point" in proc.stderr and "--max-buffer" in proc.stderr

@@ -3,6 +3,7 @@ a real private server."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -285,12 +286,15 @@ def test_full_disk_stops_recording_and_the_process_runs_on(
     assert truth["calls"]["free"] > 0  # it ran to the end and reported
     lines = [ln for ln in stderr.splitlines() if ln.startswith("mbrecord:")]
     assert len(lines) == 1 and "No space left on device" in lines[0], stderr
-    info = tracemod.check(trace)  # what was written is still a readable trace
-    assert info.status.startswith("stopped: writing a frame: No space left on device")
-    offset = int(info.status.split("byte offset ")[1].split()[0])
+    status = tracemod.header_status(trace)
+    assert status.startswith("stopped: writing a frame: No space left on device"), status
+    offset = int(status.split("byte offset ")[1].split()[0])
     assert offset == trace.stat().st_size  # cut back to its last whole frame
-    assert info.data["events"] < 47500
-    assert any("stopped" in w for w in info.warnings())
+    # The disk filled before the first events frame: a readable trace with no call in it,
+    # refused at replay in one line that gives the reason it stopped.
+    with pytest.raises(tracemod.TraceError, match="no calls to replay") as caught:
+        tracemod.check(trace)
+    assert status in str(caught.value)
 
 
 def test_record_refuses_a_process_without_the_shim() -> None:
@@ -353,7 +357,9 @@ def test_an_interrupted_recording_keeps_its_trace_and_leaves_no_files(tmp_path: 
         with pytest.raises(control.RecordingInterrupted) as caught:
             control.record(busy.pid, 30, out, started=interrupted)
         assert caught.value.kept == out and out.stat().st_size > HEADER
-        assert tracemod.header_status(out).startswith("complete")
+        # the header says why the window ended, and when
+        assert tracemod.header_status(out).startswith("complete (interrupted by SIGINT at ")
+        assert "of a 30 s window) events=" in tracemod.header_status(out)
         assert tracemod.check(out).complete
         assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
         assert busy.poll() is None
@@ -389,6 +395,16 @@ def test_dropin_preloads_the_shim_in_front_of_the_allocator() -> None:
     assert "[Service]" in out.stdout and f"LD_PRELOAD={shim_path()}" in out.stdout
 
 
+def test_record_help_lists_how_a_window_can_end() -> None:
+    from mallocbench import exitcodes
+
+    out = mallocbench("record", "--help")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    for code, words in exitcodes.RECORD_POLICY:
+        assert f"{code} {' '.join(words.split())}" in text, words
+
+
 @pytest.mark.server
 def test_private_server_recorded_and_replayed(build: Any, tmp_path: Path) -> None:
     from mallocbench.servers import engines
@@ -413,7 +429,7 @@ def test_private_server_recorded_and_replayed(build: Any, tmp_path: Path) -> Non
         worker = threading.Thread(target=load)
         worker.start()
         try:
-            closing = control.record(server.pid, 3.0, trace)
+            closing = control.record(server.pid, 3.0, trace).closing
         finally:
             stop.set()
             worker.join()
@@ -533,3 +549,303 @@ def test_full_disk_while_a_server_records_and_it_keeps_serving(
     assert info.status.startswith("stopped: writing a frame: No space left on device")
     assert "byte offset" in info.status
     assert text.count("mbrecord:") == 1, text[-2000:]
+
+
+def test_a_trace_cut_at_a_frame_boundary_replays_only_with_a_warning(
+    pattern_trace: Any, tmp_path: Path, integrity_figures: Any
+) -> None:
+    """Cut where a frame ends, a trace reads cleanly: without its END frame it once
+    replayed as if whole. Now the replay says how much is there, beside its results; cut
+    before its events, it has nothing to replay and is refused."""
+    trace, _ = pattern_trace
+    offsets = frame_offsets(trace)
+    counted = tracemod.check(trace).data["events"]
+    cut = tmp_path / "cut.mbt"
+    cut.write_bytes(trace.read_bytes()[: offsets[-1]])  # the END frame is the last
+    info = tracemod.check(cut)
+    assert info.data["end_frame"] is False and info.data["header_events"] == counted
+    assert info.data["calls_present"] == counted
+    result = mallocbench("replay", str(cut), "--allocators", "glibc", "--repeats", "1",
+                         "--timing", "none", "--json")  # fmt: skip
+    integrity_figures.add("faults injected")
+    integrity_figures.check_output(result.stderr)
+    assert result.returncode == 0, result.stderr
+    warnings = json.loads(result.stdout)["replay_summary"]["warnings"]
+    said = (
+        f"the trace has no END frame (it was cut short): it holds {counted:,} calls of "
+        f"the {counted:,} its header counts"
+    )
+    assert any(said in w for w in warnings), warnings
+    # before its one events frame: the snapshot alone
+    cut.write_bytes(trace.read_bytes()[: offsets[-2]])
+    integrity_figures.add("faults injected")
+    line = one_error_line(mallocbench("replay", str(cut)))
+    assert "no calls to replay (the recorded window caught none" in line, line
+
+
+def test_a_header_only_trace_is_refused(
+    pattern_trace: Any, tmp_path: Path, integrity_figures: Any
+) -> None:
+    trace, _ = pattern_trace
+    bare = tmp_path / "bare.mbt"
+    bare.write_bytes(trace.read_bytes()[:HEADER])
+    integrity_figures.add("faults injected")
+    line = one_error_line(mallocbench("replay", str(bare)))
+    assert "header only, no calls to replay" in line and line.startswith("mallocbench: error:")
+
+
+# ---------------------------------------------------------------- record never loses a trace
+
+
+@pytest.fixture(scope="module")
+def linger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return native_programs.build("linger", tmp_path_factory.mktemp("linger"))
+
+
+def start_linger(exe: Path, workdir: Path, seconds: float) -> subprocess.Popen[str]:
+    """`linger` under the shim, unarmed, its control file in `workdir`: what `record`
+    leaves there after the window is what it would leave in a server's /tmp."""
+    ctl = workdir / "ctl"
+    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_CONTROL=str(ctl))
+    proc = subprocess.Popen(
+        [str(exe), f"{ctl}.status", str(seconds)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 10
+    while control.shim_loaded(proc.pid) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return proc
+
+
+def start_record(
+    pid: int, out: Path, seconds: float = 30, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    recorder = subprocess.Popen(
+        [sys.executable, "-m", "mallocbench.cli", "record", "--pid", str(pid), "--seconds",
+         str(seconds), "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert recorder.stderr is not None
+    assert "recording process" in recorder.stderr.readline()
+    return recorder
+
+
+def finished(recorder: subprocess.Popen[str], figures: Any) -> tuple[int, str, str]:
+    out, err = recorder.communicate(timeout=120)
+    figures.add("faults injected")
+    figures.check_output(err)
+    return recorder.returncode, out, err
+
+
+@pytest.mark.parametrize("ending", ["exits", "killed"])
+def test_a_process_that_ends_during_the_window_leaves_its_trace_at_out(
+    linger: Path, tmp_path: Path, integrity_figures: Any, ending: str
+) -> None:
+    """Once a FileNotFoundError traceback, --out never written, the trace left in the
+    process's /tmp. Now the trace is at --out, its header says why the window ended,
+    the exit status is 3, and nothing stays beside the control file."""
+    work = tmp_path / "proc"
+    work.mkdir()
+    proc = start_linger(linger, work, 1.5 if ending == "exits" else 60)
+    out = tmp_path / "kept" / "trace.mbt"
+    began = time.monotonic()
+    recorder = start_record(proc.pid, out)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "armed"
+    if ending == "killed":
+        time.sleep(2.5)  # the shim writes a frame a second
+        proc.kill()
+    proc.wait(timeout=30)
+    code, stdout, stderr = finished(recorder, integrity_figures)
+    assert code == 3, stderr
+    assert time.monotonic() - began < 25  # it did not wait out its 30 s window
+    assert f"process {proc.pid} " in stderr and "during the window" in stderr, stderr
+    status = tracemod.header_status(out)
+    info = tracemod.check(out)
+    assert info.data["calls_present"] > 100, info.data
+    if ending == "exits":
+        assert status.startswith(f"complete (process {proc.pid} exited at "), status
+        assert "of a 30 s window) events=" in status and info.cut_short() is None
+    else:
+        assert status.startswith(f"stopped: process {proc.pid} ended at about "), status
+        assert f"whole frames up to byte offset {out.stat().st_size}" in status, status
+        assert info.data["end_frame"] is False and info.cut_short() is not None
+    assert [p.name for p in work.iterdir()] == [], list(work.iterdir())
+    run = runner.run_once(make_setup("test", "glibc", "glibc"), out, "none", 1.0, 0, 120)
+    assert run.status == "ok", run.error
+
+
+def fill(disk: Path) -> None:
+    """Leave no byte free on `disk` (a file named filler takes it all)."""
+    filler = os.open(disk / "filler", os.O_WRONLY | os.O_CREAT, 0o644)
+    with contextlib.suppress(OSError):
+        while os.write(filler, b"\0" * 4096):
+            pass
+    os.close(filler)
+
+
+def test_a_full_disk_at_out_keeps_the_trace_and_names_it(
+    linger: Path, small_disk: Path, tmp_path: Path, integrity_figures: Any
+) -> None:
+    """Once an ENOSPC traceback and a 0-byte file at --out: now --out is untouched and
+    one line says where the trace is kept and how to move it, exit status 4."""
+    fill(small_disk)
+    proc = start_linger(linger, tmp_path, 60)
+    try:
+        out = small_disk / "trace.mbt"
+        recorder = start_record(proc.pid, out, seconds=1)
+        code, _, stderr = finished(recorder, integrity_figures)
+    finally:
+        proc.kill()
+        proc.wait()
+    lines = stderr.strip().splitlines()
+    assert code == 4 and len(lines) == 1, stderr
+    assert lines[0].startswith(f"mallocbench: error: cannot write {out}: No space left"), lines
+    assert not out.exists() and sorted(p.name for p in small_disk.iterdir()) == ["filler"]
+    kept = Path(lines[0].split("the trace is kept at ")[1].split(":")[0])
+    assert kept.parent == tmp_path and f"mv {kept} {out}" in lines[0], lines[0]
+    assert tracemod.check(kept).complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == [kept.name]  # no control files
+
+
+def test_a_second_record_of_one_process_is_refused_with_the_first_s_pid(
+    linger: Path, tmp_path: Path, integrity_figures: Any
+) -> None:
+    """Once the second re-armed the shim and closed the first's trace early, and the
+    first waited 60 s and exited 2 with its trace named by a /proc path."""
+    proc = start_linger(linger, tmp_path, 60)
+    try:
+        first_out, second_out = tmp_path / "first.mbt", tmp_path / "second.mbt"
+        first = start_record(proc.pid, first_out, seconds=3)
+        second = mallocbench("record", "--pid", str(proc.pid), "--seconds", "1", "--out",
+                             str(second_out))  # fmt: skip
+        integrity_figures.add("faults injected")
+        line = one_error_line(second)
+        said = f"process {proc.pid} is already being recorded by mallocbench (pid {first.pid})"
+        assert said in line and f"kill -INT {first.pid}" in line, line
+        assert not second_out.exists()
+        code, stdout, stderr = finished(first, integrity_figures)
+        assert code == 0, stderr
+        assert "(complete " in stdout and tracemod.header_status(first_out).startswith(
+            "complete (disarmed)"
+        )
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["first.mbt"]  # lock gone too
+        # a recorder that died without a word leaves a lock that is not obeyed
+        (tmp_path / "ctl.lock").write_text("999999999\n")
+        outcome = control.record(proc.pid, 0.5, tmp_path / "third.mbt")
+        assert outcome.ended == "window" and outcome.kept == tmp_path / "third.mbt"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_ctrl_c_while_the_shim_cannot_answer_names_where_the_trace_stays(
+    linger: Path, tmp_path: Path, integrity_figures: Any
+) -> None:
+    """A stopped process cannot close its trace in the 5 s an interrupted record waits:
+    the trace is not copied half-written; one line says where it is, exit status 4."""
+    proc = start_linger(linger, tmp_path, 60)
+    try:
+        out = tmp_path / "out" / "trace.mbt"
+        recorder = start_record(proc.pid, out)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "armed"
+        proc.send_signal(signal.SIGSTOP)
+        recorder.send_signal(signal.SIGINT)
+        code, _, stderr = finished(recorder, integrity_figures)
+        lines = stderr.strip().splitlines()
+        assert code == 4 and len(lines) == 1, stderr
+        assert f"the shim in process {proc.pid} left no closed trace within 5 s" in lines[0]
+        kept = control.in_process(proc.pid, str(tmp_path / "mbrecord-"))
+        assert f"the trace is kept at {kept}" in lines[0] and "mv " in lines[0], lines[0]
+        assert not out.exists()
+        proc.send_signal(signal.SIGCONT)  # it reads the "off" and closes the trace
+        (trace,) = tmp_path.glob("mbrecord-*.mbt")  # the shim created it when armed
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and tracemod.header_status(trace) == "recording":
+            time.sleep(0.1)
+        assert tracemod.header_status(trace).startswith("complete (disarmed)")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("out_disk", ["room", "full"])
+def test_a_killed_process_with_a_private_tmp_leaves_its_trace_outside_it(
+    linger: Path, small_disk: Path, tmp_path: Path, integrity_figures: Any, out_disk: str
+) -> None:
+    """A server with its own /tmp (systemd's PrivateTmp: a mount only its namespace sees)
+    is killed during the window: its /tmp goes with it, so the trace is copied out through
+    the descriptors record holds. When --out is full, it goes to record's own temporary
+    directory, never only to the /tmp that is about to vanish."""
+    if shutil.which("unshare") is None:
+        pytest.skip("unshare (util-linux) is needed for a private mount namespace")
+    private = tmp_path / "private-tmp"
+    private.mkdir()
+    ctl = private / "ctl"
+    script = (
+        f"mount -t tmpfs -o size=64m tmpfs {private} && exec env LD_PRELOAD={shim_path()} "
+        f"MBRECORD_CONTROL={ctl} {linger} {ctl}.status 60"
+    )
+    proc = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while control.shim_loaded(proc.pid) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if control.shim_loaded(proc.pid) is None:
+        proc.kill()
+        proc.wait()
+        pytest.skip("cannot mount a private tmpfs in a new mount namespace here")
+    if out_disk == "full":
+        fill(small_disk)
+    out = (small_disk if out_disk == "full" else tmp_path) / "trace.mbt"
+    rescue = tmp_path / "rescue"
+    rescue.mkdir()
+    recorder = start_record(proc.pid, out, env=dict(os.environ, TMPDIR=str(rescue)))
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "armed"
+        time.sleep(2.5)  # the shim writes a frame a second
+    finally:
+        proc.kill()
+        proc.wait()
+    code, _, stderr = finished(recorder, integrity_figures)
+    assert list(private.iterdir()) == []  # the host never saw the process's /tmp
+    if out_disk == "room":
+        assert code == 3, stderr
+        kept = out
+    else:
+        lines = stderr.strip().splitlines()
+        assert code == 4 and len(lines) == 1, stderr
+        (kept,) = rescue.glob("mbrecord-*.mbt")
+        assert f"the trace is kept at {kept}: move it with mv {kept} {out}" in lines[0]
+        assert not out.exists()
+    status = tracemod.header_status(kept)
+    assert status.startswith(f"stopped: process {proc.pid} ended at about "), status
+    assert tracemod.check(kept).data["calls_present"] > 100
+
+
+def test_sigterm_ends_the_window_as_ctrl_c_does(
+    linger: Path, tmp_path: Path, integrity_figures: Any
+) -> None:
+    """By default SIGTERM (a `timeout`, a service stop) killed record at once: the server
+    kept recording with nobody to stop it, its trace in the server's /tmp."""
+    work = tmp_path / "proc"
+    work.mkdir()
+    proc = start_linger(linger, work, 60)
+    try:
+        out = tmp_path / "trace.mbt"
+        recorder = start_record(proc.pid, out)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "armed"
+        time.sleep(0.5)
+        recorder.send_signal(signal.SIGTERM)
+        code, _, stderr = finished(recorder, integrity_figures)
+        assert code == 143, stderr
+        assert stderr.strip().endswith("mallocbench: interrupted by SIGTERM"), stderr
+        assert "the trace up to the interruption" in stderr
+        status = tracemod.header_status(out)
+        assert status.startswith("complete (interrupted by SIGTERM at "), status
+        assert [p.name for p in work.iterdir()] == []  # disarmed, nothing left behind
+        time.sleep(0.5)
+        assert not list(work.iterdir()) and proc.poll() is None  # and it runs on
+    finally:
+        proc.kill()
+        proc.wait()

@@ -3,7 +3,8 @@
 0 and 1 are what a gate needs (passed / found what it was asked to fail on), 2 is
 click's own status for a usage error, so every input problem shares it, and 3 keeps an
 aborted run apart from both: its measurements are kept, but it did not finish. A run
-stopped by a signal exits the shell's way, 128 + the signal number.
+stopped by a signal exits the shell's way, 128 + the signal number. `record` adds 4: its
+trace is kept, but not where --out said.
 """
 
 from __future__ import annotations
@@ -35,7 +36,35 @@ POLICY = (
     (interrupted(), "interrupted: 128 + the signal (143: SIGTERM); results kept"),
 )
 
-# For help epilogs: click keeps a paragraph that starts with \b as it is.
-POLICY_HELP = "\b\nExit status:\n" + "\n".join(
-    f"  {code:<4} " + text.replace("\n", "\n       ") for code, text in POLICY
-)
+# `record` tells apart how its window ended, for a script that records unattended: the
+# trace is never lost, but where it is and how much it holds differ.
+RECORD_NOT_AT_OUT = 4
+RECORD_POLICY = (
+    (OK, "the window was recorded whole; the trace is at --out"),
+    (USAGE, "bad input, or the process is already being recorded (the line names\n"
+     "that recorder's PID)"),
+    (
+        ABORTED,
+        "the window ended early: the process exited or was killed, or the shim\n"
+        "stopped (its buffer cap, a write error); the trace up to there is at\n"
+        "--out and its header says where and why it stopped",
+    ),
+    (
+        RECORD_NOT_AT_OUT,
+        "the trace could not be written to --out (a full disk, no permission;\n"
+        "after Ctrl-C too): one line names where it is kept and how to move it",
+    ),
+    (interrupted(), "interrupted (Ctrl-C; 143: SIGTERM, 129: SIGHUP): the trace so far\n"
+     "is at --out"),
+)  # fmt: skip
+
+
+def policy_help(policy: tuple[tuple[int, str], ...]) -> str:
+    """For a help epilog: click keeps a paragraph that starts with \\b as it is."""
+    return "\b\nExit status:\n" + "\n".join(
+        f"  {code:<4} " + text.replace("\n", "\n       ") for code, text in policy
+    )
+
+
+POLICY_HELP = policy_help(POLICY)
+RECORD_HELP = policy_help(RECORD_POLICY)

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shim_status.h"
+
 #define RING 256
 
 static double seconds;
@@ -77,18 +79,6 @@ static long status_kb(const char *key)
             kb = strtol(line + strlen(key), NULL, 10);
     fclose(f);
     return kb;
-}
-
-/* open/read, not stdio: a malloc here would race the shim's snapshot of live blocks */
-static int recording(const char *path)
-{
-    char text[16] = {0};
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    return n >= 9 && strncmp(text, "recording", 9) == 0;
 }
 
 int main(int argc, char **argv)

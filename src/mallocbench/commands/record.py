@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import signal
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from mallocbench import exitcodes
 from mallocbench.errors import MallocbenchError
 from mallocbench.units import parse_size
 
@@ -14,8 +18,11 @@ from mallocbench.units import parse_size
 # below it would stop every recording at its start.
 MIN_BUFFER = 1 << 20
 
+if TYPE_CHECKING:
+    from mallocbench.replay.control import Outcome
 
-@click.command("record")
+
+@click.command("record", epilog=exitcodes.RECORD_HELP)
 @click.option("--pid", type=click.IntRange(1), help="The server process (with the shim loaded).")
 @click.option(
     "--seconds",
@@ -80,7 +87,7 @@ def record(
             "buffers hold at rest: give e.g. 64M"
         )
     try:
-        closing = control.record(
+        outcome = control.record(
             pid,
             seconds,
             out,
@@ -88,30 +95,74 @@ def record(
             max_buffer=cap,
         )
     except control.RecordingInterrupted as stopped:
-        if stopped.kept is not None:
-            size = stopped.kept.stat().st_size
+        if stopped.outcome.kept == out:
+            size = out.stat().st_size
             click.echo(
-                f"{stopped.kept}: {size / 1e6:.2f} MB, the trace up to the interruption "
+                f"{out}: {size / 1e6:.2f} MB, the trace up to the interruption "
                 "(it replays as it is); the server was disarmed and runs on",
                 err=True,
             )
-        raise
+        else:
+            _not_at_out(stopped.outcome, out, pid)
+        _interrupted(stopped.signum)
+    except control.Signalled as stopped:  # while arming: the shim was told "off"
+        _interrupted(stopped.signum)
+    if outcome.kept != out:
+        _not_at_out(outcome, out, pid)
     size = out.stat().st_size
     status = header_status(out)
-    if not status.startswith("stopped"):
-        click.echo(f"{out}: {size / 1e6:.2f} MB ({closing})")
+    if outcome.ended == "window":
+        click.echo(f"{out}: {size / 1e6:.2f} MB ({outcome.closing})")
         return
     click.echo(f"{out}: {size / 1e6:.2f} MB (recording {status})")
+    click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
+    sys.exit(exitcodes.ABORTED)
+
+
+def _interrupted(signum: int) -> NoReturn:
+    """Exit as a signal's interruption does, 128 + its number."""
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt  # the group's own line and status
+    click.echo(f"mallocbench: interrupted by {signal.Signals(signum).name}", err=True)
+    sys.exit(exitcodes.interrupted(signum))
+
+
+def _early_note(outcome: Outcome, status: str, pid: int) -> str:
+    """Why the window ended before its time, and what to do about it."""
+    if outcome.ended in ("exited", "killed"):
+        how = "exited" if outcome.ended == "exited" else "ended before the shim closed the trace"
+        return (
+            f"process {pid} {how} during the window; the trace holds what it did until then "
+            "and replays as it is"
+        )
     remedy = (
         "record with a larger --max-buffer or on a quieter host"
         if "fell behind" in status
         else "fix that and record again"
     )
-    click.echo(
-        f"note: the recording ended early; the trace is usable up to that point and replays "
-        f"as it is (for the whole window, {remedy})",
-        err=True,
+    return (
+        "the recording ended early; the trace is usable up to that point and replays as it "
+        f"is (for the whole window, {remedy})"
     )
+
+
+def _not_at_out(outcome: Outcome, out: Path, pid: int) -> NoReturn:
+    """--out could not take the trace: one line with where it is and how to move it."""
+    problem = outcome.problem or f"cannot write {out}"
+    if outcome.kept is None:
+        where = "no copy could be kept anywhere else: the trace is lost"
+    elif str(outcome.kept).startswith(f"/proc/{pid}/"):
+        where = (
+            f"the trace is kept at {outcome.kept} while process {pid} runs: move it now with "
+            f"mv {outcome.kept} DEST, DEST on a disk with room"
+        )
+    else:
+        where = (
+            f"the trace is kept at {outcome.kept}: move it with mv {outcome.kept} {out} "
+            "once that disk has room"
+        )
+    click.echo(f"mallocbench: error: {problem}; {where}", err=True)
+    sys.exit(exitcodes.RECORD_NOT_AT_OUT)
 
 
 commands = [record]

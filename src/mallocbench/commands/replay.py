@@ -95,11 +95,13 @@ def replay(
     from mallocbench.console import make_console
     from mallocbench.patterns.experiment import make_setup
     from mallocbench.replay import run as replay_runs
+    from mallocbench.replay import runner
     from mallocbench.replay import trace as tracemod
     from mallocbench.report import formats
 
     parsed = _setups(allocator_list, extra)
     info = tracemod.check(trace)
+    runner.replay_timeout(float(info.data.get("duration_s") or 0), speed, timing)
     setups = [make_setup("replay", name, spec, knobs) for name, spec, knobs in parsed]
     warnings = info.warnings(expect_server_version)
     result = replay_runs.new_result(

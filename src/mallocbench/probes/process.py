@@ -19,6 +19,17 @@ class Memory:
     peak_vsz_bytes: int
 
 
+def alive(pid: int) -> bool:
+    """The process runs (or is a zombie): it exists, whether or not we may signal it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def read_memory(pid: int) -> Memory | None:
     """VmRSS/VmSize/VmHWM/VmPeak of a process, or None once it is gone."""
     values: dict[str, int] = {}

@@ -68,5 +68,8 @@ def disarm(
 
 def abandon(window: control.Window) -> None:
     """Disarm without waiting (an interrupted cell is dropped with its trace)."""
-    with contextlib.suppress(OSError):
-        control.disarm(window)
+    try:
+        with contextlib.suppress(OSError):
+            control.disarm(window)
+    finally:
+        window.close()

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
+import signal
+import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +23,10 @@ from mallocbench import allocators
 from mallocbench.deploy import SYSTEMD_DIR, environment_line
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import write_text_atomic
+from mallocbench.probes import process as proc_probe
+from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import SHIM, shim_path
+from mallocbench.replay.trace import STATUS_OFFSET, STATUS_SIZE
 
 CONTROL_ENV = "MBRECORD_CONTROL"
 
@@ -94,29 +101,36 @@ def _write(path: Path, text: str) -> None:
     write_text_atomic(path, text, mode=0o644)
 
 
-def _await_status(status: Path, word: str, seconds: float) -> str:
-    deadline = time.monotonic() + seconds
-    text = ""
-    while time.monotonic() < deadline:
-        try:
-            text = status.read_text().strip()
-        except OSError:
-            text = ""
-        # "stopped": the shim's buffer cap ended the window early; the trace is closed
-        if text.startswith((word, "error", "stopped")):
-            return text
-        time.sleep(0.05)
-    return text
+LOCK_SUFFIX = ".lock"
+
+
+def _read_at(directory: int, name: str) -> str:
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
+    except OSError:
+        return ""
+    try:
+        return os.read(fd, 4096).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
 
 
 @dataclass
 class Window:
     """An armed recording window in process `pid`; the trace is written to `server_file`
-    (as the process sees it) until `stop`."""
+    (as the process sees it) until `stop`. The descriptors reach the control file's and
+    the trace's directories, and the trace itself, after the process has ended too: its
+    /proc/PID/root goes with it, and a private /tmp with its service."""
 
     pid: int
     control: str
     server_file: str
+    pidfd: int = -1
+    ctl_dir: int = -1
+    trace_dir: int = -1
+    trace_fd: int = -1
+    locked: bool = False
+    armed_at: float = 0.0
 
     @property
     def here(self) -> Path:
@@ -126,18 +140,132 @@ class Window:
     def status(self) -> Path:
         return self.here.with_name(self.here.name + ".status")
 
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.control)
+
+    def read_status(self) -> str:
+        return _read_at(self.ctl_dir, self.name + ".status")
+
+    def remove(self, *suffixes: str) -> None:
+        for suffix in suffixes:
+            with contextlib.suppress(OSError):
+                os.unlink(self.name + suffix, dir_fd=self.ctl_dir)
+
+    def ended(self, wait_s: float = 0.0) -> bool:
+        """The process has exited or was killed (waiting up to `wait_s` for it)."""
+        if self.pidfd >= 0:
+            return bool(select.select([self.pidfd], [], [], wait_s)[0])
+        time.sleep(wait_s)
+        return not Path(f"/proc/{self.pid}").exists()
+
+    def header_status(self) -> str:
+        """The trace's in-place status, read through the descriptor kept on it."""
+        if self.trace_fd < 0:
+            return ""
+        raw = os.pread(self.trace_fd, STATUS_SIZE, STATUS_OFFSET)
+        return raw.split(b"\0", 1)[0].decode(errors="replace")
+
+    def close(self) -> None:
+        """Give back the lock and the descriptors (the trace and its files stay)."""
+        if self.locked:
+            self.remove(LOCK_SUFFIX)
+            self.locked = False
+        for fd in (self.pidfd, self.ctl_dir, self.trace_dir, self.trace_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.pidfd = self.ctl_dir = self.trace_dir = self.trace_fd = -1
+
+
+def _open_dir(pid: int, path: str) -> int:
+    return os.open(in_process(pid, path), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _open(window: Window) -> None:
+    """Take hold of the process, its control directory and its trace's, and the lock."""
+    pid = window.pid
+    try:
+        window.pidfd = os.pidfd_open(pid)
+        window.ctl_dir = _open_dir(pid, os.path.dirname(window.control) or "/")
+        window.trace_dir = _open_dir(pid, os.path.dirname(window.server_file) or "/")
+    except OSError as exc:
+        window.close()
+        raise MallocbenchError(
+            f"cannot reach {exc.filename or 'the files'} of process {pid} ({exc.strerror}): "
+            "run as the server's user or root"
+        ) from None
+    _lock(window)
+
+
+def _claim(window: Window, name: str) -> bool:
+    """Create the lock with this recorder's PID already in it (a link to a file written
+    first), so no other recorder ever reads it empty; False if it exists."""
+    temp = f"{name}.{os.getpid()}"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644,
+                 dir_fd=window.ctl_dir)  # fmt: skip
+    try:
+        os.write(fd, f"{os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    try:
+        os.link(temp, name, src_dir_fd=window.ctl_dir, dst_dir_fd=window.ctl_dir)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(temp, dir_fd=window.ctl_dir)
+
+
+def _lock(window: Window) -> None:
+    """One recorder per process: a second "on" would close the first one's window early
+    and leave it waiting for a trace that is no longer its own."""
+    name = window.name + LOCK_SUFFIX
+    owner = ""
+    try:
+        for _ in range(2):
+            if _claim(window, name):
+                window.locked = True
+                return
+            owner = _read_at(window.ctl_dir, name)
+            if owner.isdigit() and proc_probe.alive(int(owner)):
+                break
+            with contextlib.suppress(OSError):  # its recorder died: the lock is stale
+                os.unlink(name, dir_fd=window.ctl_dir)
+    except OSError as exc:
+        window.close()
+        raise MallocbenchError(
+            f"cannot write beside the control file {window.control} of process "
+            f"{window.pid}: {exc.strerror}; run as the server's user or root"
+        ) from None
+    window.close()
+    raise MallocbenchError(
+        f"process {window.pid} is already being recorded by mallocbench (pid {owner or '?'}): "
+        f"wait for that recording to end, or stop it with kill -INT {owner or 'PID'} (it "
+        "keeps its trace), then record"
+    )
+
+
+def _await_status(window: Window, word: str, seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while True:
+        text = window.read_status()
+        # "stopped": the shim's buffer cap ended the window early; the trace is closed
+        if text.startswith((word, "error", "stopped")):
+            return text
+        if window.ended() or time.monotonic() >= deadline:
+            return window.read_status()  # an exiting shim may have answered meanwhile
+        time.sleep(0.05)
+
 
 def _stopped(window: Window) -> bool:
     """The shim ended the window itself (its buffer cap): no use waiting out the time."""
-    try:
-        return window.status.read_text().startswith("stopped")
-    except OSError:
-        return False
+    return window.read_status().startswith("stopped")
 
 
 def start(pid: int, server_file: str | None = None, max_buffer: int | None = None) -> Window:
     """Arm the shim in `pid`; returns once it says it is recording. `max_buffer` caps the
-    shim's buffers for this window (None: its MBRECORD_MAX_BUFFER, or 64 MiB)."""
+    shim's buffers for this window (None: its MBRECORD_MAX_BUFFER, or 64 MiB). A process
+    another recorder has armed is refused."""
     if shim_loaded(pid) is None:
         raise MallocbenchError(not_loaded_message(pid))
     ctl = control_path(pid)
@@ -145,16 +273,34 @@ def start(pid: int, server_file: str | None = None, max_buffer: int | None = Non
         f"{os.path.dirname(ctl) or '/tmp'}/mbrecord-{pid}-{time.time_ns()}.mbt"
     )
     window = Window(pid, ctl, server_file)
-    window.status.unlink(missing_ok=True)
+    _open(window)
+    try:
+        _arm(window, max_buffer)
+    except BaseException:
+        with contextlib.suppress(OSError):  # interrupted while arming: not armed either
+            _write(window.here, "off\n")
+        window.close()
+        raise
+    window.armed_at = time.monotonic()
+    with contextlib.suppress(OSError):  # to copy it even if its directory goes
+        window.trace_fd = os.open(
+            os.path.basename(server_file), os.O_RDONLY | os.O_CLOEXEC, dir_fd=window.trace_dir
+        )
+    return window
+
+
+def _arm(window: Window, max_buffer: int | None) -> None:
+    pid, ctl = window.pid, window.control
+    window.remove(".status")
     try:
         cap = "" if max_buffer is None else f"cap={max_buffer} "
-        _write(window.here, f"on {cap}{server_file}\n")
+        _write(window.here, f"on {cap}{window.server_file}\n")
     except OSError as exc:
         raise MallocbenchError(
             f"cannot write the control file {ctl} of process {pid}: {exc.strerror}; "
             "run as the server's user or root"
         ) from None
-    answer = _await_status(window.status, "recording", 5.0)
+    answer = _await_status(window, "recording", 5.0)
     if not answer.startswith(("recording", "stopped")):
         # Take the "on" back: a shim that was only slow (its process stopped, its writer
         # starved) would otherwise arm on it later and record with nobody to stop it.
@@ -170,7 +316,6 @@ def start(pid: int, server_file: str | None = None, max_buffer: int | None = Non
             f"the shim in process {pid} did not start recording "
             f"({answer or 'no answer in 5 s'}): check that {ctl} is its control file"
         )
-    return window
 
 
 def disarm(window: Window) -> None:
@@ -178,54 +323,230 @@ def disarm(window: Window) -> None:
     _write(window.here, "off\n")
 
 
-def _collect(window: Window, out: Path | None, wait_s: float) -> tuple[str, Path | None]:
-    """Await the disarmed shim's closing line; once it has answered, remove the control
-    and status files (nothing of the window stays in the process's /tmp) and move the
-    trace to `out` (None: leave it where the process wrote it). Returns the closing line
-    and where the trace now is: None when the shim wrote none, or has not answered in
-    `wait_s` (it may still be writing the trace and reading those files, so all stay)."""
-    closing = _await_status(window.status, "complete", wait_s)
+@dataclass
+class Outcome:
+    """How a window ended and where its trace is. `ended`: "window" (it ran its time),
+    "shim" (the shim stopped it: its buffer cap or a write error), "exited" (the process
+    exited and the shim closed the trace), "killed" (the process ended without closing
+    it), "interrupted", "unanswered" (the shim said nothing in time)."""
+
+    closing: str
+    ended: str
+    kept: Path | None = None
+    problem: str = ""  # why the trace is not where it was asked to go
+    signal: str = ""  # what interrupted it: SIGINT (Ctrl-C), SIGTERM, SIGHUP
+
+
+def _ending(window: Window, closing: str, interrupted: bool) -> str:
     if not closing.startswith(("complete", "stopped", "error")):
-        return closing, None
+        return "killed" if window.ended() else "unanswered"
+    if interrupted:
+        return "interrupted"
+    if "(process exit)" in window.header_status():
+        return "exited"
+    return "shim" if closing.startswith(("stopped", "error")) else "window"
+
+
+def _finish(
+    window: Window, out: Path | None, wait_s: float, interrupted: str = "",
+    seconds: float | None = None,
+) -> Outcome:  # fmt: skip
+    """Disarm, await the shim's closing line, take the trace to `out` (None: leave it
+    where the process wrote it) and say in its header why the window ended, where only
+    this side knows. Nothing of the window stays in the process's /tmp, unless the shim
+    has not answered in `wait_s` (it may still be writing the trace and reading those
+    files, so all stay)."""
+    if not window.ended():
+        with contextlib.suppress(OSError):
+            disarm(window)
+    closing = _await_status(window, "complete", wait_s)
+    ended = _ending(window, closing, bool(interrupted))
+    if ended == "unanswered":
+        # It may still be writing the trace: a copy now could be torn; it stays there.
+        source = in_process(window.pid, window.server_file)
+        said = f"said {closing!r}" if closing else "said nothing"
+        return Outcome(
+            closing, ended, source if source.is_file() else None,
+            f"the shim in process {window.pid} left no closed trace within {wait_s:.0f} s "
+            f"({said})",
+        )  # fmt: skip
     # The shim reads the control file only for a change: without it nothing happens.
-    window.here.unlink(missing_ok=True)
-    window.status.unlink(missing_ok=True)
-    source = in_process(window.pid, window.server_file)
-    if not source.is_file():
-        return closing, None
+    window.remove("", ".status")
     if out is None:
-        return closing, source
-    out.parent.mkdir(parents=True, exist_ok=True)
-    shutil.move(str(source), out)
-    return closing, out
+        source = in_process(window.pid, window.server_file)
+        return Outcome(closing, ended, source if source.is_file() else None)
+    outcome = _deliver(window, out, Outcome(closing, ended, signal=interrupted))
+    if outcome.kept is not None and outcome.kept.parent.is_dir():
+        with contextlib.suppress(OSError):
+            _annotate(outcome, window, time.monotonic() - window.armed_at, seconds)
+    return outcome
+
+
+def _annotate(outcome: Outcome, window: Window, elapsed: float, seconds: float | None) -> None:
+    """The header's status says why a window ended early when the shim could not know."""
+    assert outcome.kept is not None
+    status = tracemod.header_status(outcome.kept)
+    span = f"{elapsed:.1f} s" + ("" if seconds is None else f" of a {seconds:g} s window")
+    if outcome.ended == "killed":
+        end = tracemod.cut_to_whole_frames(outcome.kept)
+        text = (
+            f"stopped: process {window.pid} ended at about {span} before the shim could "
+            f"close the trace; whole frames up to byte offset {end}"
+        )
+    elif outcome.ended == "interrupted" and status.startswith("complete (disarmed)"):
+        text = status.replace("(disarmed)", f"(interrupted by {outcome.signal} at {span})", 1)
+    elif outcome.ended == "exited":
+        text = status.replace("(process exit)", f"(process {window.pid} exited at {span})", 1)
+    else:
+        return
+    tracemod.set_status(outcome.kept, text)
+
+
+def _deliver(window: Window, out: Path, outcome: Outcome) -> Outcome:
+    """Move the trace to `out`; failing that, keep it where it outlasts the process."""
+    name = os.path.basename(window.server_file)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.rename(name, out, src_dir_fd=window.trace_dir)  # on one filesystem
+        except OSError:
+            _copy(window, name, out)
+        outcome.kept = out
+        return outcome
+    except OSError as exc:
+        outcome.problem = f"cannot write {out}: {exc.strerror}"
+    outcome.kept = _rescue(window, name)
+    return outcome
+
+
+def _copy(window: Window, name: str, dest: Path) -> None:
+    """The trace to `dest`, through a temporary name: `dest` is whole or untouched. Read
+    through the descriptor taken when the window opened, so a trace whose directory went
+    with its process is still copied."""
+    src = window.trace_fd
+    if src < 0:
+        src = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=window.trace_dir)
+    partial = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
+    try:
+        with open(os.dup(src), "rb") as reader, partial.open("wb") as writer:
+            reader.seek(0)
+            shutil.copyfileobj(reader, writer, 1 << 20)
+        os.replace(partial, dest)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    finally:
+        if src != window.trace_fd:
+            os.close(src)
+    with contextlib.suppress(OSError):
+        os.unlink(name, dir_fd=window.trace_dir)
+
+
+def _rescue(window: Window, name: str) -> Path | None:
+    """Where the trace is when --out could not take it: where the process wrote it if
+    this host sees that directory under the same path (a shared /tmp outlasts the
+    process), else copied to this command's temporary directory; as a last resort its
+    path through /proc, which lasts as long as the process."""
+    with contextlib.suppress(OSError):
+        os.stat(name, dir_fd=window.trace_dir)
+        here = os.stat(os.path.dirname(window.server_file) or "/")
+        if os.path.samestat(here, os.fstat(window.trace_dir)):
+            return Path(window.server_file)
+    rescued = Path(tempfile.gettempdir()) / name
+    try:
+        _copy(window, name, rescued)
+        return rescued
+    except OSError:
+        source = in_process(window.pid, window.server_file)
+        return source if source.is_file() else None
 
 
 def stop(window: Window, out: Path | None) -> str:
     """Disarm; move the trace to `out` (None: leave it where the process wrote it).
     Returns the shim's closing status line."""
-    disarm(window)
-    closing, kept = _collect(window, out, 60.0)
-    if kept is None:
-        said = f"said {closing!r}" if closing else "said nothing"
-        raise MallocbenchError(
-            f"the shim in process {window.pid} left no closed trace within 60 s ({said}); "
-            f"whatever it wrote stays at {in_process(window.pid, window.server_file)}"
-        )
-    return closing
+    try:
+        outcome = _finish(window, out, 60.0)
+    finally:
+        window.close()
+    if outcome.kept is None or (out is not None and outcome.kept != out):
+        where = f"it is at {outcome.kept}" if outcome.kept else "no copy could be kept"
+        raise MallocbenchError(f"{outcome.problem or 'no trace was written'}; {where}")
+    if outcome.ended == "killed":  # the shim said nothing; the header says it now
+        return tracemod.header_status(outcome.kept)
+    return outcome.closing
 
 
 class RecordingInterrupted(KeyboardInterrupt):
-    """Ctrl-C while recording: the shim was disarmed, and the trace so far is in `kept`
-    (None when the shim did not close it in time)."""
+    """Ctrl-C (or SIGTERM, SIGHUP) while recording: the shim was disarmed, and `outcome`
+    says where the trace so far is (its `kept` is None when the shim did not close it in
+    time)."""
 
-    def __init__(self, kept: Path | None) -> None:
+    def __init__(self, outcome: Outcome, signum: int = signal.SIGINT) -> None:
         super().__init__()
-        self.kept = kept
+        self.outcome = outcome
+        self.kept = outcome.kept
+        self.signum = int(signum)
+
+
+class Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during a recording, raised where Ctrl-C raises KeyboardInterrupt."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__()
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end the window as Ctrl-C does: by default they would kill this
+    command and leave the server recording, its trace in the server's /tmp."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise Signalled(signum)
+
+    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 # After an interruption, how long the shim may take to close its trace: it polls the
 # control file ten times a second and flushes what its writer holds.
 CLOSE_AFTER_INTERRUPT_S = 5.0
+
+
+def _wait_window(window: Window, seconds: float) -> None:
+    """Until the window's time is up, the shim stopped it, or the process ended."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0 and not _stopped(window):
+        if window.ended(min(left, 0.5)):
+            return
+
+
+def _armed_window(
+    pid: int, seconds: float, started: Callable[[], None] | None, max_buffer: int | None
+) -> tuple[Window, int | None]:
+    """Arm, and wait out the window; the signal that cut it short, if one did (then the
+    shim has been told to stop)."""
+    with _signals_interrupt():
+        window = start(pid, max_buffer=max_buffer)
+        try:
+            if started is not None:
+                started()
+            _wait_window(window, seconds)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                disarm(window)  # never leave a server recording
+            if not isinstance(exc, KeyboardInterrupt):
+                window.close()
+                raise
+            return window, getattr(exc, "signum", int(signal.SIGINT))
+    return window, None
 
 
 def record(
@@ -234,24 +555,20 @@ def record(
     out: Path,
     started: Callable[[], None] | None = None,
     max_buffer: int | None = None,
-) -> str:
-    """Arm the shim in `pid` for `seconds`, disarm it and move the trace to `out`.
-    Returns the shim's closing status line. Interrupted, it disarms the shim, keeps the
-    trace so far in `out` and raises RecordingInterrupted."""
-    window = start(pid, max_buffer=max_buffer)
+) -> Outcome:
+    """Arm the shim in `pid` for `seconds`, disarm it and move the trace to `out`; the
+    outcome says how the window ended and where the trace is. Interrupted (Ctrl-C,
+    SIGTERM, SIGHUP), it disarms the shim, keeps the trace so far and raises
+    RecordingInterrupted."""
+    window, signum = _armed_window(pid, seconds, started, max_buffer)
     try:
-        if started is not None:
-            started()
-        end = time.monotonic() + seconds
-        while (left := end - time.monotonic()) > 0 and not _stopped(window):
-            time.sleep(min(left, 0.5))
-    except BaseException as exc:
-        _write(window.here, "off\n")  # never leave a server recording
-        if not isinstance(exc, KeyboardInterrupt):
-            raise
+        if signum is None:
+            return _finish(window, out, 60.0, seconds=seconds)
+        name = signal.Signals(signum).name
         try:
-            kept = _collect(window, out, CLOSE_AFTER_INTERRUPT_S)[1]
-        except OSError:
-            kept = None
-        raise RecordingInterrupted(kept) from None
-    return stop(window, out)
+            outcome = _finish(window, out, CLOSE_AFTER_INTERRUPT_S, name, seconds)
+        except OSError as lost:
+            outcome = Outcome("", "interrupted", None, str(lost), name)
+        raise RecordingInterrupted(outcome, signum) from None
+    finally:
+        window.close()

@@ -8,6 +8,7 @@ file its malloc() came from, so a preload that did not take is an error, not a r
 from __future__ import annotations
 
 import json
+import math
 import signal
 import subprocess
 from collections.abc import Callable, Sequence
@@ -26,6 +27,28 @@ TIMINGS = ("recorded", "none")
 # freely (real concurrency, for CPU cost; the layout of some allocators, tcmalloc's,
 # then varies with how they interleave: 2.8% peak-RSS CV where recorded gives 0.1%).
 ORDERS = ("recorded", "threads")
+
+
+# One replay at --timing recorded lasts the trace's span over --speed; past a day it is
+# refused (mbreplay refuses it too). The deadline is bounded apart from that: at --timing
+# none a trace's span says little of its length, and Python cannot wait on a subprocess
+# past 2**31 ms (24.8 days: OverflowError).
+MAX_REPLAY_S = 86400.0
+MAX_TIMEOUT_S = 6 * 86400.0
+
+
+def replay_timeout(span_s: float, speed: float, timing: str) -> float:
+    """The deadline of one replay of `span_s` seconds of trace: five times its own length
+    and a minute to start. A recorded-timing replay longer than MAX_REPLAY_S is refused."""
+    length = span_s / speed
+    if timing == "recorded" and length > MAX_REPLAY_S:
+        need = math.ceil(span_s / MAX_REPLAY_S * 1000) / 1000
+        raise MallocbenchError(
+            f"the trace spans {span_s:.0f} s: at --speed {speed:g} one replay would take "
+            f"{length / 86400:.1f} days, over the bound of 1 day: give --speed {need:g} or "
+            "more, or --timing none"
+        )
+    return min(max(120.0, length * 5 + 60), MAX_TIMEOUT_S)
 
 
 def replay_command(
@@ -98,7 +121,7 @@ def replay_all(
         raise MallocbenchError(f"--timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
     if order not in ORDERS:
         raise MallocbenchError(f"--order must be one of {', '.join(ORDERS)}, not {order!r}")
-    timeout = max(120.0, duration_s / speed * 5 + 60)
+    timeout = replay_timeout(duration_s, speed, timing)
     runs = []
     for repeat in range(repeats):
         for setup in setups:

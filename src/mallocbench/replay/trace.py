@@ -8,6 +8,7 @@ cap when its writer fell behind) is still replayable and its status says where i
 from __future__ import annotations
 
 import json
+import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,12 +46,32 @@ class TraceInfo:
     def header(self) -> dict[str, str]:
         return dict(self.data.get("info") or {})
 
+    def cut_short(self) -> str | None:
+        """How much of the recording a trace without its END frame, or with fewer calls
+        than its header counts, still holds (None: it is whole, or read only in part)."""
+        if "calls_present" not in self.data or self.data.get("until_s") is not None:
+            return None
+        present = int(self.data["calls_present"])
+        counted = int(self.data.get("header_events", -1))
+        of = f" of the {counted:,} its header counts" if counted >= 0 else ""
+        if not self.data.get("end_frame", True):
+            return (
+                f"the trace has no END frame (it was cut short): it holds {present:,} calls"
+                f"{of}; the replay covers those"
+            )
+        if counted >= 0 and counted != present:
+            return f"the trace holds {present:,} calls{of}; the replay covers those"
+        return None
+
     def warnings(self, server_version: str | None = None) -> list[str]:
         """What a reader of a replay must know about this trace, one sentence each."""
         out = []
         if self.status.startswith("stopped"):
             out.append(f"the recording {self.status}: the replay covers what came before")
-        elif not self.complete:
+        cut = self.cut_short()
+        if cut is not None:
+            out.append(cut)
+        elif not self.complete and not self.status.startswith("stopped"):
             out.append(
                 "the trace was not closed (the process ended without disarming): "
                 "the replay covers what was written"
@@ -70,6 +91,33 @@ class TraceInfo:
 
 
 STATUS_OFFSET, STATUS_SIZE = 16, 240  # native/mbtrace.h
+HEADER_SIZE, FRAME_HEADER, FRAME_MAGIC = 1024, struct.Struct("<IIII"), 0x5246424D
+
+
+def set_status(path: Path, text: str) -> None:
+    """Rewrite the trace's in-place status (the recorder could not: its process died, or
+    the window ended for a reason only the recording command knows)."""
+    raw = text.encode()[: STATUS_SIZE - 1].ljust(STATUS_SIZE, b"\0")
+    with path.open("r+b") as f:
+        f.seek(STATUS_OFFSET)
+        f.write(raw)
+
+
+def cut_to_whole_frames(path: Path) -> int:
+    """Cut a trace whose recorder was killed mid-write back to its last whole frame (by
+    the frames' lengths; their checksums are the replayer's to check); its new size."""
+    size = path.stat().st_size
+    at = HEADER_SIZE
+    with path.open("r+b") as f:
+        while at + FRAME_HEADER.size <= size:
+            f.seek(at)
+            magic, _, comp_len, _ = FRAME_HEADER.unpack(f.read(FRAME_HEADER.size))
+            if magic != FRAME_MAGIC or at + FRAME_HEADER.size + comp_len > size:
+                break
+            at += FRAME_HEADER.size + comp_len
+        at = min(at, size)
+        f.truncate(at)
+    return at
 
 
 def header_status(path: Path) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import ClassVar, Self
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.probes import process as proc_probe
 
 _MOUNTINFO = Path("/proc/self/mountinfo")
 _KMSG = "/dev/kmsg"
@@ -900,16 +901,6 @@ def memory_limit_of(pid: int | str) -> CgroupLimit | None:
 _OWN_GROUP = re.compile(r"^mallocbench-.+-(\d+)$")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def abandoned_groups(parent: Path) -> list[Path]:
     """Groups below `parent` named by cgroup_name for a harness pid that no longer runs."""
     try:
@@ -921,7 +912,7 @@ def abandoned_groups(parent: Path) -> list[Path]:
         match = _OWN_GROUP.match(entry.name)
         # A live pid may be a harness still using its group, or a reused pid: either way
         # the group is left alone; only a group whose harness is gone is ours to remove.
-        if match and entry.is_dir() and not _pid_alive(int(match.group(1))):
+        if match and entry.is_dir() and not proc_probe.alive(int(match.group(1))):
             found.append(entry)
     return found
 

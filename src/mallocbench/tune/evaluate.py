@@ -64,7 +64,7 @@ class ReplayEvaluator:
         duration_s: float,
         portion_s: float | None = None,
     ) -> None:
-        from mallocbench.replay.runner import TIMINGS
+        from mallocbench.replay.runner import TIMINGS, replay_timeout
 
         if timing not in TIMINGS:
             raise MallocbenchError(f"--timing must be one of {', '.join(TIMINGS)}")
@@ -75,8 +75,7 @@ class ReplayEvaluator:
         whole = portion_s is None or (duration_s > 0 and portion_s >= duration_s)
         self.portion_s = None if whole else portion_s
         length = duration_s if self.portion_s is None else self.portion_s
-        # as `replay` allows: five times the replay's own length, and a minute to start
-        self.timeout = max(120.0, length / speed * 5 + 60)
+        self.timeout = replay_timeout(length, speed, timing)  # as `replay` allows
 
     def facts(self) -> dict[str, Any]:
         """The same, for scripts (tune.json's "evaluation")."""
