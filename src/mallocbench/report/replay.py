@@ -70,7 +70,11 @@ def trace_line(replay: ReplayAnalysis) -> str:
         f"{d.get('threads', 0)} threads, {float(d.get('duration_s') or 0):.1f} s recorded, "
         f"ideal peak (live requested bytes) {float(d.get('ideal_peak_live') or 0) / MIB:,.1f} "
         f"MiB; timing {rec.timing}"
-        + (f" at {rec.speed:g}x" if rec.timing == "recorded" and rec.speed not in (None, 1) else "")
+        + (
+            f" at {rec.speed:g}x (time-based knobs passed at 1/{rec.speed:g} of their value)"
+            if rec.timing == "recorded" and rec.speed not in (None, 1)
+            else ""
+        )
         + (f", order {rec.order}" if rec.order else "")
     )
 

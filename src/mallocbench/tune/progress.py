@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from mallocbench.console import LiveBar
 from mallocbench.tune import search
 from mallocbench.tune.front import observed_front
 from mallocbench.tune.objectives import Constraint, Metric
@@ -19,7 +20,7 @@ from mallocbench.tune.render import fmt
 from mallocbench.tune.space import Dimension
 
 
-class SearchProgress:
+class SearchProgress(LiveBar):
     def __init__(
         self,
         console: Console,
@@ -42,15 +43,6 @@ class SearchProgress:
             console=console,
         )
         self.tasks: dict[str, Any] = {}
-
-    def __enter__(self) -> SearchProgress:
-        if self.live:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live:
-            self.progress.stop()
 
     def front_text(self, name: str, study: Any) -> str:
         """The front's size and its end on each objective, each end one setting with all
