@@ -220,6 +220,21 @@ def test_replay_command_compares_allocators_with_intervals(
     assert "0 cells" not in listed.stdout
 
 
+def test_the_steady_peak_leaves_out_a_peak_at_the_replays_start(tmp_path: Path) -> None:
+    """A program that makes and frees 32 MiB first, then churns about 1 MiB: the whole
+    peak is the start's, the steady one (over each replay's second half) the churn's."""
+    exe = native_programs.build("early_peak", tmp_path)
+    record_pattern(exe, tmp_path, tmp_path / "ep.mbt")
+    out = mallocbench("replay", str(tmp_path / "ep.mbt"), "--repeats", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    (glibc,) = doc["replay_summary"]["setups"]
+    assert glibc["metrics"]["peak_heap_rss"]["mean"] > 30 << 20
+    assert 0 < glibc["metrics"]["peak_heap_rss_steady"]["mean"] < 4 << 20
+    (run, _) = doc["metadata"]["replay"]["runs"]
+    assert run["data"]["steady_from_s"] == pytest.approx(run["data"]["wall_s"] / 2, rel=0.01)
+
+
 def test_replay_at_speed_passes_time_based_knobs_in_the_traces_time() -> None:
     """As tune: at 4x, jemalloc's decays (its 10 s default too) at a quarter; no other
     knob, no other timing, and never down to 0 ("at once")."""

@@ -38,7 +38,9 @@ class Evaluator(Protocol):
 # timing; the rest is the replayer's start (reading and indexing the portion: about a
 # CPU second per 10 s of a 200,000 calls/s trace) and Optuna's bookkeeping.
 REPLAY_SHARE = 0.7
-MIN_PORTION_S = 5.0  # shorter portions see little beyond the recorded start
+# The steady peak ("rss") is over a replay's second half: from 6 s on at least, past the
+# start's transient (6 s in the trace that showed it), so a portion is at least 12 s.
+MIN_PORTION_S = 12.0
 
 
 def auto_portion(trial_s: float, timing: str, speed: float, duration_s: float) -> float | None:
