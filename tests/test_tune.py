@@ -289,11 +289,13 @@ def test_the_portion_fits_the_budget_and_is_stated() -> None:
     assert (
         part.describe()
         == "replay of the first 20 s of the trace's 121 s, timing recorded, 2x speed "
-        "(time-based knobs passed at 1/2 of their value, the trace's time)"
+        "(time-based knobs passed at 1/2 of their value, the trace's time); rss is the peak "
+        "over each replay's second half"
     )
     whole = evaluate.ReplayEvaluator(Path("t.mbt"), "none", 2.0, 121.0, 200.0)
     assert whole.portion_s is None and whole.describe() == (
-        "replay of the whole trace (121 s), timing none"
+        "replay of the whole trace (121 s), timing none; rss is the peak over each "
+        "replay's second half"
     )
 
 

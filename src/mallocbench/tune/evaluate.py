@@ -104,7 +104,9 @@ class ReplayEvaluator:
             if faster
             else ""
         )
-        return f"replay of {part}, {pace}"
+        # Said here, so a study searched on the whole peak refuses a --resume that would
+        # mix the two in one front.
+        return f"replay of {part}, {pace}; rss is the peak over each replay's second half"
 
     def environment(self, allocator: Allocator, setting: Mapping[str, str]) -> dict[str, str]:
         """The setting's environment in the trace's time: the replay (runner.run_once)
