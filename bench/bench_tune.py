@@ -29,6 +29,7 @@ from bench_replay_steadiness import record
 from mallocbench import allocators
 from mallocbench.analysis import stats
 from mallocbench.tune.evaluate import ReplayEvaluator
+from mallocbench.tune.objectives import METRICS
 
 DIRECTIONS = {
     "glibc arena_max=1": ("glibc", {"arena_max": "1"}),
@@ -51,7 +52,7 @@ def direction(
         runs["base"].append(evaluator(library, {}))
         runs["tuned"].append(evaluator(library, setting))
     out = {}
-    for key in ("peak_heap_rss", "cpu_s"):
+    for key in (METRICS["rss"].key, "cpu_s"):
         a = [r[key] for r in runs["tuned"]]
         b = [r[key] for r in runs["base"]]
         ratio, low, high = stats.ratio_ci(a, b)

@@ -183,6 +183,16 @@ def test_replay_command_compares_allocators_with_intervals(
         "--out", str(out_dir),
     )  # fmt: skip
     assert table.returncode == 0 and "relative to glibc" in table.stdout, table.stderr
+    # through a pipe: the trace's reading, one line per replay with its count, where it wrote
+    log = table.stderr.splitlines()
+    assert log[0].startswith(f"read {trace} in ") and log[0].endswith("; 4 replays to run")
+    assert log[1].startswith("1/4 glibc repeat 1: peak RSS ") and " ETA " in log[1]
+    assert log[4].startswith("4/4 jemalloc repeat 2: peak RSS ")
+    assert log[-1].startswith("wrote results.json, report.md, replay.csv") and log[-1].endswith(
+        f" in {out_dir}"
+    )
+    # a replay has no cells: no CSV of cells that would hold a header alone
+    assert not any((out_dir / n).exists() for n in ("cells.csv", "summary.csv", "relative.csv"))
     # A replay kept with --out is a run: in the store, read back by `report` in any format.
     for name in ("results.sqlite", "results.json", "report.md", "report.html"):
         assert (out_dir / name).is_file(), name
@@ -209,6 +219,37 @@ def test_replay_command_compares_allocators_with_intervals(
     assert listed.returncode == 0, listed.stderr
     assert f"replay of {trace}  glibc, jemalloc  2 repeats, 4/4 replays ok" in listed.stdout
     assert "0 cells" not in listed.stdout
+
+
+def test_the_steady_peak_leaves_out_a_peak_at_the_replays_start(tmp_path: Path) -> None:
+    """A program that makes and frees 32 MiB first, then churns about 1 MiB: the whole
+    peak is the start's, the steady one (over each replay's second half) the churn's."""
+    exe = native_programs.build("early_peak", tmp_path)
+    record_pattern(exe, tmp_path, tmp_path / "ep.mbt")
+    out = mallocbench("replay", str(tmp_path / "ep.mbt"), "--repeats", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    (glibc,) = doc["replay_summary"]["setups"]
+    assert glibc["metrics"]["peak_heap_rss"]["mean"] > 30 << 20
+    assert 0 < glibc["metrics"]["peak_heap_rss_steady"]["mean"] < 4 << 20
+    (run, _) = doc["metadata"]["replay"]["runs"]
+    assert run["data"]["steady_from_s"] == pytest.approx(run["data"]["wall_s"] / 2, rel=0.01)
+
+
+def test_replay_at_speed_passes_time_based_knobs_in_the_traces_time() -> None:
+    """As tune: at 4x, jemalloc's decays (its 10 s default too) at a quarter; no other
+    knob, no other timing, and never down to 0 ("at once")."""
+    je = make_setup("replay", "je", "jemalloc", {"MALLOC_CONF": "dirty_decay_ms:8000"})
+    assert runner.passed_knobs(je, "recorded", 4.0) == {"MALLOC_CONF": "dirty_decay_ms:2000"}
+    default = make_setup("replay", "je", "jemalloc")
+    assert runner.passed_knobs(default, "recorded", 4.0) == {"MALLOC_CONF": "dirty_decay_ms:2500"}
+    assert runner.passed_knobs(default, "recorded", 1e6) == {"MALLOC_CONF": "dirty_decay_ms:1"}
+    assert runner.passed_knobs(default, "recorded", 1.0) == {}
+    assert runner.passed_knobs(je, "none", 4.0) == je.knobs
+    glibc = make_setup("replay", "g", "glibc", {"MALLOC_ARENA_MAX": "2"})
+    assert runner.passed_knobs(glibc, "recorded", 4.0) == {"MALLOC_ARENA_MAX": "2"}
+    off = make_setup("replay", "je", "jemalloc", {"MALLOC_CONF": "dirty_decay_ms:0"})
+    assert runner.passed_knobs(off, "recorded", 4.0) == {"MALLOC_CONF": "dirty_decay_ms:0"}
 
 
 def one_error_line(result: subprocess.CompletedProcess[str]) -> str:

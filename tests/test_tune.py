@@ -20,6 +20,7 @@ import native_programs
 from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
+from mallocbench.analysis import choice
 from mallocbench.experiment import load
 from mallocbench.tune import driver, evaluate, front, render, search
 from mallocbench.tune.evaluate import EvaluationFailed, auto_portion
@@ -27,6 +28,7 @@ from mallocbench.tune.objectives import parse_constraints, parse_objectives
 from mallocbench.tune.space import build_space
 
 OBJECTIVES = parse_objectives("rss,time")
+RSS = OBJECTIVES[0].key  # the steady peak
 GLIBC = allocators.get("glibc")
 SPACE = build_space(GLIBC, [("arena_max", "1..64"), ("tcache_count", "0..64")])
 
@@ -58,7 +60,7 @@ class Synthetic:
         p = 0.0 if self.flat else penalty(setting)
         rss, cpu = (1.0, 1.0) if self.flat else (1 + x + p, 1 + (1 - x) ** 2 + p)
         jitter = lambda: 1 + self.rng.gauss(0, self.noise)  # noqa: E731
-        return {"peak_heap_rss": 100e6 * rss * jitter(), "cpu_s": cpu * jitter()}
+        return {RSS: 100e6 * rss * jitter(), "cpu_s": cpu * jitter()}
 
 
 def new_study(out: Path, seed: int = 3, constraints: str = "") -> Any:
@@ -77,7 +79,7 @@ def test_the_search_finds_a_known_front_within_tolerance(tmp_path: Path) -> None
     # Tolerance: every point of the found front lies within 0.15 (15% of the smallest
     # RSS) above the true front, and its two ends reach within 0.2 of the front's ends.
     assert max(penalty(t.setting) for t in found) <= 0.15
-    assert min(t.metrics["peak_heap_rss"] for t in found) <= 1.2 * 100e6
+    assert min(t.metrics[RSS] for t in found) <= 1.2 * 100e6
     assert min(t.metrics["cpu_s"] for t in found) <= 1.2
 
 
@@ -187,12 +189,16 @@ def test_noise_alone_never_beats_the_default(tmp_path: Path, seed: int) -> None:
 
 def test_the_budget_leaves_the_repeats_their_share(tmp_path: Path) -> None:
     plan = plan_for(tmp_path, budget_s=600.0, repeats=5)
-    # 150 s left, one allocator, 10 s a replay, 5 repeats: 3 points, the default and 2
-    assert driver.front_limit(plan, 450.0, 10.0) == 2
-    assert driver.front_limit(plan, 600.0, 10.0) == 1  # never none: the note says so
+    # 250 s left, one allocator, 10 s a replay, 5 repeats: 5 points, the default and 4
+    assert driver.front_limit(plan, 350.0, 10.0) == 4
+    # never fewer than the ends and the knee: the note says the budget was overrun
+    assert driver.front_limit(plan, 450.0, 10.0) == driver.MIN_FRONT == 3
     assert driver.front_limit(plan_for(tmp_path), 1e6, 10.0) == driver.MAX_FRONT
     doc = driver.document(plan, [], elapsed_s=900.0)
-    assert any("against a budget of 10.0 min" in n for n in doc["notes"])
+    overrun = next(n for n in doc["notes"] if "against a budget of 10.0 min" in n)
+    # the note, --help and the code name one share
+    assert driver.repeats_share() == "2/5" and "the 2/5 of it left" in overrun
+    assert "(3/5 search, 2/5 repeats)" in " ".join(run_cli("tune", "--help").stdout.split())
 
 
 def test_the_space_uses_log_scales_and_offsets_where_apt() -> None:
@@ -275,8 +281,10 @@ def test_bad_input_is_one_line_before_anything_runs(
 
 
 def test_the_portion_fits_the_budget_and_is_stated() -> None:
-    # 15 min, 2 allocators, 30 trials each: 9 s of search a trial, 70% of it replaying
-    assert auto_portion(900 * driver.SEARCH_SHARE / 2 / 30, "recorded", 1.0, 121.0) == 6.3
+    # 15 min, 2 allocators, 30 trials each: 9 s of search a trial, 70% of it replaying is
+    # 6.3 s, under the 12 s whose second half is past a replay's start (the steady peak)
+    assert auto_portion(900 * driver.SEARCH_SHARE / 2 / 30, "recorded", 1.0, 121.0) == 12.0
+    assert auto_portion(20.0, "recorded", 1.0, 121.0) == 14.0
     assert auto_portion(9.0, "recorded", 4.0, 121.0) == 25.2  # 4x faster: 4x the trace
     assert auto_portion(9.0, "recorded", 1.0, 6.0) is None  # the whole trace fits
     assert auto_portion(9.0, "none", 1.0, 121.0) is None  # its length is not the timing's
@@ -285,11 +293,13 @@ def test_the_portion_fits_the_budget_and_is_stated() -> None:
     assert (
         part.describe()
         == "replay of the first 20 s of the trace's 121 s, timing recorded, 2x speed "
-        "(time-based knobs passed at 1/2 of their value, the trace's time)"
+        "(time-based knobs passed at 1/2 of their value, the trace's time); rss is the peak "
+        "over each replay's second half"
     )
     whole = evaluate.ReplayEvaluator(Path("t.mbt"), "none", 2.0, 121.0, 200.0)
     assert whole.portion_s is None and whole.describe() == (
-        "replay of the whole trace (121 s), timing none"
+        "replay of the whole trace (121 s), timing none; rss is the peak over each "
+        "replay's second half"
     )
 
 
@@ -378,8 +388,10 @@ def test_a_real_tune_on_a_tiny_trace_ctrl_c_and_resume(tiny_trace: Path, tmp_pat
         default = result["points"][0]
         assert default["label"] == "default" and default["setting"] == {}
         for point in result["points"]:
-            assert len(point["samples"]["peak_heap_rss"]) == 2
-            assert point["estimates"]["peak_heap_rss"]["mean"] > 1 << 20
+            assert len(point["samples"][RSS]) == 2
+            # the steady peak, over each replay's second half, beside the whole one
+            steady = point["estimates"][RSS]["mean"]
+            assert 1 << 20 < steady <= max(point["samples"]["peak_heap_rss"])
         for priority, deploy in result["deploy"].items():
             assert result["chosen"][priority] == deploy["point"]
             assert "[Service]" in deploy["systemd"]
@@ -398,3 +410,124 @@ def stored_settings(out: Path) -> search.Settings:
         attrs["trace"], attrs["evaluator"], tuple(attrs["objectives"]),
         tuple(attrs["constraints"]), tuple(attrs["space"]),
     )  # fmt: skip
+
+
+# --- the noise-aware choice -----------------------------------------------------------
+
+
+def option(rss: float, rss_spread: float, cpu: float) -> choice.Option:
+    return choice.Option(
+        choice.Interval(rss, rss - rss_spread, rss + rss_spread),
+        choice.Interval(cpu, cpu * 0.95, cpu * 1.05),
+    )
+
+
+def test_the_rule_never_buys_rss_inside_the_noise_with_cpu() -> None:
+    """The issue's glibc front: 0.3 MiB of RSS inside the noise bought 8x the CPU."""
+    costly, cheap, far = (
+        option(0.900, 0.02, 7.25),
+        option(0.904, 0.02, 1.02),
+        option(0.97, 0.01, 0.9),
+    )
+    assert choice.noise_aware_pick([costly, cheap, far]) == 1
+    assert choice.noise_aware_pick([costly, cheap, far], at_any_cost=True) == 0
+    assert choice.noise_aware_pick([costly, far], max_cost=1.1) == 1
+    assert choice.noise_aware_pick([costly], max_cost=1.1) is None
+    # shown lower RSS (the intervals apart) is a finding: then the lowest is the choice
+    assert choice.noise_aware_pick([option(0.80, 0.01, 3.0), option(0.90, 0.01, 1.0)]) == 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_on_random_fronts_a_2x_cpu_setting_is_never_chosen_near_a_cheap_one(seed: int) -> None:
+    rng = random.Random(seed)
+    for _ in range(200):
+        options = [
+            option(rng.uniform(0.8, 1.0), rng.uniform(0.002, 0.05), rng.choice([1.0, 1.1, 3, 8]))
+            for _ in range(rng.randint(2, 8))
+        ]
+        picked = options[choice.noise_aware_pick(options) or 0]
+        lowest = min(options, key=lambda o: o.goal.point)
+        cheap_near = [o for o in options if o.goal.overlaps(lowest.goal) and o.cost.point <= 1.1]
+        assert not (picked.cost.point > 2 and cheap_near)
+        assert picked.goal.overlaps(lowest.goal)
+
+
+def fixed(values: dict[str, tuple[float, float]], noise: float) -> Any:
+    """An evaluator with a known value per arena_max: (RSS MiB, CPU s), with jitter."""
+    rng = random.Random(11)
+
+    def evaluate(allocator: Allocator, setting: Mapping[str, str]) -> dict[str, float]:
+        rss, cpu = values[setting.get("arena_max", "default")]
+        return {
+            RSS: rss * (1 << 20) * (1 + rng.gauss(0, noise)),
+            "cpu_s": cpu * (1 + rng.gauss(0, noise)),
+        }
+
+    return evaluate
+
+
+def observed(number: int, arena: str | None, rss: float, cpu: float) -> search.Observed:
+    setting = {} if arena is None else {"arena_max": arena}
+    metrics = {RSS: rss * (1 << 20), "cpu_s": cpu}
+    return search.Observed(number, arena is None, setting, metrics, True)
+
+
+def test_a_tight_budget_keeps_the_front_ends_and_knee_and_tune_chooses_by_the_rule() -> None:
+    """The issue's glibc search: a one-point budget kept only the 66.8 MiB / 7.96 s end."""
+    values = {"default": (74.0, 0.88), "1": (66.8, 7.96), "2": (67.1, 0.90), "3": (69.0, 0.89),
+              "4": (71.0, 0.87), "5": (73.0, 0.86)}  # fmt: skip
+    trials = [observed(0, None, *values["default"])]
+    trials += [observed(int(a), a, *v) for a, v in values.items() if a != "default"]
+    chosen = front.candidates(trials, OBJECTIVES, 1)
+    labels = [t.setting.get("arena_max") for t in chosen]
+    assert labels[0] is None and {"1", "2", "5"} <= set(labels[1:])  # ends and knee
+    points = front.measure(GLIBC, chosen, fixed(values, 0.004), 5)
+    front.judge(points, OBJECTIVES, [], 0.02)
+    by_arena = {p.setting.get("arena_max"): p for p in points}
+    assert front.choose(points, OBJECTIVES)["memory"] is by_arena["2"]
+    assert front.choose(points, OBJECTIVES, memory_at_any_cost=True)["memory"] is by_arena["1"]
+    # 1.02x is over a bound of 1.0x, and the rest save no RSS beyond min_effect
+    assert front.choose(points, OBJECTIVES, max_cpu=1.0)["memory"] is None
+    doc: dict[str, Any] = {"objectives": [{"name": m.name, "label": m.label} for m in OBJECTIVES],
+           "max_cpu": None}  # fmt: skip
+    result = {"allocator": "glibc", "beats_default": True,
+              "points": [p.to_dict() for p in points], "chosen": {"memory": "#1"},
+              "deploy": {"memory": {"environment": {"A": "1"}}}}  # fmt: skip
+    # a costly choice (here made at any cost) states its CPU in the same line
+    (line,) = render.choice_lines(result, doc)
+    assert "memory first: #1 (A=1): steady peak RSS 0.90x [" in line and "CPU time 9." in line
+    assert line.endswith("higher")
+    doc["max_cpu"] = 1.0
+    (line,) = render.choice_lines({**result, "chosen": {"memory": None}}, doc)
+    assert line.endswith("on memory with CPU within 1x the default's (--max-cpu)")
+
+
+def test_max_cpu_is_checked_before_anything_runs(tiny_trace: Path, tmp_path: Path) -> None:
+    for args, message in (
+        (["--max-cpu", "1.1", "--objectives", "rss"], "--max-cpu bounds the time objective"),
+        (["--max-cpu", "1.1", "--memory-at-any-cost"], "give one of them"),
+    ):
+        proc = run_cli("tune", str(tiny_trace), "--out", str(tmp_path / "out"), *args)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert message in proc.stderr
+
+
+def test_the_progress_line_gives_each_end_of_the_front_as_one_setting(tmp_path: Path) -> None:
+    """RSS and CPU in one parenthesis are one setting's, not the best of each."""
+    import re
+
+    from rich.console import Console
+
+    from mallocbench.tune.progress import SearchProgress
+
+    study = new_study(tmp_path)
+    search.search(study, GLIBC, SPACE, OBJECTIVES, Synthetic(), search.Stop(12, None))
+    bar = SearchProgress(Console(), OBJECTIVES, [], {"glibc": SPACE}, 12)
+    text = bar.front_text("glibc", study)
+    ends = re.findall(r"best ([a-z, ]+) #(\d+) \(rss ([\d.]+) MiB, time ([\d.]+) s\)", text)
+    assert len(ends) == 2, text  # the synthetic front has two distinct ends
+    trials = {t.number: t.metrics for t in search.observed(study, SPACE, [])}
+    for _, number, rss, cpu in ends:
+        metrics = trials[int(number)]
+        assert float(rss) == pytest.approx(metrics[RSS] / (1 << 20), abs=0.05)
+        assert float(cpu) == pytest.approx(metrics["cpu_s"], abs=5e-4)

@@ -14,10 +14,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Self, TextIO
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import Progress
 
 # Wide enough for any table mallocbench prints, so rich never has to shrink one; lines
 # are not padded to it, so a narrow table stays narrow.
@@ -67,3 +68,20 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):  # a closed or stand-in stream
         return False
+
+
+class LiveBar:
+    """A progress bar drawn only on a terminal, from `with` on; off one its owner prints
+    plain lines instead, since cursor codes are noise in a log."""
+
+    live: bool
+    progress: Progress
+
+    def __enter__(self) -> Self:
+        if self.live:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live:
+            self.progress.stop()

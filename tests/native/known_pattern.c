@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "shim_control.h"
+
 #define THREADS 4
 #define BLOCKS 2000
 #define OLD 500
@@ -121,43 +123,13 @@ static void *worker(void *arg)
     return NULL;
 }
 
-static void control(const char *path, const char *text)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || write(fd, text, strlen(text)) < 0)
-        abort();
-    close(fd);
-}
-
-static void wait_for(const char *status, const char *word)
-{
-    for (int i = 0; i < 500; i++) {
-        char text[256] = {0};
-        int fd = open(status, O_RDONLY);
-        if (fd >= 0) {
-            ssize_t n = read(fd, text, sizeof text - 1);
-            (void)n;
-            close(fd);
-            /* "error ...": the shim stopped recording (a full disk); the program runs on */
-            if (strncmp(text, word, strlen(word)) == 0 || strncmp(text, "error", 5) == 0)
-                return;
-        }
-        struct timespec pause = {0, 10000000};
-        nanosleep(&pause, NULL);
-    }
-    fprintf(stderr, "known_pattern: the shim never answered %s in %s\n", word, status);
-    exit(3);
-}
-
 int main(int argc, char **argv)
 {
     if (argc != 3) {
         fprintf(stderr, "usage: known_pattern CONTROL TRACE\n");
         return 2;
     }
-    char status[600], command[1100];
-    snprintf(status, sizeof status, "%s.status", argv[1]);
-    snprintf(command, sizeof command, "on %s\n", argv[2]);
+    char status[600];
     long long old_live = 0;
     for (int i = 0; i < OLD; i++) {
         old_sizes[i] = 100 + (size_t)i * 3;
@@ -168,13 +140,10 @@ int main(int argc, char **argv)
     pthread_t tids[THREADS];
     for (int t = 0; t < THREADS; t++)
         pthread_create(&tids[t], NULL, worker, (void *)(intptr_t)t);
-    unlink(status);
-    control(argv[1], command);
-    wait_for(status, "recording");
+    arm("known_pattern", argv[1], argv[2], status, sizeof status);
     for (int phase = 0; phase < 5; phase++)
         pthread_barrier_wait(&barrier);
-    control(argv[1], "off\n");
-    wait_for(status, "complete");
+    disarm("known_pattern", argv[1], status);
     for (int t = 0; t < THREADS; t++)
         pthread_join(tids[t], NULL);
     printf("{\"old_live\": %lld, \"phases\": [", old_live);

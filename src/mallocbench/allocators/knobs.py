@@ -369,6 +369,32 @@ def environment(allocator: Allocator, setting: Mapping[str, object]) -> dict[str
     return result
 
 
+def at_speed(allocator: Allocator, env: Mapping[str, str], speed: float) -> dict[str, str]:
+    """The environment as a replay at `speed` times the recorded pace passes it: every
+    time-based knob the library reads (a delay in ms: jemalloc's decays, mimalloc's
+    purge delays) at 1/speed of its value, its default too, so that it spans the same
+    stretch of the trace as on the server. Unscaled, jemalloc's 10 s decay at 4x would
+    hold dirty pages for 40 s of the trace, and a decay chosen there would be off by 4x
+    when deployed. Never down to 0, which means "at once", another behaviour."""
+    out = dict(env)
+    if speed == 1:
+        return out
+    conf = dict(item.partition(":")[::2] for item in out.get("MALLOC_CONF", "").split(",") if item)
+    for knob in allocator.knobs:
+        if knob.kind != "duration" or knob.unit != "ms" or knob.channel == "GLIBC_TUNABLES":
+            continue
+        values = conf if knob.channel == "MALLOC_CONF" else out
+        try:
+            value = float(values.get(knob.key, knob.default))
+        except ValueError:
+            continue
+        if value > 0 and is_available(allocator, knob):
+            values[knob.key] = str(max(1, round(value / speed)))
+    if conf:
+        out["MALLOC_CONF"] = ",".join(f"{k}:{v}" for k, v in conf.items())
+    return out
+
+
 def catalogue(allocator: Allocator) -> list[dict[str, object]]:
     """The allocator's knobs with their availability in the installed library."""
     return [{**k.to_dict(), "available": is_available(allocator, k)} for k in allocator.knobs]

@@ -16,8 +16,12 @@ from mallocbench.metadata import ReplayRecord, ReplayRun
 from mallocbench.results import json_safe
 
 # (key in the replayer's JSON, label, lower is better)
+# The steady peak is the sampled peak over each replay's second half: its start makes the
+# blocks live when the window opened all at once, a transient of the replay that the
+# whole peak includes (native/mbreplay.c). tune decides on the steady one.
 METRICS = (
     ("peak_heap_rss", "peak RSS", True),
+    ("peak_heap_rss_steady", "steady peak RSS", True),
     ("rss_over_live", "RSS/live", True),
     ("cpu_s", "CPU s", True),
     ("calls_per_s", "calls/s", False),

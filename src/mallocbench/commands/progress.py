@@ -1,4 +1,5 @@
-"""Progress for `mallocbench run`: current cell, phase, QPS and RSS, elapsed, ETA.
+"""Progress for `mallocbench run` (current cell, phase, QPS and RSS, elapsed, ETA) and
+`mallocbench replay` (the trace's reading, each replay, ETA).
 
 On a terminal a live bar redraws in place; anywhere else (a pipe, a CI log) each finished
 cell is one plain line with its count, and nothing is redrawn: cursor codes and a bar
@@ -6,6 +7,9 @@ squeezed to an assumed width are noise in a log.
 """
 
 from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,9 +22,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from mallocbench.console import LiveBar
 from mallocbench.experiment import PlannedCell
+from mallocbench.metadata import ReplayRun
 from mallocbench.results import STATUS_OK, Cell
 from mallocbench.workloads.sysbench import Interval
+
+if TYPE_CHECKING:
+    from mallocbench.replay.trace import TraceInfo
 
 
 class RichProgress:
@@ -106,3 +115,74 @@ class RichProgress:
 
 def _name(cell: PlannedCell) -> str:
     return f"{cell.setup}/{cell.engine} {cell.step.label} {cell.threads}t r{cell.repeat}"
+
+
+class ReplayProgress(LiveBar):
+    """`replay`'s progress: on a terminal a bar over its replays (setups x repeats) with
+    the elapsed time and an ETA, the trace's reading first; anywhere else one plain line
+    per replay with its count, what it measured and the ETA, since a replay of a long
+    trace runs for minutes and a log that stays silent looks hung."""
+
+    def __init__(self, console: Console, total: int) -> None:
+        self.console = console
+        self.total = total
+        self.done = 0
+        self.live = console.is_terminal
+        self.began = time.monotonic()
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("replays"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,  # the tables follow; an error stays the one line it is
+        )
+        self.task = self.progress.add_task("starting", total=total)
+
+    def status(self, text: str) -> None:
+        self.progress.update(self.task, description=escape(text))
+
+    def read(self, info: TraceInfo) -> None:
+        """The trace is read: in a log, a line once it is (a trace refused stays the one
+        line of its error)."""
+        if self.live:
+            return
+        d = info.data
+        self.console.print(
+            f"read {info.path} in {time.monotonic() - self.began:.0f} s: "
+            f"{int(d.get('events') or 0):,} calls, {float(d.get('duration_s') or 0):.1f} s "
+            f"recorded; {self.total} replays to run",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    def started(self, text: str) -> None:
+        if self.done == 0:
+            self.began = time.monotonic()  # the ETA counts replays, not the trace's reading
+        self.progress.update(self.task, description=f"replaying {escape(text)}")
+
+    def finished(self, run: ReplayRun) -> None:
+        self.done += 1
+        self.progress.advance(self.task)
+        if self.live:
+            return
+        if run.status == "ok":
+            what = (
+                f"peak RSS {(run.value('peak_heap_rss') or 0) / (1 << 20):,.1f} MiB, "
+                f"CPU {run.value('cpu_s') or 0:.2f} s"
+            )
+        else:
+            what = f"{run.status}: {run.error or ''}"
+        elapsed = time.monotonic() - self.began
+        eta = elapsed / self.done * (self.total - self.done)
+        self.console.print(
+            f"{self.done}/{self.total} {run.setup} repeat {run.repeat + 1}: {what}; "
+            f"{elapsed:.0f} s elapsed, ETA {eta:.0f} s",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )

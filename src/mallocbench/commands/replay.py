@@ -92,6 +92,7 @@ def replay(
     calls/s, with 95% intervals over the repeats. With --out the replay is a run like any
     other: `mallocbench report DIR` shows it again, in every format."""
     from mallocbench.analysis.run_analysis import analyze
+    from mallocbench.commands.progress import ReplayProgress
     from mallocbench.console import make_console
     from mallocbench.patterns.experiment import make_setup
     from mallocbench.replay import run as replay_runs
@@ -100,37 +101,39 @@ def replay(
     from mallocbench.report import formats
 
     parsed = _setups(allocator_list, extra)
-    info = tracemod.check(trace)
-    runner.replay_timeout(float(info.data.get("duration_s") or 0), speed, timing)
     setups = [make_setup("replay", name, spec, knobs) for name, spec, knobs in parsed]
-    warnings = info.warnings(expect_server_version)
-    result = replay_runs.new_result(
-        info, setups, timing, speed, repeats, min_effect, warnings, order
-    )
     console = make_console(stderr=True)
-    store = None
-    try:
-        store = _open_store(out_dir)
-        with console.status("replaying") as status:
+    with ReplayProgress(console, len(setups) * repeats) as progress:
+        progress.status(f"reading the trace {trace}")
+        info = tracemod.check(trace)
+        runner.replay_timeout(float(info.data.get("duration_s") or 0), speed, timing)
+        progress.read(info)
+        warnings = info.warnings(expect_server_version)
+        result = replay_runs.new_result(
+            info, setups, timing, speed, repeats, min_effect, warnings, order
+        )
+        store = None
+        try:
+            store = _open_store(out_dir)
             replay_runs.replay_run(
-                result,
-                setups,
-                trace,
-                store,
-                progress=lambda text: status.update(f"replaying: {text}"),
+                result, setups, trace, store, progress.started, progress.finished
             )
-    except StoreDiskFault as exc:
-        raise _disk_fault(exc, result, as_json) from exc
-    finally:
-        if store is not None:
-            store.close()
+        except StoreDiskFault as exc:
+            raise _disk_fault(exc, result, as_json) from exc
+        finally:
+            if store is not None:
+                store.close()
     analysis = analyze(result)
     if out_dir is not None:
-        formats.write_reports(analysis, out_dir)
+        written = formats.write_reports(analysis, out_dir)
     if as_json:
         click.echo(formats.render("json", analysis), nl=False)
     else:
         formats.print_terminal(analysis, make_console(), str(out_dir) if out_dir else None)
+    if out_dir is not None:
+        # on standard error: --json keeps standard output for the document alone
+        names = ", ".join(p.name for p in written)
+        console.print(f"wrote {names} in {out_dir}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _disk_fault(exc: StoreDiskFault, result: RunResult, as_json: bool) -> MallocbenchError:

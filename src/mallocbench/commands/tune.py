@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from mallocbench.replay.trace import TraceInfo
     from mallocbench.tune.driver import Plan
     from mallocbench.tune.evaluate import ReplayEvaluator, ServerEvaluator
+    from mallocbench.tune.objectives import Metric
     from mallocbench.tune.workload import Workload
 
 DEFAULT_TRIALS = 30
@@ -130,6 +131,19 @@ def _portion(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     help="Engine of the confirmation's generic workload (default innodb), when the "
     "trace's is not known.",
 )
+@click.option(
+    "--max-cpu",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="RATIO",
+    help="Memory first only among settings whose CPU (the time objective) is at most "
+    "RATIO times the default's, e.g. 1.10.",
+)
+@click.option(
+    "--memory-at-any-cost",
+    is_flag=True,
+    help="Memory first is the lowest RSS whatever its CPU. Default: the cheapest in CPU "
+    "among the settings within the lowest RSS's noise.",
+)
 @click.option("--seed", type=int, help="Seed of the sampler, for a repeatable search.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead.")
 def tune(
@@ -150,6 +164,8 @@ def tune(
     evaluator_name: str | None,
     workload_file: Path | None,
     engine: str | None,
+    max_cpu: float | None,
+    memory_at_any_cost: bool,
     seed: int | None,
     as_json: bool,
 ) -> None:
@@ -176,6 +192,7 @@ def tune(
     if on == objmod.SERVERS:
         _refuse_replay_options(portion_s, workload_file, engine)
     metrics = objmod.parse_objectives(objectives, on)
+    _check_memory_options(metrics, max_cpu, memory_at_any_cost)
     constraints = objmod.parse_constraints(constraint_list, on)
     tuned = check_allocators(allocator_list)
     spaces = spaces_for(tuned, space_list)
@@ -197,10 +214,27 @@ def tune(
         resume=resume, trials=trials or (None if budget else DEFAULT_TRIALS), budget_s=budget,
         repeats=repeats, min_effect=0.02 if min_effect is None else min_effect, seed=seed,
         engine=known.engine if known else engine or "innodb", evaluation=evaluator.facts(),
-        workload=known,
+        workload=known, max_cpu=max_cpu, memory_at_any_cost=memory_at_any_cost,
     )  # fmt: skip
     with guarded(out_dir):
         _run(plan, evaluator, as_json)
+
+
+def _check_memory_options(
+    metrics: list[Metric], max_cpu: float | None, memory_at_any_cost: bool
+) -> None:
+    """--max-cpu bounds the time objective's ratio and the two contradict each other:
+    one line each, before any trial."""
+    if max_cpu is not None and memory_at_any_cost:
+        raise MallocbenchError(
+            "--max-cpu bounds the CPU that --memory-at-any-cost ignores: give one of them"
+        )
+    names = [m.name for m in metrics]
+    if max_cpu is not None and "time" not in names:
+        raise MallocbenchError(
+            f"--max-cpu bounds the time objective, which --objectives {','.join(names)} "
+            "leaves out: add time to --objectives"
+        )
 
 
 def _method(target: Path, evaluator_name: str | None) -> str:

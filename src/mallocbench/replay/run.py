@@ -83,8 +83,10 @@ def replay_run(
     trace: Path,
     store: ResultsStore | None,
     progress: Callable[[str], None] | None = None,
+    finished: Callable[[ReplayRun], None] | None = None,
 ) -> None:
-    """Replay under every setup into `result` (and `store`, each replay as it ends)."""
+    """Replay under every setup into `result` (and `store`, each replay as it ends);
+    `progress` hears of each replay as it starts, `finished` once it is committed."""
     record = result.metadata.replay
     assert record is not None, "new_result makes a replay's run"
     if store is not None:
@@ -104,6 +106,8 @@ def replay_run(
         record.runs = [*(record.runs or []), kept.to_dict()]
         if store is not None:
             store.update_metadata(result.run_id, result.metadata)
+        if finished is not None:
+            finished(run)
 
     status = STATUS_RUN_FAILED
     try:

@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from mallocbench.allocators import knobs as allocator_knobs
 from mallocbench.errors import MallocbenchError
 from mallocbench.metadata import ReplayRun
 from mallocbench.patterns.driver import check_malloc_library, clean_environment
@@ -68,6 +69,14 @@ def replay_command(
     return command if until is None else [*command, "--until", f"{until:g}"]
 
 
+def passed_knobs(setup: PatternSetup, timing: str, speed: float) -> dict[str, str]:
+    """The setup's knobs as the replayer gets them: at recorded timing and N times the
+    pace, time-based ones at 1/N (knobs.at_speed); the setup keeps the trace's time."""
+    if timing != "recorded":
+        return dict(setup.knobs)
+    return allocator_knobs.at_speed(setup.allocator, setup.knobs, speed)
+
+
 def run_once(
     setup: PatternSetup,
     trace: Path,
@@ -80,7 +89,7 @@ def run_once(
 ) -> ReplayRun:
     """Replay once under `setup`; a bad trace raises, a crash is a result."""
     command = replay_command(trace, timing, speed, order, until)
-    env = clean_environment(setup.allocator, setup.knobs)
+    env = clean_environment(setup.allocator, passed_knobs(setup, timing, speed))
     try:
         proc = subprocess.run(
             command, env=env, capture_output=True, text=True, timeout=timeout, check=False

@@ -58,8 +58,10 @@ FILES: dict[str, Format] = {
     "relative.csv": export.relative_csv,
     "summary.csv": export.summary_csv,
 }
-# ... and a replay run's setups, beside them when the run is a replay.
+# ... and a replay run's setups, beside them when the run is a replay, in place of the
+# files of cells it has none of (each would be a header and nothing under it).
 REPLAY_FILE = "replay.csv"
+CELL_FILES = frozenset({"cells.csv", "relative.csv", "summary.csv"})
 
 
 def _html() -> ModuleType:
@@ -221,6 +223,8 @@ def write_reports(analysis: RunAnalysis, out_dir: Path, self_contained: bool = F
         write_text_atomic(path, export.results_json(analysis))
         written.append(path)
         for name, render_file in FILES.items():
+            if name in CELL_FILES and analysis.replay is not None and not analysis.result.cells:
+                continue  # a replay has no cells: replay.csv holds its rows
             target = out_dir / name
             write_text_atomic(target, render_file(analysis))
             written.append(target)

@@ -26,7 +26,7 @@ RATIO_KEYS = tuple(key for key, _, _ in METRICS if key != "rss_over_live")
 def value_text(key: str, value: float) -> str:
     if math.isnan(value):
         return "-"
-    if key == "peak_heap_rss":
+    if key in ("peak_heap_rss", "peak_heap_rss_steady"):
         return f"{value / MIB:,.1f} MiB"
     if key == "calls_per_s":
         return f"{value:,.0f}"
@@ -70,7 +70,11 @@ def trace_line(replay: ReplayAnalysis) -> str:
         f"{d.get('threads', 0)} threads, {float(d.get('duration_s') or 0):.1f} s recorded, "
         f"ideal peak (live requested bytes) {float(d.get('ideal_peak_live') or 0) / MIB:,.1f} "
         f"MiB; timing {rec.timing}"
-        + (f" at {rec.speed:g}x" if rec.timing == "recorded" and rec.speed not in (None, 1) else "")
+        + (
+            f" at {rec.speed:g}x (time-based knobs passed at 1/{rec.speed:g} of their value)"
+            if rec.timing == "recorded" and rec.speed not in (None, 1)
+            else ""
+        )
         + (f", order {rec.order}" if rec.order else "")
     )
 
@@ -80,7 +84,11 @@ def rule_text(replay: ReplayAnalysis) -> str:
     text = (
         "Ratios with 95% intervals; coloured and worded higher/lower only when the interval "
         f"excludes 1{rule} (the project's rule for findings). Peak RSS is the replayer's "
-        "RSS above its own bookkeeping; RSS/live divides it by the ideal."
+        "RSS above its own bookkeeping, over the whole replay; RSS/live divides it by the "
+        "ideal. Steady peak RSS is its peak over each replay's second half (sampled every "
+        "10 ms): a replay's start makes the blocks live when the window opened all at once, "
+        "into a fresh heap, and some allocators peak there, which the recorded server, "
+        "long past its own start, did not; tune decides on the steady peak."
     )
     if replay.record.timing == "recorded":
         text += (

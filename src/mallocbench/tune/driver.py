@@ -28,6 +28,9 @@ from mallocbench.tune.workload import Workload, generic_lines, setup_lines, toml
 # 5 repeats, two fifths leave room for the default and about three front points.
 SEARCH_SHARE = 0.6
 MAX_FRONT = 8  # front points re-measured at most, beside the default
+# Front points re-measured at least, beside the default, whatever the budget: the two
+# ends and the knee, without which the choice could only be the lowest-RSS end.
+MIN_FRONT = 3
 
 
 @dataclass
@@ -53,6 +56,10 @@ class Plan:
     # What was tuned (the experiment's, or the one the trace was recorded under); None:
     # unknown, and the confirmation's workload is generic.
     workload: Workload | None = None
+    # The memory-first choice's explicit options: a bound on the CPU ratio to the
+    # default, and the lowest RSS whatever its CPU (never the default).
+    max_cpu: float | None = None
+    memory_at_any_cost: bool = False
 
 
 def check_allocators(names: str) -> list[Allocator]:
@@ -149,9 +156,9 @@ def front_limit(plan: Plan, spent_s: float, mean_trial_s: float) -> int:
         return MAX_FRONT
     left = max(0.0, plan.budget_s - spent_s)
     per_allocator = left / len(plan.tuned) / max(mean_trial_s, 1e-3) / plan.repeats
-    # At least one point beside the default: a tune that re-measures nothing has no
-    # front to report, so a slow host overruns the budget instead (and the notes say so).
-    return max(1, min(MAX_FRONT, int(per_allocator) - 1))
+    # Never fewer than the front's ends and knee: a choice among fewer is no choice, so
+    # a slow host overruns the budget instead (and the notes say so).
+    return max(MIN_FRONT, min(MAX_FRONT, int(per_allocator) - 1))
 
 
 def judge_all(
@@ -168,7 +175,7 @@ def judge_all(
         chosen = front.candidates(observed, plan.objectives, limit)
         points = front.measure(allocator, chosen, evaluator, plan.repeats, progress)
         front.judge(points, plan.objectives, plan.constraints, plan.min_effect)
-        picks = front.choose(points, plan.objectives)
+        picks = front.choose(points, plan.objectives, plan.max_cpu, plan.memory_at_any_cost)
         results.append(
             result_for(plan, allocator, studies[allocator.name], observed, points, picks)
         )
@@ -280,9 +287,12 @@ def document(
     if plan.budget_s is not None and elapsed_s is not None and elapsed_s > plan.budget_s * 1.05:
         notes.append(
             f"the tune took {elapsed_s / 60:.1f} min against a budget of "
-            f"{plan.budget_s / 60:.1f} min: re-measuring the front (the default and at least "
-            "one point, --repeats times each) took longer than the quarter left for it"
+            f"{plan.budget_s / 60:.1f} min: re-measuring the front (the default, the "
+            f"front's ends and knee at least, --repeats times each) took longer than the "
+            f"{repeats_share()} of it left for that"
         )
+    if any(label for r in results for label in r["chosen"].values()):
+        notes.append(_rule_note(plan))
     confirmation = (
         "the confirmation's blocked run (the default and the choice up at once, 5 blocks) "
         "is for the choice"
@@ -321,11 +331,33 @@ def document(
         ],  # fmt: skip
         "constraints": [c.text for c in plan.constraints],
         "min_effect": plan.min_effect,
+        "max_cpu": plan.max_cpu,
+        "memory_at_any_cost": plan.memory_at_any_cost,
         "repeats": plan.repeats,
         "out": str(plan.out),
         "allocators": results,
         "notes": notes,
     }
+
+
+def repeats_share() -> str:
+    """The budget's share left for the repeats, as --help words it (2/5)."""
+    from fractions import Fraction
+
+    share = Fraction(1 - SEARCH_SHARE).limit_denominator(10)
+    return f"{share.numerator}/{share.denominator}"
+
+
+def _rule_note(plan: Plan) -> str:
+    """How "memory first" was chosen, since the lowest RSS is not always the choice."""
+    if plan.memory_at_any_cost:
+        return "memory first is the lowest RSS whatever its CPU (--memory-at-any-cost)"
+    bound = f", and only CPU within {plan.max_cpu:g}x the default's" if plan.max_cpu else ""
+    return (
+        "memory first is the cheapest in CPU among the settings whose RSS interval "
+        f"overlaps the lowest's (RSS within its noise){bound}; speed first likewise the "
+        "lowest RSS among those within the fastest's noise"
+    )
 
 
 def _workload_note(known: Workload | None, path: Path) -> str:

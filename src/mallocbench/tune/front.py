@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mallocbench.allocators.base import Allocator
-from mallocbench.analysis import stats
+from mallocbench.analysis import choice, stats
 from mallocbench.results import json_safe
 from mallocbench.tune.evaluate import EvaluationFailed, Evaluator
 from mallocbench.tune.objectives import Constraint, Metric
@@ -99,18 +99,18 @@ def observed_front(trials: Sequence[Observed], objectives: Sequence[Metric]) -> 
 def candidates(
     trials: Sequence[Observed], objectives: Sequence[Metric], limit: int
 ) -> list[Observed]:
-    """The default and at most `limit` points of the observed front, spread evenly along
-    the first objective when the front is longer (its two ends always kept)."""
+    """The default and about `limit` points of the observed front: always its ends (the
+    best on each objective) and its knee, so the choice can weigh the trade-off however
+    short the budget; the rest spread evenly along the first objective."""
     default = next((t for t in trials if t.default), None)
     front = [t for t in observed_front(trials, objectives) if not t.default]
-    first = objectives[0]
-    front.sort(key=lambda t: t.metrics[first.key])
-    if len(front) > limit >= 2:
-        step = (len(front) - 1) / (limit - 1)
-        front = [front[round(i * step)] for i in range(limit)]
-    elif limit < 2:
-        front = front[:limit]
-    return ([default] if default else []) + front
+    vectors = [[_lower_better(m, t.metrics[m.key]) for m in objectives] for t in front]
+    kept = [front[i] for i in choice.span(vectors, limit)]
+    return ([default] if default else []) + kept
+
+
+def _lower_better(m: Metric, value: float) -> float:
+    return value if m.lower_is_better else -value
 
 
 def measure(
@@ -283,9 +283,18 @@ def _shown_better(
     )
 
 
-def choose(points: Sequence[Point], objectives: Sequence[Metric]) -> dict[str, Point | None]:
-    """Per priority (memory, speed: the first objective of each), the feasible front
-    point that beats the default on it by the most; None when none beats it there."""
+def choose(
+    points: Sequence[Point],
+    objectives: Sequence[Metric],
+    max_cpu: float | None = None,
+    memory_at_any_cost: bool = False,
+) -> dict[str, Point | None]:
+    """Per priority (memory, speed: the first objective of each), among the feasible
+    front points that beat the default there as a finding, the one analysis/choice.py's
+    rule picks: within the noise of the best on the priority, the cheapest on the other
+    priority's first objective. `max_cpu` bounds the time objective's ratio to the
+    default; `memory_at_any_cost` takes the lowest RSS whatever it costs. None: no point
+    beats the default there (or none keeps the bound)."""
     out: dict[str, Point | None] = {}
     for m in objectives:
         priority = m.priority or m.name
@@ -300,7 +309,20 @@ def choose(points: Sequence[Point], objectives: Sequence[Metric]) -> dict[str, P
             and (v := p.versus_default.get(m.name)) is not None
             and v.better
         ]
-        sign = 1.0 if m.lower_is_better else -1.0
-        winners.sort(key=lambda p: sign * p.estimates[m.key].mean)
-        out[priority] = winners[0] if winners else None
+        cost = next((o for o in objectives if (o.priority or o.name) != priority), None)
+        options = [
+            choice.Option(_oriented(p, m), _oriented(p, cost) if cost else choice.Interval(1, 1, 1))
+            for p in winners
+        ]
+        bound = max_cpu if cost is not None and cost.name == "time" else None
+        at_any_cost = memory_at_any_cost and priority == "memory"
+        index = choice.noise_aware_pick(options, bound, at_any_cost)
+        out[priority] = None if index is None else winners[index]
     return out
+
+
+def _oriented(point: Point, m: Metric) -> choice.Interval:
+    """The point's ratio to the default on m, turned so that lower is better."""
+    v = point.versus_default[m.name]
+    ratio = choice.Interval(v.ratio, v.low, v.high)
+    return ratio if m.lower_is_better else ratio.inverse()

@@ -6,12 +6,13 @@ plain line instead, since cursor codes are noise there.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from mallocbench.console import LiveBar
 from mallocbench.tune import search
 from mallocbench.tune.front import observed_front
 from mallocbench.tune.objectives import Constraint, Metric
@@ -19,7 +20,7 @@ from mallocbench.tune.render import fmt
 from mallocbench.tune.space import Dimension
 
 
-class SearchProgress:
+class SearchProgress(LiveBar):
     def __init__(
         self,
         console: Console,
@@ -43,27 +44,26 @@ class SearchProgress:
         )
         self.tasks: dict[str, Any] = {}
 
-    def __enter__(self) -> SearchProgress:
-        if self.live:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live:
-            self.progress.stop()
-
     def front_text(self, name: str, study: Any) -> str:
+        """The front's size and its end on each objective, each end one setting with all
+        its values: the lowest RSS beside the CPU that same setting took."""
         observed = search.observed(study, self.spaces[name], self.constraints)
         front = observed_front(observed, self.objectives)
         if not front:
             return "no feasible point yet"
-        best = [
-            f"{m.name} {fmt(m.unit, min(t.metrics[m.key] for t in front))}"
-            if m.lower_is_better
-            else f"{m.name} {fmt(m.unit, max(t.metrics[m.key] for t in front))}"
-            for m in self.objectives
-        ]
-        return f"front {len(front)} points, best {', '.join(best)}"
+        ends: dict[int, list[str]] = {}  # by trial: the objectives it is best on
+        for m in self.objectives:
+            end = (min if m.lower_is_better else max)(front, key=_on(m.key))
+            ends.setdefault(end.number, []).append(m.name)
+        by_number = {t.number: t for t in front}
+        texts = [
+            f"best {', '.join(names)} #{number} ("
+            + ", ".join(f"{o.name} {fmt(o.unit, by_number[number].metrics[o.key])}"
+                        for o in self.objectives)
+            + ")"
+            for number, names in ends.items()
+        ]  # fmt: skip
+        return f"front {len(front)} points; " + "; ".join(texts)
 
     def __call__(self, name: str, study: Any, trial: Any) -> None:
         finished = len(search.finished_trials(study))
@@ -81,3 +81,7 @@ class SearchProgress:
         if name not in self.tasks:
             self.tasks[name] = self.progress.add_task(text, total=self.trials)
         self.progress.update(self.tasks[name], completed=finished, description=text)
+
+
+def _on(key: str) -> Callable[[search.Observed], float]:
+    return lambda t: t.metrics[key]

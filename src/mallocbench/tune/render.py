@@ -91,20 +91,42 @@ def headers(doc: dict[str, Any]) -> list[str]:
     return [*out, "status"]
 
 
-def choice_lines(result: dict[str, Any]) -> list[str]:
-    """One sentence per priority: the chosen point, or that nothing beats the default."""
+def choice_lines(result: dict[str, Any], doc: dict[str, Any]) -> list[str]:
+    """One sentence per priority: the chosen point with its ratio to the default on every
+    objective (what it saves and what it costs, in the same line), or that nothing beats
+    the default."""
     if not result["beats_default"]:
         return [f"{result['allocator']}: {NO_WINNER} (by min_effect, on the intervals)"]
     out = []
     for priority, label in result["chosen"].items():
         title = PRIORITY_TITLES.get(priority, f"{priority} first")
         if label is None:
-            out.append(f"{result['allocator']}, {title}: {NO_WINNER} on {priority}")
+            out.append(f"{result['allocator']}, {title}: {NO_WINNER} on {priority}"
+                       + _bound_text(doc, priority))  # fmt: skip
             continue
         env = result["deploy"][priority]["environment"]
         setting = " ".join(f"{k}={v}" for k, v in env.items() if k != "LD_PRELOAD")
-        out.append(f"{result['allocator']}, {title}: {label} ({setting or 'defaults'})")
+        point = next(p for p in result["points"] if p["label"] == label)
+        line = f"{result['allocator']}, {title}: {label} ({setting or 'defaults'})"
+        out.append(f"{line}: {_price(doc, point)}")
     return out
+
+
+def _price(doc: dict[str, Any], point: dict[str, Any]) -> str:
+    """The point against the default on each objective, e.g. "peak RSS 0.90x [0.88,
+    0.92] lower, CPU time 1.02x [0.97, 1.07] same"."""
+    return ", ".join(
+        f"{m['label']} {versus_text(point['versus_default'].get(m['name']), markup=False)}"
+        .replace("**", "")
+        for m in doc["objectives"]
+        if point["versus_default"].get(m["name"])
+    )  # fmt: skip
+
+
+def _bound_text(doc: dict[str, Any], priority: str) -> str:
+    if priority != "memory" or not doc.get("max_cpu"):
+        return ""
+    return f" with CPU within {doc['max_cpu']:g}x the default's (--max-cpu)"
 
 
 def print_terminal(doc: dict[str, Any], console: Console) -> None:
@@ -120,7 +142,7 @@ def print_terminal(doc: dict[str, Any], console: Console) -> None:
         for row in rows(doc, result, markup=True):
             table.add_row(*row)
         console.print(table)
-        for line in choice_lines(result):
+        for line in choice_lines(result, doc):
             console.print(line, markup=False, highlight=False)
         for priority, deploy in result["deploy"].items():
             console.print(f"\n[bold]{PRIORITY_TITLES.get(priority, priority)}[/]: systemd drop-in")
@@ -145,7 +167,7 @@ def markdown(doc: dict[str, Any]) -> str:
         out.append("|" + " --- |" * len(headers(doc)))
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |"
                 for r in rows(doc, result, markup=False)]  # fmt: skip
-        out += [""] + [f"- {line}" for line in choice_lines(result)]
+        out += [""] + [f"- {line}" for line in choice_lines(result, doc)]
         for priority, deploy in result["deploy"].items():
             title = PRIORITY_TITLES.get(priority, priority)
             out += ["", f"### {title}: systemd drop-in", "", "```ini", deploy["systemd"].rstrip()]
@@ -226,7 +248,7 @@ def html_page(doc: dict[str, Any], plotly_js: str) -> str:
     script = []
     for i, result in enumerate(doc["allocators"]):
         body.append(f"<h2>{html.escape(result['allocator'])}</h2><div id='c{i}'></div><ul>")
-        body += [f"<li>{html.escape(line)}</li>" for line in choice_lines(result)]
+        body += [f"<li>{html.escape(line)}</li>" for line in choice_lines(result, doc)]
         body.append("</ul>")
         layout = {
             "xaxis": {"title": {"text": f"{x['label']} ({x['unit']})"}},
