@@ -16,6 +16,7 @@ from mallocbench.metadata import RunMetadata
 from mallocbench.results import Cell, RunResult, SessionInfo, SetupInfo
 
 MIB = 1 << 20
+START = 1795000000.0  # the first block's servers start (epoch seconds)
 FIXTURES = Path(__file__).parent / "fixtures"
 TRADE_OFF_FILE = FIXTURES / "results-tradeoff.json"
 DEMO_FILE = FIXTURES / "results-demo-myrocks.json"
@@ -71,7 +72,11 @@ def _block_run(
                     session=session,
                 )
             )
-            sessions.append(SessionInfo(session, setup.name, engine, block, peak_rss_bytes=peak))
+            # Every setup's server up at once for the block (interleaved): 150 s each.
+            start = START + 160.0 * block
+            sessions.append(
+                SessionInfo(session, setup.name, engine, block, start, start + 150.0, peak)
+            )
     return RunResult(
         run_id,
         run_id.split("-")[0],

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import client_bound
+from mallocbench.analysis.continuation import BlocksPrediction, predict, seconds_per_block
 from mallocbench.analysis.summary import RSS as RSS_UNIT
 from mallocbench.analysis.summary import (
     RatioCell,
@@ -98,6 +99,9 @@ class Evidence:
     verdict: str  # stats.classify's word, about the ratio (not about better/worse)
     problem: str | None = None
     reference: float | None = None  # the base's own value there, in the criterion's unit
+    # A paired interval's blocks and degrees of freedom (0 and nan: not paired).
+    blocks: int = 0
+    df: float = math.nan
     # A step per soak event: its figures in bytes; ratio, low and high are then 1 plus the
     # difference over the base's RSS before its events (analysis.ratchet).
     step: StepDifference | None = None
@@ -188,17 +192,23 @@ class Budgets:
 
 @dataclass(frozen=True)
 class Hold:
-    """An unclear priority that keeps a supported gain from deciding: the widest bad
-    end's interval width now, and the width at which an interval around the estimate
-    would stand clear of the minimum effect on the losing side (0: the estimate sits on
-    that line, and no width decides it)."""
+    """An unclear priority that keeps a supported gain from deciding, by the interval
+    that needs the most blocks: its width now, the width at which an interval around
+    its ratio stands clear of the minimum effect on the losing side (0: the ratio sits on
+    that line, and no width decides it), and the blocks the run's own variance predicts
+    for that (analysis.continuation), with the wall time one block took."""
 
     criterion: str
+    where: str
     width_now: float
     width_needed: float
+    prediction: BlocksPrediction | None = None
+    seconds_per_block: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out["width_now"] = None if math.isinf(self.width_now) else self.width_now
+        return out
 
 
 @dataclass
@@ -377,7 +387,15 @@ def _bad_end_at(max_loss: float, higher_better: bool) -> float:
 
 def _evidence(where: str, cell: RatioCell) -> Evidence:
     return Evidence(
-        where, cell.ratio, cell.low, cell.high, cell.verdict, cell.problem, cell.reference
+        where,
+        cell.ratio,
+        cell.low,
+        cell.high,
+        cell.verdict,
+        cell.problem,
+        cell.reference,
+        cell.blocks,
+        cell.df,
     )
 
 
@@ -643,14 +661,28 @@ def _at_issue(
     ]
 
 
-def _hold(a: Assessment, min_effect: float) -> Hold:
-    """How wide the unclear criterion's intervals are now, and how wide one centred on the
-    estimate may be to stand clear of the minimum effect on the losing side."""
-    higher = HIGHER_IS_BETTER[a.criterion]
-    now = max((stats.interval_width(e.low, e.high) for e in a.unclear), default=math.inf)
-    estimate = a.estimate if a.estimate is not None else 1.0
-    gap = estimate - (1 - min_effect) if higher else (1 + min_effect) - estimate
-    return Hold(a.criterion, now, 2 * abs(gap))
+def _evidence_hold(e: Evidence, criterion: str, min_effect: float, per_block: float | None) -> Hold:
+    """One unclear interval: how wide it is, how wide one around its ratio may be to
+    stand clear of the minimum effect on the losing side, and the blocks that takes."""
+    line = 1 - min_effect if HIGHER_IS_BETTER[criterion] else 1 + min_effect
+    ratio = e.ratio if e.ratio and e.ratio > 0 else 1.0
+    needed = abs(math.log(ratio / line))  # on the log scale, as the intervals are built
+    width_needed = ratio * (math.exp(needed) - math.exp(-needed))
+    prediction = predict(e.low, e.high, e.df, e.blocks, needed) if _has_interval(e) else None
+    now = stats.interval_width(e.low, e.high) if _has_interval(e) else math.inf
+    return Hold(criterion, e.where, now, width_needed, prediction, per_block)
+
+
+def _hold(a: Assessment, min_effect: float, per_block: float | None) -> Hold:
+    """What holds a criterion: of its unclear intervals, the one needing most blocks
+    (no prediction, e.g. no interval, counts as most)."""
+    holds = [_evidence_hold(e, a.criterion, min_effect, per_block) for e in a.unclear]
+
+    def blocks(h: Hold) -> float:
+        p = h.prediction
+        return math.inf if p is None or p.blocks is None else p.blocks
+
+    return max(holds, key=lambda h: (blocks(h), h.width_now))
 
 
 def _round_budget(peak: int) -> int:
@@ -660,7 +692,9 @@ def _round_budget(peak: int) -> int:
     return int(math.ceil(mib / step) * step) << 20
 
 
-def _outcome(c: Candidate, priorities: tuple[str, ...], min_effect: float) -> Outcome:
+def _outcome(
+    c: Candidate, priorities: tuple[str, ...], min_effect: float, per_block: float | None
+) -> Outcome:
     """CHANGE, TRADE_OFF, UNDECIDED or KEEP for one candidate (the module's docstring)."""
     better = [n for n in priorities if c.assessments[n].status == BETTER]
     if c.over_budget or c.rejected_by or not better:
@@ -674,7 +708,7 @@ def _outcome(c: Candidate, priorities: tuple[str, ...], min_effect: float) -> Ou
     if priorities[0] in better and set(blocking.values()) == {WORSE} and payable:
         return TRADE_OFF
     if unclear and blocking.get(priorities[0]) not in (WORSE, UNMEASURED):
-        c.holds = [_hold(c.assessments[n], min_effect) for n in unclear]
+        c.holds = [_hold(c.assessments[n], min_effect, per_block) for n in unclear]
         return UNDECIDED
     return KEEP
 
@@ -686,6 +720,7 @@ def _candidate(
     peak: int | None,
     budgets: Budgets,
     min_effect: float,
+    per_block: float | None = None,
 ) -> Candidate:
     against, admitted, rejected = [], [], []
     for name, status in _at_issue(assessments, priorities):
@@ -703,7 +738,7 @@ def _candidate(
     qualifies = not against and not none_better and not over
     c = Candidate(setup, assessments, qualifies, against, peak, over, none_better)
     c.admitted_by, c.rejected_by = admitted, rejected
-    c.outcome = _outcome(c, priorities, min_effect)
+    c.outcome = _outcome(c, priorities, min_effect, per_block)
     if c.outcome == TRADE_OFF:
         for name, _ in against:
             needed = assessments[name].loss_to_admit()
@@ -784,6 +819,7 @@ def recommend(
     replay_label = f"peak RSS from a replay of {trace}"
     base = result.base_setup
     steps = _steps_by_setup(result, ratchets, effect)
+    per_block = seconds_per_block(result)
     engines = []
     for engine in dict.fromkeys(c.engine for c in result.cells):
         candidates = []
@@ -808,7 +844,7 @@ def recommend(
             }
             peak = max(peaks.get((setup, engine), {}).values(), default=None)
             candidates.append(
-                _candidate(setup, assessments, priorities, _whole(peak), budgets, effect)
+                _candidate(setup, assessments, priorities, _whole(peak), budgets, effect, per_block)
             )
         if candidates:  # else only the base ran on this engine: nothing to choose between
             engines.append(_engine(result, engine, candidates, priorities, memory_budget_bytes))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mallocbench import formatting as fmt
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis import stats
+from mallocbench.analysis.continuation import MAX_BLOCKS
 from mallocbench.analysis.recommend import (
     Assessment,
     Candidate,
@@ -300,28 +301,71 @@ def engine_headline(e: EngineRecommendation, r: Recommendation | None = None) ->
     return f"{e.engine}: keep {e.base} (no change recommended)"
 
 
+def _blocks(n: int | None) -> str:
+    return f"{n}" if n is not None else f"over {MAX_BLOCKS}"
+
+
+def prediction_text(h: rec.Hold) -> str:
+    """ "the run's variance predicts 9 blocks in all (6 more; 5 to 23 within its 95%
+    range), about 14 minutes at 2.3 per block"; empty without a prediction."""
+    p = h.prediction
+    if p is None:
+        return ""
+    if p.blocks == p.blocks_now:
+        return "; the run's variance says its blocks should do: rerun the analysis"
+    extra = "" if p.blocks is None else f" ({p.blocks - p.blocks_now} more"
+    span = f"{_blocks(p.fewest)} to {_blocks(p.most)} within its 95% range"
+    text = f"; the run's variance predicts {_blocks(p.blocks)} blocks in all"
+    text += f"{extra}; {span})" if extra else f" ({span})"
+    if h.seconds_per_block and p.blocks is not None:
+        minutes = (p.blocks - p.blocks_now) * h.seconds_per_block / 60
+        per_block = h.seconds_per_block / 60
+        text += f", about {minutes:,.0f} minutes at {per_block:,.1f} minutes per block"
+    return text
+
+
 def hold_text(h: rec.Hold) -> str:
+    """ "throughput at random-points range=100 @16: 23.6% wide now, 10.3% would decide
+    it; the run's variance predicts ..." """
     now = "no interval" if math.isinf(h.width_now) else f"{h.width_now * 100:.1f}% wide now"
+    where = f"{NAMES[h.criterion]} at {h.where}" if h.where != "peak RSS" else NAMES[h.criterion]
     if h.width_needed <= 0:
-        return f"{NAMES[h.criterion]}: {now}; its estimate sits on the minimum effect"
+        return f"{where}: {now}; its ratio sits on the minimum effect, no width decides it"
     return (
-        f"{NAMES[h.criterion]}: {now}; an interval {h.width_needed * 100:.1f}% wide "
-        "around the estimate would decide it"
+        f"{where}: {now}, {h.width_needed * 100:.1f}% around its ratio would decide it"
+        + prediction_text(h)
     )
 
 
 def continue_command(h: rec.Hold, r: Recommendation, source: str | None) -> str:
-    """The command that adds evidence for one hold: more blocks of the run (throughput,
-    p99, CPU), or for peak RSS a replay of a trace, memory's evidence without servers."""
-    where = shlex.quote(source) if source else "OUT"
-    if h.criterion == rec.RSS:
-        return (
-            f"mallocbench replay TRACE --out REPLAY, then mallocbench recommend {where} "
-            "--replay REPLAY (or more repeats in a new run)"
-        )
+    """The command that adds the blocks: for throughput, `run --resume --target-ci` at the
+    width needed, bounded by the blocks and minutes the variance's range allows; for p99,
+    CPU or peak RSS (which --target-ci does not watch), a new run with the blocks in
+    its repeats; for peak RSS also a replay of a trace, memory's evidence without servers."""
     experiment = shlex.quote(r.experiment_file) if r.experiment_file else "EXPERIMENT.toml"
+    p = h.prediction
+    # --target-ci stops at Stein's count; the range's high end bounds it all the same.
+    most = max(p.most or MAX_BLOCKS, p.stein or MAX_BLOCKS) if p else None
+    if h.criterion != rec.THROUGHPUT:
+        blocks = p.blocks if p and p.blocks else "N"
+        command = f"mallocbench run {experiment} --out NEW --set repeats={blocks}"
+        if h.criterion == rec.RSS:
+            where = shlex.quote(source) if source else "OUT"
+            command += (
+                f"`, or replay a trace: `mallocbench replay TRACE --out REPLAY` then "
+                f"`mallocbench recommend {where} --replay REPLAY"
+            )
+        return command
     target = max(h.width_needed, 0.001) * 100
-    return f"mallocbench run {experiment} {_run_place(source)} --resume --target-ci {target:.1f}%"
+    command = (
+        f"mallocbench run {experiment} {_run_place(source)} --resume --target-ci {target:.1f}%"
+    )
+    if p is not None and most is not None:
+        command += f" --max-repeats {max(most, 2)}"
+        if h.seconds_per_block:
+            minutes = math.ceil((most - p.blocks_now) * h.seconds_per_block / 60) + 1
+            command += f" --budget {minutes}m"
+    return command
 
 
 def _run_place(source: str | None) -> str:
