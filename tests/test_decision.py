@@ -161,6 +161,17 @@ def test_the_demo_reads_undecided_with_what_holds_it_not_a_bare_keep() -> None:
     assert re.search(r"tcmalloc: .*peak RSS: better .*0\.78", text)
 
 
+def test_a_budget_on_an_unclear_priority_takes_it_or_leaves_it_undecided() -> None:
+    # The demo's jemalloc: 0.77x peak RSS, throughput 1.02 [0.91, 1.15].
+    taken = recommend_json(DEMO_FILE, "--max-loss", "throughput=15%")["engines"][0]
+    assert taken["kind"] == rec.CHANGE and taken["choice"] == "jemalloc"
+    text = run_cli("recommend", str(DEMO_FILE), "--max-loss", "throughput=15%").stdout
+    assert "what the budget takes: throughput unclear, its worst interval" in text
+    # A 5% budget: the interval reaches past it, but more blocks may bring it within.
+    waits = recommend_json(DEMO_FILE, "--max-loss", "throughput=5%")["engines"][0]
+    assert waits["kind"] == rec.UNDECIDED and waits["choice"] is None
+
+
 def test_the_reports_carry_the_outcome_and_the_runs_own_decision_table(tmp_path: Path) -> None:
     run = stored(TRADE_OFF_FILE)
     assert "a trade-off; take it with" in markdown_render(analyze(run))

@@ -15,10 +15,10 @@ setup's peak RSS within it) admits a loss on its objective, and a candidate whos
 loss a budget admits qualifies like the others. Without a budget on it, a candidate
 shown better on the first priority and shown worse elsewhere is a trade-off: the
 decision is the user's, and the outcome says so with the budgets that would take it. A
-loss beyond a budget the user gave decides against it. When no candidate qualifies and
-none is a trade-off, one shown better on a priority but unclear on another (not shown
-worse on the first) leaves the engine undecided: more blocks could decide it. Otherwise
-the base stays (keep).
+shown loss beyond a budget the user gave decides against it. When no candidate
+qualifies and none is a trade-off, one shown better on a priority but unclear on another
+(not shown worse on the first) leaves the engine undecided: more blocks could decide it.
+Otherwise the base stays (keep).
 
 A soak with events adds memory evidence of another kind: the RSS step per event each
 setup leaves beside the base's (analysis.ratchet.step_differences, its finding rule
@@ -731,7 +731,10 @@ def _candidate(
             admitted.append((name, budget))
             continue
         against.append((name, status))
-        if name in budgets.max_loss or (name == RSS and budgets.memory_bytes):
+        # A shown loss beyond a budget decides against; an unclear one past it may yet
+        # come within it, so it waits on evidence like any unclear priority.
+        budgeted = name in budgets.max_loss or (name == RSS and budgets.memory_bytes)
+        if budgeted and status == WORSE:
             rejected.append(name)
     none_better = not against and not any(assessments[n].status == BETTER for n in priorities)
     over = bool(budgets.memory_bytes and peak and peak > budgets.memory_bytes)

@@ -263,10 +263,19 @@ def budget_given(name: str, r: Recommendation, budget: str = rec.MAX_LOSS) -> st
     return f"--memory-budget {fmt.mib(r.memory_budget_bytes)}"
 
 
+def _admitted_claim(a: Assessment) -> str:
+    """A loss shown is claimed with its ratio; an unclear one only by how far its worst
+    interval reaches, since the statistics do not show it."""
+    if a.status == rec.WORSE and a.estimate is not None:
+        return ratio_claim(a)
+    worst = f", its worst interval {evidence_text(a.worst)}" if a.worst else ""
+    return f"{NAMES[a.criterion]} unclear{worst}"
+
+
 def admitted_text(c: Candidate, r: Recommendation) -> str:
     """ "1.09x peak RSS [1.08, 1.10] (+19 MiB of 215) within --max-loss rss=10%"."""
     return "; ".join(
-        f"{ratio_claim(c.assessments[name])} within {budget_given(name, r, budget)}"
+        f"{_admitted_claim(c.assessments[name])} within {budget_given(name, r, budget)}"
         for name, budget in c.admitted_by
     )
 
@@ -284,7 +293,7 @@ def engine_headline(e: EngineRecommendation, r: Recommendation | None = None) ->
     if e.kind == rec.CHANGE and c is not None:
         text = f"{e.engine}: run {c.setup} instead of {e.base}"
         if c.admitted_by and r is not None:
-            text += f" (a loss the budget takes: {admitted_text(c, r)})"
+            text += f" (what the budget takes: {admitted_text(c, r)})"
         return text
     if e.kind == rec.TRADE_OFF and c is not None and r is not None:
         return _trade_off_headline(e, c, r)
