@@ -110,6 +110,8 @@ def test_a_memory_saving_that_costs_throughput_is_not_recommended() -> None:
     assert engine.choice is None
     (candidate,) = engine.ranked
     assert candidate.assessments[rec.THROUGHPUT].status == rec.WORSE
+    # A win on a later priority does not buy a loss on the first: no trade-off, keep.
+    assert engine.kind == rec.KEEP
     assert "throughput: worse" in "\n".join(recommendation_lines(r))
 
 
@@ -119,6 +121,9 @@ def test_noisy_throughput_leaves_the_decision_open_not_in_favour() -> None:
     engine = _only(r)
     assert engine.choice is None
     assert engine.ranked[0].assessments[rec.THROUGHPUT].status == rec.UNCLEAR
+    # The supported memory saving waits on throughput: undecided, with what holds it.
+    assert engine.kind == rec.UNDECIDED
+    assert [h.criterion for h in engine.ranked[0].holds] == [rec.THROUGHPUT]
     thin = thin_clauses(engine.thin)
     assert "2 repeats" not in thin and any("repeat" not in t for t in thin)
 
@@ -127,6 +132,7 @@ def test_priorities_order_the_ranking_and_watch_the_rest() -> None:
     # Faster but more memory: with throughput first and rss a priority, rss vetoes it...
     faster_fatter = _run(qps_factor=1.2, rss_factor=1.3)
     assert _only(rec.recommend(faster_fatter)).choice is None
+    assert _only(rec.recommend(faster_fatter)).kind == rec.TRADE_OFF
     # ...with throughput alone, the RSS growth is shown worse, which still vetoes it.
     only_qps = rec.recommend(faster_fatter, priorities=(rec.THROUGHPUT,))
     assert _only(only_qps).choice is None

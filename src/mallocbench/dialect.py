@@ -125,6 +125,20 @@ RUN_SOAK: dict[str, Schema] = {
         "description": "[[soak.event]] tables: work run beside a soak's load",
     },
 }
+RUN_DECISION: dict[str, Schema] = {
+    "priority": _list_of(
+        _of("string", "throughput, rss, p99 or cpu", enum=["throughput", "rss", "p99", "cpu"]),
+        "what matters, most important first (default: throughput, rss)",
+    ),
+    "memory_budget": SIZE
+    | {"description": "peak RSS a setup may use: a peak-RSS loss within it is taken"},
+    "max_loss": _of(
+        "object",
+        'the loss taken per objective for a gain on a priority: { rss = "10%" }',
+        properties={name: FRACTION for name in ("throughput", "p99", "rss", "cpu")},
+        additionalProperties=False,
+    ),
+}
 RUN_TOP: dict[str, Schema] = {
     "name": _of("string", "the experiment's name"),
     "description": _of("string", "what the experiment asks"),
@@ -150,6 +164,7 @@ RUN_TOP: dict[str, Schema] = {
     "server": table(RUN_SERVER, "what every setup's server shares"),
     "setup": {"type": "array", "items": SETUP_TABLE, "description": "[[setup]] tables"},
     "soak": table(RUN_SOAK, "what `mallocbench soak` runs beside its load"),
+    "decision": table(RUN_DECISION, "how `recommend` and the reports decide: priorities, budgets"),
 }
 
 CASE: dict[str, Schema] = {

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import psutil
 
 from mallocbench.allocators.base import Allocator
+from mallocbench.analysis.recommend import parse_max_loss, parse_priorities
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.dataset import Dataset, cache_root
@@ -29,6 +30,7 @@ from mallocbench.dialect import (
     MAX_PLANNED,
     MAX_REPEATS,
     RUN_DATASET,
+    RUN_DECISION,
     RUN_DURATIONS,
     RUN_SERVER,
     RUN_TOP,
@@ -160,9 +162,19 @@ class Experiment:
     step_specs: list[str] = field(default_factory=list)  # as written: names, groups
     # [[soak.event]]: what a soak runs beside its load (soakevents); `run` refuses them.
     events: tuple[SoakEvent, ...] = ()
+    decision: Decision | None = None  # [decision]: what the run's recommendation weighs
 
     def setup(self, name: str) -> Setup:
         return next(s for s in self.setups if s.name == name)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The [decision] table: priorities (None: the default) and the budgets."""
+
+    priorities: tuple[str, ...] | None = None
+    memory_budget_bytes: int | None = None
+    max_loss: dict[str, float] = field(default_factory=dict)  # criterion -> fraction
 
 
 @dataclass(frozen=True)
@@ -601,6 +613,7 @@ def from_dict(
         budget = problems.check(("budget",), _budget, data["budget"], design)
     events = parse_events(problems, data)
     name = problems.check(("name",), _name, data.get("name", default_name))
+    decision = _decision(problems, data)
     problems.raise_if_any(source, text, overridden)
     experiment = Experiment(
         name=str(name),
@@ -625,11 +638,48 @@ def from_dict(
         basedir=server.basedir,
         port=server.port,
         events=events,
+        decision=decision,
     )
     # Checked once the parts are right: a count of broken parts would mislead.
     problems.check(("repeats",) if "repeats" in data else (), _check_cells, experiment)
     problems.raise_if_any(source, text, overridden)
     return experiment
+
+
+def _decision(problems: Problems, data: dict[str, Any]) -> Decision | None:
+    """The [decision] table, each key checked: the names `recommend --priority` and
+    --max-loss take, a size for the memory budget."""
+    if "decision" not in data:
+        return None
+    hint = 'write a [decision] table, e.g. max_loss = { rss = "10%" }'
+    raw = problems.check(("decision",), _expect, data["decision"], dict, "decision", hint)
+    if raw is None:
+        return None
+    problems.unknown_keys(("decision",), raw, RUN_DECISION, "[decision]")
+    priorities = None
+    if "priority" in raw:
+        priorities = problems.check(("decision", "priority"), _priorities, raw["priority"])
+    budget = None
+    if "memory_budget" in raw:
+        budget = problems.check(
+            ("decision", "memory_budget"),
+            parse_size,
+            raw["memory_budget"],
+            "decision.memory_budget",
+        )
+    losses = problems.check(("decision", "max_loss"), _max_loss, raw.get("max_loss", {}))
+    return Decision(priorities, budget, losses or {})
+
+
+def _priorities(value: object) -> tuple[str, ...]:
+    names = value if isinstance(value, list) else [value]
+    return parse_priorities(",".join(str(n) for n in names), "decision.priority")
+
+
+def _max_loss(value: object) -> dict[str, float]:
+    _expect(value, dict, "decision.max_loss", 'write e.g. max_loss = { rss = "10%" }')
+    items = [f"{k}={v}" for k, v in value.items()]  # type: ignore[attr-defined]
+    return parse_max_loss(items, "decision.max_loss")
 
 
 @dataclass

@@ -367,6 +367,16 @@ class ReplayRecord(Record):
 
 
 @dataclass
+class DecisionRecord(Record):
+    """The experiment's [decision] table: what the run's recommendation weighs (the
+    priorities, None for the default; the budgets)."""
+
+    priorities: list[str] | None = None
+    memory_budget_bytes: int | None = None
+    max_loss: dict[str, float] | None = None  # criterion -> fraction
+
+
+@dataclass
 class RunMetadata(Record):
     """What a run records beside its cells: see the module's docstring for the shape."""
 
@@ -395,6 +405,7 @@ class RunMetadata(Record):
     runtime_dir: str | None = None
     # A replay of a recorded trace: a run of its own, whose results are these, not cells.
     replay: ReplayRecord | None = _record(ReplayRecord)
+    decision: DecisionRecord | None = _record(DecisionRecord)
 
 
 __all__ = [
@@ -402,6 +413,7 @@ __all__ = [
     "AllocatorRecord",
     "ClusterRecord",
     "DatasetRecord",
+    "DecisionRecord",
     "DesignRecord",
     "Durations",
     "HostFacts",

@@ -39,6 +39,7 @@ from mallocbench.metadata import (
     AdaptiveRecord,
     AllocatorRecord,
     DatasetRecord,
+    DecisionRecord,
     DesignRecord,
     Durations,
     RunMetadata,
@@ -671,6 +672,13 @@ class Pipeline:
         metadata.min_effect = (
             options.min_effect if options.min_effect is not None else experiment.min_effect
         )
+        decision = experiment.decision
+        if decision is not None:
+            metadata.decision = DecisionRecord(
+                priorities=list(decision.priorities) if decision.priorities else None,
+                memory_budget_bytes=decision.memory_budget_bytes,
+                max_loss=dict(decision.max_loss) or None,
+            )
         metadata.update_from_dict(options.extra_metadata.to_dict())
         if self.runtime_dir is not None:
             metadata.runtime_dir = self.runtime_dir

@@ -6,8 +6,19 @@ is a gate, not a score. A candidate qualifies against the base when, on every pr
 minimum effect (a non-inferiority test: the 95% interval's bad end stays within
 1 +- min_effect) and is shown better on at least one (its interval excludes 1.0 by at
 least min_effect). Criteria that are not priorities only disqualify when they are shown
-worse. Qualifying candidates are ranked by the priorities in order; when none qualifies,
-the base stays. A point estimate alone never moves a decision.
+worse. Qualifying candidates are ranked by the priorities in order. A point estimate
+alone never moves a decision.
+
+A loss is a price, not a veto, once the user names what they will pay: a budget
+(--max-loss OBJECTIVE=PCT: every interval's bad end within PCT; --memory-budget: the
+setup's peak RSS within it) admits a loss on its objective, and a candidate whose every
+loss a budget admits qualifies like the others. Without a budget on it, a candidate
+shown better on the first priority and shown worse elsewhere is a trade-off: the
+decision is the user's, and the outcome says so with the budgets that would take it. A
+shown loss beyond a budget the user gave decides against it. When no candidate
+qualifies and none is a trade-off, one shown better on a priority but unclear on another
+(not shown worse on the first) leaves the engine undecided: more blocks could decide it.
+Otherwise the base stays (keep).
 
 A soak with events adds memory evidence of another kind: the RSS step per event each
 setup leaves beside the base's (analysis.ratchet.step_differences, its finding rule
@@ -21,12 +32,13 @@ import dataclasses
 import math
 import os
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.client import client_bound
+from mallocbench.analysis.continuation import BlocksPrediction, predict, seconds_per_block
 from mallocbench.analysis.summary import RSS as RSS_UNIT
 from mallocbench.analysis.summary import (
     RatioCell,
@@ -41,7 +53,8 @@ from mallocbench.analysis.summary import (
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.metadata import ReplayRecord
-from mallocbench.results import STATUS_OK, RunResult
+from mallocbench.results import STATUS_OK, Cell, RunResult
+from mallocbench.units import parse_fraction
 
 if TYPE_CHECKING:
     from mallocbench.analysis.ratchet import SetupRatchet, StepDifference
@@ -49,10 +62,24 @@ if TYPE_CHECKING:
 THROUGHPUT = "throughput"
 P99 = "p99"
 RSS = "rss"
-CRITERIA = (THROUGHPUT, P99, RSS)
+CPU = "cpu"  # the server's CPU time per operation
+CRITERIA = (THROUGHPUT, P99, RSS, CPU)
 DEFAULT_PRIORITIES = (THROUGHPUT, RSS)
-# Higher is better for throughput; lower for latency and memory.
-HIGHER_IS_BETTER = {THROUGHPUT: True, P99: False, RSS: False}
+# Higher is better for throughput; lower for latency, memory and CPU.
+HIGHER_IS_BETTER = {THROUGHPUT: True, P99: False, RSS: False, CPU: False}
+CPU_METRIC = "server_cpu_us_per_op"
+
+# What an engine's recommendation is (recommendation.kind in JSON).
+Outcome = Literal["change", "trade-off", "undecided", "keep"]
+CHANGE: Outcome = "change"  # a setup qualifies: run it
+TRADE_OFF: Outcome = "trade-off"  # wins the first priority, loses another: the user's call
+UNDECIDED: Outcome = "undecided"  # a supported gain waits on an unclear priority
+KEEP: Outcome = "keep"  # nothing qualifies and nothing waits on evidence: keep the base
+
+# Which budget admitted a loss (Candidate.admitted_by).
+BudgetKind = Literal["max-loss", "memory-budget"]
+MAX_LOSS: BudgetKind = "max-loss"
+MEMORY_BUDGET: BudgetKind = "memory-budget"
 
 BETTER = "better"  # shown better beyond min_effect, and nowhere shown worse
 NON_INFERIOR = "non-inferior"  # every interval's bad end within min_effect
@@ -71,6 +98,10 @@ class Evidence:
     high: float
     verdict: str  # stats.classify's word, about the ratio (not about better/worse)
     problem: str | None = None
+    reference: float | None = None  # the base's own value there, in the criterion's unit
+    # A paired interval's blocks and degrees of freedom (0 and nan: not paired).
+    blocks: int = 0
+    df: float = math.nan
     # A step per soak event: its figures in bytes; ratio, low and high are then 1 plus the
     # difference over the base's RSS before its events (analysis.ratchet).
     step: StepDifference | None = None
@@ -83,6 +114,7 @@ class Evidence:
             "high": None if math.isnan(self.high) else self.high,
             "verdict": self.verdict,
             "problem": self.problem,
+            "reference": self.reference,
         }
         if self.step is not None:
             out["step"] = self.step.to_dict()
@@ -102,12 +134,43 @@ class Assessment:
     cells: int = 0
     worst: Evidence | None = None  # the interval whose bad end is furthest from 1.0
     steps: list[Evidence] = field(default_factory=list)  # every step per soak event weighed
+    # The base's level in the criterion's unit (QPS, ms, bytes, us per operation): the
+    # geometric mean of its values where the ratios were measured; None without.
+    base_level: float | None = None
+
+    @property
+    def change(self) -> float | None:
+        """The estimate in the user's unit: the candidate's level minus the base's."""
+        if self.estimate is None or self.base_level is None:
+            return None
+        return self.base_level * (self.estimate - 1)
+
+    def loss_admitted(self, max_loss: float) -> bool:
+        """Every interval's bad end within `max_loss` of 1.0; a crash or a missing
+        interval is a loss no percentage admits."""
+        if any(e.problem or not _has_interval(e) for e in (*self.worse, *self.unclear)):
+            return False
+        if self.worst is None:
+            return True
+        higher = HIGHER_IS_BETTER[self.criterion]
+        # A rounding hair: a loss written as the interval prints (1.10) is within 10%.
+        return _bad_end(self.worst, higher) >= _bad_end_at(max_loss, higher) - 1e-9
+
+    def loss_to_admit(self) -> float | None:
+        """The smallest --max-loss that would admit this loss, as a fraction; None when
+        none would (a crash, or no interval)."""
+        if self.worst is None or not self.loss_admitted(math.inf):
+            return None
+        e = self.worst
+        return max(0.0, 1.0 - e.low) if HIGHER_IS_BETTER[self.criterion] else max(0.0, e.high - 1)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "criterion": self.criterion,
             "status": self.status,
             "estimate": self.estimate,
+            "base_level": self.base_level,
+            "change": self.change,
             "cells": self.cells,
             "better": [e.to_dict() for e in self.better],
             "worse": [e.to_dict() for e in self.worse],
@@ -119,25 +182,69 @@ class Assessment:
         return out
 
 
+@dataclass(frozen=True)
+class Budgets:
+    """What the user will pay for a gain: an absolute peak RSS, and a loss per criterion."""
+
+    memory_bytes: int | None = None
+    max_loss: Mapping[str, float] = field(default_factory=dict)  # criterion -> fraction
+
+
+@dataclass(frozen=True)
+class Hold:
+    """An unclear priority that keeps a supported gain from deciding, by the interval
+    that needs the most blocks: its width now, the width at which an interval around
+    its ratio stands clear of the minimum effect on the losing side (0: the ratio sits on
+    that line, and no width decides it), and the blocks the run's own variance predicts
+    for that (analysis.continuation), with the wall time one block took."""
+
+    criterion: str
+    where: str
+    width_now: float
+    width_needed: float
+    prediction: BlocksPrediction | None = None
+    seconds_per_block: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["width_now"] = None if math.isinf(self.width_now) else self.width_now
+        return out
+
+
 @dataclass
 class Candidate:
     setup: str
     assessments: dict[str, Assessment]
     qualifies: bool
     # Why it does not qualify, each a (criterion, status): a priority it is not shown
-    # better on or no worse than, or another criterion it is worse on.
+    # better on or no worse than, or another criterion it is worse on, no budget admitting.
     disqualified_by: list[tuple[str, str]]
     peak_rss_bytes: int | None = None
     over_budget: bool = False
     better_on_none: bool = False  # nothing against it, but better on no priority either
+    outcome: Outcome = KEEP  # CHANGE (it qualifies), TRADE_OFF, UNDECIDED or KEEP
+    # The losses a budget let through, each (criterion, MAX_LOSS or MEMORY_BUDGET).
+    admitted_by: list[tuple[str, BudgetKind]] = field(default_factory=list)
+    rejected_by: list[str] = field(default_factory=list)  # criteria whose budget it exceeds
+    holds: list[Hold] = field(default_factory=list)  # UNDECIDED: what waits on evidence
+    # TRADE_OFF: per lost criterion the smallest --max-loss that takes it (a fraction),
+    # and the smallest round --memory-budget that takes a peak-RSS loss (bytes).
+    loss_to_admit: dict[str, float] = field(default_factory=dict)
+    memory_budget_to_admit: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Without the reasons it does not qualify, which the reports word."""
         return {
             "setup": self.setup,
             "qualifies": self.qualifies,
+            "outcome": self.outcome,
             "peak_rss_bytes": self.peak_rss_bytes,
             "over_budget": self.over_budget,
+            "admitted_by": [list(a) for a in self.admitted_by],
+            "rejected_by": self.rejected_by,
+            "holds": [h.to_dict() for h in self.holds],
+            "loss_to_admit": self.loss_to_admit,
+            "memory_budget_to_admit": self.memory_budget_to_admit,
             "assessments": {k: a.to_dict() for k, a in self.assessments.items()},
         }
 
@@ -158,17 +265,27 @@ class ThinEvidence:
 class EngineRecommendation:
     engine: str
     base: str
-    choice: str | None  # None: keep the base
-    ranked: list[Candidate]  # qualifying first, in rank order, then the rest
+    choice: str | None  # the setup to run (kind CHANGE); None: keep the base for now
+    # Qualifying first, in rank order, then the trade-offs, the undecided, the rest; the
+    # first is the one the kind is about.
+    ranked: list[Candidate]
     thin: ThinEvidence  # where the evidence is thin
     base_peak_rss_bytes: int | None = None
     base_over_budget: bool = False
+    kind: Outcome = KEEP
+
+    @property
+    def subject(self) -> Candidate | None:
+        """The candidate the outcome names: the choice, the trade-off or the undecided."""
+        return self.ranked[0] if self.kind != KEEP and self.ranked else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
             "base": self.base,
+            "kind": self.kind,
             "choice": self.choice,
+            "subject": self.subject.setup if self.subject else None,
             "keep_base": self.choice is None,
             "thin_evidence": dataclasses.asdict(self.thin),  # worded by the reports
             "base_peak_rss_bytes": self.base_peak_rss_bytes,
@@ -185,6 +302,8 @@ class Recommendation:
     memory_budget_bytes: int | None
     engines: list[EngineRecommendation]
     exploratory: bool  # no interval anywhere: nothing can be recommended
+    max_loss: dict[str, float] = field(default_factory=dict)  # criterion -> fraction
+    experiment_file: str | None = None  # what `run --resume` would continue
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -192,29 +311,92 @@ class Recommendation:
             "priorities": list(self.priorities),
             "min_effect": self.min_effect,
             "memory_budget_bytes": self.memory_budget_bytes,
+            "max_loss": self.max_loss,
             "exploratory": self.exploratory,
             "engines": [e.to_dict() for e in self.engines],
         }
 
 
-def parse_priorities(text: str) -> tuple[str, ...]:
+def parse_priorities(text: str, key: str = "--priority") -> tuple[str, ...]:
     """ "throughput,rss" -> ("throughput", "rss"); each criterion once, known names only."""
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    aliases = {"qps": THROUGHPUT, "latency": P99, "memory": RSS, "p99_ms": P99}
-    names = [aliases.get(n, n) for n in names]
+    names = [ALIASES.get(n, n) for n in names]
     unknown = [n for n in names if n not in CRITERIA]
     if unknown or not names:
         raise MallocbenchError(
             f"unknown priority {', '.join(unknown) or repr(text)}: use a comma list of "
-            f"{', '.join(CRITERIA)} (most important first), e.g. --priority throughput,rss"
+            f"{', '.join(CRITERIA)} (most important first), e.g. {key} throughput,rss"
         )
     if len(set(names)) != len(names):
-        raise MallocbenchError(f"--priority {text!r} names a criterion twice: list each once")
+        raise MallocbenchError(f"{key} {text!r} names a criterion twice: list each once")
     return tuple(names)
 
 
+ALIASES = {"qps": THROUGHPUT, "latency": P99, "memory": RSS, "p99_ms": P99}
+
+
+def parse_max_loss(items: Sequence[str], key: str = "--max-loss") -> dict[str, float]:
+    """["rss=10%", "p99=0.05"] -> {"rss": 0.10, "p99": 0.05}: the loss the user accepts
+    per objective, each once."""
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        criterion = ALIASES.get(name.strip().lower(), name.strip().lower())
+        if not sep or criterion not in CRITERIA:
+            raise MallocbenchError(
+                f"{key} {item!r} is not OBJECTIVE=PCT: write e.g. {key} rss=10% "
+                f"(objectives: {', '.join(CRITERIA)})"
+            )
+        if criterion in out:
+            raise MallocbenchError(f"{key} names {criterion} twice: give each objective once")
+        out[criterion] = parse_fraction(value.strip(), f"{key} {criterion}")
+    return out
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    """What a recommendation weighs: the priorities and the budgets."""
+
+    priorities: tuple[str, ...] = DEFAULT_PRIORITIES
+    memory_budget_bytes: int | None = None
+    max_loss: Mapping[str, float] = field(default_factory=dict)
+
+
+def stored_rule(result: RunResult) -> DecisionRule:
+    """The run's own rule, from its experiment's [decision] table (the default without);
+    names checked again, since a stored file may have been edited by hand."""
+    record = result.metadata.decision
+    if record is None:
+        return DecisionRule()
+    where = f"the [decision] of run {result.run_id}"
+    priorities: tuple[str, ...] = DEFAULT_PRIORITIES
+    if record.priorities:
+        priorities = parse_priorities(",".join(record.priorities), where)
+    losses = parse_max_loss([f"{k}={v}" for k, v in (record.max_loss or {}).items()], where)
+    return DecisionRule(priorities, record.memory_budget_bytes, losses)
+
+
+def _has_interval(e: Evidence) -> bool:
+    return not (math.isnan(e.low) or math.isnan(e.high))
+
+
+def _bad_end_at(max_loss: float, higher_better: bool) -> float:
+    """The bad end (as _bad_end states it) of an interval that loses exactly max_loss."""
+    return 1.0 - max_loss if higher_better else 1.0 / (1.0 + max_loss)
+
+
 def _evidence(where: str, cell: RatioCell) -> Evidence:
-    return Evidence(where, cell.ratio, cell.low, cell.high, cell.verdict, cell.problem)
+    return Evidence(
+        where,
+        cell.ratio,
+        cell.low,
+        cell.high,
+        cell.verdict,
+        cell.problem,
+        cell.reference,
+        cell.blocks,
+        cell.df,
+    )
 
 
 def _weigh(out: Assessment, evidence: Evidence, cell: RatioCell, min_effect: float) -> None:
@@ -260,9 +442,12 @@ def assess(
     cells: list[tuple[str, RatioCell]],
     min_effect: float,
     steps: Sequence[StepDifference] = (),
+    level_cells: int | None = None,
 ) -> Assessment:
     """A candidate's status on one criterion from its ratio cells (candidate / base) and,
-    for memory, the steps per soak event it leaves beside the base's."""
+    for memory, the steps per soak event it leaves beside the base's. The base's level
+    comes from the first `level_cells` cells (all by default): a replay's bytes are not
+    the server's."""
     out = Assessment(criterion, UNMEASURED, None, cells=len(cells) + len(steps))
     ratios = []
     for where, cell in cells:
@@ -283,6 +468,8 @@ def assess(
         out.steps.append(evidence)
         _weigh(out, evidence, cell, min_effect)
     out.estimate = stats.geomean(ratios) if ratios else None
+    levels = [c.reference for _, c in cells[:level_cells] if c.reference and not c.problem]
+    out.base_level = stats.geomean(levels) if levels else None
     if out.worse:
         out.status = WORSE
     elif not ratios and not steps:
@@ -305,12 +492,28 @@ def _bad_end(e: Evidence, higher_better: bool) -> float:
     return e.low if higher_better else 1 / e.high
 
 
-def _p99_cells(result: RunResult, min_effect: float) -> dict[str, list[tuple[str, RatioCell]]]:
-    """Each candidate's p99 latency over the base's per step and thread count, paired."""
+def _p99(cell: Cell) -> float | None:
+    return cell.p99_ms
+
+
+def _cpu(cell: Cell) -> float | None:
+    value = (cell.metrics or {}).get(CPU_METRIC)
+    return float(value) if value else None
+
+
+def _paired_cells(
+    result: RunResult,
+    min_effect: float,
+    value_of: Callable[[Cell], float | None] = _p99,
+    unit: str = "ms",
+) -> dict[str, list[tuple[str, RatioCell]]]:
+    """Each candidate's value (p99 latency, CPU per operation) over the base's per step
+    and thread count, paired by block."""
     by_key: dict[tuple[str, str, str, int], dict[int, float]] = defaultdict(dict)
     for cell in result.cells:
-        if cell.status == STATUS_OK and cell.p99_ms:
-            by_key[(cell.setup, cell.engine, cell.step, cell.threads)][cell.repeat] = cell.p99_ms
+        value = value_of(cell) if cell.status == STATUS_OK else None
+        if value:
+            by_key[(cell.setup, cell.engine, cell.step, cell.threads)][cell.repeat] = value
     out: dict[str, list[tuple[str, RatioCell]]] = defaultdict(list)
     base = result.base_setup
     for (setup, engine, step, threads), base_values in sorted(by_key.items()):
@@ -329,7 +532,7 @@ def _p99_cells(result: RunResult, min_effect: float) -> dict[str, list[tuple[str
                 None,
                 base,
                 min_effect,
-                "ms",
+                unit,
                 blocked.get(name),
             )
             out[f"{engine}/{name}"].append((f"{step} @{threads}", ratio))
@@ -429,27 +632,164 @@ def _rank_key(candidate: Candidate, priorities: tuple[str, ...]) -> tuple[float,
     return tuple(key)
 
 
+def _admitting_budget(
+    name: str, a: Assessment, peak: int | None, budgets: Budgets
+) -> BudgetKind | None:
+    """The budget that admits this loss, if one does: a --max-loss on its criterion, or
+    for peak RSS the memory budget the setup's peak fits in."""
+    if name in budgets.max_loss and a.loss_admitted(budgets.max_loss[name]):
+        return MAX_LOSS
+    if name == RSS and budgets.memory_bytes and peak and peak <= budgets.memory_bytes:
+        return MEMORY_BUDGET
+    return None
+
+
+def _at_issue(
+    assessments: dict[str, Assessment], priorities: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """(criterion, status) of each priority not shown better or no worse, and each other
+    criterion shown worse: what keeps a candidate from qualifying unless a budget admits it."""
+    out = [
+        (name, assessments[name].status)
+        for name in priorities
+        if assessments[name].status not in (BETTER, NON_INFERIOR)
+    ]
+    return out + [
+        (name, WORSE)
+        for name, a in assessments.items()
+        if name not in priorities and a.status == WORSE
+    ]
+
+
+def _evidence_hold(e: Evidence, criterion: str, min_effect: float, per_block: float | None) -> Hold:
+    """One unclear interval: how wide it is, how wide one around its ratio may be to
+    stand clear of the minimum effect on the losing side, and the blocks that takes."""
+    line = 1 - min_effect if HIGHER_IS_BETTER[criterion] else 1 + min_effect
+    ratio = e.ratio if e.ratio and e.ratio > 0 else 1.0
+    needed = abs(math.log(ratio / line))  # on the log scale, as the intervals are built
+    width_needed = ratio * (math.exp(needed) - math.exp(-needed))
+    prediction = predict(e.low, e.high, e.df, e.blocks, needed) if _has_interval(e) else None
+    now = stats.interval_width(e.low, e.high) if _has_interval(e) else math.inf
+    return Hold(criterion, e.where, now, width_needed, prediction, per_block)
+
+
+def _hold(a: Assessment, min_effect: float, per_block: float | None) -> Hold:
+    """What holds a criterion: of its unclear intervals, the one needing most blocks
+    (no prediction, e.g. no interval, counts as most)."""
+    holds = [_evidence_hold(e, a.criterion, min_effect, per_block) for e in a.unclear]
+
+    def blocks(h: Hold) -> float:
+        p = h.prediction
+        return math.inf if p is None or p.blocks is None else p.blocks
+
+    return max(holds, key=lambda h: (blocks(h), h.width_now))
+
+
+def _round_budget(peak: int) -> int:
+    """A memory budget to type: the peak rounded up to two significant figures of MiB."""
+    mib = peak / (1 << 20)
+    step = 10 ** max(0, math.floor(math.log10(max(mib, 1))) - 1)
+    return int(math.ceil(mib / step) * step) << 20
+
+
+def _outcome(
+    c: Candidate, priorities: tuple[str, ...], min_effect: float, per_block: float | None
+) -> Outcome:
+    """CHANGE, TRADE_OFF, UNDECIDED or KEEP for one candidate (the module's docstring)."""
+    better = [n for n in priorities if c.assessments[n].status == BETTER]
+    if c.over_budget or c.rejected_by or not better:
+        return CHANGE if c.qualifies else KEEP
+    blocking = dict(c.disqualified_by)
+    if not blocking:
+        return CHANGE
+    unclear = [n for n in priorities if blocking.get(n) == UNCLEAR]
+    # A loss no budget could take (a crash, no interval) is no price to weigh.
+    payable = all(c.assessments[n].loss_to_admit() is not None for n in blocking)
+    if priorities[0] in better and set(blocking.values()) == {WORSE} and payable:
+        return TRADE_OFF
+    if unclear and blocking.get(priorities[0]) not in (WORSE, UNMEASURED):
+        c.holds = [_hold(c.assessments[n], min_effect, per_block) for n in unclear]
+        return UNDECIDED
+    return KEEP
+
+
 def _candidate(
     setup: str,
     assessments: dict[str, Assessment],
     priorities: tuple[str, ...],
     peak: int | None,
-    budget: int | None,
+    budgets: Budgets,
+    min_effect: float,
+    per_block: float | None = None,
 ) -> Candidate:
-    against = [
-        (name, assessments[name].status)
-        for name in priorities
-        if assessments[name].status not in (BETTER, NON_INFERIOR)
-    ]
-    against += [
-        (name, WORSE)
-        for name, a in assessments.items()
-        if name not in priorities and a.status == WORSE
-    ]
+    against, admitted, rejected = [], [], []
+    for name, status in _at_issue(assessments, priorities):
+        budget = None
+        if status in (WORSE, UNCLEAR):
+            budget = _admitting_budget(name, assessments[name], peak, budgets)
+        if budget is not None:
+            admitted.append((name, budget))
+            continue
+        against.append((name, status))
+        # A shown loss beyond a budget decides against; an unclear one past it may yet
+        # come within it, so it waits on evidence like any unclear priority.
+        budgeted = name in budgets.max_loss or (name == RSS and budgets.memory_bytes)
+        if budgeted and status == WORSE:
+            rejected.append(name)
     none_better = not against and not any(assessments[n].status == BETTER for n in priorities)
-    over = bool(budget and peak and peak > budget)
+    over = bool(budgets.memory_bytes and peak and peak > budgets.memory_bytes)
     qualifies = not against and not none_better and not over
-    return Candidate(setup, assessments, qualifies, against, peak, over, none_better)
+    c = Candidate(setup, assessments, qualifies, against, peak, over, none_better)
+    c.admitted_by, c.rejected_by = admitted, rejected
+    c.outcome = _outcome(c, priorities, min_effect, per_block)
+    if c.outcome == TRADE_OFF:
+        for name, _ in against:
+            needed = assessments[name].loss_to_admit()
+            if needed is not None:
+                c.loss_to_admit[name] = needed
+        if RSS in c.loss_to_admit and peak:
+            c.memory_budget_to_admit = _round_budget(peak)
+    return c
+
+
+# The order outcomes rank in: the first present decides the engine's kind.
+OUTCOME_ORDER = (CHANGE, TRADE_OFF, UNDECIDED, KEEP)
+
+
+def _rank(candidates: list[Candidate], priorities: tuple[str, ...]) -> list[Candidate]:
+    """Qualifying first, then trade-offs, undecided, the rest; each by the priorities."""
+    return sorted(
+        candidates,
+        # The rest keep the run's order: nothing ranks what is not recommended.
+        key=lambda c: (
+            OUTCOME_ORDER.index(c.outcome),
+            *(_rank_key(c, priorities) if c.outcome != KEEP else ()),
+        ),
+    )
+
+
+def _engine(
+    result: RunResult,
+    engine: str,
+    candidates: list[Candidate],
+    priorities: tuple[str, ...],
+    budget: int | None,
+) -> EngineRecommendation:
+    ranked = _rank(candidates, priorities)
+    kind = ranked[0].outcome
+    base_peak = max(
+        peak_rss_by_repeat(result).get((result.base_setup, engine), {}).values(), default=None
+    )
+    return EngineRecommendation(
+        engine,
+        result.base_setup,
+        ranked[0].setup if kind == CHANGE else None,
+        ranked,
+        _thin_evidence(result, engine),
+        _whole(base_peak),
+        bool(budget and base_peak and base_peak > budget),
+        kind,
+    )
 
 
 def recommend(
@@ -461,24 +801,28 @@ def recommend(
     rss_cells: Mapping[tuple[str, str], RatioCell] | None = None,
     replay: ReplayRecord | None = None,
     ratchets: Sequence[SetupRatchet] | None = None,
+    max_loss: Mapping[str, float] | None = None,
 ) -> Recommendation:
-    """The setup to run per engine, or the base when no candidate qualifies.
+    """The setup to run per engine, the trade-off to weigh, or the base to keep.
     `tables`, `rss_cells` and `ratchets`: relative_tables(result, min_effect),
     rss_ratio_cells(result, min_effect) and ratchet_setups(...), when already at hand.
     `replay`: a replay of a trace of this workload, whose peak RSS ratios join the servers'
-    as memory evidence. A soak's steps per event join them too (read from the samples)."""
+    as memory evidence. A soak's steps per event join them too (read from the samples).
+    `memory_budget_bytes` and `max_loss` (criterion -> fraction): the budgets."""
     effect = min_effect_of(result, min_effect)
     if tables is None:
         tables = relative_tables(result, effect, summarize_run(result))
     if rss_cells is None:
         rss_cells = rss_ratio_cells(result, effect)
-    p99 = _p99_cells(result, effect)
+    budgets = Budgets(memory_budget_bytes, dict(max_loss or {}))
+    paired = {P99: _paired_cells(result, effect), CPU: _paired_cells(result, effect, _cpu, "us")}
     peaks = peak_rss_by_repeat(result)
     replay_cells = replay_rss_cells(result, replay, effect) if replay else {}
     trace = os.path.basename((replay.trace_path or "") if replay else "") or "a trace"
     replay_label = f"peak RSS from a replay of {trace}"
     base = result.base_setup
     steps = _steps_by_setup(result, ratchets, effect)
+    per_block = seconds_per_block(result)
     engines = []
     for engine in dict.fromkeys(c.engine for c in result.cells):
         candidates = []
@@ -493,34 +837,28 @@ def recommend(
             if not qps_cells:
                 continue
             rss = _rss_evidence(engine, setup, rss_cells, replay_cells, replay_label)
+            servers = 1 if (engine, setup) in rss_cells else 0
+            key = f"{engine}/{setup}"
             assessments = {
                 THROUGHPUT: assess(THROUGHPUT, qps_cells, effect),
-                P99: assess(P99, p99.get(f"{engine}/{setup}", []), effect),
-                RSS: assess(RSS, rss, effect, steps.get((engine, setup), ())),
+                P99: assess(P99, paired[P99].get(key, []), effect),
+                RSS: assess(RSS, rss, effect, steps.get((engine, setup), ()), servers),
+                CPU: assess(CPU, paired[CPU].get(key, []), effect),
             }
             peak = max(peaks.get((setup, engine), {}).values(), default=None)
             candidates.append(
-                _candidate(setup, assessments, priorities, _whole(peak), memory_budget_bytes)
+                _candidate(setup, assessments, priorities, _whole(peak), budgets, effect, per_block)
             )
-        if not candidates:
-            continue  # only the base ran on this engine: nothing to choose between
-        qualifying = sorted(
-            (c for c in candidates if c.qualifies), key=lambda c: _rank_key(c, priorities)
-        )
-        rest = [c for c in candidates if not c.qualifies]
-        base_peak = max(peaks.get((base, engine), {}).values(), default=None)
-        engines.append(
-            EngineRecommendation(
-                engine,
-                base,
-                qualifying[0].setup if qualifying else None,
-                qualifying + rest,
-                _thin_evidence(result, engine),
-                _whole(base_peak),
-                bool(memory_budget_bytes and base_peak and base_peak > memory_budget_bytes),
-            )
-        )
+        if candidates:  # else only the base ran on this engine: nothing to choose between
+            engines.append(_engine(result, engine, candidates, priorities, memory_budget_bytes))
     exploratory = not any(c.has_interval for t in tables for r in t.rows for c in r.cells.values())
     return Recommendation(
-        result.run_id, priorities, effect, memory_budget_bytes, engines, exploratory
+        result.run_id,
+        priorities,
+        effect,
+        memory_budget_bytes,
+        engines,
+        exploratory,
+        dict(budgets.max_loss),
+        result.metadata.experiment_file,
     )

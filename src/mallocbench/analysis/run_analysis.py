@@ -8,14 +8,14 @@ The renderers receive a `RunAnalysis` and never call the analysis themselves, so
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.adjust import CpuAdjustment, adjust_for_other_cpu
 from mallocbench.analysis.client import client_bound
 from mallocbench.analysis.ratchet import SetupRatchet, ratchet_setups
-from mallocbench.analysis.recommend import Recommendation, recommend
+from mallocbench.analysis.recommend import Recommendation, recommend, stored_rule
 from mallocbench.analysis.replay import ReplayAnalysis, analyze_replay
 from mallocbench.analysis.run_noise import RunNoise, run_noise
 from mallocbench.analysis.sla import SlaStatus, sla_results
@@ -24,6 +24,7 @@ from mallocbench.analysis.summary import (
     CellSummary,
     Exploratory,
     MemoryRow,
+    RatioCell,
     RatioTable,
     exploratory,
     memory_rows,
@@ -115,6 +116,27 @@ def select_setups(
     )
 
 
+def _recommendation(
+    run: RunResult,
+    effect: float,
+    tables: list[RatioTable],
+    rss_cells: dict[tuple[str, str], RatioCell],
+    ratchets: Sequence[SetupRatchet],
+) -> Recommendation:
+    """The run's recommendation by its own rule: its experiment's [decision], if any."""
+    rule = stored_rule(run)
+    return recommend(
+        run,
+        rule.priorities,
+        effect,
+        rule.memory_budget_bytes,
+        tables=tables,
+        rss_cells=rss_cells,
+        ratchets=ratchets,
+        max_loss=rule.max_loss,
+    )
+
+
 def analyze(
     result: RunResult,
     min_effect: float | None = None,
@@ -141,9 +163,7 @@ def analyze(
         tables=tuple(tables),
         memory=tuple(memory),
         verdict=tuple(verdict_rows(run, tables, memory, effect, rss_cells)),
-        recommendation=recommend(
-            run, min_effect=effect, tables=tables, rss_cells=rss_cells, ratchets=ratchets
-        ),
+        recommendation=_recommendation(run, effect, tables, rss_cells, ratchets),
         sla=tuple(sla_results(run.cells)),
         is_soak=is_soak(run),
         soaks=soaks,

@@ -216,6 +216,10 @@ class RatioCell:
     unit: str = QPS
     unstable: bool = False  # a repeat on either side trended or shifted while measured
     paired: bool = False  # the interval pairs blocks (repeats) measured together
+    # A paired interval's blocks and degrees of freedom (nan: unpaired, or no interval):
+    # what a prediction of the blocks a narrower interval needs starts from.
+    blocks: int = 0
+    df: float = math.nan
 
     @property
     def verdict(self) -> str:
@@ -292,7 +296,7 @@ def ratio_cell(
         return RatioCell(None, problem=problem, **common)
     if blocked is not None and blocked.blocks >= 1:
         r, low, high = blocked.ratio, blocked.low, blocked.high
-        common["paired"] = True
+        common.update(paired=True, blocks=blocked.blocks, df=blocked.df)
     else:
         r, low, high = stats.ratio_ci(values, reference)
     return RatioCell(None if _nan(r) else r, low, high, **common)

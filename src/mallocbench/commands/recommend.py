@@ -12,7 +12,14 @@ from pathlib import Path
 import click
 
 from mallocbench import deploy
-from mallocbench.analysis.recommend import DEFAULT_PRIORITIES, parse_priorities, recommend
+from mallocbench.analysis.recommend import (
+    CRITERIA,
+    DecisionRule,
+    parse_max_loss,
+    parse_priorities,
+    recommend,
+    stored_rule,
+)
 from mallocbench.commands.options import emit, min_effect_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
@@ -59,24 +66,82 @@ def _replay(source: str) -> ReplayRecord:
     return replayed.metadata.replay
 
 
-@click.command("recommend")
+RECOMMEND_HELP = """Recommend a setup for production from a run, and show how to deploy it.
+
+\b
+The outcome per engine is one of:
+  change     a setup shown better on a priority by at least the minimum effect and
+             not worse by as much on any (or only by a loss a budget takes): run it;
+  trade-off  the best wins the first priority and is shown worse on another: the
+             price in ratios and units (MiB, QPS, ms), and the budget that takes it;
+  undecided  a supported gain waits on an unclear priority: what holds it and the
+             command that adds evidence;
+  keep       nothing else: keep the base.
+Budgets decide trade-offs: --memory-budget (absolute) and --max-loss OBJECTIVE=PCT
+take a loss within them and refuse one beyond; the experiment's [decision] table
+gives the defaults. Every claim prints its ratio, interval and the cells it comes
+from; thin evidence (one thread count, no write steps, unstable or client-bound
+cells, few repeats) is said. A soak with events adds each setup's RSS step per
+event against the base's as memory evidence. Deploy snippets are for a change only.
+
+\b
+SOURCE is an output directory, a .sqlite store, a postgresql:// URL or a results.json.
+
+\b
+Examples:
+  mallocbench recommend out
+  mallocbench recommend out --priority rss,throughput --memory-budget 12G
+  mallocbench recommend out --max-loss rss=10% --max-loss p99=5%
+  mallocbench recommend out --engine myrocks --write-dropin /etc/systemd/system
+"""
+
+
+def _given_rule(
+    priority_text: str | None, budget_text: str | None, max_loss_items: tuple[str, ...]
+) -> DecisionRule:
+    """The command line's rule, checked before any run is read; () priorities when not given."""
+    return DecisionRule(
+        parse_priorities(priority_text) if priority_text else (),
+        parse_size(budget_text, "--memory-budget") if budget_text else None,
+        parse_max_loss(max_loss_items),
+    )
+
+
+def _merged(given: DecisionRule, stored: DecisionRule) -> DecisionRule:
+    """The run's own [decision] fills what the command line leaves out."""
+    return DecisionRule(
+        given.priorities or stored.priorities,
+        given.memory_budget_bytes or stored.memory_budget_bytes,
+        {**stored.max_loss, **given.max_loss},
+    )
+
+
+@click.command("recommend", help=RECOMMEND_HELP)
 # A str, not a Path: a postgresql:// URL would lose a slash.
 @click.argument("source")
 @click.option("--run", "run_id", help="Run id in the store (default: the latest).")
 @click.option(
     "--priority",
     "priority_text",
-    default=",".join(DEFAULT_PRIORITIES),
-    show_default=True,
     metavar="LIST",
-    help="What matters, most important first: throughput, rss, p99. A setup must be "
-    "shown not worse on each and better on one; other criteria only veto a shown loss.",
+    help="What matters, most important first: throughput, rss, p99, cpu (default: the "
+    "experiment's [decision], else throughput,rss). A setup must be shown not worse on "
+    "each and better on one; other criteria only veto a shown loss.",
 )
 @click.option(
     "--memory-budget",
     "budget_text",
     metavar="SIZE",
-    help="RAM the server may use (e.g. 8G): setups whose peak RSS exceeds it are out.",
+    help="RAM the server may use (e.g. 8G): setups whose peak RSS exceeds it are out, "
+    "and a peak-RSS loss within it is taken.",
+)
+@click.option(
+    "--max-loss",
+    "max_loss_items",
+    multiple=True,
+    metavar="OBJECTIVE=PCT",
+    help=f"A loss taken for a gain on a priority ({', '.join(CRITERIA)}), e.g. rss=10%: "
+    "every interval's bad end within it. Repeat for more objectives.",
 )
 @min_effect_option("Smallest change that counts, better or worse (0.03 or 3%); default: the run's.")
 @click.option("--engine", help="Recommend for this engine only (when engines disagree).")
@@ -112,8 +177,9 @@ def _replay(source: str) -> ReplayRecord:
 def recommend_cmd(
     source: str,
     run_id: str | None,
-    priority_text: str,
+    priority_text: str | None,
     budget_text: str | None,
+    max_loss_items: tuple[str, ...],
     min_effect: float | None,
     engine: str | None,
     replay_source: str | None,
@@ -121,29 +187,10 @@ def recommend_cmd(
     dropin_dir: Path | None,
     fmt_name: str,
 ) -> None:
-    """Recommend a setup for production from a run, and show how to deploy it.
-
-    \b
-    A setup is recommended over the base only when the statistics show it better on
-    one priority by at least the minimum effect and not worse by as much on any
-    (non-inferiority: the 95% interval's bad end stays within the minimum effect);
-    otherwise the answer is to keep the base. Every claim prints its ratio, interval
-    and the cells it comes from; thin evidence (one thread count, no write steps,
-    unstable or client-bound cells, few repeats) is said. A soak with events adds each
-    setup's RSS step per event against the base's as memory evidence.
-
-    \b
-    SOURCE is an output directory, a .sqlite store, a postgresql:// URL or a results.json.
-
-    \b
-    Examples:
-      mallocbench recommend out
-      mallocbench recommend out --priority rss,throughput --memory-budget 12G
-      mallocbench recommend out --engine myrocks --write-dropin /etc/systemd/system
-    """
-    priorities = parse_priorities(priority_text)
-    budget = parse_size(budget_text, "--memory-budget") if budget_text else None
+    """`mallocbench recommend` (RECOMMEND_HELP)."""
+    given = _given_rule(priority_text, budget_text, max_loss_items)
     result = load_result(source, run_id, with_samples=False)
+    rule = _merged(given, stored_rule(result))
     if any(s.events for s in result.sessions):
         # A soak's steps per event are read from its per-second RSS: load it with them.
         result = load_result(source, result.run_id)
@@ -155,7 +202,14 @@ def recommend_cmd(
             f"{', '.join(measured) or 'no cells'}; drop --engine or give one of those"
         )
     replay = _replay(replay_source) if replay_source else None
-    rec = recommend(result, priorities, min_effect, budget, replay=replay)
+    rec = recommend(
+        result,
+        rule.priorities,
+        min_effect,
+        rule.memory_budget_bytes,
+        replay=replay,
+        max_loss=rule.max_loss,
+    )
     if engine is not None:
         rec.engines = [e for e in rec.engines if e.engine == engine] or rec.engines
     choices = {e.engine: e.choice for e in rec.engines}
@@ -168,10 +222,11 @@ def recommend_cmd(
         chosen = None  # engines disagree: each engine's choice is in the text above
     if chosen is not None:
         deployment = deploy.deployment_for(_setup(result, chosen), service)
-    emit(formats.RECOMMENDATION, fmt_name, Advice(rec, deployment))
+    emit(formats.RECOMMENDATION, fmt_name, Advice(rec, deployment, source))
     if dropin_dir is not None:
         if deployment is None:
-            make_console(stderr=True).print("no change recommended: no drop-in written")
+            kinds = ", ".join(dict.fromkeys(e.kind for e in rec.engines)) or "keep"
+            make_console(stderr=True).print(f"no change recommended ({kinds}): no drop-in written")
             return
         path = deploy.write_dropin(deployment, dropin_dir)
         make_console(stderr=True).print(

@@ -16,6 +16,7 @@ from rich.markup import escape
 from mallocbench import cluster as cluster_mod
 from mallocbench import exitcodes
 from mallocbench import experiment as experiment_mod
+from mallocbench.analysis.recommend import DEFAULT_PRIORITIES
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.commands.options import (
     StopOnSignals,
@@ -26,7 +27,8 @@ from mallocbench.commands.options import (
 )
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
-from mallocbench.formatting import durations, mib
+from mallocbench.experiment import Decision
+from mallocbench.formatting import durations, mib, percent
 from mallocbench.metadata import Durations
 from mallocbench.report import formats
 from mallocbench.report import replay as replay_report
@@ -46,6 +48,19 @@ from mallocbench.store.loading import load_result
 from mallocbench.store.sqlite import STATUS_FINISHED
 from mallocbench.units import parse_duration
 from mallocbench.workloads.catalogue import CATALOGUE, GROUPS, parse_steps
+
+
+def _decision_text(decision: Decision) -> str:
+    """The [decision] table as the recommendation will weigh it."""
+    parts = [
+        "priorities "
+        + ", ".join(decision.priorities or DEFAULT_PRIORITIES)
+        + ("" if decision.priorities else " (the default)")
+    ]
+    if decision.memory_budget_bytes:
+        parts.append(f"memory budget {mib(decision.memory_budget_bytes)}")
+    parts += [f"max loss {name} {percent(f)}" for name, f in decision.max_loss.items()]
+    return "; ".join(parts)
 
 
 def _design_line(experiment: experiment_mod.Experiment) -> str:
@@ -114,6 +129,8 @@ def _print_plan(
     )
     click.echo(f"  cell     {wording}; about {per_cell:.0f} s each")
     click.echo(f"  {_design_line(experiment)}")
+    if experiment.decision is not None:
+        click.echo(f"  decision {_decision_text(experiment.decision)}")
     capped = [s for s in experiment.setups if s.memory_limit_bytes is not None]
     if capped:
         click.echo(

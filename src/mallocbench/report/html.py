@@ -385,13 +385,28 @@ def build_context(analysis: RunAnalysis) -> ReportContext:
     )
 
 
+def _code_spans(text: str) -> str:
+    """The words' `command` spans as <code>, the rest escaped: a command to copy reads
+    as one on the page (an odd count of backticks leaves the text as it is)."""
+    parts = text.split("`")
+    if len(parts) % 2 == 0:
+        return text
+    markup = jinja2.utils.markupsafe
+    pieces = [
+        markup.escape(p) if i % 2 == 0 else f"<code>{markup.escape(p)}</code>"
+        for i, p in enumerate(parts)
+    ]
+    return markup.Markup("".join(str(p) for p in pieces))
+
+
 def _recommendation(rec: Recommendation) -> list[tuple[str, list[str]]]:
     if rec.exploratory:
         return []
     out = []
     for engine in rec.engines:
         headline, *details = engine_lines(engine, rec)
-        out.append((headline, [line.strip().removeprefix("- ") for line in details]))
+        lines = [_code_spans(line.strip().removeprefix("- ")) for line in details]
+        out.append((_code_spans(headline), lines))
     return out
 
 

@@ -204,7 +204,11 @@ def _recommendation(analysis: RunAnalysis) -> list[str]:
     for engine in rec.engines:
         headline, *details = engine_lines(engine, rec)
         out += [f"**{headline}**", "", *[line.removeprefix("  ") for line in details], ""]
-    out += ["Priorities and budget can be changed with `mallocbench recommend`.", ""]
+    out += [
+        "Priorities and budgets (`--memory-budget`, `--max-loss`) can be changed with "
+        "`mallocbench recommend` or the experiment's `[decision]` table.",
+        "",
+    ]
     return out
 
 

@@ -7,12 +7,16 @@ the HTML page and `mallocbench recommend` print the same sentences.
 from __future__ import annotations
 
 import json
+import math
+import shlex
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from mallocbench import formatting as fmt
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis import stats
+from mallocbench.analysis.continuation import MAX_BLOCKS
 from mallocbench.analysis.recommend import (
     Assessment,
     Candidate,
@@ -26,7 +30,14 @@ from mallocbench.report.words import candidate_reasons, thin_clauses
 if TYPE_CHECKING:
     from mallocbench.deploy import Deployment
 
-NAMES = {rec.THROUGHPUT: "throughput", rec.P99: "p99 latency", rec.RSS: "peak RSS"}
+NAMES = {
+    rec.THROUGHPUT: "throughput",
+    rec.P99: "p99 latency",
+    rec.RSS: "peak RSS",
+    rec.CPU: "server CPU per operation",
+}
+SHORT = {rec.THROUGHPUT: "throughput", rec.P99: "p99", rec.RSS: "peak RSS", rec.CPU: "CPU/op"}
+MIB = float(1 << 20)
 EXAMPLES = 3  # evidence items shown per kind before "and N more"
 
 
@@ -105,8 +116,11 @@ def _status_text(a: Assessment, min_effect: float) -> str:
     band = percent(min_effect)
     if a.status == rec.UNMEASURED:
         return f"{name}: not measured"
+    # A soak's steps weigh beside the ratios but stay out of the estimate: its units
+    # would then price a different claim than the status.
+    units = f" ({units_text(a)})" if units_text(a) and not a.steps else ""
     if a.status == rec.WORSE:
-        return f"{name}: worse{estimate}: {_some(a.worse)}"
+        return f"{name}: worse{estimate}{units}: {_some(a.worse)}"
     if a.status == rec.UNCLEAR:
         side = f"above {1 + min_effect:.2f}" if lower else f"below {1 - min_effect:.2f}"
         if a.cells == 1:
@@ -117,7 +131,7 @@ def _status_text(a: Assessment, min_effect: float) -> str:
         )
     if a.status == rec.BETTER:
         way = "lower" if lower else "higher"
-        text = f"{name}: better ({way} by at least {band}){estimate}: {_some(a.better)}"
+        text = f"{name}: better ({way} by at least {band}){estimate}{units}: {_some(a.better)}"
         if a.cells > 1 and a.worst:
             text += f"; no interval reaches a loss of {band}, the closest: {evidence_text(a.worst)}"
         return text
@@ -133,6 +147,8 @@ def _candidate_lines(c: Candidate, r: Recommendation, indent: str) -> list[str]:
     lines = []
     for name in (*r.priorities, *[n for n in rec.CRITERIA if n not in r.priorities]):
         a = c.assessments[name]
+        if name not in r.priorities and a.status == rec.UNMEASURED:
+            continue  # a watched criterion the run did not measure weighs nothing
         watched = "" if name in r.priorities else " [not a priority: only a loss disqualifies]"
         lines.append(f"{indent}- {assessment_text(a, r.min_effect)}{watched}")
     if c.peak_rss_bytes and r.memory_budget_bytes:
@@ -158,6 +174,8 @@ def _against(c: Candidate, r: Recommendation) -> list[str]:
         )
     if c.over_budget:
         texts.append(f"peak RSS {fmt.mib(c.peak_rss_bytes)} is over the memory budget")
+    for name in c.rejected_by:
+        texts.append(f"{NAMES[name]} loses more than {budget_given(name, r)} allows")
     # What the statistics do support stays in view, though it does not qualify the setup.
     supported = [
         assessment_text(a, r.min_effect) for a in c.assessments.values() if a.status == rec.BETTER
@@ -167,20 +185,234 @@ def _against(c: Candidate, r: Recommendation) -> list[str]:
     return texts
 
 
-def engine_headline(e: EngineRecommendation) -> str:
-    if e.choice is None:
-        return f"{e.engine}: keep {e.base} (no change recommended)"
-    return f"{e.engine}: run {e.choice} instead of {e.base}"
+def units_text(a: Assessment) -> str:
+    """The estimate in the user's unit beside the ratio: "+19 MiB of 215", "-2,900 QPS
+    of 10,000", "+0.31 ms of 4.00"; empty without the base's level."""
+    change, level = a.change, a.base_level
+    if change is None or level is None:
+        return ""
+    if a.criterion == rec.RSS:
+        return f"{change / MIB:+,.0f} MiB of {level / MIB:,.0f}"
+    if a.criterion == rec.THROUGHPUT:
+        return f"{change:+,.0f} QPS of {level:,.0f}"
+    if a.criterion == rec.P99:
+        return f"{change:+,.2f} ms of {level:,.2f}"
+    return f"{change:+,.1f} us of {level:,.1f} CPU per operation"
 
 
-def engine_lines(e: EngineRecommendation, r: Recommendation) -> list[str]:
-    lines = [engine_headline(e)]
-    if e.choice is not None:
-        chosen = e.ranked[0]
-        lines += _candidate_lines(chosen, r, "  ")
+def ratio_claim(a: Assessment, interval: bool = True) -> str:
+    """ "1.29x throughput [1.25, 1.33]" (one cell) or "1.29x throughput (geomean of 4)",
+    then the same in the user's unit."""
+    assert a.estimate is not None
+    text = f"{a.estimate:.2f}x {SHORT[a.criterion]}"
+    ratios = a.cells - len(a.steps)
+    only = a.worst if ratios == 1 and a.worst and a.worst.step is None else None
+    if interval and only is not None:
+        text += f" {fmt.interval(only.low, only.high)}"
+    elif ratios > 1:
+        text += f" (geomean of {ratios})"
+    units = units_text(a)
+    return f"{text} ({units})" if units else text
+
+
+def max_loss_text(criterion: str, fraction: float) -> str:
+    """ "--max-loss rss=10%": whole percents, rounded up so that it admits the loss."""
+    pct = max(1, math.ceil(fraction * 100 - 1e-9))
+    return f"--max-loss {criterion}={pct}%"
+
+
+def budget_commands(c: Candidate) -> list[str]:
+    """The options that would take a trade-off: a memory budget (for a peak-RSS loss)
+    with the other losses' --max-loss, and --max-loss for every loss."""
+    others = [max_loss_text(n, f) for n, f in c.loss_to_admit.items() if n != rec.RSS]
+    out = []
+    if c.memory_budget_to_admit:
+        memory = f"--memory-budget {c.memory_budget_to_admit >> 20}M"
+        out.append(" ".join([memory, *others]))
+    out.append(" ".join(max_loss_text(n, f) for n, f in c.loss_to_admit.items()))
+    return [o for o in out if o]
+
+
+def _trade_off_headline(e: EngineRecommendation, c: Candidate, r: Recommendation) -> str:
+    gains = [
+        ratio_claim(c.assessments[n], interval=n == r.priorities[0])
+        for n in rec.CRITERIA
+        if c.assessments[n].status == rec.BETTER
+    ]
+    losses = [ratio_claim(c.assessments[n]) for n, _ in c.disqualified_by]
+    take = " or ".join(f"`{o}`" for o in budget_commands(c))
+    return (
+        f"{e.engine}: {c.setup}: {', '.join(gains)}, for {', '.join(losses)}: a trade-off; "
+        f"take it with {take}, or keep {e.base}"
+    )
+
+
+def _undecided_headline(e: EngineRecommendation, c: Candidate) -> str:
+    gains = [ratio_claim(a) for a in c.assessments.values() if a.status == rec.BETTER]
+    held = " and ".join(NAMES[h.criterion] for h in c.holds)
+    return (
+        f"{e.engine}: undecided: {c.setup} {', '.join(gains)}, but {held} unclear; "
+        f"keep {e.base} until more blocks decide"
+    )
+
+
+def budget_given(name: str, r: Recommendation, budget: str = rec.MAX_LOSS) -> str:
+    """The budget the user gave on a criterion, as they would type it."""
+    if name in r.max_loss and budget == rec.MAX_LOSS:
+        return f"--max-loss {name}={percent(r.max_loss[name])}"
+    return f"--memory-budget {fmt.mib(r.memory_budget_bytes)}"
+
+
+def _admitted_claim(a: Assessment) -> str:
+    """A loss shown is claimed with its ratio; an unclear one only by how far its worst
+    interval reaches, since the statistics do not show it."""
+    if a.status == rec.WORSE and a.estimate is not None:
+        return ratio_claim(a)
+    worst = f", its worst interval {evidence_text(a.worst)}" if a.worst else ""
+    return f"{NAMES[a.criterion]} unclear{worst}"
+
+
+def admitted_text(c: Candidate, r: Recommendation) -> str:
+    """ "1.09x peak RSS [1.08, 1.10] (+19 MiB of 215) within --max-loss rss=10%"."""
+    return "; ".join(
+        f"{_admitted_claim(c.assessments[name])} within {budget_given(name, r, budget)}"
+        for name, budget in c.admitted_by
+    )
+
+
+def budgets_text(r: Recommendation) -> str:
+    """ "; budgets: --max-loss rss=10%, --memory-budget 240 MiB", or nothing."""
+    given = [budget_given(n, r) for n in r.max_loss]
+    if r.memory_budget_bytes:
+        given.append(budget_given(rec.RSS, r, rec.MEMORY_BUDGET))
+    return f"; budgets: {', '.join(given)}" if given else ""
+
+
+def engine_headline(e: EngineRecommendation, r: Recommendation | None = None) -> str:
+    c = e.subject
+    if e.kind == rec.CHANGE and c is not None:
+        text = f"{e.engine}: run {c.setup} instead of {e.base}"
+        if c.admitted_by and r is not None:
+            text += f" (what the budget takes: {admitted_text(c, r)})"
+        return text
+    if e.kind == rec.TRADE_OFF and c is not None and r is not None:
+        return _trade_off_headline(e, c, r)
+    if e.kind == rec.UNDECIDED and c is not None:
+        return _undecided_headline(e, c)
+    refused = [c for c in e.ranked if c.rejected_by] if r is not None else []
+    if refused and r is not None:
+        by = "; ".join(
+            f"{c.setup}'s {' and '.join(NAMES[n] for n in c.rejected_by)} loss is beyond "
+            + ", ".join(budget_given(n, r) for n in c.rejected_by)
+            for c in refused
+        )
+        return f"{e.engine}: keep {e.base} (no change recommended: {by})"
+    return f"{e.engine}: keep {e.base} (no change recommended)"
+
+
+def _blocks(n: int | None) -> str:
+    return f"{n}" if n is not None else f"over {MAX_BLOCKS}"
+
+
+def prediction_text(h: rec.Hold) -> str:
+    """ "the run's variance predicts 9 blocks in all (6 more; 5 to 23 within its 95%
+    range), about 14 minutes at 2.3 per block"; empty without a prediction."""
+    p = h.prediction
+    if p is None:
+        return ""
+    if p.blocks == p.blocks_now:
+        return "; the run's variance says its blocks should do: rerun the analysis"
+    extra = "" if p.blocks is None else f" ({p.blocks - p.blocks_now} more"
+    span = f"{_blocks(p.fewest)} to {_blocks(p.most)} within its 95% range"
+    text = f"; the run's variance predicts {_blocks(p.blocks)} blocks in all"
+    text += f"{extra}; {span})" if extra else f" ({span})"
+    if h.seconds_per_block and p.blocks is not None:
+        minutes = (p.blocks - p.blocks_now) * h.seconds_per_block / 60
+        per_block = h.seconds_per_block / 60
+        text += f", about {minutes:,.0f} minutes at {per_block:,.1f} minutes per block"
+    return text
+
+
+def hold_text(h: rec.Hold) -> str:
+    """ "throughput at random-points range=100 @16: 23.6% wide now, 10.3% would decide
+    it; the run's variance predicts ..." """
+    now = "no interval" if math.isinf(h.width_now) else f"{h.width_now * 100:.1f}% wide now"
+    where = f"{NAMES[h.criterion]} at {h.where}" if h.where != "peak RSS" else NAMES[h.criterion]
+    if h.width_needed <= 0:
+        return f"{where}: {now}; its ratio sits on the minimum effect, no width decides it"
+    return (
+        f"{where}: {now}, {h.width_needed * 100:.1f}% around its ratio would decide it"
+        + prediction_text(h)
+    )
+
+
+def continue_command(h: rec.Hold, r: Recommendation, source: str | None) -> str:
+    """The command that adds the blocks: for throughput, `run --resume --target-ci` at the
+    width needed, bounded by the blocks and minutes the variance's range allows; for p99,
+    CPU or peak RSS (which --target-ci does not watch), a new run with the blocks in
+    its repeats; for peak RSS also a replay of a trace, memory's evidence without servers."""
+    experiment = shlex.quote(r.experiment_file) if r.experiment_file else "EXPERIMENT.toml"
+    p = h.prediction
+    # --target-ci stops at Stein's count; the range's high end bounds it all the same.
+    most = max(p.most or MAX_BLOCKS, p.stein or MAX_BLOCKS) if p else None
+    if h.criterion != rec.THROUGHPUT:
+        blocks = p.blocks if p and p.blocks else "N"
+        command = f"mallocbench run {experiment} --out NEW --set repeats={blocks}"
+        if h.criterion == rec.RSS:
+            where = shlex.quote(source) if source else "OUT"
+            command += (
+                f"`, or replay a trace: `mallocbench replay TRACE --out REPLAY` then "
+                f"`mallocbench recommend {where} --replay REPLAY"
+            )
+        return command
+    target = max(h.width_needed, 0.001) * 100
+    command = (
+        f"mallocbench run {experiment} {_run_place(source)} --resume --target-ci {target:.1f}%"
+    )
+    if p is not None and most is not None:
+        command += f" --max-repeats {max(most, 2)}"
+        if h.seconds_per_block:
+            minutes = math.ceil((most - p.blocks_now) * h.seconds_per_block / 60) + 1
+            command += f" --budget {minutes}m"
+    return command
+
+
+def _run_place(source: str | None) -> str:
+    """Where `run --resume` finds the run: the store it is in, or the --out directory
+    whose results.json was given."""
+    if not source:
+        return "--out OUT"
+    if source.endswith((".sqlite", ".db")) or "://" in source:
+        return f"--store {shlex.quote(source)}"
+    path = PurePath(source)
+    where = path.parent if path.suffix == ".json" else path
+    return f"--out {shlex.quote(str(where))}"
+
+
+def _undecided_lines(c: Candidate, r: Recommendation, source: str | None) -> list[str]:
+    lines = [f"  - what holds it: {hold_text(h)}" for h in c.holds]
+    commands = dict.fromkeys(continue_command(h, r, source) for h in c.holds)
+    lines += [f"  - to add evidence: `{command}`" for command in commands]
+    lines.append(f"  - {c.setup}:")
+    return lines + _candidate_lines(c, r, "    ")
+
+
+def engine_lines(
+    e: EngineRecommendation, r: Recommendation, source: str | None = None
+) -> list[str]:
+    lines = [engine_headline(e, r)]
+    subject = e.subject
+    if e.kind == rec.CHANGE and subject is not None:
+        lines += _candidate_lines(subject, r, "  ")
         others = [c.setup for c in e.ranked[1:] if c.qualifies]
         if others:
             lines.append(f"  - also qualified, ranked lower: {', '.join(others)}")
+    elif e.kind in (rec.TRADE_OFF, rec.UNDECIDED) and subject is not None:
+        if e.kind == rec.TRADE_OFF:
+            lines += _candidate_lines(subject, r, "  ")
+        else:
+            lines += _undecided_lines(subject, r, source)
+        lines += [f"  - {c.setup}: " + "; ".join(_against(c, r)) for c in e.ranked[1:]]
     else:
         lines.append(
             f"  no setup is shown better than {e.base} on "
@@ -197,11 +429,13 @@ def engine_lines(e: EngineRecommendation, r: Recommendation) -> list[str]:
     return lines
 
 
-def recommendation_lines(r: Recommendation) -> list[str]:
-    """The whole recommendation, one engine after another."""
+def recommendation_lines(r: Recommendation, source: str | None = None) -> list[str]:
+    """The whole recommendation, one engine after another; `source`: where the run is,
+    for the commands that add evidence."""
     lines = [
         f"Priorities: {', '.join(NAMES[p] for p in r.priorities)} (most important first); "
-        f"minimum effect ±{percent(r.min_effect)}; 95% intervals paired by block."
+        f"minimum effect ±{percent(r.min_effect)}{budgets_text(r)}; 95% intervals paired "
+        "by block."
     ]
     if r.exploratory:
         lines.append(
@@ -211,7 +445,7 @@ def recommendation_lines(r: Recommendation) -> list[str]:
     if any(c.assessments[rec.RSS].steps for e in r.engines for c in e.ranked):
         lines.append(STEP_RULE)
     for e in r.engines:
-        lines += ["", *engine_lines(e, r)]
+        lines += ["", *engine_lines(e, r, source)]
     return lines
 
 
@@ -219,8 +453,10 @@ def verdict_lines(r: Recommendation) -> list[str]:
     """One line per engine for a report's verdict section."""
     out = []
     for e in r.engines:
-        line = engine_headline(e)
-        if e.choice is not None:
+        line = engine_headline(e, r)
+        if e.kind == rec.UNDECIDED and e.subject is not None:
+            line += "; what holds it: " + "; ".join(hold_text(h) for h in e.subject.holds)
+        elif e.choice is not None:
             chosen = e.ranked[0]
             better = [NAMES[n] for n in r.priorities if chosen.assessments[n].status == rec.BETTER]
             line += f": better on {', '.join(better)}, not worse on the rest"
@@ -244,6 +480,9 @@ def verdict_lines(r: Recommendation) -> list[str]:
 def recommendation_dict(r: Recommendation) -> dict[str, Any]:
     """The recommendation as `recommend --format json` prints it, thin evidence worded."""
     data = r.to_dict()
+    kinds = {e.kind for e in r.engines}
+    # One outcome for the whole run when its engines agree; else each engine's own.
+    data["kind"] = next(iter(kinds)) if len(kinds) == 1 else None
     for engine, e in zip(data["engines"], r.engines, strict=True):
         engine["thin_evidence"] = thin_clauses(e.thin)
         engine["candidates"] = [_candidate_dict(c) for c in e.ranked]
@@ -263,10 +502,11 @@ class Advice:
 
     recommendation: Recommendation
     deployment: Deployment | None = None
+    source: str | None = None  # where the run is, for the commands that add evidence
 
 
 def advice_text(a: Advice) -> str:
-    lines = recommendation_lines(a.recommendation)
+    lines = recommendation_lines(a.recommendation, a.source)
     if a.deployment is not None:
         # Imported here: every report reads this module, few deploy anything.
         from mallocbench.deploy import render

@@ -460,6 +460,7 @@ def candidate_reasons(candidate: Candidate) -> list[str]:
         reasons.append("better on no priority")
     if candidate.over_budget:
         reasons.append("peak RSS over the memory budget")
+    reasons += [f"{name}: loss beyond its budget" for name in candidate.rejected_by]
     return reasons
 
 
