@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from mallocbench import exitcodes
+from mallocbench import deploy, exitcodes
 from mallocbench.errors import MallocbenchError
+from mallocbench.launch import FORMS
 from mallocbench.units import parse_size
 
 # The shim's buffers at rest (zstd's context and two frame buffers, which shrink under a
@@ -19,11 +20,17 @@ from mallocbench.units import parse_size
 MIN_BUFFER = 1 << 20
 
 if TYPE_CHECKING:
+    from mallocbench.launch import Launch
     from mallocbench.replay.control import Outcome
 
 
-@click.command("record", epilog=exitcodes.RECORD_HELP)
-@click.option("--pid", type=click.IntRange(1), help="The server process (with the shim loaded).")
+@click.command(
+    "record",
+    epilog=exitcodes.RECORD_HELP,
+    # `--pid $(pidof mariadbd)` with two servers gives two words: refused with both named
+    context_settings={"allow_extra_args": True},
+)
+@click.option("--pid", "pid_text", metavar="PID", help="The server process (with the shim loaded).")
 @click.option(
     "--seconds",
     type=click.FloatRange(0.1, 86400),
@@ -42,8 +49,27 @@ if TYPE_CHECKING:
 @click.option(
     "--print-dropin",
     is_flag=True,
-    help="Print the systemd drop-in that preloads the shim (in front of the allocator "
-    "of --pid, if given) and exit.",
+    help="Print how to preload the shim (in front of the allocator of --pid, if given) "
+    "in the form that fits how --pid runs (systemd unit, mysqld_safe, container, plain "
+    "environment), and exit.",
+)
+@click.option(
+    "--form",
+    type=click.Choice(FORMS),
+    help="The form --print-dropin prints (default: the one that fits --pid, else systemd).",
+)
+@click.option(
+    "--remove-dropin",
+    is_flag=True,
+    help="Remove the recording drop-in of --service (or of --pid's unit) under --units-dir, "
+    "and exit; the shim stays loaded until the service restarts.",
+)
+@click.option(
+    "--units-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(deploy.SYSTEMD_DIR),
+    show_default=True,
+    help="Unit directory of --remove-dropin.",
 )
 @click.option(
     "--max-buffer",
@@ -55,11 +81,16 @@ if TYPE_CHECKING:
     "is whole up to that point and says so, and the server runs on.",
 )
 @click.option("--service", help="Service name for --print-dropin (default: that of --pid).")
+@click.pass_context
 def record(
-    pid: int | None,
+    ctx: click.Context,
+    pid_text: str | None,
     seconds: float,
     out: Path,
     print_dropin: bool,
+    form: str | None,
+    remove_dropin: bool,
+    units_dir: Path,
     max_buffer: str | None,
     service: str | None,
 ) -> None:
@@ -67,16 +98,22 @@ def record(
 
     \b
     The server must run with the shim preloaded; it records nothing until armed:
-      mallocbench record --print-dropin --pid PID   the drop-in to install (once)
+      mallocbench record --print-dropin --pid PID   how to preload it (once)
       mallocbench record --pid PID --seconds 60 --out trace.mbt
       mallocbench replay trace.mbt --allocators glibc,jemalloc,tcmalloc
+      mallocbench record --remove-dropin --service mariadb   when done (systemd)
     """
+    from mallocbench.launch import detect
     from mallocbench.replay import control
     from mallocbench.replay.trace import header_status
 
+    pid = one_pid(pid_text, ctx.args)
     if print_dropin:
-        name = service or (control.service_of(pid) if pid else None) or "mariadb"
-        click.echo(control.dropin_text(pid, name), nl=False)
+        d, started = control.recording_for(pid, service)
+        click.echo(_form_text(d, started, form), nl=False)
+        return
+    if remove_dropin:
+        _remove_dropin(units_dir, service or (detect(pid).service if pid else None))
         return
     if pid is None:
         raise MallocbenchError("give --pid PID of the server to record (or --print-dropin)")
@@ -117,6 +154,68 @@ def record(
     click.echo(f"{out}: {size / 1e6:.2f} MB (recording {status})")
     click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
     sys.exit(exitcodes.ABORTED)
+
+
+def one_pid(text: str | None, extra: list[str]) -> int | None:
+    """The one process id of --pid; several (`--pid "$(pidof mariadbd)"` or its
+    unquoted form, two words) are refused with each one's command line."""
+    if text is None:
+        if extra:
+            raise MallocbenchError(f"unexpected argument {extra[0]!r}: record takes options only")
+        return None
+    words = text.replace(",", " ").split() + list(extra)
+    bad = next((w for w in words if not w.isdigit() or int(w) < 1), None)
+    if bad is not None or not words:
+        raise MallocbenchError(
+            f"--pid {bad if bad is not None else repr(text)} is not a process id: give the "
+            "server's PID (did `pidof` find no server?)"
+        )
+    pids = list(dict.fromkeys(int(w) for w in words))
+    if len(pids) > 1:
+        named = ", ".join(f"{p} ({_command(p)})" for p in pids)
+        raise MallocbenchError(
+            f"--pid names {len(pids)} processes: {named}; record one server at a time: "
+            "give one of these PIDs"
+        )
+    return pids[0]
+
+
+def _command(pid: int) -> str:
+    """A process's command line, shortened, to tell two servers apart."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "not running"
+    words = [w.decode(errors="replace") for w in raw.split(b"\0") if w]
+    text = " ".join(words) or "?"
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _form_text(d: deploy.Deployment, started: Launch | None, form: str | None) -> str:
+    """The chosen form's text, after a line saying how the process runs."""
+    chosen = form or (started.form if started else "systemd")
+    head = ""
+    if started is not None:
+        others = "|".join(f for f in FORMS if f != chosen)
+        head = (
+            f"# process {started.pid} runs as {started.form}: {'; '.join(started.reasons)}\n"
+            f"# the {chosen} form (others: --form {others}):\n"
+        )
+    return head + deploy.render_form(d, chosen)
+
+
+def _remove_dropin(units_dir: Path, service: str | None) -> None:
+    name = service or "mariadb"
+    removed = deploy.remove_dropins(units_dir, name)
+    if not removed:
+        click.echo(f"no recording drop-in of {name} under {units_dir}: nothing removed")
+        return
+    for path in removed:
+        click.echo(f"removed {path}")
+    click.echo(
+        f"apply with: systemctl daemon-reload && systemctl restart {name} (the shim stays "
+        "loaded, unarmed, until then)"
+    )
 
 
 def _interrupted(signum: int) -> NoReturn:

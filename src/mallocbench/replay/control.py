@@ -19,13 +19,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mallocbench import allocators
-from mallocbench.deploy import SYSTEMD_DIR, environment_line
+from mallocbench import allocators, deploy, launch
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import write_text_atomic
 from mallocbench.probes import process as proc_probe
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import SHIM, shim_path
+from mallocbench.replay.native import SHIM, SHIM_ENV, shim_path
 from mallocbench.replay.trace import STATUS_OFFSET, STATUS_SIZE
 
 CONTROL_ENV = "MBRECORD_CONTROL"
@@ -56,43 +55,38 @@ def in_process(pid: int, path: str) -> Path:
     return Path(f"/proc/{pid}/root") / path.lstrip("/")
 
 
-def service_of(pid: int) -> str | None:
-    """The systemd service running `pid` (from its cgroup), e.g. "mariadb"."""
-    try:
-        text = Path(f"/proc/{pid}/cgroup").read_text()
-    except OSError:
-        return None
-    for part in text.strip().split("/"):
-        if part.endswith(".service"):
-            return part.removesuffix(".service")
-    return None
+def record_shim() -> str:
+    """The shim to preload: the copy `mallocbench install-shim` put where a hardened
+    unit can read it, else the one this checkout built (or MALLOCBENCH_RECORD_SHIM)."""
+    installed = Path(deploy.INSTALLED_SHIM_DIR) / SHIM
+    if not os.environ.get(SHIM_ENV) and installed.is_file():
+        return str(installed)
+    return str(shim_path())
 
 
-def preload_value(pid: int | None) -> str:
-    """LD_PRELOAD for the shim in front of the process's allocator (shim first, so its
-    malloc is the one called and it forwards to the allocator's)."""
-    shim = str(shim_path())
+def recording_for(
+    pid: int | None, service: str | None = None
+) -> tuple[deploy.Deployment, launch.Launch | None]:
+    """The shim's deployment for process `pid` (in front of the allocator it has
+    mapped) and how that process was started; without a pid, for glibc's malloc."""
     if pid is None:
-        return shim
+        return deploy.recording(record_shim(), service=service or "mariadb"), None
+    started = launch.detect(pid)
     mapped = allocators.detect(pid)
-    return shim if mapped.name == "glibc" or not mapped.path else f"{shim} {mapped.path}"
-
-
-def dropin_text(pid: int | None, service: str) -> str:
-    return (
-        f"# {SYSTEMD_DIR}/{service}.service.d/mbrecord.conf: preloads the mallocbench\n"
-        "# recording shim; it records nothing until `mallocbench record --pid` arms it.\n"
-        "[Service]\n" + environment_line("LD_PRELOAD", preload_value(pid)) + "\n"
-    )
+    library = None if mapped.name == "glibc" or not mapped.path else mapped.path
+    name = service or started.service or "mariadb"
+    return deploy.recording(record_shim(), mapped.name, library, name), started
 
 
 def not_loaded_message(pid: int) -> str:
-    service = service_of(pid) or "mariadb"
-    line = environment_line("LD_PRELOAD", preload_value(pid))
+    d, started = recording_for(pid)
+    assert started is not None
+    notes = "".join(f"; note: {n}" for n in d.notes)
     return (
-        f"process {pid} does not have the recording shim loaded: put [Service] {line} in "
-        f"{SYSTEMD_DIR}/{service}.service.d/mbrecord.conf (`mallocbench record --print-dropin "
-        f"--pid {pid}` prints it), systemctl daemon-reload, restart {service}, then record"
+        f"process {pid} does not have the recording shim loaded; it runs as "
+        f"{started.form} ({'; '.join(started.reasons)}): {deploy.form_hint(d, started.form)}"
+        f" (`mallocbench record --print-dropin --pid {pid}` prints it, --form for another "
+        f"way), then record{notes}"
     )
 
 
