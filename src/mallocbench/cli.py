@@ -91,6 +91,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "tune",
         "Search allocator knobs for the RSS-versus-time front, with intervals.",
     ),
+    "check": LazyCommand(
+        "check",
+        "check",
+        "Say which allocator and allocator settings are in force in a running process.",
+    ),
     "memory": LazyCommand(
         "memory",
         "memory",

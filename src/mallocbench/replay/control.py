@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mallocbench import allocators, deploy, launch
+from mallocbench import allocators, deploy, inforce, launch
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import write_text_atomic
 from mallocbench.probes import process as proc_probe
@@ -38,11 +38,9 @@ def shim_loaded(pid: int) -> str | None:
 
 def _environ(pid: int) -> dict[str, str]:
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
+        return inforce.read_environ(pid)
+    except MallocbenchError:
         return {}
-    pairs = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)
-    return {k: v for k, _, v in pairs}
 
 
 def control_path(pid: int) -> str:

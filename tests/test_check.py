@@ -1,0 +1,102 @@
+"""`mallocbench check`: the allocator mapped and each setting in force, in real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from mallocbench import allocators, inforce
+
+JEMALLOC = allocators.get("jemalloc", require_available=False)
+# The five settings `tune` chose in issue 45, in the one variable glibc reads.
+FIVE = {
+    "arena_max": "1",
+    "trim_threshold": "122725",
+    "mmap_threshold": "20050",
+    "top_pad": "131868",
+    "tcache_count": "52",
+}
+TUNABLES = ":".join(f"glibc.malloc.{k}={v}" for k, v in FIVE.items())
+
+
+@contextmanager
+def sleeper(**env: str) -> Iterator[int]:
+    """A real process started with `env`, until the block ends."""
+    proc = subprocess.Popen(["sleep", "30"], env={**os.environ, **env}, stderr=subprocess.DEVNULL)
+    try:
+        # until ld.so has run: the environment is the process's own from then on
+        deadline = time.monotonic() + 10
+        while not os.readlink(f"/proc/{proc.pid}/exe").endswith("sleep"):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.05)
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def check(pid: int, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mallocbench.cli", "check", "--pid", str(pid), *args],
+        capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+
+
+def test_every_glibc_tunable_is_a_line_of_its_own() -> None:
+    """glibc writes a NUL over the ':' after each tunable it takes, so the process's
+    environ held GLIBC_TUNABLES with one tunable and four stray 'glibc.*' strings."""
+    with sleeper(GLIBC_TUNABLES=TUNABLES) as pid:
+        out = check(pid)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"process {pid} (") and "malloc is glibc's" in lines[0]
+    for name, value in FIVE.items():
+        assert f"GLIBC_TUNABLES glibc.malloc.{name}={value}: in force" in lines, out.stdout
+
+
+def test_settings_of_another_allocator_are_not_in_force() -> None:
+    if JEMALLOC.path is None:
+        pytest.skip("jemalloc is not installed (Debian package: libjemalloc2)")
+    env = {
+        "LD_PRELOAD": f"{JEMALLOC.path} /nonexistent/libnothing.so",
+        "MALLOC_CONF": "narenas:1,dirty_decay_ms:881,no_such_key:1",
+        "GLIBC_TUNABLES": "glibc.malloc.arena_max=1",
+    }
+    with sleeper(**env) as pid:
+        out = check(pid, "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["allocator"] == "jemalloc" and doc["shim"] is None
+    status = {(s["variable"], s["name"]): s["status"] for s in doc["settings"][2:]}
+    assert status == {
+        ("MALLOC_CONF", "narenas"): "in force",
+        ("MALLOC_CONF", "dirty_decay_ms"): "in force",
+        ("MALLOC_CONF", "no_such_key"): "unknown name",
+        ("GLIBC_TUNABLES", "glibc.malloc.arena_max"): "not in force",
+    }
+    preloads = [(s["variable"], s["status"]) for s in doc["settings"][:2]]
+    assert preloads == [("LD_PRELOAD", "mapped"), ("LD_PRELOAD", "not mapped")]
+
+
+def test_a_process_not_running_is_one_line() -> None:
+    out = check(2**22 + 17)  # above any pid_max
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert out.stderr.startswith("mallocbench: error: process ")
+
+
+def test_environ_as_glibc_leaves_it_is_made_whole() -> None:
+    raw = b"HOME=/root\0GLIBC_TUNABLES=glibc.malloc.arena_max=1\0glibc.pthread.rseq=0\0X=1\0"
+    env = inforce.parse_environ(raw)
+    assert env == {
+        "HOME": "/root",
+        "GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.pthread.rseq=0",
+        "X": "1",
+    }
