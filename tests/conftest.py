@@ -7,6 +7,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -338,3 +339,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             "integrity figures: " + ", ".join(f"{k} {v}" for k, v in _FIGURES.counts.items())
         )
+
+
+@pytest.fixture
+def readable_dir() -> Iterator[Path]:
+    """A directory of this test's own that an unprivileged user (nobody, mysql) may read
+    (pytest's temp dirs are root's, 0700)."""
+    directory = Path(tempfile.mkdtemp(prefix="mallocbench-nobody-"))
+    directory.chmod(0o755)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

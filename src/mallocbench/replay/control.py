@@ -2,7 +2,8 @@
 
 The control file and the trace are reached through /proc/PID/root, so a server with a
 private /tmp (systemd's PrivateTmp) or in a container is armed in its own view of the
-file system; the trace is written by the server (as its user) and then moved to --out.
+file system; the trace is written by the server (as its user), beside --out when it can
+(`near_out`), and then moved to --out and handed to the user who ran `record`.
 """
 
 from __future__ import annotations
@@ -254,16 +255,62 @@ def _stopped(window: Window) -> bool:
     return window.read_status().startswith("stopped")
 
 
-def start(pid: int, server_file: str | None = None, max_buffer: int | None = None) -> Window:
+class CannotCreate(MallocbenchError):
+    """The shim could not create the trace where it was told to."""
+
+
+# Free room --out's directory needs to take the trace from its start: below it, the
+# process's own directory (whose trace --out takes at the end, or which keeps it).
+NEAR_OUT_FREE = 256 << 20
+
+
+def near_out(pid: int, out: Path) -> str | None:
+    """Where the shim may write the trace in --out's own directory, or None.
+
+    The shim writes the trace itself, as the server's user, in its own mount namespace:
+    no file descriptor can be handed to it, and a pipe through this command would make
+    the server wait on it. So the trace goes beside --out only when the process sees
+    that directory as this command does, can write there, and it has room; else into
+    the control file's directory (its /tmp, perhaps tmpfs, i.e. RAM) until the end."""
+    directory = out.parent.absolute()
+    try:
+        same = os.path.samestat(os.stat(in_process(pid, str(directory))), os.stat(directory))
+        room = os.statvfs(directory)
+    except OSError:
+        return None
+    if not same or room.f_bavail * room.f_frsize < NEAR_OUT_FREE:
+        return None
+    if not proc_probe.may_write(pid, directory):
+        return None
+    return str(directory / f".{out.name}.recording-{pid}")
+
+
+def start(
+    pid: int,
+    server_file: str | None = None,
+    max_buffer: int | None = None,
+    out: Path | None = None,
+) -> Window:
     """Arm the shim in `pid`; returns once it says it is recording. `max_buffer` caps the
-    shim's buffers for this window (None: its MBRECORD_MAX_BUFFER, or 64 MiB). A process
-    another recorder has armed is refused."""
+    shim's buffers for this window (None: its MBRECORD_MAX_BUFFER, or 64 MiB); the trace
+    goes to `server_file`, else beside `out` if it can, else beside the control file. A
+    process another recorder has armed is refused."""
     if shim_loaded(pid) is None:
         raise MallocbenchError(not_loaded_message(pid))
     ctl = control_path(pid)
+    beside = near_out(pid, out) if server_file is None and out is not None else None
+    if beside is not None:
+        try:
+            return _started(pid, ctl, beside, max_buffer)
+        except CannotCreate:
+            pass  # what the mode bits do not show (AppArmor, SELinux): its own directory
     server_file = server_file or (
         f"{os.path.dirname(ctl) or '/tmp'}/mbrecord-{pid}-{time.time_ns()}.mbt"
     )
+    return _started(pid, ctl, server_file, max_buffer)
+
+
+def _started(pid: int, ctl: str, server_file: str, max_buffer: int | None) -> Window:
     window = Window(pid, ctl, server_file)
     _open(window)
     try:
@@ -302,6 +349,10 @@ def _arm(window: Window, max_buffer: int | None) -> None:
         raise MallocbenchError(
             f"the shim loaded in process {pid} predates --max-buffer: restart the server "
             "to load the current one, or record without --max-buffer"
+        )
+    if answer.startswith("error cannot create"):
+        raise CannotCreate(
+            f"the shim in process {pid} cannot create {window.server_file} ({answer})"
         )
     if not answer.startswith(("recording", "stopped")):  # stopped: it recorded, briefly
         raise MallocbenchError(
@@ -368,6 +419,8 @@ def _finish(
         source = in_process(window.pid, window.server_file)
         return Outcome(closing, ended, source if source.is_file() else None)
     outcome = _deliver(window, out, Outcome(closing, ended, signal=interrupted))
+    if outcome.kept is not None and not str(outcome.kept).startswith("/proc/"):
+        hand_over(outcome.kept)
     if outcome.kept is not None and outcome.kept.parent.is_dir():
         with contextlib.suppress(OSError):
             _annotate(outcome, window, time.monotonic() - window.armed_at, seconds)
@@ -392,6 +445,26 @@ def _annotate(outcome: Outcome, window: Window, elapsed: float, seconds: float |
     else:
         return
     tracemod.set_status(outcome.kept, text)
+
+
+def recorder_ids() -> tuple[int, int]:
+    """The user who ran `record`: under sudo, the one who called sudo."""
+    uid, gid = os.environ.get("SUDO_UID", ""), os.environ.get("SUDO_GID", "")
+    if os.geteuid() == 0 and uid.isdigit() and gid.isdigit():
+        return int(uid), int(gid)
+    return os.getuid(), os.getgid()
+
+
+def hand_over(path: Path) -> None:
+    """The trace to the user who ran `record`, readable by no one else: the shim made it
+    as the server's user with the server's umask (mysql, 0640), and a trace tells how
+    the server's memory is used. Best effort: a file the trace is kept in anyway."""
+    uid, gid = recorder_ids()
+    with contextlib.suppress(OSError):
+        st = path.stat()
+        if (st.st_uid, st.st_gid) != (uid, gid):
+            os.chown(path, uid, gid)
+        os.chmod(path, 0o600)
 
 
 def _deliver(window: Window, out: Path, outcome: Outcome) -> Outcome:
@@ -521,12 +594,16 @@ def _wait_window(window: Window, seconds: float) -> None:
 
 
 def _armed_window(
-    pid: int, seconds: float, started: Callable[[], None] | None, max_buffer: int | None
+    pid: int,
+    seconds: float,
+    started: Callable[[], None] | None,
+    max_buffer: int | None,
+    out: Path,
 ) -> tuple[Window, int | None]:
     """Arm, and wait out the window; the signal that cut it short, if one did (then the
     shim has been told to stop)."""
     with _signals_interrupt():
-        window = start(pid, max_buffer=max_buffer)
+        window = start(pid, max_buffer=max_buffer, out=out)
         try:
             if started is not None:
                 started()
@@ -552,7 +629,7 @@ def record(
     outcome says how the window ended and where the trace is. Interrupted (Ctrl-C,
     SIGTERM, SIGHUP), it disarms the shim, keeps the trace so far and raises
     RecordingInterrupted."""
-    window, signum = _armed_window(pid, seconds, started, max_buffer)
+    window, signum = _armed_window(pid, seconds, started, max_buffer, out)
     try:
         if signum is None:
             return _finish(window, out, 60.0, seconds=seconds)
