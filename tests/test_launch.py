@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -164,3 +165,24 @@ def test_a_server_started_by_mysqld_safe_gets_its_form(safe_server: PrivateServe
     assert out.returncode == 0, out.stderr
     assert f"# process {pid} runs as mysqld_safe: its parent" in out.stdout
     assert f"malloc-lib={control.record_shim()}\n" in out.stdout
+
+
+def test_tune_prints_the_form_of_the_traces_server_while_it_runs_here() -> None:
+    me = {"host": socket.gethostname(), "pid": str(os.getpid()),
+          "exe": os.readlink("/proc/self/exe")}  # fmt: skip
+    form, why = launch.form_for(None, me)
+    assert form == launch.detect(os.getpid()).form and f"process {os.getpid()} " in why
+    # its pid now another program's, or another host's: the common case
+    assert launch.form_for(None, {**me, "exe": "/usr/sbin/mariadbd"})[0] == "systemd"
+    assert launch.form_for(None, {**me, "host": "elsewhere"})[0] == "systemd"
+    assert launch.form_for("kubernetes", me) == ("kubernetes", "--form")
+
+
+def test_the_shim_not_loaded_hint_is_in_each_forms_own_terms() -> None:
+    shim = "/usr/local/lib/mallocbench/libmbrecord.so"
+    d = deploy.recording(shim, "jemalloc", JE_LIB, "mariadb")
+    hints = {form: deploy.form_hint(d, form) for form in launch.FORMS}
+    assert "00-mallocbench-record.conf" in hints["systemd"]
+    assert f"malloc-lib={shim}" in hints["mysqld_safe"] and JE_LIB in hints["mysqld_safe"]
+    assert "Compose" in hints["docker"] and "container spec" in hints["kubernetes"]
+    assert hints["env"] == f"start the server with LD_PRELOAD='{shim} {JE_LIB}' in its environment"

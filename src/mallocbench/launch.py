@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,3 +170,27 @@ def _launch(facts: Facts, form: str, reasons: tuple[str, ...], **kw: str | None)
 
 def detect(pid: int) -> Launch:
     return judge(gather(pid))
+
+
+def of_recording(info: Mapping[str, str]) -> Launch | None:
+    """How the server a trace was recorded from runs, when it still runs on this host
+    (its header's host, and its pid with the same executable); None otherwise."""
+    pid = info.get("pid", "")
+    if info.get("host") != socket.gethostname() or not pid.isdigit():
+        return None
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+    return detect(int(pid)) if exe == info.get("exe") else None
+
+
+def form_for(chosen: str | None, info: Mapping[str, str] | None) -> tuple[str, str]:
+    """The deploy form to print and why: `chosen` (--form), else that of the recorded
+    server when it still runs here, else systemd's, the common case."""
+    if chosen is not None:
+        return chosen, "--form"
+    found = of_recording(info) if info else None
+    if found is not None:
+        return found.form, f"the recorded process {found.pid} runs so: " + "; ".join(found.reasons)
+    return "systemd", "the recorded server is not running here to tell how it is started"

@@ -60,6 +60,9 @@ class Plan:
     # default, and the lowest RSS whatever its CPU (never the default).
     max_cpu: float | None = None
     memory_at_any_cost: bool = False
+    # The deploy form printed (launch.FORMS) and why that one; the JSON holds them all.
+    deploy_form: str = "systemd"
+    deploy_form_why: str = ""
 
 
 def check_allocators(names: str) -> list[Allocator]:
@@ -224,7 +227,7 @@ def result_for(
 
 
 def deploy_for(allocator: Allocator, point: front.Point, env: dict[str, str]) -> dict[str, Any]:
-    """The chosen setting's environment and systemd drop-in, through deploy.py."""
+    """The chosen setting's environment and its text in every form, through deploy.py."""
     from mallocbench import deploy
     from mallocbench.results import SetupInfo
 
@@ -241,6 +244,7 @@ def deploy_for(allocator: Allocator, point: front.Point, env: dict[str, str]) ->
         "environment": d.environment,
         "systemd": d.snippets["systemd"].text,
         "dropin": f"{deploy.SYSTEMD_DIR}/{d.dropin_relpath}",
+        "forms": {form: deploy.render_form(d, form) for form in deploy.FORM_SNIPPETS},
     }
 
 
@@ -333,6 +337,7 @@ def document(
         "min_effect": plan.min_effect,
         "max_cpu": plan.max_cpu,
         "memory_at_any_cost": plan.memory_at_any_cost,
+        "deploy_form": {"form": plan.deploy_form, "why": plan.deploy_form_why},
         "repeats": plan.repeats,
         "out": str(plan.out),
         "allocators": results,
