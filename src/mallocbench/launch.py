@@ -48,10 +48,7 @@ class Launch:
     reasons: tuple[str, ...] = ()
     service: str | None = None
     container: str | None = None  # docker or kubernetes when in one, whatever starts it
-    others: tuple[str, ...] = field(default=())
-
-    def describe(self) -> str:
-        return f"process runs as {self.form}: " + "; ".join(self.reasons)
+    others: tuple[str, ...] = field(default=())  # the forms not chosen, in FORMS' order
 
 
 def _read(path: str) -> str:

@@ -108,6 +108,8 @@ def record(
     from mallocbench.replay.trace import header_status
 
     pid = one_pid(pid_text, ctx.args)
+    if form is not None and not print_dropin:
+        raise MallocbenchError("--form chooses what --print-dropin prints: give both")
     if print_dropin:
         d, started = control.recording_for(pid, service)
         click.echo(_form_text(d, started, form), nl=False)
@@ -196,7 +198,7 @@ def _form_text(d: deploy.Deployment, started: Launch | None, form: str | None) -
     chosen = form or (started.form if started else "systemd")
     head = ""
     if started is not None:
-        others = "|".join(f for f in FORMS if f != chosen)
+        others = "|".join(f for f in (started.form, *started.others) if f != chosen)
         head = (
             f"# process {started.pid} runs as {started.form}: {'; '.join(started.reasons)}\n"
             f"# the {chosen} form (others: --form {others}):\n"
