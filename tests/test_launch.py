@@ -186,3 +186,29 @@ def test_the_shim_not_loaded_hint_is_in_each_forms_own_terms() -> None:
     assert f"malloc-lib={shim}" in hints["mysqld_safe"] and JE_LIB in hints["mysqld_safe"]
     assert "Compose" in hints["docker"] and "container spec" in hints["kubernetes"]
     assert hints["env"] == f"start the server with LD_PRELOAD='{shim} {JE_LIB}' in its environment"
+
+
+def test_the_facts_of_a_real_process_are_gathered() -> None:
+    child = subprocess.Popen(["sleep", "30"], env={**os.environ, "KUBERNETES_SERVICE_HOST": "x"})
+    try:
+        time.sleep(0.1)
+        facts = launch.gather(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert facts.parent_pid == os.getpid()
+    assert facts.parent_comm == Path("/proc/self/comm").read_text().strip()
+    assert facts.cgroup == Path("/proc/self/cgroup").read_text()  # a child shares it
+    markers = {m for m in ("/.dockerenv", "/run/.containerenv") if Path(m).exists()}
+    assert facts.root_markers == markers and "KUBERNETES_SERVICE_HOST" in facts.environ
+    assert launch.judge(facts).form == "kubernetes"
+
+
+def test_an_installed_shim_is_preferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MALLOCBENCH_RECORD_SHIM", raising=False)
+    monkeypatch.setattr(deploy, "INSTALLED_SHIM_DIR", str(tmp_path))
+    assert control.record_shim() == str(shim_path())
+    (tmp_path / "libmbrecord.so").write_bytes(shim_path().read_bytes())
+    assert control.record_shim() == str(tmp_path / "libmbrecord.so")
+    monkeypatch.setenv("MALLOCBENCH_RECORD_SHIM", str(shim_path()))  # an explicit choice
+    assert control.record_shim() == str(shim_path())
