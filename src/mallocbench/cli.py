@@ -81,6 +81,11 @@ COMMANDS: dict[str, LazyCommand] = {
     "record": LazyCommand(
         "record", "record", "Record a running server's allocation calls (no data) for a window."
     ),
+    "check": LazyCommand(
+        "check",
+        "check",
+        "Say which allocator and allocator settings are in force in a running process.",
+    ),
     "replay": LazyCommand(
         "replay",
         "replay",
@@ -90,11 +95,6 @@ COMMANDS: dict[str, LazyCommand] = {
         "tune",
         "tune",
         "Search allocator knobs for the RSS-versus-time front, with intervals.",
-    ),
-    "check": LazyCommand(
-        "check",
-        "check",
-        "Say which allocator and allocator settings are in force in a running process.",
     ),
     "memory": LazyCommand(
         "memory",

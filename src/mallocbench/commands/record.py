@@ -11,7 +11,7 @@ import click
 
 from mallocbench import deploy, exitcodes
 from mallocbench.errors import MallocbenchError
-from mallocbench.launch import FORMS
+from mallocbench.launch import FORMS, detect
 from mallocbench.units import parse_size
 
 # The shim's buffers at rest (zstd's context and two frame buffers, which shrink under a
@@ -103,7 +103,6 @@ def record(
       mallocbench replay trace.mbt --allocators glibc,jemalloc,tcmalloc
       mallocbench record --remove-dropin --service mariadb   when done (systemd)
     """
-    from mallocbench.launch import detect
     from mallocbench.replay import control
     from mallocbench.replay.trace import header_status
 
