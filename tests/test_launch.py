@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from mallocbench import allocators, deploy, launch
 from mallocbench.replay import control
+from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig
@@ -119,9 +121,12 @@ def test_several_pids_are_refused_with_their_list() -> None:
 
 
 @pytest.fixture
-def safe_server(build: ServerBuild, tmp_path: Path) -> Iterator[PrivateServer]:
+def safe_server(
+    build: ServerBuild, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[PrivateServer]:
     """A server started as a DBA without systemd starts one: mysqld_safe, its malloc-lib
-    the shim (mallocbench's own start runs mariadbd directly, so it cannot stand in)."""
+    the shim when the parameter says so (mallocbench's own start runs mariadbd directly,
+    so it cannot stand in)."""
     safe = shutil.which("mysqld_safe") or shutil.which("mariadbd-safe")
     if safe is None:
         pytest.skip("mysqld_safe is not installed (Debian package: mariadb-server)")
@@ -133,7 +138,8 @@ def safe_server(build: ServerBuild, tmp_path: Path) -> Iterator[PrivateServer]:
     server.initialize_datadir()
     pid_file = server.statedir / "mysqld.pid"
     proc = subprocess.Popen(
-        [safe, f"--defaults-file={server.cnf_path}", f"--malloc-lib={shim_path()}"],
+        [safe, f"--defaults-file={server.cnf_path}",
+         f"--malloc-lib={shim_path() if request.param else ''}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
@@ -156,7 +162,10 @@ def _pid_of(server: PrivateServer) -> int:
 
 
 @pytest.mark.server
-def test_a_server_started_by_mysqld_safe_gets_its_form(safe_server: PrivateServer) -> None:
+@pytest.mark.parametrize("safe_server", [True], indirect=True)
+def test_a_server_started_by_mysqld_safe_gets_its_form_and_records(
+    safe_server: PrivateServer, tmp_path: Path
+) -> None:
     pid = _pid_of(safe_server)
     assert control.shim_loaded(pid) == str(shim_path())
     found = launch.detect(pid)
@@ -165,6 +174,39 @@ def test_a_server_started_by_mysqld_safe_gets_its_form(safe_server: PrivateServe
     assert out.returncode == 0, out.stderr
     assert f"# process {pid} runs as mysqld_safe: its parent" in out.stdout
     assert f"malloc-lib={control.record_shim()}\n" in out.stdout
+    checked = mallocbench("check", "--pid", str(pid)).stdout.splitlines()
+    assert checked[1].startswith("started as mysqld_safe: its parent") and checked[2] == (
+        f"recording shim: loaded ({shim_path()})"
+    ), checked
+    trace = tmp_path / "safe.mbt"
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            safe_server.query("SELECT REPEAT('x', 5000), COUNT(*) FROM mysql.user")
+
+    worker = threading.Thread(target=load)
+    worker.start()
+    try:
+        recorded = mallocbench("record", "--pid", str(pid), "--seconds", "2", "--out", str(trace))
+    finally:
+        stop.set()
+        worker.join()
+    assert recorded.returncode == 0, recorded.stderr
+    info = tracemod.check(trace)
+    assert info.complete and info.data["events"] > 10, info.data
+    assert trace.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("safe_server", [False], indirect=True)
+def test_the_shim_not_loaded_names_malloc_lib_for_mysqld_safe(safe_server: PrivateServer) -> None:
+    pid = _pid_of(safe_server)
+    out = mallocbench("record", "--pid", str(pid), "--seconds", "1")
+    line = out.stderr.strip()
+    assert out.returncode == 2 and "\n" not in line, out.stderr
+    assert f"process {pid} does not have the recording shim loaded; it runs as mysqld_safe" in line
+    assert f"put malloc-lib={control.record_shim()} in the [mysqld_safe] section" in line
 
 
 def test_tune_prints_the_form_of_the_traces_server_while_it_runs_here() -> None:
