@@ -53,6 +53,7 @@ def test_the_form_that_fits_from_recorded_proc_contents(case: dict[str, Any]) ->
     assert found.form == case["form"], found
     assert found.service == case.get("service"), found
     assert found.reasons and case["form"] not in found.others
+    assert tuple(deploy.FORM_SNIPPETS) == launch.FORMS  # every form has its text
 
 
 def test_recording_forms_keep_the_allocator_behind_the_shim(tmp_path: Path) -> None:

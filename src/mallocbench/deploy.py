@@ -22,7 +22,6 @@ from mallocbench import allocators
 from mallocbench.allocators.base import LIB_DIRS, Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import read_bounded, write_text_atomic
-from mallocbench.launch import FORMS
 from mallocbench.results import SetupInfo
 
 SYSTEMD_DIR = "/etc/systemd/system"
@@ -35,7 +34,7 @@ OLD_RECORD_DROPIN = "mbrecord.conf"
 RECORD_MARK = "mallocbench recording shim"
 # Where `mallocbench install-shim` puts the shim: readable by a unit with ProtectHome=.
 INSTALLED_SHIM_DIR = "/usr/local/lib/mallocbench"
-# The snippets each form of `--form` (launch.FORMS) prints.
+# The snippets each form of `--form` (launch.FORMS, in its order) prints.
 FORM_SNIPPETS: dict[str, tuple[str, ...]] = {
     "systemd": ("systemd",),
     "mysqld_safe": ("mysqld_safe", "etc_default"),
@@ -526,7 +525,8 @@ def _unreadable_notes(d: Deployment) -> list[str]:
         )
         notes.append(
             f"{lib} is under {top}, which a unit with ProtectHome=true (Debian's "
-            f"mariadb.service has it) cannot read: the server would start without it; {fix}"
+            "mariadb.service has it) hides and the server's user may not enter: the server "
+            f"would start without it; {fix}"
         )
     return notes
 
@@ -550,9 +550,6 @@ def recording(
     )
     d.notes += _unreadable_notes(d)
     return _with_snippets(d)
-
-
-assert tuple(FORM_SNIPPETS) == FORMS
 
 
 def render_form(d: Deployment, form: str) -> str:

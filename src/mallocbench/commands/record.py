@@ -80,7 +80,11 @@ if TYPE_CHECKING:
     "behind (a busy host, a slow disk) and they reach it, recording stops there: the trace "
     "is whole up to that point and says so, and the server runs on.",
 )
-@click.option("--service", help="Service name for --print-dropin (default: that of --pid).")
+@click.option(
+    "--service",
+    help="Service name for --print-dropin and --remove-dropin (default: the unit of --pid, "
+    "else mariadb).",
+)
 @click.pass_context
 def record(
     ctx: click.Context,
