@@ -54,6 +54,8 @@ def read_environ(pid: int) -> dict[str, str]:
         raise MallocbenchError(
             f"no permission to read /proc/{pid}/environ: run as the server's user or root"
         ) from None
+    except OSError as exc:
+        raise MallocbenchError(f"cannot read /proc/{pid}/environ: {exc.strerror}") from None
     return parse_environ(raw)
 
 

@@ -259,26 +259,35 @@ class CannotCreate(MallocbenchError):
     """The shim could not create the trace where it was told to."""
 
 
-# Free room --out's directory needs to take the trace from its start: below it, the
-# process's own directory (whose trace --out takes at the end, or which keeps it).
+# Free room --out's directory needs to take the trace from its start: below it, or
+# below what the process's own directory has, the trace goes there first (all of it is
+# kept there, and moved at the end, where --out could only have taken it cut short).
 NEAR_OUT_FREE = 256 << 20
 
 
-def near_out(pid: int, out: Path) -> str | None:
+def _free(path: Path) -> int:
+    room = os.statvfs(path)
+    return room.f_bavail * room.f_frsize
+
+
+def near_out(pid: int, out: Path, ctl: str) -> str | None:
     """Where the shim may write the trace in --out's own directory, or None.
 
     The shim writes the trace itself, as the server's user, in its own mount namespace:
     no file descriptor can be handed to it, and a pipe through this command would make
     the server wait on it. So the trace goes beside --out only when the process sees
-    that directory as this command does, can write there, and it has room; else into
-    the control file's directory (its /tmp, perhaps tmpfs, i.e. RAM) until the end."""
+    that directory as this command does, can write there, and it has room; else beside
+    the control file (its /tmp, perhaps tmpfs, i.e. RAM) until the end."""
     directory = out.parent.absolute()
+    ctl_dir = in_process(pid, os.path.dirname(ctl) or "/")
     try:
-        same = os.path.samestat(os.stat(in_process(pid, str(directory))), os.stat(directory))
-        room = os.statvfs(directory)
+        here = os.stat(directory)
+        same = os.path.samestat(os.stat(in_process(pid, str(directory))), here)
+        room = _free(directory)
+        own = 0 if os.stat(ctl_dir).st_dev == here.st_dev else _free(ctl_dir)
     except OSError:
         return None
-    if not same or room.f_bavail * room.f_frsize < NEAR_OUT_FREE:
+    if not same or room < max(NEAR_OUT_FREE, own):
         return None
     if not proc_probe.may_write(pid, directory):
         return None
@@ -298,7 +307,7 @@ def start(
     if shim_loaded(pid) is None:
         raise MallocbenchError(not_loaded_message(pid))
     ctl = control_path(pid)
-    beside = near_out(pid, out) if server_file is None and out is not None else None
+    beside = near_out(pid, out, ctl) if server_file is None and out is not None else None
     if beside is not None:
         try:
             return _started(pid, ctl, beside, max_buffer)
