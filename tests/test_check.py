@@ -9,10 +9,12 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
-from mallocbench import allocators, inforce
+from mallocbench import allocators, deploy, inforce
+from mallocbench.results import SetupInfo
 
 JEMALLOC = allocators.get("jemalloc", require_available=False)
 # The five settings `tune` chose in issue 45, in the one variable glibc reads.
@@ -100,3 +102,34 @@ def test_environ_as_glibc_leaves_it_is_made_whole() -> None:
         "GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.pthread.rseq=0",
         "X": "1",
     }
+
+
+def test_the_next_restart_is_read_from_the_units_files(tmp_path: Path) -> None:
+    """What a restart would change: a tuned drop-in not yet restarted into, and the old
+    recording drop-in's name, mbrecord.conf, sorting after it and winning."""
+    etc, lib = tmp_path / "etc", tmp_path / "lib"
+    lib.mkdir()
+    (lib / "mariadb.service").write_text("[Service]\nExecStart=/bin/true\n")
+    shim = "/usr/local/lib/mallocbench/libmbrecord.so"
+    je = JEMALLOC.path or "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+    deploy.write_dropin(deploy.recording(shim, "jemalloc", je), etc)
+    tuned = SetupInfo("jemalloc-tuned-3", "jemalloc", allocator_library=je,
+                      knobs={"MALLOC_CONF": "narenas:1"})  # fmt: skip
+    tuned_path = deploy.write_dropin(deploy.deployment_for(tuned), etc)
+    recording_now = {"LD_PRELOAD": f"{shim} {je}", "HOME": "/"}
+    files, changes = inforce.next_start(recording_now, "mariadb", (str(etc), str(lib)))
+    assert [Path(f).name for f in files] == [
+        "mariadb.service",
+        deploy.RECORD_DROPIN,
+        tuned_path.name,
+    ]
+    assert [c.line() for c in changes] == [
+        f"at the next restart LD_PRELOAD={deploy.stable_library_path(je, JEMALLOC)} "
+        f"from {tuned_path} (not {shim} {je} as now)",
+        f"at the next restart MALLOC_CONF=narenas:1 from {tuned_path} (unset now)",
+    ]
+    old = tuned_path.parent / "mbrecord.conf"
+    old.write_text(f"[Service]\nEnvironment=LD_PRELOAD={shim}\n")
+    tuned_now = deploy.unit_environment([tuned_path])
+    _, changes = inforce.next_start(tuned_now, "mariadb", (str(etc), str(lib)))
+    assert [(c.variable, c.then, c.source) for c in changes] == [("LD_PRELOAD", shim, str(old))]

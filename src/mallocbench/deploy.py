@@ -760,6 +760,11 @@ DROPIN_LIMIT = 1024**2
 
 def dropin_environment(path: Path) -> dict[str, str]:
     """The environment a drop-in gives its service: Environment= lines, minus unsets."""
+    return unit_environment([path])
+
+
+def _assignments(path: Path) -> tuple[dict[str, str], list[str]]:
+    """A drop-in's Environment= assignments, in order, and its UnsetEnvironment= words."""
     try:
         text = read_bounded(Path(path), DROPIN_LIMIT, "drop-in").decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -779,6 +784,18 @@ def dropin_environment(path: Path) -> dict[str, str]:
                 env[name] = setting
         elif key == "UnsetEnvironment":
             unset += _words(value, where)
+    return env, unset
+
+
+def unit_environment(paths: list[Path]) -> dict[str, str]:
+    """The environment drop-ins give, applied in the order given (systemd's: by file
+    name), a later assignment winning; every unset last, over all of them."""
+    env: dict[str, str] = {}
+    unset: list[str] = []
+    for path in paths:
+        assigned, removed = _assignments(path)
+        env.update(assigned)
+        unset += removed
     for name in unset:  # systemd applies these last, over every assignment
         if "=" in name:
             if env.get(name.partition("=")[0]) == name.partition("=")[2]:
@@ -786,3 +803,25 @@ def dropin_environment(path: Path) -> dict[str, str]:
         else:
             env.pop(name, None)
     return env
+
+
+# Where systemd looks for a system unit's drop-ins, the first hiding a same-named file
+# in the later ones.
+UNIT_DIRS = (
+    SYSTEMD_DIR, "/run/systemd/system", "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system", "/lib/systemd/system",
+)  # fmt: skip
+
+
+def unit_files(service: str, dirs: tuple[str, ...] = UNIT_DIRS) -> list[Path]:
+    """The unit file of `service` and its drop-ins, in the order systemd applies them
+    (the drop-ins by file name)."""
+    name = _service_name(service)
+    unit = next((Path(d) / f"{name}.service" for d in dirs
+                 if (Path(d) / f"{name}.service").is_file()), None)  # fmt: skip
+    chosen: dict[str, Path] = {}
+    for directory in dirs:
+        unit_dir = Path(directory) / f"{name}.service.d"
+        for path in sorted(unit_dir.glob("*.conf")) if unit_dir.is_dir() else []:
+            chosen.setdefault(path.name, path)
+    return ([unit] if unit else []) + [chosen[n] for n in sorted(chosen)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +171,44 @@ def _known_names(serving: str, library: str | None) -> Callable[[str, str], bool
     return known
 
 
+@dataclass(frozen=True)
+class Change:
+    """An allocator variable the unit's files give otherwise than the process has: what
+    the next restart changes (`then` None: unset; `source`: the file that sets it)."""
+
+    variable: str
+    now: str | None
+    then: str | None
+    source: str | None
+
+    def line(self) -> str:
+        now = "unset now" if self.now is None else f"not {self.now} as now"
+        if self.then is None:
+            return f"at the next restart {self.variable} is unset ({now})"
+        return f"at the next restart {self.variable}={self.then} from {self.source} ({now})"
+
+
+def next_start(
+    environ: Mapping[str, str], service: str, dirs: tuple[str, ...] | None = None
+) -> tuple[list[str], list[Change]]:
+    """The unit's files as systemd applies them, and each allocator variable they give
+    otherwise than `environ`: a leftover recording drop-in, a tuned one not yet
+    restarted into, an UnsetEnvironment that takes a preload away."""
+    from mallocbench import deploy
+
+    paths = deploy.unit_files(service, dirs or deploy.UNIT_DIRS)
+    then = deploy.unit_environment(paths)
+    names = [v for v in dict.fromkeys([*environ, *then]) if v == "LD_PRELOAD" or _owner(v)]
+    changes = []
+    for name in names:
+        if environ.get(name) == then.get(name):
+            continue
+        source = next((str(p) for p in reversed(paths) if name in deploy.dropin_environment(p)),
+                      None)  # fmt: skip
+        changes.append(Change(name, environ.get(name), then.get(name), source))
+    return [str(p) for p in paths], changes
+
+
 @dataclass
 class InForce:
     pid: int
@@ -180,6 +218,8 @@ class InForce:
     shim: str | None
     launch: dict[str, Any]
     settings: list[Setting]
+    unit_files: list[str] = field(default_factory=list)  # systemd's, in the order applied
+    changes: list[Change] = field(default_factory=list)  # what the next restart changes
 
     def lines(self) -> list[str]:
         lib = f" ({self.library})" if self.library else ""
@@ -193,11 +233,18 @@ class InForce:
         out += [s.line() for s in self.settings]
         if not self.settings:
             out.append("no allocator setting in its environment: every default is in force")
+        if self.unit_files:
+            out.append(f"{self.launch['service']}.service, as applied: "
+                       + ", ".join(self.unit_files))  # fmt: skip
+            out += [c.line() for c in self.changes]
+            if not self.changes:
+                out.append("at the next restart: the same allocator settings")
         return out
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["settings"] = [asdict(s) for s in self.settings]
+        data["changes"] = [asdict(c) for c in self.changes]
         return data
 
 
@@ -215,7 +262,13 @@ def check(pid: int) -> InForce:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         exe = "?"
+    files: list[str] = []
+    changes: list[Change] = []
+    if started.service is not None:
+        files, changes = next_start(environ, started.service)
     return InForce(
+        unit_files=files,
+        changes=changes,
         pid=pid,
         exe=exe,
         allocator=serving.name,
