@@ -175,6 +175,10 @@ def test_a_server_started_by_mysqld_safe_gets_its_form_and_records(
     assert out.returncode == 0, out.stderr
     assert f"# process {pid} runs as mysqld_safe: its parent" in out.stdout
     assert f"malloc-lib={control.record_shim()}\n" in out.stdout
+    removal = mallocbench("record", "--remove-dropin", "--pid", str(pid))
+    assert removal.stdout.startswith(f"process {pid} runs as mysqld_safe") and (
+        "no systemd drop-in removed" in removal.stdout
+    ), removal
     checked = mallocbench("check", "--pid", str(pid)).stdout.splitlines()
     assert checked[1].startswith("started as mysqld_safe: its parent") and checked[2] == (
         f"recording shim: loaded ({shim_path()})"

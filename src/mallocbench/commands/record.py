@@ -118,7 +118,7 @@ def record(
         click.echo(_form_text(d, started, form), nl=False)
         return
     if remove_dropin:
-        _remove_dropin(units_dir, service or (detect(pid).service if pid else None))
+        _remove_dropin(units_dir, service, pid)
         return
     if pid is None:
         raise MallocbenchError("give --pid PID of the server to record (or --print-dropin)")
@@ -209,8 +209,17 @@ def _form_text(d: deploy.Deployment, started: Launch | None, form: str | None) -
     return head + deploy.render_form(d, chosen)
 
 
-def _remove_dropin(units_dir: Path, service: str | None) -> None:
-    name = service or "mariadb"
+def _remove_dropin(units_dir: Path, service: str | None, pid: int | None) -> None:
+    started = detect(pid) if pid and not service else None
+    if started is not None and started.form != "systemd":
+        # no drop-in of its own: what to undo is the text of its form
+        click.echo(
+            f"process {pid} runs as {started.form} ({'; '.join(started.reasons)}): remove "
+            f"what `mallocbench record --print-dropin --pid {pid}` prints from where you put "
+            "it, and restart it; no systemd drop-in removed"
+        )
+        return
+    name = service or (started.service if started else None) or "mariadb"
     removed = deploy.remove_dropins(units_dir, name)
     if not removed:
         click.echo(f"no recording drop-in of {name} under {units_dir}: nothing removed")
