@@ -217,12 +217,13 @@ def test_the_shim_not_loaded_names_malloc_lib_for_mysqld_safe(safe_server: Priva
 def test_tune_prints_the_form_of_the_traces_server_while_it_runs_here() -> None:
     me = {"host": socket.gethostname(), "pid": str(os.getpid()),
           "exe": os.readlink("/proc/self/exe")}  # fmt: skip
-    form, why = launch.form_for(None, me)
+    form, why, service = launch.form_for(None, me)
     assert form == launch.detect(os.getpid()).form and f"process {os.getpid()} " in why
+    assert service == (launch.detect(os.getpid()).service or "mariadb")
     # its pid now another program's, or another host's: the common case
     assert launch.form_for(None, {**me, "exe": "/usr/sbin/mariadbd"})[0] == "systemd"
     assert launch.form_for(None, {**me, "host": "elsewhere"})[0] == "systemd"
-    assert launch.form_for("kubernetes", me) == ("kubernetes", "--form")
+    assert launch.form_for("kubernetes", me)[:2] == ("kubernetes", "--form")
 
 
 def test_the_shim_not_loaded_hint_is_in_each_forms_own_terms() -> None:

@@ -14,6 +14,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 FORMS = ("systemd", "mysqld_safe", "env", "docker", "kubernetes")
 SAFE_SCRIPTS = ("mysqld_safe", "mariadbd-safe")
@@ -182,12 +183,21 @@ def of_recording(info: Mapping[str, str]) -> Launch | None:
     return detect(int(pid)) if exe == info.get("exe") else None
 
 
-def form_for(chosen: str | None, info: Mapping[str, str] | None) -> tuple[str, str]:
-    """The deploy form to print and why: `chosen` (--form), else that of the recorded
-    server when it still runs here, else systemd's, the common case."""
-    if chosen is not None:
-        return chosen, "--form"
+class DeployForm(NamedTuple):
+    form: str
+    why: str
+    service: str = "mariadb"  # the unit a drop-in is for
+
+
+def form_for(chosen: str | None, info: Mapping[str, str] | None) -> DeployForm:
+    """The deploy form to print, why, and the unit: `chosen` (--form), else that of the
+    recorded server when it still runs here, else systemd's, the common case."""
     found = of_recording(info) if info else None
+    service = (found.service if found else None) or "mariadb"
+    if chosen is not None:
+        return DeployForm(chosen, "--form", service)
     if found is not None:
-        return found.form, f"the recorded process {found.pid} runs so: " + "; ".join(found.reasons)
-    return "systemd", "the recorded server is not running here to tell how it is started"
+        why = f"the recorded process {found.pid} runs so: " + "; ".join(found.reasons)
+        return DeployForm(found.form, why, service)
+    why = "the recorded server is not running here to tell how it is started"
+    return DeployForm("systemd", why, service)

@@ -228,7 +228,7 @@ def tune(
         engine=known.engine if known else engine or "innodb", evaluation=evaluator.facts(),
         workload=known, max_cpu=max_cpu, memory_at_any_cost=memory_at_any_cost,
     )  # fmt: skip
-    plan.deploy_form, plan.deploy_form_why = form_for(form, header)
+    plan.deploy_form, plan.deploy_form_why, plan.deploy_service = form_for(form, header)
     with guarded(out_dir):
         _run(plan, evaluator, as_json)
 

@@ -63,6 +63,7 @@ class Plan:
     # The deploy form printed (launch.FORMS) and why that one; the JSON holds them all.
     deploy_form: str = "systemd"
     deploy_form_why: str = ""
+    deploy_service: str = "mariadb"  # the recorded server's unit, when it has one
 
 
 def check_allocators(names: str) -> list[Allocator]:
@@ -198,7 +199,9 @@ def result_for(
     keys = {m.key for m in plan.objectives} | {c.metric.key for c in plan.constraints}
     trials = search.finished_trials(study)
     deploy = {
-        priority: deploy_for(allocator, point, knobs.environment(allocator, point.setting))
+        priority: deploy_for(
+            allocator, point, knobs.environment(allocator, point.setting), plan.deploy_service
+        )
         for priority, point in picks.items()
         if point is not None
     }
@@ -226,7 +229,9 @@ def result_for(
     }
 
 
-def deploy_for(allocator: Allocator, point: front.Point, env: dict[str, str]) -> dict[str, Any]:
+def deploy_for(
+    allocator: Allocator, point: front.Point, env: dict[str, str], service: str = "mariadb"
+) -> dict[str, Any]:
     """The chosen setting's environment and its text in every form, through deploy.py."""
     from mallocbench import deploy
     from mallocbench.results import SetupInfo
@@ -238,7 +243,7 @@ def deploy_for(allocator: Allocator, point: front.Point, env: dict[str, str]) ->
         allocator_library=allocator.path,
         knobs=env,
     )
-    d = deploy.deployment_for(setup)
+    d = deploy.deployment_for(setup, service)
     return {
         "point": point.label,
         "environment": d.environment,
