@@ -111,9 +111,10 @@ def service_unit(cgroup: str) -> str | None:
     paths = _cgroup_paths(cgroup)
     if not paths:
         return None
-    leaf = paths[0].rstrip("/").rsplit("/", 1)[-1]
-    match = _SERVICE.fullmatch(leaf)
-    if match is None or leaf.startswith("user@"):
+    parts = paths[0].rstrip("/").split("/")
+    match = _SERVICE.fullmatch(parts[-1])
+    # a unit of a user's manager (systemctl --user) has no drop-in under /etc
+    if match is None or any(part.startswith("user@") for part in parts):
         return None
     return match.group(1)
 
