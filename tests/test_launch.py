@@ -22,6 +22,7 @@ from mallocbench import allocators, deploy, launch
 from mallocbench.replay import control
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
+from mallocbench.results import SetupInfo
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig
 from test_deploy import TEST_SERVICE, systemd_verify
@@ -79,9 +80,12 @@ def test_a_tuned_dropin_sorts_after_the_recording_one_and_removal_spares_it(
     mbrecord.conf sorted after mallocbench-jemalloc-tuned-3.conf and kept the shim."""
     shim = str(shim_path())
     recording = deploy.write_dropin(deploy.recording(shim, service=TEST_SERVICE), tmp_path)
-    tuned_setup = deploy.SetupInfo("jemalloc-tuned-3", "jemalloc", allocator_library=JE_LIB)
-    tuned = deploy.write_dropin(deploy.deployment_for(tuned_setup, TEST_SERVICE), tmp_path)
-    assert sorted([tuned.name, recording.name]) == [recording.name, tuned.name]
+    tuned_setup = SetupInfo("jemalloc-tuned-3", "jemalloc", allocator_library=JE_LIB)
+    tuned_deployment = deploy.deployment_for(tuned_setup, TEST_SERVICE)
+    tuned = deploy.write_dropin(tuned_deployment, tmp_path)
+    in_order = deploy.unit_files(TEST_SERVICE, (str(tmp_path),))
+    assert in_order == [recording, tuned]
+    assert deploy.unit_environment(in_order) == tuned_deployment.environment  # it wins
     units = tmp_path / f"{TEST_SERVICE}.service.d"
     (units / "mbrecord.conf").write_text(f"[Service]\nEnvironment=LD_PRELOAD={shim}\n")
     foreign = tmp_path / "other.service.d" / "mbrecord.conf"
