@@ -72,12 +72,18 @@ def test_the_trace_is_written_beside_out_when_it_can_and_ends_the_callers(
         assert "recording process" in recorder.stderr.readline()
         assert proc.stdout.readline().strip() == "armed"
         during = sorted(p.name for p in out_dir.iterdir())
+        checked = subprocess.run(
+            [sys.executable, "-m", "mallocbench.cli", "check", "--pid", str(proc.pid)],
+            capture_output=True, text=True, check=False, timeout=60,
+        ).stdout.splitlines()  # fmt: skip
         in_ctl = [p.name for p in (place / "ctl").iterdir() if p.name.endswith(".mbt")]
         _, err = recorder.communicate(timeout=120)
         assert recorder.returncode == 0, err
     finally:
         proc.kill()
         proc.wait()
+    assert checked[2].startswith(f"recording shim: loaded ({shim_path()}), its last status: "
+                                 "recording "), checked  # fmt: skip
     if server_may_write:
         assert during == [f".trace.mbt.recording-{proc.pid}"] and in_ctl == []
     else:

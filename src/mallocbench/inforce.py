@@ -216,6 +216,7 @@ class InForce:
     allocator: str
     library: str | None
     shim: str | None
+    shim_status: str  # the shim's last answer in its control file's .status, if any
     launch: dict[str, Any]
     settings: list[Setting]
     unit_files: list[str] = field(default_factory=list)  # systemd's, in the order applied
@@ -224,6 +225,8 @@ class InForce:
     def lines(self) -> list[str]:
         lib = f" ({self.library})" if self.library else ""
         shim = f"loaded ({self.shim})" if self.shim else "not loaded"
+        if self.shim and self.shim_status:
+            shim += f", its last status: {self.shim_status}"
         reasons = "; ".join(self.launch["reasons"])
         out = [
             f"process {self.pid} ({self.exe}): malloc is {self.allocator}'s{lib}",
@@ -262,6 +265,7 @@ def check(pid: int) -> InForce:
         exe = os.readlink(f"/proc/{pid}/exe")
     except OSError:
         exe = "?"
+    shim = next((m for m in mapped if os.path.basename(m) == SHIM), None)
     files: list[str] = []
     changes: list[Change] = []
     if started.service is not None:
@@ -273,7 +277,8 @@ def check(pid: int) -> InForce:
         exe=exe,
         allocator=serving.name,
         library=serving.path,
-        shim=next((m for m in mapped if os.path.basename(m) == SHIM), None),
+        shim=shim,
+        shim_status=_shim_status(pid) if shim else "",
         launch={
             "form": started.form,
             "reasons": list(started.reasons),
@@ -281,3 +286,15 @@ def check(pid: int) -> InForce:
         },  # fmt: skip
         settings=judge(environ, serving.name, mapped, _known_names(serving.name, library)),
     )
+
+
+def _shim_status(pid: int) -> str:
+    """The first line of the shim's .status beside its control file ("recording PATH"
+    while a window is open); empty when it never answered or record cleaned up."""
+    from mallocbench.replay import control
+
+    path = control.in_process(pid, control.control_path(pid) + ".status")
+    try:
+        return path.read_text(errors="replace").split("\n", 1)[0].strip()
+    except OSError:
+        return ""
