@@ -251,8 +251,9 @@ class InForce:
         return data
 
 
-def check(pid: int) -> InForce:
-    """What is in force in process `pid`."""
+def check(pid: int, status_of: Callable[[int], str] | None = None) -> InForce:
+    """What is in force in process `pid`; `status_of` reads the shim's status, when it
+    is loaded (replay.control's, which reads this module's environ)."""
     from mallocbench import launch
     from mallocbench.replay.native import SHIM
 
@@ -278,7 +279,7 @@ def check(pid: int) -> InForce:
         allocator=serving.name,
         library=serving.path,
         shim=shim,
-        shim_status=_shim_status(pid) if shim else "",
+        shim_status=status_of(pid) if shim and status_of else "",
         launch={
             "form": started.form,
             "reasons": list(started.reasons),
@@ -286,15 +287,3 @@ def check(pid: int) -> InForce:
         },  # fmt: skip
         settings=judge(environ, serving.name, mapped, _known_names(serving.name, library)),
     )
-
-
-def _shim_status(pid: int) -> str:
-    """The first line of the shim's .status beside its control file ("recording PATH"
-    while a window is open); empty when it never answered or record cleaned up."""
-    from mallocbench.replay import control
-
-    path = control.in_process(pid, control.control_path(pid) + ".status")
-    try:
-        return path.read_text(errors="replace").split("\n", 1)[0].strip()
-    except OSError:
-        return ""

@@ -23,8 +23,9 @@ def check(pid: int, as_json: bool) -> None:
       mallocbench check --pid "$(pidof -s mariadbd)"
     """
     from mallocbench.inforce import check as in_force
+    from mallocbench.replay.control import shim_status
 
-    found = in_force(pid)
+    found = in_force(pid, shim_status)
     if as_json:
         click.echo(json.dumps(found.to_dict(), indent=2))
         return

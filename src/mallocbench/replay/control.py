@@ -49,6 +49,16 @@ def control_path(pid: int) -> str:
     return _environ(pid).get(CONTROL_ENV) or f"/tmp/mbrecord-{pid}.control"
 
 
+def shim_status(pid: int) -> str:
+    """The first line of the shim's .status beside its control file ("recording PATH"
+    while a window is open); empty when it never answered or record cleaned up."""
+    path = in_process(pid, control_path(pid) + ".status")
+    try:
+        return path.read_text(errors="replace").split("\n", 1)[0].strip()
+    except OSError:
+        return ""
+
+
 def in_process(pid: int, path: str) -> Path:
     """`path` as seen by process `pid`, reached from here."""
     return Path(f"/proc/{pid}/root") / path.lstrip("/")
