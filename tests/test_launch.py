@@ -68,8 +68,13 @@ def test_recording_forms_keep_the_allocator_behind_the_shim(tmp_path: Path) -> N
     # malloc-lib takes one library, which mysqld_safe puts in front of LD_PRELOAD
     assert f"malloc-lib={shim}\n" in safe and f"export LD_PRELOAD={JE_LIB}\n" in safe
     assert f"env LD_PRELOAD='{shim} {JE_LIB}' mariadbd" in deploy.render_form(d, "env")
-    assert f'"{shim}:{shim}:ro"' in deploy.render_form(d, "docker")
-    assert "mountPath" in deploy.render_form(d, "kubernetes")
+    yaml = pytest.importorskip("yaml")  # PyYAML: what Compose and kubectl parse alike
+    compose = yaml.safe_load(deploy.render_form(d, "docker"))["services"][TEST_SERVICE]
+    assert compose["volumes"] == [f"{shim}:{shim}:ro"]
+    assert compose["environment"] == {"LD_PRELOAD": f"{shim} {JE_LIB}"}
+    pod = yaml.safe_load(deploy.render_form(d, "kubernetes"))
+    assert pod["volumeMounts"][0]["mountPath"] == os.path.dirname(shim)
+    assert pod["env"] == [{"name": "LD_PRELOAD", "value": f"{shim} {JE_LIB}"}]
     assert not d.notes  # a system path: nothing to warn of
 
 

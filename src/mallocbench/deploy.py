@@ -370,9 +370,13 @@ def _compose_snippet(d: Deployment) -> Snippet:
 def _kubernetes_snippet(d: Deployment) -> Snippet:
     lines = ["# in the MariaDB container's spec", _comment(_image_comment(d))]
     if d.shim is not None:
-        lines.append(f"# e.g. a hostPath volume of {os.path.dirname(d.shim)} in the pod, and here:")
+        where = os.path.dirname(d.shim)
+        lines.append(
+            f"# e.g. in the pod spec: volumes: [{{name: mallocbench-shim, hostPath: {{path: "
+            f"{_yaml_value(where)}}}}}], and here:"
+        )
         lines += ["volumeMounts:", "  - name: mallocbench-shim",
-                  f"    mountPath: {_yaml_value(os.path.dirname(d.shim))}",
+                  f"    mountPath: {_yaml_value(where)}",
                   "    readOnly: true"]  # fmt: skip
     if d.environment:
         lines.append("env:")
