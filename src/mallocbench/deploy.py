@@ -146,6 +146,22 @@ def dropin_hint(
     )
 
 
+def permanent_hint(
+    environment: Mapping[str, str], what: str, form: str = "systemd", service: str = "mariadb"
+) -> str:
+    """One sentence on making `environment` permanent in `form` (launch.FORMS)."""
+    if form == "systemd":
+        return dropin_hint(environment, what, service)
+    d = Deployment(
+        setup=SetupInfo(name=what, allocator="?"),
+        service=_service_name(service),
+        environment=dict(environment),
+        preload=environment.get("LD_PRELOAD"),
+        package=None,
+    )
+    return f"to make {what} permanent, {form_hint(d, form)}"
+
+
 # --- the setup's library ----------------------------------------------------------------
 
 
@@ -584,11 +600,14 @@ def form_hint(d: Deployment, form: str) -> str:
         )
     if form == "mysqld_safe":
         beside = " ".join(f"{k}={shlex.quote(v)}" for k, v in _beside_malloc_lib(d).items())
-        extra = f" with {beside} in its environment" if beside else ""
-        return (
-            f"put malloc-lib={d.shim or d.preload or ''} in the [mysqld_safe] section of "
-            f"my.cnf and restart the server through mysqld_safe{extra}"
+        extra = (
+            f" with {beside} in its environment (e.g. exported in {_default_file(d.service)})"
+            if beside
+            else ""
         )
+        lib = d.shim or d.preload
+        put = f"put malloc-lib={lib} in the [mysqld_safe] section of my.cnf and " if lib else ""
+        return f"{put}restart the server through mysqld_safe{extra}"
     if form in ("docker", "kubernetes"):
         where = "the Compose service's" if form == "docker" else "the container spec's"
         mount = f" and mount {d.shim} into it read-only" if d.shim else ""
