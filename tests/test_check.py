@@ -33,12 +33,11 @@ def sleeper(**env: str) -> Iterator[int]:
     """A real process started with `env`, until the block ends."""
     proc = subprocess.Popen(["sleep", "30"], env={**os.environ, **env}, stderr=subprocess.DEVNULL)
     try:
-        # until ld.so has run: the environment is the process's own from then on
+        # until ld.so has mapped libc, which it loads after every preload
         deadline = time.monotonic() + 10
-        while not os.readlink(f"/proc/{proc.pid}/exe").endswith("sleep"):
+        while "/libc.so" not in Path(f"/proc/{proc.pid}/maps").read_text():
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        time.sleep(0.05)
         yield proc.pid
     finally:
         proc.kill()
