@@ -8,6 +8,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,10 @@ def start_as_mysql(place: Path) -> subprocess.Popen[str]:
         [str(exe), f"{ctl}.status", "60"], env=env, stdout=subprocess.PIPE, text=True,
         user="mysql", group="mysql", extra_groups=[],
     )  # fmt: skip
+    deadline = time.monotonic() + 10
     while control.shim_loaded(proc.pid) is None:
-        assert proc.poll() is None
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
     return proc
 
 
