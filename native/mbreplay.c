@@ -3,7 +3,10 @@
  *
  * One replay thread per recorded thread. Blocks get ids in a single pass over all events
  * in time order; an operation on a block made by another thread waits until that block
- * exists (a dependency edge). Edges only point back in time, so they cannot form a cycle;
+ * exists, and the call that ends a block (free, realloc) waits until every use of it
+ * (malloc_usable_size) in other threads has happened (dependency edges: free-running
+ * threads must never make a call on a block the program could not have made it on).
+ * Edges only point back in time, so they cannot form a cycle;
  * a free of a block the trace never saw (made before a cut window) is skipped and counted.
  * Every new block is written once (calloc's are zeroed by calloc), so pages are touched
  * as the program touched them. The replayer's own bookkeeping lives in mmap'd memory and
@@ -41,6 +44,15 @@
 #include <zstd.h>
 
 #define NONE UINT32_MAX
+
+#ifdef __SANITIZE_ADDRESS__
+/* the checking build (make check): the blocks a trace leaves live are no leak of ours */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "detect_leaks=0";
+}
+#endif
 
 static const char *trace_path;
 
@@ -113,9 +125,13 @@ struct op {
     uint32_t id;
     uint32_t old;
     uint16_t kind;
-    uint16_t wait;
+    uint8_t wait; /* WAIT_* bits: what other threads must have done before this op */
+    uint8_t use;  /* 1: a use another thread's end of the block waits for (uses_left) */
     uint32_t align;
 };
+
+#define WAIT_MADE 1u /* the block, made by another thread, exists */
+#define WAIT_USED 2u /* every use of the block in other threads has happened */
 
 static struct {
     char status[MB_STATUS_SIZE + 1];
@@ -414,6 +430,10 @@ static struct {
     uint32_t nblocks, cap;
     uint64_t *size;      /* requested size of each block */
     uint32_t *creator;   /* thread index that made it; NONE: the snapshot (made up front) */
+    uint32_t *ender;     /* thread index that ended it (free, realloc); NONE: still live */
+    /* uses of each block by threads other than its ender, still to happen: the end waits
+     * for 0, so no replay thread asks the size of a block another one already freed */
+    _Atomic uint32_t *uses_left;
     uint64_t skipped_frees, unknown_reallocs, implicit_frees, failed_reallocs;
     int64_t live, peak_live, final_live;
     uint64_t peak_live_ts, duration_ns, nops;
@@ -453,14 +473,15 @@ static void add_op(struct rthread *t, uint64_t ts, uint16_t kind, uint32_t id, u
     uint32_t dep = kind == MB_MALLOC || kind == MB_CALLOC || kind == MB_MEMALIGN ? NONE
                    : kind == MB_REALLOC                                          ? old
                                                                                  : id;
-    *o = (struct op){ts, size, id, old, kind, 0, align};
-    o->wait = dep != NONE && b.creator[dep] != NONE && b.creator[dep] != self;
+    *o = (struct op){ts, size, id, old, kind, 0, 0, align};
+    o->wait = dep != NONE && b.creator[dep] != NONE && b.creator[dep] != self ? WAIT_MADE : 0;
     b.nops++;
 }
 
-static void end_block(uint32_t id)
+static void end_block(uint32_t id, uint32_t ender)
 {
     b.live -= (int64_t)b.size[id];
+    b.ender[id] = ender;
 }
 
 static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
@@ -476,7 +497,7 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
         id = map_take(r->ptr);
         if (id != NONE) { /* its free fell outside what was recorded: end it here */
             b.implicit_frees++;
-            end_block(id);
+            end_block(id, ti);
             add_op(t, ts, MB_FREE, id, NONE, 0, 0, ti);
         }
         id = new_block(r->size, ti);
@@ -489,7 +510,7 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
             b.skipped_frees++;
             break;
         }
-        end_block(id);
+        end_block(id, ti);
         add_op(t, ts, MB_FREE, id, NONE, 0, 0, ti);
         break;
     case MB_REALLOC_FREE:
@@ -508,7 +529,7 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
         }
         if (r->ptr == 0) { /* realloc(p, 0) freed p */
             if (old != NONE) {
-                end_block(old);
+                end_block(old, ti);
                 add_op(t, ts, MB_FREE, old, NONE, 0, 0, ti);
             }
             break;
@@ -516,11 +537,11 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
         uint32_t stale = map_take(r->ptr);
         if (stale != NONE) {
             b.implicit_frees++;
-            end_block(stale);
+            end_block(stale, ti);
             add_op(t, ts, MB_FREE, stale, NONE, 0, 0, ti);
         }
         if (old != NONE)
-            end_block(old);
+            end_block(old, ti);
         id = new_block(r->size, ti);
         map_put(r->ptr, id);
         add_op(t, ts, MB_REALLOC, id, old, r->size, 0, ti);
@@ -531,6 +552,34 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
         if (id != NONE)
             add_op(t, ts, MB_USABLE, id, NONE, 0, 0, ti);
         break;
+    }
+}
+
+/* The use -> end edges, once every block's ender is known. A thread's own uses come before
+ * its end of the block in program order; another thread's use signals when done, and the
+ * end waits for all of them. A use always precedes its block's end in the global order
+ * (a token ended is out of the map), so these edges point back in time, like the others. */
+static void order_uses_before_ends(struct rthread *threads, uint32_t nthreads)
+{
+    for (uint32_t ti = 0; ti < nthreads; ti++) {
+        struct op *o = (struct op *)threads[ti].ops.data;
+        for (size_t i = 0; i < threads[ti].ops.len / sizeof *o; i++) {
+            uint32_t ender = b.ender[o[i].id];
+            if (o[i].kind == MB_USABLE && ender != NONE && ender != ti) {
+                o[i].use = 1;
+                b.uses_left[o[i].id]++;
+            }
+        }
+    }
+    for (uint32_t ti = 0; ti < nthreads; ti++) {
+        struct op *o = (struct op *)threads[ti].ops.data;
+        for (size_t i = 0; i < threads[ti].ops.len / sizeof *o; i++) {
+            uint32_t ended = o[i].kind == MB_FREE ? o[i].id
+                             : o[i].kind == MB_REALLOC ? o[i].old
+                                                       : NONE;
+            if (ended != NONE && b.uses_left[ended] != 0)
+                o[i].wait |= WAIT_USED;
+        }
     }
 }
 
@@ -547,6 +596,9 @@ static void build(void)
     b.cap = (uint32_t)allocs;
     b.size = zmap(sizeof *b.size * allocs);
     b.creator = zmap(sizeof *b.creator * allocs);
+    b.ender = zmap(sizeof *b.ender * allocs);
+    memset(b.ender, 0xff, sizeof *b.ender * allocs); /* NONE */
+    b.uses_left = zmap(sizeof *b.uses_left * allocs);
     size_t slots = 1024;
     while (slots < allocs * 2)
         slots *= 2;
@@ -557,7 +609,7 @@ static void build(void)
     for (uint64_t i = 0; i < nsnap; i++) {
         uint32_t id = map_take(snap[2 * i]);
         if (id != NONE)
-            end_block(id);
+            end_block(id, NONE);
         map_put(snap[2 * i], new_block(snap[2 * i + 1], NONE));
     }
     b.snapshot_live = b.live;
@@ -593,6 +645,9 @@ static void build(void)
     arr_free(&order);
     munmap(map.key, sizeof *map.key * slots);
     munmap(map.val, sizeof *map.val * slots);
+    order_uses_before_ends(threads, nthreads);
+    munmap(b.ender, sizeof *b.ender * allocs);
+    b.ender = NULL;
     for (uint32_t ti = 0; ti < nthreads; ti++)
         arr_free(&threads[ti].recs);
 }
@@ -631,18 +686,40 @@ static void sleep_until(uint64_t when)
         ;
 }
 
+static void wait_a_little(unsigned spins)
+{
+    if (spins == 0)
+        atomic_fetch_add_explicit(&waits, 1, memory_order_relaxed);
+    if (spins < 64)
+        sched_yield();
+    else
+        sleep_until(now_ns() + 20000);
+}
+
 static void *await(uint32_t id)
 {
     void *p;
     for (unsigned spins = 0; (p = atomic_load_explicit(&blocks[id], memory_order_acquire)) == NULL;
-         spins++) {
-        if (spins == 0)
-            atomic_fetch_add_explicit(&waits, 1, memory_order_relaxed);
-        if (spins < 64)
-            sched_yield();
-        else
-            sleep_until(now_ns() + 20000);
-    }
+         spins++)
+        wait_a_little(spins);
+    return p;
+}
+
+static void await_uses(uint32_t id)
+{
+    for (unsigned spins = 0;
+         atomic_load_explicit(&b.uses_left[id], memory_order_acquire) != 0; spins++)
+        wait_a_little(spins);
+}
+
+/* A block's pointer, once it exists, and once no other thread still has a use of it to
+ * make when this op ends it. */
+static void *block_for(const struct op *o, uint32_t id)
+{
+    void *p = o->wait & WAIT_MADE ? await(id)
+                                  : atomic_load_explicit(&blocks[id], memory_order_relaxed);
+    if (o->wait & WAIT_USED)
+        await_uses(id);
     return p;
 }
 
@@ -682,16 +759,14 @@ static void run_op(struct worker *wk, const struct op *o)
         atomic_fetch_add_explicit(&wk->live, (int64_t)o->size, memory_order_relaxed);
         break;
     case MB_FREE:
-        p = o->wait ? await(o->id) : atomic_load_explicit(&blocks[o->id], memory_order_relaxed);
+        p = block_for(o, o->id);
         if (p != FAILED)
             free(p);
         atomic_fetch_sub_explicit(&wk->live, (int64_t)b.size[o->id], memory_order_relaxed);
         break;
     case MB_REALLOC: {
         uint64_t old_size = o->old == NONE ? 0 : b.size[o->old];
-        p = o->old == NONE ? NULL
-            : o->wait      ? await(o->old)
-                           : atomic_load_explicit(&blocks[o->old], memory_order_relaxed);
+        p = o->old == NONE ? NULL : block_for(o, o->old);
         if (p == FAILED)
             p = NULL;
         void *q = realloc(p, (size_t)o->size);
@@ -709,9 +784,11 @@ static void run_op(struct worker *wk, const struct op *o)
         break;
     }
     case MB_USABLE:
-        p = o->wait ? await(o->id) : atomic_load_explicit(&blocks[o->id], memory_order_relaxed);
+        p = block_for(o, o->id);
         if (p != FAILED)
             (void)malloc_usable_size(p);
+        if (o->use)
+            atomic_fetch_sub_explicit(&b.uses_left[o->id], 1, memory_order_release);
         break;
     }
 }
@@ -962,7 +1039,7 @@ static void replay(uint32_t nthreads)
     uint64_t baseline = rss_now(s.fd);
     int64_t snap_live = 0;
     for (uint32_t id = 0; id < b.nblocks && b.creator[id] == NONE; id++) {
-        struct op o = {0, b.size[id], id, NONE, MB_MALLOC, 0, 0};
+        struct op o = {0, b.size[id], id, NONE, MB_MALLOC, 0, 0, 0};
         blocks[id] = fresh(&o);
         snap_live += (int64_t)b.size[id];
     }
