@@ -26,6 +26,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -668,8 +669,9 @@ static atomic_ullong malloc_failures, waits;
 struct worker {
     struct rthread *t;
     _Atomic int64_t live;
+    _Atomic size_t at; /* the op this thread is on, from 1; past its last: all made */
     uint32_t index;
-    char pad[44];
+    char pad[36];
 };
 
 static uint64_t now_ns(void)
@@ -832,6 +834,136 @@ static void pass_turn(uint32_t seq, uint32_t self)
     }
 }
 
+/* ---- a replay that dies says which call each thread was on: its place in the thread's
+ * calls and its recorded time into the trace, so the call can be found (and the trace
+ * replayed --until just past it). Written with write(2) only: the heap may be broken. */
+static struct worker *crash_workers;
+static uint32_t crash_nthreads;
+static _Thread_local uint32_t crash_self = NONE;
+static atomic_int crashing;
+
+static const char *const kind_names[] = {"", "malloc", "calloc", "realloc_free", "realloc",
+                                         "free", "memalign", "malloc_usable_size"};
+
+struct line {
+    char text[320];
+    size_t len;
+};
+
+static void put_s(struct line *l, const char *s)
+{
+    while (*s && l->len < sizeof l->text - 1)
+        l->text[l->len++] = *s++;
+}
+
+static void put_u(struct line *l, uint64_t v, int width)
+{
+    char digits[24];
+    int n = 0;
+    do
+        digits[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0 && n < 24);
+    while (n < width && n < 24)
+        digits[n++] = '0';
+    while (n > 0 && l->len < sizeof l->text - 1)
+        l->text[l->len++] = digits[--n];
+}
+
+static void say(struct line *l)
+{
+    l->text[l->len++] = '\n';
+    for (size_t done = 0; done < l->len;) {
+        ssize_t n = write(STDERR_FILENO, l->text + done, l->len - done);
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+}
+
+static void put_thread(struct line *l, uint32_t i)
+{
+    put_s(l, "thread ");
+    put_u(l, i + 1, 0);
+    put_s(l, " of ");
+    put_u(l, crash_nthreads, 0);
+    put_s(l, " (recorded thread ");
+    put_u(l, crash_workers[i].t->token, 0);
+    put_s(l, ")");
+}
+
+static void report_thread(uint32_t i)
+{
+    const struct worker *w = &crash_workers[i];
+    const struct op *ops = (const struct op *)w->t->ops.data;
+    size_t n = w->t->ops.len / sizeof *ops, at = atomic_load(&w->at);
+    struct line l = {.len = 0};
+    put_s(&l, "mbreplay: crash: ");
+    put_thread(&l, i);
+    if (at == 0) {
+        put_s(&l, " had not started");
+    } else if (at > n) {
+        put_s(&l, " had made all its ");
+        put_u(&l, n, 0);
+        put_s(&l, " calls");
+    } else {
+        const struct op *o = &ops[at - 1];
+        put_s(&l, " was on its call ");
+        put_u(&l, at, 0);
+        put_s(&l, " of ");
+        put_u(&l, n, 0);
+        put_s(&l, ": a ");
+        put_s(&l, o->kind < sizeof kind_names / sizeof *kind_names ? kind_names[o->kind] : "?");
+        put_s(&l, " recorded ");
+        put_u(&l, o->ts / 1000000000u, 0);
+        put_s(&l, ".");
+        put_u(&l, o->ts % 1000000000u, 9);
+        put_s(&l, " s into the trace");
+    }
+    say(&l);
+}
+
+static void on_fatal(int sig)
+{
+    if (atomic_exchange(&crashing, 1) == 0) {
+        struct line l = {.len = 0};
+        const char *abbrev = sigabbrev_np(sig);
+        put_s(&l, "mbreplay: crash: ");
+        if (abbrev != NULL) {
+            put_s(&l, "SIG");
+            put_s(&l, abbrev);
+        } else {
+            put_s(&l, "signal ");
+            put_u(&l, (uint64_t)sig, 0);
+        }
+        put_s(&l, " in ");
+        if (crash_self == NONE)
+            put_s(&l, "the main thread");
+        else
+            put_thread(&l, crash_self);
+        say(&l);
+        for (uint32_t i = 0; i < crash_nthreads; i++)
+            report_thread(i);
+    } else {
+        for (;;)
+            pause(); /* another thread is reporting; its re-raised signal ends us all */
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void report_crashes(struct worker *workers, uint32_t nthreads)
+{
+    static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+    crash_workers = workers;
+    crash_nthreads = nthreads;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++)
+        sigaction(fatal[i], &sa, NULL);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *wk = arg;
@@ -839,6 +971,7 @@ static void *worker_main(void *arg)
     const uint32_t *seqs = (const uint32_t *)wk->t->seqs.data;
     uint32_t self = wk->index;
     size_t n = wk->t->ops.len / sizeof *ops;
+    crash_self = self;
     while (!atomic_load(&go))
         sched_yield();
     for (size_t i = 0; i < n; i++) {
@@ -849,10 +982,12 @@ static void *worker_main(void *arg)
         }
         if (strict_order)
             wait_turn(seqs[i], self);
+        atomic_store_explicit(&wk->at, i + 1, memory_order_relaxed);
         run_op(wk, &ops[i]);
         if (strict_order)
             pass_turn(seqs[i], self);
     }
+    atomic_store_explicit(&wk->at, n + 1, memory_order_relaxed);
     return NULL;
 }
 
@@ -990,8 +1125,6 @@ static const char *malloc_library(void)
 
 static void print_trace_json(uint32_t nthreads)
 {
-    static const char *names[] = {"", "malloc", "calloc", "realloc_free", "realloc",
-                                  "free", "memalign", "malloc_usable_size"};
     printf("{\n  \"trace\": ");
     json_str(trace_path);
     printf(",\n  \"format_version\": %u,\n  \"status\": ", tr.version);
@@ -1005,7 +1138,7 @@ static void print_trace_json(uint32_t nthreads)
            (unsigned long long)tr.events);
     for (int k = MB_MALLOC; k <= MB_USABLE; k++)
         if (k != MB_REALLOC_FREE)
-            printf("%s\"%s\": %llu", k == MB_MALLOC ? "" : ", ", names[k],
+            printf("%s\"%s\": %llu", k == MB_MALLOC ? "" : ", ", kind_names[k],
                    (unsigned long long)tr.counts[k]);
     printf("},\n  \"threads\": %u,\n  \"snapshot_blocks\": %llu,\n  \"blocks\": %u,\n", nthreads,
            (unsigned long long)(tr.snapshot.len / 16), b.nblocks);
@@ -1031,6 +1164,9 @@ static void replay(uint32_t nthreads)
     struct rthread *threads = (struct rthread *)tr.threads.data;
     blocks = zmap(sizeof *blocks * (b.nblocks ? b.nblocks : 1));
     struct worker *workers = zmap(sizeof *workers * (nthreads ? nthreads : 1));
+    for (uint32_t i = 0; i < nthreads; i++)
+        workers[i].t = &threads[i];
+    report_crashes(workers, nthreads);
     struct sampler s = {.workers = workers, .n = nthreads};
     s.fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
     arr_grow(&s.samples, 24 * 100000); /* resident up front: no growth during the replay */

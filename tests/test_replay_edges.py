@@ -5,8 +5,11 @@ in another were unordered, and every free-running replay of this trace crashed).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -91,3 +94,45 @@ def test_the_checking_replayer_finds_no_call_on_a_freed_block(
             timeout=120,
         )
         assert proc.returncode == 0 and "AddressSanitizer" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_replay_that_dies_says_which_call_each_thread_was_on(
+    handover_trace: Path, native_build: Path, tmp_path: Path
+) -> None:
+    """The real replayer, slowed to its recorded pace / 500 and hit by SIGSEGV a second in:
+    each replay is counted as failed and the run's notes keep where every thread was."""
+    killer = tmp_path / "segv-after-1s"
+    killer.write_text(
+        f'#!/bin/sh\n( sleep 1; kill -SEGV $$ ) &\nexec {native_build / "mbreplay"} "$@"\n'
+    )
+    killer.chmod(0o755)
+    out_dir = tmp_path / "replayed"
+    command = [
+        sys.executable, "-m", "mallocbench.cli", "replay", str(handover_trace),
+        "--allocators", "glibc", "--repeats", "2", "--timing", "recorded", "--speed", "0.002",
+        "--out", str(out_dir),
+    ]  # fmt: skip
+    env = dict(os.environ, MALLOCBENCH_REPLAY_BIN=str(killer))
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert "glibc: 2 of 2 replays failed, 2 killed by a signal" in proc.stdout, proc.stderr
+    stored = subprocess.run(
+        [sys.executable, "-m", "mallocbench.cli", "report", str(out_dir), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    doc = json.loads(stored.stdout)
+    row = doc["replay_summary"]["setups"][0]
+    assert (row["runs"], row["failed"], row["crashed"]) == (2, 2, 2)
+    notes = doc["metadata"]["notes"]
+    assert len(notes) == 2, notes
+    for repeat, note in enumerate(notes, 1):
+        assert note.startswith(f"glibc, repeat {repeat}: killed by SIGSEGV in the main thread")
+        for thread in (1, 2):
+            assert re.search(
+                rf"thread {thread} of 2 \(recorded thread \d+\) was on its call \d+ of \d+: "
+                r"a \w+ recorded 0\.\d{9} s into the trace",
+                note,
+            ), note
+    run = doc["metadata"]["replay"]["runs"][0]
+    assert run["status"] == "crashed" and len(run["data"]["crash"]["threads"]) == 2, run
