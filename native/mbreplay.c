@@ -556,9 +556,10 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
     }
 }
 
-/* The use -> end edges, once every block's ender is known. A thread's own uses come before
- * its end of the block in program order; another thread's use signals when done, and the
- * end waits for all of them. A use always precedes its block's end in the global order
+/* The use -> end edges, once every block's ender is known (a use: a call that neither
+ * makes nor ends its block; of the calls the shim records, malloc_usable_size). A
+ * thread's own uses come before its end of the block in program order; another thread's
+ * use signals when done, and the end waits for all of them. A use always precedes its block's end in the global order
  * (a token ended is out of the map), so these edges point back in time, like the others. */
 static void order_uses_before_ends(struct rthread *threads, uint32_t nthreads)
 {
