@@ -901,7 +901,9 @@ static void report_thread(uint32_t i)
     put_s(&l, "mbreplay: crash: ");
     put_thread(&l, i);
     if (at == 0) {
-        put_s(&l, " had not started");
+        put_s(&l, " had not begun its ");
+        put_u(&l, n, 0);
+        put_s(&l, " calls");
     } else if (at > n) {
         put_s(&l, " had made all its ");
         put_u(&l, n, 0);

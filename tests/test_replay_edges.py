@@ -24,14 +24,14 @@ from mallocbench.replay import runner
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
 
-ROUNDS = 4000
+ROUNDS = 2000
 REPLAYS = 100
 
 
 @pytest.fixture(scope="module")
 def handover_trace(tmp_path_factory: pytest.TempPathFactory, native_build: Path) -> Path:
     """The reproducer recorded from its first call: a few thousand cross-thread
-    size-query-then-free hand-overs, on blocks of mmap size and small ones."""
+    size-query-then-free-or-realloc hand-overs, on blocks of mmap size and small ones."""
     workdir = tmp_path_factory.mktemp("handover")
     exe = native_programs.build("usable_handover", workdir)
     trace = workdir / "handover.mbt"
@@ -42,11 +42,15 @@ def handover_trace(tmp_path_factory: pytest.TempPathFactory, native_build: Path)
 
 def test_the_trace_hands_blocks_over_between_threads(handover_trace: Path) -> None:
     d = tracemod.check(handover_trace).data
+    calls = d["calls"]
     assert d["threads"] == 2
-    # most rounds recorded (the shim arms while the program starts): one size query each,
-    # two in every fourth round, and no free the replay would have to skip
-    assert d["calls"]["malloc_usable_size"] > ROUNDS, d["calls"]
-    assert d["calls"]["free"] > ROUNDS * 3 // 4 and d["skipped_frees"] == 0, d
+    # most rounds recorded (the shim arms while the program starts): 7 size queries in 4
+    # rounds, a realloc in 2 (one in each thread), every kind of allocation, and no free
+    # or realloc the replay would have to skip
+    assert calls["malloc_usable_size"] > ROUNDS * 7 // 4 * 3 // 4, calls
+    assert calls["realloc"] > ROUNDS // 2 * 3 // 4, calls
+    assert min(calls["calloc"], calls["memalign"]) > ROUNDS // 4 * 3 // 4, calls
+    assert d["skipped_frees"] == 0 and d["unknown_reallocs"] == 0, d
 
 
 def _setups() -> list[Any]:
@@ -126,13 +130,15 @@ def test_a_replay_that_dies_says_which_call_each_thread_was_on(
     assert (row["runs"], row["failed"], row["crashed"]) == (2, 2, 2)
     notes = doc["metadata"]["notes"]
     assert len(notes) == 2, notes
+    on_a_call = (
+        r"was on its call \d+ of \d+: a \w+ recorded \d+\.\d{9} s into the trace"
+        r"|had not begun its \d+ calls"
+    )
     for repeat, note in enumerate(notes, 1):
-        assert note.startswith(f"glibc, repeat {repeat}: killed by SIGSEGV in the main thread")
+        assert note.startswith(f"glibc, repeat {repeat}: killed by SIGSEGV in "), note
         for thread in (1, 2):
-            assert re.search(
-                rf"thread {thread} of 2 \(recorded thread \d+\) was on its call \d+ of \d+: "
-                r"a \w+ recorded 0\.\d{9} s into the trace",
-                note,
-            ), note
+            assert re.search(rf"thread {thread} of 2 \(recorded thread \d+\) ({on_a_call})", note)
+        # the thread that makes the first call had begun (B waits for A's first block)
+        assert "s into the trace" in note, note
     run = doc["metadata"]["replay"]["runs"][0]
     assert run["status"] == "crashed" and len(run["data"]["crash"]["threads"]) == 2, run
