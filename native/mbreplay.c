@@ -925,19 +925,29 @@ static void report_thread(uint32_t i)
     say(&l);
 }
 
+/* the signals report_crashes catches; sigabbrev_np would need glibc 2.32 */
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV:
+        return "SIGSEGV";
+    case SIGBUS:
+        return "SIGBUS";
+    case SIGILL:
+        return "SIGILL";
+    case SIGFPE:
+        return "SIGFPE";
+    default:
+        return "SIGABRT";
+    }
+}
+
 static void on_fatal(int sig)
 {
     if (atomic_exchange(&crashing, 1) == 0) {
         struct line l = {.len = 0};
-        const char *abbrev = sigabbrev_np(sig);
         put_s(&l, "mbreplay: crash: ");
-        if (abbrev != NULL) {
-            put_s(&l, "SIG");
-            put_s(&l, abbrev);
-        } else {
-            put_s(&l, "signal ");
-            put_u(&l, (uint64_t)sig, 0);
-        }
+        put_s(&l, signal_name(sig));
         put_s(&l, " in ");
         if (crash_self == NONE)
             put_s(&l, "the main thread");
