@@ -16,7 +16,10 @@ DIST := $(if $(filter 0,$(TEST_WORKERS)),,--dist loadgroup)
 # What pytest runs; e.g. `make test TESTS=tests/test_layout.py` for one module.
 TESTS ?= tests
 
-.PHONY: setup deps venv lock native bytecode demo test lint clean bench-help
+# Where `make install` puts the recording shim: PREFIX/lib/mallocbench/libmbrecord.so.
+PREFIX ?= /usr/local
+
+.PHONY: setup deps venv lock native bytecode demo test lint clean bench-help dist install docs
 
 setup: deps venv native bytecode
 
@@ -62,6 +65,17 @@ lock:
 native:
 	@$(MAKE) -s -C native
 
+# A wheel with the native parts built in (setup.py compiles native/ into it), for
+# `pipx install dist/mallocbench-*.whl` on a host without a checkout.
+dist: venv
+	$(VENV)/bin/uv build --wheel --out-dir dist .
+
+# The shim where a hardened service (ProtectHome=true) can load it; the same copy as
+# `mallocbench install-shim --prefix $(PREFIX)`.
+install: native
+	install -D -m 0644 native/build/libmbrecord.so $(PREFIX)/lib/mallocbench/libmbrecord.so
+	@echo $(PREFIX)/lib/mallocbench/libmbrecord.so
+
 # The project's own modules, compiled ahead for the same reason as the venv's (another
 # 0.7 s a process, hundreds of processes in `make test`); only changed files are redone.
 bytecode: venv
@@ -95,4 +109,4 @@ bench-help: venv
 	$(PY) bench/bench_help.py
 
 clean:
-	rm -rf $(VENV) $(VENV)-lock $(OUT) native/build .pytest_cache .mypy_cache
+	rm -rf $(VENV) $(VENV)-lock $(OUT) native/build .pytest_cache .mypy_cache build dist site
