@@ -16,6 +16,7 @@ import pytest
 import native_programs
 from mallocbench.replay import control
 from mallocbench.replay import trace as tracemod
+from mallocbench.replay.native import shim_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,3 +100,19 @@ def test_the_installed_shim_records_a_program(installed: Path, tmp_path: Path) -
     assert recorded.returncode == 0, recorded.stderr
     info = tracemod.check(out)
     assert info.data["calls_present"] > 100, info.data
+
+
+def test_a_drop_in_preloads_the_system_wide_shim_once_installed(tmp_path: Path) -> None:
+    """A unit with ProtectHome=true cannot load a shim under /root or /home: once
+    install-shim put one under a system prefix, that is the one a drop-in names."""
+    from mallocbench.install import install_shim, system_shim
+
+    assert system_shim((tmp_path,)) is None
+    installed = install_shim(tmp_path)
+    assert system_shim((tmp_path / "elsewhere", tmp_path)) == installed
+    assert installed.read_bytes() == shim_path().read_bytes()
+    assert (installed.parent.stat().st_mode & 0o777, installed.stat().st_mode & 0o777) == (
+        0o755,
+        0o644,
+    )
+    assert [p.name for p in installed.parent.iterdir()] == [installed.name]  # no partial left

@@ -15,10 +15,18 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.replay.native import shim_path
 
 DEFAULT_PREFIX = Path("/usr/local")
+# Where install-shim (or `make install`, or a distribution package) puts the shim, in the
+# order a drop-in prefers them.
+SYSTEM_PREFIXES = (DEFAULT_PREFIX, Path("/usr"))
 
 
 def installed_shim(prefix: Path) -> Path:
     return prefix / "lib" / "mallocbench" / "libmbrecord.so"
+
+
+def system_shim(prefixes: tuple[Path, ...] = SYSTEM_PREFIXES) -> Path | None:
+    """The shim installed under a system prefix, which every unit can load; None if none."""
+    return next((p for p in map(installed_shim, prefixes) if p.is_file()), None)
 
 
 def install_shim(prefix: Path) -> Path:
