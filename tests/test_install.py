@@ -116,3 +116,22 @@ def test_a_drop_in_preloads_the_system_wide_shim_once_installed(tmp_path: Path) 
         0o644,
     )
     assert [p.name for p in installed.parent.iterdir()] == [installed.name]  # no partial left
+
+
+def test_doctor_names_what_a_missing_piece_blocks(tmp_path: Path) -> None:
+    """A host without sysbench on PATH and with a shim override that points nowhere:
+    each line says what is missing and what cannot run without it."""
+    from cli_runner import run_cli
+
+    env = {"PATH": str(tmp_path), "MALLOCBENCH_RECORD_SHIM": str(tmp_path / "none.so")}
+    found = run_cli("doctor", "--json", env=env)
+    assert found.returncode == 0, found.stderr
+    checks = {c["name"]: c for c in json.loads(found.stdout)}
+    assert checks["sysbench"]["found"] is False and "run" in checks["sysbench"]["blocks"]
+    shim = checks["recording shim"]
+    assert shim["found"] is False and shim["blocks"] == "record", shim
+    assert "MALLOCBENCH_RECORD_SHIM" in shim["detail"], shim
+    assert checks["replayer"]["found"] is True  # only what is missing is reported missing
+    lines = run_cli("doctor", env=env).stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("MISSING  sysbench"))
+    assert lines[at + 1].split()[:1] == ["blocks:"], lines
