@@ -70,8 +70,11 @@ def service_of(pid: int) -> str | None:
 
 def preload_value(pid: int | None) -> str:
     """LD_PRELOAD for the shim in front of the process's allocator (shim first, so its
-    malloc is the one called and it forwards to the allocator's)."""
-    shim = str(shim_path())
+    malloc is the one called and it forwards to the allocator's). A system-wide copy
+    (install-shim) comes first: a hardened unit cannot read one under a home directory."""
+    from mallocbench.install import system_shim
+
+    shim = str(system_shim() or shim_path())
     if pid is None:
         return shim
     mapped = allocators.detect(pid)
