@@ -3,7 +3,10 @@
  *
  * One replay thread per recorded thread. Blocks get ids in a single pass over all events
  * in time order; an operation on a block made by another thread waits until that block
- * exists (a dependency edge). Edges only point back in time, so they cannot form a cycle;
+ * exists, and the call that ends a block (free, realloc) waits until every use of it
+ * (malloc_usable_size) in other threads has happened (dependency edges: free-running
+ * threads must never make a call on a block the program could not have made it on).
+ * Edges only point back in time, so they cannot form a cycle;
  * a free of a block the trace never saw (made before a cut window) is skipped and counted.
  * Every new block is written once (calloc's are zeroed by calloc), so pages are touched
  * as the program touched them. The replayer's own bookkeeping lives in mmap'd memory and
@@ -23,6 +26,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -41,6 +45,15 @@
 #include <zstd.h>
 
 #define NONE UINT32_MAX
+
+#ifdef __SANITIZE_ADDRESS__
+/* the checking build (make check): the blocks a trace leaves live are no leak of ours */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "detect_leaks=0";
+}
+#endif
 
 static const char *trace_path;
 
@@ -113,9 +126,13 @@ struct op {
     uint32_t id;
     uint32_t old;
     uint16_t kind;
-    uint16_t wait;
+    uint8_t wait; /* WAIT_* bits: what other threads must have done before this op */
+    uint8_t use;  /* 1: a use another thread's end of the block waits for (uses_left) */
     uint32_t align;
 };
+
+#define WAIT_MADE 1u /* the block, made by another thread, exists */
+#define WAIT_USED 2u /* every use of the block in other threads has happened */
 
 static struct {
     char status[MB_STATUS_SIZE + 1];
@@ -441,6 +458,10 @@ static struct {
     uint32_t nblocks, cap;
     uint64_t *size;      /* requested size of each block */
     uint32_t *creator;   /* thread index that made it; NONE: the snapshot (made up front) */
+    uint32_t *ender;     /* thread index that ended it (free, realloc); NONE: still live */
+    /* uses of each block by threads other than its ender, still to happen: the end waits
+     * for 0, so no replay thread asks the size of a block another one already freed */
+    _Atomic uint32_t *uses_left;
     uint64_t skipped_frees, unknown_reallocs, implicit_frees, failed_reallocs;
     int64_t live, peak_live, final_live;
     uint64_t peak_live_ts, duration_ns, nops;
@@ -480,14 +501,15 @@ static void add_op(struct rthread *t, uint64_t ts, uint16_t kind, uint32_t id, u
     uint32_t dep = kind == MB_MALLOC || kind == MB_CALLOC || kind == MB_MEMALIGN ? NONE
                    : kind == MB_REALLOC                                          ? old
                                                                                  : id;
-    *o = (struct op){ts, size, id, old, kind, 0, align};
-    o->wait = dep != NONE && b.creator[dep] != NONE && b.creator[dep] != self;
+    *o = (struct op){ts, size, id, old, kind, 0, 0, align};
+    o->wait = dep != NONE && b.creator[dep] != NONE && b.creator[dep] != self ? WAIT_MADE : 0;
     b.nops++;
 }
 
-static void end_block(uint32_t id)
+static void end_block(uint32_t id, uint32_t ender)
 {
     b.live -= (int64_t)b.size[id];
+    b.ender[id] = ender;
 }
 
 static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
@@ -503,7 +525,7 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
         id = map_take(r->ptr);
         if (id != NONE) { /* its free fell outside what was recorded: end it here */
             b.implicit_frees++;
-            end_block(id);
+            end_block(id, ti);
             add_op(t, ts, MB_FREE, id, NONE, 0, 0, ti);
         }
         id = new_block(r->size, ti);
@@ -516,7 +538,7 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
             b.skipped_frees++;
             break;
         }
-        end_block(id);
+        end_block(id, ti);
         add_op(t, ts, MB_FREE, id, NONE, 0, 0, ti);
         break;
     case MB_REALLOC_FREE:
@@ -535,7 +557,7 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
         }
         if (r->ptr == 0) { /* realloc(p, 0) freed p */
             if (old != NONE) {
-                end_block(old);
+                end_block(old, ti);
                 add_op(t, ts, MB_FREE, old, NONE, 0, 0, ti);
             }
             break;
@@ -543,11 +565,11 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
         uint32_t stale = map_take(r->ptr);
         if (stale != NONE) {
             b.implicit_frees++;
-            end_block(stale);
+            end_block(stale, ti);
             add_op(t, ts, MB_FREE, stale, NONE, 0, 0, ti);
         }
         if (old != NONE)
-            end_block(old);
+            end_block(old, ti);
         id = new_block(r->size, ti);
         map_put(r->ptr, id);
         add_op(t, ts, MB_REALLOC, id, old, r->size, 0, ti);
@@ -558,6 +580,35 @@ static void step(struct rthread *threads, uint32_t ti, const struct mb_rec *r)
         if (id != NONE)
             add_op(t, ts, MB_USABLE, id, NONE, 0, 0, ti);
         break;
+    }
+}
+
+/* The use -> end edges, once every block's ender is known (a use: a call that neither
+ * makes nor ends its block; of the calls the shim records, malloc_usable_size). A
+ * thread's own uses come before its end of the block in program order; another thread's
+ * use signals when done, and the end waits for all of them. A use always precedes its block's end in the global order
+ * (a token ended is out of the map), so these edges point back in time, like the others. */
+static void order_uses_before_ends(struct rthread *threads, uint32_t nthreads)
+{
+    for (uint32_t ti = 0; ti < nthreads; ti++) {
+        struct op *o = (struct op *)threads[ti].ops.data;
+        for (size_t i = 0; i < threads[ti].ops.len / sizeof *o; i++) {
+            uint32_t ender = b.ender[o[i].id];
+            if (o[i].kind == MB_USABLE && ender != NONE && ender != ti) {
+                o[i].use = 1;
+                b.uses_left[o[i].id]++;
+            }
+        }
+    }
+    for (uint32_t ti = 0; ti < nthreads; ti++) {
+        struct op *o = (struct op *)threads[ti].ops.data;
+        for (size_t i = 0; i < threads[ti].ops.len / sizeof *o; i++) {
+            uint32_t ended = o[i].kind == MB_FREE ? o[i].id
+                             : o[i].kind == MB_REALLOC ? o[i].old
+                                                       : NONE;
+            if (ended != NONE && b.uses_left[ended] != 0)
+                o[i].wait |= WAIT_USED;
+        }
     }
 }
 
@@ -574,6 +625,9 @@ static void build(void)
     b.cap = (uint32_t)allocs;
     b.size = zmap(sizeof *b.size * allocs);
     b.creator = zmap(sizeof *b.creator * allocs);
+    b.ender = zmap(sizeof *b.ender * allocs);
+    memset(b.ender, 0xff, sizeof *b.ender * allocs); /* NONE */
+    b.uses_left = zmap(sizeof *b.uses_left * allocs);
     size_t slots = 1024;
     while (slots < allocs * 2)
         slots *= 2;
@@ -584,7 +638,7 @@ static void build(void)
     for (uint64_t i = 0; i < nsnap; i++) {
         uint32_t id = map_take(snap[2 * i]);
         if (id != NONE)
-            end_block(id);
+            end_block(id, NONE);
         map_put(snap[2 * i], new_block(snap[2 * i + 1], NONE));
     }
     b.snapshot_live = b.live;
@@ -620,6 +674,9 @@ static void build(void)
     arr_free(&order);
     munmap(map.key, sizeof *map.key * slots);
     munmap(map.val, sizeof *map.val * slots);
+    order_uses_before_ends(threads, nthreads);
+    munmap(b.ender, sizeof *b.ender * allocs);
+    b.ender = NULL;
     for (uint32_t ti = 0; ti < nthreads; ti++)
         arr_free(&threads[ti].recs);
 }
@@ -640,8 +697,9 @@ static atomic_ullong malloc_failures, waits;
 struct worker {
     struct rthread *t;
     _Atomic int64_t live;
+    _Atomic size_t at; /* the op this thread is on, from 1; past its last: all made */
     uint32_t index;
-    char pad[44];
+    char pad[36];
 };
 
 static uint64_t now_ns(void)
@@ -658,18 +716,40 @@ static void sleep_until(uint64_t when)
         ;
 }
 
+static void wait_a_little(unsigned spins)
+{
+    if (spins == 0)
+        atomic_fetch_add_explicit(&waits, 1, memory_order_relaxed);
+    if (spins < 64)
+        sched_yield();
+    else
+        sleep_until(now_ns() + 20000);
+}
+
 static void *await(uint32_t id)
 {
     void *p;
     for (unsigned spins = 0; (p = atomic_load_explicit(&blocks[id], memory_order_acquire)) == NULL;
-         spins++) {
-        if (spins == 0)
-            atomic_fetch_add_explicit(&waits, 1, memory_order_relaxed);
-        if (spins < 64)
-            sched_yield();
-        else
-            sleep_until(now_ns() + 20000);
-    }
+         spins++)
+        wait_a_little(spins);
+    return p;
+}
+
+static void await_uses(uint32_t id)
+{
+    for (unsigned spins = 0;
+         atomic_load_explicit(&b.uses_left[id], memory_order_acquire) != 0; spins++)
+        wait_a_little(spins);
+}
+
+/* A block's pointer, once it exists, and once no other thread still has a use of it to
+ * make when this op ends it. */
+static void *block_for(const struct op *o, uint32_t id)
+{
+    void *p = o->wait & WAIT_MADE ? await(id)
+                                  : atomic_load_explicit(&blocks[id], memory_order_relaxed);
+    if (o->wait & WAIT_USED)
+        await_uses(id);
     return p;
 }
 
@@ -709,16 +789,14 @@ static void run_op(struct worker *wk, const struct op *o)
         atomic_fetch_add_explicit(&wk->live, (int64_t)o->size, memory_order_relaxed);
         break;
     case MB_FREE:
-        p = o->wait ? await(o->id) : atomic_load_explicit(&blocks[o->id], memory_order_relaxed);
+        p = block_for(o, o->id);
         if (p != FAILED)
             free(p);
         atomic_fetch_sub_explicit(&wk->live, (int64_t)b.size[o->id], memory_order_relaxed);
         break;
     case MB_REALLOC: {
         uint64_t old_size = o->old == NONE ? 0 : b.size[o->old];
-        p = o->old == NONE ? NULL
-            : o->wait      ? await(o->old)
-                           : atomic_load_explicit(&blocks[o->old], memory_order_relaxed);
+        p = o->old == NONE ? NULL : block_for(o, o->old);
         if (p == FAILED)
             p = NULL;
         void *q = realloc(p, (size_t)o->size);
@@ -736,9 +814,11 @@ static void run_op(struct worker *wk, const struct op *o)
         break;
     }
     case MB_USABLE:
-        p = o->wait ? await(o->id) : atomic_load_explicit(&blocks[o->id], memory_order_relaxed);
+        p = block_for(o, o->id);
         if (p != FAILED)
             (void)malloc_usable_size(p);
+        if (o->use)
+            atomic_fetch_sub_explicit(&b.uses_left[o->id], 1, memory_order_release);
         break;
     }
 }
@@ -782,6 +862,148 @@ static void pass_turn(uint32_t seq, uint32_t self)
     }
 }
 
+/* ---- a replay that dies says which call each thread was on: its place in the thread's
+ * calls and its recorded time into the trace, so the call can be found (and the trace
+ * replayed --until just past it). Written with write(2) only: the heap may be broken. */
+static struct worker *crash_workers;
+static uint32_t crash_nthreads;
+static _Thread_local uint32_t crash_self = NONE;
+static atomic_int crashing;
+
+static const char *const kind_names[] = {"", "malloc", "calloc", "realloc_free", "realloc",
+                                         "free", "memalign", "malloc_usable_size"};
+
+struct line {
+    char text[320];
+    size_t len;
+};
+
+static void put_s(struct line *l, const char *s)
+{
+    while (*s && l->len < sizeof l->text - 1)
+        l->text[l->len++] = *s++;
+}
+
+static void put_u(struct line *l, uint64_t v, int width)
+{
+    char digits[24];
+    int n = 0;
+    do
+        digits[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0 && n < 24);
+    while (n < width && n < 24)
+        digits[n++] = '0';
+    while (n > 0 && l->len < sizeof l->text - 1)
+        l->text[l->len++] = digits[--n];
+}
+
+static void say(struct line *l)
+{
+    l->text[l->len++] = '\n';
+    for (size_t done = 0; done < l->len;) {
+        ssize_t n = write(STDERR_FILENO, l->text + done, l->len - done);
+        if (n <= 0)
+            break;
+        done += (size_t)n;
+    }
+}
+
+static void put_thread(struct line *l, uint32_t i)
+{
+    put_s(l, "thread ");
+    put_u(l, i + 1, 0);
+    put_s(l, " of ");
+    put_u(l, crash_nthreads, 0);
+    put_s(l, " (recorded thread ");
+    put_u(l, crash_workers[i].t->token, 0);
+    put_s(l, ")");
+}
+
+static void report_thread(uint32_t i)
+{
+    const struct worker *w = &crash_workers[i];
+    const struct op *ops = (const struct op *)w->t->ops.data;
+    size_t n = w->t->ops.len / sizeof *ops, at = atomic_load(&w->at);
+    struct line l = {.len = 0};
+    put_s(&l, "mbreplay: crash: ");
+    put_thread(&l, i);
+    if (at == 0) {
+        put_s(&l, " had not begun its ");
+        put_u(&l, n, 0);
+        put_s(&l, " calls");
+    } else if (at > n) {
+        put_s(&l, " had made all its ");
+        put_u(&l, n, 0);
+        put_s(&l, " calls");
+    } else {
+        const struct op *o = &ops[at - 1];
+        put_s(&l, " was on its call ");
+        put_u(&l, at, 0);
+        put_s(&l, " of ");
+        put_u(&l, n, 0);
+        put_s(&l, ": a ");
+        put_s(&l, o->kind < sizeof kind_names / sizeof *kind_names ? kind_names[o->kind] : "?");
+        put_s(&l, " recorded ");
+        put_u(&l, o->ts / 1000000000u, 0);
+        put_s(&l, ".");
+        put_u(&l, o->ts % 1000000000u, 9);
+        put_s(&l, " s into the trace");
+    }
+    say(&l);
+}
+
+/* the signals report_crashes catches; sigabbrev_np would need glibc 2.32 */
+static const char *signal_name(int sig)
+{
+    switch (sig) {
+    case SIGSEGV:
+        return "SIGSEGV";
+    case SIGBUS:
+        return "SIGBUS";
+    case SIGILL:
+        return "SIGILL";
+    case SIGFPE:
+        return "SIGFPE";
+    default:
+        return "SIGABRT";
+    }
+}
+
+static void on_fatal(int sig)
+{
+    if (atomic_exchange(&crashing, 1) == 0) {
+        struct line l = {.len = 0};
+        put_s(&l, "mbreplay: crash: ");
+        put_s(&l, signal_name(sig));
+        put_s(&l, " in ");
+        if (crash_self == NONE)
+            put_s(&l, "the main thread");
+        else
+            put_thread(&l, crash_self);
+        say(&l);
+        for (uint32_t i = 0; i < crash_nthreads; i++)
+            report_thread(i);
+    } else {
+        for (;;)
+            pause(); /* another thread is reporting; its re-raised signal ends us all */
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void report_crashes(struct worker *workers, uint32_t nthreads)
+{
+    static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+    crash_workers = workers;
+    crash_nthreads = nthreads;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++)
+        sigaction(fatal[i], &sa, NULL);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *wk = arg;
@@ -789,6 +1011,7 @@ static void *worker_main(void *arg)
     const uint32_t *seqs = (const uint32_t *)wk->t->seqs.data;
     uint32_t self = wk->index;
     size_t n = wk->t->ops.len / sizeof *ops;
+    crash_self = self;
     while (!atomic_load(&go))
         sched_yield();
     for (size_t i = 0; i < n; i++) {
@@ -799,10 +1022,12 @@ static void *worker_main(void *arg)
         }
         if (strict_order)
             wait_turn(seqs[i], self);
+        atomic_store_explicit(&wk->at, i + 1, memory_order_relaxed);
         run_op(wk, &ops[i]);
         if (strict_order)
             pass_turn(seqs[i], self);
     }
+    atomic_store_explicit(&wk->at, n + 1, memory_order_relaxed);
     return NULL;
 }
 
@@ -940,8 +1165,6 @@ static const char *malloc_library(void)
 
 static void print_trace_json(uint32_t nthreads)
 {
-    static const char *names[] = {"", "malloc", "calloc", "realloc_free", "realloc",
-                                  "free", "memalign", "malloc_usable_size"};
     printf("{\n  \"trace\": ");
     json_str(trace_path);
     printf(",\n  \"format_version\": %u,\n  \"status\": ", tr.version);
@@ -955,7 +1178,7 @@ static void print_trace_json(uint32_t nthreads)
            (unsigned long long)tr.events);
     for (int k = MB_MALLOC; k <= MB_USABLE; k++)
         if (k != MB_REALLOC_FREE)
-            printf("%s\"%s\": %llu", k == MB_MALLOC ? "" : ", ", names[k],
+            printf("%s\"%s\": %llu", k == MB_MALLOC ? "" : ", ", kind_names[k],
                    (unsigned long long)tr.counts[k]);
     printf("},\n  \"end_frame\": %s,\n  \"calls_present\": %llu,\n  \"header_events\": %lld,\n",
            tr.end_frame ? "true" : "false", (unsigned long long)tr.read_events, header_events());
@@ -983,6 +1206,9 @@ static void replay(uint32_t nthreads)
     struct rthread *threads = (struct rthread *)tr.threads.data;
     blocks = zmap(sizeof *blocks * (b.nblocks ? b.nblocks : 1));
     struct worker *workers = zmap(sizeof *workers * (nthreads ? nthreads : 1));
+    for (uint32_t i = 0; i < nthreads; i++)
+        workers[i].t = &threads[i];
+    report_crashes(workers, nthreads);
     struct sampler s = {.workers = workers, .n = nthreads};
     s.fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
     arr_grow(&s.samples, 24 * 100000); /* resident up front: no growth during the replay */
@@ -991,7 +1217,7 @@ static void replay(uint32_t nthreads)
     uint64_t baseline = rss_now(s.fd);
     int64_t snap_live = 0;
     for (uint32_t id = 0; id < b.nblocks && b.creator[id] == NONE; id++) {
-        struct op o = {0, b.size[id], id, NONE, MB_MALLOC, 0, 0};
+        struct op o = {0, b.size[id], id, NONE, MB_MALLOC, 0, 0, 0};
         blocks[id] = fresh(&o);
         snap_live += (int64_t)b.size[id];
     }

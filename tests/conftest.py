@@ -27,13 +27,15 @@ def build() -> ServerBuild:
 
 @pytest.fixture(scope="session")
 def native_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """native/build, made first when stale. xdist workers take turns: two makes at once
-    would write the same files."""
+    """native/build, made first when stale (with the replayer's checking build, `make
+    check`). xdist workers take turns: two makes at once would write the same files."""
     native = Path(__file__).resolve().parents[1] / "native"
     lock_dir = _shared_dir(tmp_path_factory.getbasetemp()) or tmp_path_factory.getbasetemp()
     with open(lock_dir / "native.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        made = subprocess.run(["make", "-s", "-C", str(native)], capture_output=True, text=True)
+        made = subprocess.run(
+            ["make", "-s", "-C", str(native), "all", "check"], capture_output=True, text=True
+        )
     assert made.returncode == 0, made.stderr
     return native / "build"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mallocbench import allocators, deploy, launch
+from mallocbench import allocators, deploy, install, launch
 from mallocbench.replay import control
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
@@ -263,9 +263,11 @@ def test_the_facts_of_a_real_process_are_gathered() -> None:
 
 def test_an_installed_shim_is_preferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MALLOCBENCH_RECORD_SHIM", raising=False)
-    monkeypatch.setattr(deploy, "INSTALLED_SHIM_DIR", str(tmp_path))
+    monkeypatch.setattr(install, "SYSTEM_PREFIXES", (tmp_path,))
     assert control.record_shim() == str(shim_path())
-    (tmp_path / "libmbrecord.so").write_bytes(shim_path().read_bytes())
-    assert control.record_shim() == str(tmp_path / "libmbrecord.so")
+    installed = install.installed_shim(tmp_path)
+    installed.parent.mkdir(parents=True)
+    installed.write_bytes(shim_path().read_bytes())
+    assert control.record_shim() == str(installed)
     monkeypatch.setenv("MALLOCBENCH_RECORD_SHIM", str(shim_path()))  # an explicit choice
     assert control.record_shim() == str(shim_path())

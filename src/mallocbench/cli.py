@@ -116,6 +116,16 @@ COMMANDS: dict[str, LazyCommand] = {
         "cluster_group",
         "Run one experiment's blocks on many benchmark hosts (Dask distributed).",
     ),
+    "doctor": LazyCommand(
+        "doctor",
+        "doctor_cmd",
+        "Say what is installed for mallocbench, and what each missing piece blocks.",
+    ),
+    "install-shim": LazyCommand(
+        "doctor",
+        "install_shim_cmd",
+        "Copy the recording shim to a system path a hardened service can read; print it.",
+    ),
     "_run-unit": LazyCommand(
         "cluster",
         "run_unit_cmd",

@@ -22,6 +22,7 @@ from mallocbench import allocators
 from mallocbench.allocators.base import LIB_DIRS, Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import read_bounded, write_text_atomic
+from mallocbench.install import DEFAULT_PREFIX, installed_shim
 from mallocbench.results import SetupInfo
 
 SYSTEMD_DIR = "/etc/systemd/system"
@@ -33,7 +34,7 @@ RECORD_DROPIN = "00-mallocbench-record.conf"
 OLD_RECORD_DROPIN = "mbrecord.conf"
 RECORD_MARK = "mallocbench recording shim"
 # Where `mallocbench install-shim` puts the shim: readable by a unit with ProtectHome=.
-INSTALLED_SHIM_DIR = "/usr/local/lib/mallocbench"
+INSTALLED_SHIM_DIR = str(installed_shim(DEFAULT_PREFIX).parent)
 # The snippets each form of `--form` (launch.FORMS, in its order) prints.
 FORM_SNIPPETS: dict[str, tuple[str, ...]] = {
     "systemd": ("systemd",),

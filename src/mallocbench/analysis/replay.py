@@ -54,6 +54,7 @@ class SetupSummary:
     knobs: dict[str, str]
     runs: int
     failed: int
+    crashed: int  # of the failed: killed by a signal
     errors: list[str]
     ideal_peak_live: float
     metrics: dict[str, Estimate]
@@ -99,6 +100,7 @@ def summarize(
                 knobs=dict(knobs),
                 runs=len(mine),
                 failed=len(mine) - len(good),
+                crashed=sum(r.status == "crashed" for r in mine),
                 errors=[r.error for r in mine if r.error],
                 ideal_peak_live=ideal if ideal is not None else math.nan,
                 metrics=metrics,

@@ -65,12 +65,13 @@ def in_process(pid: int, path: str) -> Path:
 
 
 def record_shim() -> str:
-    """The shim to preload: the copy `mallocbench install-shim` put where a hardened
-    unit can read it, else the one this checkout built (or MALLOCBENCH_RECORD_SHIM)."""
-    installed = Path(deploy.INSTALLED_SHIM_DIR) / SHIM
-    if not os.environ.get(SHIM_ENV) and installed.is_file():
-        return str(installed)
-    return str(shim_path())
+    """The shim to preload: MALLOCBENCH_RECORD_SHIM's when it names one, else the copy
+    `mallocbench install-shim` put where a hardened unit can read it, else the one this
+    installation or checkout has."""
+    from mallocbench import install
+
+    system = None if os.environ.get(SHIM_ENV) else install.system_shim(install.SYSTEM_PREFIXES)
+    return str(system or shim_path())
 
 
 def recording_for(

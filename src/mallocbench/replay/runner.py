@@ -28,6 +28,9 @@ TIMINGS = ("recorded", "none")
 # freely (real concurrency, for CPU cost; the layout of some allocators, tcmalloc's,
 # then varies with how they interleave: 2.8% peak-RSS CV where recorded gives 0.1%).
 ORDERS = ("recorded", "threads")
+# How the replayer's signal handler starts each line of its account of a crash: the
+# signal and the thread it hit, then the call each replay thread was on.
+CRASH_PREFIX = "mbreplay: crash: "
 
 
 # One replay at --timing recorded lasts the trace's span over --speed; past a day it is
@@ -77,6 +80,30 @@ def passed_knobs(setup: PatternSetup, timing: str, speed: float) -> dict[str, st
     return allocator_knobs.at_speed(setup.allocator, setup.knobs, speed)
 
 
+def crashed(setup: str, repeat: int, signum: int, stderr: str) -> ReplayRun:
+    """A replay killed by `signum`: the error names the signal and the thread it hit;
+    `data["crash"]` keeps where every thread was (its call and recorded time)."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:  # a real-time signal has no name
+        name = f"signal {signum}"
+    lines = [
+        line.removeprefix(CRASH_PREFIX)
+        for line in stderr.splitlines()
+        if line.startswith(CRASH_PREFIX)
+    ]
+    if not lines:  # killed from outside before the handler was set, or by SIGKILL
+        return ReplayRun(setup, repeat, "crashed", error=f"killed by {name}")
+    hit = lines[0].split(" in ", 1)[-1]
+    return ReplayRun(
+        setup,
+        repeat,
+        "crashed",
+        data={"crash": {"signal": name, "in": hit, "threads": lines[1:]}},
+        error=f"killed by {name} in {hit}",
+    )
+
+
 def run_once(
     setup: PatternSetup,
     trace: Path,
@@ -99,8 +126,7 @@ def run_once(
     if proc.returncode == EXIT_USAGE:
         raise TraceError(replayer_error(proc.stderr))
     if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
-        return ReplayRun(setup.name, repeat, "crashed", error=f"killed by {name}")
+        return crashed(setup.name, repeat, -proc.returncode, proc.stderr)
     if proc.returncode != 0:
         tail = proc.stderr.strip()[-300:]
         return ReplayRun(setup.name, repeat, "failed", error=f"exit {proc.returncode}: {tail}")

@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from mallocbench.analysis.replay import METRICS, Estimate, Ratio, ReplayAnalysis
+from mallocbench.analysis.replay import METRICS, Estimate, Ratio, ReplayAnalysis, SetupSummary
 from mallocbench.metadata import ReplayRecord
 from mallocbench.results import json_safe
 
@@ -137,8 +137,21 @@ def ratio_rows(replay: ReplayAnalysis) -> list[tuple[str, list[RatioView]]]:
     ]
 
 
+def _failed_line(row: SetupSummary) -> str:
+    crashed = (
+        f", {row.crashed} killed by a signal (the run's notes say which call each replay "
+        "thread was on)"
+        if row.crashed
+        else ""
+    )
+    return f"{row.setup}: {row.failed} of {row.runs} replays failed{crashed}"
+
+
 def error_lines(replay: ReplayAnalysis) -> list[str]:
-    lines = [f"{row.setup}: {error}" for row in replay.rows for error in row.errors[:3]]
+    lines = []
+    for row in replay.rows:
+        lines += [_failed_line(row)] if row.failed else []
+        lines += [f"{row.setup}: {error}" for error in row.errors[:3]]
     for setup, ratio in replay.behind:
         lines.append(
             f"{setup}: a replay took {ratio:.1f}x the recording's time, so time-based "
@@ -286,6 +299,7 @@ def records(replay: ReplayAnalysis | None) -> list[dict[str, Any]]:
             "order": rec.order,
             "runs": row.runs,
             "failed": row.failed,
+            "crashed": row.crashed,
             "ideal_peak_live": row.ideal_peak_live,
         }
         for key, _, _ in METRICS:
