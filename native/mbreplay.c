@@ -961,6 +961,8 @@ static void step(uint32_t ti, const struct mb_rec *r)
     }
 }
 
+static void check_span(uint64_t span_ns);
+
 /* Every queued call before the watermark, in the global order. */
 static void release(void)
 {
@@ -984,8 +986,10 @@ static void release(void)
         step(ti, &r);
         if (b.peak_live > before)
             b.peak_live_ts = ts;
-        if (ts > stepped_ts)
+        if (ts > stepped_ts) {
             stepped_ts = ts;
+            check_span(ts); /* a trace not read whole before the start: here, at the gap */
+        }
         b.duration_ns = stepped_ts;
         curve_step(ts);
     }
