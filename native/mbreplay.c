@@ -591,6 +591,10 @@ static void queue_reserve(struct rthread *t, size_t more)
 }
 
 static uint64_t frame_first_ns; /* the frame being read: its earliest call */
+/* The latest first call of the frames read before this one, and how far before it a
+ * call of a later frame fell at most: the window this trace needed (reported beside
+ * window_s). */
+static uint64_t first_max_ns, lateness_ns;
 static struct arr scratch; /* the merge's copy of the records a late run goes before */
 
 /* The run just appended at [start, end), itself in order, merged into the queue before
@@ -655,6 +659,8 @@ static void enqueue_run(uint32_t ti, const char *raw, uint32_t count, uint64_t a
         tr.events++;
         if (ts < stepped_ts)
             late_calls++; /* the window was too narrow for this trace: widened below */
+        if (first_max_ns > ts && first_max_ns - ts > lateness_ns)
+            lateness_ns = first_max_ns - ts;
         if (t->end > start && ts < MB_TIME(t->q[t->end - 1].w0))
             sorted = 0;
         t->q[t->end++] = r;
@@ -1069,6 +1075,8 @@ static void read_trace(void)
                 continue;
             if (late_calls > 0 && window_ns < WINDOW_MAX_NS)
                 window_ns = WINDOW_MAX_NS;
+            if (frame_first_ns > first_max_ns)
+                first_max_ns = frame_first_ns;
             uint64_t mark = frame_first_ns > window_ns ? frame_first_ns - window_ns : 0;
             if (mark > watermark)
                 watermark = mark;
@@ -1688,9 +1696,10 @@ static void print_trace_json(void)
     /* how the reordering window did: calls it held at most, and calls that came after a
      * later call had been replayed (0 on every trace the recorder writes; more means the
      * window was widened to its bound and the order before that is approximate) */
-    printf("  \"window_s\": %.3f,\n  \"window_peak_calls\": %llu,\n  \"late_calls\": %llu,\n",
+    printf("  \"window_s\": %.3f,\n  \"window_peak_calls\": %llu,\n  \"late_calls\": %llu,\n"
+           "  \"window_needed_s\": %.6f,\n",
            (double)window_ns / 1e9, (unsigned long long)queued_peak,
-           (unsigned long long)late_calls);
+           (unsigned long long)late_calls, (double)lateness_ns / 1e9);
     printf("  \"live_table_slots\": %u,\n", slots_made);
     printf("  \"snapshot_live\": %lld,\n", (long long)b.snapshot_live);
     printf("  \"duration_s\": %.6f,\n  \"ideal_peak_live\": %lld,\n  \"ideal_peak_at_s\": %.6f,\n"

@@ -108,4 +108,6 @@ def test_calls_written_out_of_order_across_frames_replay_in_time_order(tmp_path:
         assert run["implicit_frees"] == 0 and run["skipped_frees"] == 0, run
         assert run["final_live"] == 64 and run["ideal_peak_live"] == 64, run
         assert run["ops"] == 3 and run["late_calls"] == 0, run
+        # the free at 50 us came in a frame after one that began at 120 us
+        assert run["window_needed_s"] == pytest.approx(70e-6), run
     assert replayed["malloc_failures"] == 0
