@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +113,22 @@ def test_calls_written_out_of_order_across_frames_replay_in_time_order(tmp_path:
         # the free at 50 us came in a frame after one that began at 120 us
         assert run["window_needed_s"] == pytest.approx(70e-6), run
     assert replayed["malloc_failures"] == 0
+
+
+def test_the_report_names_the_replayers_own_memory(
+    steady_traces: dict[str, Path], tmp_path: Path
+) -> None:
+    """Beside the allocator's RSS, as the issue asks: the replayer's own at its largest."""
+    out = tmp_path / "replayed"
+    command = [
+        sys.executable, "-m", "mallocbench.cli", "replay", str(steady_traces["short"]),
+        "--allocators", "glibc", "--repeats", "1", "--timing", "none", "--out", str(out),
+    ]  # fmt: skip
+    subprocess.run(command, capture_output=True, text=True, timeout=300, check=True)
+    report = (out / "report.md").read_text()
+    own = re.search(r"the replayer's own memory at most ([\d,.]+) MiB \(left out of RSS\)", report)
+    assert own is not None, report[:2000]
+    run = json.loads((out / "results.json").read_text())["metadata"]["replay"]["runs"][0]
+    assert float(own.group(1).replace(",", "")) == pytest.approx(
+        run["data"]["baseline_rss"] / MIB, abs=0.06
+    )
