@@ -297,6 +297,13 @@ static struct {
  * every replay makes the allocator the same calls in the same order (an allocator whose
  * layout depends on how threads interleave, like tcmalloc's, then gives one peak). */
 static int strict_order;
+/* --order batched: the recorded order kept by batches of BATCH_OPS calls. The calls of
+ * one batch run freely (with the block edges), and no call of the next batch starts
+ * before every call of this one has been made: a barrier every BATCH_OPS calls instead
+ * of a hand-over at every change of thread, and no call ever further than one batch from
+ * its recorded place in the order. */
+static int batched;
+#define BATCH_OPS 256u
 
 /* --until: only the calls of the first N ns of the trace (0: all of it). A portion is
  * a shorter replay of the same program, its recorded start (the snapshot) included. */
@@ -833,6 +840,12 @@ static struct {
 
 static void hand_over(uint32_t ti, struct op *o)
 {
+    if (batched) {
+        o->seq = (uint32_t)(b.seq - b.seq % BATCH_OPS); /* its batch's first place */
+        b.seq++;
+        ring_put(ti, o);
+        return;
+    }
     if (!strict_order) {
         ring_put(ti, o);
         return;
@@ -1285,6 +1298,35 @@ static void pass_turn(uint32_t seq, uint32_t next, uint32_t self)
                 1u << (next % 32));
 }
 
+/* --order batched: calls made, and the first place of the batch open to run. Batches
+ * end in order: a call of batch k+1 starts only once `open` says so, which the last call
+ * of batch k to end sets; its fetch_add reads every earlier one's, so every call of batch
+ * k happened before anything of batch k+1 does. */
+static atomic_uint made_calls, batch_open;
+
+static void wait_batch(uint32_t first)
+{
+    for (unsigned spins = 0;; spins++) {
+        unsigned open = atomic_load_explicit(&batch_open, memory_order_acquire);
+        if ((int32_t)(open - first) >= 0)
+            return;
+        if (spins < 256) {
+            cpu_relax();
+            continue;
+        }
+        syscall(SYS_futex, &batch_open, FUTEX_WAIT_PRIVATE, open, NULL, NULL, 0);
+    }
+}
+
+static void end_call(uint32_t first)
+{
+    unsigned made = atomic_fetch_add_explicit(&made_calls, 1, memory_order_acq_rel) + 1;
+    if (made == first + BATCH_OPS) {
+        atomic_store_explicit(&batch_open, made, memory_order_release);
+        syscall(SYS_futex, &batch_open, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
+    }
+}
+
 /* ---- a replay that dies says which call each thread was on: its place in the thread's
  * calls and its recorded time into the trace, so the call can be found (and the trace
  * replayed --until just past it). Written with write(2) only: the heap may be broken. */
@@ -1465,10 +1507,14 @@ static void *worker_main(void *arg)
         }
         if (strict_order)
             wait_turn(o->seq, self);
+        else if (batched)
+            wait_batch(o->seq);
         atomic_store_explicit(&wk->at, i + 1, memory_order_relaxed);
         run_op(wk, o);
         if (strict_order)
             pass_turn(o->seq, o->next_owner, self);
+        else if (batched)
+            end_call(o->seq);
         atomic_store_explicit(&wk->done, i + 1, memory_order_release);
     }
     atomic_store_explicit(&wk->at, i + 1, memory_order_relaxed);
@@ -1749,7 +1795,8 @@ static void print_replay_json(struct sampler *s, uint64_t base, uint64_t hwm, in
     }
     printf(",\n  \"timing\": \"%s\",\n  \"speed\": %g,\n  \"order\": \"%s\",\n"
            "  \"malloc_library\": ",
-           opt.timing ? "recorded" : "none", opt.speed, strict_order ? "recorded" : "threads");
+           opt.timing ? "recorded" : "none", opt.speed,
+           strict_order ? "recorded" : batched ? "batched" : "threads");
     json_str(malloc_library());
     printf(",\n  \"wall_s\": %.6f,\n  \"user_s\": %.6f,\n  \"sys_s\": %.6f,\n  \"cpu_s\": %.6f,\n",
            (double)wall / 1e9, user, sys, user + sys);
@@ -1862,7 +1909,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: mbreplay TRACE [--check] [--timing recorded|none] [--speed N] "
-            "[--order threads|recorded] [--until SECONDS] [--sample-ms MS]\n"
+            "[--order recorded|batched|threads] [--until SECONDS] [--sample-ms MS]\n"
             "Replays an mbrecord trace under the allocator this process runs with; JSON on "
             "stdout.\n");
     exit(2);
@@ -1886,9 +1933,11 @@ int main(int argc, char **argv)
                 fail("--speed must be a positive number, like 2 (twice as fast)");
         } else if (strcmp(a, "--order") == 0 && i + 1 < argc) {
             const char *v = argv[++i];
-            if (strcmp(v, "recorded") != 0 && strcmp(v, "threads") != 0)
-                fail("--order must be threads or recorded, not %s", v);
+            if (strcmp(v, "recorded") != 0 && strcmp(v, "threads") != 0 &&
+                strcmp(v, "batched") != 0)
+                fail("--order must be recorded, batched or threads, not %s", v);
             strict_order = strcmp(v, "recorded") == 0;
+            batched = strcmp(v, "batched") == 0;
         } else if (strcmp(a, "--until") == 0 && i + 1 < argc) {
             double until = strtod(argv[++i], NULL);
             if (!(until > 0 && until < 1e9))

@@ -4,7 +4,9 @@
  * shared table, where the taker asks their size and later frees them (the cross-thread
  * edges). Twice as long is twice the calls with the same live bytes.
  *
- * Usage: steady THREADS SECONDS CALLS_PER_SECOND_PER_THREAD. Run with MBRECORD_ARMED=1.
+ * Usage: steady THREADS SECONDS CALLS_PER_SECOND_PER_THREAD [BLOCKS]: BLOCKS in each
+ * thread's ring (1024), all made at its start, so the live set is flat from there. Run
+ * with MBRECORD_ARMED=1.
  */
 #define _GNU_SOURCE
 #include <malloc.h>
@@ -19,16 +21,20 @@
 
 #include "ring_churn.h"
 
-#define RING 1024
 #define SHARED 256
 
 static double seconds, pace;
+static unsigned blocks = 1024;
 static _Atomic(void *) shared[SHARED];
 
 static void *worker(void *arg)
 {
     uint64_t x = ring_seed((unsigned)(uintptr_t)arg);
-    void *ring[RING] = {0};
+    void **ring = calloc(blocks, sizeof *ring);
+    if (ring == NULL)
+        abort();
+    for (unsigned i = 0; i < blocks; i++)
+        ring[i] = malloc(16 + i % 1000);
     double start = ring_now();
     for (unsigned long long n = 0;;) {
         if ((n & 255) == 0) {
@@ -39,7 +45,7 @@ static void *worker(void *arg)
                 usleep((useconds_t)(late * 1e6));
         }
         uint64_t draw = ring_draw(&x);
-        void **slot = &ring[draw % RING];
+        void **slot = &ring[draw % blocks];
         if ((draw >> 36) % 16 == 0 && *slot != NULL) {
             /* hand it over; take another thread's block, ask its size, keep it */
             *slot = atomic_exchange(&shared[(draw >> 50) % SHARED], *slot);
@@ -50,22 +56,25 @@ static void *worker(void *arg)
         }
         n += ring_replace(slot, draw, 1000, 16);
     }
-    for (unsigned i = 0; i < RING; i++)
+    for (unsigned i = 0; i < blocks; i++)
         free(ring[i]);
+    free(ring);
     return NULL;
 }
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: steady THREADS SECONDS CALLS_PER_SECOND_PER_THREAD\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: steady THREADS SECONDS CALLS_PER_SECOND_PER_THREAD [BLOCKS]\n");
         return 2;
     }
     int threads = atoi(argv[1]);
     seconds = atof(argv[2]);
     pace = atof(argv[3]);
-    if (threads < 1 || threads > 64 || seconds <= 0 || pace <= 0) {
-        fprintf(stderr, "steady: 1-64 threads, a positive time and pace\n");
+    if (argc == 5)
+        blocks = (unsigned)atoi(argv[4]);
+    if (threads < 1 || threads > 64 || seconds <= 0 || pace <= 0 || blocks < 1) {
+        fprintf(stderr, "steady: 1-64 threads, a positive time, pace and block count\n");
         return 2;
     }
     pthread_t t[64];
