@@ -1811,7 +1811,9 @@ static void print_replay_json(struct sampler *s, uint64_t base, uint64_t hwm, in
     printf("  \"peak_heap_rss_steady\": %llu,\n  \"steady_from_s\": %.6f,\n",
            (unsigned long long)steady_peak, (double)steady_from / 1e9);
     printf("  \"reader_cpu_s\": %.6f,\n", reader_user + reader_sys);
-    printf("  \"first_call_after_s\": %.6f,\n  \"trace_read_after_s\": %.6f,\n",
+    /* seconds from the process start: to the replay threads going (their first calls at
+     * --timing none), and to the end of the reading */
+    printf("  \"replay_start_after_s\": %.6f,\n  \"trace_read_after_s\": %.6f,\n",
            (double)(start_ns - process_start_ns) / 1e9,
            (double)(atomic_load(&read_done_ns) - process_start_ns) / 1e9);
     printf("  \"replay_peak_live\": %lld,\n  \"rss_over_live\": %.4f,\n  \"malloc_failures\": "
