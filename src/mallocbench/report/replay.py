@@ -76,7 +76,21 @@ def trace_line(replay: ReplayAnalysis) -> str:
             else ""
         )
         + (f", order {rec.order}" if rec.order else "")
+        + own_memory_text(rec)
     )
+
+
+def own_memory_text(rec: ReplayRecord) -> str:
+    """The streamed replayer's own memory at its largest over the replays (its process
+    and bookkeeping, left out of every RSS shown); replays from before it say nothing."""
+    own = [
+        int(run.data["baseline_rss"])
+        for run in rec.replay_runs
+        if run.data and "bookkeeping_peak" in run.data and "baseline_rss" in run.data
+    ]
+    if not own:
+        return ""
+    return f"; the replayer's own memory at most {max(own) / MIB:,.1f} MiB (left out of RSS)"
 
 
 def rule_text(replay: ReplayAnalysis) -> str:
