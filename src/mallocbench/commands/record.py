@@ -22,14 +22,22 @@ if TYPE_CHECKING:
     from mallocbench.replay.control import Outcome
 
 
-@click.command("record", epilog=exitcodes.RECORD_HELP)
+@click.command(
+    "record", epilog=exitcodes.RECORD_HELP, context_settings={"allow_interspersed_args": False}
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--pid", type=click.IntRange(1), help="The server process (with the shim loaded).")
 @click.option(
     "--seconds",
     type=click.FloatRange(0.1, 86400),
-    default=60.0,
-    show_default=True,
-    help="Length of the recording window.",
+    help="Length of the recording window; --pid: default 60; a command: default its whole "
+    "run (the window ends when it exits or after SECONDS, whichever comes first).",
+)
+@click.option(
+    "--leave-running",
+    is_flag=True,
+    help="A command whose --seconds ended first is left running, unrecorded, and record "
+    "returns; by default record waits for it to exit.",
 )
 @click.option(
     "--out",
@@ -56,20 +64,28 @@ if TYPE_CHECKING:
 )
 @click.option("--service", help="Service name for --print-dropin (default: that of --pid).")
 def record(
+    command: tuple[str, ...],
     pid: int | None,
-    seconds: float,
+    seconds: float | None,
+    leave_running: bool,
     out: Path,
     print_dropin: bool,
     max_buffer: str | None,
     service: str | None,
 ) -> None:
-    """Record a running server's allocation calls (no data) for a window.
+    """Record a running server's allocation calls (no data) for a window, or a
+    program's from its first call.
 
     \b
     The server must run with the shim preloaded; it records nothing until armed:
       mallocbench record --print-dropin --pid PID   the drop-in to install (once)
       mallocbench record --pid PID --seconds 60 --out trace.mbt
       mallocbench replay trace.mbt --allocators glibc,jemalloc,tcmalloc
+    A program started by record runs under the shim, recorded from its first call
+    until it exits (or --seconds); the programs it starts are not recorded:
+      mallocbench record --out app.mbt -- ./app --its-options
+    It exits 0 however the program exits (a note gives the program's status), 3 when
+    the program was killed before the trace was closed.
     """
     from mallocbench.replay import control
     from mallocbench.replay.trace import header_status
@@ -78,14 +94,26 @@ def record(
         name = service or (control.service_of(pid) if pid else None) or "mariadb"
         click.echo(control.dropin_text(pid, name), nl=False)
         return
-    if pid is None:
-        raise MallocbenchError("give --pid PID of the server to record (or --print-dropin)")
+    if command and pid is not None:
+        raise MallocbenchError("give --pid PID or a command to run (after --), not both")
+    if pid is None and not command:
+        raise MallocbenchError(
+            "give --pid PID of the server to record, or a command to run: record -- COMMAND "
+            "(or --print-dropin)"
+        )
     cap = None if max_buffer is None else parse_size(max_buffer, "--max-buffer")
     if cap is not None and cap < MIN_BUFFER:
         raise MallocbenchError(
             f"--max-buffer {max_buffer} is below {MIN_BUFFER >> 20}M, less than the shim's "
             "buffers hold at rest: give e.g. 64M"
         )
+    if command:
+        from mallocbench.commands.record_command import record_command
+
+        record_command(command, seconds, out, cap, leave_running)
+        return
+    assert pid is not None
+    seconds = 60.0 if seconds is None else seconds
     try:
         outcome = control.record(
             pid,
