@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import tempfile
@@ -134,3 +135,34 @@ def test_bad_commands_get_one_line(args: list[str], says: str, tmp_path: Path) -
     assert result.stderr.startswith("mallocbench: error: ") and says in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "x.mbt").exists()
+
+
+def test_sigterm_keeps_the_trace_so_far_and_passes_the_signal_on(
+    growth: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "t.mbt"
+    with tempfile.TemporaryFile("w+") as err:
+        recorder = subprocess.Popen(
+            [sys.executable, "-m", "mallocbench.cli", "record", "--out", str(out), "--",
+             str(growth), "leak", "30"],
+            stdout=subprocess.DEVNULL, stderr=err, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            err.seek(0)
+            if "recording " in err.read():
+                break
+            time.sleep(0.05)
+        time.sleep(1.5)  # a frame a second: calls in the trace
+        recorder.send_signal(signal.SIGTERM)
+        code = recorder.wait(timeout=30)
+        err.seek(0)
+        said = err.read()
+    assert code == 143, said
+    assert "the trace up to the interruption" in said and "Traceback" not in said
+    status = tracemod.header_status(out)
+    assert status.startswith("complete (interrupted by SIGTERM at "), status
+    assert tracemod.check(out).data["calls_present"] > 10
+    # The program got the signal too: nothing of it is left running.
+    leftover = subprocess.run(["pgrep", "-f", f"{growth} leak 30"], capture_output=True)
+    assert leftover.returncode == 1, leftover.stdout

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -230,6 +232,8 @@ def _record_command(
         click.echo(f"{out}: {size / 1e6:.2f} MB, the trace up to the interruption", err=True)
         if done.signum != signal.SIGINT and done.running:  # Ctrl-C reached it already
             done.proc.send_signal(done.signum)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # it may handle it slowly
+                done.proc.wait(timeout=5)
         _interrupted(done.signum)
     _ended(done, out, size, leave_running)
 
