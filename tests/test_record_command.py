@@ -166,3 +166,18 @@ def test_sigterm_keeps_the_trace_so_far_and_passes_the_signal_on(
     # The program got the signal too: nothing of it is left running.
     leftover = subprocess.run(["pgrep", "-f", f"{growth} leak 30"], capture_output=True)
     assert leftover.returncode == 1, leftover.stdout
+
+
+def test_a_static_program_that_ignores_the_shim_is_named_in_one_line(tmp_path: Path) -> None:
+    source = tmp_path / "static.c"
+    source.write_text("#include <stdlib.h>\nint main(void) { free(malloc(10)); return 0; }\n")
+    exe = tmp_path / "static"
+    built = subprocess.run(["cc", "-static", "-o", str(exe), str(source)], capture_output=True)
+    if built.returncode != 0:
+        pytest.skip(f"no static C library here: {built.stderr.decode()[-200:]}")
+    result = record("--out", str(tmp_path / "s.mbt"), "--", str(exe))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"mallocbench: error: {exe}: it never loaded the ")
+    assert "statically linked" in result.stderr and "it ran unrecorded" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["static", "static.c"]

@@ -118,8 +118,10 @@ def _armed(window: CommandWindow, name: str) -> None:
             window.trace_fd = os.open(window.server_file, os.O_RDONLY | os.O_CLOEXEC)
         return
     loaded = not window.ended() and control.shim_loaded(window.pid) is not None
+    fate = "it ran unrecorded"
     if not window.ended():
         os.kill(window.pid, signal.SIGTERM)
+        fate = "the program was stopped"
     if answer.startswith("error"):
         why = f"the shim could not record ({answer.removeprefix('error ').strip()})"
     elif loaded:
@@ -129,7 +131,7 @@ def _armed(window: CommandWindow, name: str) -> None:
             "it never loaded the recording shim: a statically linked program or a setuid "
             "one ignores LD_PRELOAD, and its calls cannot be recorded"
         )
-    raise MallocbenchError(f"{name}: {why}; the program was stopped")
+    raise MallocbenchError(f"{name}: {why}; {fate}")
 
 
 def _window(
