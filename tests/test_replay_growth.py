@@ -102,6 +102,8 @@ def test_what_the_intervals_do_not_support_is_not_read_as_growth() -> None:
     assert at1.rss.slope is not None and at2.rss.slope is not None
     assert math.isclose(at1.rss.slope.per_s, 2 * at2.rss.slope.per_s)
     assert analyze_growth([("glibc", samples(big, live, 60))], "none", 1.0, 0.05) is None
+    # A replay stored before the samples carried live bytes has nothing to read.
+    assert setup_growth("glibc", [s[:2] for s in samples(big, live, 60)], 1.0, 0.05) is None
 
 
 def test_rates_are_per_hour_with_their_interval() -> None:

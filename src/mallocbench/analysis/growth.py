@@ -104,9 +104,9 @@ def setup_growth(
 ) -> SetupGrowth | None:
     """From one replay's samples [replay s, heap RSS, live] at the recorded timing: the
     replay's clock times `speed` is the trace's."""
-    points = [(float(t) * speed, float(rss), float(live)) for t, rss, live in samples]
-    if len(points) < 3:
+    if len(samples) < 3 or any(len(s) < 3 for s in samples):  # a replay stored before live
         return None
+    points = [(float(s[0]) * speed, float(s[1]), float(s[2])) for s in samples]
     mean_rss = sum(p[1] for p in points) / len(points)
     rss = _line([(t, r) for t, r, _ in points], mean_rss, min_effect)
     live = _line([(t, v) for t, _, v in points], mean_rss, min_effect)

@@ -224,8 +224,8 @@ def print_replay(replay: ReplayAnalysis | None, console: Console) -> None:
             table.add_row(setup, *(_rich_ratio(v) for v in views))
         console.print(table)
     console.print(rule_text(replay))
-    for index, line in enumerate(growth_lines(replay)):
-        console.print(f"[bold]{escape(line)}[/]" if index == 0 else escape(line))
+    for line in growth_lines(replay):
+        console.print(escape(line))
     for line in error_lines(replay):
         console.print(f"[red]{line}[/]")
 
