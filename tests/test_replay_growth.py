@@ -35,7 +35,9 @@ def growth(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def recorded_and_replayed(exe: Path, mode: str, tmp: Path, allocators: str) -> dict[str, Any]:
-    """`record -- growth MODE 4`, then `replay --json` of its trace."""
+    """`record -- growth MODE 4`, then `replay --json` of its trace (at its own pace: at
+    --speed 2 the replay has half the samples, and on a loaded host its sampler may be
+    starved of more: the interval then widens honestly, but a test would flicker)."""
     trace = tmp / f"{mode}.mbt"
     rec = mallocbench("record", "--out", str(trace), "--", str(exe), mode, "4")
     assert rec.returncode == 0, rec.stderr

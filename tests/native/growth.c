@@ -4,7 +4,8 @@
  * - leak: every 10 ms it allocates 64 KiB that it never frees: live bytes grow, and RSS
  *   with them under any allocator.
  * - arenas: the glibc pattern behind MALLOC_ARENA_MAX: a new thread every SECONDS/12
- *   makes a 1 MiB burst of small blocks, keeps one small block allocated after it and
+ *   (12 threads, 13 arenas with the main one: under glibc's limit of 8 per core on 2
+ *   cores) makes a 1 MiB burst of small blocks, keeps one small block allocated after it and
  *   frees the burst, then stays (a block a second) until the end. Each thread gets its
  *   own arena, whose kept block pins the freed burst below it: live bytes stay flat
  *   while glibc's RSS grows a MiB a thread.
@@ -17,7 +18,7 @@
 #include <string.h>
 #include <time.h>
 
-#define THREADS 11
+#define THREADS 12
 #define BURST 4096
 #define BURST_SIZE 256
 
@@ -66,17 +67,25 @@ static void *arena_thread(void *unused)
         release(touched(128));
         pause_ms(20);
     }
-    release(kept);
+    /* kept stays to the end: freed, it would unpin the arena, which glibc then trims,
+     * and the replay's threads, ending one by one, would end the trace with a fall */
+    (void)kept;
     return NULL;
 }
 
+/* Thread i starts at (i + 1/2) twelfths of the run, on the clock rather than after the
+ * previous sleep (which a loaded host stretches): each twelfth of the trace holds one
+ * step of RSS, in its middle. */
 static void arenas(double seconds)
 {
     pthread_t threads[THREADS];
+    double start = end_at - seconds, turn = seconds / THREADS;
     for (int i = 0; i < THREADS; i++) {
+        double wait = start + (i + 0.5) * turn - now();
+        if (wait > 0)
+            pause_ms((long)(wait * 1000));
         if (pthread_create(&threads[i], NULL, arena_thread, NULL) != 0)
             abort();
-        pause_ms((long)(seconds * 1000 / (THREADS + 1)));
     }
     for (int i = 0; i < THREADS; i++)
         pthread_join(threads[i], NULL);
