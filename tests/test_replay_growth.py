@@ -55,7 +55,8 @@ def test_live_bytes_flat_while_glibc_rss_grows_reads_as_the_allocator_retaining(
     doc = recorded_and_replayed(growth, "arenas", tmp_path, "glibc,jemalloc")
     glibc = doc["setups"][0]["growth"]
     assert glibc["rss_trend"] == "growing" and glibc["rss_mib_per_h_low"] > 0, glibc
-    assert glibc["live_trend"] == "flat", glibc
+    # Flat, or on a loaded host unclear: a sample that lands in a burst is a MiB of noise.
+    assert glibc["live_trend"] != "growing", glibc
     assert glibc["growth_reading"] == "retains", glibc
     headline, *others, rule = doc["growth"]
     assert headline.startswith("Under glibc, RSS grows +"), headline
@@ -104,6 +105,11 @@ def test_what_the_intervals_do_not_support_is_not_read_as_growth() -> None:
     assert at1.rss.slope is not None and at2.rss.slope is not None
     assert math.isclose(at1.rss.slope.per_s, 2 * at2.rss.slope.per_s)
     assert analyze_growth([("glibc", samples(big, live, 60))], "none", 1.0, 0.05) is None
+    # A sampler catching up after a stall takes samples back to back: one instant, read once.
+    clumped = samples(big, live, 60)
+    clumped[-1:] = [clumped[-1]] * 200
+    at1_clumped = setup_growth("glibc", clumped, 1.0, 0.05)
+    assert at1_clumped is not None and at1_clumped.rss == at1.rss
     # A replay stored before the samples carried live bytes has nothing to read.
     assert setup_growth("glibc", [s[:2] for s in samples(big, live, 60)], 1.0, 0.05) is None
 

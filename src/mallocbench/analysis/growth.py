@@ -99,6 +99,20 @@ def _line(series: list[tuple[float, float]], level: float, min_effect: float) ->
     return Line(slope, trend(slope, span, level, min_effect))
 
 
+# A replayer's sampler starved by a loaded host catches up with samples taken back to
+# back: one instant, several samples, which would weigh that instant several times.
+MIN_SAMPLE_GAP_S = 0.001
+
+
+def _spaced(samples: Sequence[Sequence[float]]) -> list[Sequence[float]]:
+    """The samples with those taken within MIN_SAMPLE_GAP_S of the last one kept left out."""
+    kept: list[Sequence[float]] = []
+    for sample in samples:
+        if not kept or float(sample[0]) - float(kept[-1][0]) >= MIN_SAMPLE_GAP_S:
+            kept.append(sample)
+    return kept
+
+
 def setup_growth(
     setup: str, samples: Sequence[Sequence[float]], speed: float, min_effect: float
 ) -> SetupGrowth | None:
@@ -106,7 +120,9 @@ def setup_growth(
     replay's clock times `speed` is the trace's."""
     if len(samples) < 3 or any(len(s) < 3 for s in samples):  # a replay stored before live
         return None
-    points = [(float(s[0]) * speed, float(s[1]), float(s[2])) for s in samples]
+    points = [(float(s[0]) * speed, float(s[1]), float(s[2])) for s in _spaced(samples)]
+    if len(points) < 3:
+        return None
     mean_rss = sum(p[1] for p in points) / len(points)
     rss = _line([(t, r) for t, r, _ in points], mean_rss, min_effect)
     live = _line([(t, v) for t, _, v in points], mean_rss, min_effect)
