@@ -19,13 +19,13 @@ from mallocbench.replay import runner
 from mallocbench.replay import trace as tracemod
 
 
-def record(*args: str) -> subprocess.CompletedProcess[str]:
+def record(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Through files, not pipes: a program left running holds its copy of them, and a
     pipe would not close before the program does."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         code = subprocess.run(
             [sys.executable, "-m", "mallocbench.cli", "record", *args],
-            stdout=out, stderr=err, check=False, timeout=60,
+            stdout=out, stderr=err, check=False, timeout=60, cwd=cwd,
         ).returncode  # fmt: skip
         out.seek(0)
         err.seek(0)
@@ -90,19 +90,20 @@ def test_a_window_shorter_than_the_program_waits_for_it_unless_told_not_to(
     ("wrapper", "recorded"),
     [
         (["env", "X=1"], "growth"),
-        (["sh", "-c", 'exec "$0" leak 0.3'], "growth"),
+        (["sh", "-c", 'cd / && exec "$0" leak 0.3'], "growth"),
         (["sh", "-c", '"$0" leak 0.3; true'], "sh"),
     ],  # fmt: skip
-    ids=["exec-env", "exec-sh", "child-of-sh"],
+    ids=["exec-env", "exec-sh-elsewhere", "child-of-sh"],
 )
 def test_execs_are_followed_and_the_programs_a_command_starts_are_not_recorded(
     growth: Path, tmp_path: Path, wrapper: list[str], recorded: str
 ) -> None:
     """A program it starts inherits the shim's variables: armed too, it would write its
-    calls into the same trace. An exec keeps the pid, and the recording follows it."""
+    calls into the same trace. An exec keeps the pid, and the recording follows it, to
+    the --out given relative to where record ran, wherever the program has gone."""
     out = tmp_path / "t.mbt"
     args = [*wrapper, str(growth)] + (["leak", "0.3"] if wrapper[0] == "env" else [])
-    result = record("--out", str(out), "--", *args)
+    result = record("--out", "t.mbt", "--", *args, cwd=tmp_path)
     assert program_calls(result.stdout) > 0  # the program ran, recorded or not
     header = out.read_bytes()[tracemod.STATUS_OFFSET + tracemod.STATUS_SIZE : 1024]
     exe = Path(header.split(b"exe=", 1)[1].split(b"\n", 1)[0].decode()).name

@@ -82,7 +82,8 @@ def _checked(command: Sequence[str], out: Path) -> Path:
         ) from None
     if not os.access(out.parent, os.W_OK | os.X_OK):
         raise MallocbenchError(f"cannot write in {out.parent}: give an --out you can write")
-    return out.parent / f".{out.name}.{os.getpid()}.recording"
+    # Absolute: the shim opens it in each image the program execs, from wherever it is.
+    return out.parent.absolute() / f".{out.name}.{os.getpid()}.recording"
 
 
 def _start(
