@@ -16,8 +16,10 @@ import pytest
 
 import native_programs
 from mallocbench.analysis.growth import Reading, Trend, analyze_growth, setup_growth
+from mallocbench.analysis.replay import analyze_replay
 from mallocbench.analysis.soak import Slope
-from mallocbench.report.growth import rate_text
+from mallocbench.metadata import ReplayRecord, ReplayRun
+from mallocbench.report.growth import NOT_ON_THE_TRACES_CLOCK, growth_lines, rate_text
 
 MiB = 1 << 20
 
@@ -119,3 +121,37 @@ def test_rates_are_per_hour_with_their_interval() -> None:
     assert rate_text(slope) == "+1.0 MiB/h [unbounded]"
     slope = Slope(2 * MiB / 3600, MiB / 3600, 3 * MiB / 3600, 0, 10, 100)
     assert rate_text(slope) == "+2.0 MiB/h [+1.0, +3.0]"
+
+
+def test_the_words_follow_the_reading_and_the_clock() -> None:
+    """Flat out, the replay's seconds are not the program's: nothing is read, and the
+    report says why. On the trace's clock a retaining base is worded so, and another
+    setup that is not shown to grow is said to be not distinguishable from flat."""
+    n = 2000
+    live = np.full(n, 50.0 * MiB)
+    rng = np.random.default_rng(3)
+    grows = samples(100 * MiB + np.linspace(0, 20 * MiB, n) + rng.normal(0, 0.01 * MiB, n),
+                    live, 60)  # fmt: skip
+    wanders = samples(100 * MiB + np.cumsum(rng.normal(0, 0.2 * MiB, n)), live, 60)
+    run = [
+        ReplayRun(name, 0, "ok", data={"samples": curve, "peak_heap_rss": 1.0})
+        for name, curve in (("glibc", grows), ("jemalloc", wanders))
+    ]
+    setups = [
+        {"name": "glibc", "allocator": "glibc"},
+        {"name": "jemalloc", "allocator": "jemalloc"},
+    ]
+
+    def lines(timing: str) -> list[str]:
+        record = ReplayRecord(
+            trace_path="t.mbt", timing=timing, speed=1.0, repeats=1, setups=setups,
+            runs=[r.to_dict() for r in run],
+        )  # fmt: skip
+        return growth_lines(analyze_replay(record, 0.05))
+
+    assert lines("none") == [NOT_ON_THE_TRACES_CLOCK]
+    headline, other, rule = lines("recorded")
+    assert headline.startswith("Under glibc, RSS grows +") and "the allocator retains" in headline
+    assert other.startswith("Under jemalloc the same calls hold ")
+    assert other.endswith(": not distinguishable from flat.") or other.endswith(": flat.")
+    assert "at least 5% of the setup's mean RSS" in rule
