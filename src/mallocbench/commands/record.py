@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import shlex
 import signal
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -19,17 +23,26 @@ from mallocbench.units import parse_size
 MIN_BUFFER = 1 << 20
 
 if TYPE_CHECKING:
+    from mallocbench.replay.command import Recorded
     from mallocbench.replay.control import Outcome
 
 
-@click.command("record", epilog=exitcodes.RECORD_HELP)
+@click.command(
+    "record", epilog=exitcodes.RECORD_HELP, context_settings={"allow_interspersed_args": False}
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.option("--pid", type=click.IntRange(1), help="The server process (with the shim loaded).")
 @click.option(
     "--seconds",
     type=click.FloatRange(0.1, 86400),
-    default=60.0,
-    show_default=True,
-    help="Length of the recording window.",
+    help="Length of the recording window; --pid: default 60; a command: default its whole "
+    "run (the window ends when it exits or after SECONDS, whichever comes first).",
+)
+@click.option(
+    "--leave-running",
+    is_flag=True,
+    help="A command whose --seconds ended first is left running, unrecorded, and record "
+    "returns; by default record waits for it to exit.",
 )
 @click.option(
     "--out",
@@ -56,20 +69,27 @@ if TYPE_CHECKING:
 )
 @click.option("--service", help="Service name for --print-dropin (default: that of --pid).")
 def record(
+    command: tuple[str, ...],
     pid: int | None,
-    seconds: float,
+    seconds: float | None,
+    leave_running: bool,
     out: Path,
     print_dropin: bool,
     max_buffer: str | None,
     service: str | None,
 ) -> None:
-    """Record a running server's allocation calls (no data) for a window.
+    """Record a running server's allocation calls (no data) for a window, or a
+    program's from its first call.
 
     \b
     The server must run with the shim preloaded; it records nothing until armed:
       mallocbench record --print-dropin --pid PID   the drop-in to install (once)
       mallocbench record --pid PID --seconds 60 --out trace.mbt
       mallocbench replay trace.mbt --allocators glibc,jemalloc,tcmalloc
+    Or a program run under the shim from its first call until it exits (or --seconds;
+    the programs it starts are not recorded; the exit status is the trace's, a note
+    gives the program's):
+      mallocbench record --out app.mbt -- ./app --its-options
     """
     from mallocbench.replay import control
     from mallocbench.replay.trace import header_status
@@ -78,14 +98,18 @@ def record(
         name = service or (control.service_of(pid) if pid else None) or "mariadb"
         click.echo(control.dropin_text(pid, name), nl=False)
         return
-    if pid is None:
-        raise MallocbenchError("give --pid PID of the server to record (or --print-dropin)")
+    _one_target(command, pid)
     cap = None if max_buffer is None else parse_size(max_buffer, "--max-buffer")
     if cap is not None and cap < MIN_BUFFER:
         raise MallocbenchError(
             f"--max-buffer {max_buffer} is below {MIN_BUFFER >> 20}M, less than the shim's "
             "buffers hold at rest: give e.g. 64M"
         )
+    if command:
+        _record_command(command, seconds, out, cap, leave_running)
+        return
+    assert pid is not None
+    seconds = 60.0 if seconds is None else seconds
     try:
         outcome = control.record(
             pid,
@@ -117,6 +141,16 @@ def record(
     click.echo(f"{out}: {size / 1e6:.2f} MB (recording {status})")
     click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
     sys.exit(exitcodes.ABORTED)
+
+
+def _one_target(command: Sequence[str], pid: int | None) -> None:
+    if command and pid is not None:
+        raise MallocbenchError("give --pid PID or a command to run (after --), not both")
+    if pid is None and not command:
+        raise MallocbenchError(
+            "give --pid PID of the server to record, or a command to run: record -- COMMAND "
+            "(or --print-dropin)"
+        )
 
 
 def _interrupted(signum: int) -> NoReturn:
@@ -163,6 +197,96 @@ def _not_at_out(outcome: Outcome, out: Path, pid: int) -> NoReturn:
         )
     click.echo(f"mallocbench: error: {problem}; {where}", err=True)
     sys.exit(exitcodes.RECORD_NOT_AT_OUT)
+
+
+# --- record -- COMMAND: the program is started here (replay/command.py runs it) ----------
+
+
+def _record_command(
+    command: Sequence[str],
+    seconds: float | None,
+    out: Path,
+    max_buffer: int | None,
+    leave_running: bool,
+) -> None:
+    from mallocbench.replay import command as commandmod
+
+    if leave_running and seconds is None:
+        raise MallocbenchError(
+            "--leave-running needs --seconds: without it the window is the program's lifetime"
+        )
+    shown = shlex.join(command)
+    span = "until it exits" if seconds is None else f"for up to {seconds:g} s"
+
+    def started() -> None:
+        click.echo(f"recording {shown} {span} ...", err=True)
+
+    done = commandmod.record(command, seconds, out, started, max_buffer)
+    pid = done.proc.pid
+    if done.outcome.kept != out:
+        if done.running and not leave_running:
+            done.proc.wait()
+        _not_at_out(done.outcome, out, pid)
+    size = out.stat().st_size
+    if done.signum is not None:
+        click.echo(f"{out}: {size / 1e6:.2f} MB, the trace up to the interruption", err=True)
+        if done.signum != signal.SIGINT and done.running:  # Ctrl-C reached it already
+            done.proc.send_signal(done.signum)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # it may handle it slowly
+                done.proc.wait(timeout=5)
+        _interrupted(done.signum)
+    _ended(done, out, size, leave_running)
+
+
+def _ended(done: Recorded, out: Path, size: float, leave_running: bool) -> None:
+    """The window's end: the program's exit (a whole trace), --seconds (then the program
+    is waited for, or left running), or a cut (the shim stopped, the program killed)."""
+    outcome, proc = done.outcome, done.proc
+    if outcome.ended == "window":
+        click.echo(f"{out}: {size / 1e6:.2f} MB ({outcome.closing})")
+        if leave_running:
+            click.echo(f"note: the program (pid {proc.pid}) runs on, unrecorded", err=True)
+            return
+        if done.running:
+            click.echo(f"the window ended; waiting for the program (pid {proc.pid}) to exit",
+                       err=True)  # fmt: skip
+        _exit_note(proc.wait())
+        return
+    if outcome.ended == "exited":
+        click.echo(f"{out}: {size / 1e6:.2f} MB (the program's whole run)")
+        _exit_note(proc.wait())
+        return
+    from mallocbench.replay.trace import header_status
+
+    click.echo(f"{out}: {size / 1e6:.2f} MB (recording {header_status(out)})")
+    code = proc.wait() if outcome.ended == "killed" else None
+    if code is None:
+        why = "the recording stopped before the program ended"
+    elif code < 0:
+        why = f"the program was killed by {_signal_name(-code)} before the shim closed the trace"
+    else:
+        why = "the program ended without running its exit handlers (_exit), so the shim "
+        why += "could not close the trace"
+    click.echo(f"note: {why}; the trace holds its calls until then and replays as it is",
+               err=True)  # fmt: skip
+    if outcome.ended != "killed" and not leave_running:
+        _exit_note(proc.wait())
+    sys.exit(exitcodes.ABORTED)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _exit_note(code: int) -> None:
+    """The program's own status, for a script: mallocbench's says how the trace went."""
+    if code > 0:
+        click.echo(f"note: the program exited with status {code}", err=True)
+    elif code < 0:
+        click.echo(f"note: the program was killed by {_signal_name(-code)}", err=True)
 
 
 commands = [record]
