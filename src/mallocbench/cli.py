@@ -79,7 +79,10 @@ COMMANDS: dict[str, LazyCommand] = {
         "Replay database-shaped allocation patterns under each allocator, in seconds.",
     ),
     "record": LazyCommand(
-        "record", "record", "Record a running server's allocation calls (no data) for a window."
+        "record",
+        "record",
+        "Record a running server's allocation calls (no data) for a window, or a program's "
+        "from its first call.",
     ),
     "check": LazyCommand(
         "check",

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mallocbench.analysis import stats
+from mallocbench.analysis.growth import Growth, analyze_growth
 from mallocbench.metadata import ReplayRecord, ReplayRun
 from mallocbench.results import json_safe
 
@@ -123,6 +124,9 @@ class ReplayAnalysis:
     # than BEHIND, with that ratio: time-based purging then saw a slower pace than the
     # program's (with the recorded timing only).
     behind: tuple[tuple[str, float], ...] = ()
+    # RSS and live bytes over the trace's time, each setup's first good repeat; None at
+    # --timing none, whose clock is not the program's.
+    growth: Growth | None = None
 
     def row(self, setup: str) -> SetupSummary | None:
         return next((r for r in self.rows if r.setup == setup), None)
@@ -135,8 +139,19 @@ def analyze_replay(record: ReplayRecord, min_effect: float) -> ReplayAnalysis:
     ]
     runs = record.replay_runs
     rows = summarize(runs, setups, min_effect)
+    growth = analyze_growth(
+        [(row.setup, row.rss_curve) for row in rows if row.rss_curve],
+        record.timing or "recorded",
+        record.speed or 1.0,
+        min_effect,
+    )
     return ReplayAnalysis(
-        record, tuple(rows), min_effect, rows[0].setup if rows else None, _behind(record, runs)
+        record,
+        tuple(rows),
+        min_effect,
+        rows[0].setup if rows else None,
+        _behind(record, runs),
+        growth,
     )
 
 

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import shlex
 import signal
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -21,22 +26,27 @@ MIN_BUFFER = 1 << 20
 
 if TYPE_CHECKING:
     from mallocbench.launch import Launch
+    from mallocbench.replay.command import Recorded
     from mallocbench.replay.control import Outcome
 
 
 @click.command(
-    "record",
-    epilog=exitcodes.RECORD_HELP,
-    # `--pid $(pidof mariadbd)` with two servers gives two words: refused with both named
-    context_settings={"allow_extra_args": True},
+    "record", epilog=exitcodes.RECORD_HELP, context_settings={"allow_interspersed_args": False}
 )
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+# A str: `--pid $(pidof mariadbd)` with two servers is refused with both named.
 @click.option("--pid", "pid_text", metavar="PID", help="The server process (with the shim loaded).")
 @click.option(
     "--seconds",
     type=click.FloatRange(0.1, 86400),
-    default=60.0,
-    show_default=True,
-    help="Length of the recording window.",
+    help="Length of the recording window; --pid: default 60; a command: default its whole "
+    "run (the window ends when it exits or after SECONDS, whichever comes first).",
+)
+@click.option(
+    "--leave-running",
+    is_flag=True,
+    help="A command whose --seconds ended first is left running, unrecorded, and record "
+    "returns; by default record waits for it to exit.",
 )
 @click.option(
     "--out",
@@ -85,11 +95,11 @@ if TYPE_CHECKING:
     help="Service name for --print-dropin and --remove-dropin (default: the unit of --pid, "
     "else mariadb).",
 )
-@click.pass_context
 def record(
-    ctx: click.Context,
+    command: tuple[str, ...],
     pid_text: str | None,
-    seconds: float,
+    seconds: float | None,
+    leave_running: bool,
     out: Path,
     print_dropin: bool,
     form: str | None,
@@ -98,7 +108,8 @@ def record(
     max_buffer: str | None,
     service: str | None,
 ) -> None:
-    """Record a running server's allocation calls (no data) for a window.
+    """Record a running server's allocation calls (no data) for a window, or a
+    program's from its first call.
 
     \b
     The server must run with the shim preloaded; it records nothing until armed:
@@ -106,28 +117,29 @@ def record(
       mallocbench record --pid PID --seconds 60 --out trace.mbt
       mallocbench replay trace.mbt --allocators glibc,jemalloc,tcmalloc
       mallocbench record --remove-dropin --service mariadb   when done (systemd)
+    Or a program run under the shim from its first call until it exits (or --seconds;
+    the programs it starts are not recorded; the exit status is the trace's, a note
+    gives the program's):
+      mallocbench record --out app.mbt -- ./app --its-options
     """
     from mallocbench.replay import control
     from mallocbench.replay.trace import header_status
 
-    pid = one_pid(pid_text, ctx.args)
-    if form is not None and not print_dropin:
-        raise MallocbenchError("--form chooses what --print-dropin prints: give both")
-    if print_dropin:
-        d, started = control.recording_for(pid, service)
-        click.echo(_form_text(d, started, form), nl=False)
+    pid = one_pid(pid_text, command)
+    if _preload_only(pid, print_dropin, form, remove_dropin, units_dir, service):
         return
-    if remove_dropin:
-        _remove_dropin(units_dir, service, pid)
-        return
-    if pid is None:
-        raise MallocbenchError("give --pid PID of the server to record (or --print-dropin)")
+    _one_target(command, pid)
     cap = None if max_buffer is None else parse_size(max_buffer, "--max-buffer")
     if cap is not None and cap < MIN_BUFFER:
         raise MallocbenchError(
             f"--max-buffer {max_buffer} is below {MIN_BUFFER >> 20}M, less than the shim's "
             "buffers hold at rest: give e.g. 64M"
         )
+    if command:
+        _record_command(command, seconds, out, cap, leave_running)
+        return
+    assert pid is not None
+    seconds = 60.0 if seconds is None else seconds
     try:
         outcome = control.record(
             pid,
@@ -161,14 +173,14 @@ def record(
     sys.exit(exitcodes.ABORTED)
 
 
-def one_pid(text: str | None, extra: list[str]) -> int | None:
-    """The one process id of --pid; several (`--pid "$(pidof mariadbd)"` or its
-    unquoted form, two words) are refused with each one's command line."""
+def one_pid(text: str | None, command: Sequence[str]) -> int | None:
+    """The one process id of --pid; several (`--pid "$(pidof mariadbd)"`, or unquoted,
+    where the second PID reads as the start of a command) are refused with each one's
+    command line."""
     if text is None:
-        if extra:
-            raise MallocbenchError(f"unexpected argument {extra[0]!r}: record takes options only")
         return None
-    words = text.replace(",", " ").split() + list(extra)
+    extra = list(itertools.takewhile(str.isdigit, command))
+    words = text.replace(",", " ").split() + extra
     bad = next((w for w in words if not w.isdigit() or int(w) < 1), None)
     if bad is not None or not words:
         raise MallocbenchError(
@@ -194,6 +206,27 @@ def _command(pid: int) -> str:
     words = [w.decode(errors="replace") for w in raw.split(b"\0") if w]
     text = " ".join(words) or "?"
     return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _preload_only(
+    pid: int | None,
+    print_dropin: bool,
+    form: str | None,
+    remove_dropin: bool,
+    units_dir: Path,
+    service: str | None,
+) -> bool:
+    """--print-dropin or --remove-dropin, done (True), or neither was asked."""
+    from mallocbench.replay import control
+
+    if form is not None and not print_dropin:
+        raise MallocbenchError("--form chooses what --print-dropin prints: give both")
+    if print_dropin:
+        d, started = control.recording_for(pid, service)
+        click.echo(_form_text(d, started, form), nl=False)
+    elif remove_dropin:
+        _remove_dropin(units_dir, service, pid)
+    return print_dropin or remove_dropin
 
 
 def _form_text(d: deploy.Deployment, started: Launch | None, form: str | None) -> str:
@@ -230,6 +263,16 @@ def _remove_dropin(units_dir: Path, service: str | None, pid: int | None) -> Non
         f"apply with: systemctl daemon-reload && systemctl restart {name} (the shim stays "
         "loaded, unarmed, until then)"
     )
+
+
+def _one_target(command: Sequence[str], pid: int | None) -> None:
+    if command and pid is not None:
+        raise MallocbenchError("give --pid PID or a command to run (after --), not both")
+    if pid is None and not command:
+        raise MallocbenchError(
+            "give --pid PID of the server to record, or a command to run: record -- COMMAND "
+            "(or --print-dropin)"
+        )
 
 
 def _interrupted(signum: int) -> NoReturn:
@@ -276,6 +319,96 @@ def _not_at_out(outcome: Outcome, out: Path, pid: int) -> NoReturn:
         )
     click.echo(f"mallocbench: error: {problem}; {where}", err=True)
     sys.exit(exitcodes.RECORD_NOT_AT_OUT)
+
+
+# --- record -- COMMAND: the program is started here (replay/command.py runs it) ----------
+
+
+def _record_command(
+    command: Sequence[str],
+    seconds: float | None,
+    out: Path,
+    max_buffer: int | None,
+    leave_running: bool,
+) -> None:
+    from mallocbench.replay import command as commandmod
+
+    if leave_running and seconds is None:
+        raise MallocbenchError(
+            "--leave-running needs --seconds: without it the window is the program's lifetime"
+        )
+    shown = shlex.join(command)
+    span = "until it exits" if seconds is None else f"for up to {seconds:g} s"
+
+    def started() -> None:
+        click.echo(f"recording {shown} {span} ...", err=True)
+
+    done = commandmod.record(command, seconds, out, started, max_buffer)
+    pid = done.proc.pid
+    if done.outcome.kept != out:
+        if done.running and not leave_running:
+            done.proc.wait()
+        _not_at_out(done.outcome, out, pid)
+    size = out.stat().st_size
+    if done.signum is not None:
+        click.echo(f"{out}: {size / 1e6:.2f} MB, the trace up to the interruption", err=True)
+        if done.signum != signal.SIGINT and done.running:  # Ctrl-C reached it already
+            done.proc.send_signal(done.signum)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # it may handle it slowly
+                done.proc.wait(timeout=5)
+        _interrupted(done.signum)
+    _ended(done, out, size, leave_running)
+
+
+def _ended(done: Recorded, out: Path, size: float, leave_running: bool) -> None:
+    """The window's end: the program's exit (a whole trace), --seconds (then the program
+    is waited for, or left running), or a cut (the shim stopped, the program killed)."""
+    outcome, proc = done.outcome, done.proc
+    if outcome.ended == "window":
+        click.echo(f"{out}: {size / 1e6:.2f} MB ({outcome.closing})")
+        if leave_running:
+            click.echo(f"note: the program (pid {proc.pid}) runs on, unrecorded", err=True)
+            return
+        if done.running:
+            click.echo(f"the window ended; waiting for the program (pid {proc.pid}) to exit",
+                       err=True)  # fmt: skip
+        _exit_note(proc.wait())
+        return
+    if outcome.ended == "exited":
+        click.echo(f"{out}: {size / 1e6:.2f} MB (the program's whole run)")
+        _exit_note(proc.wait())
+        return
+    from mallocbench.replay.trace import header_status
+
+    click.echo(f"{out}: {size / 1e6:.2f} MB (recording {header_status(out)})")
+    code = proc.wait() if outcome.ended == "killed" else None
+    if code is None:
+        why = "the recording stopped before the program ended"
+    elif code < 0:
+        why = f"the program was killed by {_signal_name(-code)} before the shim closed the trace"
+    else:
+        why = "the program ended without running its exit handlers (_exit), so the shim "
+        why += "could not close the trace"
+    click.echo(f"note: {why}; the trace holds its calls until then and replays as it is",
+               err=True)  # fmt: skip
+    if outcome.ended != "killed" and not leave_running:
+        _exit_note(proc.wait())
+    sys.exit(exitcodes.ABORTED)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _exit_note(code: int) -> None:
+    """The program's own status, for a script: mallocbench's says how the trace went."""
+    if code > 0:
+        click.echo(f"note: the program exited with status {code}", err=True)
+    elif code < 0:
+        click.echo(f"note: the program was killed by {_signal_name(-code)}", err=True)
 
 
 commands = [record]

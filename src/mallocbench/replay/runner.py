@@ -24,10 +24,12 @@ from mallocbench.replay.trace import EXIT_USAGE, TraceError, replayer_error
 
 TIMINGS = ("recorded", "none")
 # recorded: every thread's calls one at a time in the order recorded, so each replay makes
-# the allocator the same calls in the same order; threads: the replay's threads run
-# freely (real concurrency, for CPU cost; the layout of some allocators, tcmalloc's,
-# then varies with how they interleave: 2.8% peak-RSS CV where recorded gives 0.1%).
-ORDERS = ("recorded", "threads")
+# the allocator the same calls in the same order; batched: the recorded order kept by
+# batches of 256 calls, free within a batch (a barrier per batch instead of a hand-over
+# at every change of thread); threads: the replay's threads run freely (real
+# concurrency, for CPU cost; the layout of some allocators, tcmalloc's, then varies with
+# how they interleave: 2.8% peak-RSS CV where recorded gives 0.1%).
+ORDERS = ("recorded", "batched", "threads")
 # How the replayer's signal handler starts each line of its account of a crash: the
 # signal and the thread it hit, then the call each replay thread was on.
 CRASH_PREFIX = "mbreplay: crash: "

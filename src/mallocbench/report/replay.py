@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mallocbench.analysis.replay import METRICS, Estimate, Ratio, ReplayAnalysis, SetupSummary
 from mallocbench.metadata import ReplayRecord
+from mallocbench.report.growth import growth_lines, growth_numbers
 from mallocbench.results import json_safe
 
 MIB = 1024 * 1024
@@ -76,7 +78,21 @@ def trace_line(replay: ReplayAnalysis) -> str:
             else ""
         )
         + (f", order {rec.order}" if rec.order else "")
+        + own_memory_text(rec)
     )
+
+
+def own_memory_text(rec: ReplayRecord) -> str:
+    """The streamed replayer's own memory at its largest over the replays (its process
+    and bookkeeping, left out of every RSS shown); replays from before it say nothing."""
+    own = [
+        int(run.data["baseline_rss"])
+        for run in rec.replay_runs
+        if run.data and "bookkeeping_peak" in run.data and "baseline_rss" in run.data
+    ]
+    if not own:
+        return ""
+    return f"; the replayer's own memory at most {max(own) / MIB:,.1f} MiB (left out of RSS)"
 
 
 def rule_text(replay: ReplayAnalysis) -> str:
@@ -189,6 +205,8 @@ def markdown_lines(replay: ReplayAnalysis | None) -> list[str]:
         rows = [[setup, *(_md_ratio(v) for v in views)] for setup, views in ratios]
         out += [*_md_table(ratio_header(), rows), ""]
     out += [rule_text(replay), ""]
+    growth = growth_lines(replay)
+    out += ["### Growth over the trace", "", *growth, ""] if growth else []
     out += [f"- {line}" for line in error_lines(replay)]
     return out + ([""] if error_lines(replay) else [])
 
@@ -220,6 +238,8 @@ def print_replay(replay: ReplayAnalysis | None, console: Console) -> None:
             table.add_row(setup, *(_rich_ratio(v) for v in views))
         console.print(table)
     console.print(rule_text(replay))
+    for line in growth_lines(replay):
+        console.print(escape(line))
     for line in error_lines(replay):
         console.print(f"[red]{line}[/]")
 
@@ -238,7 +258,11 @@ def document(replay: ReplayAnalysis) -> dict[str, Any]:
         "repeats": rec.repeats,
         "min_effect": replay.min_effect,
         "base": replay.base,
-        "setups": [row.to_dict() for row in replay.rows],
+        "setups": [
+            {**row.to_dict(), "growth": growth_numbers(replay.growth, row.setup)}
+            for row in replay.rows
+        ],
+        "growth": growth_lines(replay),
     }
 
 
@@ -255,6 +279,7 @@ class ReplayView:
     base: str | None
     rule: str
     errors: list[str]
+    growth: list[str]
 
 
 def html_view(replay: ReplayAnalysis | None) -> ReplayView | None:
@@ -270,6 +295,7 @@ def html_view(replay: ReplayAnalysis | None) -> ReplayView | None:
         base=replay.base,
         rule=rule_text(replay),
         errors=error_lines(replay),
+        growth=growth_lines(replay),
     )
 
 
@@ -301,6 +327,7 @@ def records(replay: ReplayAnalysis | None) -> list[dict[str, Any]]:
             "failed": row.failed,
             "crashed": row.crashed,
             "ideal_peak_live": row.ideal_peak_live,
+            **growth_numbers(replay.growth, row.setup),
         }
         for key, _, _ in METRICS:
             e = row.metrics[key]
