@@ -112,6 +112,8 @@ def check(line: str) -> str | None:
     command: click.Command = main
     ctx = click.Context(main, info_name="mallocbench")
     for word in words(line)[1:]:
+        if word == "--":  # what follows is a program's command line (record -- COMMAND)
+            return None
         if word.startswith("-") and len(word) > 1:
             name = word.split("=", 1)[0]
             if name not in option_names(command, ctx):
@@ -153,6 +155,7 @@ def test_a_removed_option_or_command_is_caught() -> None:
         == "mallocbench run has no option --no-such-option"
     )
     assert check("mallocbench stor copy a b") == "no command 'stor'"
+    assert check("mallocbench record --out a.mbt -- ./app --its-own") is None
     assert check("mallocbench runs --store x") == "mallocbench runs has no option --store"
     assert check("mallocbench cluster worker tls://x:1 --tls d --bogus 1") == (
         "mallocbench cluster worker has no option --bogus"
