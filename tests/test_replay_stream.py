@@ -74,7 +74,10 @@ def test_the_replayers_own_memory_does_not_grow_with_the_traces_length(
     assert long["events"] > 8 * short["events"] > 8 * 100_000, (short["events"], long["events"])
     assert long["late_calls"] == short["late_calls"] == 0
     assert abs(long["ideal_peak_live"] - short["ideal_peak_live"]) < 0.2 * short["ideal_peak_live"]
-    assert long["bookkeeping_peak"] < 1.25 * short["bookkeeping_peak"] + 2 * MIB, (
+    # Not equal: the window holds 2 s of the trace's calls, and a recording on a loaded
+    # host has bursts (a paced thread catching up) that a longer one meets more of; CI
+    # saw 1.41x. Growth with the length would be 10x.
+    assert long["bookkeeping_peak"] < 2 * short["bookkeeping_peak"] + 2 * MIB, (
         short["bookkeeping_peak"],
         long["bookkeeping_peak"],
     )

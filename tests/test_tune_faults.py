@@ -20,6 +20,7 @@ import pytest
 from cli_runner import run_cli
 from conftest import IntegrityFigures
 from mallocbench.allocators.base import Allocator
+from mallocbench.replay import trace as tracemod
 from mallocbench.tune import search
 from mallocbench.tune.evaluate import EvaluationFailed
 from test_run_integrity import fill, one_error_line, small_filesystem
@@ -117,9 +118,13 @@ def test_a_ctrl_c_at_the_terminal_puts_the_cut_trial_back(
     tiny_trace: Path, tmp_path: Path, integrity_figures: IntegrityFigures
 ) -> None:
     out = tmp_path / "out"
-    # At 1/50 of the recorded pace a replay of the tiny trace lasts about two seconds.
+    # A pace at which a replay lasts about two seconds: the trace's span is the program's
+    # under the recording host's load (tens of ms alone, a second on a loaded CI host,
+    # where a fixed 1/50 made each replay a minute and the test over five).
+    span = float(tracemod.check(tiny_trace).data.get("duration_s") or 0.04)
+    speed = f"{max(span, 0.001) / 2.0:.4g}"
     slow = ["--allocators", "glibc", "--repeats", "2", "--timing", "recorded", "--speed",
-            "0.02", "--seed", "3", "--trials", "2", "--out", str(out)]  # fmt: skip
+            speed, "--seed", "3", "--trials", "2", "--out", str(out)]  # fmt: skip
     command = [sys.executable, "-m", "mallocbench.cli", "tune", str(tiny_trace), *slow]
     # Its own session, as a shell's job: the terminal's Ctrl-C reaches the whole group.
     tune = subprocess.Popen(
