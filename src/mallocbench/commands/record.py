@@ -71,7 +71,7 @@ def record(
       mallocbench record --pid PID --seconds 60 --out trace.mbt
       mallocbench replay trace.mbt --allocators glibc,jemalloc,tcmalloc
     """
-    from mallocbench.replay import control
+    from mallocbench.replay import control, serverrss
     from mallocbench.replay.trace import header_status
 
     if print_dropin:
@@ -86,6 +86,7 @@ def record(
             f"--max-buffer {max_buffer} is below {MIN_BUFFER >> 20}M, less than the shim's "
             "buffers hold at rest: give e.g. 64M"
         )
+    at_start = serverrss.sample(pid)  # the server's RSS, for a saving in its terms
     try:
         outcome = control.record(
             pid,
@@ -109,6 +110,7 @@ def record(
         _interrupted(stopped.signum)
     if outcome.kept != out:
         _not_at_out(outcome, out, pid)
+    serverrss.note(out, at_start, serverrss.sample(pid))
     size = out.stat().st_size
     status = header_status(out)
     if outcome.ended == "window":
