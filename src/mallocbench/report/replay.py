@@ -120,11 +120,12 @@ def saving_text(s: Saving) -> str:
     low, high = sorted((sign * s.low / MIB, sign * s.high / MIB))
     pct_low, pct_high = sorted((sign * share.low * 100, sign * share.high * 100))
     of = "the server's" if s.of_server else "the replay's"
-    what = "RSS" if s.of_server else "heap (the trace holds no server RSS: `record --pid` keeps it)"
+    what = "RSS" if s.of_server else "heap"
+    why = "" if s.of_server else "; the trace holds no server RSS: `record --pid` keeps it"
     return (
         f"{verb} about {sign * s.bytes / MIB:,.1f} MiB [{low:,.1f}, {high:,.1f}] of {of} "
         f"{s.of_bytes / MIB:,.0f} MiB {what} ({sign * share.mean * 100:.1f}% "
-        f"[{pct_low:.1f}, {pct_high:.1f}])"
+        f"[{pct_low:.1f}, {pct_high:.1f}]{why})"
     )
 
 
