@@ -249,3 +249,26 @@ def test_bad_input_is_one_line_before_anything_runs(
     proc = run_cli("advise", str(tiny_trace), "--out", str(tmp_path / "out"), *args)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert message in proc.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_loss_the_budget_took_is_priced_in_the_answer() -> None:
+    """--max-loss cpu=25% takes jemalloc's CPU loss: the decision deploys it and its
+    line names the loss and the budget that took it, not "no worse"."""
+    from types import SimpleNamespace
+
+    from mallocbench.analysis.advise import decision
+    from mallocbench.analysis.replay import analyze_replay
+    from mallocbench.report.advise import decision_line
+
+    record = _record({"glibc": (100, 1.0), "jemalloc": (90, 1.2)})
+    rule = rec.DecisionRule(rec.REPLAY_PRIORITIES, None, {rec.CPU: 0.25})
+    r = rec.replay_recommendation(record, "r", rule, 0.02)
+    d = decision(r, analyze_replay(record, 0.02))
+    assert d is not None and d.deploy and d.setup == "jemalloc"
+    assert d.rss.high < 0.98 and d.cpu.low > 1.02
+    finalist = advisemod.Finalist("jemalloc", test_tune.GLIBC, {"narenas": "1"})
+    run = SimpleNamespace(recommendation=r, decision=d, finalists=[finalist])
+    line = decision_line(run)  # type: ignore[arg-type]
+    assert line.startswith("deploy jemalloc (narenas=1): shown lower on steady peak RSS by")
+    assert "CPU time" in line and "within --max-loss cpu=25%" in line
+    assert "saves about 10.0 MiB [" in line and "of the replay's 100 MiB heap (10.0% [" in line

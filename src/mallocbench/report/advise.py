@@ -13,6 +13,7 @@ from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.choice import Interval
 from mallocbench.formatting import percent
 from mallocbench.report.recommend import (
+    admitted_text,
     budget_commands,
     continue_command,
     name_of,
@@ -56,6 +57,11 @@ def _why_change(run: AdviceRun, d: Decision) -> str:
         r, [n for n in r.priorities if subject and subject.assessments[n].status == rec.BETTER]
     )
     effect = percent(r.min_effect)
+    if subject is not None and subject.admitted_by:  # a loss the user's budget took
+        return (
+            f"shown lower on {' and '.join(better)} by at least {effect}, for "
+            f"{admitted_text(subject, r)}"
+        )
     return (
         f"shown lower on {' and '.join(better)} by at least {effect}, and no worse than "
         f"{effect} on the rest"
