@@ -272,3 +272,23 @@ def test_a_loss_the_budget_took_is_priced_in_the_answer() -> None:
     assert line.startswith("deploy jemalloc (narenas=1): shown lower on steady peak RSS by")
     assert "CPU time" in line and "within --max-loss cpu=25%" in line
     assert "saves about 10.0 MiB [" in line and "of the replay's 100 MiB heap (10.0% [" in line
+
+
+def test_recommend_decides_on_a_replay_run(tiny_trace: Path, tmp_path: Path) -> None:
+    """The issue: `recommend replay-out` answered "Exploratory run (no intervals)" on a
+    replay of 3 repeats. Now the same rule decides on its steady peak and CPU."""
+    out = tmp_path / "replayed"
+    proc = run_cli("replay", str(tiny_trace), "--allocators", "glibc,jemalloc", "--repeats",
+                   "3", "--timing", "none", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    decided = run_cli("recommend", str(out), "--format", "json")
+    assert decided.returncode == 0, decided.stderr
+    doc = json.loads(decided.stdout)
+    assert doc["exploratory"] is False and doc["priorities"] == ["rss", "cpu"]
+    (engine,) = doc["engines"]
+    assert engine["base"] == "glibc" and [c["setup"] for c in engine["candidates"]] == ["jemalloc"]
+    assert engine["kind"] in ("change", "trade-off", "undecided", "keep")
+    text = run_cli("recommend", str(out)).stdout
+    assert "Exploratory" not in text and "steady peak RSS" in text
+    refused = run_cli("recommend", str(out), "--priority", "throughput")
+    assert refused.returncode == 2 and "a replay measures no throughput" in refused.stderr
