@@ -292,3 +292,12 @@ def test_recommend_decides_on_a_replay_run(tiny_trace: Path, tmp_path: Path) -> 
     assert "Exploratory" not in text and "steady peak RSS" in text
     refused = run_cli("recommend", str(out), "--priority", "throughput")
     assert refused.returncode == 2 and "a replay measures no throughput" in refused.stderr
+
+
+def test_max_cpu_leaves_out_a_costly_finalist() -> None:
+    """--max-cpu bounds every finalist, the allocators' defaults too, on its CPU ratio."""
+    record = _record({"glibc": (100, 1.0), "jemalloc": (80, 1.5), "tcmalloc": (95, 1.05)})
+    r = rec.replay_recommendation(record, "r", rec.DecisionRule(rec.REPLAY_PRIORITIES), 0.02)
+    over = advisemod.excluded_by_max_cpu(r, 1.1)
+    assert set(over) == {"jemalloc"} and over["jemalloc"] == pytest.approx(1.5, rel=0.01)
+    assert advisemod.excluded_by_max_cpu(r, None) == {}
