@@ -193,6 +193,9 @@ def test_advise_ends_with_one_decision_within_its_budget(tiny_trace: Path, tmp_p
                    "--seed", "3", "--out", str(out), "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert time.monotonic() - began < 60 * 1.3
+    # through a pipe: a line per trial, per front re-measurement and per finalist replay
+    assert "glibc trial 1 done" in proc.stderr and "re-measuring glibc default" in proc.stderr
+    assert "glibc repeat 3: peak RSS" in proc.stderr and "wrote results.json" in proc.stderr
     doc = json.loads(proc.stdout)
     d = doc["decision"]
     assert d["kind"] in ("change", "trade-off", "undecided", "keep")

@@ -237,9 +237,13 @@ def _search(plan: AdvicePlan, evaluator: ReplayEvaluator, err: Console) -> list[
             sys.exit(exitcodes.interrupted(stop.signal))
         limit = driver.front_limit(tune, time.monotonic() - began, driver.mean_trial_s(studies))
         with err.status("re-measuring each allocator's front") as status:
-            return driver.judge_all(
-                tune, studies, evaluator, limit, lambda t: status.update(f"re-measuring {t}")
-            )
+
+            def said(text: str) -> None:
+                status.update(f"re-measuring {text}")
+                if not err.is_terminal:  # a log gets a line per replay, not silence
+                    err.print(f"re-measuring {text}", markup=False, highlight=False)
+
+            return driver.judge_all(tune, studies, evaluator, limit, said)
 
 
 def _replay_finalists(
