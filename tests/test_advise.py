@@ -304,3 +304,22 @@ def test_max_cpu_leaves_out_a_costly_finalist() -> None:
     over = advisemod.excluded_by_max_cpu(r, 1.1)
     assert set(over) == {"jemalloc"} and over["jemalloc"] == pytest.approx(1.5, rel=0.01)
     assert advisemod.excluded_by_max_cpu(r, None) == {}
+
+
+def test_an_overrun_budget_says_what_took_the_time() -> None:
+    from types import SimpleNamespace
+
+    from mallocbench.report.advise import note_lines
+
+    info = tracemod.TraceInfo(Path("prod.mbt"), {"duration_s": 20})
+    plan = advisemod.AdvicePlan(Path("prod.mbt"), info, [test_tune.GLIBC] * 3, 180, 3, 0.02,
+                                rec.DecisionRule(), "recorded", 1.0, Path("out"))  # fmt: skip
+    run = SimpleNamespace(plan=plan, portion_s=12.0, elapsed_s=564, repeat_replays=45,
+                          max_cpu_excluded={}, server_rss=1e8)  # fmt: skip
+    notes = note_lines(run)  # type: ignore[arg-type]
+    assert notes[0] == (
+        "every replay, the search's and the finalists', covers the trace's first 12 s of "
+        "20 s (what the budget allows)"
+    )
+    assert notes[1].startswith("advise took 9.4 min against a budget of 3.0 min: after the ")
+    assert "were 45 replays of 12 s, about 9 min; a larger --speed" in notes[1]

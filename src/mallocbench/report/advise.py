@@ -140,9 +140,19 @@ def note_lines(run: AdviceRun) -> list[str]:
             f"{run.portion_s:g} s of {plan.duration_s:.0f} s (what the budget allows)"
         )
     if run.elapsed_s > plan.budget_s * 1.05:
+        one = plan.replay_s(run.portion_s)
+        replays = run.repeat_replays
+        why = (
+            f": after the search, the fronts' and the finalists' repeats were {replays} "
+            f"replays of {one:g} s, about {replays * one / 60:.0f} min; a larger --speed "
+            "shortens every replay"
+            if one
+            else f": after the search, the fronts' and the finalists' repeats were {replays} "
+            "replays"
+        )
         notes.append(
             f"advise took {run.elapsed_s / 60:.1f} min against a budget of "
-            f"{plan.budget_s / 60:.1f} min: the finalists' repeats need the time they take"
+            f"{plan.budget_s / 60:.1f} min{why}"
         )
     for setup, cpu in run.max_cpu_excluded.items():
         notes.append(

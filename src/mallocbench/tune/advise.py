@@ -86,6 +86,12 @@ class AdvicePlan:
         portion = auto_portion(trial_s, self.timing, self.speed, self.duration_s)
         return ReplayEvaluator(self.trace, self.timing, self.speed, self.duration_s, portion)
 
+    def replay_s(self, portion_s: float | None) -> float | None:
+        """One replay's length at recorded timing; None at --timing none."""
+        if self.timing != "recorded":
+            return None
+        return (portion_s or self.duration_s) / self.speed
+
     def tune_plan(self, evaluator: ReplayEvaluator) -> driver.Plan:
         return driver.Plan(
             trace=str(self.trace.resolve()), evaluator_name=evaluator.describe(),
@@ -146,6 +152,13 @@ class AdviceRun:
     portion_s: float | None
     server_rss: float | None
     max_cpu_excluded: dict[str, float] = field(default_factory=dict)  # setup -> CPU ratio
+
+    @property
+    def repeat_replays(self) -> int:
+        """The replays made after the search: each front point FRONT_REPEATS times, each
+        finalist --repeats times."""
+        points = sum(len(r["points"]) for r in self.searched)
+        return points * FRONT_REPEATS + len(self.finalists) * self.plan.repeats
 
 
 def excluded_by_max_cpu(r: Recommendation, max_cpu: float | None) -> dict[str, float]:
