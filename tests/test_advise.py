@@ -323,3 +323,23 @@ def test_an_overrun_budget_says_what_took_the_time() -> None:
     )
     assert notes[1].startswith("advise took 9.4 min against a budget of 3.0 min: after the ")
     assert "were 45 replays of 12 s, about 9 min; a larger --speed" in notes[1]
+
+
+def test_an_unfinished_advise_is_not_taken_for_a_new_one(tiny_trace: Path, tmp_path: Path) -> None:
+    (tmp_path / "out" / "search").mkdir(parents=True)
+    (tmp_path / "out" / "search" / "tune.db").write_bytes(b"")
+    proc = run_cli("advise", str(tiny_trace), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "holds an advise that did not finish" in proc.stderr and "--resume" not in proc.stderr
+
+
+def test_the_repeats_least_time_is_known_before_the_search() -> None:
+    """3 allocators at 12 s replays: 4 front points x 3 and 2 finalists x 3 each, 54
+    replays, however short the search."""
+    info = tracemod.TraceInfo(Path("prod.mbt"), {"duration_s": 20})
+    plan = advisemod.AdvicePlan(Path("prod.mbt"), info, [test_tune.GLIBC] * 3, 180, 3, 0.02,
+                                rec.DecisionRule(), "recorded", 2.0, Path("out"))  # fmt: skip
+    assert plan.least_s(12.0) == pytest.approx(54 * 6)
+    assert plan.least_s(None) == pytest.approx(54 * 10)
+    plan.timing = "none"
+    assert plan.least_s(12.0) is None

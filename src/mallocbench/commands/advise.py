@@ -191,23 +191,40 @@ def _rule(
 
 
 def _check_out(out_dir: Path) -> None:
-    from mallocbench.tune import driver
+    """A new advise needs an OUT without one, finished or not (there is no resume)."""
+    from mallocbench.tune import search
     from mallocbench.tune.advise import SEARCH_DIR
-    from mallocbench.tune.search import guarded
 
     if (out_dir / "advise.json").exists():
         raise MallocbenchError(f"{out_dir} already holds an advise: give another --out")
-    with guarded(out_dir / SEARCH_DIR):
-        driver.check_out(out_dir / SEARCH_DIR, False)
+    if (out_dir / SEARCH_DIR / search.DB_NAME).exists():
+        raise MallocbenchError(
+            f"{out_dir} holds an advise that did not finish ({out_dir / SEARCH_DIR}): give "
+            "another --out, or remove that directory"
+        )
 
 
 def _advise(plan: AdvicePlan) -> AdviceRun:
     from mallocbench.console import make_console
     from mallocbench.tune import advise as advisemod
+    from mallocbench.tune.advise import TUNE_SHARE
+    from mallocbench.tune.driver import SEARCH_SHARE
 
     err = make_console(stderr=True)
     started = time.monotonic()
     evaluator = plan.evaluator()
+    least = plan.least_s(evaluator.portion_s)
+    share = plan.budget_s * (1 - TUNE_SHARE * SEARCH_SHARE)
+    if least is not None and least > share:
+        # Said before the search, not only after an overrun: the user may rather stop.
+        err.print(
+            f"note: {len(plan.tuned)} allocators' repeats at this trace's "
+            f"{plan.replay_s(evaluator.portion_s):g} s replays take about "
+            f"{least / 60:.0f} min however short the search, over the "
+            f"{share / 60:.1f} min the {plan.budget_s / 60:g} min budget leaves them: expect "
+            "an overrun, or give a larger --budget or --speed, or fewer --allocators",
+            markup=False, highlight=False, soft_wrap=True,
+        )  # fmt: skip
     plan.out.mkdir(parents=True, exist_ok=True)
     searched = _search(plan, evaluator, err)
     chosen = advisemod.finalists(searched)
@@ -228,12 +245,19 @@ def _search(plan: AdvicePlan, evaluator: ReplayEvaluator, err: Console) -> list[
     tune = plan.tune_plan(evaluator)
     tune.out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
-    stop = StopOnSignals(lambda text: err.print(text, markup=False))
+    stopped = "advise stops without a decision"
+    stop = StopOnSignals(lambda text: err.print(text, markup=False), under_way=stopped)
     with guarded(tune.out):
-        with stop, SearchProgress(err, tune.objectives, [], tune.spaces, None) as bar:
+        progress = SearchProgress(err, tune.objectives, [], tune.spaces, None, stopped)
+        with stop, progress as bar:
             studies = driver.run_searches(tune, evaluator, bar, stop.requested)
         if stop.signal is not None:
-            click.echo("mallocbench: advise stopped during the search: nothing decided", err=True)
+            click.echo(
+                "mallocbench: advise stopped during the search: nothing decided (advise has "
+                "no --resume: run it again with another --out, a smaller --budget if time is "
+                "short)",
+                err=True,
+            )
             sys.exit(exitcodes.interrupted(stop.signal))
         limit = driver.front_limit(tune, time.monotonic() - began, driver.mean_trial_s(studies))
         with err.status("re-measuring each allocator's front") as status:

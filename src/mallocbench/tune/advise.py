@@ -92,6 +92,16 @@ class AdvicePlan:
             return None
         return (portion_s or self.duration_s) / self.speed
 
+    def least_s(self, portion_s: float | None) -> float | None:
+        """The repeats' time however short the search, at recorded timing: per allocator
+        its default and front's ends and knee FRONT_REPEATS times, then its default and
+        one pick --repeats times (None at --timing none: a replay's length is unknown)."""
+        one = self.replay_s(portion_s)
+        if one is None:
+            return None
+        per_allocator = (driver.MIN_FRONT + 1) * FRONT_REPEATS + 2 * self.repeats
+        return len(self.tuned) * per_allocator * one
+
     def tune_plan(self, evaluator: ReplayEvaluator) -> driver.Plan:
         return driver.Plan(
             trace=str(self.trace.resolve()), evaluator_name=evaluator.describe(),
