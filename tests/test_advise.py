@@ -343,3 +343,14 @@ def test_the_repeats_least_time_is_known_before_the_search() -> None:
     assert plan.least_s(None) == pytest.approx(54 * 10)
     plan.timing = "none"
     assert plan.least_s(12.0) is None
+
+
+def test_with_nothing_beside_the_default_it_is_kept_not_exploratory() -> None:
+    from mallocbench.analysis.advise import decision
+    from mallocbench.analysis.replay import analyze_replay
+
+    alone = _record({"glibc": (100, 1.0)})
+    r = rec.replay_recommendation(alone, "r", rec.DecisionRule(rec.REPLAY_PRIORITIES), 0.02)
+    assert r.engines == [] and r.exploratory is False
+    d = decision(r, analyze_replay(alone, 0.02))
+    assert d is not None and d.kind == rec.KEEP and d.setup == "glibc" and not d.deploy

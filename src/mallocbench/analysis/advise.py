@@ -55,9 +55,13 @@ def _saving(setup: str, rss: Interval, replay: ReplayAnalysis) -> Saving | None:
 
 
 def decision(r: rec.Recommendation, replay: ReplayAnalysis) -> Decision | None:
-    """None: the replay judged no setup beside the base (every one failed)."""
+    """None: the replay measured nothing. With no setup judged beside the base (every
+    one failed, or --max-cpu left all out), the base is kept."""
     if not r.engines:
-        return None
+        if not replay.rows:
+            return None
+        base = replay.rows[0].setup
+        return Decision(rec.KEEP, base, base, SAME, SAME, _saving(base, SAME, replay))
     e = r.engines[0]
     subject = e.subject
     if e.kind == rec.CHANGE and subject is not None:

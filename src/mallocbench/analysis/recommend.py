@@ -1010,7 +1010,8 @@ def replay_recommendation(
         min_effect,
         rule.memory_budget_bytes,
         engines,
-        not any(c.has_interval for by in cells.values() for c in by.values()),
+        # exploratory: setups compared, none with an interval (not: none to compare)
+        bool(candidates) and not any(c.has_interval for by in cells.values() for c in by.values()),
         dict(rule.max_loss),
         replay_trace=record.trace_path,
     )

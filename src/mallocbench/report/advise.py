@@ -81,9 +81,14 @@ def _why_kept(run: AdviceRun, d: Decision) -> str:
         held = " and ".join(name_of(h.criterion, h.replay) for h in c.holds)
         more = "; ".join(dict.fromkeys(continue_command(h, r, None) for h in c.holds))
         return f"{d.subject} is undecided{measured}, its {held} unclear: `{more}` may decide it"
+    over = ""
+    if run.max_cpu_excluded:
+        over = f" ({', '.join(run.max_cpu_excluded)} over --max-cpu {run.plan.max_cpu:g})"
+    if not r.engines:
+        return f"no other finalist could be compared{over}"
     return (
         f"no setting is shown better on {' or '.join(names_of(r, r.priorities))} by at "
-        f"least {percent(r.min_effect)} without a loss or an unclear result on the other"
+        f"least {percent(r.min_effect)} without a loss or an unclear result on the other{over}"
     )
 
 
