@@ -160,10 +160,17 @@ def test_advise_and_tune_agree_and_a_2x_cpu_setting_is_never_chosen(tmp_path: Pa
 def test_a_replays_decision_is_recommends_rule() -> None:
     """Shown better on RSS and worse on CPU is recommend's trade-off, with the
     --max-loss that takes it; within --max-loss it is a change; noise alone is a keep."""
+    from mallocbench.analysis.advise import decision
+    from mallocbench.analysis.replay import analyze_replay
+
     rule = rec.DecisionRule(rec.REPLAY_PRIORITIES)
     trade = _record({"glibc": (100, 1.0), "jemalloc": (90, 1.2)})
     r = rec.replay_recommendation(trade, "r", rule, 0.02)
     assert r.engines[0].kind == rec.TRADE_OFF and r.engines[0].choice is None
+    # the trade-off's price and saving are in the answer, though it is not deployed
+    d = decision(r, analyze_replay(trade, 0.02))
+    assert d is not None and not d.deploy and d.subject == "jemalloc"
+    assert d.subject_saving is not None and d.subject_saving.bytes == pytest.approx(10 * MIB, 0.02)
     assert "--max-loss cpu=" in "\n".join(recommendation_lines(r))
     taken = rec.DecisionRule(rec.REPLAY_PRIORITIES, None, {rec.CPU: 0.25})
     assert rec.replay_recommendation(trade, "r", taken, 0.02).engines[0].choice == "jemalloc"

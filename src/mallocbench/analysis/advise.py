@@ -34,6 +34,7 @@ class Decision:
     subject: str | None = None
     subject_rss: Interval | None = None
     subject_cpu: Interval | None = None
+    subject_saving: Saving | None = None
 
     @property
     def deploy(self) -> bool:
@@ -73,9 +74,11 @@ def decision(r: rec.Recommendation, replay: ReplayAnalysis) -> Decision | None:
     kept = Decision(e.kind, e.base, e.base, SAME, SAME, _saving(e.base, SAME, replay))
     if subject is None:
         return kept
+    subject_rss = _interval(subject.assessments[rec.RSS])
     return dataclasses.replace(
         kept,
         subject=subject.setup,
-        subject_rss=_interval(subject.assessments[rec.RSS]),
+        subject_rss=subject_rss,
         subject_cpu=_interval(subject.assessments[rec.CPU]),
+        subject_saving=_saving(subject.setup, subject_rss, replay) if subject_rss else None,
     )

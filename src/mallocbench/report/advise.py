@@ -26,6 +26,7 @@ from mallocbench.results import json_safe
 
 if TYPE_CHECKING:
     from mallocbench.analysis.advise import Decision
+    from mallocbench.analysis.replay import Saving
     from mallocbench.deploy import Deployment
     from mallocbench.tune.advise import AdviceRun, Finalist
 
@@ -73,7 +74,8 @@ def _why_kept(run: AdviceRun, d: Decision) -> str:
     c = r.engines[0].subject if r.engines else None
     measured = ""
     if d.subject_rss is not None and d.subject_cpu is not None:
-        measured = f" ({_ratios(d.subject_rss, d.subject_cpu)})"
+        saving = f"; it {saving_text(d.subject_saving)}" if d.subject_saving else ""
+        measured = f" ({_ratios(d.subject_rss, d.subject_cpu)}{saving})"
     if d.kind == rec.TRADE_OFF and c is not None:
         take = " or ".join(f"`{o}`" for o in budget_commands(c))
         return f"{d.subject} is a trade-off{measured}: take it with {take}"
@@ -198,6 +200,10 @@ def _interval_dict(i: Interval | None) -> dict[str, float] | None:
     return None if i is None else {"point": i.point, "low": i.low, "high": i.high}
 
 
+def _mib_dict(s: Saving | None) -> dict[str, float] | None:
+    return None if s is None else {"point": s.bytes / MIB, "low": s.low / MIB, "high": s.high / MIB}
+
+
 def decision_dict(run: AdviceRun) -> dict[str, Any] | None:
     d = run.decision
     if d is None:
@@ -216,11 +222,12 @@ def decision_dict(run: AdviceRun) -> dict[str, Any] | None:
         "subject": d.subject,
         "subject_rss_ratio": _interval_dict(d.subject_rss),
         "subject_cpu_ratio": _interval_dict(d.subject_cpu),
+        "subject_saves_mib": _mib_dict(d.subject_saving),
         "line": decision_line(run),
     }
     s = d.saving
     if s is not None:
-        out["saves_mib"] = {"point": s.bytes / MIB, "low": s.low / MIB, "high": s.high / MIB}
+        out["saves_mib"] = _mib_dict(s)
         share = s.share
         pct = {"point": share.mean * 100, "low": share.low * 100, "high": share.high * 100}
         if s.of_server:
