@@ -28,7 +28,8 @@
  * or root and writable by nobody else, so no other user can make the process write a file.
  * The writer answers in CONTROL.status: "recording PATH", "complete PATH ...", "error ...",
  * "stopped PATH: why" (the buffer cap was reached; the trace is whole up to its cut).
- * MBRECORD_ARMED=1 arms at start (to record a process from its first call).
+ * MBRECORD_ARMED=1 arms at start (to record a process from its first call); "pid:N" arms
+ * only in process N.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -1205,13 +1206,28 @@ static void poll_control(void)
     }
 }
 
+/* MBRECORD_ARMED=1 arms every process that inherits it; "pid:N" only the process N, so
+ * that a command recorded from its first call (`record -- COMMAND`) is recorded across
+ * its exec()s (they keep its pid) while the programs it starts, which inherit the
+ * variable, are not: they would write to the same MBRECORD_OUT. */
+static int armed_at_start(const char *value)
+{
+    if (value == NULL)
+        return 0;
+    if (strcmp(value, "1") == 0)
+        return 1;
+    if (strncmp(value, "pid:", 4) != 0)
+        return 0;
+    char *rest;
+    errno = 0;
+    long pid = strtol(value + 4, &rest, 10);
+    return errno == 0 && rest != value + 4 && *rest == 0 && pid == (long)getpid();
+}
+
 static void *writer_main(void *unused)
 {
     (void)unused;
     in_hook = 1; /* the writer's own calls are not the program's */
-    const char *start = getenv("MBRECORD_ARMED");
-    if (start != NULL && strcmp(start, "1") == 0)
-        arm(NULL, env_max_buffer);
     unsigned tick = 0;
     uint64_t last_flush = now_ns();
     while (!atomic_load(&w.stop)) {
@@ -1276,6 +1292,11 @@ __attribute__((constructor)) static void mbrecord_init(void)
         in_hook--;
         return;
     }
+    /* Armed here, before the writer runs, so that no call of the program's comes before
+     * the window: the program's main() has not begun, and this thread's own calls while
+     * arming are not recorded (in_hook). */
+    if (armed_at_start(getenv("MBRECORD_ARMED")))
+        arm(NULL, env_max_buffer);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);

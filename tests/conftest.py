@@ -7,6 +7,7 @@ import fcntl
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,15 @@ def build() -> ServerBuild:
 
 @pytest.fixture(scope="session")
 def native_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """native/build, made first when stale. xdist workers take turns: two makes at once
-    would write the same files."""
+    """native/build, made first when stale (with the replayer's checking build, `make
+    check`). xdist workers take turns: two makes at once would write the same files."""
     native = Path(__file__).resolve().parents[1] / "native"
     lock_dir = _shared_dir(tmp_path_factory.getbasetemp()) or tmp_path_factory.getbasetemp()
     with open(lock_dir / "native.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        made = subprocess.run(["make", "-s", "-C", str(native)], capture_output=True, text=True)
+        made = subprocess.run(
+            ["make", "-s", "-C", str(native), "all", "check"], capture_output=True, text=True
+        )
     assert made.returncode == 0, made.stderr
     return native / "build"
 
@@ -338,3 +341,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             "integrity figures: " + ", ".join(f"{k} {v}" for k, v in _FIGURES.counts.items())
         )
+
+
+@pytest.fixture
+def readable_dir() -> Iterator[Path]:
+    """A directory of this test's own that an unprivileged user (nobody, mysql) may read
+    (pytest's temp dirs are root's, 0700)."""
+    directory = Path(tempfile.mkdtemp(prefix="mallocbench-nobody-"))
+    directory.chmod(0o755)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

@@ -322,3 +322,17 @@ def test_memory_advice_shows_the_dropin_line() -> None:
     advice = {a.title: a.advice for a in advise(memory_report("jemalloc", {"MALLOC_CONF": "x:1"}))}
     heap = advice["heap holds more than the server accounts for"]
     assert "Environment=MALLOC_CONF=x:1,dirty_decay_ms:5000,muzzy_decay_ms:5000 " in heap
+
+
+def test_memory_advice_speaks_the_servers_own_form() -> None:
+    """A server mysqld_safe or a container runs gets no drop-in it would not read."""
+    report = memory_report("glibc", {})
+    report.deploy_form = "mysqld_safe"
+    advice = {a.title: a.advice for a in advise(report)}
+    arenas = next(text for title, text in advice.items() if "glibc arenas" in title)
+    assert "Environment=" not in arenas and "MALLOC_ARENA_MAX=4 in its environment" in arenas
+    assert "restart the server through mysqld_safe" in arenas
+    report.deploy_form = "docker"
+    advice = {a.title: a.advice for a in advise(report)}
+    arenas = next(text for title, text in advice.items() if "glibc arenas" in title)
+    assert "set MALLOC_ARENA_MAX=4 in the Compose service's environment" in arenas

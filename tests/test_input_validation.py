@@ -539,7 +539,9 @@ def _store(directory: Path) -> tuple[Path, str]:
     path = directory / "results.sqlite"
     store = Store(path)
     try:
-        store.save_run(run)
+        # finished, as a run that ended well is: a stored "running" run whose harness is
+        # gone reads as died, and report says so on a line of its own
+        store.save_run(run, status="finished")
     finally:
         store.close()
     return path, run.run_id

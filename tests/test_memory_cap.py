@@ -9,9 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,18 +123,6 @@ def _dry_run_as_nobody(path: Path) -> subprocess.CompletedProcess[str]:
         stdin=subprocess.DEVNULL,
         env={**os.environ, "COLUMNS": "200"},
     )
-
-
-@pytest.fixture
-def readable_dir() -> Iterator[Path]:
-    """A directory of this test's own that the unprivileged user may read (pytest's temp
-    dirs are 0700)."""
-    directory = Path(tempfile.mkdtemp(prefix="mallocbench-nobody-"))
-    directory.chmod(0o755)
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_dry_run_refuses_a_cap_where_no_memory_cgroup_is_writable(readable_dir: Path) -> None:

@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,20 @@ def calls(thread: int, *recs: tuple[int, int, int, int]) -> bytes:
     return struct.pack("<II", thread, len(recs)) + body
 
 
-def write_trace(path: Path, status: str, blocks: list[bytes], end_events: int | None) -> Path:
+def write_trace(
+    path: Path,
+    status: str,
+    blocks: list[bytes],
+    end_events: int | None,
+    later: Sequence[list[bytes]] = (),
+) -> Path:
+    """`blocks` in one EVENTS frame, then each of `later` in a frame of its own."""
     head = bytearray(HEADER)
     head[:16] = b"MBTRACE\0" + struct.pack("<II", 1, HEADER)
     head[STATUS_AT : STATUS_AT + len(status)] = status.encode()
     info = b"host=test\npid=1\nexe=/bin/test\nlive_table=kept\n"
     head[INFO_AT : INFO_AT + len(info)] = info
-    data = bytes(head) + frame(EVENTS, b"".join(blocks))
+    data = bytes(head) + b"".join(frame(EVENTS, b"".join(f)) for f in [blocks, *later])
     if end_events is not None:
         data += frame(END, f"events={end_events}\ndropped=0\n".encode())
     path.write_bytes(data)

@@ -22,6 +22,7 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis import choice
 from mallocbench.experiment import load
+from mallocbench.launch import FORMS
 from mallocbench.tune import driver, evaluate, front, render, search
 from mallocbench.tune.evaluate import EvaluationFailed, auto_portion
 from mallocbench.tune.objectives import parse_constraints, parse_objectives
@@ -398,6 +399,10 @@ def test_a_real_tune_on_a_tiny_trace_ctrl_c_and_resume(tiny_trace: Path, tmp_pat
         for priority, deploy in result["deploy"].items():
             assert result["chosen"][priority] == deploy["point"]
             assert "[Service]" in deploy["systemd"]
+            # every form, as recommend gives them; the trace's process is gone: systemd
+            assert list(deploy["forms"]) == list(FORMS)
+            assert "malloc-lib=" in deploy["forms"]["mysqld_safe"]
+    assert doc["deploy_form"]["form"] == "systemd"
     assert {p.name for p in out.iterdir()} >= {"tune.db", "tune.json", "tune.md", "tune.html"}
     if (out / "confirm.toml").exists():
         assert load(out / "confirm.toml").base

@@ -79,7 +79,15 @@ COMMANDS: dict[str, LazyCommand] = {
         "Replay database-shaped allocation patterns under each allocator, in seconds.",
     ),
     "record": LazyCommand(
-        "record", "record", "Record a running server's allocation calls (no data) for a window."
+        "record",
+        "record",
+        "Record a running server's allocation calls (no data) for a window, or a program's "
+        "from its first call.",
+    ),
+    "check": LazyCommand(
+        "check",
+        "check",
+        "Say which allocator and allocator settings are in force in a running process.",
     ),
     "replay": LazyCommand(
         "replay",
@@ -115,6 +123,16 @@ COMMANDS: dict[str, LazyCommand] = {
         "cluster",
         "cluster_group",
         "Run one experiment's blocks on many benchmark hosts (Dask distributed).",
+    ),
+    "doctor": LazyCommand(
+        "doctor",
+        "doctor_cmd",
+        "Say what is installed for mallocbench, and what each missing piece blocks.",
+    ),
+    "install-shim": LazyCommand(
+        "doctor",
+        "install_shim_cmd",
+        "Copy the recording shim to a system path a hardened service can read; print it.",
     ),
     "_run-unit": LazyCommand(
         "cluster",

@@ -1,8 +1,10 @@
 """Make a chosen setup permanent: systemd drop-in, mysqld_safe, containers, my.cnf.
 
-Everything here builds text; the only write is `write_dropin`, into the directory the
-caller names. The environment is taken from the setup as it ran (`SetupInfo`), so the
-server in production gets the same LD_PRELOAD and knobs the measured one had.
+Everything here builds text; the only writes are `write_dropin` and `remove_dropins`,
+in the directory the caller names. The environment is taken from the setup as it ran
+(`SetupInfo`), so the server in production gets the same LD_PRELOAD and knobs the
+measured one had. The recording shim's preload is a deployment too (`recording`), in
+the same forms, so `record`, `tune` and `recommend` print one text per form.
 """
 
 from __future__ import annotations
@@ -20,9 +22,27 @@ from mallocbench import allocators
 from mallocbench.allocators.base import LIB_DIRS, Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import read_bounded, write_text_atomic
+from mallocbench.install import DEFAULT_PREFIX, installed_shim
 from mallocbench.results import SetupInfo
 
 SYSTEMD_DIR = "/etc/systemd/system"
+# systemd reads a unit's drop-ins in name order and the last Environment= of a variable
+# wins: the recording one sorts before every other (digits before letters), so a tuned
+# drop-in (mallocbench-SETUP.conf) left beside it decides LD_PRELOAD.
+RECORD_DROPIN = "00-mallocbench-record.conf"
+# The name record's drop-in had before; `remove_dropins` takes it away too.
+OLD_RECORD_DROPIN = "mbrecord.conf"
+RECORD_MARK = "mallocbench recording shim"
+# Where `mallocbench install-shim` puts the shim: readable by a unit with ProtectHome=.
+INSTALLED_SHIM_DIR = str(installed_shim(DEFAULT_PREFIX).parent)
+# The snippets each form of `--form` (launch.FORMS, in its order) prints.
+FORM_SNIPPETS: dict[str, tuple[str, ...]] = {
+    "systemd": ("systemd",),
+    "mysqld_safe": ("mysqld_safe", "etc_default"),
+    "env": ("env",),
+    "docker": ("compose",),
+    "kubernetes": ("kubernetes",),
+}
 DEFAULT_SOCKET = "/run/mysqld/mysqld.sock"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Characters systemd takes literally in an unquoted Environment= word; anything else
@@ -39,7 +59,7 @@ _OTHER_ALLOCATORS = r"lib(jemalloc|tcmalloc|mimalloc)"
 class Snippet:
     """One piece of configuration: its text and where it goes."""
 
-    kind: str  # systemd, mysqld_safe, etc_default, compose, kubernetes, mycnf
+    kind: str  # systemd, mysqld_safe, etc_default, env, compose, kubernetes, mycnf
     title: str
     text: str
     language: str  # for a fenced code block: ini, sh, yaml
@@ -64,10 +84,14 @@ class Deployment:
     snippets: dict[str, Snippet] = field(default_factory=dict)
     verify: list[str] = field(default_factory=list)  # shell lines to run after a restart
     notes: list[str] = field(default_factory=list)
+    shim: str | None = None  # the recording shim, preloaded in front of `preload`
 
     @property
     def dropin_relpath(self) -> str:
-        """`<service>.service.d/mallocbench-<setup>.conf`, relative to a unit directory."""
+        """`<service>.service.d/mallocbench-<setup>.conf` (the recording's sorts first),
+        relative to a unit directory."""
+        if self.shim is not None:
+            return f"{self.service}.service.d/{RECORD_DROPIN}"
         return f"{self.service}.service.d/mallocbench-{_file_part(self.setup.name)}.conf"
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +145,22 @@ def dropin_hint(
         f"restart {service} (`mallocbench recommend RUN --write-dropin {SYSTEMD_DIR}` "
         "writes one for the setup a run recommends)"
     )
+
+
+def permanent_hint(
+    environment: Mapping[str, str], what: str, form: str = "systemd", service: str = "mariadb"
+) -> str:
+    """One sentence on making `environment` permanent in `form` (launch.FORMS)."""
+    if form == "systemd":
+        return dropin_hint(environment, what, service)
+    d = Deployment(
+        setup=SetupInfo(name=what, allocator="?"),
+        service=_service_name(service),
+        environment=dict(environment),
+        preload=environment.get("LD_PRELOAD"),
+        package=None,
+    )
+    return f"to make {what} permanent, {form_hint(d, form)}"
 
 
 # --- the setup's library ----------------------------------------------------------------
@@ -198,16 +238,29 @@ def _describe(setup: SetupInfo, preload: str | None) -> str:
     return _comment(f'setup "{setup.name}" ({setup.allocator}{version}{where})')
 
 
+def _what(d: Deployment) -> str:
+    if d.shim is None:
+        return _describe(d.setup, d.preload)
+    front = f" in front of {d.preload}" if d.preload else ""
+    return f"the {RECORD_MARK}{front}; it records nothing until `mallocbench record` arms it"
+
+
 def _systemd_snippet(d: Deployment) -> Snippet:
     path = f"{SYSTEMD_DIR}/{d.dropin_relpath}"
     lines = [
-        f"# mallocbench: {_describe(d.setup, d.preload)}",
+        f"# mallocbench: {_comment(_what(d))}",
         f"# Install as {path}, then:",
         f"#   systemctl daemon-reload && systemctl restart {d.service}",
         "# A drop-in sorting later by name (e.g. override.conf) wins for the same variable;",
         f"# `systemctl cat {d.service}` lists them all.",
     ]
-    if d.package:
+    if d.shim is not None:
+        lines += [
+            "# A tuned mallocbench-*.conf sorts later and wins: remove that one to record.",
+            f"# Remove this one when done: mallocbench record --remove-dropin --service "
+            f"{d.service}",
+        ]
+    elif d.package:
         lines.append(f"# The library comes from the Debian package {d.package}.")
     elif d.preload:
         lines.append("# A custom library: it must exist at this path on the server's host.")
@@ -215,7 +268,7 @@ def _systemd_snippet(d: Deployment) -> Snippet:
         lines.append("# glibc's malloc needs no preload: any inherited one is removed.")
     lines.append("[Service]")
     lines += [environment_line(k, v) for k, v in d.environment.items()]
-    if d.preload is None:
+    if d.preload is None and d.shim is None:
         lines.append("UnsetEnvironment=LD_PRELOAD")
     if d.setup.cpus:
         lines.append(f"# The setup ran on CPUs {_comment(d.setup.cpus)}; to pin here too:")
@@ -230,22 +283,33 @@ def _systemd_snippet(d: Deployment) -> Snippet:
     return Snippet("systemd", "systemd drop-in", "\n".join(lines) + "\n", "ini", path, notes)
 
 
+def _beside_malloc_lib(d: Deployment) -> dict[str, str]:
+    """What malloc-lib cannot carry: the knobs, and the allocator behind the shim
+    (malloc-lib takes one library; mysqld_safe puts it in front of the LD_PRELOAD it
+    was started with, the order the shim needs)."""
+    env = {k: v for k, v in d.environment.items() if k != "LD_PRELOAD"}
+    if d.shim is not None and d.preload:
+        env = {"LD_PRELOAD": d.preload, **env}
+    return env
+
+
 def _mysqld_safe_snippet(d: Deployment) -> Snippet:
     lines = ["[mysqld_safe]"]
-    if d.preload:
-        lines.append(f"malloc-lib={d.preload}")
+    if d.shim or d.preload:
+        lines.append(f"malloc-lib={d.shim or d.preload}")
     else:
         lines.append("# glibc's malloc: an empty malloc-lib cancels one set in another file")
         lines.append("malloc-lib=")
-    knobs = {k: v for k, v in d.environment.items() if k != "LD_PRELOAD"}
+    knobs = _beside_malloc_lib(d)
     notes = [
         "Only read when the server is started by mysqld_safe (SysV init, or by hand); "
         "the systemd service starts mariadbd directly and ignores it.",
     ]
     if knobs:
         notes.append(
-            f"malloc-lib cannot carry {', '.join(knobs)}: they must be in the server's "
-            f"environment ({_default_file(d.service)} below, or the systemd drop-in)."
+            f"malloc-lib cannot carry {', '.join(knobs)}: they must be in the environment "
+            f"mysqld_safe starts with ({_default_file(d.service)} below, or exported in "
+            "the shell that starts it)."
         )
     return Snippet(
         "mysqld_safe", "mysqld_safe (my.cnf)", "\n".join(lines) + "\n", "ini", None, tuple(notes)
@@ -257,7 +321,7 @@ def _default_file(service: str) -> str:
 
 
 def _etc_default_snippet(d: Deployment) -> Snippet | None:
-    knobs = {k: v for k, v in d.environment.items() if k != "LD_PRELOAD"}
+    knobs = _beside_malloc_lib(d)
     if not knobs:
         return None
     lines = [
@@ -280,7 +344,24 @@ def _yaml_value(value: str) -> str:
     return json.dumps(value.replace("$", "$$"))
 
 
+def _env_snippet(d: Deployment) -> Snippet:
+    words = [f"{k}={shlex.quote(v)}" for k, v in d.environment.items()]
+    if "LD_PRELOAD" not in d.environment:
+        words.insert(0, "-u LD_PRELOAD")  # glibc's malloc: no inherited preload
+    lines = [
+        "# Started by hand or by a script of your own: start it with this environment",
+        "# (the variables must reach mariadbd itself; sudo and su drop them unless kept).",
+        f"env {' '.join(words)} mariadbd [its usual options]",
+    ]
+    return Snippet("env", "plain environment", "\n".join(lines) + "\n", "sh")
+
+
 def _image_comment(d: Deployment) -> str:
+    if d.shim is not None:
+        return (
+            f"# {d.shim} must exist inside the container: mount it from the host "
+            "read-only at that path."
+        )
     if d.preload is None:
         return "# glibc's malloc: nothing to preload; make sure the image sets no LD_PRELOAD."
     if d.package:
@@ -293,6 +374,8 @@ def _image_comment(d: Deployment) -> str:
 
 def _compose_snippet(d: Deployment) -> Snippet:
     lines = ["services:", f"  {d.service}:", "    " + _comment(_image_comment(d))]
+    if d.shim is not None:
+        lines += ["    volumes:", f"      - {_yaml_value(f'{d.shim}:{d.shim}:ro')}"]
     if d.environment:
         lines.append("    environment:")
         lines += [f"      {k}: {_yaml_value(v)}" for k, v in d.environment.items()]
@@ -303,6 +386,15 @@ def _compose_snippet(d: Deployment) -> Snippet:
 
 def _kubernetes_snippet(d: Deployment) -> Snippet:
     lines = ["# in the MariaDB container's spec", _comment(_image_comment(d))]
+    if d.shim is not None:
+        where = os.path.dirname(d.shim)
+        lines.append(
+            f"# e.g. in the pod spec: volumes: [{{name: mallocbench-shim, hostPath: {{path: "
+            f"{_yaml_value(where)}}}}}], and here:"
+        )
+        lines += ["volumeMounts:", "  - name: mallocbench-shim",
+                  f"    mountPath: {_yaml_value(where)}",
+                  "    readOnly: true"]  # fmt: skip
     if d.environment:
         lines.append("env:")
         for k, v in d.environment.items():
@@ -360,10 +452,11 @@ def _verify_lines(d: Deployment) -> list[str]:
             "   # nothing: no other allocator is mapped"
         )
     if d.environment:
-        names = "|".join(re.escape(k) for k in d.environment)
+        # Not a grep of /proc/PID/environ: GLIBC_TUNABLES and MALLOC_CONF hold several
+        # settings on one line, which read as if all but one were lost.
         lines.append(
-            f"tr '\\0' '\\n' < /proc/\"$PID\"/environ | grep -E '^({names})='"
-            "   # as root: what the server got"
+            'mallocbench check --pid "$PID"'
+            "   # as root: the allocator mapped and each setting in force, one a line"
         )
     return lines
 
@@ -411,16 +504,22 @@ def deployment_for(setup: SetupInfo, service: str = "mariadb") -> Deployment:
     )
     if preload and not os.path.isfile(preload):
         d.notes.append(f"{preload} does not exist on this host: install it where the server runs")
+    d.notes += _unreadable_notes(d)
     if setup.thp:
         d.notes.append(
             f"the setup ran with transparent huge pages '{setup.thp}' for the server only; "
             "systemd has no per-service setting for it: set it for the host "
             "(/sys/kernel/mm/transparent_hugepage/enabled) or, with jemalloc, in MALLOC_CONF"
         )
+    return _with_snippets(d)
+
+
+def _with_snippets(d: Deployment) -> Deployment:
     parts = [
         _systemd_snippet(d),
         _mysqld_safe_snippet(d),
         _etc_default_snippet(d),
+        _env_snippet(d),
         _compose_snippet(d),
         _kubernetes_snippet(d),
         _mycnf_snippet(d),
@@ -428,6 +527,93 @@ def deployment_for(setup: SetupInfo, service: str = "mariadb") -> Deployment:
     d.snippets = {s.kind: s for s in parts if s is not None}
     d.verify = _verify_lines(d)
     return d
+
+
+def _unreadable_notes(d: Deployment) -> list[str]:
+    """Libraries a hardened unit cannot read: ProtectHome=true (Debian's mariadb.service)
+    hides /root and /home, and ld.so then only warns and starts the server without."""
+    libs = [lib for lib in (d.shim, d.preload) if lib]
+    notes = []
+    for lib in libs:
+        top = next((t for t in ("/root", "/home") if lib.startswith(t + "/")), None)
+        if top is None:
+            continue
+        fix = (
+            f"copy it to {INSTALLED_SHIM_DIR}/ with `mallocbench install-shim` (as root) and "
+            "print this again"
+            if lib == d.shim
+            else "copy it to a system directory such as /usr/local/lib/ and preload it there"
+        )
+        notes.append(
+            f"{lib} is under {top}, which a unit with ProtectHome=true (Debian's "
+            "mariadb.service has it) hides and the server's user may not enter: the server "
+            f"would start without it; {fix}"
+        )
+    return notes
+
+
+def recording(
+    shim: str, allocator: str = "glibc", library: str | None = None, service: str = "mariadb"
+) -> Deployment:
+    """The recording shim preloaded in front of the server's allocator `library` (None:
+    glibc's malloc), in every form: the shim's malloc is then the one called, and it
+    forwards to the allocator's."""
+    libs = [shim] + ([library] if library else [])
+    for lib in libs:
+        _check_preload(lib)
+    d = Deployment(
+        setup=SetupInfo(name="record", allocator=allocator, allocator_library=library),
+        service=_service_name(service),
+        environment={"LD_PRELOAD": " ".join(libs)},
+        preload=library,
+        package=None,
+        shim=shim,
+    )
+    d.notes += _unreadable_notes(d)
+    return _with_snippets(d)
+
+
+def render_form(d: Deployment, form: str) -> str:
+    """The snippets of one form (FORM_SNIPPETS) as plain text to copy: each one's file,
+    text and notes, the deployment's notes first."""
+    out = [f"# note: {_comment(n)}" for n in d.notes]
+    for kind in FORM_SNIPPETS[form]:
+        snippet = d.snippets.get(kind)
+        if snippet is None:
+            continue
+        if out:
+            out.append("")
+        if snippet.path and snippet.path not in snippet.text:
+            out.append(f"# {snippet.path}:")
+        out.append(snippet.text.rstrip("\n"))
+        out += [f"# {_comment(n)}" for n in snippet.notes]
+    return "\n".join(out) + "\n"
+
+
+def form_hint(d: Deployment, form: str) -> str:
+    """The form in one sentence, for an error line: what to set and where."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in d.environment.items())
+    if form == "systemd":
+        lines = " ".join(environment_line(k, v) for k, v in d.environment.items())
+        return (
+            f"put [Service] {lines} in {SYSTEMD_DIR}/{d.dropin_relpath}, systemctl "
+            f"daemon-reload and restart {d.service}"
+        )
+    if form == "mysqld_safe":
+        beside = " ".join(f"{k}={shlex.quote(v)}" for k, v in _beside_malloc_lib(d).items())
+        extra = (
+            f" with {beside} in its environment (e.g. exported in {_default_file(d.service)})"
+            if beside
+            else ""
+        )
+        lib = d.shim or d.preload
+        put = f"put malloc-lib={lib} in the [mysqld_safe] section of my.cnf and " if lib else ""
+        return f"{put}restart the server through mysqld_safe{extra}"
+    if form in ("docker", "kubernetes"):
+        where = "the Compose service's" if form == "docker" else "the container spec's"
+        mount = f" and mount {d.shim} into it read-only" if d.shim else ""
+        return f"set {env} in {where} environment{mount}, and recreate the container"
+    return f"start the server with {env} in its environment"
 
 
 def render(d: Deployment) -> str:
@@ -470,6 +656,31 @@ def write_dropin(d: Deployment, directory: Path) -> Path:
             "(write access to the directory is needed; /etc/systemd/system needs root)"
         ) from None
     return path
+
+
+def remove_dropins(directory: Path, service: str) -> list[Path]:
+    """Remove the recording drop-ins of `service` under `directory`: RECORD_DROPIN, and
+    an OLD_RECORD_DROPIN that preloads the shim (a file of that name that does not is
+    someone else's). Returns what was removed."""
+    unit_dir = Path(directory) / f"{_service_name(service)}.service.d"
+    removed = []
+    for name in (RECORD_DROPIN, OLD_RECORD_DROPIN):
+        path = unit_dir / name
+        if not path.is_file():
+            continue
+        if name == OLD_RECORD_DROPIN and "libmbrecord" not in dropin_environment(path).get(
+            "LD_PRELOAD", ""
+        ):
+            continue
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise MallocbenchError(
+                f"cannot remove the drop-in {path}: {exc.strerror or exc} (write access to "
+                f"{unit_dir} is needed; /etc/systemd/system needs root)"
+            ) from None
+        removed.append(path)
+    return removed
 
 
 _C_ESCAPES = {
@@ -573,6 +784,11 @@ DROPIN_LIMIT = 1024**2
 
 def dropin_environment(path: Path) -> dict[str, str]:
     """The environment a drop-in gives its service: Environment= lines, minus unsets."""
+    return unit_environment([path])
+
+
+def _assignments(path: Path) -> tuple[dict[str, str], list[str]]:
+    """A drop-in's Environment= assignments, in order, and its UnsetEnvironment= words."""
     try:
         text = read_bounded(Path(path), DROPIN_LIMIT, "drop-in").decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -592,6 +808,18 @@ def dropin_environment(path: Path) -> dict[str, str]:
                 env[name] = setting
         elif key == "UnsetEnvironment":
             unset += _words(value, where)
+    return env, unset
+
+
+def unit_environment(paths: list[Path]) -> dict[str, str]:
+    """The environment drop-ins give, applied in the order given (systemd's: by file
+    name), a later assignment winning; every unset last, over all of them."""
+    env: dict[str, str] = {}
+    unset: list[str] = []
+    for path in paths:
+        assigned, removed = _assignments(path)
+        env.update(assigned)
+        unset += removed
     for name in unset:  # systemd applies these last, over every assignment
         if "=" in name:
             if env.get(name.partition("=")[0]) == name.partition("=")[2]:
@@ -599,3 +827,25 @@ def dropin_environment(path: Path) -> dict[str, str]:
         else:
             env.pop(name, None)
     return env
+
+
+# Where systemd looks for a system unit's drop-ins, the first hiding a same-named file
+# in the later ones.
+UNIT_DIRS = (
+    SYSTEMD_DIR, "/run/systemd/system", "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system", "/lib/systemd/system",
+)  # fmt: skip
+
+
+def unit_files(service: str, dirs: tuple[str, ...] = UNIT_DIRS) -> list[Path]:
+    """The unit file of `service` and its drop-ins, in the order systemd applies them
+    (the drop-ins by file name)."""
+    name = _service_name(service)
+    unit = next((Path(d) / f"{name}.service" for d in dirs
+                 if (Path(d) / f"{name}.service").is_file()), None)  # fmt: skip
+    chosen: dict[str, Path] = {}
+    for directory in dirs:
+        unit_dir = Path(directory) / f"{name}.service.d"
+        for path in sorted(unit_dir.glob("*.conf")) if unit_dir.is_dir() else []:
+            chosen.setdefault(path.name, path)
+    return ([unit] if unit else []) + [chosen[n] for n in sorted(chosen)]

@@ -40,14 +40,16 @@ POLICY = (
 # trace is never lost, but where it is and how much it holds differ.
 RECORD_NOT_AT_OUT = 4
 RECORD_POLICY = (
-    (OK, "the window was recorded whole; the trace is at --out"),
+    (OK, "the window was recorded whole (a command's: until it exited, or\n"
+     "--seconds); the trace is at --out"),
     (USAGE, "bad input, or the process is already being recorded (the line names\n"
      "that recorder's PID)"),
     (
         ABORTED,
-        "the window ended early: the process exited or was killed, or the shim\n"
-        "stopped (its buffer cap, a write error); the trace up to there is at\n"
-        "--out and its header says where and why it stopped",
+        "the window ended early: the process exited or was killed (a command:\n"
+        "killed before the trace was closed), or the shim stopped (its buffer\n"
+        "cap, a write error); the trace up to there is at --out and its header\n"
+        "says where and why it stopped",
     ),
     (
         RECORD_NOT_AT_OUT,

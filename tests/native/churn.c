@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ring_churn.h"
 #include "shim_status.h"
 
 #define RING 256
@@ -27,39 +28,17 @@
 static double seconds;
 static atomic_ullong calls;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void *worker(void *arg)
 {
-    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+    uint64_t x = ring_seed((unsigned)(uintptr_t)arg);
     void *ring[RING] = {0};
     unsigned long long n = 0;
-    double end = now() + seconds;
+    double end = ring_now() + seconds;
     for (;;) {
-        if ((n & 1023) == 0 && now() > end)
+        if ((n & 1023) == 0 && ring_now() > end)
             break;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        unsigned i = (unsigned)(x % RING);
-        size_t size = 16 + (size_t)(x >> 20) % 4000;
-        if ((x >> 40) % 8 == 0 && ring[i] != NULL) {
-            void *p = realloc(ring[i], size);
-            if (p != NULL)
-                ring[i] = p;
-            n += 1;
-            continue;
-        }
-        free(ring[i]);
-        ring[i] = malloc(size);
-        if (ring[i] != NULL)
-            memset(ring[i], 1, 16);
-        n += 2;
+        uint64_t draw = ring_draw(&x);
+        n += ring_replace(&ring[draw % RING], draw, 4000, 8);
     }
     for (unsigned i = 0; i < RING; i++)
         free(ring[i]);

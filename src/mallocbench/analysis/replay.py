@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mallocbench.analysis import stats
+from mallocbench.analysis.growth import Growth, analyze_growth
 from mallocbench.metadata import ReplayRecord, ReplayRun
 from mallocbench.replay.serverrss import server_rss
 from mallocbench.results import json_safe
@@ -55,6 +56,7 @@ class SetupSummary:
     knobs: dict[str, str]
     runs: int
     failed: int
+    crashed: int  # of the failed: killed by a signal
     errors: list[str]
     ideal_peak_live: float
     metrics: dict[str, Estimate]
@@ -100,6 +102,7 @@ def summarize(
                 knobs=dict(knobs),
                 runs=len(mine),
                 failed=len(mine) - len(good),
+                crashed=sum(r.status == "crashed" for r in mine),
                 errors=[r.error for r in mine if r.error],
                 ideal_peak_live=ideal if ideal is not None else math.nan,
                 metrics=metrics,
@@ -181,6 +184,10 @@ class ReplayAnalysis:
     def saving(self, setup: str) -> Saving | None:
         return next((s for s in self.savings if s.setup == setup), None)
 
+    # RSS and live bytes over the trace's time, each setup's first good repeat; None at
+    # --timing none, whose clock is not the program's.
+    growth: Growth | None = None
+
     def row(self, setup: str) -> SetupSummary | None:
         return next((r for r in self.rows if r.setup == setup), None)
 
@@ -192,6 +199,12 @@ def analyze_replay(record: ReplayRecord, min_effect: float) -> ReplayAnalysis:
     ]
     runs = record.replay_runs
     rows = summarize(runs, setups, min_effect)
+    growth = analyze_growth(
+        [(row.setup, row.rss_curve) for row in rows if row.rss_curve],
+        record.timing or "recorded",
+        record.speed or 1.0,
+        min_effect,
+    )
     return ReplayAnalysis(
         record,
         tuple(rows),
@@ -199,6 +212,7 @@ def analyze_replay(record: ReplayRecord, min_effect: float) -> ReplayAnalysis:
         rows[0].setup if rows else None,
         _behind(record, runs),
         savings(rows, record),
+        growth,
     )
 
 

@@ -169,7 +169,7 @@ def _scale_interval(t: np.ndarray, y: np.ndarray, width: float) -> tuple[float, 
     return drift - half, drift + half
 
 
-def fit_slope(series: Series) -> Slope | None:
+def fit_slope(series: Series, scales: Sequence[float] = SCALES_S) -> Slope | None:
     """The RSS slope with a 95% interval that holds up under autocorrelated samples.
 
     Per-second RSS is strongly autocorrelated (arenas grow in steps, caches fill and
@@ -193,16 +193,20 @@ def fit_slope(series: Series) -> Slope | None:
     covers 2-35%. Short series with slow noise are its weak spot (a mixture over 10
     minutes: about 80%). The interval is unbounded (-inf, inf) when no scale can say.
 
-    None for fewer than three distinct instants or too short a series for 3 bins of 10 s.
+    `scales` are the bin widths, finest first: a soak's per-second samples use SCALES_S; a
+    series sampled faster and shorter (a replay's) gives widths in proportion to its span.
+
+    None for fewer than three distinct instants or too short a series for 3 bins of the
+    finest width.
     """
     t, y = _arrays(series)
-    if len(t) < 3 or float(np.ptp(t)) < (FALLBACK_MIN_BINS - 1) * SCALES_S[0]:
+    if len(t) < 3 or float(np.ptp(t)) < (FALLBACK_MIN_BINS - 1) * scales[0]:
         return None
     slope, _ = _ols(t, y)
-    scales = [(_scale_interval(t, y, w), len(bin_means(t, y, w)[0])) for w in SCALES_S]
-    usable = [iv for iv, n in scales if iv is not None and n >= MIN_BINS]
+    fits = [(_scale_interval(t, y, w), len(bin_means(t, y, w)[0])) for w in scales]
+    usable = [iv for iv, n in fits if iv is not None and n >= MIN_BINS]
     if not usable:
-        usable = [iv for iv, _ in scales if iv is not None][:1]
+        usable = [iv for iv, _ in fits if iv is not None][:1]
     if not usable:
         return Slope(slope, -math.inf, math.inf, float(t[0]), float(t[-1]), len(t))
     low = min(slope, *(iv[0] for iv in usable))

@@ -125,8 +125,8 @@ def patterns(
 ) -> None:
     """Replay database-shaped allocation patterns under each allocator, in seconds.
 
-    No database needed: a small native driver (native/build/mbpatterns) allocates the way
-    servers do and reports ops/s, peak RSS and RSS per live byte requested.
+    No database needed: a small native driver (mbpatterns; `mallocbench doctor` shows
+    where) allocates the way servers do and reports ops/s, peak RSS and RSS per live byte requested.
 
     \b
     Patterns:
@@ -149,8 +149,8 @@ def patterns(
     Every run is checked to really use the allocator it names. Results go to
     OUT/results.sqlite as each run finishes, so Ctrl-C keeps them and --resume goes on
     from there. The table compares each setup with the base: ratios with a 95%
-    interval, * where the interval excludes 1. See `native/build/mbpatterns --help` for
-    every driver option.
+    interval, * where the interval excludes 1. `mbpatterns --help` (the driver itself)
+    lists every driver option.
     """
     out = Path(out_dir)
     if is_url(store_path):

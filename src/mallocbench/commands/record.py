@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import shlex
 import signal
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from mallocbench import exitcodes
+from mallocbench import deploy, exitcodes
 from mallocbench.errors import MallocbenchError
+from mallocbench.launch import FORMS, detect
 from mallocbench.units import parse_size
 
 # The shim's buffers at rest (zstd's context and two frame buffers, which shrink under a
@@ -19,17 +25,28 @@ from mallocbench.units import parse_size
 MIN_BUFFER = 1 << 20
 
 if TYPE_CHECKING:
+    from mallocbench.launch import Launch
+    from mallocbench.replay.command import Recorded
     from mallocbench.replay.control import Outcome
 
 
-@click.command("record", epilog=exitcodes.RECORD_HELP)
-@click.option("--pid", type=click.IntRange(1), help="The server process (with the shim loaded).")
+@click.command(
+    "record", epilog=exitcodes.RECORD_HELP, context_settings={"allow_interspersed_args": False}
+)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+# A str: `--pid $(pidof mariadbd)` with two servers is refused with both named.
+@click.option("--pid", "pid_text", metavar="PID", help="The server process (with the shim loaded).")
 @click.option(
     "--seconds",
     type=click.FloatRange(0.1, 86400),
-    default=60.0,
-    show_default=True,
-    help="Length of the recording window.",
+    help="Length of the recording window; --pid: default 60; a command: default its whole "
+    "run (the window ends when it exits or after SECONDS, whichever comes first).",
+)
+@click.option(
+    "--leave-running",
+    is_flag=True,
+    help="A command whose --seconds ended first is left running, unrecorded, and record "
+    "returns; by default record waits for it to exit.",
 )
 @click.option(
     "--out",
@@ -42,8 +59,27 @@ if TYPE_CHECKING:
 @click.option(
     "--print-dropin",
     is_flag=True,
-    help="Print the systemd drop-in that preloads the shim (in front of the allocator "
-    "of --pid, if given) and exit.",
+    help="Print how to preload the shim (in front of the allocator of --pid, if given) "
+    "in the form that fits how --pid runs (systemd unit, mysqld_safe, container, plain "
+    "environment), and exit.",
+)
+@click.option(
+    "--form",
+    type=click.Choice(FORMS),
+    help="The form --print-dropin prints (default: the one that fits --pid, else systemd).",
+)
+@click.option(
+    "--remove-dropin",
+    is_flag=True,
+    help="Remove the recording drop-in of --service (or of --pid's unit) under --units-dir, "
+    "and exit; the shim stays loaded until the service restarts.",
+)
+@click.option(
+    "--units-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(deploy.SYSTEMD_DIR),
+    show_default=True,
+    help="Unit directory of --remove-dropin.",
 )
 @click.option(
     "--max-buffer",
@@ -54,38 +90,56 @@ if TYPE_CHECKING:
     "behind (a busy host, a slow disk) and they reach it, recording stops there: the trace "
     "is whole up to that point and says so, and the server runs on.",
 )
-@click.option("--service", help="Service name for --print-dropin (default: that of --pid).")
+@click.option(
+    "--service",
+    help="Service name for --print-dropin and --remove-dropin (default: the unit of --pid, "
+    "else mariadb).",
+)
 def record(
-    pid: int | None,
-    seconds: float,
+    command: tuple[str, ...],
+    pid_text: str | None,
+    seconds: float | None,
+    leave_running: bool,
     out: Path,
     print_dropin: bool,
+    form: str | None,
+    remove_dropin: bool,
+    units_dir: Path,
     max_buffer: str | None,
     service: str | None,
 ) -> None:
-    """Record a running server's allocation calls (no data) for a window.
+    """Record a running server's allocation calls (no data) for a window, or a
+    program's from its first call.
 
     \b
     The server must run with the shim preloaded; it records nothing until armed:
-      mallocbench record --print-dropin --pid PID   the drop-in to install (once)
+      mallocbench record --print-dropin --pid PID   how to preload it (once)
       mallocbench record --pid PID --seconds 60 --out trace.mbt
       mallocbench replay trace.mbt --allocators glibc,jemalloc,tcmalloc
+      mallocbench record --remove-dropin --service mariadb   when done (systemd)
+    Or a program run under the shim from its first call until it exits (or --seconds;
+    the programs it starts are not recorded; the exit status is the trace's, a note
+    gives the program's):
+      mallocbench record --out app.mbt -- ./app --its-options
     """
     from mallocbench.replay import control, serverrss
     from mallocbench.replay.trace import header_status
 
-    if print_dropin:
-        name = service or (control.service_of(pid) if pid else None) or "mariadb"
-        click.echo(control.dropin_text(pid, name), nl=False)
+    pid = one_pid(pid_text, command)
+    if _preload_only(pid, print_dropin, form, remove_dropin, units_dir, service):
         return
-    if pid is None:
-        raise MallocbenchError("give --pid PID of the server to record (or --print-dropin)")
+    _one_target(command, pid)
     cap = None if max_buffer is None else parse_size(max_buffer, "--max-buffer")
     if cap is not None and cap < MIN_BUFFER:
         raise MallocbenchError(
             f"--max-buffer {max_buffer} is below {MIN_BUFFER >> 20}M, less than the shim's "
             "buffers hold at rest: give e.g. 64M"
         )
+    if command:
+        _record_command(command, seconds, out, cap, leave_running)
+        return
+    assert pid is not None
+    seconds = 60.0 if seconds is None else seconds
     at_start = serverrss.sample(pid)  # the server's RSS, for a saving in its terms
     try:
         outcome = control.record(
@@ -119,6 +173,108 @@ def record(
     click.echo(f"{out}: {size / 1e6:.2f} MB (recording {status})")
     click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
     sys.exit(exitcodes.ABORTED)
+
+
+def one_pid(text: str | None, command: Sequence[str]) -> int | None:
+    """The one process id of --pid; several (`--pid "$(pidof mariadbd)"`, or unquoted,
+    where the second PID reads as the start of a command) are refused with each one's
+    command line."""
+    if text is None:
+        return None
+    extra = list(itertools.takewhile(str.isdigit, command))
+    words = text.replace(",", " ").split() + extra
+    bad = next((w for w in words if not w.isdigit() or int(w) < 1), None)
+    if bad is not None or not words:
+        raise MallocbenchError(
+            f"--pid {bad if bad is not None else repr(text)} is not a process id: give the "
+            "server's PID (did `pidof` find no server?)"
+        )
+    pids = list(dict.fromkeys(int(w) for w in words))
+    if len(pids) > 1:
+        named = ", ".join(f"{p} ({_command(p)})" for p in pids)
+        raise MallocbenchError(
+            f"--pid names {len(pids)} processes: {named}; record one server at a time: "
+            "give one of these PIDs"
+        )
+    return pids[0]
+
+
+def _command(pid: int) -> str:
+    """A process's command line, shortened, to tell two servers apart."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "not running"
+    words = [w.decode(errors="replace") for w in raw.split(b"\0") if w]
+    text = " ".join(words) or "?"
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _preload_only(
+    pid: int | None,
+    print_dropin: bool,
+    form: str | None,
+    remove_dropin: bool,
+    units_dir: Path,
+    service: str | None,
+) -> bool:
+    """--print-dropin or --remove-dropin, done (True), or neither was asked."""
+    from mallocbench.replay import control
+
+    if form is not None and not print_dropin:
+        raise MallocbenchError("--form chooses what --print-dropin prints: give both")
+    if print_dropin:
+        d, started = control.recording_for(pid, service)
+        click.echo(_form_text(d, started, form), nl=False)
+    elif remove_dropin:
+        _remove_dropin(units_dir, service, pid)
+    return print_dropin or remove_dropin
+
+
+def _form_text(d: deploy.Deployment, started: Launch | None, form: str | None) -> str:
+    """The chosen form's text, after a line saying how the process runs."""
+    chosen = form or (started.form if started else "systemd")
+    head = ""
+    if started is not None:
+        others = "|".join(f for f in (started.form, *started.others) if f != chosen)
+        head = (
+            f"# process {started.pid} runs as {started.form}: {'; '.join(started.reasons)}\n"
+            f"# the {chosen} form (others: --form {others}):\n"
+        )
+    return head + deploy.render_form(d, chosen)
+
+
+def _remove_dropin(units_dir: Path, service: str | None, pid: int | None) -> None:
+    started = detect(pid) if pid and not service else None
+    if started is not None and started.form != "systemd":
+        # no drop-in of its own: what to undo is the text of its form
+        click.echo(
+            f"process {pid} runs as {started.form} ({'; '.join(started.reasons)}): remove "
+            f"what `mallocbench record --print-dropin --pid {pid}` prints from where you put "
+            "it, and restart it; no systemd drop-in removed"
+        )
+        return
+    name = service or (started.service if started else None) or "mariadb"
+    removed = deploy.remove_dropins(units_dir, name)
+    if not removed:
+        click.echo(f"no recording drop-in of {name} under {units_dir}: nothing removed")
+        return
+    for path in removed:
+        click.echo(f"removed {path}")
+    click.echo(
+        f"apply with: systemctl daemon-reload && systemctl restart {name} (the shim stays "
+        "loaded, unarmed, until then)"
+    )
+
+
+def _one_target(command: Sequence[str], pid: int | None) -> None:
+    if command and pid is not None:
+        raise MallocbenchError("give --pid PID or a command to run (after --), not both")
+    if pid is None and not command:
+        raise MallocbenchError(
+            "give --pid PID of the server to record, or a command to run: record -- COMMAND "
+            "(or --print-dropin)"
+        )
 
 
 def _interrupted(signum: int) -> NoReturn:
@@ -165,6 +321,96 @@ def _not_at_out(outcome: Outcome, out: Path, pid: int) -> NoReturn:
         )
     click.echo(f"mallocbench: error: {problem}; {where}", err=True)
     sys.exit(exitcodes.RECORD_NOT_AT_OUT)
+
+
+# --- record -- COMMAND: the program is started here (replay/command.py runs it) ----------
+
+
+def _record_command(
+    command: Sequence[str],
+    seconds: float | None,
+    out: Path,
+    max_buffer: int | None,
+    leave_running: bool,
+) -> None:
+    from mallocbench.replay import command as commandmod
+
+    if leave_running and seconds is None:
+        raise MallocbenchError(
+            "--leave-running needs --seconds: without it the window is the program's lifetime"
+        )
+    shown = shlex.join(command)
+    span = "until it exits" if seconds is None else f"for up to {seconds:g} s"
+
+    def started() -> None:
+        click.echo(f"recording {shown} {span} ...", err=True)
+
+    done = commandmod.record(command, seconds, out, started, max_buffer)
+    pid = done.proc.pid
+    if done.outcome.kept != out:
+        if done.running and not leave_running:
+            done.proc.wait()
+        _not_at_out(done.outcome, out, pid)
+    size = out.stat().st_size
+    if done.signum is not None:
+        click.echo(f"{out}: {size / 1e6:.2f} MB, the trace up to the interruption", err=True)
+        if done.signum != signal.SIGINT and done.running:  # Ctrl-C reached it already
+            done.proc.send_signal(done.signum)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # it may handle it slowly
+                done.proc.wait(timeout=5)
+        _interrupted(done.signum)
+    _ended(done, out, size, leave_running)
+
+
+def _ended(done: Recorded, out: Path, size: float, leave_running: bool) -> None:
+    """The window's end: the program's exit (a whole trace), --seconds (then the program
+    is waited for, or left running), or a cut (the shim stopped, the program killed)."""
+    outcome, proc = done.outcome, done.proc
+    if outcome.ended == "window":
+        click.echo(f"{out}: {size / 1e6:.2f} MB ({outcome.closing})")
+        if leave_running:
+            click.echo(f"note: the program (pid {proc.pid}) runs on, unrecorded", err=True)
+            return
+        if done.running:
+            click.echo(f"the window ended; waiting for the program (pid {proc.pid}) to exit",
+                       err=True)  # fmt: skip
+        _exit_note(proc.wait())
+        return
+    if outcome.ended == "exited":
+        click.echo(f"{out}: {size / 1e6:.2f} MB (the program's whole run)")
+        _exit_note(proc.wait())
+        return
+    from mallocbench.replay.trace import header_status
+
+    click.echo(f"{out}: {size / 1e6:.2f} MB (recording {header_status(out)})")
+    code = proc.wait() if outcome.ended == "killed" else None
+    if code is None:
+        why = "the recording stopped before the program ended"
+    elif code < 0:
+        why = f"the program was killed by {_signal_name(-code)} before the shim closed the trace"
+    else:
+        why = "the program ended without running its exit handlers (_exit), so the shim "
+        why += "could not close the trace"
+    click.echo(f"note: {why}; the trace holds its calls until then and replays as it is",
+               err=True)  # fmt: skip
+    if outcome.ended != "killed" and not leave_running:
+        _exit_note(proc.wait())
+    sys.exit(exitcodes.ABORTED)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _exit_note(code: int) -> None:
+    """The program's own status, for a script: mallocbench's says how the trace went."""
+    if code > 0:
+        click.echo(f"note: the program exited with status {code}", err=True)
+    elif code < 0:
+        click.echo(f"note: the program was killed by {_signal_name(-code)}", err=True)
 
 
 commands = [record]

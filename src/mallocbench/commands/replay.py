@@ -51,12 +51,14 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
 @timing_options
 @click.option(
     "--order",
-    type=click.Choice(["recorded", "threads"]),
+    type=click.Choice(["recorded", "batched", "threads"]),
     default="recorded",
     show_default=True,
     help="recorded runs every thread's calls one at a time in the recorded order (the same "
-    "calls in the same order each replay: a steady peak RSS); threads lets the replay "
-    "threads run freely (real concurrency: use it with --timing none for CPU cost).",
+    "calls in the same order each replay: a steady peak RSS); batched keeps that order by "
+    "batches of 256 calls, free within each (no hand-over at every change of thread); "
+    "threads lets the replay threads run freely (real concurrency: use it with --timing "
+    "none for CPU cost).",
 )
 @min_effect_option("Ratios smaller than this are never findings (default 0).")
 @click.option(

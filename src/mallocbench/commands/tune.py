@@ -11,6 +11,7 @@ import click
 
 from mallocbench.commands.options import min_effect_option, timing_options
 from mallocbench.errors import MallocbenchError
+from mallocbench.launch import FORMS, form_for
 
 if TYPE_CHECKING:
     from mallocbench.replay.trace import TraceInfo
@@ -144,6 +145,14 @@ def _portion(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     help="Memory first is the lowest RSS whatever its CPU. Default: the cheapest in CPU "
     "among the settings within the lowest RSS's noise.",
 )
+@click.option(
+    "--form",
+    type=click.Choice(FORMS),
+    help="How the chosen settings are printed for deploying: systemd drop-in, mysqld_safe "
+    "malloc-lib, plain environment, Docker Compose, Kubernetes (default: how the server the "
+    "trace was recorded from runs, if it still runs here; else systemd). tune.md and the "
+    "JSON hold every form.",
+)
 @click.option("--seed", type=int, help="Seed of the sampler, for a repeatable search.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead.")
 def tune(
@@ -166,6 +175,7 @@ def tune(
     engine: str | None,
     max_cpu: float | None,
     memory_at_any_cost: bool,
+    form: str | None,
     seed: int | None,
     as_json: bool,
 ) -> None:
@@ -182,7 +192,7 @@ def tune(
     One Optuna study per allocator (kept in OUT/tune.db; Ctrl-C keeps every finished
     trial, --resume continues), the default setting first. The front is then measured
     --repeats times per point, and a setting is chosen (memory first, speed first) only
-    when it beats the default as a finding; its systemd drop-in is printed, and
+    when it beats the default as a finding; how to deploy it is printed (--form), and
     OUT/confirm.toml runs it against the default on servers."""
     from mallocbench.tune import objectives as objmod
     from mallocbench.tune.driver import Plan, check_allocators, check_out, spaces_for
@@ -197,12 +207,14 @@ def tune(
     tuned = check_allocators(allocator_list)
     spaces = spaces_for(tuned, space_list)
     evaluator: ReplayEvaluator | ServerEvaluator
+    header: dict[str, str] | None = None
     if on == objmod.SERVERS:
         evaluator = _server_evaluator(trace, out_dir)
         known: Workload | None = evaluator.workload
     else:
         known = _trace_workload(trace, workload_file, engine)  # before the trace's long read
         info = _check_trace(trace)
+        header = info.header
         evaluator = _evaluator(
             trace, info, timing, speed, portion_s, budget, len(tuned), trials or DEFAULT_TRIALS
         )
@@ -216,6 +228,7 @@ def tune(
         engine=known.engine if known else engine or "innodb", evaluation=evaluator.facts(),
         workload=known, max_cpu=max_cpu, memory_at_any_cost=memory_at_any_cost,
     )  # fmt: skip
+    plan.deploy_form, plan.deploy_form_why, plan.deploy_service = form_for(form, header)
     with guarded(out_dir):
         _run(plan, evaluator, as_json)
 

@@ -18,36 +18,44 @@ def _mb(n: float) -> str:
     return f"{n / MiB:,.0f} MiB"
 
 
-def _permanent_jemalloc() -> str:
-    """The drop-in line that preloads jemalloc from where it lives on this host."""
+def _hint(report: MemoryReport, environment: dict[str, str], what: str) -> str:
+    """How to make `environment` permanent, in the form the server runs under."""
+    return deploy.permanent_hint(environment, what, report.deploy_form, report.deploy_service)
+
+
+def _permanent_jemalloc(report: MemoryReport) -> str:
+    """The line that preloads jemalloc from where it lives on this host."""
     jemalloc = allocators.get("jemalloc", require_available=False)
     if jemalloc.path is None:
         return f"jemalloc is not installed here: {jemalloc.install_hint()}"
     library = deploy.stable_library_path(jemalloc.path, jemalloc)
-    return deploy.dropin_hint({"LD_PRELOAD": library}, "jemalloc")
+    return _hint(report, {"LD_PRELOAD": library}, "jemalloc")
 
 
 def _permanent_malloc_conf(
-    knobs: dict[str, str] | None, extra: str, what: str = "the shorter decay"
+    report: MemoryReport,
+    knobs: dict[str, str] | None,
+    extra: str,
+    what: str = "the shorter decay",
 ) -> str:
     # Keep what the server already has: a new MALLOC_CONF line would replace it, and
     # jemalloc lets the later of two repeated options win.
     current = (knobs or {}).get("MALLOC_CONF")
     conf = f"{current},{extra}" if current else extra
-    return deploy.dropin_hint({"MALLOC_CONF": conf}, what)
+    return _hint(report, {"MALLOC_CONF": conf}, what)
 
 
-def _heap_fix(allocator: str | None, knobs: dict[str, str] | None) -> str:
+def _heap_fix(report: MemoryReport, allocator: str | None, knobs: dict[str, str] | None) -> str:
     """What to change when the heap holds much more than the server accounts for."""
     decay = "dirty_decay_ms:5000,muzzy_decay_ms:5000"
     if allocator == "glibc":
         return (
             "jemalloc or tcmalloc usually return freed memory better than glibc; "
-            f"MALLOC_ARENA_MAX and MALLOC_TRIM_THRESHOLD_ help glibc; {_permanent_jemalloc()}"
+            f"MALLOC_ARENA_MAX and MALLOC_TRIM_THRESHOLD_ help glibc; {_permanent_jemalloc(report)}"
         )
     if allocator == "jemalloc":
         return f"lower jemalloc's retention (MALLOC_CONF={decay}); " + _permanent_malloc_conf(
-            knobs, decay
+            report, knobs, decay
         )
     return f"lower the allocator's retention (jemalloc: MALLOC_CONF={decay})"
 
@@ -122,7 +130,7 @@ def _myrocks_on_glibc(report: MemoryReport, allocator: str | None) -> Advice | N
         "MyRocks runs on glibc malloc",
         "start the server with jemalloc (LD_PRELOAD, or malloc-lib in [mysqld_safe]); "
         "published runs saw peak RSS 3.6x the block cache with glibc against 1.2x "
-        f"with jemalloc; {_permanent_jemalloc()}",
+        f"with jemalloc; {_permanent_jemalloc(report)}",
         "allocator glibc, rocksdb_block_cache_size "
         f"{_mb(server.var('rocksdb_block_cache_size') or 0)}"
         + (f", heap ratio {bd.heap_ratio:.2f}" if bd and bd.heap_ratio else ""),
@@ -139,7 +147,7 @@ def _glibc_arenas(report: MemoryReport, allocator: str | None, cpus: int) -> Adv
         f"{proc.arenas} glibc arenas on {cpus} CPUs",
         "each arena keeps its own free memory; MALLOC_ARENA_MAX=4 (or 2x CPUs) bounds that "
         "at some cost in throughput, jemalloc or tcmalloc avoid it; "
-        + deploy.dropin_hint({"MALLOC_ARENA_MAX": "4"}, "the arena cap"),
+        + _hint(report, {"MALLOC_ARENA_MAX": "4"}, "the arena cap"),
         f"arenas {proc.arenas} ({proc.arena_source}), MALLOC_ARENA_MAX "
         f"{knob or 'not set (default 8 per CPU)'}"
         + (f", unaccounted heap {_mb(bd.unaccounted)}" if bd else ""),
@@ -157,7 +165,7 @@ def _heap_gap(report: MemoryReport, allocator: str | None) -> Advice | None:
     return Advice(
         "warning" if ratio > 1.4 else "info",
         "heap holds more than the server accounts for",
-        _heap_fix(allocator, proc.knobs if proc else None),
+        _heap_fix(report, allocator, proc.knobs if proc else None),
         f"heap RSS {_mb(bd.heap_rss)} / accounted {_mb(bd.heap_accounted)} = "
         f"{ratio:.2f} (gap {_mb(gap)}; Redis's doctor flags > 1.1 with > 10 MiB)",
     )
@@ -186,7 +194,10 @@ def _lazy_free(report: MemoryReport, allocator: str | None) -> Advice | None:
             "them back with MADV_DONTNEED, which RSS shows at once, and background_thread:true "
             "purges on time instead of at the next allocation; "
             + _permanent_malloc_conf(
-                proc.knobs, "muzzy_decay_ms:0,background_thread:true", "the immediate purge"
+                report,
+                proc.knobs,
+                "muzzy_decay_ms:0,background_thread:true",
+                "the immediate purge",
             )
         )
     else:
@@ -223,7 +234,8 @@ def _jemalloc_dirty(report: MemoryReport) -> Advice | None:
         "jemalloc keeps freed pages resident (dirty)",
         "dirty pages wait out dirty_decay_ms (10 s by default) and, without a background "
         "thread, are purged only when the server next allocates; a shorter decay with "
-        f"background_thread purges them on time: {_permanent_malloc_conf(proc.knobs, decay)}",
+        "background_thread purges them on time: "
+        + _permanent_malloc_conf(report, proc.knobs, decay),
         f"dirty {_mb(stats.dirty)} of jemalloc's resident {_mb(stats.resident)} in its last "
         f"print for process {stats.printed_by}" + (f" ({settings})" if settings else ""),
     )
@@ -258,7 +270,7 @@ def _huge_pages(report: MemoryReport, allocator: str | None) -> Advice | None:
             "transparent huge pages are 'always' with jemalloc",
             "huge pages keep freed memory resident: turn THP off for the server alone with "
             "MALLOC_CONF=thp:never ("
-            + _permanent_malloc_conf(proc.knobs if proc else None, "thp:never", "THP off")
+            + _permanent_malloc_conf(report, proc.knobs if proc else None, "thp:never", "THP off")
             + "), or set the host's THP to madvise (echo madvise > "
             "/sys/kernel/mm/transparent_hugepage/enabled)" + khugepaged,
             _thp_evidence(report, huge),

@@ -233,6 +233,10 @@ class MemoryReport:
     advice: list[Advice] = field(default_factory=list)
     thp_setup: ThpSetup | None = None
     allocator_keeps: AllocatorKeeps | None = None
+    # How the server runs (launch.FORMS) and its unit: what the advice's "make it
+    # permanent" lines are worded for.
+    deploy_form: str = "systemd"
+    deploy_service: str = "mariadb"
     # Views of the live objects above, taken once so text and JSON show the same figures.
     server_account: ServerAccount | None = field(init=False, default=None)
     process_summary: ProcessSummary | None = field(init=False, default=None)

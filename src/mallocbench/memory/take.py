@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pymysql
 
-from mallocbench import allocators
+from mallocbench import allocators, launch
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory import breakdown as breakdown_mod
 from mallocbench.memory import jemalloc as jemalloc_mod
@@ -147,5 +147,8 @@ def take(
         thp_setup=process_mod.read_thp(pid),
         allocator_keeps=keeps,
     )
+    if pid is not None:
+        started = launch.detect(pid)
+        report.deploy_form, report.deploy_service = started.form, started.service or "mariadb"
     report.advice = advise(report)
     return report

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
+from mallocbench.native import native_file
 
 PATTERNS = ("sortbuf", "blockcache", "oltp", "xthread")
 
@@ -35,44 +35,11 @@ BIN_ENV = "MALLOCBENCH_PATTERNS_BIN"
 EXIT_USAGE = 2
 
 
-def native_dir() -> Path | None:
-    """The source tree's native/ folder, when running from a checkout."""
-    candidate = Path(__file__).resolve().parents[3] / "native"
-    return candidate if (candidate / "Makefile").is_file() else None
-
-
 def binary_path(build: bool = True) -> Path:
     """Path of mbpatterns; in a checkout, (re)build it with make when it is stale."""
-    override = os.environ.get(BIN_ENV)
-    if override:
-        path = Path(override)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise MallocbenchError(f"{BIN_ENV}={override} is not an executable file")
-        return path
-    native = native_dir()
-    if native is None:
-        raise MallocbenchError(
-            "the pattern driver mbpatterns is not built: run `make native` in the mallocbench "
-            f"source tree, or point {BIN_ENV} at the binary"
-        )
-    path = native / "build" / "mbpatterns"
-    sources = [native / "Makefile", *native.glob("*.c"), *native.glob("*.h")]
-    newest = max(p.stat().st_mtime for p in sources)
-    if build and (not path.is_file() or path.stat().st_mtime < newest):
-        make = shutil.which("make")
-        if make is None:
-            raise MallocbenchError("building the pattern driver needs make: apt-get install make")
-        proc = subprocess.run(
-            [make, "-s", "-C", str(native)], capture_output=True, text=True, check=False
-        )
-        if proc.returncode != 0:
-            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise MallocbenchError(
-                f"building the pattern driver failed ({last[0]}): run `make -C {native}` to "
-                "see why (it needs a C compiler: apt-get install build-essential)"
-            )
-    if not path.is_file():
-        raise MallocbenchError(f"the pattern driver {path} is missing: run `make native`")
+    path = native_file("mbpatterns", BIN_ENV, build, needs="a C compiler")
+    if not os.access(path, os.X_OK):
+        raise MallocbenchError(f"the pattern driver {path} is not executable")
     return path
 
 

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -27,6 +28,43 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    return True
+
+
+def _credentials(pid: int) -> tuple[int, set[int]] | None:
+    """The file-system uid and every gid of a process (None once it is gone)."""
+    fields: dict[str, list[int]] = {}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                key, _, rest = line.partition(":")
+                if key in ("Uid", "Gid", "Groups"):
+                    fields[key] = [int(v) for v in rest.split()]
+    except OSError:
+        return None
+    if len(fields.get("Uid", ())) < 4 or len(fields.get("Gid", ())) < 4:
+        return None
+    return fields["Uid"][3], {fields["Gid"][3], *fields.get("Groups", [])}
+
+
+def may_write(pid: int, directory: Path) -> bool:
+    """Whether process `pid` may create a file in `directory` (as seen from here) by the
+    mode bits: search on each directory above it, write and search on it. Root may."""
+    creds = _credentials(pid)
+    if creds is None:
+        return False
+    uid, gids = creds
+    if uid == 0:
+        return True
+    path = directory.absolute()
+    for part, need in [(p, 0o1) for p in reversed(path.parents)] + [(path, 0o3)]:
+        try:
+            st = os.stat(part)
+        except OSError:
+            return False
+        shift = 6 if st.st_uid == uid else 3 if st.st_gid in gids else 0
+        if (st.st_mode >> shift) & need != need:
+            return False
     return True
 
 

@@ -2,7 +2,8 @@
 
 The control file and the trace are reached through /proc/PID/root, so a server with a
 private /tmp (systemd's PrivateTmp) or in a container is armed in its own view of the
-file system; the trace is written by the server (as its user) and then moved to --out.
+file system; the trace is written by the server (as its user), beside --out when it can
+(`near_out`), and then moved to --out and handed to the user who ran `record`.
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mallocbench import allocators
-from mallocbench.deploy import SYSTEMD_DIR, environment_line
+from mallocbench import allocators, deploy, inforce, launch
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import write_text_atomic
 from mallocbench.probes import process as proc_probe
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import SHIM, shim_path
+from mallocbench.replay.native import SHIM, SHIM_ENV, shim_path
 from mallocbench.replay.trace import STATUS_OFFSET, STATUS_SIZE
 
 CONTROL_ENV = "MBRECORD_CONTROL"
@@ -39,11 +39,9 @@ def shim_loaded(pid: int) -> str | None:
 
 def _environ(pid: int) -> dict[str, str]:
     try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
+        return inforce.read_environ(pid)
+    except MallocbenchError:
         return {}
-    pairs = (item.decode(errors="replace").partition("=") for item in raw.split(b"\0") if item)
-    return {k: v for k, _, v in pairs}
 
 
 def control_path(pid: int) -> str:
@@ -51,48 +49,54 @@ def control_path(pid: int) -> str:
     return _environ(pid).get(CONTROL_ENV) or f"/tmp/mbrecord-{pid}.control"
 
 
+def shim_status(pid: int) -> str:
+    """The first line of the shim's .status beside its control file ("recording PATH"
+    while a window is open); empty when it never answered or record cleaned up."""
+    path = in_process(pid, control_path(pid) + ".status")
+    try:
+        return path.read_text(errors="replace").split("\n", 1)[0].strip()
+    except OSError:
+        return ""
+
+
 def in_process(pid: int, path: str) -> Path:
     """`path` as seen by process `pid`, reached from here."""
     return Path(f"/proc/{pid}/root") / path.lstrip("/")
 
 
-def service_of(pid: int) -> str | None:
-    """The systemd service running `pid` (from its cgroup), e.g. "mariadb"."""
-    try:
-        text = Path(f"/proc/{pid}/cgroup").read_text()
-    except OSError:
-        return None
-    for part in text.strip().split("/"):
-        if part.endswith(".service"):
-            return part.removesuffix(".service")
-    return None
+def record_shim() -> str:
+    """The shim to preload: MALLOCBENCH_RECORD_SHIM's when it names one, else the copy
+    `mallocbench install-shim` put where a hardened unit can read it, else the one this
+    installation or checkout has."""
+    from mallocbench import install
+
+    system = None if os.environ.get(SHIM_ENV) else install.system_shim(install.SYSTEM_PREFIXES)
+    return str(system or shim_path())
 
 
-def preload_value(pid: int | None) -> str:
-    """LD_PRELOAD for the shim in front of the process's allocator (shim first, so its
-    malloc is the one called and it forwards to the allocator's)."""
-    shim = str(shim_path())
+def recording_for(
+    pid: int | None, service: str | None = None
+) -> tuple[deploy.Deployment, launch.Launch | None]:
+    """The shim's deployment for process `pid` (in front of the allocator it has
+    mapped) and how that process was started; without a pid, for glibc's malloc."""
     if pid is None:
-        return shim
+        return deploy.recording(record_shim(), service=service or "mariadb"), None
+    started = launch.detect(pid)
     mapped = allocators.detect(pid)
-    return shim if mapped.name == "glibc" or not mapped.path else f"{shim} {mapped.path}"
-
-
-def dropin_text(pid: int | None, service: str) -> str:
-    return (
-        f"# {SYSTEMD_DIR}/{service}.service.d/mbrecord.conf: preloads the mallocbench\n"
-        "# recording shim; it records nothing until `mallocbench record --pid` arms it.\n"
-        "[Service]\n" + environment_line("LD_PRELOAD", preload_value(pid)) + "\n"
-    )
+    library = None if mapped.name == "glibc" or not mapped.path else mapped.path
+    name = service or started.service or "mariadb"
+    return deploy.recording(record_shim(), mapped.name, library, name), started
 
 
 def not_loaded_message(pid: int) -> str:
-    service = service_of(pid) or "mariadb"
-    line = environment_line("LD_PRELOAD", preload_value(pid))
+    d, started = recording_for(pid)
+    assert started is not None
+    notes = "".join(f"; note: {n}" for n in d.notes)
     return (
-        f"process {pid} does not have the recording shim loaded: put [Service] {line} in "
-        f"{SYSTEMD_DIR}/{service}.service.d/mbrecord.conf (`mallocbench record --print-dropin "
-        f"--pid {pid}` prints it), systemctl daemon-reload, restart {service}, then record"
+        f"process {pid} does not have the recording shim loaded; it runs as "
+        f"{started.form} ({'; '.join(started.reasons)}): {deploy.form_hint(d, started.form)}"
+        f" (`mallocbench record --print-dropin --pid {pid}` prints it, --form for another "
+        f"way), then record{notes}"
     )
 
 
@@ -262,16 +266,71 @@ def _stopped(window: Window) -> bool:
     return window.read_status().startswith("stopped")
 
 
-def start(pid: int, server_file: str | None = None, max_buffer: int | None = None) -> Window:
+class CannotCreate(MallocbenchError):
+    """The shim could not create the trace where it was told to."""
+
+
+# Free room --out's directory needs to take the trace from its start: below it, or
+# below what the process's own directory has, the trace goes there first (all of it is
+# kept there, and moved at the end, where --out could only have taken it cut short).
+NEAR_OUT_FREE = 256 << 20
+
+
+def _free(path: Path) -> int:
+    room = os.statvfs(path)
+    return room.f_bavail * room.f_frsize
+
+
+def near_out(pid: int, out: Path, ctl: str) -> str | None:
+    """Where the shim may write the trace in --out's own directory, or None.
+
+    The shim writes the trace itself, as the server's user, in its own mount namespace:
+    no file descriptor can be handed to it, and a pipe through this command would make
+    the server wait on it. So the trace goes beside --out only when the process sees
+    that directory as this command does, can write there, and it has room; else beside
+    the control file (its /tmp, perhaps tmpfs, i.e. RAM) until the end."""
+    directory = out.parent.absolute()
+    ctl_dir = in_process(pid, os.path.dirname(ctl) or "/")
+    try:
+        here = os.stat(directory)
+        same = os.path.samestat(os.stat(in_process(pid, str(directory))), here)
+        room = _free(directory)
+        own = 0 if os.stat(ctl_dir).st_dev == here.st_dev else _free(ctl_dir)
+    except OSError:
+        return None
+    if not same or room < max(NEAR_OUT_FREE, own):
+        return None
+    if not proc_probe.may_write(pid, directory):
+        return None
+    return str(directory / f".{out.name}.recording-{pid}")
+
+
+def start(
+    pid: int,
+    server_file: str | None = None,
+    max_buffer: int | None = None,
+    out: Path | None = None,
+) -> Window:
     """Arm the shim in `pid`; returns once it says it is recording. `max_buffer` caps the
-    shim's buffers for this window (None: its MBRECORD_MAX_BUFFER, or 64 MiB). A process
-    another recorder has armed is refused."""
+    shim's buffers for this window (None: its MBRECORD_MAX_BUFFER, or 64 MiB); the trace
+    goes to `server_file`, else beside `out` if it can, else beside the control file. A
+    process another recorder has armed is refused."""
     if shim_loaded(pid) is None:
         raise MallocbenchError(not_loaded_message(pid))
     ctl = control_path(pid)
+    beside = near_out(pid, out, ctl) if server_file is None and out is not None else None
+    if beside is not None:
+        try:
+            return _started(pid, ctl, beside, max_buffer)
+        except CannotCreate:
+            pass  # what the mode bits do not show (AppArmor, SELinux): its own directory
     server_file = server_file or (
         f"{os.path.dirname(ctl) or '/tmp'}/mbrecord-{pid}-{time.time_ns()}.mbt"
     )
+    return _started(pid, ctl, server_file, max_buffer)
+
+
+def _started(pid: int, ctl: str, server_file: str, max_buffer: int | None) -> Window:
     window = Window(pid, ctl, server_file)
     _open(window)
     try:
@@ -310,6 +369,10 @@ def _arm(window: Window, max_buffer: int | None) -> None:
         raise MallocbenchError(
             f"the shim loaded in process {pid} predates --max-buffer: restart the server "
             "to load the current one, or record without --max-buffer"
+        )
+    if answer.startswith("error cannot create"):
+        raise CannotCreate(
+            f"the shim in process {pid} cannot create {window.server_file} ({answer})"
         )
     if not answer.startswith(("recording", "stopped")):  # stopped: it recorded, briefly
         raise MallocbenchError(
@@ -376,6 +439,8 @@ def _finish(
         source = in_process(window.pid, window.server_file)
         return Outcome(closing, ended, source if source.is_file() else None)
     outcome = _deliver(window, out, Outcome(closing, ended, signal=interrupted))
+    if outcome.kept is not None and not str(outcome.kept).startswith("/proc/"):
+        hand_over(outcome.kept)
     if outcome.kept is not None and outcome.kept.parent.is_dir():
         with contextlib.suppress(OSError):
             _annotate(outcome, window, time.monotonic() - window.armed_at, seconds)
@@ -400,6 +465,26 @@ def _annotate(outcome: Outcome, window: Window, elapsed: float, seconds: float |
     else:
         return
     tracemod.set_status(outcome.kept, text)
+
+
+def recorder_ids() -> tuple[int, int]:
+    """The user who ran `record`: under sudo, the one who called sudo."""
+    uid, gid = os.environ.get("SUDO_UID", ""), os.environ.get("SUDO_GID", "")
+    if os.geteuid() == 0 and uid.isdigit() and gid.isdigit():
+        return int(uid), int(gid)
+    return os.getuid(), os.getgid()
+
+
+def hand_over(path: Path) -> None:
+    """The trace to the user who ran `record`, readable by no one else: the shim made it
+    as the server's user with the server's umask (mysql, 0640), and a trace tells how
+    the server's memory is used. Best effort: a file the trace is kept in anyway."""
+    uid, gid = recorder_ids()
+    with contextlib.suppress(OSError):
+        st = path.stat()
+        if (st.st_uid, st.st_gid) != (uid, gid):
+            os.chown(path, uid, gid)
+        os.chmod(path, 0o600)
 
 
 def _deliver(window: Window, out: Path, outcome: Outcome) -> Outcome:
@@ -529,12 +614,16 @@ def _wait_window(window: Window, seconds: float) -> None:
 
 
 def _armed_window(
-    pid: int, seconds: float, started: Callable[[], None] | None, max_buffer: int | None
+    pid: int,
+    seconds: float,
+    started: Callable[[], None] | None,
+    max_buffer: int | None,
+    out: Path,
 ) -> tuple[Window, int | None]:
     """Arm, and wait out the window; the signal that cut it short, if one did (then the
     shim has been told to stop)."""
     with _signals_interrupt():
-        window = start(pid, max_buffer=max_buffer)
+        window = start(pid, max_buffer=max_buffer, out=out)
         try:
             if started is not None:
                 started()
@@ -560,7 +649,7 @@ def record(
     outcome says how the window ended and where the trace is. Interrupted (Ctrl-C,
     SIGTERM, SIGHUP), it disarms the shim, keeps the trace so far and raises
     RecordingInterrupted."""
-    window, signum = _armed_window(pid, seconds, started, max_buffer)
+    window, signum = _armed_window(pid, seconds, started, max_buffer, out)
     try:
         if signum is None:
             return _finish(window, out, 60.0, seconds=seconds)

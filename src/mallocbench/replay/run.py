@@ -77,6 +77,16 @@ def _unique_id(store: ResultsStore, run_id: str) -> str:
     return candidate
 
 
+def crash_note(run: ReplayRun) -> str:
+    """The run's note of a replay that died: the signal, then the call each replay thread
+    was on, so the call can be found in the trace (and the trace replayed up to it)."""
+    crash = run.data.get("crash") or {}
+    where = "; ".join(crash.get("threads") or [])
+    return f"{run.setup}, repeat {run.repeat + 1}: {run.error}" + (
+        f"; where each thread was: {where}" if where else ""
+    )
+
+
 def replay_run(
     result: RunResult,
     setups: Sequence[PatternSetup],
@@ -106,6 +116,8 @@ def replay_run(
             run.error,
         )
         record.runs = [*(record.runs or []), kept.to_dict()]
+        if run.status == "crashed":
+            result.metadata.notes = [*(result.metadata.notes or []), crash_note(run)]
         if store is not None:
             store.update_metadata(result.run_id, result.metadata)
         if finished is not None:

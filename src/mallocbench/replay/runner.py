@@ -24,10 +24,15 @@ from mallocbench.replay.trace import EXIT_USAGE, TraceError, replayer_error
 
 TIMINGS = ("recorded", "none")
 # recorded: every thread's calls one at a time in the order recorded, so each replay makes
-# the allocator the same calls in the same order; threads: the replay's threads run
-# freely (real concurrency, for CPU cost; the layout of some allocators, tcmalloc's,
-# then varies with how they interleave: 2.8% peak-RSS CV where recorded gives 0.1%).
-ORDERS = ("recorded", "threads")
+# the allocator the same calls in the same order; batched: the recorded order kept by
+# batches of 256 calls, free within a batch (a barrier per batch instead of a hand-over
+# at every change of thread); threads: the replay's threads run freely (real
+# concurrency, for CPU cost; the layout of some allocators, tcmalloc's, then varies with
+# how they interleave: 2.8% peak-RSS CV where recorded gives 0.1%).
+ORDERS = ("recorded", "batched", "threads")
+# How the replayer's signal handler starts each line of its account of a crash: the
+# signal and the thread it hit, then the call each replay thread was on.
+CRASH_PREFIX = "mbreplay: crash: "
 
 
 # One replay at --timing recorded lasts the trace's span over --speed; past a day it is
@@ -77,6 +82,30 @@ def passed_knobs(setup: PatternSetup, timing: str, speed: float) -> dict[str, st
     return allocator_knobs.at_speed(setup.allocator, setup.knobs, speed)
 
 
+def crashed(setup: str, repeat: int, signum: int, stderr: str) -> ReplayRun:
+    """A replay killed by `signum`: the error names the signal and the thread it hit;
+    `data["crash"]` keeps where every thread was (its call and recorded time)."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:  # a real-time signal has no name
+        name = f"signal {signum}"
+    lines = [
+        line.removeprefix(CRASH_PREFIX)
+        for line in stderr.splitlines()
+        if line.startswith(CRASH_PREFIX)
+    ]
+    if not lines:  # killed from outside before the handler was set, or by SIGKILL
+        return ReplayRun(setup, repeat, "crashed", error=f"killed by {name}")
+    hit = lines[0].split(" in ", 1)[-1]
+    return ReplayRun(
+        setup,
+        repeat,
+        "crashed",
+        data={"crash": {"signal": name, "in": hit, "threads": lines[1:]}},
+        error=f"killed by {name} in {hit}",
+    )
+
+
 def run_once(
     setup: PatternSetup,
     trace: Path,
@@ -99,8 +128,7 @@ def run_once(
     if proc.returncode == EXIT_USAGE:
         raise TraceError(replayer_error(proc.stderr))
     if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
-        return ReplayRun(setup.name, repeat, "crashed", error=f"killed by {name}")
+        return crashed(setup.name, repeat, -proc.returncode, proc.stderr)
     if proc.returncode != 0:
         tail = proc.stderr.strip()[-300:]
         return ReplayRun(setup.name, repeat, "failed", error=f"exit {proc.returncode}: {tail}")

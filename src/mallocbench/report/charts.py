@@ -17,6 +17,7 @@ from mallocbench.analysis.replay import ReplayAnalysis
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import CellSummary, RatioTable
 from mallocbench.formatting import slug
+from mallocbench.report.growth import rate_text
 from mallocbench.report.ratchet import with_event_marks
 from mallocbench.report.soak import soak_charts
 from mallocbench.report.words import cell_title, table_title
@@ -90,32 +91,35 @@ def replay_charts(replay: ReplayAnalysis | None) -> list[Chart]:
         return []
     colors = setup_colors([r.setup for r in replay.rows])
     mib = 1024 * 1024
+    # With the recorded timing the replay's clock times its speed is the trace's, and the
+    # lines are drawn over the trace's time, beside the ideal (the trace's own live
+    # bytes); flat out the clocks differ: the replay's seconds, and no ideal.
+    rec = replay.record
+    on_trace = rec.timing == "recorded"
+    scale = (rec.speed or 1.0) if on_trace else 1.0
     data: list[dict[str, Any]] = []
     for row in replay.rows:
         if not row.rss_curve:
             continue
+        growth = replay.growth.setup(row.setup) if replay.growth else None
         data.append(
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": row.setup,
-                "x": [p[0] for p in row.rss_curve],
+                "name": row.setup + (f" {rate_text(growth.rss.slope)}" if growth else ""),
+                "x": [round(p[0] * scale, 4) for p in row.rss_curve],
                 "y": [round(p[1] / mib, 2) for p in row.rss_curve],
                 "line": {"color": colors[row.setup]},
             }
         )
-    # The ideal is on the recording's clock: the replay's with the recorded timing (at
-    # its speed); flat out, the two clocks differ, and the ideal is left out.
-    rec = replay.record
-    ideal = (rec.ideal_curve or []) if rec.timing == "recorded" else []
-    speed = rec.speed or 1.0
+    ideal = (rec.ideal_curve or []) if on_trace else []
     if ideal:
         data.append(
             {
                 "type": "scatter",
                 "mode": "lines",
                 "name": "ideal (live bytes)",
-                "x": [round(p[0] / speed, 3) for p in ideal],
+                "x": [round(p[0], 3) for p in ideal],
                 "y": [round(p[1] / mib, 2) for p in ideal],
                 "line": {"color": "#777777", "dash": "dot"},
             }
@@ -128,10 +132,19 @@ def replay_charts(replay: ReplayAnalysis | None) -> list[Chart]:
             title="Replay: heap RSS over time",
             data=data,
             layout={
-                "xaxis": {"title": {"text": "seconds of the replay"}},
+                "xaxis": {
+                    "title": {
+                        "text": "seconds of the trace" if on_trace else "seconds of the replay"
+                    }
+                },
                 "yaxis": {"title": {"text": "MiB"}, "rangemode": "tozero"},
             },
-            note="One line per setup (its first repeat that ran)"
+            note="One line per setup (its first repeat that ran"
+            + (
+                ", with its RSS slope per hour of the trace and 95% interval)"
+                if replay.growth
+                else ")"
+            )
             + ("; dotted: the live requested bytes of the trace, the ideal." if ideal else "."),
             wide=True,
         )

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mallocbench.analysis.replay import (
@@ -21,8 +22,10 @@ from mallocbench.analysis.replay import (
     Ratio,
     ReplayAnalysis,
     Saving,
+    SetupSummary,
 )
 from mallocbench.metadata import ReplayRecord
+from mallocbench.report.growth import growth_lines, growth_numbers
 from mallocbench.results import json_safe
 
 MIB = 1024 * 1024
@@ -83,7 +86,21 @@ def trace_line(replay: ReplayAnalysis) -> str:
             else ""
         )
         + (f", order {rec.order}" if rec.order else "")
+        + own_memory_text(rec)
     )
+
+
+def own_memory_text(rec: ReplayRecord) -> str:
+    """The streamed replayer's own memory at its largest over the replays (its process
+    and bookkeeping, left out of every RSS shown); replays from before it say nothing."""
+    own = [
+        int(run.data["baseline_rss"])
+        for run in rec.replay_runs
+        if run.data and "bookkeeping_peak" in run.data and "baseline_rss" in run.data
+    ]
+    if not own:
+        return ""
+    return f"; the replayer's own memory at most {max(own) / MIB:,.1f} MiB (left out of RSS)"
 
 
 def rule_text(replay: ReplayAnalysis) -> str:
@@ -174,8 +191,21 @@ def ratio_rows(replay: ReplayAnalysis) -> list[tuple[str, list[RatioView]]]:
     ]
 
 
+def _failed_line(row: SetupSummary) -> str:
+    crashed = (
+        f", {row.crashed} killed by a signal (the run's notes say which call each replay "
+        "thread was on)"
+        if row.crashed
+        else ""
+    )
+    return f"{row.setup}: {row.failed} of {row.runs} replays failed{crashed}"
+
+
 def error_lines(replay: ReplayAnalysis) -> list[str]:
-    lines = [f"{row.setup}: {error}" for row in replay.rows for error in row.errors[:3]]
+    lines = []
+    for row in replay.rows:
+        lines += [_failed_line(row)] if row.failed else []
+        lines += [f"{row.setup}: {error}" for error in row.errors[:3]]
     for setup, ratio in replay.behind:
         lines.append(
             f"{setup}: a replay took {ratio:.1f}x the recording's time, so time-based "
@@ -215,6 +245,8 @@ def markdown_lines(replay: ReplayAnalysis | None) -> list[str]:
     saved = saving_lines(replay)
     out += [f"- {line}" for line in saved] + ([""] if saved else [])
     out += [rule_text(replay), ""]
+    growth = growth_lines(replay)
+    out += ["### Growth over the trace", "", *growth, ""] if growth else []
     out += [f"- {line}" for line in error_lines(replay)]
     return out + ([""] if error_lines(replay) else [])
 
@@ -248,6 +280,8 @@ def print_replay(replay: ReplayAnalysis | None, console: Console) -> None:
     for line in saving_lines(replay):
         console.print(line, markup=False, highlight=False)
     console.print(rule_text(replay))
+    for line in growth_lines(replay):
+        console.print(escape(line))
     for line in error_lines(replay):
         console.print(f"[red]{line}[/]")
 
@@ -266,8 +300,12 @@ def document(replay: ReplayAnalysis) -> dict[str, Any]:
         "repeats": rec.repeats,
         "min_effect": replay.min_effect,
         "base": replay.base,
-        "setups": [row.to_dict() for row in replay.rows],
+        "setups": [
+            {**row.to_dict(), "growth": growth_numbers(replay.growth, row.setup)}
+            for row in replay.rows
+        ],
         "savings": [json_safe(asdict(s)) for s in replay.savings],
+        "growth": growth_lines(replay),
     }
 
 
@@ -284,6 +322,7 @@ class ReplayView:
     base: str | None
     rule: str
     errors: list[str]
+    growth: list[str]
 
 
 def html_view(replay: ReplayAnalysis | None) -> ReplayView | None:
@@ -299,6 +338,7 @@ def html_view(replay: ReplayAnalysis | None) -> ReplayView | None:
         base=replay.base,
         rule=rule_text(replay),
         errors=error_lines(replay),
+        growth=growth_lines(replay),
     )
 
 
@@ -328,7 +368,9 @@ def records(replay: ReplayAnalysis | None) -> list[dict[str, Any]]:
             "order": rec.order,
             "runs": row.runs,
             "failed": row.failed,
+            "crashed": row.crashed,
             "ideal_peak_live": row.ideal_peak_live,
+            **growth_numbers(replay.growth, row.setup),
         }
         for key, _, _ in METRICS:
             e = row.metrics[key]

@@ -60,6 +60,10 @@ class Plan:
     # default, and the lowest RSS whatever its CPU (never the default).
     max_cpu: float | None = None
     memory_at_any_cost: bool = False
+    # The deploy form printed (launch.FORMS) and why that one; the JSON holds them all.
+    deploy_form: str = "systemd"
+    deploy_form_why: str = ""
+    deploy_service: str = "mariadb"  # the recorded server's unit, when it has one
 
 
 def check_allocators(names: str) -> list[Allocator]:
@@ -195,7 +199,9 @@ def result_for(
     keys = {m.key for m in plan.objectives} | {c.metric.key for c in plan.constraints}
     trials = search.finished_trials(study)
     deploy = {
-        priority: deploy_for(allocator, point, knobs.environment(allocator, point.setting))
+        priority: deploy_for(
+            allocator, point, knobs.environment(allocator, point.setting), plan.deploy_service
+        )
         for priority, point in picks.items()
         if point is not None
     }
@@ -223,8 +229,10 @@ def result_for(
     }
 
 
-def deploy_for(allocator: Allocator, point: front.Point, env: dict[str, str]) -> dict[str, Any]:
-    """The chosen setting's environment and systemd drop-in, through deploy.py."""
+def deploy_for(
+    allocator: Allocator, point: front.Point, env: dict[str, str], service: str = "mariadb"
+) -> dict[str, Any]:
+    """The chosen setting's environment and its text in every form, through deploy.py."""
     from mallocbench import deploy
     from mallocbench.results import SetupInfo
 
@@ -235,12 +243,13 @@ def deploy_for(allocator: Allocator, point: front.Point, env: dict[str, str]) ->
         allocator_library=allocator.path,
         knobs=env,
     )
-    d = deploy.deployment_for(setup)
+    d = deploy.deployment_for(setup, service)
     return {
         "point": point.label,
         "environment": d.environment,
         "systemd": d.snippets["systemd"].text,
         "dropin": f"{deploy.SYSTEMD_DIR}/{d.dropin_relpath}",
+        "forms": {form: deploy.render_form(d, form) for form in deploy.FORM_SNIPPETS},
     }
 
 
@@ -333,6 +342,7 @@ def document(
         "min_effect": plan.min_effect,
         "max_cpu": plan.max_cpu,
         "memory_at_any_cost": plan.memory_at_any_cost,
+        "deploy_form": {"form": plan.deploy_form, "why": plan.deploy_form_why},
         "repeats": plan.repeats,
         "out": str(plan.out),
         "allocators": results,

@@ -144,9 +144,11 @@ def print_terminal(doc: dict[str, Any], console: Console) -> None:
         console.print(table)
         for line in choice_lines(result, doc):
             console.print(line, markup=False, highlight=False)
+        form = _form(doc)
         for priority, deploy in result["deploy"].items():
-            console.print(f"\n[bold]{PRIORITY_TITLES.get(priority, priority)}[/]: systemd drop-in")
-            console.print(deploy["systemd"], markup=False, highlight=False)
+            title = PRIORITY_TITLES.get(priority, priority)
+            console.print(f"\n[bold]{title}[/]: {form} ({_form_why(doc)})")
+            console.print(_form_text(deploy, form), markup=False, highlight=False)
     for line in doc["notes"]:
         console.print(line, markup=False, highlight=False)
 
@@ -169,11 +171,41 @@ def markdown(doc: dict[str, Any]) -> str:
                 for r in rows(doc, result, markup=False)]  # fmt: skip
         out += [""] + [f"- {line}" for line in choice_lines(result, doc)]
         for priority, deploy in result["deploy"].items():
-            title = PRIORITY_TITLES.get(priority, priority)
-            out += ["", f"### {title}: systemd drop-in", "", "```ini", deploy["systemd"].rstrip()]
-            out.append("```")
+            out += _markdown_forms(doc, PRIORITY_TITLES.get(priority, priority), deploy)
     out += [""] + [f"- {n}" for n in doc["notes"]]
     return "\n".join(out) + "\n"
+
+
+# Fenced-block languages of the deploy forms (launch.FORMS).
+FORM_LANGUAGES = {"systemd": "ini", "mysqld_safe": "ini", "env": "sh", "docker": "yaml",
+                  "kubernetes": "yaml"}  # fmt: skip
+
+
+def _form(doc: dict[str, Any]) -> str:
+    return str((doc.get("deploy_form") or {}).get("form") or "systemd")
+
+
+def _form_why(doc: dict[str, Any]) -> str:
+    why = (doc.get("deploy_form") or {}).get("why")
+    others = ", ".join(f for f in FORM_LANGUAGES if f != _form(doc))
+    return f"{why + '; ' if why else ''}{others} with --form, all in tune.md"
+
+
+def _form_text(deploy: dict[str, Any], form: str) -> str:
+    """One form's text; a tune.json from before the forms has the systemd drop-in only."""
+    forms = deploy.get("forms") or {"systemd": deploy["systemd"]}
+    return str(forms.get(form) or forms["systemd"])
+
+
+def _markdown_forms(doc: dict[str, Any], title: str, deploy: dict[str, Any]) -> list[str]:
+    """Every form of one choice, the one that fits first."""
+    first = _form(doc)
+    forms = deploy.get("forms") or {"systemd": deploy["systemd"]}
+    out = []
+    for form in sorted(forms, key=lambda f: f != first):
+        out += ["", f"### {title}: {form}", "", f"```{FORM_LANGUAGES.get(form, '')}"]
+        out += [str(forms[form]).rstrip(), "```"]
+    return out
 
 
 def _trace_points(
