@@ -31,7 +31,7 @@ TUTORIALS = DOCS / "tutorials"
 # Where shell syntax ends a mallocbench command line.
 SHELL_OPERATORS = {"|", ">", ">>", "2>", "<", "&&", "||", ";", "&"}
 # Named in the docs before they exist, each with where it is being built.
-PENDING_COMMANDS = {"advise": "the decide step, being built on branch i45advise"}
+PENDING_COMMANDS: dict[str, str] = {}
 
 FENCE = re.compile(r"^(\s*)```\s*([\w-]*)(.*)$")
 PLACEHOLDER = re.compile(r"^([A-Z]+|\.\.\.)$")

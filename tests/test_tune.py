@@ -244,10 +244,13 @@ def test_a_failed_evaluation_is_a_failed_trial_and_the_search_goes_on(tmp_path: 
 
 @pytest.fixture(scope="module")
 def tiny_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return record_tiny_trace(tmp_path_factory.mktemp("tunetrace"))
+
+
+def record_tiny_trace(workdir: Path) -> Path:
     """The known pattern's allocations, recorded by the shim (as test_record_replay does)."""
     from test_record_replay import record_pattern
 
-    workdir = tmp_path_factory.mktemp("tunetrace")
     exe = native_programs.build("known_pattern", workdir)
     trace = workdir / "kp.mbt"
     record_pattern(exe, workdir, trace)

@@ -99,6 +99,11 @@ COMMANDS: dict[str, LazyCommand] = {
         "tune",
         "Search allocator knobs for the RSS-versus-time front, with intervals.",
     ),
+    "advise": LazyCommand(
+        "advise",
+        "advise",
+        "Decide which allocator and knobs to run from a recorded trace, within one budget.",
+    ),
     "memory": LazyCommand(
         "memory",
         "memory",

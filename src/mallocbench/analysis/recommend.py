@@ -137,6 +137,7 @@ class Assessment:
     # The base's level in the criterion's unit (QPS, ms, bytes, us per operation): the
     # geometric mean of its values where the ratios were measured; None without.
     base_level: float | None = None
+    replay: bool = False  # measured by replaying a trace (steady peak, the replay's CPU)
 
     @property
     def change(self) -> float | None:
@@ -204,9 +205,11 @@ class Hold:
     width_needed: float
     prediction: BlocksPrediction | None = None
     seconds_per_block: float | None = None
+    replay: bool = False  # the interval is a replay's: more repeats of it, not blocks
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
+        del out["replay"]
         out["width_now"] = None if math.isinf(self.width_now) else self.width_now
         return out
 
@@ -304,6 +307,7 @@ class Recommendation:
     exploratory: bool  # no interval anywhere: nothing can be recommended
     max_loss: dict[str, float] = field(default_factory=dict)  # criterion -> fraction
     experiment_file: str | None = None  # what `run --resume` would continue
+    replay_trace: str | None = None  # a replay's decision (advise): the trace replayed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -673,6 +677,10 @@ def _evidence_hold(e: Evidence, criterion: str, min_effect: float, per_block: fl
     return Hold(criterion, e.where, now, width_needed, prediction, per_block)
 
 
+def _hold_of(a: Assessment, min_effect: float, per_block: float | None) -> Hold:
+    return dataclasses.replace(_hold(a, min_effect, per_block), replay=a.replay)
+
+
 def _hold(a: Assessment, min_effect: float, per_block: float | None) -> Hold:
     """What holds a criterion: of its unclear intervals, the one needing most blocks
     (no prediction, e.g. no interval, counts as most)."""
@@ -708,7 +716,7 @@ def _outcome(
     if priorities[0] in better and set(blocking.values()) == {WORSE} and payable:
         return TRADE_OFF
     if unclear and blocking.get(priorities[0]) not in (WORSE, UNMEASURED):
-        c.holds = [_hold(c.assessments[n], min_effect, per_block) for n in unclear]
+        c.holds = [_hold_of(c.assessments[n], min_effect, per_block) for n in unclear]
         return UNDECIDED
     return KEEP
 
@@ -775,17 +783,32 @@ def _engine(
     priorities: tuple[str, ...],
     budget: int | None,
 ) -> EngineRecommendation:
-    ranked = _rank(candidates, priorities)
-    kind = ranked[0].outcome
     base_peak = max(
         peak_rss_by_repeat(result).get((result.base_setup, engine), {}).values(), default=None
     )
+    thin = _thin_evidence(result, engine)
+    return decided(engine, result.base_setup, candidates, priorities, thin, base_peak, budget)
+
+
+def decided(
+    engine: str,
+    base: str,
+    candidates: list[Candidate],
+    priorities: tuple[str, ...],
+    thin: ThinEvidence,
+    base_peak: float | None,
+    budget: int | None,
+) -> EngineRecommendation:
+    """The outcome over candidates each judged by `_candidate`: a run's engine, or a
+    replay's setups (`replay_recommendation`), by the one rule."""
+    ranked = _rank(candidates, priorities)
+    kind = ranked[0].outcome
     return EngineRecommendation(
         engine,
-        result.base_setup,
+        base,
         ranked[0].setup if kind == CHANGE else None,
         ranked,
-        _thin_evidence(result, engine),
+        thin,
         _whole(base_peak),
         bool(budget and base_peak and base_peak > budget),
         kind,
@@ -861,4 +884,134 @@ def recommend(
         exploratory,
         dict(budgets.max_loss),
         result.metadata.experiment_file,
+    )
+
+
+# ----------------------------------------------------------------- a replay's setups
+
+# What a replay measures of the criteria, by the replayer's key: the steady peak (the
+# whole one includes the replay's start, a transient the server never had) and CPU.
+REPLAY_KEYS = {RSS: "peak_heap_rss_steady", CPU: "cpu_s"}
+REPLAY_PRIORITIES = (RSS, CPU)  # a trace is recorded to save memory: memory first
+
+
+def check_replay_priorities(priorities: tuple[str, ...], key: str = "--priority") -> None:
+    unmeasured = [p for p in priorities if p not in REPLAY_KEYS]
+    if unmeasured:
+        raise MallocbenchError(
+            f"{key} {','.join(priorities)}: a replay measures no {', '.join(unmeasured)}; "
+            f"give {' and/or '.join(REPLAY_KEYS)}, e.g. {key} rss,cpu"
+        )
+
+
+def _replay_values(record: ReplayRecord, key: str) -> dict[str, dict[int, float]]:
+    """Each setup's values by repeat (a block: the setups replay interleaved per repeat)."""
+    runs = record.replay_runs
+    return {
+        str(s.get("name")): {
+            r.repeat: v
+            for r in runs
+            if r.setup == s.get("name") and (v := r.value(key)) is not None
+        }
+        for s in record.setups or []
+    }
+
+
+def replay_cells(record: ReplayRecord, key: str, min_effect: float) -> dict[str, RatioCell]:
+    """Each setup's value over the base's (the first setup), paired by repeat; a setup
+    none of whose replays gave a value is a failure where the base measured."""
+    values = _replay_values(record, key)
+    names = list(values)
+    if not names or not values[names[0]]:
+        return {}
+    base = names[0]
+    measured = {n: values[n] for n in names[1:] if len(values[n]) >= 2}
+    blocked = stats.blocked_ratios(values[base], measured) if measured else {}
+    unit = RSS_UNIT if key == REPLAY_KEYS[RSS] else "s"
+    return {
+        n: ratio_cell(
+            list(values[n].values()),
+            list(values[base].values()),
+            None if values[n] else "failed",
+            base,
+            min_effect,
+            unit,
+            blocked.get(n),
+        )
+        for n in names[1:]
+    }
+
+
+def _replay_candidate(
+    setup: str,
+    cells: Mapping[str, Mapping[str, RatioCell]],
+    where: str,
+    peak: float | None,
+    rule: DecisionRule,
+    min_effect: float,
+) -> Candidate | None:
+    if setup not in cells[RSS] or setup not in cells[CPU]:
+        return None
+    measured = {
+        RSS: assess(RSS, [(where, cells[RSS][setup])], min_effect),
+        # the replay's CPU seconds are not the server's per operation: no level in its unit
+        CPU: assess(CPU, [(where, cells[CPU][setup])], min_effect, level_cells=0),
+    }
+    assessments = {
+        THROUGHPUT: assess(THROUGHPUT, [], min_effect),
+        P99: assess(P99, [], min_effect),
+        **{n: dataclasses.replace(a, replay=True) for n, a in measured.items()},
+    }
+    budgets = Budgets(rule.memory_budget_bytes, dict(rule.max_loss))
+    return _candidate(setup, assessments, rule.priorities, _whole(peak), budgets, min_effect)
+
+
+def replay_recommendation(
+    record: ReplayRecord,
+    run_id: str,
+    rule: DecisionRule,
+    min_effect: float,
+    server_rss: float | None = None,
+    label: str = "replay",
+) -> Recommendation:
+    """recommend's rule on a replay's setups against its base (the first): peak RSS (the
+    steady one) and CPU, paired by repeat, judged and ranked as a run's setups are. A
+    setup's peak for --memory-budget is the server's RSS moved by its difference from
+    the base's when the trace holds the server's RSS, else its replayed heap."""
+    check_replay_priorities(rule.priorities)
+    cells = {c: replay_cells(record, key, min_effect) for c, key in REPLAY_KEYS.items()}
+    peaks = {n: stats.mean(list(v.values())) if v else None
+             for n, v in _replay_values(record, REPLAY_KEYS[RSS]).items()}  # fmt: skip
+    names = list(peaks)
+    base_peak = peaks[names[0]] if names else None
+
+    def predicted(name: str) -> float | None:
+        peak = peaks.get(name)
+        if peak is None or base_peak is None or not server_rss:
+            return peak
+        return server_rss + peak - base_peak
+
+    trace = os.path.basename(record.trace_path or "") or "trace"
+    where = f"replay of {trace}"
+    found = (_replay_candidate(n, cells, where, predicted(n), rule, min_effect) for n in names[1:])
+    candidates = [c for c in found if c is not None]
+    engines = []
+    if candidates:
+        thin = ThinEvidence(
+            few_repeats=(record.repeats or 0) if (record.repeats or 0) < 3 else None
+        )
+        engines.append(
+            decided(label, names[0], candidates, rule.priorities, thin,
+                    predicted(names[0]), rule.memory_budget_bytes)
+        )  # fmt: skip
+    return Recommendation(
+        run_id,
+        rule.priorities,
+        min_effect,
+        rule.memory_budget_bytes,
+        engines,
+        # exploratory: setups compared, none with an interval (not: none to compare)
+        bool(candidates) and not any(c.has_interval for by in cells.values() for c in by.values()),
+        dict(rule.max_loss),
+        replay_trace=record.trace_path,
     )

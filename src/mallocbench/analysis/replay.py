@@ -14,6 +14,7 @@ from typing import Any
 from mallocbench.analysis import stats
 from mallocbench.analysis.growth import Growth, analyze_growth
 from mallocbench.metadata import ReplayRecord, ReplayRun
+from mallocbench.replay.serverrss import server_rss
 from mallocbench.results import json_safe
 
 # (key in the replayer's JSON, label, lower is better)
@@ -112,6 +113,60 @@ def summarize(
     return out
 
 
+# The memory a decision weighs: the steady peak (the whole one includes the replay's start).
+SAVING_KEY = "peak_heap_rss_steady"
+
+
+@dataclass(frozen=True)
+class Saving:
+    """What a setup's steady peak saves against the base's, in bytes (negative: it costs),
+    with the interval its ratio's gives; as a share of the server's RSS over the recorded
+    window when the trace holds it (`record --pid`), else of the base's replayed heap."""
+
+    setup: str
+    bytes: float
+    low: float
+    high: float
+    of_bytes: float  # the server's RSS, or the base's steady heap peak
+    of_server: bool  # of_bytes is the server's RSS (else the replay's heap only)
+
+    @property
+    def share(self) -> Estimate:
+        return Estimate(
+            self.bytes / self.of_bytes, self.low / self.of_bytes, self.high / self.of_bytes
+        )
+
+
+def saving(setup: str, ratio: Ratio, base_bytes: float, server: float | None) -> Saving | None:
+    """base x (1 - ratio): the ratio's interval turned into bytes saved; None without an
+    interval or a base level."""
+    if not (base_bytes > 0 and math.isfinite(ratio.low) and math.isfinite(ratio.high)):
+        return None
+    of = server if server else base_bytes
+    return Saving(
+        setup,
+        base_bytes * (1 - ratio.ratio),
+        base_bytes * (1 - ratio.high),
+        base_bytes * (1 - ratio.low),
+        of,
+        bool(server),
+    )
+
+
+def savings(rows: Sequence[SetupSummary], record: ReplayRecord) -> tuple[Saving, ...]:
+    """Each setup's saving against the base (rows[0]) on the steady peak."""
+    if not rows:
+        return ()
+    base = rows[0].metrics[SAVING_KEY].mean
+    server = server_rss((record.trace or {}).get("info") or {})
+    found = (
+        saving(r.setup, r.ratios[SAVING_KEY], base, server)
+        for r in rows[1:]
+        if SAVING_KEY in r.ratios
+    )
+    return tuple(s for s in found if s is not None)
+
+
 @dataclass(frozen=True)
 class ReplayAnalysis:
     """A run's replay, summarised: `rows[0]` is the base setup."""
@@ -124,6 +179,11 @@ class ReplayAnalysis:
     # than BEHIND, with that ratio: time-based purging then saw a slower pace than the
     # program's (with the recorded timing only).
     behind: tuple[tuple[str, float], ...] = ()
+    savings: tuple[Saving, ...] = ()  # per setup but the base, on the steady peak
+
+    def saving(self, setup: str) -> Saving | None:
+        return next((s for s in self.savings if s.setup == setup), None)
+
     # RSS and live bytes over the trace's time, each setup's first good repeat; None at
     # --timing none, whose clock is not the program's.
     growth: Growth | None = None
@@ -151,6 +211,7 @@ def analyze_replay(record: ReplayRecord, min_effect: float) -> ReplayAnalysis:
         min_effect,
         rows[0].setup if rows else None,
         _behind(record, runs),
+        savings(rows, record),
         growth,
     )
 

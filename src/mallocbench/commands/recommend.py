@@ -14,10 +14,13 @@ import click
 from mallocbench import deploy
 from mallocbench.analysis.recommend import (
     CRITERIA,
+    REPLAY_PRIORITIES,
     DecisionRule,
+    Recommendation,
     parse_max_loss,
     parse_priorities,
     recommend,
+    replay_recommendation,
     stored_rule,
 )
 from mallocbench.commands.options import emit, min_effect_option
@@ -66,6 +69,23 @@ def _replay(source: str) -> ReplayRecord:
     return replayed.metadata.replay
 
 
+def _of_replay(result: RunResult, given: DecisionRule, min_effect: float | None) -> Recommendation:
+    """A replay run (`replay --out`, advise's finalists): the same rule on its steady
+    peak RSS and CPU, memory first unless --priority says otherwise."""
+    from mallocbench.analysis.summary import min_effect_of
+    from mallocbench.replay.serverrss import server_rss
+
+    record = result.metadata.replay
+    assert record is not None
+    rule = DecisionRule(
+        given.priorities or REPLAY_PRIORITIES, given.memory_budget_bytes, given.max_loss
+    )
+    server = server_rss((record.trace or {}).get("info") or {})
+    label = Path(record.trace_path or "trace").name
+    effect = min_effect_of(result, min_effect)
+    return replay_recommendation(record, result.run_id, rule, effect, server, label)
+
+
 RECOMMEND_HELP = """Recommend a setup for production from a run, and show how to deploy it.
 
 \b
@@ -86,6 +106,8 @@ event against the base's as memory evidence. Deploy snippets are for a change on
 
 \b
 SOURCE is an output directory, a .sqlite store, a postgresql:// URL or a results.json.
+A replay's (`replay --out`, `advise --out`) is decided on its steady peak RSS and
+CPU (priorities rss,cpu by default).
 
 \b
 Examples:
@@ -202,14 +224,17 @@ def recommend_cmd(
             f"{', '.join(measured) or 'no cells'}; drop --engine or give one of those"
         )
     replay = _replay(replay_source) if replay_source else None
-    rec = recommend(
-        result,
-        rule.priorities,
-        min_effect,
-        rule.memory_budget_bytes,
-        replay=replay,
-        max_loss=rule.max_loss,
-    )
+    if result.metadata.replay is not None and not result.cells:
+        rec = _of_replay(result, given, min_effect)
+    else:
+        rec = recommend(
+            result,
+            rule.priorities,
+            min_effect,
+            rule.memory_budget_bytes,
+            replay=replay,
+            max_loss=rule.max_loss,
+        )
     if engine is not None:
         rec.engines = [e for e in rec.engines if e.engine == engine] or rec.engines
     choices = {e.engine: e.choice for e in rec.engines}

@@ -122,7 +122,7 @@ def record(
     gives the program's):
       mallocbench record --out app.mbt -- ./app --its-options
     """
-    from mallocbench.replay import control
+    from mallocbench.replay import control, serverrss
     from mallocbench.replay.trace import header_status
 
     pid = one_pid(pid_text, command)
@@ -140,6 +140,7 @@ def record(
         return
     assert pid is not None
     seconds = 60.0 if seconds is None else seconds
+    at_start = serverrss.sample(pid)  # the server's RSS, for a saving in its terms
     try:
         outcome = control.record(
             pid,
@@ -163,6 +164,7 @@ def record(
         _interrupted(stopped.signum)
     if outcome.kept != out:
         _not_at_out(outcome, out, pid)
+    serverrss.note(out, at_start, serverrss.sample(pid))
     size = out.stat().st_size
     status = header_status(out)
     if outcome.ended == "window":

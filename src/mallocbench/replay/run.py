@@ -94,9 +94,11 @@ def replay_run(
     store: ResultsStore | None,
     progress: Callable[[str], None] | None = None,
     finished: Callable[[ReplayRun], None] | None = None,
+    until: float | None = None,
 ) -> None:
     """Replay under every setup into `result` (and `store`, each replay as it ends);
-    `progress` hears of each replay as it starts, `finished` once it is committed."""
+    `progress` hears of each replay as it starts, `finished` once it is committed.
+    `until`: only the trace's first that many seconds."""
     record = result.metadata.replay
     assert record is not None, "new_result makes a replay's run"
     if store is not None:
@@ -133,6 +135,7 @@ def replay_run(
             progress=progress,
             on_run=commit,
             order=record.order or "recorded",
+            until=until,
         )
         status = STATUS_FINISHED
     except KeyboardInterrupt:

@@ -150,21 +150,23 @@ def replay_all(
     progress: Callable[[str], None] | None = None,
     on_run: Callable[[ReplayRun], None] | None = None,
     order: str = "recorded",
+    until: float | None = None,
 ) -> list[ReplayRun]:
     """Every setup `repeats` times, interleaved (A B C A B C ...), so a drift of the host
     spreads over all setups instead of biasing the one that ran last. `on_run` receives
-    each replay as it ends (to commit it: an interrupted replay keeps what it measured)."""
+    each replay as it ends (to commit it: an interrupted replay keeps what it measured).
+    `until`: only the trace's first that many seconds (advise's budget)."""
     if timing not in TIMINGS:
         raise MallocbenchError(f"--timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
     if order not in ORDERS:
         raise MallocbenchError(f"--order must be one of {', '.join(ORDERS)}, not {order!r}")
-    timeout = replay_timeout(duration_s, speed, timing)
+    timeout = replay_timeout(duration_s if until is None else until, speed, timing)
     runs = []
     for repeat in range(repeats):
         for setup in setups:
             if progress is not None:
                 progress(f"{setup.name} · repeat {repeat + 1}/{repeats}")
-            run = run_once(setup, trace, timing, speed, repeat, timeout, order)
+            run = run_once(setup, trace, timing, speed, repeat, timeout, order, until)
             runs.append(run)
             if on_run is not None:
                 on_run(run)

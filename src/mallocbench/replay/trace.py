@@ -103,6 +103,27 @@ def set_status(path: Path, text: str) -> None:
         f.write(raw)
 
 
+INFO_OFFSET = STATUS_OFFSET + STATUS_SIZE  # native/mbtrace.h: "key=value\n" lines, NUL-ended
+
+
+def add_info(path: Path, items: dict[str, str]) -> bool:
+    """Append `items` to the header's info lines, in place (what the recording command
+    learnt beside the shim, e.g. the server's RSS); False when the header has no room
+    left for them, and then nothing is written."""
+    with path.open("r+b") as f:
+        f.seek(INFO_OFFSET)
+        region = f.read(HEADER_SIZE - INFO_OFFSET)
+        used = region.find(b"\0")
+        if used < 0:
+            return False
+        lines = "".join(f"{k}={v}\n" for k, v in items.items()).encode()
+        if used + len(lines) >= len(region):  # its NUL must stay
+            return False
+        f.seek(INFO_OFFSET + used)
+        f.write(lines)
+    return True
+
+
 def cut_to_whole_frames(path: Path) -> int:
     """Cut a trace whose recorder was killed mid-write back to its last whole frame (by
     the frames' lengths; their checksums are the replayer's to check); its new size."""

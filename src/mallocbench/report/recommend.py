@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,23 @@ NAMES = {
     rec.CPU: "server CPU per operation",
 }
 SHORT = {rec.THROUGHPUT: "throughput", rec.P99: "p99", rec.RSS: "peak RSS", rec.CPU: "CPU/op"}
+# A replay's criteria (advise): the steady peak, and the replay's own CPU time, not the
+# server's per operation.
+REPLAY_NAMES = {rec.RSS: "steady peak RSS", rec.CPU: "CPU time"}
+
+
+def name_of(criterion: str, replay: bool = False) -> str:
+    return REPLAY_NAMES[criterion] if replay and criterion in REPLAY_NAMES else NAMES[criterion]
+
+
+def short_of(criterion: str, replay: bool = False) -> str:
+    return REPLAY_NAMES[criterion] if replay and criterion in REPLAY_NAMES else SHORT[criterion]
+
+
+def names_of(r: Recommendation, criteria: Sequence[str]) -> list[str]:
+    return [name_of(n, r.replay_trace is not None) for n in criteria]
+
+
 MIB = float(1 << 20)
 EXAMPLES = 3  # evidence items shown per kind before "and N more"
 
@@ -109,7 +127,7 @@ def assessment_text(a: Assessment, min_effect: float) -> str:
 
 
 def _status_text(a: Assessment, min_effect: float) -> str:
-    name = NAMES[a.criterion]
+    name = name_of(a.criterion, a.replay)
     lower = not rec.HIGHER_IS_BETTER[a.criterion]
     ratios = a.cells - len(a.steps)  # the geomean leaves the steps out
     estimate = f" (geomean {a.estimate:.2f})" if a.estimate and ratios > 1 else ""
@@ -175,7 +193,10 @@ def _against(c: Candidate, r: Recommendation) -> list[str]:
     if c.over_budget:
         texts.append(f"peak RSS {fmt.mib(c.peak_rss_bytes)} is over the memory budget")
     for name in c.rejected_by:
-        texts.append(f"{NAMES[name]} loses more than {budget_given(name, r)} allows")
+        texts.append(
+            f"{name_of(name, r.replay_trace is not None)} loses more than "
+            f"{budget_given(name, r)} allows"
+        )
     # What the statistics do support stays in view, though it does not qualify the setup.
     supported = [
         assessment_text(a, r.min_effect) for a in c.assessments.values() if a.status == rec.BETTER
@@ -204,7 +225,7 @@ def ratio_claim(a: Assessment, interval: bool = True) -> str:
     """ "1.29x throughput [1.25, 1.33]" (one cell) or "1.29x throughput (geomean of 4)",
     then the same in the user's unit."""
     assert a.estimate is not None
-    text = f"{a.estimate:.2f}x {SHORT[a.criterion]}"
+    text = f"{a.estimate:.2f}x {short_of(a.criterion, a.replay)}"
     ratios = a.cells - len(a.steps)
     only = a.worst if ratios == 1 and a.worst and a.worst.step is None else None
     if interval and only is not None:
@@ -249,7 +270,7 @@ def _trade_off_headline(e: EngineRecommendation, c: Candidate, r: Recommendation
 
 def _undecided_headline(e: EngineRecommendation, c: Candidate) -> str:
     gains = [ratio_claim(a) for a in c.assessments.values() if a.status == rec.BETTER]
-    held = " and ".join(NAMES[h.criterion] for h in c.holds)
+    held = " and ".join(name_of(h.criterion, h.replay) for h in c.holds)
     return (
         f"{e.engine}: undecided: {c.setup} {', '.join(gains)}, but {held} unclear; "
         f"keep {e.base} until more blocks decide"
@@ -259,6 +280,8 @@ def _undecided_headline(e: EngineRecommendation, c: Candidate) -> str:
 def budget_given(name: str, r: Recommendation, budget: str = rec.MAX_LOSS) -> str:
     """The budget the user gave on a criterion, as they would type it."""
     if name in r.max_loss and budget == rec.MAX_LOSS:
+        if math.isinf(r.max_loss[name]):  # advise's --memory-at-any-cost takes any CPU
+            return "--memory-at-any-cost"
         return f"--max-loss {name}={percent(r.max_loss[name])}"
     return f"--memory-budget {fmt.mib(r.memory_budget_bytes)}"
 
@@ -269,7 +292,7 @@ def _admitted_claim(a: Assessment) -> str:
     if a.status == rec.WORSE and a.estimate is not None:
         return ratio_claim(a)
     worst = f", its worst interval {evidence_text(a.worst)}" if a.worst else ""
-    return f"{NAMES[a.criterion]} unclear{worst}"
+    return f"{name_of(a.criterion, a.replay)} unclear{worst}"
 
 
 def admitted_text(c: Candidate, r: Recommendation) -> str:
@@ -302,7 +325,7 @@ def engine_headline(e: EngineRecommendation, r: Recommendation | None = None) ->
     refused = [c for c in e.ranked if c.rejected_by] if r is not None else []
     if refused and r is not None:
         by = "; ".join(
-            f"{c.setup}'s {' and '.join(NAMES[n] for n in c.rejected_by)} loss is beyond "
+            f"{c.setup}'s {' and '.join(names_of(r, c.rejected_by))} loss is beyond "
             + ", ".join(budget_given(n, r) for n in c.rejected_by)
             for c in refused
         )
@@ -337,7 +360,10 @@ def hold_text(h: rec.Hold) -> str:
     """ "throughput at random-points range=100 @16: 23.6% wide now, 10.3% would decide
     it; the run's variance predicts ..." """
     now = "no interval" if math.isinf(h.width_now) else f"{h.width_now * 100:.1f}% wide now"
-    where = f"{NAMES[h.criterion]} at {h.where}" if h.where != "peak RSS" else NAMES[h.criterion]
+    name = name_of(h.criterion, h.replay)
+    where = f"{name} at {h.where}" if h.where != "peak RSS" else name
+    if h.replay:
+        where = f"{name} of the {h.where}"
     if h.width_needed <= 0:
         return f"{where}: {now}; its ratio sits on the minimum effect, no width decides it"
     return (
@@ -355,6 +381,9 @@ def continue_command(h: rec.Hold, r: Recommendation, source: str | None) -> str:
     p = h.prediction
     # --target-ci stops at Stein's count; the range's high end bounds it all the same.
     most = max(p.most or MAX_BLOCKS, p.stein or MAX_BLOCKS) if p else None
+    if r.replay_trace is not None:  # advise's: the same advice, with more repeats
+        repeats = max(p.blocks, 3) if p and p.blocks else "N"
+        return f"mallocbench advise {shlex.quote(r.replay_trace)} --repeats {repeats}"
     if h.criterion != rec.THROUGHPUT:
         blocks = p.blocks if p and p.blocks else "N"
         command = f"mallocbench run {experiment} --out NEW --set repeats={blocks}"
@@ -416,7 +445,7 @@ def engine_lines(
     else:
         lines.append(
             f"  no setup is shown better than {e.base} on "
-            f"{' or '.join(NAMES[p] for p in r.priorities)} by at least "
+            f"{' or '.join(names_of(r, r.priorities))} by at least "
             f"{percent(r.min_effect)} without a loss or an unclear result on the others:"
         )
         for c in e.ranked:
@@ -433,7 +462,7 @@ def recommendation_lines(r: Recommendation, source: str | None = None) -> list[s
     """The whole recommendation, one engine after another; `source`: where the run is,
     for the commands that add evidence."""
     lines = [
-        f"Priorities: {', '.join(NAMES[p] for p in r.priorities)} (most important first); "
+        f"Priorities: {', '.join(names_of(r, r.priorities))} (most important first); "
         f"minimum effect ±{percent(r.min_effect)}{budgets_text(r)}; 95% intervals paired "
         "by block."
     ]
@@ -458,12 +487,14 @@ def verdict_lines(r: Recommendation) -> list[str]:
             line += "; what holds it: " + "; ".join(hold_text(h) for h in e.subject.holds)
         elif e.choice is not None:
             chosen = e.ranked[0]
-            better = [NAMES[n] for n in r.priorities if chosen.assessments[n].status == rec.BETTER]
+            better = names_of(
+                r, [n for n in r.priorities if chosen.assessments[n].status == rec.BETTER]
+            )
             line += f": better on {', '.join(better)}, not worse on the rest"
         else:
             # A supported difference that does not make a recommendation is still one.
             found = [
-                f"{c.setup} {NAMES[n]} {_some(a.better)}"
+                f"{c.setup} {name_of(n, a.replay)} {_some(a.better)}"
                 for c in e.ranked
                 for n, a in c.assessments.items()
                 if a.status == rec.BETTER

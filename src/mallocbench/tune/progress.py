@@ -28,7 +28,10 @@ class SearchProgress(LiveBar):
         constraints: Sequence[Constraint],
         spaces: dict[str, list[Dimension]],
         trials: int | None,
+        cut_short: str = "--resume measures it again",
     ) -> None:
+        """`cut_short`: what becomes of a trial a stop cut short (advise has no resume)."""
+        self.cut_short = cut_short
         self.console = console
         self.objectives = objectives
         self.constraints = constraints
@@ -70,7 +73,7 @@ class SearchProgress(LiveBar):
         text = f"{name}: {self.front_text(name, study)}"
         if not self.live and trial.user_attrs.get(search.INTERRUPTED_ATTR):
             self.console.print(
-                f"{name} trial {finished + 1} cut short by the stop: --resume measures it again",
+                f"{name} trial {finished + 1} cut short by the stop: {self.cut_short}",
                 markup=False,
             )
             return

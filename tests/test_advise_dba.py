@@ -1,0 +1,114 @@
+"""Issue 45's journey as a DBA walks it: a MariaDB server started by hand (its own
+datadir and socket, the recording shim preloaded through the environment, none of
+mallocbench's private-server code), driven by sysbench, recorded with `record --pid`,
+and `advise` on the trace: one decision line with its ratios, intervals and the saving
+in MiB and % of that server's RSS."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli_runner import run_cli
+from mallocbench.replay import serverrss
+from mallocbench.replay.native import shim_path
+
+pytestmark = pytest.mark.server
+
+
+def _binary(name: str) -> str:
+    found = shutil.which(name) or next(
+        (str(p) for p in (Path("/usr/sbin") / name, Path("/usr/bin") / name) if p.exists()), None
+    )
+    if found is None:
+        pytest.fail(f"{name} is not installed: run `make setup` (the test needs a real server)")
+    return found
+
+
+@pytest.fixture
+def hand_started(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """mariadbd as a DBA starts it by hand, the shim in LD_PRELOAD; its socket."""
+    datadir, sock = tmp_path / "data", tmp_path / "mysqld.sock"
+    user = getpass.getuser()
+    subprocess.run(
+        [_binary("mariadb-install-db"), "--no-defaults", f"--datadir={datadir}",
+         f"--user={user}", "--skip-test-db", "--auth-root-authentication-method=normal"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MBRECORD_")}
+    env["LD_PRELOAD"] = str(shim_path())
+    log = tmp_path / "error.log"
+    server = subprocess.Popen(
+        [_binary("mariadbd"), "--no-defaults", f"--datadir={datadir}", f"--socket={sock}",
+         "--skip-networking", f"--user={user}", "--innodb-buffer-pool-size=64M",
+         f"--log-error={log}", f"--pid-file={tmp_path / 'mysqld.pid'}"],
+        env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists() and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert sock.exists(), log.read_text() if log.exists() else "no error log"
+        yield server, sock
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _sysbench(sock: Path, command: str, *extra: str) -> list[str]:
+    return [_binary("sysbench"), "oltp_read_write", f"--mysql-socket={sock}",
+            "--mysql-user=root", "--mysql-db=sbtest", "--tables=2", "--table-size=2000",
+            *extra, command]  # fmt: skip
+
+
+def test_a_hand_started_server_recorded_and_advised(
+    hand_started: tuple[subprocess.Popen[bytes], Path], tmp_path: Path
+) -> None:
+    server, sock = hand_started
+    client = [_binary("mariadb"), f"--socket={sock}", "-uroot"]
+    subprocess.run([*client, "-e", "CREATE DATABASE sbtest"], check=True, timeout=60)
+    subprocess.run(_sysbench(sock, "prepare"), check=True, capture_output=True, timeout=120)
+    # A steady, light load (2 clients at 80 transactions/s): a trace small enough that
+    # the search and the finalists' repeats fit a one-minute budget.
+    load = subprocess.Popen(
+        _sysbench(sock, "run", "--threads=2", "--rate=80", "--time=24"),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(2)
+        trace = tmp_path / "prod.mbt"
+        recorded = run_cli("record", "--pid", str(server.pid), "--seconds", "20",
+                           "--out", str(trace))  # fmt: skip
+        assert recorded.returncode == 0, recorded.stderr
+        rss_now = serverrss.sample(server.pid)["rss"]
+    finally:
+        load.wait(timeout=60)
+    proc = run_cli("advise", str(trace), "--budget", "60s", "--timing", "none",
+                   "--allocators", "glibc,jemalloc", "--out", str(tmp_path / "advice"),
+                   "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)["decision"]
+    for key in ("rss_ratio", "cpu_ratio", "saves_mib", "saves_pct_of_server_rss"):
+        assert d[key]["low"] <= d[key]["point"] <= d[key]["high"], (key, d, proc.stderr)
+    # the server's RSS over the window, as recorded: near what it holds just after
+    assert 0.5 < d["server_rss_mib"] * (1 << 20) / rss_now < 2, (d, rss_now)
+    assert d["saves_pct_of_server_rss"]["point"] == pytest.approx(
+        100 * d["saves_mib"]["point"] / d["server_rss_mib"]
+    )
+    line = d["line"]
+    assert line.startswith("deploy " if d["answer"] == "deploy" else "keep the default (glibc)")
+    assert "steady peak RSS " in line and ", CPU " in line
+    assert "MiB of the server's " in line and " MiB RSS (" in line
