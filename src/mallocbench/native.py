@@ -15,6 +15,9 @@ from pathlib import Path
 from mallocbench.errors import MallocbenchError
 
 PACKAGED = Path(__file__).resolve().parent / "_native"
+# Targets this process has made or found fresh: a part older than a source it does not
+# use (make keeps it) looked stale on every call, and a replay ran make each time.
+_MADE: set[str] = set()
 
 
 def checkout_dir() -> Path | None:
@@ -69,10 +72,12 @@ def native_file(
             f"(`make dist`), run `make native` in its source tree, or point {env} at it"
         )
     path = native / "build" / target
-    sources = [native / "Makefile", *native.glob("mb*.c"), *native.glob("*.h")]
-    newest = max(p.stat().st_mtime for p in sources)
-    if build and (not path.is_file() or path.stat().st_mtime < newest):
-        _build(native, target, needs)
+    if build and target not in _MADE:
+        sources = [native / "Makefile", *native.glob("mb*.c"), *native.glob("*.h")]
+        newest = max(p.stat().st_mtime for p in sources)
+        if not path.is_file() or path.stat().st_mtime < newest:
+            _build(native, target, needs)
+        _MADE.add(target)
     if not path.is_file():
         raise MallocbenchError(f"{path} is missing: run `make native`")
     return path
