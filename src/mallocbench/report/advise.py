@@ -59,14 +59,10 @@ def _why_change(run: AdviceRun, d: Decision) -> str:
     )
     effect = percent(r.min_effect)
     if subject is not None and subject.admitted_by:  # a loss the user's budget took
-        return (
-            f"shown lower on {' and '.join(better)} by at least {effect}, for "
-            f"{admitted_text(subject, r)}"
-        )
-    return (
-        f"shown lower on {' and '.join(better)} by at least {effect}, and no worse than "
-        f"{effect} on the rest"
-    )
+        price = f"for {admitted_text(subject, r)}"
+    else:
+        price = f"and no worse than {effect} on the rest"
+    return f"shown lower on {' and '.join(better)} by at least {effect}, {price}"
 
 
 def _why_kept(run: AdviceRun, d: Decision) -> str:
