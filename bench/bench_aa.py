@@ -36,7 +36,7 @@ from common import Plan, emit, ratio_cells, run
 from mallocbench.analysis import noise, stats
 from mallocbench.analysis.adjust import within_group_slope
 from mallocbench.analysis.summary import summarize
-from mallocbench.results import RunResult
+from mallocbench.model.results import RunResult
 
 MIN_EFFECT = 0.03
 TARGET = 0.95

@@ -28,10 +28,10 @@ from typing import Any
 
 from common import server_under_load
 
-from mallocbench.experiment import Dataset
 from mallocbench.replay import control
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path
+from mallocbench.run.experiment import Dataset
 from mallocbench.units import parse_size
 
 HERE = Path(__file__).resolve().parent

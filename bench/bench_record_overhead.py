@@ -31,10 +31,10 @@ from typing import Any
 
 from mallocbench import allocators
 from mallocbench.analysis import stats
-from mallocbench.dataset import golden_datadir
-from mallocbench.experiment import Dataset
 from mallocbench.replay import control
 from mallocbench.replay.native import shim_path
+from mallocbench.run.dataset import golden_datadir
+from mallocbench.run.experiment import Dataset
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
 from mallocbench.workloads.catalogue import Step, step_from_label

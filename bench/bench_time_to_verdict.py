@@ -57,7 +57,7 @@ from common import Plan, emit, run
 from mallocbench.analysis import noise, stats
 from mallocbench.analysis.adjust import adjust_for_other_cpu
 from mallocbench.analysis.summary import summarize, summarize_run
-from mallocbench.results import RunResult
+from mallocbench.model.results import RunResult
 
 ALLOCATORS = ("glibc", "jemalloc", "tcmalloc", "mimalloc")
 FIXED = ("runs", "turns", "sequential")

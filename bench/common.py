@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mallocbench.analysis.summary import RatioCell, relative_tables
-from mallocbench.results import RunResult
+from mallocbench.model.results import RunResult
 
 EXPERIMENT = """
 name = "{name}"
@@ -157,7 +157,7 @@ def server_under_load(
     the step, then kept under `threads` clients in the background for `load_s`: what the
     record and replay benches measure beside. Waits for the load when the body ends."""
     from mallocbench import allocators
-    from mallocbench.dataset import golden_datadir
+    from mallocbench.run.dataset import golden_datadir
     from mallocbench.servers import engines
     from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
     from mallocbench.workloads.catalogue import step_from_label

@@ -69,7 +69,7 @@ def _rows(node: dict[str, Any], prefix: str) -> Iterator[tuple[str, str, str]]:
 
 
 def schema_table(kind: str) -> str:
-    from mallocbench.schema import build
+    from mallocbench.run.schema import build
 
     schema = build(kind)
     lines = ["| key | type | meaning |", "| --- | --- | --- |"]
@@ -176,7 +176,7 @@ def fields_table(name: str) -> str:
     the comment written above the field, when there is one."""
     import inspect
 
-    from mallocbench import results
+    from mallocbench.model import results
 
     source = inspect.getsource(getattr(results, name)).splitlines()
     meanings = dict(MEANINGS.get(name, {}))

@@ -12,8 +12,8 @@ import json
 import math
 from pathlib import Path
 
-from mallocbench.metadata import RunMetadata
-from mallocbench.results import Cell, RunResult, SessionInfo, SetupInfo
+from mallocbench.model.metadata import RunMetadata
+from mallocbench.model.results import Cell, RunResult, SessionInfo, SetupInfo
 
 MIB = 1 << 20
 START = 1795000000.0  # the first block's servers start (epoch seconds)

@@ -11,8 +11,8 @@ import pytest
 from mallocbench.analysis.adjust import adjust_for_other_cpu
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.analysis.summary import summarize_run
+from mallocbench.model.results import Cell, RunResult
 from mallocbench.report.tables import run_notes
-from mallocbench.results import Cell, RunResult
 
 STEP = "point-query range=100"
 SLOPE = -1.5  # log-throughput per unit of the machine other processes take

@@ -20,7 +20,7 @@ from cli_runner import run_cli
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.replay import Ratio, saving
 from mallocbench.errors import MallocbenchError
-from mallocbench.metadata import ReplayRecord, ReplayRun
+from mallocbench.model.metadata import ReplayRecord, ReplayRun
 from mallocbench.replay import control, serverrss
 from mallocbench.replay import trace as tracemod
 from mallocbench.replay.native import shim_path

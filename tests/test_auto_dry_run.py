@@ -73,8 +73,8 @@ def test_widths_past_the_cap_are_worded_and_the_rest_kept() -> None:
 
 
 def test_a_budget_goes_with_auto_and_fits_the_shape_to_it(tmp_path: Path) -> None:
-    from mallocbench import experiment as experiment_mod
     from mallocbench.calibrate import auto as autodesign
+    from mallocbench.run import experiment as experiment_mod
 
     path = tmp_path / "auto.toml"
     path.write_text(AUTO.replace("repeats = 2", 'repeats = 2\nbudget = "5m"'))
@@ -117,10 +117,10 @@ def test_the_dry_run_line_shows_no_runaway_width(
 ) -> None:
     """Two repeats of two setups leave 1 degree of freedom (t = 12.7): a noisy design's
     width comes out in the tens of thousands of points, and the line must not print it."""
-    from mallocbench import experiment as experiment_mod
     from mallocbench.calibrate import auto as autodesign
     from mallocbench.calibrate.store import calibration_key
     from mallocbench.calibrate.target import pick_target
+    from mallocbench.run import experiment as experiment_mod
 
     path = tmp_path / "auto.toml"
     path.write_text(AUTO)

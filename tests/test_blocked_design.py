@@ -9,8 +9,8 @@ import pytest
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.convergence import wide_cells
-from mallocbench.metadata import AdaptiveRecord
-from mallocbench.results import Cell, RunResult, SetupInfo
+from mallocbench.model.metadata import AdaptiveRecord
+from mallocbench.model.results import Cell, RunResult, SetupInfo
 
 
 def test_pooled_residual_by_hand() -> None:

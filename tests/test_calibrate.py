@@ -165,9 +165,9 @@ def test_as_many_copies_as_setups_each_give_a_ratio_series(tmp_path: Path) -> No
     """Copies b, c and d each give copy a / that copy per round: every series is a
     group of the ratio's components (the level of copy c against a moves a block ratio
     as b's does), and a turn's cost is the turns phase over every copy's turns."""
-    from mallocbench import experiment as experiment_mod
     from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
     from mallocbench.calibrate.target import pick_target
+    from mallocbench.run import experiment as experiment_mod
 
     path = tmp_path / "four.toml"
     path.write_text(
@@ -204,8 +204,8 @@ def test_copies_take_the_places_a_runs_blocks_give_their_setups(tmp_path: Path) 
     setups (reversed on odd repeats), so an advantage of one place in that order is
     between-start variance in the calibration as in the run, not a fixed offset of copy
     a that the prediction would leave out."""
-    from mallocbench import experiment as experiment_mod
     from mallocbench.calibrate.measure import copy_order
+    from mallocbench.run import experiment as experiment_mod
 
     for count in (2, 3, 4):
         path = tmp_path / f"n{count}.toml"
@@ -242,10 +242,10 @@ def test_runs_and_turns_are_planned_with_the_start_level_both_saw(tmp_path: Path
     """Three starts whose level runs measure precisely and turns drown in their scatter:
     turns alone call the start-to-start variance 0; pooled over both designs, as they
     measure the same starts, the plans of both carry it, and the note says so."""
-    from mallocbench import experiment as experiment_mod
     from mallocbench.analysis.noise import SHARED_START_MIN_P
     from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
     from mallocbench.calibrate.target import pick_target
+    from mallocbench.run import experiment as experiment_mod
 
     experiment = experiment_mod.load(_tiny(tmp_path))
     target = pick_target(experiment, None, None, None, None)
@@ -325,11 +325,11 @@ def test_the_pooled_start_level_is_a_floor_not_a_replacement(tmp_path: Path) -> 
     not enough apart for the agreement test to reject one shared level (p about 0.1):
     the pooled 0.0009 raises runs' estimate and leaves turns' own, so turns are not
     promised an interval their own starts say they will not reach."""
-    from mallocbench import experiment as experiment_mod
     from mallocbench.analysis.noise import SHARED_START_MIN_P, TURNS_DESIGN
     from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
     from mallocbench.calibrate.target import pick_target
     from mallocbench.report.calibrate import design_lines
+    from mallocbench.run import experiment as experiment_mod
 
     experiment = experiment_mod.load(_tiny(tmp_path))
     target = pick_target(experiment, None, None, None, None)
@@ -365,7 +365,6 @@ def test_a_copy_that_nearly_stopped_is_named_and_kept(tmp_path: Path) -> None:
     """Ten starts as calibrated on a quiet host give no note; the same with one runs
     slice of copy b nearly stopped (a / b = 16, as a busy CI host once gave) name the
     start, the design and the ratio, and the ratio stays in the components."""
-    from mallocbench import experiment as experiment_mod
     from mallocbench.calibrate.summary import (
         CalibrationSummary,
         PairResult,
@@ -374,6 +373,7 @@ def test_a_copy_that_nearly_stopped_is_named_and_kept(tmp_path: Path) -> None:
         summarize,
     )
     from mallocbench.calibrate.target import pick_target
+    from mallocbench.run import experiment as experiment_mod
 
     experiment = experiment_mod.load(_tiny(tmp_path))
     target = pick_target(experiment, None, None, None, None)
@@ -419,9 +419,9 @@ def test_a_slice_shorter_than_a_runs_is_refused(tmp_path: Path) -> None:
 
 def _store_calibration(cache: Path, experiment_file: Path, turns_within: float) -> None:
     """A stored calibration for this host and shape, as `calibrate` keeps one."""
-    from mallocbench import experiment as experiment_mod
     from mallocbench.calibrate.store import calibration_key
     from mallocbench.calibrate.target import pick_target
+    from mallocbench.run import experiment as experiment_mod
 
     experiment = experiment_mod.load(experiment_file)
     target = pick_target(experiment, None, None, None, None)
@@ -447,8 +447,8 @@ def _store_calibration(cache: Path, experiment_file: Path, turns_within: float) 
 def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mallocbench import experiment as experiment_mod
     from mallocbench.calibrate import auto as autodesign
+    from mallocbench.run import experiment as experiment_mod
 
     path = tmp_path / "auto.toml"
     path.write_text(TINY.replace("threads = [2]", 'threads = [2]\ndesign = "auto"\nrepeats = 3'))

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from mallocbench import allocators, deploy, inforce
-from mallocbench.results import SetupInfo
+from mallocbench import allocators
+from mallocbench.deploy import forms as deploy
+from mallocbench.deploy import inforce
+from mallocbench.model.results import SetupInfo
 
 JEMALLOC = allocators.get("jemalloc", require_available=False)
 # The five settings `tune` chose in issue 45, in the one variable glibc reads.

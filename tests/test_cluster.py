@@ -24,9 +24,8 @@ import psutil
 import pytest
 
 from cli_runner import run_cli
-from mallocbench import clustertls
-from mallocbench import experiment as experiment_mod
-from mallocbench.cluster import (
+from mallocbench.cluster import tls as clustertls
+from mallocbench.cluster.dispatch import (
     LOST_NOTE,
     LOST_NOTE_DONE,
     StoredRunSessions,
@@ -37,10 +36,11 @@ from mallocbench.cluster import (
     units_of,
 )
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import blocks, plan
-from mallocbench.metadata import HostFacts, HostRecord
-from mallocbench.results import RunResult
-from mallocbench.runner import _check_reports_dir
+from mallocbench.model.metadata import HostFacts, HostRecord
+from mallocbench.model.results import RunResult
+from mallocbench.run import experiment as experiment_mod
+from mallocbench.run.experiment import blocks, plan
+from mallocbench.run.runner import _check_reports_dir
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import open_store
 

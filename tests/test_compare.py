@@ -17,9 +17,9 @@ from mallocbench.analysis.comparison import OneSided, compare
 from mallocbench.cli import main
 from mallocbench.commands import compare as cmp_mod
 from mallocbench.errors import MallocbenchError
+from mallocbench.model.results import RunResult
 from mallocbench.report.comparison import comparison_markdown, comparison_records
 from mallocbench.report.words import verdict_note
-from mallocbench.results import RunResult
 from mallocbench.store import Store
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"

@@ -19,8 +19,15 @@ from mallocbench import exitcodes
 from mallocbench.analysis import comparability
 from mallocbench.analysis import comparison as cmp_mod
 from mallocbench.cli import main
-from mallocbench.metadata import DatasetRecord, RunMetadata
-from mallocbench.results import STATUS_CRASHED, STATUS_OOM, Cell, RunResult, SessionInfo, SetupInfo
+from mallocbench.model.metadata import DatasetRecord, RunMetadata
+from mallocbench.model.results import (
+    STATUS_CRASHED,
+    STATUS_OOM,
+    Cell,
+    RunResult,
+    SessionInfo,
+    SetupInfo,
+)
 
 MIB = 1 << 20
 SETUPS = ("glibc", "je")
@@ -297,7 +304,7 @@ def test_an_aborted_run_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     """The pipeline stands in for servers that failed; what `run` does with that is real."""
     from cli_runner import small_experiment
     from mallocbench.commands import run as run_mod
-    from mallocbench.runner import RunOutcome
+    from mallocbench.run.runner import RunOutcome
 
     measured = make_run("e-1", seed=1, repeats=2)
 

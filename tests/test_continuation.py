@@ -24,7 +24,7 @@ from mallocbench.analysis.continuation import (
     predict,
     residual_variance,
 )
-from mallocbench.results import RunResult
+from mallocbench.model.results import RunResult
 
 SIMULATIONS = 400
 SETUP = "jemalloc"

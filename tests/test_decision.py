@@ -17,15 +17,15 @@ import pytest
 
 from cli_runner import run_cli, small_experiment
 from decision_runs import DEMO_FILE, TRADE_OFF_FILE, demo_run, trade_off_run
-from mallocbench import schema
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import from_dict
-from mallocbench.metadata import DecisionRecord
+from mallocbench.model.metadata import DecisionRecord
+from mallocbench.model.results import RunResult
 from mallocbench.report.markdown import render as markdown_render
 from mallocbench.report.recommend import recommendation_dict, recommendation_lines, verdict_lines
-from mallocbench.results import RunResult
+from mallocbench.run import schema
+from mallocbench.run.experiment import from_dict
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HEADLINE = re.compile(

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from mallocbench import allocators, deploy
+from mallocbench import allocators
+from mallocbench.deploy import forms as deploy
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory.advice import advise
 from mallocbench.memory.breakdown import Breakdown
 from mallocbench.memory.process import ProcessMemory
 from mallocbench.memory.report import AllocatorSummary, MemoryReport
-from mallocbench.results import SetupInfo
+from mallocbench.model.results import SetupInfo
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import ServerBuild, ServerConfig, running
 

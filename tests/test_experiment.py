@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import from_dict, load, parse_size, plan, plan_extra_round
+from mallocbench.run.experiment import from_dict, load, parse_size, plan, plan_extra_round
 
 BASE = {
     "name": "t",

@@ -12,9 +12,9 @@ from rich.console import Console
 
 from mallocbench.analysis.recommend import recommend
 from mallocbench.memory.massif import Profile, ProfileTop, Site
+from mallocbench.model.results import RunResult
 from mallocbench.report import formats
 from mallocbench.report.recommend import Advice
-from mallocbench.results import RunResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -105,7 +105,7 @@ def test_the_installed_shim_records_a_program(installed: Path, tmp_path: Path) -
 def test_a_drop_in_preloads_the_system_wide_shim_once_installed(tmp_path: Path) -> None:
     """A unit with ProtectHome=true cannot load a shim under /root or /home: once
     install-shim put one under a system prefix, that is the one a drop-in names."""
-    from mallocbench.install import install_shim, system_shim
+    from mallocbench.deploy.install import install_shim, system_shim
 
     assert system_shim((tmp_path,)) is None
     installed = install_shim(tmp_path)

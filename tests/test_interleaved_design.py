@@ -10,9 +10,9 @@ import pytest
 
 from mallocbench.analysis.summary import relative_tables
 from mallocbench.calibrate import auto as autodesign
-from mallocbench.experiment import load
-from mallocbench.results import RunResult
-from mallocbench.runner import Pipeline, RunOptions
+from mallocbench.model.results import RunResult
+from mallocbench.run.experiment import load
+from mallocbench.run.runner import Pipeline, RunOptions
 
 EXPERIMENT = """
 name = "il"

@@ -18,14 +18,14 @@ import pytest
 from rich.console import Console
 
 from cli_runner import run_cli
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.analysis.summary import memory_rows
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import MIN_MEMORY_LIMIT, from_dict
+from mallocbench.model.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.report import html, markdown, terminal
 from mallocbench.report.words import CAP_NOTE
-from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
+from mallocbench.run.experiment import MIN_MEMORY_LIMIT, from_dict
 from mallocbench.servers.cgroup import MemoryCgroup, capping_problem, memory_cgroup_of
 
 MiB = 1 << 20

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mallocbench.metadata import (
+from mallocbench.model.metadata import (
     AdaptiveRecord,
     AllocatorRecord,
     DesignRecord,
     HostFacts,
     RunMetadata,
 )
+from mallocbench.model.results import RunResult
 from mallocbench.report import facts
-from mallocbench.results import RunResult
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"
 

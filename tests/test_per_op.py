@@ -7,10 +7,10 @@ import math
 import pytest
 
 from mallocbench.analysis.convergence import cells_to_repeat, wide_cells
-from mallocbench.measure import per_op_metrics as _per_op_metrics
+from mallocbench.model.results import Cell, RunResult
 from mallocbench.probes.process import Counters
 from mallocbench.report.words import wide_cell_text
-from mallocbench.results import Cell, RunResult
+from mallocbench.run.measure import per_op_metrics as _per_op_metrics
 
 
 def counters(user: float, system: float, vcs: int, ics: int, rb: int, wb: int, rs: int) -> Counters:

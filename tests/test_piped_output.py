@@ -21,8 +21,8 @@ import pytest
 
 from mallocbench.commands.progress import RichProgress
 from mallocbench.console import NATURAL_WIDTH, make_console, wants_colour
-from mallocbench.experiment import PlannedCell
-from mallocbench.results import Cell
+from mallocbench.model.results import Cell
+from mallocbench.run.experiment import PlannedCell
 from mallocbench.workloads.catalogue import step_from_label
 from mallocbench.workloads.sysbench import Interval
 

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from cli_runner import run_cli
 from mallocbench.cli import main
 from mallocbench.errors import EnvironmentLost, MallocbenchError
-from mallocbench.results import Cell, RunResult, Sample
+from mallocbench.model.results import Cell, RunResult, Sample
 from mallocbench.store import ResultsStore, Store, load_result, open_store
 from mallocbench.store.base import STORE_SCHEMA_VERSION, redact
 from postgres_server import PASSWORD, PASSWORD_USER

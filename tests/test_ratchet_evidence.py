@@ -18,9 +18,9 @@ import pytest
 from mallocbench.analysis import stats
 from mallocbench.analysis.ratchet import welch_interval
 from mallocbench.analysis.recommend import RSS, THROUGHPUT, Assessment, recommend
+from mallocbench.model.results import RunResult
 from mallocbench.report.recommend import STEP_RULE, recommendation_lines
 from mallocbench.report.words import candidate_reasons
-from mallocbench.results import RunResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MiB = float(1 << 20)

@@ -16,7 +16,7 @@ import pytest
 
 from cli_runner import run_cli
 from conftest import IntegrityFigures
-from mallocbench.results import RunResult
+from mallocbench.model.results import RunResult
 from mallocbench.store import Store
 from test_run_integrity import FIXTURE, fill, one_error_line, small_filesystem
 from test_tune import tiny_trace

@@ -17,11 +17,11 @@ from cli_runner import run_cli
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.errors import MallocbenchError
-from mallocbench.metadata import RunMetadata
+from mallocbench.model.metadata import RunMetadata
+from mallocbench.model.results import Cell, RunResult, SessionInfo, SetupInfo
 from mallocbench.report.markdown import render as markdown_render
 from mallocbench.report.recommend import recommendation_lines
 from mallocbench.report.words import thin_clauses
-from mallocbench.results import Cell, RunResult, SessionInfo, SetupInfo
 
 STEPS = ("point-query range=100", "read-only-order range=1000")
 MIB = 1 << 20
@@ -191,7 +191,7 @@ def test_recommend_command_prints_json_and_refuses_bad_input(tmp_path: Path) -> 
 
 
 def test_write_dropin_writes_the_chosen_setup_and_nothing_when_keeping(tmp_path: Path) -> None:
-    from mallocbench.deploy import dropin_environment
+    from mallocbench.deploy.forms import dropin_environment
 
     chosen = tmp_path / "chosen.json"
     chosen.write_text(json.dumps(_run(qps_factor=1.0, rss_factor=0.75).to_dict()))

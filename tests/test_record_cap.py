@@ -164,7 +164,7 @@ def test_a_server_recorded_under_a_tiny_cap_stops_recording_and_serves_on(
 
 
 def test_runs_marks_a_replay_of_a_trace_that_stopped_early() -> None:
-    from mallocbench.metadata import ReplayRecord
+    from mallocbench.model.metadata import ReplayRecord
     from mallocbench.report.replay import listing
 
     setups = [{"name": "glibc"}, {"name": "jemalloc"}]

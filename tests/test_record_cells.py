@@ -10,10 +10,10 @@ import pytest
 
 from cli_runner import run_cli, small_experiment
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import from_dict
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import runner
 from mallocbench.replay import trace as tracemod
+from mallocbench.run.experiment import from_dict
 from mallocbench.store import open_store
 
 BASE = {

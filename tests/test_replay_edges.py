@@ -18,7 +18,7 @@ import pytest
 
 import native_programs
 from mallocbench import allocators
-from mallocbench.metadata import ReplayRun
+from mallocbench.model.metadata import ReplayRun
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import runner
 from mallocbench.replay import trace as tracemod

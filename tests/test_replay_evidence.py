@@ -7,8 +7,8 @@ from pathlib import Path
 
 from cli_runner import run_cli
 from mallocbench.analysis.recommend import RSS, THROUGHPUT, Recommendation, recommend
-from mallocbench.metadata import ReplayRecord, ReplayRun
-from mallocbench.results import RunResult
+from mallocbench.model.metadata import ReplayRecord, ReplayRun
+from mallocbench.model.results import RunResult
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MIB = 1024 * 1024

@@ -18,7 +18,7 @@ import native_programs
 from mallocbench.analysis.growth import Reading, Trend, analyze_growth, setup_growth
 from mallocbench.analysis.replay import analyze_replay
 from mallocbench.analysis.soak import Slope
-from mallocbench.metadata import ReplayRecord, ReplayRun
+from mallocbench.model.metadata import ReplayRecord, ReplayRun
 from mallocbench.report.growth import NOT_ON_THE_TRACES_CLOCK, growth_lines, rate_text
 
 MiB = 1 << 20

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.analysis.summary import (
@@ -20,7 +20,8 @@ from mallocbench.analysis.summary import (
     relative_tables,
     summarize,
 )
-from mallocbench.metadata import AdaptiveRecord
+from mallocbench.model.metadata import AdaptiveRecord
+from mallocbench.model.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.report import export, html, markdown, terminal
 from mallocbench.report.words import (
     cell_class,
@@ -31,7 +32,6 @@ from mallocbench.report.words import (
     verdict_class,
     verdict_note,
 )
-from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 
 GIB = 1 << 30
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from mallocbench.analysis.run_analysis import analyze
-from mallocbench.metadata import AdaptiveRecord
+from mallocbench.model.metadata import AdaptiveRecord
+from mallocbench.model.results import Cell, RunResult, SessionInfo
 from mallocbench.report import html
 from mallocbench.report.words import verdict_note, verdict_rss_finding
-from mallocbench.results import Cell, RunResult, SessionInfo
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"

@@ -10,9 +10,9 @@ from pathlib import Path
 from cli_runner import run_cli
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.analysis.summary import memory_rows, reserved_vsz_bytes
+from mallocbench.model.results import RunResult, SessionInfo
 from mallocbench.report import html
 from mallocbench.report.tables import memory_columns
-from mallocbench.results import RunResult, SessionInfo
 from mallocbench.store import Store, locks
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"

@@ -30,10 +30,10 @@ import pytest
 from cli_runner import run_cli, small_experiment
 from conftest import IntegrityFigures
 from mallocbench import allocators
-from mallocbench import experiment as experiment_mod
 from mallocbench.allocators.elf import defined_functions
-from mallocbench.results import RunResult
-from mallocbench.runner import Pipeline, RunOptions
+from mallocbench.model.results import RunResult
+from mallocbench.run import experiment as experiment_mod
+from mallocbench.run.runner import Pipeline, RunOptions
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import Store
 from mallocbench.store.base import damaged_store
@@ -855,8 +855,8 @@ def test_a_full_disk_under_the_postgresql_store(
 
 
 def test_a_stall_is_seconds_without_a_query_where_seconds_usually_have_many() -> None:
-    from mallocbench.measure import STALL_S, longest_stall, note_stall
-    from mallocbench.results import Cell, Sample
+    from mallocbench.model.results import Cell, Sample
+    from mallocbench.run.measure import STALL_S, longest_stall, note_stall
 
     def cell(rates: list[float], turns: bool = False) -> Cell:
         made = Cell("a", "innodb", "point-query", 2, 0)

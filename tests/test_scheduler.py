@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from mallocbench.executors.recorded import RecordedExecutor, ScriptedDeath
-from mallocbench.experiment import Experiment, PlannedCell, load, plan
-from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult
-from mallocbench.runner import (
+from mallocbench.model.results import STATUS_OK, STATUS_OOM, Cell, RunResult
+from mallocbench.run.experiment import Experiment, PlannedCell, load, plan
+from mallocbench.run.runner import (
     STAGE1_BLOCKS,
     Pipeline,
     RunOptions,
@@ -26,7 +26,7 @@ from mallocbench.runner import (
     RunSessions,
     SilentProgress,
 )
-from mallocbench.soak import SoakSessions, SoakSpec, soak_experiment
+from mallocbench.soak.runner import SoakSessions, SoakSpec, soak_experiment
 from mallocbench.store import open_store
 from mallocbench.store.loading import load_result
 

@@ -19,7 +19,6 @@ from scipy import stats
 from scipy.signal import lfilter
 
 from cli_runner import run_cli
-from mallocbench import experiment as experiment_mod
 from mallocbench.analysis.run_analysis import analyze as analyze_run
 from mallocbench.analysis.soak import (
     Slope,
@@ -30,11 +29,12 @@ from mallocbench.analysis.soak import (
     time_to_cap,
 )
 from mallocbench.errors import MallocbenchError
-from mallocbench.metadata import RunMetadata, SoakRecord
+from mallocbench.model.metadata import RunMetadata, SoakRecord
+from mallocbench.model.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.report import soak as soak_report
 from mallocbench.report.charts import Chart
-from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
-from mallocbench.soak import SoakSpec, plan_soak, soak_experiment, soak_spec
+from mallocbench.run import experiment as experiment_mod
+from mallocbench.soak.runner import SoakSpec, plan_soak, soak_experiment, soak_spec
 
 MiB = float(1 << 20)
 HOUR = 3600.0

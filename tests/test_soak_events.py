@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mallocbench import experiment as experiment_mod
 from mallocbench.analysis.ratchet import (
     END,
     NEXT_EVENT,
@@ -25,8 +24,9 @@ from mallocbench.analysis.ratchet import (
     t_interval,
 )
 from mallocbench.errors import MallocbenchError
-from mallocbench.results import RunResult
-from mallocbench.soak import SoakSpec, soak_experiment
+from mallocbench.model.results import RunResult
+from mallocbench.run import experiment as experiment_mod
+from mallocbench.soak.runner import SoakSpec, soak_experiment
 
 MiB = float(1 << 20)
 
@@ -253,8 +253,8 @@ def test_every_action_runs_beside_the_load_and_a_failure_is_an_outcome(tmp_path:
     from mallocbench.analysis.run_analysis import analyze
     from mallocbench.report.charts import run_charts
     from mallocbench.report.ratchet import markdown_lines, ratchet_json
-    from mallocbench.runner import RunOptions
-    from mallocbench.soak import soak_metadata, soak_pipeline
+    from mallocbench.run.runner import RunOptions
+    from mallocbench.soak.runner import soak_metadata, soak_pipeline
 
     path = tmp_path / "ev.toml"
     path.write_text(BASE + EVENTS)
@@ -312,7 +312,7 @@ def test_an_event_under_way_is_cut_when_the_session_ends(tmp_path: Path) -> None
     """The server is about to stop: a tool still running is stopped, and recorded as cut."""
     import time
 
-    from mallocbench.soakevents import EventRunner, SoakEvent
+    from mallocbench.soak.events import EventRunner, SoakEvent
 
     class Sleeping(EventRunner):
         def _run(self, event: SoakEvent) -> str | None:
@@ -329,8 +329,8 @@ def test_an_event_under_way_is_cut_when_the_session_ends(tmp_path: Path) -> None
 
 
 def test_the_schema_names_the_actions_and_keys_the_parser_takes() -> None:
-    from mallocbench.dialect import SOAK_EVENT
-    from mallocbench.soakevents import ACTION_KEYS, ACTIONS, EVENT_KEYS
+    from mallocbench.run.dialect import SOAK_EVENT
+    from mallocbench.soak.events import ACTION_KEYS, ACTIONS, EVENT_KEYS
 
     assert SOAK_EVENT["action"]["enum"] == list(ACTIONS) == list(ACTION_KEYS)
     assert set(SOAK_EVENT) == set(EVENT_KEYS)
@@ -351,7 +351,7 @@ def test_rss_before_an_event_never_reaches_into_the_one_before() -> None:
 def test_time_to_the_cap_counts_the_steps_at_events() -> None:
     from mallocbench.analysis.ratchet import setup_ratchet
     from mallocbench.analysis.soak import Lifetime, SetupSoak, analyze
-    from mallocbench.results import SessionInfo
+    from mallocbench.model.results import SessionInfo
 
     series, records = ratcheting(step_mib=8, drift_mib_h=0)
     cap = 400 * MiB

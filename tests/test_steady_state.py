@@ -24,10 +24,10 @@ from mallocbench.analysis.steady import (
     trend,
 )
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import from_dict, load
+from mallocbench.model.results import Cell, RunResult, SessionInfo
 from mallocbench.report.words import warmup_text
-from mallocbench.results import Cell, RunResult, SessionInfo
-from mallocbench.runner import Pipeline, RunOptions, RunOutcome
+from mallocbench.run.experiment import from_dict, load
+from mallocbench.run.runner import Pipeline, RunOptions, RunOutcome
 from mallocbench.store.sqlite import Store
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "ramps.json").read_text())

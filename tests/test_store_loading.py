@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from mallocbench.cli import main
 from mallocbench.errors import MallocbenchError
-from mallocbench.results import RunResult
+from mallocbench.model.results import RunResult
 from mallocbench.store import Store, load_result, store_target
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-small.json"

@@ -21,8 +21,8 @@ from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis import choice
-from mallocbench.experiment import load
-from mallocbench.launch import FORMS
+from mallocbench.deploy.launch import FORMS
+from mallocbench.run.experiment import load
 from mallocbench.tune import driver, evaluate, front, render, search
 from mallocbench.tune.evaluate import EvaluationFailed, auto_portion
 from mallocbench.tune.objectives import parse_constraints, parse_objectives

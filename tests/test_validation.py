@@ -14,10 +14,10 @@ import pytest
 
 from cli_runner import run_cli
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import from_dict, load
+from mallocbench.inputs.tomlpos import positions
 from mallocbench.patterns import experiment as pexp
-from mallocbench.schema import build
-from mallocbench.tomlpos import positions
+from mallocbench.run.experiment import from_dict, load
+from mallocbench.run.schema import build
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from mallocbench import allocators, dataset
+from mallocbench import allocators
 from mallocbench.analysis.sla import SLA_FRACTION, ibench_rates, sla_status
-from mallocbench.dataset import Dataset
 from mallocbench.errors import MallocbenchError
+from mallocbench.run import dataset
+from mallocbench.run.dataset import Dataset
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
 from mallocbench.workloads.catalogue import Step, parse_steps

@@ -35,7 +35,7 @@ import numpy as np
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.summary import CellSummary
-from mallocbench.results import STATUS_OK, Cell, RunResult
+from mallocbench.model.results import STATUS_OK, Cell, RunResult
 
 SHARE = "other_cpu_share"
 CellKey = tuple[str, str, int]  # engine, step, threads

@@ -15,10 +15,10 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.errors import MallocbenchError
-from mallocbench.metadata import DatasetRecord, Durations, HostFacts
-from mallocbench.results import RunResult
+from mallocbench.model.metadata import DatasetRecord, Durations, HostFacts
+from mallocbench.model.results import RunResult
 from mallocbench.units import parse_size
 
 REFUSE = "refuse"

@@ -36,7 +36,7 @@ from mallocbench.analysis.summary import (
 )
 from mallocbench.analysis.verdict import VerdictRow, verdict_for
 from mallocbench.errors import MallocbenchError
-from mallocbench.results import RunResult
+from mallocbench.model.results import RunResult
 from mallocbench.workloads.catalogue import group_of, label_order
 
 # What --fail-on can ask for; "changed" is slower or faster.

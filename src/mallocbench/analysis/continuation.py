@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mallocbench.analysis import stats
-from mallocbench.results import RunResult
+from mallocbench.model.results import RunResult
 
 CONFIDENCE = 0.95
 MAX_BLOCKS = 1000  # beyond this a prediction says "more than" rather than a number

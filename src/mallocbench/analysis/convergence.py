@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mallocbench.analysis.summary import relative_tables
-from mallocbench.results import RunResult
+from mallocbench.model.results import RunResult
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from mallocbench.analysis.soak import Projection, SetupSoak, Slope, time_to_cap
-from mallocbench.results import RunResult, SessionInfo
+from mallocbench.model.results import RunResult, SessionInfo
 
 BEFORE_S = 10.0
 SETTLE_WINDOW_S = 10.0

@@ -52,8 +52,8 @@ from mallocbench.analysis.summary import (
     summarize_run,
 )
 from mallocbench.errors import MallocbenchError
-from mallocbench.metadata import ReplayRecord
-from mallocbench.results import STATUS_OK, Cell, RunResult
+from mallocbench.model.metadata import ReplayRecord
+from mallocbench.model.results import STATUS_OK, Cell, RunResult
 from mallocbench.units import parse_fraction
 
 if TYPE_CHECKING:

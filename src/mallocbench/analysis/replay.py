@@ -13,9 +13,9 @@ from typing import Any
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.growth import Growth, analyze_growth
-from mallocbench.metadata import ReplayRecord, ReplayRun
+from mallocbench.model.metadata import ReplayRecord, ReplayRun
+from mallocbench.model.results import json_safe
 from mallocbench.replay.serverrss import server_rss
-from mallocbench.results import json_safe
 
 # (key in the replayer's JSON, label, lower is better)
 # The steady peak is the sampled peak over each replay's second half: its start makes the

@@ -37,8 +37,8 @@ from mallocbench.analysis.summary import (
 )
 from mallocbench.analysis.verdict import VerdictRow, verdict_rows
 from mallocbench.errors import MallocbenchError
-from mallocbench.metadata import AdaptiveRecord
-from mallocbench.results import STATUS_OK, Cell, RunResult
+from mallocbench.model.metadata import AdaptiveRecord
+from mallocbench.model.results import STATUS_OK, Cell, RunResult
 
 SummaryKey = tuple[str, str, str, int]
 

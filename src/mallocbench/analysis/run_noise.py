@@ -18,7 +18,7 @@ from mallocbench.analysis.noise import (
     optimal_slices_per_start,
     variance_components,
 )
-from mallocbench.results import STATUS_OK, RunResult
+from mallocbench.model.results import STATUS_OK, RunResult
 
 # Other processes' CPU share above which the verdict is read with that in mind.
 BUSY_SHARE = 0.10

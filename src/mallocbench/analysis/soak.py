@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mallocbench.results import STATUS_CRASHED, STATUS_OOM, Cell, RunResult, SessionInfo
+from mallocbench.model.results import STATUS_CRASHED, STATUS_OOM, Cell, RunResult, SessionInfo
 
 Series = Sequence[tuple[float, float]]
 

@@ -23,9 +23,8 @@ from typing import Any
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
-from mallocbench.formatting import slug
-from mallocbench.results import STATUS_OK, STATUS_OOM, Cell, RunResult, SessionInfo
-from mallocbench.units import parse_fraction
+from mallocbench.model.results import STATUS_OK, STATUS_OOM, Cell, RunResult, SessionInfo
+from mallocbench.units import parse_fraction, slug
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
 
 QPS = "QPS"

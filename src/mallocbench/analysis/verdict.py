@@ -16,7 +16,7 @@ from mallocbench.analysis.summary import (
     RatioTable,
     rss_ratio_cells,
 )
-from mallocbench.results import RunResult
+from mallocbench.model.results import RunResult
 from mallocbench.workloads.catalogue import GROUPS
 
 

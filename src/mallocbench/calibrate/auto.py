@@ -21,7 +21,6 @@ from typing import Any
 
 from rich.console import Console
 
-from mallocbench import experiment as experiment_mod
 from mallocbench.analysis import noise
 from mallocbench.analysis.noise import RUNS_DESIGN, SEQUENTIAL_DESIGN, TURNS_DESIGN, DesignChoice
 from mallocbench.calibrate.measure import calibrate
@@ -29,8 +28,9 @@ from mallocbench.calibrate.store import calibration_key, load_calibration, store
 from mallocbench.calibrate.summary import CalibrationSummary, compared_setups
 from mallocbench.calibrate.target import pick_target
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import Experiment
 from mallocbench.report.calibrate import design_choice_text
+from mallocbench.run import experiment as experiment_mod
+from mallocbench.run.experiment import Experiment
 from mallocbench.store import open_store
 
 # The short calibration at the start of a run: enough for the three designs' components,

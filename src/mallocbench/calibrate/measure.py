@@ -14,7 +14,6 @@ from typing import Any
 
 from rich.console import Console
 
-from mallocbench import dataset
 from mallocbench.calibrate.summary import (
     CalibrationSummary,
     PairResult,
@@ -27,18 +26,19 @@ from mallocbench.calibrate.summary import (
 from mallocbench.calibrate.target import Target
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.real import check_config_keys
-from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, in_block_order
-from mallocbench.measure import (
+from mallocbench.probes.system import cpu_snapshot, system_thp_mode
+from mallocbench.run import dataset
+from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession, in_block_order
+from mallocbench.run.measure import (
     CellMeasurement,
     measure_turns,
     new_cell,
     warm_up,
 )
-from mallocbench.measure import measure_slice as measure_cell_slice
-from mallocbench.probes.system import cpu_snapshot, system_thp_mode
+from mallocbench.run.measure import measure_slice as measure_cell_slice
+from mallocbench.run.session import LiveSession, start_session, stop_session, warm_cache
 from mallocbench.servers.mariadb import ServerBuild, find_build
 from mallocbench.servers.orphans import stop_orphans
-from mallocbench.session import LiveSession, start_session, stop_session, warm_cache
 from mallocbench.store import locks
 from mallocbench.workloads.sysbench import RunOutput
 

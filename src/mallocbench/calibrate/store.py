@@ -10,11 +10,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mallocbench import dataset
 from mallocbench.analysis import noise
 from mallocbench.calibrate.summary import CalibrationSummary
 from mallocbench.calibrate.target import Target
-from mallocbench.experiment import Experiment
+from mallocbench.run import dataset
+from mallocbench.run.experiment import Experiment
 
 # The host's noise changes with what else runs on it: an older calibration is redone.
 STORED_MAX_AGE_S = 24 * 3600

@@ -21,7 +21,7 @@ from mallocbench.analysis.noise import (
     plan_run,
 )
 from mallocbench.calibrate.target import Target
-from mallocbench.experiment import Experiment
+from mallocbench.run.experiment import Experiment
 
 # Above this median share of the CPU used by other processes, the numbers measure the
 # interference as much as the machine: said in words beside them.

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import Experiment, Setup
+from mallocbench.run.experiment import Experiment, Setup
 from mallocbench.servers.engines import Engine
 from mallocbench.workloads.catalogue import Step
 

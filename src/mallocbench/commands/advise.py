@@ -20,8 +20,8 @@ from mallocbench.errors import MallocbenchError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from mallocbench.deploy import Deployment
-    from mallocbench.results import RunResult
+    from mallocbench.deploy.forms import Deployment
+    from mallocbench.model.results import RunResult
     from mallocbench.tune.advise import AdvicePlan, AdviceRun, Finalist
     from mallocbench.tune.evaluate import ReplayEvaluator
 
@@ -300,7 +300,7 @@ def _replay_finalists(
 
 
 def _deployment(run: AdviceRun) -> Deployment | None:
-    from mallocbench import deploy
+    from mallocbench.deploy import forms as deploy
 
     d = run.decision
     if d is None or not d.deploy:

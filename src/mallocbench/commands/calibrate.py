@@ -16,7 +16,6 @@ from pathlib import Path
 
 import click
 
-from mallocbench import experiment as experiment_mod
 from mallocbench.calibrate.measure import calibrate
 from mallocbench.calibrate.store import calibration_key, store_calibration
 from mallocbench.calibrate.summary import (
@@ -30,8 +29,9 @@ from mallocbench.calibrate.target import pick_target
 from mallocbench.commands.options import out_dir_option, percent_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import DEFAULT_TURN_S, MIN_RUN_SLICE_S, MIN_TURN_S
 from mallocbench.report import formats
+from mallocbench.run import experiment as experiment_mod
+from mallocbench.run.experiment import DEFAULT_TURN_S, MIN_RUN_SLICE_S, MIN_TURN_S
 from mallocbench.units import parse_duration
 
 

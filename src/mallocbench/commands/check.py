@@ -22,7 +22,7 @@ def check(pid: int, as_json: bool) -> None:
     server's user:
       mallocbench check --pid "$(pidof -s mariadbd)"
     """
-    from mallocbench.inforce import check as in_force
+    from mallocbench.deploy.inforce import check as in_force
     from mallocbench.replay.control import shim_status
 
     found = in_force(pid, shim_status)

@@ -23,9 +23,9 @@ from mallocbench.commands.options import emit, min_effect_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault
+from mallocbench.model.results import RunResult
 from mallocbench.report import formats
 from mallocbench.report.words import change_text, difference_text, findings_summary
-from mallocbench.results import RunResult
 from mallocbench.store.loading import load_result
 
 # ---------------------------------------------------------------- loading

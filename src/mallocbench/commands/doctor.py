@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from mallocbench.install import DEFAULT_PREFIX, install_shim
+from mallocbench.deploy.install import DEFAULT_PREFIX, install_shim
 
 
 @click.command("doctor")
@@ -20,7 +20,7 @@ def doctor_cmd(as_json: bool) -> None:
     cgroups, privileges and chromium. It only looks: nothing is built or started.
     A piece marked optional is needed only for what its line names.
     """
-    from mallocbench.doctor import checks
+    from mallocbench.probes.doctor import checks
 
     found = checks()
     if as_json:

@@ -23,9 +23,9 @@ from rich.progress import (
 )
 
 from mallocbench.console import LiveBar
-from mallocbench.experiment import PlannedCell
-from mallocbench.metadata import ReplayRun
-from mallocbench.results import STATUS_OK, Cell
+from mallocbench.model.metadata import ReplayRun
+from mallocbench.model.results import STATUS_OK, Cell
+from mallocbench.run.experiment import PlannedCell
 from mallocbench.workloads.sysbench import Interval
 
 if TYPE_CHECKING:

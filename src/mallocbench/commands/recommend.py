@@ -11,7 +11,6 @@ from pathlib import Path
 
 import click
 
-from mallocbench import deploy
 from mallocbench.analysis.recommend import (
     CRITERIA,
     REPLAY_PRIORITIES,
@@ -25,11 +24,12 @@ from mallocbench.analysis.recommend import (
 )
 from mallocbench.commands.options import emit, min_effect_option
 from mallocbench.console import make_console
+from mallocbench.deploy import forms as deploy
 from mallocbench.errors import MallocbenchError
-from mallocbench.metadata import ReplayRecord
+from mallocbench.model.metadata import ReplayRecord
+from mallocbench.model.results import RunResult, SetupInfo
 from mallocbench.report import formats
 from mallocbench.report.recommend import Advice
-from mallocbench.results import RunResult, SetupInfo
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_size
 

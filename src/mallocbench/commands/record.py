@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, NoReturn
 
 import click
 
-from mallocbench import deploy, exitcodes
+from mallocbench import exitcodes
+from mallocbench.deploy import forms as deploy
+from mallocbench.deploy.launch import FORMS, detect
 from mallocbench.errors import MallocbenchError
-from mallocbench.launch import FORMS, detect
 from mallocbench.units import parse_size
 
 # The shim's buffers at rest (zstd's context and two frame buffers, which shrink under a
@@ -25,7 +26,7 @@ from mallocbench.units import parse_size
 MIN_BUFFER = 1 << 20
 
 if TYPE_CHECKING:
-    from mallocbench.launch import Launch
+    from mallocbench.deploy.launch import Launch
     from mallocbench.replay.command import Recorded
     from mallocbench.replay.control import Outcome
 

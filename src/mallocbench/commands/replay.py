@@ -12,7 +12,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.store.base import StoreDiskFault
 
 if TYPE_CHECKING:
-    from mallocbench.results import RunResult
+    from mallocbench.model.results import RunResult
     from mallocbench.store.base import ResultsStore
 
 

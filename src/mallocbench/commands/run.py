@@ -13,11 +13,10 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from mallocbench import cluster as cluster_mod
 from mallocbench import exitcodes
-from mallocbench import experiment as experiment_mod
 from mallocbench.analysis.recommend import DEFAULT_PRIORITIES
 from mallocbench.analysis.run_analysis import analyze
+from mallocbench.cluster import dispatch as cluster_mod
 from mallocbench.commands.options import (
     StopOnSignals,
     min_effect_option,
@@ -27,15 +26,15 @@ from mallocbench.commands.options import (
 )
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import Decision
-from mallocbench.formatting import durations, mib, percent
-from mallocbench.metadata import Durations
+from mallocbench.model.metadata import Durations
+from mallocbench.model.results import RunResult
 from mallocbench.report import formats
 from mallocbench.report import replay as replay_report
 from mallocbench.report.formats import write_reports, write_run_reports
 from mallocbench.report.words import wide_cell_text
-from mallocbench.results import RunResult
-from mallocbench.runner import (
+from mallocbench.run import experiment as experiment_mod
+from mallocbench.run.experiment import Decision
+from mallocbench.run.runner import (
     Pipeline,
     RunOptions,
     RunOutcome,
@@ -46,7 +45,7 @@ from mallocbench.store import is_url, open_store, store_label, store_target
 from mallocbench.store.base import STORE_NAME
 from mallocbench.store.loading import load_result
 from mallocbench.store.sqlite import STATUS_FINISHED
-from mallocbench.units import parse_duration
+from mallocbench.units import durations, mib, parse_duration, percent
 from mallocbench.workloads.catalogue import CATALOGUE, GROUPS, parse_steps
 
 
@@ -366,7 +365,7 @@ def _cluster_access(
     address: str | None, tls_dir: Path | None, insecure: bool
 ) -> tuple[str | None, object]:
     """--cluster's address with its scheme, and the security its client presents."""
-    from mallocbench import clustertls
+    from mallocbench.cluster import tls as clustertls
 
     if address is None:
         if tls_dir is not None or insecure:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from mallocbench.schema import KINDS, build
+from mallocbench.run.schema import KINDS, build
 
 
 @click.command("schema")

@@ -10,18 +10,17 @@ import click
 from rich.console import Console
 
 from mallocbench import exitcodes
-from mallocbench import experiment as experiment_mod
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.commands.options import StopOnSignals, out_dir_option, store_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
-from mallocbench.formatting import mib
 from mallocbench.report import ratchet as ratchet_report
 from mallocbench.report import soak as soak_report
 from mallocbench.report.formats import write_run_reports
-from mallocbench.runner import RunOptions, RunOutcome
-from mallocbench.soak import (
+from mallocbench.run import experiment as experiment_mod
+from mallocbench.run.runner import RunOptions, RunOutcome
+from mallocbench.soak.runner import (
     DEFAULT_DURATION,
     DEFAULT_SEGMENT,
     SoakSpec,
@@ -31,6 +30,7 @@ from mallocbench.soak import (
     soak_pipeline,
     soak_spec,
 )
+from mallocbench.units import mib
 
 # Seconds a server start, the cache warming and the commits add to each setup's soak.
 START_OVERHEAD_S = 20.0

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from mallocbench.commands.options import min_effect_option, timing_options
+from mallocbench.deploy.launch import FORMS, form_for
 from mallocbench.errors import MallocbenchError
-from mallocbench.launch import FORMS, form_for
 
 if TYPE_CHECKING:
     from mallocbench.replay.trace import TraceInfo
@@ -298,7 +298,7 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 
 def _server_evaluator(target: Path, out_dir: Path) -> ServerEvaluator:
-    from mallocbench import experiment as experiment_mod
+    from mallocbench.run import experiment as experiment_mod
     from mallocbench.tune.evaluate import ServerEvaluator
 
     evaluator = ServerEvaluator(experiment_mod.load(target), out_dir)
@@ -309,7 +309,7 @@ def _server_evaluator(target: Path, out_dir: Path) -> ServerEvaluator:
 def _trace_workload(trace: Path, workload_file: Path | None, engine: str | None) -> Workload | None:
     """What the trace was recorded under: --workload's experiment, else what the run
     that recorded it stored; None: unknown (the confirmation's workload is generic)."""
-    from mallocbench import experiment as experiment_mod
+    from mallocbench.run import experiment as experiment_mod
     from mallocbench.tune import workload
 
     if workload_file is None:

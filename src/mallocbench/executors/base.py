@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, Setup
-from mallocbench.results import Cell, SessionInfo
+from mallocbench.model.results import Cell, SessionInfo
+from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession, Setup
 from mallocbench.servers.mariadb import ServerBuild
 from mallocbench.workloads.sysbench import Interval
 

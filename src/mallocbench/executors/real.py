@@ -8,10 +8,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from mallocbench import dataset
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.base import CellProgress, RunContext, Session
-from mallocbench.experiment import (
+from mallocbench.model.results import Cell
+from mallocbench.probes.system import system_thp_mode
+from mallocbench.replay import cells as cells_record
+from mallocbench.replay.native import shim_path
+from mallocbench.run import dataset
+from mallocbench.run.experiment import (
     MIN_RUN_SLICE_S,
     TURNS,
     Experiment,
@@ -20,7 +24,7 @@ from mallocbench.experiment import (
     Setup,
     slices_per_cell,
 )
-from mallocbench.measure import (
+from mallocbench.run.measure import (
     CellMeasurement,
     finish_cell,
     measure_slice,
@@ -31,16 +35,12 @@ from mallocbench.measure import (
     takes_turns,
     warm_up,
 )
-from mallocbench.probes.system import system_thp_mode
-from mallocbench.replay import cells as cells_record
-from mallocbench.replay.native import shim_path
-from mallocbench.results import Cell
+from mallocbench.run.session import LiveSession, start_session, stop_session, warm_cache
 from mallocbench.servers import engines
 from mallocbench.servers.known_options import known_options, plugins_asked
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError, find_build, server_user
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.servers.runtime import RuntimeDir
-from mallocbench.session import LiveSession, start_session, stop_session, warm_cache
 
 
 def resolve_builds(experiment: Experiment) -> dict[str | None, ServerBuild]:

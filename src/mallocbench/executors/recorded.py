@@ -23,13 +23,19 @@ from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.base import RunContext, Session
-from mallocbench.experiment import Experiment, PlannedCell, PlannedSession, Setup, slices_per_cell
-from mallocbench.results import (
+from mallocbench.model.results import (
     STATUS_CRASHED,
     STATUS_OOM,
     Cell,
     RunResult,
     SessionInfo,
+)
+from mallocbench.run.experiment import (
+    Experiment,
+    PlannedCell,
+    PlannedSession,
+    Setup,
+    slices_per_cell,
 )
 from mallocbench.servers.mariadb import ServerBuild
 from mallocbench.store.loading import load_result

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from mallocbench import allocators, deploy
+from mallocbench import allocators
+from mallocbench.deploy import forms as deploy
 from mallocbench.memory.report import Advice, MemoryReport
 
 MiB = 1024 * 1024

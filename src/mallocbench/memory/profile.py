@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pymysql
 
-from mallocbench import allocators, dataset
-from mallocbench.dataset import Dataset
+from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory.massif import Profile, parse_heaptrack_print, parse_massif
+from mallocbench.run import dataset
+from mallocbench.run.dataset import Dataset
 from mallocbench.servers import engines, mariadb
 from mallocbench.workloads import catalogue
 from mallocbench.workloads.catalogue import Step

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pymysql
 
-from mallocbench import allocators, launch
+from mallocbench import allocators
+from mallocbench.deploy import launch
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory import breakdown as breakdown_mod
 from mallocbench.memory import jemalloc as jemalloc_mod

@@ -43,7 +43,11 @@ from typing import Any
 
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
-from mallocbench.dialect import (
+from mallocbench.errors import MallocbenchError, did_you_mean
+from mallocbench.inputs.tomlpos import KeyPath
+from mallocbench.inputs.validation import Problems, read_toml
+from mallocbench.patterns.driver import PATTERN_OPTIONS, PATTERNS
+from mallocbench.run.dialect import (
     CASE,
     MAX_PLANNED,
     MAX_REPEATS,
@@ -54,10 +58,6 @@ from mallocbench.dialect import (
     setup_names,
     setup_tables,
 )
-from mallocbench.errors import MallocbenchError, did_you_mean
-from mallocbench.patterns.driver import PATTERN_OPTIONS, PATTERNS
-from mallocbench.tomlpos import KeyPath
-from mallocbench.validation import Problems, read_toml
 
 CASE_KEYS = tuple(CASE)  # a case's own keys; the rest are driver options
 

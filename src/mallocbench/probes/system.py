@@ -16,7 +16,7 @@ from pathlib import Path
 from mallocbench import __version__
 from mallocbench.allocators.base import glibc_version
 from mallocbench.errors import MallocbenchError
-from mallocbench.metadata import HostFacts
+from mallocbench.model.metadata import HostFacts
 
 
 def _read(path: str) -> str | None:

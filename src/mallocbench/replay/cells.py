@@ -14,10 +14,10 @@ import re
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import PlannedCell
+from mallocbench.model.results import Cell
 from mallocbench.replay import control
-from mallocbench.results import Cell
-from mallocbench.session import LiveSession
+from mallocbench.run.experiment import PlannedCell
+from mallocbench.run.session import LiveSession
 
 TRACES_DIR = "traces"
 

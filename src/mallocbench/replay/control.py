@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mallocbench import allocators, deploy, inforce, launch
+from mallocbench import allocators
+from mallocbench.deploy import forms as deploy
+from mallocbench.deploy import inforce, launch
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import write_text_atomic
 from mallocbench.probes import process as proc_probe
@@ -68,7 +70,7 @@ def record_shim() -> str:
     """The shim to preload: MALLOCBENCH_RECORD_SHIM's when it names one, else the copy
     `mallocbench install-shim` put where a hardened unit can read it, else the one this
     installation or checkout has."""
-    from mallocbench import install
+    from mallocbench.deploy import install
 
     system = None if os.environ.get(SHIM_ENV) else install.system_shim(install.SYSTEM_PREFIXES)
     return str(system or shim_path())

@@ -8,12 +8,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from mallocbench.metadata import ReplayRecord, ReplayRun, RunMetadata
+from mallocbench.model.metadata import ReplayRecord, ReplayRun, RunMetadata
+from mallocbench.model.results import RunResult, SetupInfo
 from mallocbench.patterns.experiment import PatternSetup
 from mallocbench.probes.system import host_facts
 from mallocbench.replay import runner
 from mallocbench.replay.trace import TraceInfo
-from mallocbench.results import RunResult, SetupInfo
 from mallocbench.store.base import ResultsStore
 from mallocbench.store.sqlite import STATUS_FINISHED, STATUS_INTERRUPTED, STATUS_RUN_FAILED
 

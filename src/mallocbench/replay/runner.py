@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mallocbench.allocators import knobs as allocator_knobs
 from mallocbench.errors import MallocbenchError
-from mallocbench.metadata import ReplayRun
+from mallocbench.model.metadata import ReplayRun
 from mallocbench.patterns.driver import check_malloc_library, clean_environment
 from mallocbench.patterns.experiment import PatternSetup
 from mallocbench.replay.native import replayer_path

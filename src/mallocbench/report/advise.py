@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.choice import Interval
-from mallocbench.formatting import percent
+from mallocbench.model.results import json_safe
 from mallocbench.report.recommend import (
     admitted_text,
     budget_commands,
@@ -22,12 +22,12 @@ from mallocbench.report.recommend import (
     recommendation_lines,
 )
 from mallocbench.report.replay import saving_text
-from mallocbench.results import json_safe
+from mallocbench.units import percent
 
 if TYPE_CHECKING:
     from mallocbench.analysis.advise import Decision
     from mallocbench.analysis.replay import Saving
-    from mallocbench.deploy import Deployment
+    from mallocbench.deploy.forms import Deployment
     from mallocbench.tune.advise import AdviceRun, Finalist
 
 MIB = float(1 << 20)
@@ -186,7 +186,7 @@ def advice_lines(run: AdviceRun, deployment: Deployment | None) -> list[str]:
         *(f"note: {n}" for n in note_lines(run)),
     ]
     if deployment is not None:
-        from mallocbench.deploy import render
+        from mallocbench.deploy.forms import render
 
         lines += ["", render(deployment)]
     return [*lines, "", decision_line(run)]

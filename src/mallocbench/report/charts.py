@@ -12,16 +12,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.analysis.replay import ReplayAnalysis
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import CellSummary, RatioTable
-from mallocbench.formatting import slug
+from mallocbench.model.results import Cell, RunResult, SessionInfo
 from mallocbench.report.growth import rate_text
 from mallocbench.report.ratchet import with_event_marks
 from mallocbench.report.soak import soak_charts
 from mallocbench.report.words import cell_title, table_title
-from mallocbench.results import Cell, RunResult, SessionInfo
+from mallocbench.units import slug
 from mallocbench.workloads.catalogue import label_order
 
 # Colorblind-safe (Okabe-Ito) so setups stay distinguishable in every chart.

@@ -8,11 +8,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.analysis.comparison import PEAK_RSS, Change, Comparison, MemoryChange
 from mallocbench.analysis.summary import RSS, RatioCell
 from mallocbench.console import make_console
-from mallocbench.formatting import percent
 from mallocbench.report import markdown
 from mallocbench.report.export import location_record, records_csv
 from mallocbench.report.tables import relative_rows
@@ -32,6 +31,7 @@ from mallocbench.report.words import (
     verdict_note,
     vsz_note,
 )
+from mallocbench.units import percent
 
 
 def _rules(cmp: Comparison, intervals: bool) -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mallocbench import formatting as fmt
-from mallocbench.metadata import DatasetRecord, HostFacts, RunMetadata
-from mallocbench.results import RunResult, SetupInfo
+from mallocbench import units as fmt
+from mallocbench.model.metadata import DatasetRecord, HostFacts, RunMetadata
+from mallocbench.model.results import RunResult, SetupInfo
 
 # ---------------------------------------------------------------- run facts
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import jinja2
 
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.analysis.comparison import Comparison
 from mallocbench.analysis.recommend import Recommendation
 from mallocbench.analysis.run_analysis import RunAnalysis
@@ -33,7 +33,7 @@ from mallocbench.analysis.sla import SlaStatus
 from mallocbench.analysis.summary import MemoryRow, RatioTable
 from mallocbench.analysis.verdict import VerdictRow
 from mallocbench.files import write_text_atomic
-from mallocbench.formatting import percent
+from mallocbench.model.results import Cell, RunResult
 from mallocbench.report.charts import PALETTE, REPLAY_RSS_CHART, Chart, relative_chart, run_charts
 from mallocbench.report.facts import headline_facts, run_facts, setup_differences, setup_table
 from mallocbench.report.ratchet import ratchet_notes, ratchet_table
@@ -76,7 +76,7 @@ from mallocbench.report.words import (
     verdict_rss_text,
     vsz_note,
 )
-from mallocbench.results import Cell, RunResult
+from mallocbench.units import percent
 from mallocbench.workloads.catalogue import GROUPS
 
 _HERE = Path(__file__).parent

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import RatioCell, RatioTable
-from mallocbench.metadata import RunMetadata
+from mallocbench.model.metadata import RunMetadata
+from mallocbench.model.results import RunResult
 from mallocbench.report.facts import brief_facts, setup_table
 from mallocbench.report.ratchet import markdown_lines as ratchet_markdown
 from mallocbench.report.recommend import engine_lines
@@ -31,7 +32,6 @@ from mallocbench.report.words import (
     unit_note,
     vsz_note,
 )
-from mallocbench.results import RunResult
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -15,8 +15,8 @@ from rich.table import Table
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.patterns import PatternsAnalysis, SummaryRow
+from mallocbench.model.results import json_safe
 from mallocbench.report.words import relative_text
-from mallocbench.results import json_safe
 
 MIB = 1024 * 1024
 

@@ -31,9 +31,9 @@ from mallocbench.analysis.ratchet import (
 )
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.console import make_console
-from mallocbench.formatting import slug
+from mallocbench.model.results import json_safe
 from mallocbench.report.soak import duration_text
-from mallocbench.results import json_safe
+from mallocbench.units import slug
 
 MiB = float(1 << 20)
 HOUR = 3600.0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis import stats
 from mallocbench.analysis.continuation import MAX_BLOCKS
@@ -25,11 +25,11 @@ from mallocbench.analysis.recommend import (
     Evidence,
     Recommendation,
 )
-from mallocbench.formatting import percent
 from mallocbench.report.words import candidate_reasons, thin_clauses
+from mallocbench.units import percent
 
 if TYPE_CHECKING:
-    from mallocbench.deploy import Deployment
+    from mallocbench.deploy.forms import Deployment
 
 NAMES = {
     rec.THROUGHPUT: "throughput",
@@ -540,7 +540,7 @@ def advice_text(a: Advice) -> str:
     lines = recommendation_lines(a.recommendation, a.source)
     if a.deployment is not None:
         # Imported here: every report reads this module, few deploy anything.
-        from mallocbench.deploy import render
+        from mallocbench.deploy.forms import render
 
         lines += ["", render(a.deployment)]
     return "\n".join(lines)

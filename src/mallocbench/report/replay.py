@@ -24,9 +24,9 @@ from mallocbench.analysis.replay import (
     Saving,
     SetupSummary,
 )
-from mallocbench.metadata import ReplayRecord
+from mallocbench.model.metadata import ReplayRecord
+from mallocbench.model.results import json_safe
 from mallocbench.report.growth import growth_lines, growth_numbers
-from mallocbench.results import json_safe
 
 MIB = 1024 * 1024
 # The ratio of RSS/live equals that of peak RSS (one ideal for all setups): not repeated.

@@ -17,12 +17,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.soak import Lifetime, SetupSoak, Slope
 from mallocbench.console import make_console
-from mallocbench.formatting import slug
-from mallocbench.results import STATUS_CRASHED, STATUS_OOM
+from mallocbench.model.results import STATUS_CRASHED, STATUS_OOM
+from mallocbench.units import slug
 
 MiB = float(1 << 20)
 # Samples drawn per lifetime at most: a day of per-second RSS would make the page heavy

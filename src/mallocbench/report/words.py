@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.adjust import AdjustedRatio, CpuAdjustment
 from mallocbench.analysis.client import CellLike
@@ -38,9 +38,9 @@ from mallocbench.analysis.summary import (
     RatioTable,
 )
 from mallocbench.analysis.verdict import Finding, GroupDetail, VerdictRow
-from mallocbench.formatting import percent
-from mallocbench.metadata import AdaptiveRecord
-from mallocbench.results import Cell
+from mallocbench.model.metadata import AdaptiveRecord
+from mallocbench.model.results import Cell
+from mallocbench.units import percent
 
 __all__ = [
     "ACCOUNTING_NOTE",

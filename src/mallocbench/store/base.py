@@ -12,8 +12,8 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from mallocbench.errors import EnvironmentLost
-from mallocbench.metadata import RunMetadata
-from mallocbench.results import Cell, RunResult, SessionInfo, SetupInfo
+from mallocbench.model.metadata import RunMetadata
+from mallocbench.model.results import Cell, RunResult, SessionInfo, SetupInfo
 
 # The version of the store's tables this code writes and understands. A store written by a
 # newer mallocbench is refused rather than misread; one without a version (written before

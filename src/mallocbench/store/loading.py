@@ -14,7 +14,7 @@ from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import read_bounded
-from mallocbench.results import RunResult, type_problem
+from mallocbench.model.results import RunResult, type_problem
 from mallocbench.store.base import STORE_NAME, is_url
 from mallocbench.store.sqlite import Store
 

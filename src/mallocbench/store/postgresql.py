@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 from mallocbench.errors import EnvironmentLost, MallocbenchError
-from mallocbench.results import Cell, Sample
+from mallocbench.model.results import Cell, Sample
 from mallocbench.store.base import (
     STORE_SCHEMA_VERSION,
     damaged_store,

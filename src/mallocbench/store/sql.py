@@ -17,8 +17,8 @@ from dataclasses import asdict
 from typing import Any
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.metadata import RunMetadata
-from mallocbench.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
+from mallocbench.model.metadata import RunMetadata
+from mallocbench.model.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.store.base import CellKey
 
 RUN_COLUMNS = ("run_id", "experiment", "started_at", "finished_at", "status", "cells")

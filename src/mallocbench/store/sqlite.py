@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.results import Cell, Sample
+from mallocbench.model.results import Cell, Sample
 from mallocbench.store import locks
 from mallocbench.store.base import (
     STORE_SCHEMA_VERSION,

@@ -30,10 +30,10 @@ from mallocbench.analysis.recommend import (
 )
 from mallocbench.analysis.replay import ReplayAnalysis, analyze_replay
 from mallocbench.errors import MallocbenchError
+from mallocbench.model.results import RunResult
 from mallocbench.patterns.experiment import PatternSetup
 from mallocbench.replay.serverrss import server_rss
 from mallocbench.replay.trace import TraceInfo
-from mallocbench.results import RunResult
 from mallocbench.tune import driver
 from mallocbench.tune.evaluate import ReplayEvaluator, auto_portion
 from mallocbench.tune.objectives import parse_objectives

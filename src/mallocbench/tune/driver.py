@@ -233,8 +233,8 @@ def deploy_for(
     allocator: Allocator, point: front.Point, env: dict[str, str], service: str = "mariadb"
 ) -> dict[str, Any]:
     """The chosen setting's environment and its text in every form, through deploy.py."""
-    from mallocbench import deploy
-    from mallocbench.results import SetupInfo
+    from mallocbench.deploy import forms as deploy
+    from mallocbench.model.results import SetupInfo
 
     setup = SetupInfo(
         name=f"{allocator.name}-tuned-{point.label.lstrip('#')}",

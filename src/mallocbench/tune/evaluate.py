@@ -18,8 +18,8 @@ from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 
 if TYPE_CHECKING:
-    from mallocbench.experiment import Experiment, Setup
-    from mallocbench.results import Cell, RunResult
+    from mallocbench.model.results import Cell, RunResult
+    from mallocbench.run.experiment import Experiment, Setup
 
 
 class EvaluationFailed(Exception):
@@ -213,7 +213,7 @@ class ServerEvaluator:
     def check(self) -> None:
         """What a run refuses before it starts a server (no server in the basedir, an
         unwritable --out), refused here before the first trial."""
-        from mallocbench.runner import RunOptions, dry_run_checks
+        from mallocbench.run.runner import RunOptions, dry_run_checks
 
         dry_run_checks(self.experiment, RunOptions(out_dir=self.runs_dir), on_cluster=False)
 
@@ -256,14 +256,14 @@ class ServerEvaluator:
 
     def trial_experiment(self, allocator: Allocator, setting: Mapping[str, str]) -> Experiment:
         """The experiment of one evaluation: one setup, one repeat, one server."""
-        from mallocbench.experiment import SEQUENTIAL
+        from mallocbench.run.experiment import SEQUENTIAL
 
         name = f"tune-{allocator.name}"
         setup, _ = self._setup(allocator, setting, name)
         return self._experiment(name, [setup], 1, SEQUENTIAL)
 
     def _execute(self, experiment: Experiment) -> RunResult:
-        from mallocbench.runner import Pipeline, RunOptions
+        from mallocbench.run.runner import Pipeline, RunOptions
 
         pipeline = Pipeline(experiment, RunOptions(out_dir=self.runs_dir), _StatusOnly(self.say))
         outcome = pipeline.execute()
@@ -291,7 +291,7 @@ class ServerEvaluator:
         (unless there is one setting, the experiment asks for one server at a time, or
         memory is short), so the host's drift reaches them alike. Per block, each
         setting's values (None: not measured)."""
-        from mallocbench.experiment import INTERLEAVED, SEQUENTIAL
+        from mallocbench.run.experiment import INTERLEAVED, SEQUENTIAL
 
         # A default alone has no partner to alternate with; its run says sequential.
         alone = len(settings) < 2

@@ -20,7 +20,7 @@ from typing import Any
 
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis import choice, stats
-from mallocbench.results import json_safe
+from mallocbench.model.results import json_safe
 from mallocbench.tune.evaluate import EvaluationFailed, Evaluator
 from mallocbench.tune.objectives import Constraint, Metric
 from mallocbench.tune.search import Observed

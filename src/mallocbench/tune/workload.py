@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.experiment import Experiment, Setup
+from mallocbench.run.experiment import Experiment, Setup
 
 TRACES_DIR = "traces"  # where a run keeps its cells' traces (replay.cells.TRACES_DIR)
 

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 import pymysql
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.inputs.validation import Problems
 from mallocbench.units import parse_duration, parse_size
-from mallocbench.validation import Problems
 
 DUMP, BACKUP, ALTER, OPTIMIZE, BIG_SORT, CONNECT_STORM, SQL = (
     "dump", "backup", "alter", "optimize", "big-sort", "connect-storm", "sql",

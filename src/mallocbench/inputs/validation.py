@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from mallocbench.errors import MallocbenchError, did_you_mean
 from mallocbench.files import read_bounded
-from mallocbench.tomlpos import KeyPath, locate, positions
+from mallocbench.inputs.tomlpos import KeyPath, locate, positions
 
 T = TypeVar("T")
 

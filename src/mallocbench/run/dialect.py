@@ -16,8 +16,8 @@ from mallocbench import allocators
 from mallocbench.allocators import knobs as allocator_knobs
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
+from mallocbench.inputs.validation import Problems
 from mallocbench.servers.options import check_knob
-from mallocbench.validation import Problems
 
 Schema = dict[str, Any]
 
@@ -188,7 +188,7 @@ PATTERNS_TOP: dict[str, Schema] = {
     "seed": CASE["seed"],
     "setups": _of("object", "older spelling: [setups.NAME]", additionalProperties=SETUP_TABLE),
     "setup": RUN_TOP["setup"],
-    # [[patterns]] tables: CASE keys and the driver's options (mallocbench.schema).
+    # [[patterns]] tables: CASE keys and the driver's options (mallocbench.run.schema).
     "patterns": _of("array", "[[patterns]] tables: a pattern, its options and overrides"),
 }
 

@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mallocbench import formatting as fmt
+from mallocbench import units as fmt
 from mallocbench.analysis.steady import WarmupDetector, check_stability
-from mallocbench.experiment import Experiment, PlannedCell
+from mallocbench.model.results import STATUS_FAILED, STATUS_OOM, Cell, Sample
 from mallocbench.probes import process as proc_probe
 from mallocbench.probes.server import CGROUP_METRIC, ServerMemoryProbe, account
 from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
-from mallocbench.results import STATUS_FAILED, STATUS_OOM, Cell, Sample
-from mallocbench.session import LiveSession
+from mallocbench.run.experiment import Experiment, PlannedCell
+from mallocbench.run.session import LiveSession
 from mallocbench.workloads.catalogue import Step
 from mallocbench.workloads.sysbench import (
     TURN_DIGITS,

@@ -21,7 +21,23 @@ from mallocbench.analysis.steady import WINDOW_S
 from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.executors.base import Executor, RunContext, Session
 from mallocbench.executors.real import RealExecutor
-from mallocbench.experiment import (
+from mallocbench.model.metadata import (
+    AdaptiveRecord,
+    AllocatorRecord,
+    DatasetRecord,
+    DecisionRecord,
+    DesignRecord,
+    Durations,
+    RunMetadata,
+)
+from mallocbench.model.results import (
+    STATUS_OK,
+    Cell,
+    RunResult,
+    SetupInfo,
+)
+from mallocbench.probes.system import host_facts
+from mallocbench.run.experiment import (
     AUTO,
     INTERLEAVED,
     SEQUENTIAL,
@@ -34,22 +50,6 @@ from mallocbench.experiment import (
     plan,
     plan_extra_round,
     slices_per_cell,
-)
-from mallocbench.metadata import (
-    AdaptiveRecord,
-    AllocatorRecord,
-    DatasetRecord,
-    DecisionRecord,
-    DesignRecord,
-    Durations,
-    RunMetadata,
-)
-from mallocbench.probes.system import host_facts
-from mallocbench.results import (
-    STATUS_OK,
-    Cell,
-    RunResult,
-    SetupInfo,
 )
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError, SettingNotTaken
 from mallocbench.store import ResultsStore, is_url, locks, open_store, store_label

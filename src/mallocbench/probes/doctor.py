@@ -89,7 +89,7 @@ def _natives() -> list[Check]:
 
 
 def _system_shim() -> Check:
-    from mallocbench.install import DEFAULT_PREFIX, installed_shim
+    from mallocbench.deploy.install import DEFAULT_PREFIX, installed_shim
 
     path = installed_shim(DEFAULT_PREFIX)
     blocks = (

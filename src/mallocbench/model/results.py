@@ -13,7 +13,7 @@ import typing
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any
 
-from mallocbench.metadata import RunMetadata
+from mallocbench.model.metadata import RunMetadata
 
 
 def json_safe(value: Any) -> Any:

@@ -40,17 +40,17 @@ from dataclasses import dataclass
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.base import Executor, Session
-from mallocbench.experiment import (
+from mallocbench.model.metadata import DesignRecord, RunMetadata, SoakRecord
+from mallocbench.model.results import STATUS_CRASHED, STATUS_OOM
+from mallocbench.run.experiment import (
     MAX_DURATION_S,
     SEQUENTIAL,
     Experiment,
     PlannedCell,
     PlannedSession,
 )
-from mallocbench.metadata import DesignRecord, RunMetadata, SoakRecord
-from mallocbench.results import STATUS_CRASHED, STATUS_OOM
-from mallocbench.runner import Pipeline, Progress, RunOptions, RunSessions
-from mallocbench.soakevents import EventRunner, check_tools
+from mallocbench.run.runner import Pipeline, Progress, RunOptions, RunSessions
+from mallocbench.soak.events import EventRunner, check_tools
 from mallocbench.store import ResultsStore
 from mallocbench.units import parse_duration
 

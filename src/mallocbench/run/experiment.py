@@ -1,8 +1,8 @@
 """Experiment files: TOML -> validated model -> plan of cells in interleaved order.
 
 Every validation error names the key and how to fix it, in one line; a file's problems
-are collected and reported together, each at its line (mallocbench.validation). The keys
-each table takes are listed once, in mallocbench.dialect, with the [[setup]] checks that
+are collected and reported together, each at its line (mallocbench.inputs.validation). The keys
+each table takes are listed once, in mallocbench.run.dialect, with the [[setup]] checks that
 `patterns` files share.
 """
 
@@ -25,8 +25,11 @@ from mallocbench.allocators.base import Allocator
 from mallocbench.analysis.recommend import parse_max_loss, parse_priorities
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
-from mallocbench.dataset import Dataset, cache_root
-from mallocbench.dialect import (
+from mallocbench.errors import MallocbenchError, did_you_mean
+from mallocbench.inputs.tomlpos import KeyPath
+from mallocbench.inputs.validation import Problems, read_toml
+from mallocbench.run.dataset import Dataset, cache_root
+from mallocbench.run.dialect import (
     MAX_PLANNED,
     MAX_REPEATS,
     RUN_DATASET,
@@ -41,16 +44,12 @@ from mallocbench.dialect import (
     setup_tables,
     string_map,
 )
-from mallocbench.errors import MallocbenchError, did_you_mean
-from mallocbench.formatting import gb
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config
-from mallocbench.soakevents import SoakEvent, parse_events
-from mallocbench.tomlpos import KeyPath
-from mallocbench.units import parse_count, parse_duration, parse_fraction, parse_size
-from mallocbench.validation import Problems, read_toml
+from mallocbench.soak.events import SoakEvent, parse_events
+from mallocbench.units import gb, parse_count, parse_duration, parse_fraction, parse_size
 from mallocbench.workloads.catalogue import Step, parse_steps
 
 THP_MODES = ("always", "madvise", "never")

@@ -20,10 +20,10 @@ from typing import Any
 
 from mallocbench import allocators
 from mallocbench.allocators.base import LIB_DIRS, Allocator
+from mallocbench.deploy.install import DEFAULT_PREFIX, installed_shim
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import read_bounded, write_text_atomic
-from mallocbench.install import DEFAULT_PREFIX, installed_shim
-from mallocbench.results import SetupInfo
+from mallocbench.model.results import SetupInfo
 
 SYSTEMD_DIR = "/etc/systemd/system"
 # systemd reads a unit's drop-ins in name order and the last Environment= of a variable

@@ -1,6 +1,6 @@
 """JSON Schemas of the experiment files, for editors (completion, hover, typos marked).
 
-Built from the key tables the validators use (mallocbench.dialect, and the driver's
+Built from the key tables the validators use (mallocbench.run.dialect, and the driver's
 options), so the schema and the validator never disagree on a key's name. The validator
 stays the judge: it also checks what a schema cannot (allocators installed, CPUs that
 exist, setup names that match).
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mallocbench.dialect import CASE, PATTERNS_TOP, RUN_TOP, Schema, table
 from mallocbench.patterns.driver import PATTERN_OPTIONS, PATTERNS
 from mallocbench.patterns.experiment import ALL_OPTIONS, INIT_MODES, OPTION_BOUNDS
+from mallocbench.run.dialect import CASE, PATTERNS_TOP, RUN_TOP, Schema, table
 
 # Draft 7: what editor extensions (taplo, behind "Even Better TOML") read best.
 DRAFT = "http://json-schema.org/draft-07/schema#"

@@ -194,7 +194,7 @@ def next_start(
     """The unit's files as systemd applies them, and each allocator variable they give
     otherwise than `environ`: a leftover recording drop-in, a tuned one not yet
     restarted into, an UnsetEnvironment that takes a preload away."""
-    from mallocbench import deploy
+    from mallocbench.deploy import forms as deploy
 
     paths = deploy.unit_files(service, dirs or deploy.UNIT_DIRS)
     then = deploy.unit_environment(paths)
@@ -254,7 +254,7 @@ class InForce:
 def check(pid: int, status_of: Callable[[int], str] | None = None) -> InForce:
     """What is in force in process `pid`; `status_of` reads the shim's status, when it
     is loaded (replay.control's, which reads this module's environ)."""
-    from mallocbench import launch
+    from mallocbench.deploy import launch
     from mallocbench.replay.native import SHIM
 
     environ = read_environ(pid)

@@ -39,7 +39,11 @@ from mallocbench.analysis.comparability import MEMORY_TOLERANCE
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.base import RunContext, Session
 from mallocbench.executors.real import RealExecutor
-from mallocbench.experiment import (
+from mallocbench.files import write_text_atomic
+from mallocbench.model.metadata import ClusterRecord, HostRecord, RunMetadata, WorkerCpuShare
+from mallocbench.model.results import Cell, RunResult
+from mallocbench.probes.system import host_facts
+from mallocbench.run.experiment import (
     Experiment,
     PlannedCell,
     PlannedSession,
@@ -49,11 +53,7 @@ from mallocbench.experiment import (
     plan_extra_round,
     recorded_set,
 )
-from mallocbench.files import write_text_atomic
-from mallocbench.metadata import ClusterRecord, HostRecord, RunMetadata, WorkerCpuShare
-from mallocbench.probes.system import host_facts
-from mallocbench.results import Cell, RunResult
-from mallocbench.runner import (
+from mallocbench.run.runner import (
     Pipeline,
     Progress,
     RunOptions,
@@ -875,7 +875,7 @@ def load_for_run(
     `run --resume RUN_ID --store TARGET` needs no experiment file: the run's stored text
     is the experiment (on another machine too, as long as it reaches the store).
     """
-    from mallocbench import experiment as experiment_mod
+    from mallocbench.run import experiment as experiment_mod
 
     as_file = experiment_file.suffix == ".toml" or experiment_file.exists()
     if not resume or as_file:
@@ -928,7 +928,7 @@ def pipeline_for(
 
 def dispatch_line(experiment: Experiment, address: str) -> str:
     """What --dry-run --cluster adds to the plan."""
-    from mallocbench.experiment import plan
+    from mallocbench.run.experiment import plan
 
     count = len(units_of(plan(experiment), set()))
     return (

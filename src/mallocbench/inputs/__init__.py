@@ -1,0 +1,1 @@
+"""Input files read with every problem located at its file, line and column."""

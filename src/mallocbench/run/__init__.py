@@ -1,0 +1,1 @@
+"""The run pipeline: an experiment planned into cells, measured on private servers, stored."""

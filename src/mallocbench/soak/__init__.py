@@ -1,0 +1,1 @@
+"""Soaks: one step under load for hours per setup, with events that ratchet memory up."""
