@@ -85,8 +85,9 @@ def replay(
         executor=executor,
         sessions=sessions,
     ).execute()
-    # A replay never waits: seconds, not the minutes the recorded runs took.
-    assert time.monotonic() - started < 10
+    # A replay never waits: seconds, not the minutes the recorded runs took. The bound is
+    # loose because a loaded 2-core host stretched 2 s of work past 10 s.
+    assert time.monotonic() - started < 60
     return outcome
 
 
