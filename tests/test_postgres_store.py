@@ -388,6 +388,26 @@ def test_a_newer_schema_is_refused_by_both_stores(postgres_store_url: str, tmp_p
         _one_line_error(run_cli("report", target), "schema version 2", "upgrade mallocbench")
 
 
+def test_a_database_from_before_the_pattern_tables_gets_them_and_keeps_its_runs(
+    postgres_store_url: str,
+) -> None:
+    _save(postgres_store_url, _run())
+    with psycopg.connect(postgres_store_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE pattern_results, pattern_runs")
+    reader = open_store(postgres_store_url, readonly=True)  # reading creates nothing
+    reader.close()
+    with psycopg.connect(postgres_store_url) as conn:
+        assert conn.execute("SELECT to_regclass('pattern_runs')").fetchone() == (None,)
+    store = open_store(postgres_store_url)
+    try:
+        assert store.load_run().run_id == "small"
+    finally:
+        store.close()
+    with psycopg.connect(postgres_store_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pattern_runs").fetchone() == (0,)
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+
+
 def test_an_old_sqlite_store_without_a_version_reads_and_is_upgraded(tmp_path: Path) -> None:
     path = tmp_path / "results.sqlite"
     _save(path, _run())
