@@ -533,3 +533,34 @@ def test_a_copy_cut_short_leaves_no_partial_run(tmp_path: Path) -> None:
     finally:
         src.close()
         dst.close()
+
+
+# ---------------------------------------------------------------- pattern runs
+
+
+def test_a_pattern_run_in_postgresql_copies_to_sqlite_with_identical_reports(
+    postgres_store_url: str, tmp_path: Path
+) -> None:
+    """Pattern runs live in the same store as runs: written to either kind, copied both
+    ways, read back into the same exports."""
+    plan = ["-p", "oltp", "-a", "glibc", "-a", "glibc:MALLOC_ARENA_MAX=1", "-t", "1"]
+    plan += ["--ops", "50", "-r", "1"]
+    ran = _cli("patterns", *plan, "--out", tmp_path / "pg", "--store", postgres_store_url)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert f"store {redact(postgres_store_url)} (run p" in ran.stdout
+    copied = _cli("store", "copy", postgres_store_url, tmp_path / "copy.sqlite")
+    assert copied.returncode == 0 and ", 2 pattern results from" in copied.stdout
+    info = _cli("store", "info", tmp_path / "copy.sqlite")
+    assert "1 pattern run(s), 2 pattern results" in info.stdout
+    back = _cli(
+        "patterns", "--report", "--out", tmp_path / "back", "--store", tmp_path / "copy.sqlite"
+    )
+    assert back.returncode == 0, back.stdout + back.stderr
+    for name in ("patterns.json", "patterns.csv", "patterns.md"):
+        assert (tmp_path / "back" / name).read_text() == (tmp_path / "pg" / name).read_text()
+    again = _cli("store", "copy", tmp_path / "copy.sqlite", postgres_store_url)
+    assert again.returncode == 2 and "is already in" in again.stderr
+    # A resume reads the run back from PostgreSQL: nothing left to do.
+    resumed = _cli("patterns", *plan, "--out", tmp_path / "pg", "--store", postgres_store_url,
+                   "--resume")  # fmt: skip
+    assert resumed.returncode == 0 and "2 runs done, 0 to go" in resumed.stderr
