@@ -134,17 +134,16 @@ def execute(
     binary = binary_path()
     precheck(experiment, binary)
     plan = experiment.plan()
-    if resume:
-        run_id, done = resume_point(experiment, target)
-        plan = [planned for planned in plan if planned.key not in done]
-        console.print(f"resuming {run_id}: {len(done)} runs done, {len(plan)} to go")
-    else:
-        run_id = new_run_id()
+    run_id = resume_point(experiment, target)[0] if resume else new_run_id()
     store = open_store(target)
     try:
         # One writer per run id, as for server runs: a second --resume is refused.
         with store.lock_run(run_id):
             if resume:
+                # What is done, read under the lock: a writer may have ended just before.
+                done = store.finished_pattern_keys(run_id)
+                plan = [planned for planned in plan if planned.key not in done]
+                console.print(f"resuming {run_id}: {len(done)} runs done, {len(plan)} to go")
                 store.reopen_pattern_run(run_id)
             else:
                 store.create_pattern_run(_new_run(run_id, experiment, binary))
