@@ -14,6 +14,8 @@
  * measured; the monitor thread sums them. A block freed by another thread is counted
  * by the freeing thread, so the sum stays exact.
  */
+#include "mbcommon.h"
+
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -1117,38 +1119,12 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static void json_string(const char *s)
-{
-    putchar('"');
-    for (; s != NULL && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 static void json_ratio(const char *name, uint64_t num, uint64_t den)
 {
     if (den == 0)
         printf("  \"%s\": null,\n", name);
     else
         printf("  \"%s\": %.4f,\n", name, (double)num / (double)den);
-}
-
-/* The file whose malloc() this process calls: resolved the way the program's own calls
- * are, so it proves the preload took effect rather than just that a file is mapped. */
-static const char *malloc_library(void)
-{
-    Dl_info info;
-    void *sym = dlsym(RTLD_DEFAULT, "malloc");
-    if (sym != NULL && dladdr(sym, &info) != 0 && info.dli_fname != NULL)
-        return info.dli_fname;
-    return "unknown";
 }
 
 typedef uint64_t (*live_probe_fn)(void);
@@ -1319,9 +1295,9 @@ int main(int argc, char **argv)
         printf("  \"interposer_live_bytes\": %" PRIu64 ",\n",
                interposer_after - interposer_before);
     printf("  \"preload\": ");
-    json_string(preload ? preload : "");
+    json_str(preload ? preload : "");
     printf(",\n  \"malloc_library\": ");
-    json_string(malloc_library());
+    json_str(malloc_library());
     printf(",\n  \"pid\": %d\n}\n", (int)getpid());
     return 0;
 }

@@ -25,9 +25,9 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include "mbcommon.h"
 #include "mbtrace.h"
 
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -1638,21 +1638,6 @@ static double tv(struct timeval t)
     return (double)t.tv_sec + (double)t.tv_usec / 1e6;
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
-    }
-    putchar('"');
-}
-
 /* "key=value\n" lines as a JSON object */
 static void json_kv(const char *text)
 {
@@ -1674,15 +1659,6 @@ static void json_kv(const char *text)
         json_str(eq + 1);
     }
     putchar('}');
-}
-
-static const char *malloc_library(void)
-{
-    Dl_info info;
-    void *sym = dlsym(RTLD_DEFAULT, "malloc");
-    if (sym != NULL && dladdr(sym, &info) != 0 && info.dli_fname != NULL)
-        return info.dli_fname;
-    return "unknown";
 }
 
 /* A trace with nothing to replay is refused; one cut short (no END frame, or fewer calls

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from mallocbench.cli import main
 from mallocbench.errors import MallocbenchError
 from mallocbench.patterns import experiment as pexp
+from mallocbench.store import open_store
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "patterns.toml"
 
@@ -226,3 +227,25 @@ def test_resume_needs_an_earlier_run(tmp_path: Path) -> None:
     assert code == 2 and "nothing to resume: no results store" in err
     code, _, err = run_cli("--report", "--resume", "--out", str(tmp_path))
     assert code == 2 and "drop --resume" in err
+
+
+def test_a_run_being_written_is_not_resumed_by_a_second_writer(tmp_path: Path) -> None:
+    """One writer per pattern run, as for server runs: the run id's lock in the store."""
+    out = tmp_path / "out"
+    args = ["-p", "oltp", "-a", "glibc", "-t", "1", "--ops", "50", "-r", "2", "--out", str(out)]
+    assert run_cli(*args)[0] == 0
+    store = open_store(out / "results.sqlite")
+    run_id = store.latest_pattern_run()
+    assert run_id is not None
+    db = sqlite3.connect(out / "results.sqlite")
+    with db:
+        db.execute("DELETE FROM pattern_results WHERE repeat = 1")
+    try:
+        with store.lock_run(run_id):  # as a run still writing it would
+            code, _, err = run_cli(*args, "--resume")
+    finally:
+        store.close()
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"run {run_id} in {out / 'results.sqlite'} is in use by another mallocbench run" in err
+    assert db.execute("SELECT count(*) FROM pattern_results").fetchone() == (1,)
+    db.close()

@@ -11,15 +11,16 @@ import pytest
 
 from mallocbench.analysis.patterns import analyze_patterns
 from mallocbench.errors import MallocbenchError
+from mallocbench.model.patterns import RESULT_COLUMNS, PatternResult, PatternRun
 from mallocbench.patterns import experiment as pexp
 from mallocbench.patterns import runner
-from mallocbench.patterns import store as pstore
 from mallocbench.patterns.driver import DriverRun
 from mallocbench.report import formats
+from mallocbench.store import load_pattern_run, open_store
 from mallocbench.store.sqlite import Store
 
 # The tables as the dict-based code created them, copied here (not imported) so the test
-# keeps pinning that format if store.SCHEMA ever changes.
+# keeps pinning that format if store/schema.py ever changes.
 LEGACY_SCHEMA = """
 CREATE TABLE pattern_runs (
     run_id TEXT PRIMARY KEY, experiment TEXT NOT NULL, base_setup TEXT NOT NULL,
@@ -138,6 +139,8 @@ def legacy_store(tmp_path: Path) -> Path:
     Store(str(path)).close()  # the server runs' tables, which every results store has
     db = sqlite3.connect(path)
     with db:
+        # and the pattern tables as the old code made them, not as the store makes them now
+        db.executescript("DROP TABLE pattern_results; DROP TABLE pattern_runs;")
         db.executescript(LEGACY_SCHEMA)
         db.execute(
             "INSERT INTO pattern_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -145,7 +148,7 @@ def legacy_store(tmp_path: Path) -> Path:
             + (1735732800.0, 1735732810.0, "finished"),
         )
         for r in RECORDS:
-            metrics = [r[c] for c in pstore.RESULT_COLUMNS]
+            metrics = [r[c] for c in RESULT_COLUMNS]
             db.execute(
                 "INSERT INTO pattern_results (run_id, case_name, pattern, setup, threads,"
                 " repeat, status, ops_per_sec, peak_rss_bytes, final_rss_bytes, live_bytes,"
@@ -159,8 +162,8 @@ def legacy_store(tmp_path: Path) -> Path:
 
 
 def test_a_store_written_as_dicts_loads_as_dataclasses(legacy_store: Path) -> None:
-    run = runner.load(legacy_store, None)
-    assert isinstance(run, pstore.PatternRun)
+    run = load_pattern_run(legacy_store, None)
+    assert isinstance(run, PatternRun)
     assert (run.run_id, run.status, run.experiment_text) == (RUN_ID, "finished", "# toml")
     assert (run.started_at, run.finished_at) == (1735732800.0, 1735732810.0)
     assert run.model.setups[1].knobs == {"MALLOC_ARENA_MAX": "1"}
@@ -172,7 +175,7 @@ def test_a_store_written_as_dicts_loads_as_dataclasses(legacy_store: Path) -> No
 
 def test_the_stored_json_shape_round_trips_exactly(legacy_store: Path) -> None:
     """to_dict() gives back what was stored, key order included: exports stay identical."""
-    run = runner.load(legacy_store, RUN_ID)
+    run = load_pattern_run(legacy_store, RUN_ID)
     document = run.to_dict()
     assert json.dumps(document["model"]) == json.dumps(MODEL)
     assert json.dumps(document["metadata"]) == json.dumps(METADATA)
@@ -187,11 +190,11 @@ def test_the_stored_json_shape_round_trips_exactly(legacy_store: Path) -> None:
         "status",
         "results",
     ]
-    assert pstore.PatternRun.from_dict(document).to_dict() == document
+    assert PatternRun.from_dict(document).to_dict() == document
 
 
 def test_a_legacy_run_reports_and_exports(legacy_store: Path, tmp_path: Path) -> None:
-    run = runner.load(legacy_store, None)
+    run = load_pattern_run(legacy_store, None)
     analysis = analyze_patterns(run)
     rows = analysis.rows
     assert [(r.setup, r.runs, r.failed) for r in rows] == [("glibc", 2, 0), ("glibc-a1", 1, 1)]
@@ -206,12 +209,12 @@ def test_a_legacy_run_reports_and_exports(legacy_store: Path, tmp_path: Path) ->
 
 def test_resume_reads_a_legacy_model(legacy_store: Path) -> None:
     """The stored model compares with the experiment key by key, as before."""
-    store = pstore.open_pattern_store(str(legacy_store))
+    store = open_store(legacy_store)
     try:
-        latest = pstore.latest_run_of(store, "legacy")
+        latest = store.latest_pattern_run("legacy")
+        assert latest == RUN_ID and store.load_pattern_run(latest).model.to_dict() == MODEL
     finally:
         store.close()
-    assert latest is not None and latest[1].to_dict() == MODEL
     doc = {"setups": {"glibc": {"allocator": "glibc"}}, "patterns": [{"pattern": "oltp"}]}
     experiment = pexp.from_dict(doc, "t")
     experiment.name, experiment.repeats = "legacy", 2
@@ -228,6 +231,6 @@ def test_a_driver_run_becomes_the_legacy_record_shape() -> None:
     assert list(record) == list(RECORDS[0])
     assert record["driver"] is data and record["allocator_library"] == "/lib/libc.so.6"
     assert record["ops_per_sec"] == 1.5 and record["peak_vsz_bytes"] is None
-    assert pstore.PatternResult.from_dict(json.loads(json.dumps(record))) == result
+    assert PatternResult.from_dict(json.loads(json.dumps(record))) == result
     with pytest.raises(KeyError):
         result.metric("driver")

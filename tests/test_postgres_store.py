@@ -26,7 +26,7 @@ from cli_runner import run_cli
 from mallocbench.cli import main
 from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.model.results import Cell, RunResult, Sample
-from mallocbench.store import ResultsStore, Store, load_result, open_store
+from mallocbench.store import ResultsStore, Store, load_result, open_store, schema
 from mallocbench.store.base import STORE_SCHEMA_VERSION, redact
 from postgres_server import PASSWORD, PASSWORD_USER
 
@@ -388,6 +388,76 @@ def test_a_newer_schema_is_refused_by_both_stores(postgres_store_url: str, tmp_p
         _one_line_error(run_cli("report", target), "schema version 2", "upgrade mallocbench")
 
 
+def test_a_database_from_before_the_pattern_tables_gets_them_and_keeps_its_runs(
+    postgres_store_url: str,
+) -> None:
+    _save(postgres_store_url, _run())
+    with psycopg.connect(postgres_store_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE pattern_results, pattern_runs")
+    reader = open_store(postgres_store_url, readonly=True)  # reading creates nothing
+    reader.close()
+    with psycopg.connect(postgres_store_url) as conn:
+        assert conn.execute("SELECT to_regclass('pattern_runs')").fetchone() == (None,)
+    store = open_store(postgres_store_url)
+    try:
+        assert store.load_run().run_id == "small"
+    finally:
+        store.close()
+    with psycopg.connect(postgres_store_url) as conn:
+        assert conn.execute("SELECT count(*) FROM pattern_runs").fetchone() == (0,)
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+
+
+def test_both_databases_make_the_columns_of_the_one_definition(
+    postgres_store_url: str, tmp_path: Path
+) -> None:
+    open_store(postgres_store_url).close()
+    open_store(tmp_path / "results.sqlite").close()
+    db = sqlite3.connect(tmp_path / "results.sqlite")
+    with psycopg.connect(postgres_store_url) as conn:
+        for table in schema.TABLES:
+            lite = [row[1] for row in db.execute(f"PRAGMA table_info({table.name})")]
+            pg = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT column_name FROM information_schema.columns WHERE table_name = %s"
+                    " ORDER BY ordinal_position",
+                    (table.name,),
+                )
+            ]
+            # PostgreSQL's own: the write order (SQLite's rowid) and cells.session
+            extra = [
+                c.name
+                for c in table.columns
+                if c.kind is schema.Kind.ROWID or c.only == schema.POSTGRESQL
+            ]
+            assert lite == [c.name for c in table.columns if c.name not in extra]
+            assert pg == [c.name for c in table.columns], table.name
+    db.close()
+
+
+def test_an_sqlite_store_made_by_the_hand_written_tables_reads_writes_and_copies(
+    tmp_path: Path,
+) -> None:
+    """Stores made before the one definition: the same tables, but no ON DELETE CASCADE."""
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    with db:
+        db.executescript(schema.ddl(schema.SQLITE).replace(" ON DELETE CASCADE", ""))
+        db.execute("INSERT INTO schema_version VALUES (1)")
+    db.close()
+    _save(path, _run("a"), _run("b"))
+    store = open_store(path)
+    try:
+        store.delete_run("a")
+        assert [r["run_id"] for r in store.list_runs()] == ["b"]
+        assert store.load_run("b").cells == _run("b").cells
+    finally:
+        store.close()
+    assert _cli("store", "copy", path, tmp_path / "new.sqlite").returncode == 0
+    assert load_result(tmp_path / "new.sqlite").to_dict() == _run("b").to_dict()
+
+
 def test_an_old_sqlite_store_without_a_version_reads_and_is_upgraded(tmp_path: Path) -> None:
     path = tmp_path / "results.sqlite"
     _save(path, _run())
@@ -513,3 +583,34 @@ def test_a_copy_cut_short_leaves_no_partial_run(tmp_path: Path) -> None:
     finally:
         src.close()
         dst.close()
+
+
+# ---------------------------------------------------------------- pattern runs
+
+
+def test_a_pattern_run_in_postgresql_copies_to_sqlite_with_identical_reports(
+    postgres_store_url: str, tmp_path: Path
+) -> None:
+    """Pattern runs live in the same store as runs: written to either kind, copied both
+    ways, read back into the same exports."""
+    plan = ["-p", "oltp", "-a", "glibc", "-a", "glibc:MALLOC_ARENA_MAX=1", "-t", "1"]
+    plan += ["--ops", "50", "-r", "1"]
+    ran = _cli("patterns", *plan, "--out", tmp_path / "pg", "--store", postgres_store_url)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert f"store {redact(postgres_store_url)} (run p" in ran.stdout
+    copied = _cli("store", "copy", postgres_store_url, tmp_path / "copy.sqlite")
+    assert copied.returncode == 0 and ", 2 pattern results from" in copied.stdout
+    info = _cli("store", "info", tmp_path / "copy.sqlite")
+    assert "1 pattern run(s), 2 pattern results" in info.stdout
+    back = _cli(
+        "patterns", "--report", "--out", tmp_path / "back", "--store", tmp_path / "copy.sqlite"
+    )
+    assert back.returncode == 0, back.stdout + back.stderr
+    for name in ("patterns.json", "patterns.csv", "patterns.md"):
+        assert (tmp_path / "back" / name).read_text() == (tmp_path / "pg" / name).read_text()
+    again = _cli("store", "copy", tmp_path / "copy.sqlite", postgres_store_url)
+    assert again.returncode == 2 and "is already in" in again.stderr
+    # A resume reads the run back from PostgreSQL: nothing left to do.
+    resumed = _cli("patterns", *plan, "--out", tmp_path / "pg", "--store", postgres_store_url,
+                   "--resume")  # fmt: skip
+    assert resumed.returncode == 0 and "2 runs done, 0 to go" in resumed.stderr

@@ -31,8 +31,8 @@ from mallocbench.analysis.comparison import Comparison, compare
 from mallocbench.analysis.patterns import analyze_patterns
 from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.run_analysis import RunAnalysis, analyze
+from mallocbench.model.patterns import PatternRun
 from mallocbench.model.results import RunResult
-from mallocbench.patterns.store import PatternRun
 from mallocbench.report import export, formats, html
 from mallocbench.report import recommend as rec_report
 from mallocbench.report import soak as soak_report

@@ -406,11 +406,6 @@ def test_every_reader_gives_one_line_for_a_damaged_store(
     damaged.mkdir()
     store = saved_store(damaged / "results.sqlite", "a", "b")
     good = saved_store(tmp_path / "good.sqlite", "g")
-    if reader[0] == "patterns":
-        # A patterns store: the same file with the pattern tables, damaged the same way.
-        from mallocbench.patterns.store import open_pattern_store
-
-        open_pattern_store(str(store)).close()
     damage(store)
     values = {"store": store, "good": good, "copy": tmp_path / "copy.sqlite", "dir": damaged}
     result = run_cli(*(arg.format(**values) for arg in reader))

@@ -13,8 +13,7 @@ from mallocbench.analysis import stats
 if TYPE_CHECKING:
     # Types only: the reports of every kind import this module, and the pattern
     # experiment's loader brings the allocator registry with it.
-    from mallocbench.patterns.experiment import Case
-    from mallocbench.patterns.store import PatternResult, PatternRun, RunModel
+    from mallocbench.model.patterns import Case, PatternResult, PatternRun, RunModel
 
 
 @dataclass

@@ -8,15 +8,16 @@ import click
 from rich.console import Console
 
 from mallocbench.analysis.patterns import analyze_patterns
-from mallocbench.commands.options import FiniteFloatRange
+from mallocbench.commands.options import FiniteFloatRange, store_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
+from mallocbench.model.patterns import PatternRun
 from mallocbench.patterns import experiment as pexp
 from mallocbench.patterns import runner
 from mallocbench.patterns.driver import PATTERNS
-from mallocbench.patterns.store import PatternRun
 from mallocbench.report import formats
-from mallocbench.store.base import is_url
+from mallocbench.store import load_pattern_run, store_label
+from mallocbench.store.base import STORE_NAME
 
 
 @click.command("patterns")
@@ -83,12 +84,7 @@ from mallocbench.store.base import is_url
     type=click.Path(file_okay=False),
     help="Directory for patterns.json, patterns.csv, patterns.md and the store.",
 )
-@click.option(
-    "--store",
-    "store_path",
-    type=click.Path(dir_okay=False),
-    help="Results store (default: OUT/results.sqlite).",
-)
+@store_option()
 @click.option(
     "--resume",
     is_flag=True,
@@ -118,7 +114,7 @@ def patterns(
     base: str | None,
     seed: int,
     out_dir: str,
-    store_path: str | None,
+    store_path: str | Path | None,
     resume: bool,
     dry_run: bool,
     report_run: str | None,
@@ -153,18 +149,13 @@ def patterns(
     lists every driver option.
     """
     out = Path(out_dir)
-    if is_url(store_path):
-        raise MallocbenchError(
-            "pattern runs are kept in SQLite only: give --store FILE, or copy server runs "
-            "to PostgreSQL with `mallocbench store copy`"
-        )
-    store = Path(store_path) if store_path else out / "results.sqlite"
+    store = store_path or out / STORE_NAME
     console = make_console()
 
     if report_run is not None:
         if resume:
             raise MallocbenchError("--report prints a stored run: drop --resume")
-        run = runner.load(store, None if report_run == "latest" else report_run)
+        run = load_pattern_run(store, None if report_run == "latest" else report_run)
         _show(run, out, store, console)
         return
 
@@ -236,7 +227,7 @@ def _experiment(
 
 
 def _print_plan(
-    experiment: pexp.PatternExperiment, store: Path, resume: bool, console: Console
+    experiment: pexp.PatternExperiment, store: str | Path, resume: bool, console: Console
 ) -> None:
     """--dry-run: the runs still to do, one a line, and how many."""
     plan = experiment.plan()
@@ -271,11 +262,13 @@ def _override(
         experiment.repeats = repeats
 
 
-def _show(run: PatternRun, out: Path, store: Path, console: Console) -> None:
+def _show(run: PatternRun, out: Path, store: str | Path, console: Console) -> None:
     analysis = analyze_patterns(run)
     formats.PATTERNS.show(formats.TERMINAL, analysis, console)
     json_path, csv_path, md_path = formats.write_pattern_reports(analysis, out)
-    console.print(f"Wrote {md_path}, {csv_path}, {json_path}; store {store} (run {run.run_id})")
+    console.print(
+        f"Wrote {md_path}, {csv_path}, {json_path}; store {store_label(store)} (run {run.run_id})"
+    )
 
 
 commands = [patterns]

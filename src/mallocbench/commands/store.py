@@ -32,7 +32,8 @@ def store_group() -> None:
 )
 @click.option("--replace", is_flag=True, help="Overwrite runs DST already has.")
 def copy_cmd(src: str, dst: str, run_ids: tuple[str, ...], replace: bool) -> None:
-    """Copy runs with their setups, sessions, cells and samples from SRC to DST.
+    """Copy runs with their setups, sessions, cells and samples (pattern runs with their
+    results) from SRC to DST.
 
     \b
     A run id DST already holds is refused (--replace overwrites it); the runs keep
@@ -56,9 +57,10 @@ def copy_cmd(src: str, dst: str, run_ids: tuple[str, ...], replace: bool) -> Non
             writer.close()
     finally:
         reader.close()
+    patterns = f", {copied.pattern_results} pattern results" if copied.pattern_results else ""
     click.echo(
-        f"copied {len(copied.runs)} run(s), {copied.cells} cells, {copied.samples} samples "
-        f"from {reader.label} to {writer.label}: {', '.join(copied.runs)}"
+        f"copied {len(copied.runs)} run(s), {copied.cells} cells, {copied.samples} samples"
+        f"{patterns} from {reader.label} to {writer.label}: {', '.join(copied.runs)}"
     )
 
 
@@ -72,6 +74,10 @@ def info_cmd(target: str) -> None:
         click.echo(store.describe())
         click.echo(f"schema version {store.schema_version()}")
         click.echo(f"{len(runs)} run(s), {sum(int(r['cells']) for r in runs)} cells")
+        patterns = store.list_pattern_runs()
+        if patterns:
+            results = sum(int(r["cells"]) for r in patterns)
+            click.echo(f"{len(patterns)} pattern run(s), {results} pattern results")
         if runs:
             click.echo(f"latest run: {runs[-1]['run_id']}")
     finally:

@@ -46,6 +46,7 @@ from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError, did_you_mean
 from mallocbench.inputs.tomlpos import KeyPath
 from mallocbench.inputs.validation import Problems, read_toml
+from mallocbench.model.patterns import Case
 from mallocbench.patterns.driver import PATTERN_OPTIONS, PATTERNS
 from mallocbench.run.dialect import (
     CASE,
@@ -106,34 +107,6 @@ class PatternSetup:
             "knobs": dict(self.knobs),
             "options": dict(self.options),
             "description": self.description,
-        }
-
-
-@dataclass
-class Case:
-    """One pattern with its options, run under several setups and thread counts."""
-
-    name: str
-    pattern: str
-    options: dict[str, Any]
-    threads: list[int]
-    setups: list[str]
-    base: str
-    seconds: float | None
-    ops: int | None
-    seed: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "pattern": self.pattern,
-            "options": dict(self.options),
-            "threads": list(self.threads),
-            "setups": list(self.setups),
-            "base": self.base,
-            "seconds": self.seconds,
-            "ops": self.ops,
-            "seed": self.seed,
         }
 
 

@@ -17,17 +17,25 @@ from mallocbench import allocators
 from mallocbench.allocators.base import glibc_version
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
-from mallocbench.patterns import store as pstore
+from mallocbench.model.patterns import (
+    METRICS,
+    PatternKey,
+    PatternResult,
+    PatternRun,
+    PatternRunMetadata,
+    RunModel,
+)
 from mallocbench.patterns.driver import DriverRun, binary_path, driver_args, run_driver
 from mallocbench.patterns.experiment import PatternExperiment, PlannedRun
+from mallocbench.store import ResultsStore, is_url, load_pattern_run, open_store, store_label
 
 
 def new_run_id() -> str:
     return time.strftime("p%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def metadata(binary: Path) -> pstore.PatternRunMetadata:
-    return pstore.PatternRunMetadata(
+def metadata(binary: Path) -> PatternRunMetadata:
+    return PatternRunMetadata(
         host=platform.node(),
         cpus=os.cpu_count(),
         kernel=platform.release(),
@@ -60,10 +68,10 @@ def precheck(experiment: PatternExperiment, binary: Path) -> None:
             raise MallocbenchError(f"{where}: {exc}") from None
 
 
-def result_record(planned: PlannedRun, outcome: DriverRun) -> pstore.PatternResult:
+def result_record(planned: PlannedRun, outcome: DriverRun) -> PatternResult:
     """The stored result of one driver run in the cell `planned`."""
     data = outcome.data
-    return pstore.PatternResult(
+    return PatternResult(
         case=planned.case.name,
         pattern=planned.case.pattern,
         setup=planned.setup.name,
@@ -79,27 +87,26 @@ def result_record(planned: PlannedRun, outcome: DriverRun) -> pstore.PatternResu
         finished_at=time.time(),
         driver=data,
         # the driver's numbers lifted to the top, None where it gave none (or crashed)
-        **{m: data.get(m) for m in pstore.METRICS},
+        **{m: data.get(m) for m in METRICS},
     )
 
 
-def resume_point(
-    experiment: PatternExperiment, store_path: Path
-) -> tuple[str, set[tuple[str, str, int, int]]]:
+def resume_point(experiment: PatternExperiment, target: str | Path) -> tuple[str, set[PatternKey]]:
     """The run to continue (the latest of the same experiment) and its finished cells."""
-    if not store_path.is_file():
+    label = store_label(target)
+    if not is_url(target) and not Path(target).is_file():
         raise MallocbenchError(
-            f"nothing to resume: no results store at {store_path}; run without --resume"
+            f"nothing to resume: no results store at {label}; run without --resume"
         )
-    store = pstore.open_pattern_store(str(store_path))
+    store = open_store(target)
     try:
-        latest = pstore.latest_run_of(store, experiment.name)
-        if latest is None:
+        run_id = store.latest_pattern_run(experiment.name)
+        if run_id is None:
             raise MallocbenchError(
-                f"nothing to resume: {store_path} has no run of experiment "
+                f"nothing to resume: {label} has no run of experiment "
                 f"{experiment.name!r}; run without --resume"
             )
-        run_id, model = latest
+        model = store.load_pattern_run(run_id).model
         # Compared as stored (JSON), so a tuple here and a list there are the same.
         current = json.loads(json.dumps(experiment.to_dict()))
         stored = model.to_dict()
@@ -109,38 +116,63 @@ def resume_point(
                 f"cannot resume {run_id}: the experiment's {', '.join(changed)} changed "
                 "since; run without --resume to start a new run"
             )
-        return run_id, pstore.finished_keys(store, run_id)
+        return run_id, store.finished_pattern_keys(run_id)
     finally:
         store.close()
 
 
 def execute(
     experiment: PatternExperiment,
-    store_path: Path,
+    target: str | Path,
     console: Console | None = None,
     resume: bool = False,
-) -> pstore.PatternRun:
+) -> PatternRun:
     """Run every planned cell (with `resume`, those the latest run of the same experiment
-    has not finished) and return the stored run (model, metadata, results)."""
+    has not finished) into the store at `target` (a file or a PostgreSQL URL) and return
+    the stored run (model, metadata, results)."""
     console = console or make_console(stderr=True)
     binary = binary_path()
     precheck(experiment, binary)
     plan = experiment.plan()
-    if resume:
-        run_id, done = resume_point(experiment, store_path)
-        plan = [planned for planned in plan if planned.key not in done]
-        console.print(f"resuming {run_id}: {len(done)} runs done, {len(plan)} to go")
-    store = pstore.open_pattern_store(str(store_path))
-    if resume:
-        pstore.reopen_run(store, run_id)
-    else:
-        run_id = new_run_id()
+    run_id = resume_point(experiment, target)[0] if resume else new_run_id()
+    store = open_store(target)
+    try:
+        # One writer per run id, as for server runs: a second --resume is refused.
+        with store.lock_run(run_id):
+            if resume:
+                # What is done, read under the lock: a writer may have ended just before.
+                done = store.finished_pattern_keys(run_id)
+                plan = [planned for planned in plan if planned.key not in done]
+                console.print(f"resuming {run_id}: {len(done)} runs done, {len(plan)} to go")
+                store.reopen_pattern_run(run_id)
+            else:
+                store.create_pattern_run(_new_run(run_id, experiment, binary))
+            _measure(store, run_id, plan, binary, console)
+    finally:
+        store.close()
+    # From the store: a resumed run's results include those of its earlier passes.
+    return load_pattern_run(target, run_id)
+
+
+def _new_run(run_id: str, experiment: PatternExperiment, binary: Path) -> PatternRun:
+    """The run before anything ran: what it plans and where it runs."""
+    return PatternRun(
+        run_id=run_id,
+        experiment=experiment.name,
+        base_setup=experiment.base,
+        experiment_text=experiment.text,
         # through JSON, as stored: the model is read back exactly as it will load later
-        model = pstore.RunModel.from_dict(json.loads(json.dumps(experiment.to_dict())))
-        meta = metadata(binary)
-        pstore.create_run(
-            store, run_id, experiment.name, experiment.base, experiment.text, model, meta
-        )
+        model=RunModel.from_dict(json.loads(json.dumps(experiment.to_dict()))),
+        metadata=metadata(binary),
+        status="running",
+        results=[],
+    )
+
+
+def _measure(
+    store: ResultsStore, run_id: str, plan: list[PlannedRun], binary: Path, console: Console
+) -> None:
+    """Run the driver in each planned cell, each result committed as it ends."""
     status = "failed"
     try:
         columns = (
@@ -174,7 +206,7 @@ def execute(
                     timeout=timeout,
                     binary=binary,
                 )
-                pstore.save_result(store, run_id, result_record(planned, outcome))
+                store.save_pattern_result(run_id, result_record(planned, outcome))
                 if outcome.status != "ok":
                     progress.console.print(
                         f"[red]{case.name} / {planned.setup.name} / {planned.threads} threads "
@@ -186,25 +218,4 @@ def execute(
         status = "interrupted"
         raise
     finally:
-        pstore.finish_run(store, run_id, status)
-        store.close()
-    # From the store: a resumed run's results include those of its earlier passes.
-    return load(store_path, run_id)
-
-
-def load(store_path: Path, run_id: str | None) -> pstore.PatternRun:
-    if not store_path.is_file():
-        raise MallocbenchError(
-            f"no results store at {store_path}: run `mallocbench patterns` first"
-        )
-    store = pstore.open_pattern_store(str(store_path), readonly=True)
-    try:
-        run_id = run_id or pstore.latest_run_id(store)
-        if run_id is None:
-            raise MallocbenchError(f"{store_path} holds no pattern runs yet")
-        run = pstore.load_run(store, run_id)
-        if run is None:
-            raise MallocbenchError(f"no pattern run {run_id!r} in {store_path}")
-        return run
-    finally:
-        store.close()
+        store.finish_pattern_run(run_id, status)

@@ -1,6 +1,7 @@
 """Find a run from what a user names on the command line: a directory, a store or a file.
 
-`report` and `compare` both read runs this way. A directory with both a results.sqlite
+`report` and `compare` both read runs this way; `patterns --report` reads its pattern
+runs from a store file or URL (`load_pattern_run`). A directory with both a results.sqlite
 and a results.json is read from the store: it holds every run made there (the json only
 the last), so `--run RUN_ID` can name any of them. A postgresql:// URL names a shared
 store, read the same way.
@@ -14,8 +15,9 @@ from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import read_bounded
+from mallocbench.model.patterns import PatternRun
 from mallocbench.model.results import RunResult, type_problem
-from mallocbench.store.base import STORE_NAME, is_url
+from mallocbench.store.base import STORE_NAME, ResultsStore, is_url
 from mallocbench.store.sqlite import Store
 
 JSON_NAME = "results.json"
@@ -98,3 +100,24 @@ def _from_store(path: Path, run_id: str | None, with_samples: bool) -> RunResult
     finally:
         if store is not None:
             store.close()
+
+
+def load_pattern_run(target: str | Path, run_id: str | None = None) -> PatternRun:
+    """A pattern run (the latest, or `run_id`) from a store file or a PostgreSQL URL."""
+    store: ResultsStore
+    if is_url(target):
+        from mallocbench.store.postgresql import PostgresStore
+
+        store = PostgresStore(str(target), readonly=True)
+    else:
+        path = Path(target)
+        if not path.is_file():
+            raise MallocbenchError(f"no results store at {path}: run `mallocbench patterns` first")
+        try:
+            store = Store(path, readonly=True)
+        except sqlite3.Error as exc:
+            raise MallocbenchError(f"cannot read the results store {path}: {exc}") from exc
+    try:
+        return store.load_pattern_run(run_id)
+    finally:
+        store.close()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.model.results import Cell, Sample
+from mallocbench.store import schema
 from mallocbench.store.base import (
     STORE_SCHEMA_VERSION,
     damaged_store,
@@ -32,65 +33,6 @@ from mallocbench.store.sql import CELL_COLUMNS, SAMPLE_COLUMNS, SqlStore, cell_r
 
 if TYPE_CHECKING:
     import psycopg
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    experiment TEXT NOT NULL,
-    base_setup TEXT NOT NULL,
-    experiment_text TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    started_at DOUBLE PRECISION NOT NULL,
-    finished_at DOUBLE PRECISION,
-    status TEXT NOT NULL DEFAULT 'running'
-);
-CREATE TABLE IF NOT EXISTS setups (
-    seq BIGSERIAL,
-    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-    name TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (run_id, name)
-);
-CREATE TABLE IF NOT EXISTS sessions (
-    seq BIGSERIAL,
-    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-    id TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (run_id, id)
-);
-CREATE TABLE IF NOT EXISTS cells (
-    id BIGSERIAL PRIMARY KEY,
-    run_id TEXT NOT NULL REFERENCES runs(run_id) ON DELETE CASCADE,
-    setup TEXT NOT NULL,
-    engine TEXT NOT NULL,
-    step TEXT NOT NULL,
-    threads INTEGER NOT NULL,
-    repeat INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    qps DOUBLE PRECISION,
-    p95_ms DOUBLE PRECISION,
-    p99_ms DOUBLE PRECISION,
-    peak_rss_bytes BIGINT,
-    peak_vsz_bytes BIGINT,
-    session TEXT,
-    data TEXT NOT NULL,
-    UNIQUE (run_id, setup, engine, step, threads, repeat)
-);
-CREATE TABLE IF NOT EXISTS samples (
-    id BIGSERIAL PRIMARY KEY,
-    cell_id BIGINT NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
-    t DOUBLE PRECISION NOT NULL,
-    rss_bytes BIGINT,
-    vsz_bytes BIGINT,
-    qps DOUBLE PRECISION,
-    tps DOUBLE PRECISION,
-    latency_ms DOUBLE PRECISION,
-    extra TEXT
-);
-CREATE INDEX IF NOT EXISTS samples_cell ON samples(cell_id);
-CREATE INDEX IF NOT EXISTS cells_session ON cells(run_id, session);
-"""
 
 # Advisory lock keys, (class, object): one class for creating the schema, one for run ids,
 # so no run id's hash can collide with the schema lock.
@@ -302,33 +244,35 @@ class PostgresStore(SqlStore):
         Hosts of a cluster open the store at once: CREATE TABLE IF NOT EXISTS is not safe
         against itself (two creators collide on the catalog), so one at a time. And no DDL
         at all on a store that is up to date: CREATE INDEX IF NOT EXISTS locks its table
-        before it looks, and deadlocks with hosts already writing cells.
+        before it looks, and deadlocks with hosts already writing cells. A store from
+        before a table was added (the pattern tables) gets that table alone.
         """
-        if self._current_version() == STORE_SCHEMA_VERSION:
+        if not self._missing_tables():
             return
         with self.conn.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", _SCHEMA_LOCK)
-            version = self._current_version()
-            if version == STORE_SCHEMA_VERSION:
-                return  # another host created it while this one waited
-            self.conn.execute(SCHEMA)
+            missing = self._missing_tables()
+            if not missing:
+                return  # another host created them while this one waited
+            self.conn.execute(schema.ddl(schema.POSTGRESQL, missing))
             self.conn.execute(
                 "INSERT INTO schema_version (version) SELECT %s WHERE NOT EXISTS"
                 " (SELECT 1 FROM schema_version)",
                 (STORE_SCHEMA_VERSION,),
             )
 
-    def _current_version(self) -> int | None:
-        """The recorded version (refused when newer than this code), None before any."""
-        if not self._has_table("schema_version"):
-            return None
-        version = self._recorded_version()
-        if version is not None and version > STORE_SCHEMA_VERSION:
-            raise MallocbenchError(schema_refusal(self._label, version))
-        return version
+    def _missing_tables(self) -> set[str]:
+        """The store's tables not in the database yet; a store whose recorded version is
+        newer than this code is refused."""
+        tables = self._tables()
+        if "schema_version" in tables:
+            version = self._recorded_version()
+            if version is not None and version > STORE_SCHEMA_VERSION:
+                raise MallocbenchError(schema_refusal(self._label, version))
+        return set(schema.TABLE_NAMES - tables)
 
     def _check_tables(self) -> None:
-        if not (self._has_table("runs") and self._has_table("cells")):
+        if not {"runs", "cells"} <= self._tables():
             raise MallocbenchError(
                 f"the database {self._label} holds no mallocbench results store yet: "
                 "run an experiment with --store URL, or copy runs into it with "
@@ -338,23 +282,21 @@ class PostgresStore(SqlStore):
         if version > STORE_SCHEMA_VERSION:
             raise MallocbenchError(schema_refusal(self._label, version))
 
-    def _has_table(self, name: str) -> bool:
+    def _tables(self) -> set[str]:
         # pg_tables, not to_regclass(): a query on the catalog sees what another host
         # committed while this one waited for the schema lock; the relation cache, which
         # to_regclass() reads, is not refreshed by taking an advisory lock.
-        row = self.conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = current_schema()"
-            " AND tablename = %s)",
-            (name,),
-        ).fetchone()
-        return bool(row and row[0])
+        rows = self.conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+        ).fetchall()
+        return {str(row[0]) for row in rows}
 
     def _recorded_version(self) -> int | None:
         row = self.conn.execute("SELECT max(version) FROM schema_version").fetchone()
         return int(row[0]) if row and row[0] is not None else None
 
     def schema_version(self) -> int:
-        if not self._has_table("schema_version"):
+        if "schema_version" not in self._tables():
             return 1
         return self._recorded_version() or 1
 

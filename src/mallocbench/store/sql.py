@@ -1,7 +1,9 @@
 """The queries every results store shares, written once for SQLite and PostgreSQL.
 
 The two databases differ in how they connect, lock, create their tables and move
-samples in bulk; the rows they keep and the questions asked of them are the same. Each
+samples in bulk; the rows they keep and the questions asked of them are the same, for
+server runs and replays (runs, setups, sessions, cells, samples) as for pattern runs
+(pattern_runs, pattern_results). Each
 store subclasses `SqlStore` and says only what differs: how a statement runs (the
 placeholder style), what a transaction is, how a cell's row and its samples go in, and
 which column keeps setups and sessions in the order they were written.
@@ -18,6 +20,14 @@ from typing import Any
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import RunMetadata
+from mallocbench.model.patterns import (
+    RESULT_COLUMNS,
+    PatternKey,
+    PatternResult,
+    PatternRun,
+    PatternRunMetadata,
+    RunModel,
+)
 from mallocbench.model.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.store.base import CellKey
 
@@ -72,6 +82,10 @@ class SqlStore:
         raise NotImplementedError
 
     # --- what a database says for itself ----------------------------------------------------
+
+    def _tables(self) -> set[str]:
+        """The tables the database holds now."""
+        raise NotImplementedError
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Execute one statement written with `?` placeholders; its cursor."""
@@ -148,23 +162,28 @@ class SqlStore:
             )
 
     def set_status(self, run_id: str, status: str) -> None:
-        with self._transaction():
-            self._run(
-                "UPDATE runs SET status = ?, finished_at = NULL WHERE run_id = ?", (status, run_id)
-            )
+        self._set_status("runs", run_id, status, None)
 
     def finish_run(self, run_id: str, status: str) -> None:
+        self._set_status("runs", run_id, status, time.time())
+
+    def _set_status(self, table: str, run_id: str, status: str, finished: float | None) -> None:
+        """A run's status in `table` (runs or pattern_runs), finished now or not yet."""
         with self._transaction():
             self._run(
-                "UPDATE runs SET finished_at = ?, status = ? WHERE run_id = ?",
-                (time.time(), status, run_id),
+                f"UPDATE {table} SET status = ?, finished_at = ? WHERE run_id = ?",
+                (status, finished, run_id),
             )
 
     def list_runs(self) -> list[dict[str, Any]]:
+        return self._listed("runs", "cells")
+
+    def _listed(self, table: str, results: str) -> list[dict[str, Any]]:
+        """Every run in `table`, oldest first, with its count of rows in `results`."""
         rows = self._run(
             "SELECT r.run_id, r.experiment, r.started_at, r.finished_at, r.status,"
-            " (SELECT count(*) FROM cells c WHERE c.run_id = r.run_id)"
-            " FROM runs r ORDER BY r.started_at, r.run_id"
+            f" (SELECT count(*) FROM {results} c WHERE c.run_id = r.run_id)"
+            f" FROM {table} r ORDER BY r.started_at, r.run_id"
         ).fetchall()
         return [dict(zip(RUN_COLUMNS, row, strict=True)) for row in rows]
 
@@ -302,3 +321,140 @@ class SqlStore:
                 )
             )
         return by_cell
+
+    # --- pattern runs ---------------------------------------------------------------------
+    #
+    # A pattern run's row and each run of the driver, committed as it ends; the JSON
+    # columns hold the records' to_dict() (model/patterns.py), the others are for queries.
+
+    def create_pattern_run(self, run: PatternRun) -> None:
+        """The run's row, before anything ran: started now, running."""
+        with self._transaction():
+            self._run(
+                "INSERT INTO pattern_runs (run_id, experiment, base_setup, experiment_text,"
+                " model, metadata, started_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run.run_id,
+                    run.experiment,
+                    run.base_setup,
+                    run.experiment_text,
+                    json.dumps(run.model.to_dict()),
+                    json.dumps(run.metadata.to_dict()),
+                    time.time(),
+                ),
+            )
+
+    def save_pattern_result(self, run_id: str, result: PatternResult) -> None:
+        """Commit one run of the driver (replacing an earlier attempt at the same cell)."""
+        with self._transaction():
+            self._run(
+                "DELETE FROM pattern_results WHERE run_id = ? AND case_name = ? AND setup = ?"
+                " AND threads = ? AND repeat = ?",
+                (run_id, *result.key),
+            )
+            self._run(
+                "INSERT INTO pattern_results (run_id, case_name, pattern, setup, threads,"
+                " repeat, status, ops_per_sec, peak_rss_bytes, final_rss_bytes, live_bytes,"
+                " peak_live_bytes, rss_per_live, peak_rss_per_live, data)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    run_id,
+                    result.case,
+                    result.pattern,
+                    result.setup,
+                    result.threads,
+                    result.repeat,
+                    result.status,
+                    *(result.metric(c) for c in RESULT_COLUMNS),
+                    json.dumps(result.to_dict()),
+                ),
+            )
+
+    def finish_pattern_run(self, run_id: str, status: str) -> None:
+        self._set_status("pattern_runs", run_id, status, time.time())
+
+    def reopen_pattern_run(self, run_id: str) -> None:
+        self._set_status("pattern_runs", run_id, "running", None)
+
+    def finished_pattern_keys(self, run_id: str) -> set[PatternKey]:
+        """Cells that need no re-run: measured, or a driver crash (itself a result)."""
+        rows = self._run(
+            "SELECT case_name, setup, threads, repeat FROM pattern_results"
+            " WHERE run_id = ? AND status != 'failed'",
+            (run_id,),
+        ).fetchall()
+        return {(r[0], r[1], int(r[2]), int(r[3])) for r in rows}
+
+    def latest_pattern_run(self, experiment: str | None = None) -> str | None:
+        """The newest pattern run (of `experiment`, when given), or None."""
+        if "pattern_runs" not in self._tables():
+            return None
+        where, params = (
+            ("WHERE experiment = ?", (experiment,)) if experiment is not None else ("", ())
+        )
+        row = self._run(
+            f"SELECT run_id FROM pattern_runs {where} ORDER BY started_at DESC LIMIT 1", params
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    def list_pattern_runs(self) -> list[dict[str, Any]]:
+        """Every pattern run, oldest first, as list_runs lists runs (its results as cells)."""
+        if "pattern_runs" not in self._tables():
+            return []
+        return self._listed("pattern_runs", "pattern_results")
+
+    def load_pattern_run(self, run_id: str | None = None) -> PatternRun:
+        """A stored pattern run (the latest when no `run_id`) with every result."""
+        if "pattern_runs" not in self._tables():
+            raise MallocbenchError(
+                f"{self.label} holds no pattern runs: run `mallocbench patterns` first"
+            )
+        run_id = run_id or self.latest_pattern_run()
+        if run_id is None:
+            raise MallocbenchError(f"{self.label} holds no pattern runs yet")
+        row = self._run(
+            "SELECT run_id, experiment, base_setup, experiment_text, model, metadata, status,"
+            " started_at, finished_at FROM pattern_runs WHERE run_id = ?",
+            (run_id,),
+        ).fetchone()
+        if row is None:
+            raise MallocbenchError(f"no pattern run {run_id!r} in {self.label}")
+        # `data` alone, not the columns: it is the whole record (the columns are for queries)
+        results = self._run(
+            "SELECT data FROM pattern_results WHERE run_id = ? ORDER BY id", (run_id,)
+        ).fetchall()
+        return PatternRun(
+            run_id=row[0],
+            experiment=row[1],
+            base_setup=row[2],
+            experiment_text=row[3],
+            model=RunModel.from_dict(json.loads(row[4])),
+            metadata=PatternRunMetadata.from_dict(json.loads(row[5])),
+            status=row[6],
+            results=[PatternResult.from_dict(json.loads(r[0])) for r in results],
+            started_at=row[7],
+            finished_at=row[8],
+        )
+
+    def save_pattern_run(self, run: PatternRun) -> None:
+        """A whole pattern run at once, its times and status as they were: `store copy`."""
+        self.create_pattern_run(run)
+        for result in run.results:
+            self.save_pattern_result(run.run_id, result)
+        with self._transaction():
+            self._run(
+                "UPDATE pattern_runs SET started_at = coalesce(?, started_at), finished_at = ?,"
+                " status = ? WHERE run_id = ?",
+                (run.started_at, run.finished_at, run.status, run.run_id),
+            )
+
+    def delete_pattern_run(self, run_id: str) -> None:
+        with self._transaction():
+            self._run("DELETE FROM pattern_results WHERE run_id = ?", (run_id,))
+            self._run("DELETE FROM pattern_runs WHERE run_id = ?", (run_id,))
+
+    def pattern_run_exists(self, run_id: str) -> bool:
+        if "pattern_runs" not in self._tables():
+            return False
+        row = self._run("SELECT 1 FROM pattern_runs WHERE run_id = ?", (run_id,)).fetchone()
+        return row is not None

@@ -16,7 +16,7 @@ from typing import Any
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import Cell, Sample
-from mallocbench.store import locks
+from mallocbench.store import locks, schema
 from mallocbench.store.base import (
     STORE_SCHEMA_VERSION,
     StoreDiskFault,
@@ -31,61 +31,6 @@ STATUS_RUNNING = "running"
 STATUS_FINISHED = "finished"
 STATUS_INTERRUPTED = "interrupted"
 STATUS_RUN_FAILED = "failed"
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    experiment TEXT NOT NULL,
-    base_setup TEXT NOT NULL,
-    experiment_text TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    started_at REAL NOT NULL,
-    finished_at REAL,
-    status TEXT NOT NULL DEFAULT 'running'
-);
-CREATE TABLE IF NOT EXISTS setups (
-    run_id TEXT NOT NULL REFERENCES runs(run_id),
-    name TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (run_id, name)
-);
-CREATE TABLE IF NOT EXISTS sessions (
-    run_id TEXT NOT NULL REFERENCES runs(run_id),
-    id TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (run_id, id)
-);
-CREATE TABLE IF NOT EXISTS cells (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL REFERENCES runs(run_id),
-    setup TEXT NOT NULL,
-    engine TEXT NOT NULL,
-    step TEXT NOT NULL,
-    threads INTEGER NOT NULL,
-    repeat INTEGER NOT NULL,
-    status TEXT NOT NULL,
-    qps REAL,
-    p95_ms REAL,
-    p99_ms REAL,
-    peak_rss_bytes INTEGER,
-    peak_vsz_bytes INTEGER,
-    data TEXT NOT NULL,
-    UNIQUE (run_id, setup, engine, step, threads, repeat)
-);
-CREATE TABLE IF NOT EXISTS samples (
-    cell_id INTEGER NOT NULL REFERENCES cells(id) ON DELETE CASCADE,
-    t REAL NOT NULL,
-    rss_bytes INTEGER,
-    vsz_bytes INTEGER,
-    qps REAL,
-    tps REAL,
-    latency_ms REAL,
-    extra TEXT
-);
-CREATE INDEX IF NOT EXISTS samples_cell ON samples(cell_id);
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-"""
-
 
 STORE_TABLES = frozenset({"runs", "cells"})
 
@@ -253,7 +198,7 @@ class Store(SqlStore):
                 self._refuse_newer()
             self.db.execute("PRAGMA foreign_keys = ON")
             self.db.execute("PRAGMA journal_mode = WAL")
-            self.db.executescript(SCHEMA)
+            self.db.executescript(schema.ddl(schema.SQLITE))
             # A store from before versions were recorded has the same tables: it is
             # version 1 and gets the record now.
             self.db.execute(
@@ -270,9 +215,7 @@ class Store(SqlStore):
 
     def _refuse_foreign(self) -> None:
         """Someone else's SQLite file gets neither our tables nor a switch to WAL."""
-        tables = {
-            row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-        }
+        tables = self._tables()
         if tables and not STORE_TABLES.issubset(tables):
             self.db.close()
             raise MallocbenchError(
@@ -311,6 +254,10 @@ class Store(SqlStore):
         return locks.live_status(self.path, run_id, status)
 
     # --- what SqlStore asks of a database ------------------------------------------------
+
+    def _tables(self) -> set[str]:
+        rows = self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {str(row[0]) for row in rows}
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self.db.execute(sql, params)
