@@ -1,0 +1,136 @@
+"""Golden PostgreSQL data directories: sysbench's tables loaded once per (build, shape).
+
+Every session starts from a copy, as with MariaDB (run/dataset.py): writes of one
+session never reach the next, and a session is ready in a second instead of a reload.
+The cache is MariaDB's, under names of its own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from mallocbench import allocators
+from mallocbench.errors import MallocbenchError
+from mallocbench.servers.orphans import stop_orphan
+from mallocbench.servers.postgresql import workload
+from mallocbench.servers.postgresql.build import PgBuild
+from mallocbench.servers.postgresql.server import DATABASE, ROLE, PgConfig, PgServer
+
+# Bumped when golden data directories change shape.
+_GOLDEN_FORMAT = 1
+# sysbench's own loader, whose schema the golden directories hold.
+_LOADER_SCRIPT = Path("/usr/share/sysbench/oltp_common.lua")
+
+
+class Shape(Protocol):
+    """The dataset's shape as the experiment gives it (run.dataset.Dataset is one)."""
+
+    @property
+    def tables(self) -> int: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def cache_bytes(self) -> int: ...
+
+
+def _schema_hash() -> str:
+    digest = hashlib.sha256(str(_GOLDEN_FORMAT).encode())
+    if _LOADER_SCRIPT.is_file():
+        digest.update(_LOADER_SCRIPT.read_bytes())
+    return digest.hexdigest()[:10]
+
+
+def dataset_key(build: PgBuild, dataset: Shape) -> str:
+    version = "".join(c if c.isalnum() or c in ".-" else "_" for c in build.version)
+    return f"{build.flavor}-{version}-{dataset.tables}x{dataset.rows}-{_schema_hash()}"
+
+
+def golden_datadir(
+    build: PgBuild,
+    dataset: Shape,
+    root: Path,
+    on_status: Callable[[str], None] | None = None,
+) -> Path:
+    """The loaded data directory for this shape, loading it first when not cached.
+
+    `root` is the dataset cache (run.dataset.cache_root(): the pipeline's, beside
+    MariaDB's golden directories)."""
+    key = dataset_key(build, dataset)
+    datasets = root / "datasets"
+    final = datasets / key
+    try:
+        datasets.mkdir(parents=True, exist_ok=True)
+        with open(datasets / f".{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if (final / "READY").is_file():
+                return final / "data"
+            # Holding the lock, any loader directory left here is a dead harness's.
+            for leftover in datasets.glob(f".{key}.*"):
+                if leftover.is_dir():
+                    stop_orphan(leftover / "server.json")
+                    shutil.rmtree(leftover, ignore_errors=True)
+            if on_status:
+                on_status(f"loading dataset {key} (once; later runs reuse it)")
+            work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=datasets))
+            try:
+                _load(build, dataset, work)
+                shutil.rmtree(final, ignore_errors=True)
+                final.mkdir(parents=True)
+                (work / "data").rename(final / "data")
+                (final / "READY").write_text(key + "\n")
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    except OSError as exc:
+        raise MallocbenchError(
+            f"cannot build dataset {key} in the cache {root}: {exc.strerror}: free space "
+            "there, or set MALLOCBENCH_CACHE to a writable directory with room"
+        ) from exc
+    return final / "data"
+
+
+def _load(build: PgBuild, dataset: Shape, workdir: Path) -> None:
+    config = PgConfig(cache_bytes=dataset.cache_bytes, allocator=allocators.get("glibc"))
+    server = PgServer(build, workdir, config)
+    try:
+        server.initialize_datadir()
+        with server:
+            server.start()
+            server.query(f"CREATE DATABASE {DATABASE} OWNER {ROLE}", dbname="postgres")
+            _prepare(server, dataset)
+            # Statistics and visibility from the loaded data, kept for every copy: each
+            # start plans from the same counts and no copy begins by vacuuming.
+            server.query("VACUUM (ANALYZE, FREEZE)")
+            server.query("CHECKPOINT")
+        if server.statedir != workdir:
+            shutil.move(server.datadir, workdir / "data")
+    finally:
+        if server.statedir != workdir:
+            server.discard_state()
+
+
+def _prepare(server: PgServer, dataset: Shape) -> None:
+    """sysbench's own loader: its tables, rows and index on k, the schema every
+    PostgreSQL form queries."""
+    threads = min(dataset.tables, os.cpu_count() or 1)
+    cmd = workload.command(
+        str(server.sysbench_options), dataset.tables, dataset.rows, max(1, threads), None
+    )
+    out = subprocess.run(
+        [*cmd, "prepare"],
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+        env={**os.environ, "LUA_PATH": workload.lua_path()},
+    )
+    if out.returncode != 0:
+        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-5:])
+        raise MallocbenchError(f"loading the dataset with sysbench failed: {tail}")
