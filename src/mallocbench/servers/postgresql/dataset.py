@@ -13,12 +13,15 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+
+import psycopg
 
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
+from mallocbench.servers.family import Shape
 from mallocbench.servers.orphans import stop_orphan
 from mallocbench.servers.postgresql import workload
 from mallocbench.servers.postgresql.build import PgBuild
@@ -28,17 +31,6 @@ from mallocbench.servers.postgresql.server import DATABASE, ROLE, PgConfig, PgSe
 _GOLDEN_FORMAT = 1
 # sysbench's own loader, whose schema the golden directories hold.
 _LOADER_SCRIPT = Path("/usr/share/sysbench/oltp_common.lua")
-
-
-class Shape(Protocol):
-    """The dataset's shape as the experiment gives it (run.dataset.Dataset is one)."""
-
-    @property
-    def tables(self) -> int: ...
-    @property
-    def rows(self) -> int: ...
-    @property
-    def cache_bytes(self) -> int: ...
 
 
 def _schema_hash() -> str:
@@ -134,3 +126,33 @@ def _prepare(server: PgServer, dataset: Shape) -> None:
     if out.returncode != 0:
         tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-5:])
         raise MallocbenchError(f"loading the dataset with sysbench failed: {tail}")
+
+
+def warm_cache(server: PgServer) -> str:
+    """Read every table and index of the dataset into shared_buffers after a start;
+    says what was done. A cold cache is a ramp of its own (run/session.warm_cache has
+    MariaDB's figures); relations that do not fit are not read, as there."""
+    try:
+        with server.connect() as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+            row = conn.execute(
+                "SELECT sum(pg_relation_size(c.oid)), pg_size_bytes(current_setting("
+                "'shared_buffers')) FROM pg_class c JOIN pg_namespace n ON n.oid ="
+                " c.relnamespace WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i')"
+            ).fetchone()
+            size, cache = (int(row[0] or 0), int(row[1])) if row else (0, 0)
+            if size > cache:
+                return (
+                    f"not warmed: the tables and indexes ({size >> 20} MiB) do not fit "
+                    f"shared_buffers ({cache >> 20} MiB)"
+                )
+            started = time.monotonic()
+            relations = conn.execute(
+                "SELECT count(pg_prewarm(c.oid)) FROM pg_class c JOIN pg_namespace n"
+                " ON n.oid = c.relnamespace WHERE n.nspname = 'public'"
+                " AND c.relkind IN ('r', 'i')"
+            ).fetchone()
+    except psycopg.Error as exc:
+        return f"warming failed: {str(exc).strip().splitlines()[0]}"
+    count = int(relations[0]) if relations else 0
+    return f"read {count} tables and indexes in {time.monotonic() - started:.1f} s"

@@ -53,6 +53,7 @@ from mallocbench.servers.mariadb import (
     _chown_tree,
     _disable_thp,
     _write_private,
+    free_port,
     log_tail,
     process_start_time,
 )
@@ -62,8 +63,9 @@ from mallocbench.servers.postgresql.build import PgBuild
 SERVER_USER = "postgres"
 ROLE = "mallocbench"
 DATABASE = "sbtest"
-# With no TCP listener the port only names the socket file (.s.PGSQL.5432).
-PORT = 5432
+# With no TCP listener the port only names the socket file (.s.PGSQL.<port>); a port
+# nothing listens on makes "no TCP" checkable: a connection there is refused.
+_SOCKET_NAME_MAX = len(".s.PGSQL.65535")
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes on Linux; leave room
 # Shutdown modes in the order they are tried: fast ends sessions and checkpoints;
 # immediate skips the checkpoint (the data directory is disposable); then SIGKILL.
@@ -126,6 +128,16 @@ def _at_exit() -> None:
         directory.remove()
 
 
+class _Postmaster(subprocess.Popen[bytes]):
+    """The postmaster as servers.process stops every tracked server (SIGTERM, on any
+    exit path): for a postmaster SIGTERM is a smart shutdown, which waits for every
+    client to leave, so a harness that dies with a session open would wait out its
+    timeout and SIGKILL. It gets SIGINT, PostgreSQL's fast shutdown, instead."""
+
+    def send_signal(self, sig: int) -> None:
+        super().send_signal(signal.SIGINT if sig == signal.SIGTERM else sig)
+
+
 def _become(user: ServerUser) -> Callable[[], None]:
     def drop() -> None:
         os.setgroups([])
@@ -155,7 +167,8 @@ class PgServer:
             self.statedir = where.state_dir(self.rundir)
         self.datadir = self.statedir / "data"
         self.socket_dir = self._socket_dir()
-        self.socket = self.socket_dir / f".s.PGSQL.{PORT}"
+        self.port = free_port()
+        self.socket = self.socket_dir / f".s.PGSQL.{self.port}"
         self.tmpdir = self.statedir / "tmp"
         self.stdout_log = self.rundir / "server.out"  # we open it; the server inherits it
         self.kept_error_log = self.stdout_log
@@ -173,7 +186,7 @@ class PgServer:
 
     def _socket_dir(self) -> Path:
         path = self.statedir / "sock"
-        if len(str(path / f".s.PGSQL.{PORT}")) <= _SOCKET_PATH_MAX:
+        if len(str(path)) + 1 + _SOCKET_NAME_MAX <= _SOCKET_PATH_MAX:
             return path
         # Deep state directories overflow sun_path: a private temp dir (0700, handed over).
         return Path(tempfile.mkdtemp(prefix="mallocbench-pg-"))
@@ -185,7 +198,7 @@ class PgServer:
         the last step before text reaches the server)."""
         chosen = {
             "listen_addresses": "",
-            "port": str(PORT),
+            "port": str(self.port),
             "unix_socket_directories": str(self.socket_dir),
             "unix_socket_permissions": "0700",
             "max_connections": str(self.config.max_connections),
@@ -231,6 +244,8 @@ class PgServer:
     # --- directories ------------------------------------------------------------------
 
     def prepare_rundir(self) -> None:
+        # A setting the server would refuse stops here, before initdb or a copy.
+        self.settings()
         try:
             for directory in (self.rundir, self.statedir, self.socket_dir, self.tmpdir):
                 directory.mkdir(parents=True, exist_ok=True)
@@ -248,12 +263,12 @@ class PgServer:
     def _write_credentials(self) -> None:
         _write_private(
             self.sysbench_options,
-            f"pgsql-host={self.socket_dir}\npgsql-port={PORT}\npgsql-user={ROLE}\n"
+            f"pgsql-host={self.socket_dir}\npgsql-port={self.port}\npgsql-user={ROLE}\n"
             f"pgsql-password={self.password}\npgsql-db={DATABASE}\n",
         )
         _write_private(
             self.client_env,
-            f"PGHOST={self.socket_dir}\nPGPORT={PORT}\nPGUSER={ROLE}\n"
+            f"PGHOST={self.socket_dir}\nPGPORT={self.port}\nPGUSER={ROLE}\n"
             f"PGPASSWORD={self.password}\nPGDATABASE={DATABASE}\n",
         )
 
@@ -370,7 +385,7 @@ class PgServer:
         with open(self.stdout_log, "ab") as out:
             # A process group of its own: Ctrl-C stays off the server (the harness stops
             # it) and one killpg reaches the postmaster and every backend.
-            self.proc = subprocess.Popen(
+            self.proc = _Postmaster(
                 self.command(),
                 env=self.environment(),
                 stdout=out,
@@ -462,7 +477,7 @@ class PgServer:
     ) -> psycopg.Connection[Any]:
         return psycopg.connect(
             host=str(self.socket_dir),
-            port=PORT,
+            port=self.port,
             user=ROLE,
             password=self.password,
             dbname=dbname,
@@ -551,10 +566,16 @@ def _one(conn: psycopg.Connection[Any], sql: str) -> object:
 
 
 @contextlib.contextmanager
-def running(build: PgBuild, rundir: Path, config: PgConfig) -> Iterator[PgServer]:
-    """A fresh private server on an empty cluster, stopped and removed on the way out."""
+def running(
+    build: PgBuild, rundir: Path, config: PgConfig, golden: Path | None = None
+) -> Iterator[PgServer]:
+    """A private server on a copy of `golden` (None: an empty cluster), stopped and its
+    state removed on the way out."""
     server = PgServer(build, rundir, config)
-    server.initialize_datadir()
+    if golden is None:
+        server.initialize_datadir()
+    else:
+        server.copy_datadir_from(golden)
     try:
         server.start()
         yield server

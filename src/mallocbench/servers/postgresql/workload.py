@@ -67,15 +67,19 @@ FORMS: dict[str, PgForm] = {
 }
 
 
-def form(step: StepLike) -> PgForm:
-    """The step's PostgreSQL form; a step without one is refused in one line."""
-    found = FORMS.get(step.name)
+def form_named(name: str) -> PgForm:
+    """A step's PostgreSQL form by the step's name; one without is refused in one line."""
+    found = FORMS.get(name)
     if found is None:
         raise MallocbenchError(
-            f"step {step.name!r} has no PostgreSQL form yet: PostgreSQL runs "
+            f"step {name!r} has no PostgreSQL form yet: PostgreSQL runs "
             f"{', '.join(FORMS)}; remove it from the experiment's steps"
         )
     return found
+
+
+def form(step: StepLike) -> PgForm:
+    return form_named(step.name)
 
 
 def check_steps(steps: Iterable[StepLike]) -> None:
@@ -128,4 +132,13 @@ def lua_path() -> str:
     return f"{lua_dir()}/?.lua;;"
 
 
-__all__ = ["FORMS", "PgForm", "check_steps", "command", "form", "lua_path", "step_args"]
+__all__ = [
+    "FORMS",
+    "PgForm",
+    "check_steps",
+    "command",
+    "form",
+    "form_named",
+    "lua_path",
+    "step_args",
+]
