@@ -23,6 +23,7 @@ import pytest
 from mallocbench import allocators
 from mallocbench.deploy.inforce import read_environ
 from mallocbench.errors import MallocbenchError
+from mallocbench.model.results import SetupInfo
 from mallocbench.run.dataset import Dataset
 from mallocbench.servers.family import Launch
 from mallocbench.servers.postgresql import settings, workload
@@ -275,3 +276,22 @@ def test_the_family_refuses_what_it_cannot_do(pg_build: PgBuild, tmp_path: Path)
     with pytest.raises(MallocbenchError, match="no storage engine 'innodb'"):
         FAMILY.check_settings(pg_build, {}, ["innodb"])
     assert settings.quoted("it's") == "'it''s'"
+
+
+def test_deploy_forms_name_the_postgresql_unit_and_read_the_postmaster() -> None:
+    setup = SetupInfo(
+        name="je",
+        allocator="jemalloc",
+        allocator_library=allocators.get("jemalloc").path,
+        knobs={"MALLOC_CONF": "narenas:2"},
+        server_version="15.18",
+    )
+    d = FAMILY.deployment(setup)
+    assert d.service == "postgresql@15-main"
+    assert set(d.snippets) == {"systemd", "env", "compose", "kubernetes"}
+    dropin = d.snippets["systemd"]
+    assert dropin.path == "/etc/systemd/system/postgresql@15-main.service.d/mallocbench-je.conf"
+    assert "Environment=MALLOC_CONF=narenas:2" in dropin.text
+    # The settings are read where they are intact (the postmaster), the mapping in a child.
+    assert d.verify[-1].startswith('mallocbench check --pid "$PID"')
+    assert '/proc/"$CHILD"/maps' in d.verify[-2]

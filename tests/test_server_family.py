@@ -7,12 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from mypy import api
 
+from mallocbench.errors import MallocbenchError
+from mallocbench.servers import families
 from mallocbench.servers.family import Server, ServerFamily
 from mallocbench.servers.mariadb import PrivateServer
 from mallocbench.servers.postgresql.family import PostgresFamily
 from mallocbench.servers.postgresql.server import PgServer
+from mallocbench.workloads import drivers
+from mallocbench.workloads.pgsql import PgSysbench
+from mallocbench.workloads.sysbench import Sysbench
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,3 +56,14 @@ def test_both_private_servers_satisfy_the_server_protocol(tmp_path: Path) -> Non
     )
     said, status = _mypy(lacking)
     assert status == 1 and 'expected "Server"' in said, said
+
+
+def test_the_registries_name_postgresql_and_refuse_the_unknown() -> None:
+    assert families.get("postgresql").name == "postgresql"
+    with pytest.raises(MallocbenchError, match=r"unknown server family 'postgres' \(did you"):
+        families.get("postgres")
+    pg = drivers.driver("postgresql", "/nonexistent/sysbench.cnf", 2, 100)
+    assert isinstance(pg, PgSysbench)
+    assert type(drivers.driver("mariadb", "/x", 2, 100, "InnoDB")) is Sysbench
+    with pytest.raises(MallocbenchError, match="no sysbench driver for the server family"):
+        drivers.driver("oracle", "/x", 2, 100)
