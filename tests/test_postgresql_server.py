@@ -40,7 +40,8 @@ from mallocbench.servers.postgresql.server import (
 )
 from mallocbench.servers.runtime import RuntimeDir
 from mallocbench.workloads.catalogue import parse_steps
-from mallocbench.workloads.pgsql import PgSysbench
+from mallocbench.workloads.pgsql import Pgbench, PgSysbench, pgbench_step
+from mallocbench.workloads.sysbench import Interval
 from test_private_server_access import as_nobody
 
 SHAPE = Dataset(tables=2, rows=2000, cache_bytes=32 << 20)
@@ -194,8 +195,16 @@ def test_sysbench_oltp_read_only_runs_five_seconds(started: PgServer) -> None:
 
 def test_cache_warming_reads_every_relation(started: PgServer) -> None:
     said = FAMILY.warm_cache(started, SHAPE)
-    # Two tables, their primary keys and their k indexes.
-    assert said.startswith("read 6 tables and indexes"), said
+    # sysbench's two tables with their primary keys and k indexes; pgbench's four tables
+    # and the primary keys of three (its history has none).
+    assert said.startswith("read 13 tables and indexes"), said
+    started.query("CREATE EXTENSION pg_buffercache")
+    [(cached,)] = started.query(
+        "SELECT count(*) FROM pg_buffercache b JOIN pg_class c"
+        " ON b.relfilenode = pg_relation_filenode(c.oid) WHERE c.relname = 'k_2'"
+    )
+    [(pages,)] = started.query("SELECT pg_relation_size('k_2') / 8192")
+    assert cached == pages  # an index no query has read yet is wholly in shared_buffers
 
 
 def test_the_server_is_gone_after_its_stop(pg_build: PgBuild, golden: Path, tmp_path: Path) -> None:
@@ -295,3 +304,16 @@ def test_deploy_forms_name_the_postgresql_unit_and_read_the_postmaster() -> None
     # The settings are read where they are intact (the postmaster), the mapping in a child.
     assert d.verify[-1].startswith('mallocbench check --pid "$PID"')
     assert '/proc/"$CHILD"/maps' in d.verify[-2]
+
+
+def test_pgbench_builtin_scripts_run_as_steps(started: PgServer, pg_build: PgBuild) -> None:
+    FAMILY.check_steps(["tpcb-like", "select-only", "simple-update", "read-only"])
+    driver = Pgbench(pg_build, started.client_env)
+    seen: list[Interval] = []
+    out = driver.run(pgbench_step("select-only"), 2, 3, on_interval=seen.append)
+    assert out.ok, out.output_tail
+    assert out.events > 0 and out.queries == out.events and out.errors == 0
+    assert len(seen) >= 2 and seen == out.intervals
+    assert out.avg_ms is not None and out.avg_ms > 0
+    with pytest.raises(MallocbenchError, match=r"script 'select-onyl' \(did you mean"):
+        pgbench_step("select-onyl")

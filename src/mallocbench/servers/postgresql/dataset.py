@@ -23,12 +23,12 @@ from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers.family import Shape
 from mallocbench.servers.orphans import stop_orphan
-from mallocbench.servers.postgresql import workload
+from mallocbench.servers.postgresql import pgbench, workload
 from mallocbench.servers.postgresql.build import PgBuild
 from mallocbench.servers.postgresql.server import DATABASE, ROLE, PgConfig, PgServer
 
 # Bumped when golden data directories change shape.
-_GOLDEN_FORMAT = 1
+_GOLDEN_FORMAT = 2  # 2: pgbench's tables beside sysbench's
 # sysbench's own loader, whose schema the golden directories hold.
 _LOADER_SCRIPT = Path("/usr/share/sysbench/oltp_common.lua")
 
@@ -97,6 +97,7 @@ def _load(build: PgBuild, dataset: Shape, workdir: Path) -> None:
             server.start()
             server.query(f"CREATE DATABASE {DATABASE} OWNER {ROLE}", dbname="postgres")
             _prepare(server, dataset)
+            _prepare_pgbench(server, build, dataset)
             # Statistics and visibility from the loaded data, kept for every copy: each
             # start plans from the same counts and no copy begins by vacuuming.
             server.query("VACUUM (ANALYZE, FREEZE)")
@@ -156,3 +157,19 @@ def warm_cache(server: PgServer) -> str:
         return f"warming failed: {str(exc).strip().splitlines()[0]}"
     count = int(relations[0]) if relations else 0
     return f"read {count} tables and indexes in {time.monotonic() - started:.1f} s"
+
+
+def _prepare_pgbench(server: PgServer, build: PgBuild, dataset: Shape) -> None:
+    """pgbench's tables (pgbench_*), about as many account rows as sysbench's rows."""
+    scale = pgbench.scale_for(dataset.tables, dataset.rows)
+    out = subprocess.run(
+        pgbench.init_command(build, scale),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+        env={**os.environ, **pgbench.client_environment(server.client_env)},
+    )
+    if out.returncode != 0:
+        tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-5:])
+        raise MallocbenchError(f"loading pgbench's tables failed: {tail}")

@@ -15,7 +15,7 @@ from mallocbench.servers.family import Build, Launch, Server, ServerFamily, Shap
 from mallocbench.servers.mariadb import ServerUser
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.servers.postgresql import build as pg_build
-from mallocbench.servers.postgresql import dataset, memory, server, settings, workload
+from mallocbench.servers.postgresql import dataset, memory, pgbench, server, settings, workload
 from mallocbench.servers.runtime import RuntimeDir
 
 NAME = "postgresql"
@@ -58,7 +58,8 @@ class PostgresFamily:
 
     def check_steps(self, names: Iterable[str]) -> None:
         for name in names:
-            workload.form_named(name)
+            if name not in pgbench.SCRIPTS:
+                workload.form_named(name)
 
     def server_user(self) -> ServerUser | None:
         return server.server_user()
