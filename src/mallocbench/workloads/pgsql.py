@@ -30,7 +30,7 @@ from mallocbench.workloads.sysbench import (
     _child_setup,
 )
 
-PGBENCH_GROUP = "pgbench"
+PGBENCH_GROUP = "pgbench-builtin"
 PGBENCH_STEPS = {
     "tpcb-like": StepDef(
         "tpcb-like",

@@ -50,6 +50,7 @@ from mallocbench.servers.mariadb import (
     ServerExit,
     ServerStartError,
     ServerUser,
+    SettingNotTaken,
     _chown_tree,
     _disable_thp,
     _write_private,
@@ -467,7 +468,7 @@ class PgServer:
             raise ServerStartError(f"server started but its first query failed: {exc}") from exc
         if rejected:
             name, error = rejected[0]
-            raise ServerStartError(
+            raise SettingNotTaken(
                 f"the server started without the setting {name} ({error}); nothing is "
                 "measured under a setup it does not run"
             )
