@@ -28,7 +28,7 @@ from mallocbench.run.dataset import Dataset
 from mallocbench.servers.family import Launch
 from mallocbench.servers.postgresql import settings, workload
 from mallocbench.servers.postgresql.build import PgBuild, find_build
-from mallocbench.servers.postgresql.dataset import golden_datadir
+from mallocbench.servers.postgresql.dataset import dataset_key, golden_datadir
 from mallocbench.servers.postgresql.family import FAMILY
 from mallocbench.servers.postgresql.memory import server_pids
 from mallocbench.servers.postgresql.server import (
@@ -317,3 +317,22 @@ def test_pgbench_builtin_scripts_run_as_steps(started: PgServer, pg_build: PgBui
     assert out.avg_ms is not None and out.avg_ms > 0
     with pytest.raises(MallocbenchError, match=r"script 'select-onyl' \(did you mean"):
         pgbench_step("select-onyl")
+
+
+def test_the_golden_directory_is_loaded_once_and_a_dead_loaders_is_reclaimed(
+    pg_build: PgBuild, golden: Path, dataset_cache: Path, tmp_path: Path
+) -> None:
+    said: list[str] = []
+    assert golden_datadir(pg_build, SHAPE, dataset_cache, said.append) == golden
+    assert said == []  # cached: nothing loaded again
+    shape = Dataset(tables=1, rows=500, cache_bytes=32 << 20)
+    key = dataset_key(pg_build, shape)
+    leftover = dataset_cache / "datasets" / f".{key}.dead"
+    (leftover / "data").mkdir(parents=True)
+    (leftover / "server.json").write_text('{"pid": 999999999, "start_time": 1}\n')
+    loaded = golden_datadir(pg_build, shape, dataset_cache, said.append)
+    assert said == [f"loading dataset {key} (once; later runs reuse it)"]
+    assert not leftover.exists() and (loaded / "PG_VERSION").is_file()
+    with running(pg_build, tmp_path / "s", _config(), loaded) as server:
+        assert server.query("SELECT count(*) FROM sbtest1") == [(500,)]
+        assert server.query("SELECT count(*) FROM pgbench_accounts") == [(100_000,)]
