@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs the real parts mallocbench drives (MariaDB + MyRocks, sysbench, the allocators)
-# from Debian packages when any is missing. Idempotent; never starts or reconfigures the
+# Installs the real parts mallocbench drives (MariaDB + MyRocks, PostgreSQL 15, sysbench
+# with its pgsql driver, the allocators) from Debian packages when any is missing. Idempotent; never starts or reconfigures the
 # system MariaDB service: a temporary policy-rc.d forbids service starts during install.
 set -euo pipefail
 
 packages=(
   mariadb-server mariadb-client mariadb-plugin-rocksdb mariadb-backup sysbench
+  postgresql-15 postgresql-client-15
   libjemalloc2 libtcmalloc-minimal4 libgoogle-perftools4 libmimalloc2.0
   build-essential python3-venv libzstd-dev
 )
