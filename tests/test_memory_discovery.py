@@ -24,8 +24,8 @@ from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.memory import server as server_mod
 from mallocbench.memory import take as take_mod
-from mallocbench.memory.render import render
 from mallocbench.memory.server import ConnectOptions
+from mallocbench.report.memory import render
 from mallocbench.servers import engines, mariadb
 
 MiB = 2**20

@@ -481,10 +481,11 @@ def test_thp_advice_follows_the_mode_and_the_process() -> None:
 
 def test_watch_draws_lazy_free(tmp_path: Path) -> None:
     from mallocbench.memory import watch
+    from mallocbench.report.memory import write_watch_chart
 
     rows: list[dict[str, object]] = [
         {"elapsed_s": i, "rss": 300 * MiB, "lazy_free": (i % 2) * 64 * MiB} for i in range(4)
     ]
-    watch.write_chart(rows, tmp_path / "c.html")
+    write_watch_chart(rows, tmp_path / "c.html")
     page = (tmp_path / "c.html").read_text()
     assert {k for k in watch.COLUMNS if f'"name":"{k}"' in page} == {"rss", "lazy_free"}

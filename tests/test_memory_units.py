@@ -15,6 +15,7 @@ import pytest
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory import massif, process, server, watch
+from mallocbench.report.memory import write_watch_chart
 from mallocbench.units import parse_size
 
 # Threads that each hold small blocks make glibc give each its own arena; the wrapper
@@ -175,7 +176,7 @@ def test_watch_chart_and_csv(tmp_path: Path) -> None:
         {"elapsed_s": i, "rss": (100 + i) * 2**20, "heap_rss": 50 * 2**20, "unaccounted": -(2**20)}
         for i in range(4)
     ]
-    watch.write_chart(rows, tmp_path / "c.html")
+    write_watch_chart(rows, tmp_path / "c.html")
     page = (tmp_path / "c.html").read_text()
     # Three series drawn by plotly, which loads from the shared copy beside the page.
     drawn = {k for k in watch.COLUMNS if f'"name":"{k}"' in page}
@@ -186,7 +187,10 @@ def test_watch_chart_and_csv(tmp_path: Path) -> None:
     def sample() -> object:
         raise KeyboardInterrupt
 
-    got = watch.watch(sample, 0.1, tmp_path / "m.csv", tmp_path / "m.html")  # type: ignore[arg-type]
+    def draw(rows: list[dict[str, object]]) -> None:
+        write_watch_chart(rows, tmp_path / "m.html")
+
+    got = watch.watch(sample, 0.1, tmp_path / "m.csv", draw)  # type: ignore[arg-type]
     assert got == []
     assert list(csv.reader((tmp_path / "m.csv").open()))[0][0] == "time"
     assert (tmp_path / "m.html").exists()

@@ -149,6 +149,7 @@ def _watch(
     from mallocbench.commands.options import StopOnSignals
     from mallocbench.memory import take as take_mod
     from mallocbench.memory import watch as watch_mod
+    from mallocbench.report.memory import write_watch_chart
 
     try:
         first = take_mod.take(opts, pid, conn=conn)
@@ -191,7 +192,7 @@ def _watch(
                 sample,
                 watch,
                 csv_path,
-                chart_path,
+                lambda rows: write_watch_chart(rows, chart_path),
                 count=count,
                 on_row=show,
                 should_stop=stop.requested,
