@@ -11,8 +11,9 @@ import pytest
 
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
+from mallocbench.memory.account import account
 from mallocbench.probes import system
-from mallocbench.probes.server import ServerMemoryProbe, account
+from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import ServerBuild, ServerConfig, _disable_thp, running
 

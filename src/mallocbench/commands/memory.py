@@ -13,11 +13,15 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.units import parse_size
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pymysql
 
     from mallocbench.memory.profile import SqlStep
     from mallocbench.memory.report import MemoryReport
     from mallocbench.memory.server import ConnectOptions
+    from mallocbench.servers.engines import Engine
+    from mallocbench.servers.mariadb import ServerBuild
     from mallocbench.workloads.catalogue import Step
 
 
@@ -325,6 +329,7 @@ def profile(
             out,
             chosen,
             connections,
+            _golden_datadir,
             repeat=repeat or 5,
             seconds=seconds or 10.0,
             engine=engine,
@@ -397,6 +402,22 @@ def _profile_step(
     if repeat is not None:
         raise MallocbenchError("--repeat applies to --sql; a --step runs for --seconds")
     return profile_mod.catalogue_step(step or profile_mod.DEFAULT_STEP)
+
+
+def _golden_datadir(
+    build: ServerBuild,
+    engine: Engine,
+    tables: int,
+    rows: int,
+    cache_bytes: int,
+    on_status: Callable[[str], None],
+) -> Path:
+    """The run pipeline's cached sbtest tables, so a step profiled here and a cell measured
+    there see the same data."""
+    from mallocbench.run import dataset
+
+    shape = dataset.Dataset(tables=tables, rows=rows, cache_bytes=cache_bytes)
+    return dataset.golden_datadir(build, engine, shape, on_status=on_status)
 
 
 commands = [memory, profile]
