@@ -14,7 +14,7 @@ import pytest
 
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
-from mallocbench.memory import massif, process, server, watch
+from mallocbench.memory import client, connect, massif, process, server, watch
 from mallocbench.report.memory import write_watch_chart
 from mallocbench.units import parse_size
 
@@ -199,11 +199,11 @@ def test_watch_chart_and_csv(tmp_path: Path) -> None:
 def test_option_file_password(tmp_path: Path) -> None:
     cnf = tmp_path / "my.cnf"
     cnf.write_text("!includedir /nowhere\n[client]\nuser = monitor\npassword = 's3cret'\n")
-    opts = server.resolve_options(server.ConnectOptions(socket="/x.sock", defaults_file=str(cnf)))
+    opts = connect.resolve_options(client.ConnectOptions(socket="/x.sock", defaults_file=str(cnf)))
     assert (opts.user, opts.password) == ("monitor", "s3cret")
     assert "s3cret" not in repr(opts)
     with pytest.raises(MallocbenchError, match="does not exist"):
-        server.read_option_file(str(tmp_path / "none.cnf"))
+        client.read_option_file(str(tmp_path / "none.cnf"))
 
 
 def test_memory_used_version_rule_and_sizes() -> None:

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 
     import pymysql
 
+    from mallocbench.memory.client import ConnectOptions
     from mallocbench.memory.profile import SqlStep
     from mallocbench.memory.report import MemoryReport
-    from mallocbench.memory.server import ConnectOptions
     from mallocbench.servers.engines import Engine
     from mallocbench.servers.mariadb import ServerBuild
     from mallocbench.workloads.catalogue import Step
@@ -115,17 +115,16 @@ def memory(
     process needs the server's user or root. The full account needs PROCESS and SELECT
     on performance_schema; without them each missing part is named, with its GRANT.
     """
-    from mallocbench.memory import server as server_mod
     from mallocbench.memory import take as take_mod
+    from mallocbench.memory.client import ConnectOptions
+    from mallocbench.memory.connect import find_server
 
     if count is not None and watch is None:
         raise MallocbenchError("--count only applies with --watch SECONDS")
     password = None
     if ask_password:
         password = click.prompt("Password", hide_input=True, default="", show_default=False)
-    found = server_mod.find_server(
-        server_mod.ConnectOptions(socket, host, port, user, password, defaults_file), pid
-    )
+    found = find_server(ConnectOptions(socket, host, port, user, password, defaults_file), pid)
     if found.source:
         click.echo(f"mallocbench: {found.describe()}", err=True)
     opts, conn = found.opts, found.conn
