@@ -8,13 +8,15 @@ import os
 import re
 import shutil
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
 from mallocbench.servers.engines import Engine
+from mallocbench.servers.options import check_config
 
 # Environment variables that would change the allocator or its behaviour behind our back.
 _ALLOCATOR_ENV = re.compile(
@@ -58,6 +60,71 @@ def disable_thp() -> None:
     """Runs in the forked child: the flag survives execve and covers all of mysqld."""
     if _libc.prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE) failed")
+
+
+def in_child(config: ServerConfig) -> Callable[[], None] | None:
+    """What the forked child does before exec: THP off, join the memory and cpu cgroups."""
+    steps: list[Callable[[], None]] = []
+    if config.thp_disabled:
+        steps.append(disable_thp)
+    if config.memory_cgroup is not None:
+        steps.append(config.memory_cgroup.join_self)
+    if config.cpu_cgroup is not None:
+        steps.append(config.cpu_cgroup.join_self)
+    if not steps:
+        return None
+
+    def run_steps() -> None:
+        for step in steps:
+            step()
+
+    return run_steps
+
+
+def mysqld_settings(
+    config: ServerConfig,
+    *,
+    datadir: Path,
+    socket: Path,
+    statedir: Path,
+    error_log: Path,
+    tmpdir: Path,
+    files_dir: Path,
+    init_file: Path,
+    port: int | None,
+    user: str | None,
+) -> dict[str, str]:
+    """The my.cnf [mysqld] settings: harness defaults, engine, then the setup's overrides."""
+    settings: dict[str, str] = {
+        "datadir": str(datadir),
+        "socket": str(socket),
+        "pid-file": str(statedir / "mysqld.pid"),
+        "log-error": str(error_log),
+        # A private tmpdir: concurrent servers sharing /tmp collide on temp-table names.
+        "tmpdir": str(tmpdir),
+        "secure-file-priv": str(files_dir),
+        "init-file": str(init_file),
+        "skip-name-resolve": "ON",
+        "skip-log-bin": "ON",
+        "max_connections": str(config.max_connections),
+        "max_prepared_stmt_count": "1000000",
+        "table_open_cache": "2000",
+        "performance_schema": "OFF",
+    }
+    if port is None:
+        settings["skip-networking"] = "ON"
+    else:
+        settings["port"] = str(port)
+        settings["bind-address"] = "127.0.0.1"
+    if user is not None:
+        settings["user"] = user
+    settings.update(config.engine.config(config.cache_bytes))
+    for key, value in config.overrides.items():
+        # Validated with the experiment already; checked again here because this is
+        # the last step before text reaches the server.
+        check_config(key, size_value(value), "server config")
+        settings[key] = size_value(value)
+    return settings
 
 
 def render_mycnf(settings: Mapping[str, str]) -> str:

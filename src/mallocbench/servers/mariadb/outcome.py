@@ -4,6 +4,9 @@ whose harness died."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,3 +68,35 @@ def process_start_time(pid: int) -> int | None:
     # The command name may hold spaces and parentheses: fields start after the last ")".
     fields = text.rsplit(")", 1)[1].split()
     return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def start_failure_summary(error_log: Path, stdout_log: Path) -> str:
+    """The error lines of a server that would not start (else its log's last lines)."""
+    tail = log_tail(error_log, 40) or log_tail(stdout_log, 40)
+    errors = [line for line in tail.splitlines() if "[ERROR]" in line or "rror" in line]
+    return "\n".join(errors[-5:]) if errors else tail
+
+
+def logged_about(error_log: Path, word: str) -> str | None:
+    """The first error or warning of the log that names `word` (the cause comes
+    before what follows from it), without its time stamp."""
+    for line in log_tail(error_log, 400).splitlines():
+        if word in line and ("[ERROR]" in line or "[Warning]" in line):
+            return re.sub(r"^.*?\[(ERROR|Warning)\] ", "", line).strip()
+    return None
+
+
+def write_record(
+    path: Path, pid: int, *, mysqld: str, rundir: Path, statedir: Path, socket: Path
+) -> None:
+    """The server's SERVER_RECORD: what a later run needs to find and stop it (servers.orphans)."""
+    record = {
+        "pid": pid,
+        "start_time": process_start_time(pid),
+        "harness_pid": os.getpid(),
+        "mysqld": mysqld,
+        "rundir": str(rundir),
+        "statedir": str(statedir),
+        "socket": str(socket),
+    }
+    path.write_text(json.dumps(record) + "\n")

@@ -25,16 +25,14 @@ a 0700 home included; otherwise it is the session directory itself.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
 import secrets
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +46,9 @@ from mallocbench.servers.mariadb.access import chown_tree, port_in_use, server_u
 from mallocbench.servers.mariadb.build import ServerBuild, initialise_command
 from mallocbench.servers.mariadb.config import (
     ServerConfig,
-    disable_thp,
+    in_child,
     init_sql,
+    mysqld_settings,
     render_mycnf,
     server_command,
     server_environment,
@@ -61,9 +60,10 @@ from mallocbench.servers.mariadb.outcome import (
     ServerStartError,
     SettingNotTaken,
     log_tail,
-    process_start_time,
+    logged_about,
+    start_failure_summary,
+    write_record,
 )
-from mallocbench.servers.options import check_config
 from mallocbench.servers.taken import Plugin, adjusted, not_taken
 
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes on Linux; leave room
@@ -126,37 +126,18 @@ class PrivateServer:
         return Path(tempfile.mkdtemp(prefix="mallocbench-")) / "mysqld.sock"
 
     def settings(self) -> dict[str, str]:
-        """The my.cnf [mysqld] settings: harness defaults, engine, then the setup's overrides."""
-        settings: dict[str, str] = {
-            "datadir": str(self.datadir),
-            "socket": str(self.socket),
-            "pid-file": str(self.statedir / "mysqld.pid"),
-            "log-error": str(self.error_log),
-            # A private tmpdir: concurrent servers sharing /tmp collide on temp-table names.
-            "tmpdir": str(self.tmpdir),
-            "secure-file-priv": str(self.files_dir),
-            "init-file": str(self.init_file),
-            "skip-name-resolve": "ON",
-            "skip-log-bin": "ON",
-            "max_connections": str(self.config.max_connections),
-            "max_prepared_stmt_count": "1000000",
-            "table_open_cache": "2000",
-            "performance_schema": "OFF",
-        }
-        if self.port is None:
-            settings["skip-networking"] = "ON"
-        else:
-            settings["port"] = str(self.port)
-            settings["bind-address"] = "127.0.0.1"
-        if self.user is not None:
-            settings["user"] = self.user.name
-        settings.update(self.config.engine.config(self.config.cache_bytes))
-        for key, value in self.config.overrides.items():
-            # Validated with the experiment already; checked again here because this is
-            # the last step before text reaches the server.
-            check_config(key, size_value(value), "server config")
-            settings[key] = size_value(value)
-        return settings
+        return mysqld_settings(
+            self.config,
+            datadir=self.datadir,
+            socket=self.socket,
+            statedir=self.statedir,
+            error_log=self.error_log,
+            tmpdir=self.tmpdir,
+            files_dir=self.files_dir,
+            init_file=self.init_file,
+            port=self.port,
+            user=self.user.name if self.user is not None else None,
+        )
 
     def render_config(self) -> str:
         return render_mycnf(self.settings())
@@ -272,11 +253,18 @@ class PrivateServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 process_group=0,
-                preexec_fn=self._in_child(),
+                preexec_fn=in_child(self.config),
             )
         process.track(self.proc)
         self._oom_watch = OomWatch.start(self.proc.pid)
-        self._write_record()
+        write_record(
+            self.record,
+            self.proc.pid,
+            mysqld=self.build.mysqld,
+            rundir=self.rundir,
+            statedir=self.statedir,
+            socket=self.socket,
+        )
         self._stopping = False
         try:
             self._wait_ready(timeout)
@@ -330,51 +318,12 @@ class PrivateServer:
             return
         first = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        said = self._logged_about(first.word)
+        said = logged_about(self.error_log, first.word)
         raise SettingNotTaken(
             f"the server started without a setting it was given, {first.text}{more}"
             + (f" (its error log: {said})" if said else "")
             + "; nothing is measured under a setup it does not run"
         )
-
-    def _logged_about(self, word: str) -> str | None:
-        """The first error or warning of the log that names `word` (the cause comes
-        before what follows from it), without its time stamp."""
-        for line in log_tail(self.error_log, 400).splitlines():
-            if word in line and ("[ERROR]" in line or "[Warning]" in line):
-                return re.sub(r"^.*?\[(ERROR|Warning)\] ", "", line).strip()
-        return None
-
-    def _in_child(self) -> Callable[[], None] | None:
-        """What the forked child does before exec: THP off, join the memory and cpu cgroups."""
-        steps: list[Callable[[], None]] = []
-        if self.config.thp_disabled:
-            steps.append(disable_thp)
-        if self.config.memory_cgroup is not None:
-            steps.append(self.config.memory_cgroup.join_self)
-        if self.config.cpu_cgroup is not None:
-            steps.append(self.config.cpu_cgroup.join_self)
-        if not steps:
-            return None
-
-        def run_steps() -> None:
-            for step in steps:
-                step()
-
-        return run_steps
-
-    def _write_record(self) -> None:
-        assert self.proc is not None
-        record = {
-            "pid": self.proc.pid,
-            "start_time": process_start_time(self.proc.pid),
-            "harness_pid": os.getpid(),
-            "mysqld": self.build.mysqld,
-            "rundir": str(self.rundir),
-            "statedir": str(self.statedir),
-            "socket": str(self.socket),
-        }
-        self.record.write_text(json.dumps(record) + "\n")
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.proc is not None
@@ -383,9 +332,10 @@ class PrivateServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 process.untrack(self.proc)
+                summary = start_failure_summary(self.error_log, self.stdout_log)
                 raise ServerStartError(
                     f"server failed to start (exit code {self.proc.returncode}); "
-                    f"error log {self.kept_error_log}:\n{self._start_failure_summary()}"
+                    f"error log {self.kept_error_log}:\n{summary}"
                 )
             if self.socket.exists():
                 try:
@@ -398,11 +348,6 @@ class PrivateServer:
             f"server not ready after {timeout:.0f}s ({last_error or 'no socket'}); "
             f"see {self.kept_error_log}"
         )
-
-    def _start_failure_summary(self) -> str:
-        tail = log_tail(self.error_log, 40) or log_tail(self.stdout_log, 40)
-        errors = [line for line in tail.splitlines() if "[ERROR]" in line or "rror" in line]
-        return "\n".join(errors[-5:]) if errors else tail
 
     def connect(self, connect_timeout: float = 10, **kwargs: Any) -> pymysql.Connection:
         return pymysql.connect(
