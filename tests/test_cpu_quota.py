@@ -15,12 +15,9 @@ import pytest
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import engines
-from mallocbench.servers.cgroup import (
-    CpuCgroup,
-    cgroup_name,
-    cgroup_of,
-    cpu_capping_problem,
-)
+from mallocbench.servers.cgroup.hierarchy import cgroup_of
+from mallocbench.servers.cgroup.own import CpuCgroup, cgroup_name
+from mallocbench.servers.cgroup.parents import cpu_capping_problem
 from mallocbench.servers.mariadb import ServerBuild, ServerConfig, running
 
 MiB = 1 << 20

@@ -26,7 +26,9 @@ from mallocbench.model.results import Cell, RunResult, Sample, SessionInfo, Setu
 from mallocbench.report import html, markdown, terminal
 from mallocbench.report.words import CAP_NOTE
 from mallocbench.run.experiment import MIN_MEMORY_LIMIT, from_dict
-from mallocbench.servers.cgroup import MemoryCgroup, capping_problem, memory_cgroup_of
+from mallocbench.servers.cgroup.hierarchy import memory_cgroup_of
+from mallocbench.servers.cgroup.own import MemoryCgroup
+from mallocbench.servers.cgroup.parents import capping_problem
 
 MiB = 1 << 20
 GiB = 1 << 30

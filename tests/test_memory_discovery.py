@@ -22,10 +22,11 @@ from rich.console import Console
 
 from cli_runner import run_cli
 from mallocbench import allocators
+from mallocbench.memory import client as client_mod
 from mallocbench.memory import server as server_mod
 from mallocbench.memory import take as take_mod
-from mallocbench.memory.render import render
-from mallocbench.memory.server import ConnectOptions
+from mallocbench.memory.client import ConnectOptions
+from mallocbench.report.memory import render
 from mallocbench.servers import engines, mariadb
 
 MiB = 2**20
@@ -65,7 +66,7 @@ def places(tmp_path: Path) -> tuple[Path, Path]:
 @pytest.fixture
 def os_user_by_socket(server: mariadb.PrivateServer) -> Iterator[str]:
     """The OS user may log in by unix_socket authentication, as root does on Debian."""
-    me = server_mod.os_user()
+    me = client_mod.os_user()
     if me == "root":
         server.query(
             "ALTER USER 'root'@'localhost' IDENTIFIED VIA unix_socket "
@@ -90,7 +91,7 @@ def run(
         HOME=str(home),
         COLUMNS="300",
         PYTHONPATH=SRC,
-        **{server_mod.TEST_ROOT_ENV: str(root)},
+        **{client_mod.TEST_ROOT_ENV: str(root)},
         **(env or {}),
     )
     return run_cli("memory", *args, timeout=300, whole_env=clean)
@@ -138,7 +139,7 @@ def test_option_files_read_as_the_client_reads_them(tmp_path: Path) -> None:
         "port=3307\n",
     )
     home = write(tmp_path / "home.cnf", "[client]\nsocket=/b.sock\n")
-    got = server_mod.read_option_files([main, home, tmp_path / "absent.cnf"])
+    got = client_mod.read_option_files([main, home, tmp_path / "absent.cnf"])
     assert got.values == {
         "socket": "/b.sock",
         "user": "second",
@@ -160,7 +161,7 @@ def test_nothing_reachable_is_one_line_naming_each_try(
     line = one_line(result.stderr)
     assert line.startswith("mallocbench: error: no server found: ")
     assert "option files" in line and "name no server" in line
-    for usual in server_mod.USUAL_SOCKETS:
+    for usual in client_mod.USUAL_SOCKETS:
         assert f"{root}{usual}" in line
     for how in ("--socket PATH", "--host HOST --port PORT", "--defaults-file FILE", "--pid PID"):
         assert how in line
@@ -266,7 +267,7 @@ def test_refused_accounts_are_named_without_passwords(
     result = run(home=home, root=root)
     assert result.returncode == 2
     line = one_line(result.stderr)
-    me = server_mod.os_user()
+    me = client_mod.os_user()
     assert (
         f"{server.socket} as {USAGE_USER} (from {cnf}): access denied with the password given"
     ) in line

@@ -20,8 +20,8 @@ from mallocbench.memory import jemalloc as jemalloc_mod
 from mallocbench.memory import process as process_mod
 from mallocbench.memory import take as take_mod
 from mallocbench.memory.advice import advise
+from mallocbench.memory.client import ConnectOptions
 from mallocbench.memory.report import Advice, AllocatorKeeps, AllocatorSummary, MemoryReport
-from mallocbench.memory.server import ConnectOptions
 from mallocbench.servers import engines, mariadb
 
 MiB = 2**20
@@ -239,7 +239,7 @@ def _v1_tree(root: Path, limits: dict[str, int], hierarchical: int | None = None
 
 
 def test_v1_limit_from_a_cgroupfs_tree(tmp_path: Path) -> None:
-    from mallocbench.servers.cgroup import memory_limit_in
+    from mallocbench.servers.cgroup.hierarchy import memory_limit_in
 
     root = tmp_path / "memory"
     leaf = _v1_tree(root, {"a": 300 * MiB, "a/b": 500 * MiB, "a/b/c": (1 << 63) - 4096})
@@ -255,7 +255,7 @@ def test_v1_limit_from_a_cgroupfs_tree(tmp_path: Path) -> None:
 
 
 def test_v2_limit_from_a_cgroupfs_tree(tmp_path: Path) -> None:
-    from mallocbench.servers.cgroup import memory_limit_in
+    from mallocbench.servers.cgroup.hierarchy import memory_limit_in
 
     root = tmp_path / "unified"
     for rel, value in (("", None), ("svc", "419430400"), ("svc/db", "max")):
@@ -271,7 +271,8 @@ def test_v2_limit_from_a_cgroupfs_tree(tmp_path: Path) -> None:
 
 def test_v1_limit_of_a_real_process() -> None:
     """A process in a capped v1 memory cgroup: `memory` compares against that cap."""
-    from mallocbench.servers.cgroup import MemoryCgroup, memory_version
+    from mallocbench.servers.cgroup.hierarchy import memory_version
+    from mallocbench.servers.cgroup.own import MemoryCgroup
 
     if memory_version() != 1:
         pytest.skip("this host mounts no cgroup v1 memory hierarchy")
@@ -291,7 +292,9 @@ def test_v1_limit_of_a_real_process() -> None:
 def test_memory_compares_with_the_cap_of_a_capped_server(tmp_path: Path) -> None:
     """A private server in a capped memory cgroup (v1 on this host): the account's limit
     is that cap, named by its file, not the machine's memory."""
-    from mallocbench.servers.cgroup import MemoryCgroup, capping_problem, memory_version
+    from mallocbench.servers.cgroup.hierarchy import memory_version
+    from mallocbench.servers.cgroup.own import MemoryCgroup
+    from mallocbench.servers.cgroup.parents import capping_problem
 
     if capping_problem() is not None:
         pytest.skip(capping_problem() or "")
@@ -311,7 +314,7 @@ def test_memory_compares_with_the_cap_of_a_capped_server(tmp_path: Path) -> None
 
 _HARNESS = """
 import os, subprocess, sys, time
-from mallocbench.servers.cgroup import MemoryCgroup
+from mallocbench.servers.cgroup.own import MemoryCgroup
 group = MemoryCgroup.create("killed", 256 << 20)
 if sys.argv[1] == "with-server":
     # Stands in for a server: its own process group, so it outlives the harness, as
@@ -337,7 +340,8 @@ def _killed_harness(mode: str) -> Path:
 
 
 def test_next_run_removes_an_empty_group_of_a_killed_harness(tmp_path: Path) -> None:
-    from mallocbench.servers.cgroup import MemoryCgroup, capping_problem
+    from mallocbench.servers.cgroup.own import MemoryCgroup
+    from mallocbench.servers.cgroup.parents import capping_problem
     from mallocbench.servers.orphans import stop_orphans
 
     if capping_problem() is not None:
@@ -481,10 +485,11 @@ def test_thp_advice_follows_the_mode_and_the_process() -> None:
 
 def test_watch_draws_lazy_free(tmp_path: Path) -> None:
     from mallocbench.memory import watch
+    from mallocbench.report.memory import write_watch_chart
 
     rows: list[dict[str, object]] = [
         {"elapsed_s": i, "rss": 300 * MiB, "lazy_free": (i % 2) * 64 * MiB} for i in range(4)
     ]
-    watch.write_chart(rows, tmp_path / "c.html")
+    write_watch_chart(rows, tmp_path / "c.html")
     page = (tmp_path / "c.html").read_text()
     assert {k for k in watch.COLUMNS if f'"name":"{k}"' in page} == {"rss", "lazy_free"}

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from mallocbench import allocators
 from mallocbench.cli import main
 from mallocbench.memory import take as take_mod
-from mallocbench.memory.server import ConnectOptions
+from mallocbench.memory.client import ConnectOptions
 from mallocbench.servers import engines, mariadb
 
 pytestmark = pytest.mark.server
@@ -355,9 +355,9 @@ def test_server_without_its_process(
 ) -> None:
     """A remote server: the account still gives settings and server numbers, and says why
     there is no breakdown."""
-    from mallocbench.memory import server as server_mod
+    from mallocbench.memory import pid as pid_mod
 
-    monkeypatch.setattr(server_mod, "find_pid", lambda srv, opts: (None, "runs elsewhere"))
+    monkeypatch.setattr(pid_mod, "find_pid", lambda srv, opts: (None, "runs elsewhere"))
     code, out, err = _cli("memory", "--defaults-file", str(glibc_server.client_cnf))
     assert code == 0, err
     assert "process not inspected: runs elsewhere" in out

@@ -14,7 +14,8 @@ import pytest
 
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
-from mallocbench.memory import massif, process, server, watch
+from mallocbench.memory import client, connect, massif, process, server, watch
+from mallocbench.report.memory import write_watch_chart
 from mallocbench.units import parse_size
 
 # Threads that each hold small blocks make glibc give each its own arena; the wrapper
@@ -175,7 +176,7 @@ def test_watch_chart_and_csv(tmp_path: Path) -> None:
         {"elapsed_s": i, "rss": (100 + i) * 2**20, "heap_rss": 50 * 2**20, "unaccounted": -(2**20)}
         for i in range(4)
     ]
-    watch.write_chart(rows, tmp_path / "c.html")
+    write_watch_chart(rows, tmp_path / "c.html")
     page = (tmp_path / "c.html").read_text()
     # Three series drawn by plotly, which loads from the shared copy beside the page.
     drawn = {k for k in watch.COLUMNS if f'"name":"{k}"' in page}
@@ -186,7 +187,10 @@ def test_watch_chart_and_csv(tmp_path: Path) -> None:
     def sample() -> object:
         raise KeyboardInterrupt
 
-    got = watch.watch(sample, 0.1, tmp_path / "m.csv", tmp_path / "m.html")  # type: ignore[arg-type]
+    def draw(rows: list[dict[str, object]]) -> None:
+        write_watch_chart(rows, tmp_path / "m.html")
+
+    got = watch.watch(sample, 0.1, tmp_path / "m.csv", draw)  # type: ignore[arg-type]
     assert got == []
     assert list(csv.reader((tmp_path / "m.csv").open()))[0][0] == "time"
     assert (tmp_path / "m.html").exists()
@@ -195,11 +199,11 @@ def test_watch_chart_and_csv(tmp_path: Path) -> None:
 def test_option_file_password(tmp_path: Path) -> None:
     cnf = tmp_path / "my.cnf"
     cnf.write_text("!includedir /nowhere\n[client]\nuser = monitor\npassword = 's3cret'\n")
-    opts = server.resolve_options(server.ConnectOptions(socket="/x.sock", defaults_file=str(cnf)))
+    opts = connect.resolve_options(client.ConnectOptions(socket="/x.sock", defaults_file=str(cnf)))
     assert (opts.user, opts.password) == ("monitor", "s3cret")
     assert "s3cret" not in repr(opts)
     with pytest.raises(MallocbenchError, match="does not exist"):
-        server.read_option_file(str(tmp_path / "none.cnf"))
+        client.read_option_file(str(tmp_path / "none.cnf"))
 
 
 def test_memory_used_version_rule_and_sizes() -> None:

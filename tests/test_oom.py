@@ -17,20 +17,21 @@ import pytest
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import engines
-from mallocbench.servers.cgroup import (
+from mallocbench.servers.cgroup.hierarchy import (
     CgroupMount,
-    KernelLog,
-    KmsgRecord,
-    MemoryCgroup,
-    OomWatch,
-    cgroup_name,
     memory_cgroup_of,
     memory_cgroup_path,
-    oom_killed_pids,
     parse_counters,
-    parse_kmsg_record,
     parse_mountinfo,
 )
+from mallocbench.servers.cgroup.oom import (
+    KernelLog,
+    KmsgRecord,
+    OomWatch,
+    oom_killed_pids,
+    parse_kmsg_record,
+)
+from mallocbench.servers.cgroup.own import MemoryCgroup, cgroup_name
 from mallocbench.servers.mariadb import ServerBuild, ServerConfig, running
 
 MiB = 1 << 20

@@ -891,5 +891,5 @@ def test_memory_watch_on_a_full_disk_ends_in_one_line(
         fill(fs)
         integrity_figures.add("faults injected")
         with pytest.raises(MallocbenchError, match=r"m\.csv after 1 samples: No space left"):
-            watch.watch(lambda: taken, 0.01, fs / "m.csv", fs / "m.html", count=3)
+            watch.watch(lambda: taken, 0.01, fs / "m.csv", lambda rows: None, count=3)
         assert not list(fs.glob("*.tmp")) and not list(fs.glob(".*.tmp"))

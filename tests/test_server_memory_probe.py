@@ -11,10 +11,12 @@ import pytest
 
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
+from mallocbench.memory.account import account
 from mallocbench.probes import system
-from mallocbench.probes.server import ServerMemoryProbe, account
+from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.servers import engines
-from mallocbench.servers.mariadb import ServerBuild, ServerConfig, _disable_thp, running
+from mallocbench.servers.mariadb import ServerBuild, ServerConfig, running
+from mallocbench.servers.mariadb.config import disable_thp
 
 
 def config(engine: str, **kw: object) -> ServerConfig:
@@ -74,7 +76,7 @@ def test_probe_of_a_dead_server_returns_nothing(build: ServerBuild, tmp_path: Pa
 def test_thp_never_is_set_on_the_started_process_alone() -> None:
     # Checked on a plain program: MariaDB 10.11.7+ disables THP for itself anyway.
     status = subprocess.run(
-        ["cat", "/proc/self/status"], capture_output=True, text=True, preexec_fn=_disable_thp
+        ["cat", "/proc/self/status"], capture_output=True, text=True, preexec_fn=disable_thp
     ).stdout
     assert re.search(r"^THP_enabled:\s*0$", status, re.MULTILINE)
     assert system.process_thp_disabled(os.getpid()) is False

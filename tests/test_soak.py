@@ -329,7 +329,7 @@ def test_a_soak_takes_its_length_from_the_flags_the_file_or_two_hours(tmp_path: 
 
 
 def test_the_example_plans_three_capped_soaks_of_six_minutes() -> None:
-    from mallocbench.servers.cgroup import capping_problem
+    from mallocbench.servers.cgroup.parents import capping_problem
 
     if capping_problem() is not None:
         pytest.skip(f"no writable memory cgroup: {capping_problem()}")
@@ -427,7 +427,7 @@ def sigterm_after(command: list[str], store: Path, segments: int) -> tuple[int, 
 def test_a_real_soak_commits_segments_survives_sigterm_and_resumes(
     tmp_path: Path, integrity_figures
 ) -> None:
-    from mallocbench.servers.cgroup import capping_problem
+    from mallocbench.servers.cgroup.parents import capping_problem
 
     if capping_problem() is not None:
         pytest.skip(f"no writable memory cgroup: {capping_problem()}")

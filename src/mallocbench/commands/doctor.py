@@ -20,7 +20,7 @@ def doctor_cmd(as_json: bool) -> None:
     cgroups, privileges and chromium. It only looks: nothing is built or started.
     A piece marked optional is needed only for what its line names.
     """
-    from mallocbench.probes.doctor import checks
+    from mallocbench.doctor.checks import checks
 
     found = checks()
     if as_json:

@@ -13,11 +13,15 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.units import parse_size
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pymysql
 
+    from mallocbench.memory.client import ConnectOptions
     from mallocbench.memory.profile import SqlStep
     from mallocbench.memory.report import MemoryReport
-    from mallocbench.memory.server import ConnectOptions
+    from mallocbench.servers.engines import Engine
+    from mallocbench.servers.mariadb import ServerBuild
     from mallocbench.workloads.catalogue import Step
 
 
@@ -111,17 +115,16 @@ def memory(
     process needs the server's user or root. The full account needs PROCESS and SELECT
     on performance_schema; without them each missing part is named, with its GRANT.
     """
-    from mallocbench.memory import server as server_mod
     from mallocbench.memory import take as take_mod
+    from mallocbench.memory.client import ConnectOptions
+    from mallocbench.memory.connect import find_server
 
     if count is not None and watch is None:
         raise MallocbenchError("--count only applies with --watch SECONDS")
     password = None
     if ask_password:
         password = click.prompt("Password", hide_input=True, default="", show_default=False)
-    found = server_mod.find_server(
-        server_mod.ConnectOptions(socket, host, port, user, password, defaults_file), pid
-    )
+    found = find_server(ConnectOptions(socket, host, port, user, password, defaults_file), pid)
     if found.source:
         click.echo(f"mallocbench: {found.describe()}", err=True)
     opts, conn = found.opts, found.conn
@@ -149,6 +152,7 @@ def _watch(
     from mallocbench.commands.options import StopOnSignals
     from mallocbench.memory import take as take_mod
     from mallocbench.memory import watch as watch_mod
+    from mallocbench.report.memory import write_watch_chart
 
     try:
         first = take_mod.take(opts, pid, conn=conn)
@@ -191,7 +195,7 @@ def _watch(
                 sample,
                 watch,
                 csv_path,
-                chart_path,
+                lambda rows: write_watch_chart(rows, chart_path),
                 count=count,
                 on_row=show,
                 should_stop=stop.requested,
@@ -324,6 +328,7 @@ def profile(
             out,
             chosen,
             connections,
+            _golden_datadir,
             repeat=repeat or 5,
             seconds=seconds or 10.0,
             engine=engine,
@@ -396,6 +401,22 @@ def _profile_step(
     if repeat is not None:
         raise MallocbenchError("--repeat applies to --sql; a --step runs for --seconds")
     return profile_mod.catalogue_step(step or profile_mod.DEFAULT_STEP)
+
+
+def _golden_datadir(
+    build: ServerBuild,
+    engine: Engine,
+    tables: int,
+    rows: int,
+    cache_bytes: int,
+    on_status: Callable[[str], None],
+) -> Path:
+    """The run pipeline's cached sbtest tables, so a step profiled here and a cell measured
+    there see the same data."""
+    from mallocbench.run import dataset
+
+    shape = dataset.Dataset(tables=tables, rows=rows, cache_bytes=cache_bytes)
+    return dataset.golden_datadir(build, engine, shape, on_status=on_status)
 
 
 commands = [memory, profile]

@@ -1,0 +1,1 @@
+"""The explain half: a running server's RSS accounted for, watched, advised on; heap profiles."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.servers import cgroup
+from mallocbench.servers.cgroup import hierarchy as cgroup
 
 # glibc's non-main arenas live in heaps of HEAP_MAX_SIZE = 2 * DEFAULT_MMAP_THRESHOLD_MAX,
 # 64 MiB on 64-bit, always aligned to that size (heap_for_ptr masks pointers with it).

@@ -22,12 +22,17 @@ import pymysql
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory.massif import Profile, parse_heaptrack_print, parse_massif
-from mallocbench.run import dataset
-from mallocbench.run.dataset import Dataset
 from mallocbench.servers import engines, mariadb
+from mallocbench.servers.engines import Engine
 from mallocbench.workloads import catalogue
 from mallocbench.workloads.catalogue import Step
 from mallocbench.workloads.sysbench import Sysbench, threads_for
+
+# The golden sbtest datadir a catalogue step is profiled on, made or found by the run
+# pipeline's datasets: (build, engine, tables, rows, cache_bytes, on_status) -> its path.
+# The command passes it in: the pipeline imports memory/ (a cell's RSS account), so
+# memory/ does not import the pipeline back.
+GoldenDatadir = Callable[[mariadb.ServerBuild, Engine, int, int, int, Callable[[str], None]], Path]
 
 TOOLS = ("heaptrack", "massif")
 INSTALL_HINT = {
@@ -181,6 +186,7 @@ def profile_server(
     out: Path,
     step: Step | SqlStep,
     connections: int,
+    golden_datadir: GoldenDatadir,
     repeat: int = 1,
     seconds: float = 10.0,
     engine: str = "innodb",
@@ -215,8 +221,7 @@ def profile_server(
     else:
         # The same cached tables the compare pipeline loads, so a step here and a cell
         # there see the same data; loading runs without the profiler, so it stays fast.
-        shape = Dataset(tables=tables, rows=rows, cache_bytes=cache_bytes)
-        golden = dataset.golden_datadir(build, the_engine, shape, on_status=log)
+        golden = golden_datadir(build, the_engine, tables, rows, cache_bytes, log)
         log(f"copying the sbtest tables ({tables} x {rows} rows) into {out / 'server'}")
         server.copy_datadir_from(golden)
         length = "until done" if step.definition.until_done else f"for {seconds:g}s"

@@ -13,13 +13,16 @@ from mallocbench import allocators
 from mallocbench.deploy import launch
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory import breakdown as breakdown_mod
+from mallocbench.memory import connect as connect_mod
 from mallocbench.memory import jemalloc as jemalloc_mod
+from mallocbench.memory import pid as pid_mod
 from mallocbench.memory import process as process_mod
 from mallocbench.memory import server as server_mod
 from mallocbench.memory.advice import advise
+from mallocbench.memory.client import ConnectOptions
 from mallocbench.memory.process import ProcessMemory
 from mallocbench.memory.report import AllocatorKeeps, AllocatorSummary, MemoryReport
-from mallocbench.memory.server import ConnectOptions, ServerMemory
+from mallocbench.memory.server import ServerMemory
 from mallocbench.probes.system import thp_mode
 
 
@@ -88,7 +91,7 @@ def allocator_keeps(srv: ServerMemory, proc: ProcessMemory, allocator: str) -> A
 
 
 def connect_and_collect(opts: ConnectOptions) -> tuple[pymysql.Connection, ServerMemory]:
-    conn = server_mod.connect(opts)
+    conn = connect_mod.connect(opts)
     try:
         return conn, server_mod.collect(conn)
     except BaseException:
@@ -105,7 +108,7 @@ def take(
     """One full account. `conn` is reused by --watch so each sample costs one round trip set."""
     own_conn = conn is None
     if conn is None:
-        conn = server_mod.connect(opts)
+        conn = connect_mod.connect(opts)
     try:
         try:
             srv = server_mod.collect(conn)
@@ -118,10 +121,10 @@ def take(
             conn.close()
     if pid is not None:
         if not pid_checked:
-            server_mod.check_pid(pid, srv, opts)
+            pid_mod.check_pid(pid, srv, opts)
         pid_source = "--pid"
     else:
-        pid, pid_source = server_mod.find_pid(srv, opts)
+        pid, pid_source = pid_mod.find_pid(srv, opts)
     proc = None
     allocator: AllocatorSummary | None = None
     limit = None

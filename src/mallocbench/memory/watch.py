@@ -16,7 +16,6 @@ from pathlib import Path
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory.report import MemoryReport
 
-MiB = 1024 * 1024
 # How often a wait between samples checks for a requested stop.
 _STOP_POLL_S = 0.1
 
@@ -43,17 +42,6 @@ COLUMNS = (
     "performance_schema",
     "lazy_free",
     "anon_huge_pages",
-)
-# Series drawn in the chart, with their colours.
-CHART_SERIES = (
-    ("rss", "#000000"),
-    ("heap_rss", "#1f77b4"),
-    ("buffer_pool", "#2ca02c"),
-    ("unaccounted", "#d62728"),
-    ("connections", "#9467bd"),
-    ("rocksdb_block_cache", "#ff7f0e"),
-    ("stacks", "#8c564b"),
-    ("lazy_free", "#17becf"),
 )
 
 
@@ -91,13 +79,13 @@ def watch(
     sample: Callable[[], MemoryReport],
     interval: float,
     csv_path: Path,
-    chart_path: Path,
+    draw: Callable[[list[dict[str, object]]], None],
     count: int | None = None,
     on_row: Callable[[dict[str, object]], None] | None = None,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> list[dict[str, object]]:
     """Sample every `interval` seconds until `count` samples, `should_stop()` or Ctrl-C;
-    return the rows."""
+    return the rows. `draw` gets the rows when the loop ends (the chart is report's)."""
     if interval <= 0:
         raise MallocbenchError("--watch needs a positive number of seconds, e.g. --watch 5")
     try:
@@ -135,43 +123,9 @@ def watch(
         with contextlib.suppress(OSError):
             handle.close()
         if failed is None:
-            write_chart(rows, chart_path)
+            draw(rows)
     if failed is not None:
         raise MallocbenchError(
             f"cannot write {csv_path} after {len(rows)} samples: {failed.strerror}"
         ) from failed
     return rows
-
-
-def write_chart(rows: list[dict[str, object]], path: Path) -> None:
-    """An HTML line chart of the main series (MiB over elapsed seconds), drawn by plotly
-    like every report; plotly.js is the shared copy beside the reports."""
-    import plotly.graph_objects as go
-
-    from mallocbench.report.html import write_plotly_beside
-
-    xs = [float(r["elapsed_s"] or 0) for r in rows]  # type: ignore[arg-type]
-    figure = go.Figure()
-    for key, color in CHART_SERIES:
-        values = [r.get(key) for r in rows]
-        if any(isinstance(v, int | float) and v for v in values):
-            figure.add_trace(
-                go.Scatter(
-                    x=xs,
-                    y=[float(v) / MiB if isinstance(v, int | float) else None for v in values],
-                    name=key,
-                    mode="lines+markers" if len(rows) == 1 else "lines",
-                    line={"color": color, "width": 2},
-                )
-            )
-    figure.update_layout(
-        title="mallocbench memory --watch: MiB over seconds",
-        xaxis_title="seconds since the first sample",
-        yaxis_title="MiB",
-        template="plotly_white",
-    )
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        figure.write_html(path, include_plotlyjs=write_plotly_beside(path), full_html=True)
-    except OSError as exc:
-        raise MallocbenchError(f"cannot write the chart {path}: {exc.strerror}") from exc

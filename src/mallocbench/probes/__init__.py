@@ -1,0 +1,1 @@
+"""Readings taken while a server runs: a process's /proc, the host's CPU and THP, its counters."""

@@ -1,20 +1,17 @@
 """What the server says about its own memory, to set beside what the kernel says.
 
-Two readings: a cheap one taken with every per-second sample over one kept connection
-(status counters and, when enabled, the performance_schema total), and a full account at
-the end of each cell that splits RSS into what the server accounts for and the rest, the
-same account `mallocbench memory` gives of any running server.
+The cheap reading taken with every per-second sample over one kept connection (status
+counters and, when enabled, the performance_schema total). The full account at the end of
+each cell, RSS split into what the server accounts for and the rest, is memory/'s
+(memory/account.py), the same account `mallocbench memory` gives of any running server.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import pymysql
-
-if TYPE_CHECKING:
-    from mallocbench.servers.mariadb import PrivateServer
 
 # SHOW GLOBAL STATUS name -> metric name (bytes); every name is also a Sample.extra key.
 # Builds differ in what they expose: MariaDB's MyRocks has no block-cache usage status
@@ -32,6 +29,28 @@ PFS_METRIC = "pfs_memory_bytes"
 # memory charged to it. The cap acts on this, not on RSS.
 CGROUP_METRIC = "cgroup_bytes"
 
+
+class _Charged(Protocol):
+    def usage_bytes(self) -> int | None: ...
+
+
+class _ProbedConfig(Protocol):
+    @property
+    def memory_cgroup(self) -> _Charged | None: ...
+
+
+class ProbedServer(Protocol):
+    """What a probe reads of a server (a servers.mariadb.PrivateServer): named here, not
+    imported, so probes/ stays below servers/ (whose cgroups read probes/)."""
+
+    @property
+    def config(self) -> _ProbedConfig: ...
+
+    def connect(self, connect_timeout: float = ..., **kwargs: Any) -> pymysql.Connection: ...
+
+    def alive(self) -> bool: ...
+
+
 _STATUS_SQL = "SHOW GLOBAL STATUS WHERE Variable_name IN ({})".format(
     ", ".join(f"'{name}'" for name in STATUS_METRICS)
 )
@@ -47,7 +66,7 @@ _PFS_SQL = (
 class ServerMemoryProbe:
     """Reads the server's memory counters; never raises, so it can never cost a cell."""
 
-    def __init__(self, server: PrivateServer) -> None:
+    def __init__(self, server: ProbedServer) -> None:
         self.server = server
         self._conn: pymysql.Connection | None = None
         self._pfs: bool | None = None  # learnt on first read
@@ -123,32 +142,3 @@ class ServerMemoryProbe:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def account(server: PrivateServer, allocator: str) -> dict[str, float]:
-    """RSS split into what the server accounts for and what it does not, as cell metrics.
-
-    The unaccounted part is the heap's resident pages beyond what the server says it
-    holds there: the allocator's overhead and fragmentation (negative when the server
-    counts memory it reserved but never touched).
-    """
-    from mallocbench.memory import breakdown, process
-    from mallocbench.memory import server as server_memory
-
-    try:
-        with server.connect(connect_timeout=5, read_timeout=30) as conn:
-            reported = server_memory.collect(conn)
-        proc = process.sample(server.pid, allocator, reported.var("innodb_buffer_pool_size"))
-        split = breakdown.build(proc, reported)
-    except Exception:  # noqa: BLE001 - an account must never cost a measured cell
-        return {}
-    metrics = {
-        "rss_at_accounting_bytes": float(split.rss),
-        "rss_accounted_bytes": float(split.accounted),
-        "rss_unaccounted_bytes": float(split.unaccounted),
-        "heap_rss_bytes": float(split.heap_rss),
-        "heap_accounted_bytes": float(split.heap_accounted),
-    }
-    if reported.pfs_enabled and reported.pfs_total is not None:
-        metrics[PFS_METRIC] = float(reported.pfs_total)
-    return metrics

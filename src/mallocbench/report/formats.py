@@ -174,7 +174,7 @@ def _reports_refused_in_one_line(out_dir: Path, rewrite: str) -> Iterator[None]:
 
 def _memory_terminal(report: MemoryReport, console: Console) -> None:
     # Imported when drawn: the memory account's tables are for `memory` alone.
-    from mallocbench.memory.render import render as render_memory
+    from mallocbench.report.memory import render as render_memory
 
     render_memory(report, console)
     if report.breakdown is None and report.server is not None:
@@ -192,7 +192,7 @@ MEMORY: Outputs[MemoryReport] = Outputs(
 
 
 def _profile_terminal(view: ProfileTop, console: Console) -> None:
-    from mallocbench.memory.render import render_profile
+    from mallocbench.report.memory import render_profile
 
     render_profile(view, console)
 

@@ -45,7 +45,7 @@ from mallocbench.run.dialect import (
     string_map,
 )
 from mallocbench.servers import engines
-from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem
+from mallocbench.servers.cgroup.parents import capping_problem, cpu_capping_problem
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config
 from mallocbench.soak.events import SoakEvent, parse_events

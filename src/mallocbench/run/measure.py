@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 
 from mallocbench import units as fmt
 from mallocbench.analysis.steady import WarmupDetector, check_stability
+from mallocbench.memory.account import account
 from mallocbench.model.results import STATUS_FAILED, STATUS_OOM, Cell, Sample
 from mallocbench.probes import process as proc_probe
-from mallocbench.probes.server import CGROUP_METRIC, ServerMemoryProbe, account
+from mallocbench.probes.server import CGROUP_METRIC, ServerMemoryProbe
 from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
 from mallocbench.run.experiment import Experiment, PlannedCell
 from mallocbench.run.session import LiveSession

@@ -24,7 +24,7 @@ from mallocbench.probes.system import process_thp_disabled, thp_mode
 from mallocbench.replay.native import shim_path
 from mallocbench.run.experiment import BYTES_PER_ROW, Experiment, PlannedSession, Setup
 from mallocbench.servers import engines
-from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup
+from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
 from mallocbench.servers.mariadb import (
     PrivateServer,
     ServerBuild,

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.servers.cgroup import remove_abandoned_groups
+from mallocbench.servers.cgroup.parents import remove_abandoned_groups
 from mallocbench.servers.mariadb import SERVER_RECORD, process_start_time
 
 

@@ -40,21 +40,17 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process, runtime
-from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup
+from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
 
 # Family-neutral parts that still live in the MariaDB module (the seam's next step moves
 # them to a module of their own; copying them here would make two to keep in step).
-from mallocbench.servers.mariadb import (
-    _ALLOCATOR_ENV,
+from mallocbench.servers.mariadb.access import ServerUser, chown_tree, free_port, write_private
+from mallocbench.servers.mariadb.config import _ALLOCATOR_ENV, disable_thp
+from mallocbench.servers.mariadb.outcome import (
     SERVER_RECORD,
     ServerExit,
     ServerStartError,
-    ServerUser,
     SettingNotTaken,
-    _chown_tree,
-    _disable_thp,
-    _write_private,
-    free_port,
     log_tail,
     process_start_time,
 )
@@ -262,12 +258,12 @@ class PgServer:
             ) from exc
 
     def _write_credentials(self) -> None:
-        _write_private(
+        write_private(
             self.sysbench_options,
             f"pgsql-host={self.socket_dir}\npgsql-port={self.port}\npgsql-user={ROLE}\n"
             f"pgsql-password={self.password}\npgsql-db={DATABASE}\n",
         )
-        _write_private(
+        write_private(
             self.client_env,
             f"PGHOST={self.socket_dir}\nPGPORT={self.port}\nPGUSER={ROLE}\n"
             f"PGPASSWORD={self.password}\nPGDATABASE={DATABASE}\n",
@@ -295,7 +291,7 @@ class PgServer:
         self.prepare_rundir()
         shutil.rmtree(self.datadir, ignore_errors=True)
         pwfile = self.statedir / "initdb.pw"
-        _write_private(pwfile, self.password + "\n", owner=self.user)
+        write_private(pwfile, self.password + "\n", owner=self.user)
         try:
             self._run_as_server(
                 [
@@ -330,7 +326,7 @@ class PgServer:
             first = (out.stderr.strip().splitlines() or ["cp failed"])[0]
             raise MallocbenchError(f"copying the dataset into {self.datadir} failed: {first}")
         os.chmod(self.datadir, 0o700)
-        _chown_tree(self.datadir, self.user)
+        chown_tree(self.datadir, self.user)
 
     def _write_server_files(self) -> None:
         """The configuration the server reads, in its data directory: each start's own."""
@@ -340,7 +336,7 @@ class PgServer:
             ("postgresql.conf", text),
             ("pg_hba.conf", pg_settings.render_hba(ROLE)),
         ):
-            _write_private(self.datadir / name, content, owner=self.user)
+            write_private(self.datadir / name, content, owner=self.user)
 
     def _set_password(self) -> None:
         """This start's password, set before the server accepts any connection: the
@@ -362,7 +358,7 @@ class PgServer:
         """Before exec: THP off, join the cgroups (as root), then become the server's user."""
         steps: list[Callable[[], None]] = []
         if self.config.thp_disabled:
-            steps.append(_disable_thp)
+            steps.append(disable_thp)
         for group in (self.config.memory_cgroup, self.config.cpu_cgroup):
             if group is not None:
                 steps.append(group.join_self)

@@ -102,7 +102,8 @@ def _system_shim() -> Check:
 
 
 def _cgroups() -> list[Check]:
-    from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem, memory_version
+    from mallocbench.servers.cgroup.hierarchy import memory_version
+    from mallocbench.servers.cgroup.parents import capping_problem, cpu_capping_problem
 
     version = memory_version()
     mode = f"cgroup v{version}" if version else "no memory cgroup controller mounted"

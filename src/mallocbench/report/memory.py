@@ -1,12 +1,15 @@
-"""Terminal rendering of a memory account (rich)."""
+"""A memory account drawn: its terminal tables (rich), and the chart of a --watch."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from mallocbench.console import make_console
+from mallocbench.errors import MallocbenchError
 from mallocbench.memory.breakdown import Breakdown, Footprint
 from mallocbench.memory.massif import ProfileTop
 from mallocbench.memory.process import ThpSetup
@@ -273,3 +276,50 @@ def render_profile(view: ProfileTop, console: Console) -> None:
     if result.command:
         console.print(f"[dim]profiled: {result.command}[/]")
     console.print(f"[dim]data: {result.source}[/]")
+
+
+# Series drawn in --watch's chart, with their colours.
+WATCH_SERIES = (
+    ("rss", "#000000"),
+    ("heap_rss", "#1f77b4"),
+    ("buffer_pool", "#2ca02c"),
+    ("unaccounted", "#d62728"),
+    ("connections", "#9467bd"),
+    ("rocksdb_block_cache", "#ff7f0e"),
+    ("stacks", "#8c564b"),
+    ("lazy_free", "#17becf"),
+)
+
+
+def write_watch_chart(rows: list[dict[str, object]], path: Path) -> None:
+    """An HTML line chart of the main series (MiB over elapsed seconds), drawn by plotly
+    like every report; plotly.js is the shared copy beside the reports."""
+    import plotly.graph_objects as go
+
+    from mallocbench.report.html import write_plotly_beside
+
+    xs = [float(r["elapsed_s"] or 0) for r in rows]  # type: ignore[arg-type]
+    figure = go.Figure()
+    for key, color in WATCH_SERIES:
+        values = [r.get(key) for r in rows]
+        if any(isinstance(v, int | float) and v for v in values):
+            figure.add_trace(
+                go.Scatter(
+                    x=xs,
+                    y=[float(v) / MiB if isinstance(v, int | float) else None for v in values],
+                    name=key,
+                    mode="lines+markers" if len(rows) == 1 else "lines",
+                    line={"color": color, "width": 2},
+                )
+            )
+    figure.update_layout(
+        title="mallocbench memory --watch: MiB over seconds",
+        xaxis_title="seconds since the first sample",
+        yaxis_title="MiB",
+        template="plotly_white",
+    )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.write_html(path, include_plotlyjs=write_plotly_beside(path), full_html=True)
+    except OSError as exc:
+        raise MallocbenchError(f"cannot write the chart {path}: {exc.strerror}") from exc

@@ -25,259 +25,48 @@ a 0700 home included; otherwise it is the session directory itself.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import json
 import os
-import pwd
-import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pymysql
 
 from mallocbench import allocators
-from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process, runtime
-from mallocbench.servers.cgroup import CpuCgroup, MemoryCgroup, OomWatch
-from mallocbench.servers.engines import Engine
-from mallocbench.servers.options import check_config
+from mallocbench.servers.cgroup.oom import OomWatch
+from mallocbench.servers.mariadb.access import chown_tree, port_in_use, server_user, write_private
+from mallocbench.servers.mariadb.build import ServerBuild, initialise_command
+from mallocbench.servers.mariadb.config import (
+    ServerConfig,
+    in_child,
+    init_sql,
+    mysqld_settings,
+    render_mycnf,
+    server_command,
+    server_environment,
+    size_value,
+)
+from mallocbench.servers.mariadb.outcome import (
+    SERVER_RECORD,
+    ServerExit,
+    ServerStartError,
+    SettingNotTaken,
+    log_tail,
+    logged_about,
+    start_failure_summary,
+    write_record,
+)
 from mallocbench.servers.taken import Plugin, adjusted, not_taken
 
-SERVER_BINARIES = ("mariadbd", "mysqld")
-# Environment variables that would change the allocator or its behaviour behind our back.
-_ALLOCATOR_ENV = re.compile(
-    r"^(LD_PRELOAD|MALLOC_|GLIBC_TUNABLES|JE_MALLOC_CONF|TCMALLOC_|HEAPPROFILE|MIMALLOC_"
-    r"|MBRECORD_)"
-)
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes on Linux; leave room
-# The unprivileged account a root-run harness hands its servers to (Debian's packages
-# create it with mariadb-server).
-SERVER_USER = "mysql"
-# Written beside each running server; the next run in the same directory uses it to find
-# and stop a server whose harness died (SIGKILL leaves no chance to clean up).
-SERVER_RECORD = "server.json"
-
-
-class ServerStartError(MallocbenchError):
-    """The server did not become ready; the message carries the error log's last lines."""
-
-
-class SettingNotTaken(ServerStartError):
-    """The server started without a setting it was given (servers.taken): a failed
-    setup, since measuring it would measure another setup under its name."""
-
-
-@dataclass(frozen=True)
-class ServerBuild:
-    """A mysqld build: the binary, its datadir initialiser and its version."""
-
-    mysqld: str
-    install_db: str | None
-    version: str
-    flavor: str  # "mariadb" or "mysql"
-    basedir: str | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.flavor} {self.version}"
-
-
-def _first_existing(paths: list[Path]) -> str | None:
-    return next((str(p) for p in paths if p.is_file() and os.access(p, os.X_OK)), None)
-
-
-def find_build(basedir: str | None = None) -> ServerBuild:
-    """Locate mysqld in a basedir (any build), or the packaged MariaDB when none is given."""
-    if basedir:
-        base = Path(basedir).expanduser()
-        if not base.is_dir():
-            raise MallocbenchError(
-                f"server basedir {basedir!r} does not exist: give the directory that holds "
-                "bin/mysqld (or bin/mariadbd, sbin/mariadbd)"
-            )
-        dirs = [base / "bin", base / "sbin", base / "libexec", base]
-        mysqld = _first_existing([d / b for d in dirs for b in SERVER_BINARIES])
-        install_db = _first_existing(
-            [
-                d / n
-                for d in (base / "scripts", base / "bin", base)
-                for n in ("mariadb-install-db", "mysql_install_db")
-            ]
-        )
-        if mysqld is None:
-            raise MallocbenchError(
-                f"no mariadbd or mysqld in {basedir}/bin, /sbin or /libexec: "
-                "point basedir at a server installation"
-            )
-    else:
-        mysqld = _first_existing(
-            [
-                Path(d) / b
-                for d in ("/usr/sbin", "/usr/bin", "/usr/local/bin")
-                for b in SERVER_BINARIES
-            ]
-        )
-        install_db = shutil.which("mariadb-install-db") or shutil.which("mysql_install_db")
-        if mysqld is None:
-            raise MallocbenchError(
-                "no MariaDB server found: run `make setup` (installs mariadb-server) or "
-                "set server.basedir in the experiment"
-            )
-    version_text = subprocess.run(
-        [mysqld, "--version"], capture_output=True, text=True, timeout=30, check=False
-    ).stdout
-    match = re.search(r"Ver\s+(\S+)", version_text)
-    version = match.group(1) if match else "unknown"
-    flavor = "mariadb" if "mariadb" in version_text.lower() else "mysql"
-    return ServerBuild(mysqld, install_db, version, flavor, basedir)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
-
-
-def log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-@dataclass
-class ServerExit:
-    """How a server process ended."""
-
-    returncode: int | None
-    signal: str | None
-    stopped_by_us: bool
-    oom: bool
-    log_tail: str
-
-    @property
-    def status(self) -> str:
-        if self.stopped_by_us:
-            return "ok"
-        return "oom" if self.oom else "crashed"
-
-    def describe(self) -> str:
-        how = f"signal {self.signal}" if self.signal else f"exit code {self.returncode}"
-        return f"server {'was OOM-killed' if self.oom else 'died'} ({how})"
-
-
-def _size_value(value: object) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-@dataclass
-class ServerConfig:
-    """Everything that decides how one private server is started."""
-
-    engine: Engine
-    cache_bytes: int
-    allocator: Allocator
-    knobs: Mapping[str, str] = field(default_factory=dict)
-    overrides: Mapping[str, object] = field(default_factory=dict)
-    cpus: str | None = None
-    # A TCP port on 127.0.0.1, for builds or tools that need one; None: socket only.
-    port: int | None = None
-    max_connections: int = 1000
-    # PR_SET_THP_DISABLE for this server only: THP "never" without touching the host.
-    thp_disabled: bool = False
-    # The server starts inside this cgroup (a memory cap); its OOM kills are told apart.
-    memory_cgroup: MemoryCgroup | None = None
-    # ... and inside this one (a CPU quota: a known handicap for this setup).
-    cpu_cgroup: CpuCgroup | None = None
-    # The recording shim, preloaded in front of the allocator (idle until armed).
-    record_shim: str | None = None
-
-
-_PR_SET_THP_DISABLE = 41
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _disable_thp() -> None:
-    """Runs in the forked child: the flag survives execve and covers all of mysqld."""
-    if _libc.prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE) failed")
-
-
-@dataclass(frozen=True)
-class ServerUser:
-    name: str
-    uid: int
-    gid: int
-
-
-def server_user() -> ServerUser | None:
-    """The account a server runs as when mallocbench is root; None: as ourselves."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        entry = pwd.getpwnam(SERVER_USER)
-    except KeyError:
-        raise MallocbenchError(
-            f"mallocbench runs as root and hands its servers to the user {SERVER_USER!r}, "
-            f"which does not exist: run `make setup` (mariadb-server creates it) or "
-            f"`useradd --system {SERVER_USER}`"
-        ) from None
-    return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
-
-
-def _chown_tree(path: Path, user: ServerUser | None) -> None:
-    if user is None:
-        return
-    os.chown(path, user.uid, user.gid)
-    for root, dirs, files in os.walk(path):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), user.uid, user.gid)
-
-
-def _write_private(path: Path, text: str, owner: ServerUser | None = None) -> None:
-    """A 0600 file created with that mode: a password in it is never readable by others."""
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    if owner is not None:
-        os.chown(path, owner.uid, owner.gid)
-
-
-def process_start_time(pid: int) -> int | None:
-    """Clock ticks since boot at which a live PID started (None once it has exited).
-
-    The start time tells a reused PID from ours; a zombie counts as exited, since an
-    orphaned server that stopped waits for init to reap it.
-    """
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name may hold spaces and parentheses: fields start after the last ")".
-    fields = text.rsplit(")", 1)[1].split()
-    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 class PrivateServer:
@@ -337,97 +126,38 @@ class PrivateServer:
         return Path(tempfile.mkdtemp(prefix="mallocbench-")) / "mysqld.sock"
 
     def settings(self) -> dict[str, str]:
-        """The my.cnf [mysqld] settings: harness defaults, engine, then the setup's overrides."""
-        settings: dict[str, str] = {
-            "datadir": str(self.datadir),
-            "socket": str(self.socket),
-            "pid-file": str(self.statedir / "mysqld.pid"),
-            "log-error": str(self.error_log),
-            # A private tmpdir: concurrent servers sharing /tmp collide on temp-table names.
-            "tmpdir": str(self.tmpdir),
-            "secure-file-priv": str(self.files_dir),
-            "init-file": str(self.init_file),
-            "skip-name-resolve": "ON",
-            "skip-log-bin": "ON",
-            "max_connections": str(self.config.max_connections),
-            "max_prepared_stmt_count": "1000000",
-            "table_open_cache": "2000",
-            "performance_schema": "OFF",
-        }
-        if self.port is None:
-            settings["skip-networking"] = "ON"
-        else:
-            settings["port"] = str(self.port)
-            settings["bind-address"] = "127.0.0.1"
-        if self.user is not None:
-            settings["user"] = self.user.name
-        settings.update(self.config.engine.config(self.config.cache_bytes))
-        for key, value in self.config.overrides.items():
-            # Validated with the experiment already; checked again here because this is
-            # the last step before text reaches the server.
-            check_config(key, _size_value(value), "server config")
-            settings[key] = _size_value(value)
-        return settings
+        return mysqld_settings(
+            self.config,
+            datadir=self.datadir,
+            socket=self.socket,
+            statedir=self.statedir,
+            error_log=self.error_log,
+            tmpdir=self.tmpdir,
+            files_dir=self.files_dir,
+            init_file=self.init_file,
+            port=self.port,
+            user=self.user.name if self.user is not None else None,
+        )
 
     def render_config(self) -> str:
-        lines = [
-            "# Written by mallocbench for one private server; not read by any system service.",
-            "[mysqld]",
-        ]
-        for key, value in self.settings().items():
-            lines.append(f"{key}={value}")
-        return "\n".join(lines) + "\n"
-
-    def _init_sql(self) -> str:
-        """Run by the server before it accepts a connection: this start's credential."""
-        quoted = self.password  # token_urlsafe: letters, digits, '-' and '_' only
-        accounts = ", ".join(
-            f"'root'@'{host}' IDENTIFIED BY '{quoted}'"
-            for host in ("localhost", "127.0.0.1", "::1")
-        )
-        hostname = re.sub(r"[^A-Za-z0-9.-]", "", socket.gethostname())
-        return (
-            f"ALTER USER IF EXISTS {accounts};\n"
-            # install-db adds root@<hostname> without a password; nothing needs it.
-            f"DROP USER IF EXISTS 'root'@'{hostname}', ''@'localhost', ''@'{hostname}';\n"
-        )
+        return render_mycnf(self.settings())
 
     def _write_credentials(self) -> None:
-        _write_private(self.init_file, self._init_sql(), owner=self.user)
-        _write_private(
+        write_private(self.init_file, init_sql(self.password), owner=self.user)
+        write_private(
             self.client_cnf,
             f"[client]\nuser=root\npassword={self.password}\nsocket={self.socket}\n",
         )
-        _write_private(
+        write_private(
             self.sysbench_options,
             f"mysql-socket={self.socket}\nmysql-user=root\nmysql-password={self.password}\n",
         )
 
     def environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_ENV.match(k)}
-        preload = self.config.allocator.preload()
-        shim = self.config.record_shim
-        if shim:
-            # First, so its malloc is the one called; it forwards to the allocator's.
-            preload = f"{shim} {preload}" if preload else shim
-            env["MBRECORD_CONTROL"] = str(self.record_control)
-            env["MBRECORD_ALLOCATOR"] = self.config.allocator.name
-            env["MBRECORD_SERVER_VERSION"] = self.build.version
-        if preload:
-            env["LD_PRELOAD"] = preload
-        env.update({k: str(v) for k, v in self.config.knobs.items()})
-        return env
+        return server_environment(self.config, self.build.version, str(self.record_control))
 
     def command(self) -> list[str]:
-        cmd = [self.build.mysqld, f"--defaults-file={self.cnf_path}"]
-        if self.config.cpus:
-            taskset = shutil.which("taskset")
-            if taskset is None:
-                raise MallocbenchError(
-                    "cpus is set but taskset is missing: apt-get install util-linux"
-                )
-            cmd = [taskset, "-c", self.config.cpus, *cmd]
-        return cmd
+        return server_command(self.build.mysqld, str(self.cnf_path), self.config.cpus)
 
     # --- datadir --------------------------------------------------------------------------
 
@@ -459,27 +189,7 @@ class PrivateServer:
         self.prepare_rundir()
         if self.datadir.exists():
             shutil.rmtree(self.datadir)
-        if self.build.install_db and self.build.flavor == "mariadb":
-            cmd = [
-                self.build.install_db,
-                "--no-defaults",
-                f"--datadir={self.datadir}",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-                "--skip-name-resolve",
-                f"--tmpdir={self.tmpdir}",
-            ]
-            if self.build.basedir:
-                cmd.append(f"--basedir={self.build.basedir}")
-        else:
-            # --initialize-insecure leaves root without a password; the init file of every
-            # start sets one before any connection is accepted.
-            cmd = [
-                self.build.mysqld,
-                "--no-defaults",
-                "--initialize-insecure",
-                f"--datadir={self.datadir}",
-            ]
+        cmd = initialise_command(self.build, self.datadir, self.tmpdir)
         if self.user is not None:
             cmd.append(f"--user={self.user.name}")
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
@@ -487,7 +197,7 @@ class PrivateServer:
             tail = "\n".join((out.stdout + out.stderr).strip().splitlines()[-5:])
             raise ServerStartError(f"initialising the datadir failed: {tail}")
         os.chmod(self.datadir, 0o700)
-        _chown_tree(self.datadir, self.user)
+        chown_tree(self.datadir, self.user)
 
     def copy_datadir_from(self, golden: Path) -> None:
         self.prepare_rundir()
@@ -506,7 +216,7 @@ class PrivateServer:
             first = (out.stderr.strip().splitlines() or ["cp failed"])[0]
             raise MallocbenchError(f"copying the dataset into {self.datadir} failed: {first}")
         os.chmod(self.datadir, 0o700)
-        _chown_tree(self.datadir, self.user)
+        chown_tree(self.datadir, self.user)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -543,11 +253,18 @@ class PrivateServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 process_group=0,
-                preexec_fn=self._in_child(),
+                preexec_fn=in_child(self.config),
             )
         process.track(self.proc)
         self._oom_watch = OomWatch.start(self.proc.pid)
-        self._write_record()
+        write_record(
+            self.record,
+            self.proc.pid,
+            mysqld=self.build.mysqld,
+            rundir=self.rundir,
+            statedir=self.statedir,
+            socket=self.socket,
+        )
         self._stopping = False
         try:
             self._wait_ready(timeout)
@@ -594,58 +311,19 @@ class PrivateServer:
                 f"server started but reading its settings failed: {exc}"
             ) from exc
         plugins = [Plugin(str(n), str(lib) if lib else None, str(st)) for n, lib, st in rows]
-        asked = {k: _size_value(v) for k, v in self.config.overrides.items()}
+        asked = {k: size_value(v) for k, v in self.config.overrides.items()}
         self.adjusted = adjusted(asked, variables)
         problems = not_taken(self.settings(), variables, plugins)
         if not problems:
             return
         first = problems[0]
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        said = self._logged_about(first.word)
+        said = logged_about(self.error_log, first.word)
         raise SettingNotTaken(
             f"the server started without a setting it was given, {first.text}{more}"
             + (f" (its error log: {said})" if said else "")
             + "; nothing is measured under a setup it does not run"
         )
-
-    def _logged_about(self, word: str) -> str | None:
-        """The first error or warning of the log that names `word` (the cause comes
-        before what follows from it), without its time stamp."""
-        for line in log_tail(self.error_log, 400).splitlines():
-            if word in line and ("[ERROR]" in line or "[Warning]" in line):
-                return re.sub(r"^.*?\[(ERROR|Warning)\] ", "", line).strip()
-        return None
-
-    def _in_child(self) -> Callable[[], None] | None:
-        """What the forked child does before exec: THP off, join the memory and cpu cgroups."""
-        steps: list[Callable[[], None]] = []
-        if self.config.thp_disabled:
-            steps.append(_disable_thp)
-        if self.config.memory_cgroup is not None:
-            steps.append(self.config.memory_cgroup.join_self)
-        if self.config.cpu_cgroup is not None:
-            steps.append(self.config.cpu_cgroup.join_self)
-        if not steps:
-            return None
-
-        def run_steps() -> None:
-            for step in steps:
-                step()
-
-        return run_steps
-
-    def _write_record(self) -> None:
-        assert self.proc is not None
-        record = {
-            "pid": self.proc.pid,
-            "start_time": process_start_time(self.proc.pid),
-            "harness_pid": os.getpid(),
-            "mysqld": self.build.mysqld,
-            "rundir": str(self.rundir),
-            "statedir": str(self.statedir),
-            "socket": str(self.socket),
-        }
-        self.record.write_text(json.dumps(record) + "\n")
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.proc is not None
@@ -654,9 +332,10 @@ class PrivateServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 process.untrack(self.proc)
+                summary = start_failure_summary(self.error_log, self.stdout_log)
                 raise ServerStartError(
                     f"server failed to start (exit code {self.proc.returncode}); "
-                    f"error log {self.kept_error_log}:\n{self._start_failure_summary()}"
+                    f"error log {self.kept_error_log}:\n{summary}"
                 )
             if self.socket.exists():
                 try:
@@ -669,11 +348,6 @@ class PrivateServer:
             f"server not ready after {timeout:.0f}s ({last_error or 'no socket'}); "
             f"see {self.kept_error_log}"
         )
-
-    def _start_failure_summary(self) -> str:
-        tail = log_tail(self.error_log, 40) or log_tail(self.stdout_log, 40)
-        errors = [line for line in tail.splitlines() if "[ERROR]" in line or "rror" in line]
-        return "\n".join(errors[-5:]) if errors else tail
 
     def connect(self, connect_timeout: float = 10, **kwargs: Any) -> pymysql.Connection:
         return pymysql.connect(

@@ -1,0 +1,1 @@
+"""Memory and cpu cgroups: where a process is charged, its OOM kills, groups of our own."""
