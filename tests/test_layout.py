@@ -251,7 +251,7 @@ TEXT_ALLOWED = {
     "run_analysis.py:recorded_notes",  # sentences the run stored, passed on as data
     # A setting's value as shown (a size, seconds, knobs), which a difference between
     # two runs and the refusal's one line carry; not prose.
-    "comparability.py:Fact.text",
+    "comparability.py:shown",  # the refusal's one line
     # Stored in every results.json since stability was judged: rewording it in report/
     # would need the numbers behind it in stored runs too.
     "steady.py:Stability.reason",

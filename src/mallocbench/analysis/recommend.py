@@ -29,6 +29,7 @@ the base's RSS before the events, but never enters the geometric mean that ranks
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import os
 from collections import defaultdict
@@ -81,11 +82,19 @@ BudgetKind = Literal["max-loss", "memory-budget"]
 MAX_LOSS: BudgetKind = "max-loss"
 MEMORY_BUDGET: BudgetKind = "memory-budget"
 
-BETTER = "better"  # shown better beyond min_effect, and nowhere shown worse
-NON_INFERIOR = "non-inferior"  # every interval's bad end within min_effect
-WORSE = "worse"  # shown worse beyond min_effect somewhere (or it crashed where base did not)
-UNCLEAR = "unclear"  # intervals too wide to say either
-UNMEASURED = "not measured"
+
+class Status(enum.StrEnum):
+    """An assessment's status on one criterion; its value is the word reports print."""
+
+    BETTER = "better"  # shown better beyond min_effect, and nowhere shown worse
+    NON_INFERIOR = "non-inferior"  # every interval's bad end within min_effect
+    WORSE = "worse"  # shown worse beyond min_effect somewhere (or it crashed where base did not)
+    UNCLEAR = "unclear"  # intervals too wide to say either
+    UNMEASURED = "not measured"
+
+
+BETTER, NON_INFERIOR, WORSE = Status.BETTER, Status.NON_INFERIOR, Status.WORSE
+UNCLEAR, UNMEASURED = Status.UNCLEAR, Status.UNMEASURED
 
 
 @dataclass
@@ -372,11 +381,15 @@ def stored_rule(result: RunResult) -> DecisionRule:
     record = result.metadata.decision
     if record is None:
         return DecisionRule()
-    where = f"the [decision] of run {result.run_id}"
     priorities: tuple[str, ...] = DEFAULT_PRIORITIES
     if record.priorities:
-        priorities = parse_priorities(",".join(record.priorities), where)
-    losses = parse_max_loss([f"{k}={v}" for k, v in (record.max_loss or {}).items()], where)
+        priorities = parse_priorities(
+            ",".join(record.priorities), f"the [decision] of run {result.run_id}"
+        )
+    losses = parse_max_loss(
+        [f"{k}={v}" for k, v in (record.max_loss or {}).items()],
+        f"the [decision] of run {result.run_id}",
+    )
     return DecisionRule(priorities, record.memory_budget_bytes, losses)
 
 

@@ -70,7 +70,7 @@ STEP_RULE = (
     "at least the minimum effect times the base's RSS before its events."
 )
 # stats.classify's words on the step's ratio scale: above 1.0 is more RSS left per event.
-STEP_WORDS = {
+STEP_WORDS: dict[str, str] = {
     stats.FASTER: "leaves more per event",
     stats.SLOWER: "leaves less per event",
     stats.SAME: "the same within",
