@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from mallocbench.analysis import stats
+from mallocbench.analysis.criteria import RSS, THROUGHPUT, Assessment
 from mallocbench.analysis.ratchet import welch_interval
-from mallocbench.analysis.recommend import RSS, THROUGHPUT, Assessment, recommend
+from mallocbench.analysis.recommend import recommend
 from mallocbench.model.results import RunResult
 from mallocbench.report.recommend import STEP_RULE, recommendation_lines
 from mallocbench.report.words import candidate_reasons

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from cli_runner import run_cli
-from mallocbench.analysis.recommend import RSS, THROUGHPUT, Recommendation, recommend
+from mallocbench.analysis.criteria import RSS, THROUGHPUT, Recommendation
+from mallocbench.analysis.recommend import recommend
 from mallocbench.model.metadata import ReplayRecord, ReplayRun
 from mallocbench.model.results import RunResult
 

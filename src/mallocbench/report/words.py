@@ -26,7 +26,7 @@ from mallocbench.analysis.comparison import (
     OneSided,
 )
 from mallocbench.analysis.convergence import WideCell
-from mallocbench.analysis.recommend import Candidate, ThinEvidence
+from mallocbench.analysis.criteria import Candidate, ThinEvidence
 from mallocbench.analysis.run_noise import BUSY_SHARE, RunNoise
 from mallocbench.analysis.sla import SlaStatus
 from mallocbench.analysis.steady import Held, Stability, WarmupDetector
