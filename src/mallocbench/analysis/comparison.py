@@ -237,12 +237,12 @@ def _tables(
                     if key not in common:
                         continue
                     x, y = sa[key], sb[key]
-                    problem = None
-                    if y.problem or x.problem:
-                        problem = f"{y.problem} in B" if y.problem else f"{x.problem} in A"
+                    problem = y.problem or x.problem
                     cells[setup] = ratio_cell(
                         y.qps_values, x.qps_values, problem, Side.A, effect, y.unit
                     )
+                    if problem:
+                        cells[setup].problem_in = "B" if y.problem else "A"
                     change = _throughput_change(x, y, cells[setup])
                     if change is not None:
                         changes.append(change)

@@ -65,11 +65,31 @@ BETTER, NON_INFERIOR, WORSE = Status.BETTER, Status.NON_INFERIOR, Status.WORSE
 UNCLEAR, UNMEASURED = Status.UNCLEAR, Status.UNMEASURED
 
 
+class Place(enum.Enum):
+    """What kind of measurement a piece of evidence is."""
+
+    CELL = "cell"  # a step at a thread count
+    PEAK_RSS = "peak RSS"  # the servers' peak RSS over the run
+    REPLAY_PEAK = "replay peak"  # the peak RSS of a replay of the server's trace
+    SOAK_STEP = "soak step"  # the RSS step per event of one label in a soak
+    REPLAY = "replay"  # a replay of a trace (advise's decision)
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a piece of evidence was measured (report.recommend.where_text words it)."""
+
+    place: Place
+    step: str = ""  # CELL
+    threads: int = 0  # CELL
+    name: str = ""  # the trace's file name (REPLAY_PEAK, REPLAY) or the event label
+
+
 @dataclass
 class Evidence:
     """One relative value behind a claim: where it was measured and its interval."""
 
-    where: str  # "point-query @8", or "peak RSS" for memory
+    where: Where
     ratio: float | None
     low: float
     high: float
@@ -177,7 +197,7 @@ class Hold:
     for that (analysis.continuation), with the wall time one block took."""
 
     criterion: str
-    where: str
+    where: Where
     width_now: float
     width_needed: float
     prediction: BlocksPrediction | None = None
@@ -187,6 +207,7 @@ class Hold:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         del out["replay"]
+        out["where"] = self.where  # a record the report words, not a dict of its fields
         out["width_now"] = None if math.isinf(self.width_now) else self.width_now
         return out
 

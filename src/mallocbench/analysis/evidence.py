@@ -24,7 +24,9 @@ from mallocbench.analysis.criteria import (
     WORSE,
     Assessment,
     Evidence,
+    Place,
     ThinEvidence,
+    Where,
     bad_end,
 )
 from mallocbench.analysis.summary import RSS as RSS_UNIT
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from mallocbench.analysis.ratchet import SetupRatchet, StepDifference
 
 
-def _evidence(where: str, cell: RatioCell) -> Evidence:
+def _evidence(where: Where, cell: RatioCell) -> Evidence:
     return Evidence(
         where,
         cell.ratio,
@@ -94,7 +96,7 @@ def step_cell(difference: StepDifference) -> RatioCell:
 
 def assess(
     criterion: str,
-    cells: list[tuple[str, RatioCell]],
+    cells: list[tuple[Where, RatioCell]],
     min_effect: float,
     steps: Sequence[StepDifference] = (),
     level_cells: int | None = None,
@@ -118,7 +120,7 @@ def assess(
     for difference in steps:
         cell = step_cell(difference)
         evidence = dataclasses.replace(
-            _evidence(f"step per {difference.label} from a soak", cell), step=difference
+            _evidence(Where(Place.SOAK_STEP, name=difference.label), cell), step=difference
         )
         out.steps.append(evidence)
         _weigh(out, evidence, cell, min_effect)
@@ -152,7 +154,7 @@ def paired_cells(
     min_effect: float,
     value_of: Callable[[Cell], float | None] = _p99,
     unit: str = "ms",
-) -> dict[str, list[tuple[str, RatioCell]]]:
+) -> dict[str, list[tuple[Where, RatioCell]]]:
     """Each candidate's value (p99 latency, CPU per operation) over the base's per step
     and thread count, paired by block."""
     by_key: dict[tuple[str, str, str, int], dict[int, float]] = defaultdict(dict)
@@ -160,7 +162,7 @@ def paired_cells(
         value = value_of(cell) if cell.status == STATUS_OK else None
         if value:
             by_key[(cell.setup, cell.engine, cell.step, cell.threads)][cell.repeat] = value
-    out: dict[str, list[tuple[str, RatioCell]]] = defaultdict(list)
+    out: dict[str, list[tuple[Where, RatioCell]]] = defaultdict(list)
     base = result.base_setup
     for (setup, engine, step, threads), base_values in sorted(by_key.items()):
         if setup != base:
@@ -181,7 +183,7 @@ def paired_cells(
                 unit,
                 blocked.get(name),
             )
-            out[f"{engine}/{name}"].append((f"{step} @{threads}", ratio))
+            out[f"{engine}/{name}"].append((Where(Place.CELL, step, threads), ratio))
     return out
 
 
@@ -220,15 +222,15 @@ def rss_evidence(
     setup: str,
     rss_cells: Mapping[tuple[str, str], RatioCell],
     replay_cells: Mapping[str, RatioCell],
-    replay_label: str,
-) -> list[tuple[str, RatioCell]]:
+    replay_trace: str,
+) -> list[tuple[Where, RatioCell]]:
     """The peak-RSS ratios behind the memory claim: the servers', then the replay's."""
     out = []
     rss = rss_cells.get((engine, setup))
     if rss:
-        out.append(("peak RSS", rss))
+        out.append((Where(Place.PEAK_RSS), rss))
     if setup in replay_cells:
-        out.append((replay_label, replay_cells[setup]))
+        out.append((Where(Place.REPLAY_PEAK, name=replay_trace), replay_cells[setup]))
     return out
 
 

@@ -64,8 +64,10 @@ from mallocbench.analysis.criteria import (
     Evidence,
     Hold,
     Outcome,
+    Place,
     Recommendation,
     ThinEvidence,
+    Where,
     has_interval,
 )
 from mallocbench.analysis.evidence import (
@@ -321,8 +323,7 @@ def recommend(
     }
     peaks = peak_rss_by_repeat(result)
     replay_cells = replay_rss_cells(result, replay, effect) if replay else {}
-    trace = os.path.basename((replay.trace_path or "") if replay else "") or "a trace"
-    replay_label = f"peak RSS from a replay of {trace}"
+    trace = os.path.basename((replay.trace_path or "") if replay else "")
     base = result.base_setup
     steps = steps_by_setup(result, ratchets, effect)
     per_block = seconds_per_block(result)
@@ -331,7 +332,7 @@ def recommend(
         candidates = []
         for setup in [s for s in setup_order(result) if s != base]:
             qps_cells = [
-                (f"{row.step} @{t.threads}", row.cells[setup])
+                (Where(Place.CELL, row.step, t.threads), row.cells[setup])
                 for t in tables
                 if t.engine == engine and setup in t.columns
                 for row in t.rows
@@ -339,7 +340,7 @@ def recommend(
             ]
             if not qps_cells:
                 continue
-            rss = rss_evidence(engine, setup, rss_cells, replay_cells, replay_label)
+            rss = rss_evidence(engine, setup, rss_cells, replay_cells, trace)
             servers = 1 if (engine, setup) in rss_cells else 0
             key = f"{engine}/{setup}"
             assessments = {
@@ -382,7 +383,7 @@ def check_replay_priorities(priorities: tuple[str, ...], key: str = "--priority"
 def _replay_candidate(
     setup: str,
     cells: Mapping[str, Mapping[str, RatioCell]],
-    where: str,
+    where: Where,
     peak: float | None,
     rule: DecisionRule,
     min_effect: float,
@@ -428,8 +429,7 @@ def replay_recommendation(
             return peak
         return server_rss + peak - base_peak
 
-    trace = os.path.basename(record.trace_path or "") or "trace"
-    where = f"replay of {trace}"
+    where = Where(Place.REPLAY, name=os.path.basename(record.trace_path or ""))
     found = (_replay_candidate(n, cells, where, predicted(n), rule, min_effect) for n in names[1:])
     candidates = [c for c in found if c is not None]
     engines = []

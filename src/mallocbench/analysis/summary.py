@@ -227,6 +227,7 @@ class RatioCell:
     # what a prediction of the blocks a narrower interval needs starts from.
     blocks: int = 0
     df: float = math.nan
+    problem_in: str | None = None  # compare: the run ("A", "B") the problem happened in
 
     @property
     def verdict(self) -> str:

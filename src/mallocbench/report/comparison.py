@@ -28,6 +28,7 @@ from mallocbench.report.words import (
     finding_text,
     interval_fields,
     one_sided_text,
+    problem_text,
     significance_rule,
     table_title,
     verdict_note,
@@ -148,7 +149,7 @@ def memory_records(cmp: Comparison) -> list[dict[str, Any]]:
                 "unit": RSS,
                 "repeats_a": cell.repeats[1],
                 "repeats_b": cell.repeats[0],
-                "problem": cell.problem,
+                "problem": problem_text(cell) if cell.problem else None,
                 "min_effect": cell.min_effect,
             }
         )
@@ -166,7 +167,7 @@ def comparison_records(cmp: Comparison) -> list[dict[str, Any]]:
             "unit": cell.unit,
             "repeats_a": cell.repeats[1],
             "repeats_b": cell.repeats[0],
-            "problem": cell.problem,
+            "problem": problem_text(cell) if cell.problem else None,
             "min_effect": cell.min_effect,
         }
         for t in cmp.tables

@@ -22,7 +22,9 @@ from mallocbench.analysis.criteria import (
     Candidate,
     EngineRecommendation,
     Evidence,
+    Place,
     Recommendation,
+    Where,
 )
 from mallocbench.report.words import candidate_reasons, thin_clauses
 from mallocbench.units import percent
@@ -96,17 +98,41 @@ def step_text(e: Evidence) -> str:
     if e.verdict == stats.SAME:
         word += f" {counted}"
     return (
-        f"{e.where} {d.difference / mib:+,.2f} MiB{interval} vs {d.base} "
+        f"{where_text(e.where)} {d.difference / mib:+,.2f} MiB{interval} vs {d.base} "
         f"({d.step.mean / mib:+,.2f} against {d.base_step.mean / mib:+,.2f} MiB per event, "
         f"{d.step.n} and {d.base_step.n} events; {counted} counts): {word}"
     )
+
+
+def where_text(w: Where) -> str:
+    """Where a piece of evidence was measured: "point-query @8", "peak RSS", ..."""
+    if w.place is Place.CELL:
+        return f"{w.step} @{w.threads}"
+    if w.place is Place.REPLAY_PEAK:
+        return f"peak RSS from a replay of {w.name or 'a trace'}"
+    if w.place is Place.SOAK_STEP:
+        return f"step per {w.name} from a soak"
+    if w.place is Place.REPLAY:
+        return f"replay of {w.name or 'trace'}"
+    return "peak RSS"
+
+
+def _worded(value: Any) -> Any:
+    """A recommendation's record with each Where in words, as its JSON holds them."""
+    if isinstance(value, Where):
+        return where_text(value)
+    if isinstance(value, dict):
+        return {k: _worded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_worded(v) for v in value]
+    return value
 
 
 def evidence_text(e: Evidence) -> str:
     """ "point-query @8 0.95 [0.91, 0.99]"; memory has one value, so no place."""
     if e.step is not None:
         return step_text(e)
-    where = "" if e.where == "peak RSS" else f"{e.where} "
+    where = "" if e.where.place is Place.PEAK_RSS else f"{where_text(e.where)} "
     if e.problem:
         return f"{where}{e.problem}"
     ratio = "?" if e.ratio is None else f"{e.ratio:.2f}"
@@ -367,9 +393,9 @@ def hold_text(h: criteria.Hold) -> str:
     it; the run's variance predicts ..." """
     now = "no interval" if math.isinf(h.width_now) else f"{h.width_now * 100:.1f}% wide now"
     name = name_of(h.criterion, h.replay)
-    where = f"{name} at {h.where}" if h.where != "peak RSS" else name
+    where = f"{name} at {where_text(h.where)}" if h.where.place is not Place.PEAK_RSS else name
     if h.replay:
-        where = f"{name} of the {h.where}"
+        where = f"{name} of the {where_text(h.where)}"
     if h.width_needed <= 0:
         return f"{where}: {now}; its ratio sits on the minimum effect, no width decides it"
     return (
@@ -516,7 +542,7 @@ def verdict_lines(r: Recommendation) -> list[str]:
 
 def recommendation_dict(r: Recommendation) -> dict[str, Any]:
     """The recommendation as `recommend --format json` prints it, thin evidence worded."""
-    data = r.to_dict()
+    data = _worded(r.to_dict())
     kinds = {e.kind for e in r.engines}
     # One outcome for the whole run when its engines agree; else each engine's own.
     data["kind"] = next(iter(kinds)) if len(kinds) == 1 else None
@@ -527,7 +553,7 @@ def recommendation_dict(r: Recommendation) -> dict[str, Any]:
 
 
 def _candidate_dict(c: Candidate) -> dict[str, Any]:
-    record = c.to_dict()
+    record = _worded(c.to_dict())
     first = {"setup": record.pop("setup"), "qualifies": record.pop("qualifies")}
     return {**first, "reasons": candidate_reasons(c), **record}
 

@@ -69,6 +69,7 @@ __all__ = [
     "group_detail_text",
     "noise_notes",
     "interval_fields",
+    "problem_text",
     "stability_notes",
     "stability_reason",
     "oom_text",
@@ -96,7 +97,7 @@ __all__ = [
 def cell_text(cell: RatioCell) -> str:
     """A relative value as the tables print it: the ratio, or what kept it from one."""
     if cell.problem:
-        return cell.problem.upper()
+        return problem_text(cell).upper()
     return fmt.ratio(cell.ratio) + (UNSTABLE_MARK if cell.unstable else "")
 
 
@@ -142,6 +143,12 @@ def _bound(x: float, digits: int) -> str:
 _MEMORY_WORDS: dict[str, str] = {stats.FASTER: "higher", stats.SLOWER: "lower"}
 
 
+def problem_text(cell: RatioCell) -> str:
+    """Why a cell has no ratio: its status, and in a comparison the run it happened in."""
+    problem = str(cell.problem or "")
+    return f"{problem} in {cell.problem_in}" if cell.problem_in else problem
+
+
 def interval_fields(cell: RatioCell) -> dict[str, Any]:
     """What every export has beside a ratio: its interval (JSON has no nan) and verdict."""
 
@@ -174,7 +181,7 @@ def cell_class(cell: RatioCell) -> str:
 def cell_title(cell: RatioCell) -> str:
     """What hovering a relative value shows: both sides, the ratio, its interval, verdict."""
     if cell.problem:
-        return f"this cell did not measure: {cell.problem}"
+        return f"this cell did not measure: {problem_text(cell)}"
     unit = cell.unit
     parts = [
         f"{fmt.qps(cell.value)} {unit} vs {fmt.qps(cell.reference)} {unit} ({cell.reference_label})"
@@ -613,7 +620,7 @@ def finding_text(f: Finding) -> str:
 
 
 def unmeasured_text(f: Finding) -> str:
-    return f"{f.step} @{f.threads}: {f.cell.problem}"
+    return f"{f.step} @{f.threads}: {problem_text(f.cell)}"
 
 
 def group_detail_text(d: GroupDetail) -> str:
