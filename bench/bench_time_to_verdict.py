@@ -7,7 +7,7 @@ a process, its --json read back; calibrate stores it for this host and shape, wh
 `design = "auto"` finds it. Its components (of one setup start after start, and of the
 log-ratio of copy a to each other copy, as many copies up at once as the experiment has
 setups, compared as runs and as turns) and costs (start, warmup, slice,
-turn, stop) give each design's plan for the budget: calibrate's own (analysis.noise
+turn, stop) give each design's plan for the budget: calibrate's own (analysis.designs
 plan_run: the slices or turns per start whose predicted width, with the starts that
 then fit, is the narrowest), read from its JSON and checked against the same model here.
 
