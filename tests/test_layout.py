@@ -226,6 +226,7 @@ class Index:
                 elif isinstance(node, ast.ClassDef):
                     self.classes.add(f"{name}.{node.name}")
         self.computing: dict[str, str] = {}  # method name -> Class.method
+        plain: set[str] = set()  # names some value defines without computing
         for name, tree in parsed.items():
             names = Names(tree, name)
             local = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
@@ -234,8 +235,12 @@ class Index:
                 mine: set[str] = set()
                 for _ in methods:  # a method calling one that computes computes too
                     mine |= {m.name for m in methods if self._computes(m, names, local, mine)}
+                plain |= {m.name for m in methods} - mine
                 for method in mine - BUILTIN_METHODS:
                     self.computing[method] = f"{cls.name}.{method}"
+        # Without types, `x.to_dict()` could be any value's: a name that another value
+        # defines without computing says nothing, and is left out.
+        self.computing = {k: v for k, v in self.computing.items() if k not in plain}
 
     def _computes(
         self, method: ast.FunctionDef, names: Names, local: set[str], mine: set[str]

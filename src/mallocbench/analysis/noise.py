@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -47,18 +47,21 @@ class VarianceComponents:
     slices: int  # over all starts
     within_df: int  # slices - starts: the degrees of freedom of within_var
     mean_log: float  # grand mean of log throughput (of the slices)
-    # The two variances as coefficients of variation, set once the value is made.
-    slice_cv_pct: float = field(init=False)
-    start_cv_pct: float | None = field(init=False)
 
-    def __post_init__(self) -> None:
-        between = self.between_var
-        object.__setattr__(self, "slice_cv_pct", cv_pct_from_log_var(self.within_var))
-        start = None if between is None else cv_pct_from_log_var(between)
-        object.__setattr__(self, "start_cv_pct", start)
+    @property
+    def slice_cv_pct(self) -> float:
+        return cv_pct_from_log_var(self.within_var)
+
+    @property
+    def start_cv_pct(self) -> float | None:
+        return None if self.between_var is None else cv_pct_from_log_var(self.between_var)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            **asdict(self),
+            "slice_cv_pct": self.slice_cv_pct,
+            "start_cv_pct": self.start_cv_pct,
+        }
 
 
 def _log_groups(starts: Sequence[Sequence[float]]) -> list[np.ndarray]:
