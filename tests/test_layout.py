@@ -301,6 +301,11 @@ ANALYSIS_SNIPPET = (
     "        return geomean([1.0])\n"
     "    def width(self):\n"
     "        return math.inf\n"
+    "    def to_dict(self):\n"
+    "        return {'mean': geomean([1.0])}\n"
+    "class Row:\n"
+    "    def to_dict(self):\n"
+    "        return {}\n"
 )
 
 # The ways a renderer can call the analysis, each in a line of its own: the old check
@@ -335,6 +340,7 @@ def test_the_call_check_lets_values_be_built_and_read() -> None:
         "def draw(table):\n"
         "    Table()\n"
         "    table.width()\n"
+        "    table.to_dict()  # Row's too, which computes nothing: no type tells them apart\n"
         "    return table.rows, stats.FASTER\n"
     )
     assert analysis_calls(source, snippet_index()) == []
