@@ -7,7 +7,7 @@ a process, its --json read back; calibrate stores it for this host and shape, wh
 `design = "auto"` finds it. Its components (of one setup start after start, and of the
 log-ratio of copy a to each other copy, as many copies up at once as the experiment has
 setups, compared as runs and as turns) and costs (start, warmup, slice,
-turn, stop) give each design's plan for the budget: calibrate's own (analysis.noise
+turn, stop) give each design's plan for the budget: calibrate's own (analysis.designs
 plan_run: the slices or turns per start whose predicted width, with the starts that
 then fit, is the narrowest), read from its JSON and checked against the same model here.
 
@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 from common import Plan, emit, run
 
-from mallocbench.analysis import noise, stats
+from mallocbench.analysis import designs, noise, stats
 from mallocbench.analysis.adjust import adjust_for_other_cpu
 from mallocbench.analysis.summary import summarize, summarize_run
 from mallocbench.model.results import RunResult
@@ -123,28 +123,28 @@ def components_of(calibration: dict[str, Any], design: str) -> noise.VarianceCom
     return noise.VarianceComponents(**{f: found[f] for f in fields})
 
 
-def costs_of(calibration: dict[str, Any]) -> noise.Costs:
-    return noise.Costs(**calibration["costs"])
+def costs_of(calibration: dict[str, Any]) -> designs.Costs:
+    return designs.Costs(**calibration["costs"])
 
 
 def plan(calibration: dict[str, Any], design: str, setups: int, budget_s: float) -> dict:
     """Slices per start, starts that fit and the width they reach, for one design, by
-    calibrate's own model (analysis.noise.shape_in_budget)."""
+    calibrate's own model (analysis.designs.shape_in_budget)."""
     found = components_of(calibration, design)
     costs = costs_of(calibration)
     paired = design != "sequential"
-    shape = noise.shape_in_budget(found, costs, design, setups, budget_s, paired=paired)
+    shape = designs.shape_in_budget(found, costs, design, setups, budget_s, paired=paired)
     slices = shape.slices_per_start
     block_var = (1.0 if paired else 2.0) * ((found.between_var or 0.0) + found.within_var / slices)
-    fixed_s, per_slice_s = noise.block_costs(design, costs, setups)
-    series = noise.series_per_start(design, setups)
-    in_range = noise.width_range_pct(found, slices, shape.width_pct, series_per_start=series)
+    fixed_s, per_slice_s = designs.block_costs(design, costs, setups)
+    series = designs.series_per_start(design, setups)
+    in_range = designs.width_range_pct(found, slices, shape.width_pct, series_per_start=series)
     return {
         "slices_per_start": slices,
         "starts": shape.starts,
         "width": shape.width_pct,
         "width_range": in_range,
-        "width_df": noise.width_df(found, slices, series_per_start=series),
+        "width_df": designs.width_df(found, slices, series_per_start=series),
         "block_s": fixed_s + slices * per_slice_s,
         "block_log_ratio_sd": math.sqrt(block_var),
     }
@@ -343,7 +343,7 @@ def judge(setups: int, made: dict, found: dict[str, list[dict]]) -> dict[str, An
         # The designs the calibration cannot rank against the best: auto's choice
         # among them is a guess.
         "predicted_unranked": list(
-            noise.unranked_beside(
+            designs.unranked_beside(
                 best,
                 {
                     d: (made[d]["width"], made[d]["width_df"])

@@ -17,6 +17,7 @@ import pytest
 
 import test_tune
 from cli_runner import run_cli
+from mallocbench.analysis import criteria
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.replay import Ratio, saving
 from mallocbench.errors import MallocbenchError
@@ -144,14 +145,17 @@ def test_advise_and_tune_agree_and_a_2x_cpu_setting_is_never_chosen(tmp_path: Pa
     assert memory.setting == tune_pick.setting
     # advise replays every finalist and the costly end too: recommend's rule decides
     replayed = {"glibc": values["default"], memory.name: values["2"], "glibc-tuned-1": values["1"]}
-    rule = rec.DecisionRule(rec.REPLAY_PRIORITIES)
+    rule = criteria.DecisionRule(criteria.REPLAY_PRIORITIES)
     r = rec.replay_recommendation(_record(replayed), "r", rule, 0.02)
     (engine,) = r.engines
-    assert engine.kind == rec.CHANGE and engine.choice == memory.name
+    assert engine.kind == criteria.CHANGE and engine.choice == memory.name
     costly = next(c for c in engine.ranked if c.setup == "glibc-tuned-1")
-    assert costly.outcome == rec.TRADE_OFF and (costly.assessments[rec.CPU].estimate or 0) > 2
+    assert (
+        costly.outcome == criteria.TRADE_OFF
+        and (costly.assessments[criteria.CPU].estimate or 0) > 2
+    )
     # taking any CPU (--memory-at-any-cost) chooses the lowest RSS, its price in the words
-    any_cost = rec.DecisionRule(rec.REPLAY_PRIORITIES, None, {rec.CPU: math.inf})
+    any_cost = criteria.DecisionRule(criteria.REPLAY_PRIORITIES, None, {criteria.CPU: math.inf})
     r = rec.replay_recommendation(_record(replayed), "r", any_cost, 0.02)
     assert r.engines[0].choice == "glibc-tuned-1"
     assert "--memory-at-any-cost" in "\n".join(recommendation_lines(r))
@@ -163,19 +167,19 @@ def test_a_replays_decision_is_recommends_rule() -> None:
     from mallocbench.analysis.advise import decision
     from mallocbench.analysis.replay import analyze_replay
 
-    rule = rec.DecisionRule(rec.REPLAY_PRIORITIES)
+    rule = criteria.DecisionRule(criteria.REPLAY_PRIORITIES)
     trade = _record({"glibc": (100, 1.0), "jemalloc": (90, 1.2)})
     r = rec.replay_recommendation(trade, "r", rule, 0.02)
-    assert r.engines[0].kind == rec.TRADE_OFF and r.engines[0].choice is None
+    assert r.engines[0].kind == criteria.TRADE_OFF and r.engines[0].choice is None
     # the trade-off's price and saving are in the answer, though it is not deployed
     d = decision(r, analyze_replay(trade, 0.02))
     assert d is not None and not d.deploy and d.subject == "jemalloc"
     assert d.subject_saving is not None and d.subject_saving.bytes == pytest.approx(10 * MIB, 0.02)
     assert "--max-loss cpu=" in "\n".join(recommendation_lines(r))
-    taken = rec.DecisionRule(rec.REPLAY_PRIORITIES, None, {rec.CPU: 0.25})
+    taken = criteria.DecisionRule(criteria.REPLAY_PRIORITIES, None, {criteria.CPU: 0.25})
     assert rec.replay_recommendation(trade, "r", taken, 0.02).engines[0].choice == "jemalloc"
     same = _record({"glibc": (100, 1.0), "jemalloc": (100.1, 1.0)})
-    assert rec.replay_recommendation(same, "r", rule, 0.02).engines[0].kind == rec.KEEP
+    assert rec.replay_recommendation(same, "r", rule, 0.02).engines[0].kind == criteria.KEEP
     with pytest.raises(MallocbenchError, match="a replay measures no throughput"):
         rec.check_replay_priorities(("throughput", "rss"))
 
@@ -271,7 +275,7 @@ def test_a_loss_the_budget_took_is_priced_in_the_answer() -> None:
     from mallocbench.report.advise import decision_line
 
     record = _record({"glibc": (100, 1.0), "jemalloc": (90, 1.2)})
-    rule = rec.DecisionRule(rec.REPLAY_PRIORITIES, None, {rec.CPU: 0.25})
+    rule = criteria.DecisionRule(criteria.REPLAY_PRIORITIES, None, {criteria.CPU: 0.25})
     r = rec.replay_recommendation(record, "r", rule, 0.02)
     d = decision(r, analyze_replay(record, 0.02))
     assert d is not None and d.deploy and d.setup == "jemalloc"
@@ -307,7 +311,9 @@ def test_recommend_decides_on_a_replay_run(tiny_trace: Path, tmp_path: Path) -> 
 def test_max_cpu_leaves_out_a_costly_finalist() -> None:
     """--max-cpu bounds every finalist, the allocators' defaults too, on its CPU ratio."""
     record = _record({"glibc": (100, 1.0), "jemalloc": (80, 1.5), "tcmalloc": (95, 1.05)})
-    r = rec.replay_recommendation(record, "r", rec.DecisionRule(rec.REPLAY_PRIORITIES), 0.02)
+    r = rec.replay_recommendation(
+        record, "r", criteria.DecisionRule(criteria.REPLAY_PRIORITIES), 0.02
+    )
     over = advisemod.excluded_by_max_cpu(r, 1.1)
     assert set(over) == {"jemalloc"} and over["jemalloc"] == pytest.approx(1.5, rel=0.01)
     assert advisemod.excluded_by_max_cpu(r, None) == {}
@@ -320,7 +326,7 @@ def test_an_overrun_budget_says_what_took_the_time() -> None:
 
     info = tracemod.TraceInfo(Path("prod.mbt"), {"duration_s": 20})
     plan = advisemod.AdvicePlan(Path("prod.mbt"), info, [test_tune.GLIBC] * 3, 180, 3, 0.02,
-                                rec.DecisionRule(), "recorded", 1.0, Path("out"))  # fmt: skip
+                                criteria.DecisionRule(), "recorded", 1.0, Path("out"))  # fmt: skip
     run = SimpleNamespace(plan=plan, portion_s=12.0, elapsed_s=564, repeat_replays=45,
                           max_cpu_excluded={}, server_rss=1e8)  # fmt: skip
     notes = note_lines(run)  # type: ignore[arg-type]
@@ -345,7 +351,7 @@ def test_the_repeats_least_time_is_known_before_the_search() -> None:
     replays, however short the search."""
     info = tracemod.TraceInfo(Path("prod.mbt"), {"duration_s": 20})
     plan = advisemod.AdvicePlan(Path("prod.mbt"), info, [test_tune.GLIBC] * 3, 180, 3, 0.02,
-                                rec.DecisionRule(), "recorded", 2.0, Path("out"))  # fmt: skip
+                                criteria.DecisionRule(), "recorded", 2.0, Path("out"))  # fmt: skip
     assert plan.least_s(12.0) == pytest.approx(54 * 6)
     assert plan.least_s(None) == pytest.approx(54 * 10)
     plan.timing = "none"
@@ -357,7 +363,9 @@ def test_with_nothing_beside_the_default_it_is_kept_not_exploratory() -> None:
     from mallocbench.analysis.replay import analyze_replay
 
     alone = _record({"glibc": (100, 1.0)})
-    r = rec.replay_recommendation(alone, "r", rec.DecisionRule(rec.REPLAY_PRIORITIES), 0.02)
+    r = rec.replay_recommendation(
+        alone, "r", criteria.DecisionRule(criteria.REPLAY_PRIORITIES), 0.02
+    )
     assert r.engines == [] and r.exploratory is False
     d = decision(r, analyze_replay(alone, 0.02))
-    assert d is not None and d.kind == rec.KEEP and d.setup == "glibc" and not d.deploy
+    assert d is not None and d.kind == criteria.KEEP and d.setup == "glibc" and not d.deploy

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mallocbench.analysis import noise
+from mallocbench.analysis import designs, noise
 from mallocbench.cli import main
 from mallocbench.errors import MallocbenchError
 from mallocbench.report.calibrate import WIDEST_SHOWN_PCT, design_choice_text
@@ -45,14 +45,14 @@ allocator = "glibc"
 """
 
 
-def _shape(design: str, width: float) -> noise.Shape:
-    return noise.Shape(design, 3, 2, 100.0, width)
+def _shape(design: str, width: float) -> designs.Shape:
+    return designs.Shape(design, 3, 2, 100.0, width)
 
 
-def _choice(design: str, widths: dict[str, float]) -> noise.DesignChoice:
+def _choice(design: str, widths: dict[str, float]) -> designs.DesignChoice:
     """A choice in a given 5-minute budget for 2 setups, of shapes of 2 repeats of 3."""
     shapes = {d: _shape(d, w) for d, w in widths.items()}
-    return noise.DesignChoice(design, budget_s=300.0, budget_given=True, setups=2, shapes=shapes)
+    return designs.DesignChoice(design, budget_s=300.0, budget_given=True, setups=2, shapes=shapes)
 
 
 def test_widths_past_the_cap_are_worded_and_the_rest_kept() -> None:
@@ -80,7 +80,7 @@ def test_a_budget_goes_with_auto_and_fits_the_shape_to_it(tmp_path: Path) -> Non
     path.write_text(AUTO.replace("repeats = 2", 'repeats = 2\nbudget = "5m"'))
     experiment = experiment_mod.load(path)
     assert experiment.budget_s == 300.0
-    costs = noise.Costs(start_s=1.2, warmup_s=9.0, slice_wall_s=5.1, turn_s=1.07)
+    costs = designs.Costs(start_s=1.2, warmup_s=9.0, slice_wall_s=5.1, turn_s=1.07)
     record = {
         "slice_s": 5.0,
         "turn_s": 1.0,

@@ -325,7 +325,8 @@ def test_the_pooled_start_level_is_a_floor_not_a_replacement(tmp_path: Path) -> 
     not enough apart for the agreement test to reject one shared level (p about 0.1):
     the pooled 0.0009 raises runs' estimate and leaves turns' own, so turns are not
     promised an interval their own starts say they will not reach."""
-    from mallocbench.analysis.noise import SHARED_START_MIN_P, TURNS_DESIGN
+    from mallocbench.analysis.designs import TURNS_DESIGN
+    from mallocbench.analysis.noise import SHARED_START_MIN_P
     from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
     from mallocbench.calibrate.target import pick_target
     from mallocbench.report.calibrate import design_lines

@@ -28,6 +28,7 @@ from mallocbench.model.results import (
     SessionInfo,
     SetupInfo,
 )
+from mallocbench.report.words import difference_fields
 
 MIB = 1 << 20
 SETUPS = ("glibc", "je")
@@ -265,9 +266,12 @@ def test_differences_of_cache_and_older_runs() -> None:
         if c.setup == "je":
             c.cache_bytes = 512 * MIB
     (diff,) = comparability.differences(a, b)
-    assert (diff.field, diff.a, diff.b, diff.severity) == (
-        "cache[je/innodb]", "256 MiB", "512 MiB", comparability.REFUSE
+    assert (diff.field, diff.a.value, diff.b.value, diff.severity) == (
+        "cache[je/innodb]", [256 * MIB], [512 * MIB], comparability.REFUSE
     )  # fmt: skip
+    assert difference_fields(diff) == {
+        "field": "cache[je/innodb]", "a": "256 MiB", "b": "512 MiB", "severity": "refuse"
+    }  # fmt: skip
     # ... but a dataset cache difference is not repeated for every cell.
     for c in b.cells:
         c.cache_bytes = 512 * MIB

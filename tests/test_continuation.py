@@ -15,8 +15,8 @@ import random
 import pytest
 
 from decision_runs import DEMO_FILE
+from mallocbench.analysis import criteria, stats
 from mallocbench.analysis import recommend as rec
-from mallocbench.analysis import stats
 from mallocbench.analysis.continuation import (
     MAX_BLOCKS,
     blocks_for,
@@ -80,13 +80,13 @@ def reached(total: int | None, needed: float, sd: float, seed: int) -> float:
 def test_the_predicted_blocks_reach_the_width_in_about_half_of_the_continuations() -> None:
     r = rec.recommend(demo())
     (engine,) = r.engines
-    assert engine.kind == rec.UNDECIDED and engine.ranked[0].setup == SETUP
+    assert engine.kind == criteria.UNDECIDED and engine.ranked[0].setup == SETUP
     (hold,) = engine.ranked[0].holds
     p = hold.prediction
     assert p is not None and p.blocks_now == 3
     assert p.fewest is not None and p.blocks is not None and p.most is not None
     assert p.fewest < p.blocks < p.most
-    cell = next(e for e in engine.ranked[0].assessments[rec.THROUGHPUT].unclear)
+    cell = next(e for e in engine.ranked[0].assessments[criteria.THROUGHPUT].unclear)
     needed = abs(math.log(cell.ratio / (1 - r.min_effect)))  # type: ignore[operator]
     s2 = residual_variance(half_width(cell.low, cell.high), cell.df, cell.blocks)
     sd = math.sqrt(s2)

@@ -17,6 +17,7 @@ import pytest
 
 from cli_runner import run_cli, small_experiment
 from decision_runs import DEMO_FILE, TRADE_OFF_FILE, demo_run, trade_off_run
+from mallocbench.analysis import criteria
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.errors import MallocbenchError
@@ -55,10 +56,12 @@ def test_the_stored_runs_are_what_their_builder_makes() -> None:
 def test_a_first_priority_win_that_costs_memory_is_a_trade_off_with_both_budgets() -> None:
     r = rec.recommend(stored(TRADE_OFF_FILE))
     (engine,) = r.engines
-    assert engine.kind == rec.TRADE_OFF and engine.choice is None
+    assert engine.kind == criteria.TRADE_OFF and engine.choice is None
     tcmalloc = engine.ranked[0]
-    assert tcmalloc.setup == "tcmalloc" and tcmalloc.disqualified_by == [(rec.RSS, rec.WORSE)]
-    assert tcmalloc.loss_to_admit[rec.RSS] == pytest.approx(0.098, abs=0.002)
+    assert tcmalloc.setup == "tcmalloc" and tcmalloc.disqualified_by == [
+        (criteria.RSS, criteria.WORSE)
+    ]
+    assert tcmalloc.loss_to_admit[criteria.RSS] == pytest.approx(0.098, abs=0.002)
     assert tcmalloc.memory_budget_to_admit == 240 << 20
     text = "\n".join(recommendation_lines(r))
     assert HEADLINE.search(text), text
@@ -69,7 +72,7 @@ def test_a_first_priority_win_that_costs_memory_is_a_trade_off_with_both_budgets
 
 def test_the_recommend_command_carries_the_trade_off_and_deploys_nothing() -> None:
     data = recommend_json(TRADE_OFF_FILE)
-    assert data["kind"] == rec.TRADE_OFF and data["engines"][0]["subject"] == "tcmalloc"
+    assert data["kind"] == criteria.TRADE_OFF and data["engines"][0]["subject"] == "tcmalloc"
     assert data["engines"][0]["choice"] is None and "deployment" not in data
     rss = data["engines"][0]["candidates"][0]["assessments"]["rss"]
     assert rss["change"] / (1 << 20) == pytest.approx(19, abs=0.6)
@@ -79,21 +82,21 @@ def test_the_recommend_command_carries_the_trade_off_and_deploys_nothing() -> No
 @pytest.mark.parametrize(
     ("budget", "kind", "named"),
     [
-        (("--max-loss", "rss=10%"), rec.CHANGE, "within --max-loss rss=10%"),
-        (("--memory-budget", "240M"), rec.CHANGE, "within --memory-budget 240 MiB"),
+        (("--max-loss", "rss=10%"), criteria.CHANGE, "within --max-loss rss=10%"),
+        (("--memory-budget", "240M"), criteria.CHANGE, "within --memory-budget 240 MiB"),
         (
             ("--max-loss", "rss=5%"),
-            rec.KEEP,
+            criteria.KEEP,
             "tcmalloc's peak RSS loss is beyond --max-loss rss=5%",
         ),
-        (("--memory-budget", "230M"), rec.KEEP, "keep glibc"),
+        (("--memory-budget", "230M"), criteria.KEEP, "keep glibc"),
     ],
 )
 def test_a_budget_decides_the_trade_off(budget: tuple[str, str], kind: str, named: str) -> None:
     data = recommend_json(TRADE_OFF_FILE, *budget)
     (engine,) = data["engines"]
     assert engine["kind"] == kind
-    if kind == rec.CHANGE:
+    if kind == criteria.CHANGE:
         assert engine["choice"] == "tcmalloc"
         assert data["deployment"]["setup"]["name"] == "tcmalloc"
     else:
@@ -101,18 +104,18 @@ def test_a_budget_decides_the_trade_off(budget: tuple[str, str], kind: str, name
     text = run_cli("recommend", str(TRADE_OFF_FILE), *budget).stdout
     headline = text.splitlines()[2]
     assert named in headline, headline
-    if kind == rec.CHANGE:
+    if kind == criteria.CHANGE:
         assert "run tcmalloc instead of glibc" in headline and "(+19 MiB of 215)" in headline
 
 
 def test_an_a_a_pair_keeps_the_base() -> None:
     for r in (rec.recommend(stored(FIXTURES / "results-aa.json")), _aa_pair()):
-        assert [e.kind for e in r.engines] == [rec.KEEP] * len(r.engines)
+        assert [e.kind for e in r.engines] == [criteria.KEEP] * len(r.engines)
         assert all(e.choice is None and e.subject is None for e in r.engines)
         assert "(no change recommended)" in "\n".join(recommendation_lines(r))
 
 
-def _aa_pair() -> rec.Recommendation:
+def _aa_pair() -> criteria.Recommendation:
     """tcmalloc's cells relabelled as a second glibc: the same noise, no true difference."""
     run = stored(TRADE_OFF_FILE)
     base = {(c.step, c.threads, c.repeat): c for c in run.cells if c.setup == "glibc"}
@@ -128,16 +131,16 @@ def _aa_pair() -> rec.Recommendation:
     run.sessions = [s for s in run.sessions if s.setup in ("glibc", "tcmalloc")]
     for s in run.sessions:
         s.peak_rss_bytes = peaks[s.repeat]
-    return rec.recommend(run, max_loss={rec.RSS: 0.10})
+    return rec.recommend(run, max_loss={criteria.RSS: 0.10})
 
 
 def test_the_demo_reads_undecided_with_what_holds_it_not_a_bare_keep() -> None:
     r = rec.recommend(stored(DEMO_FILE))
     (engine,) = r.engines
-    assert engine.kind == rec.UNDECIDED
+    assert engine.kind == criteria.UNDECIDED
     assert engine.ranked[0].setup == "jemalloc"
     (hold,) = engine.ranked[0].holds
-    assert hold.criterion == rec.THROUGHPUT and hold.width_now > hold.width_needed > 0
+    assert hold.criterion == criteria.THROUGHPUT and hold.width_now > hold.width_needed > 0
     done = run_cli("recommend", str(DEMO_FILE))
     assert done.returncode == 0, done.stderr
     text = done.stdout
@@ -164,12 +167,12 @@ def test_the_demo_reads_undecided_with_what_holds_it_not_a_bare_keep() -> None:
 def test_a_budget_on_an_unclear_priority_takes_it_or_leaves_it_undecided() -> None:
     # The demo's jemalloc: 0.77x peak RSS, throughput 1.02 [0.91, 1.15].
     taken = recommend_json(DEMO_FILE, "--max-loss", "throughput=15%")["engines"][0]
-    assert taken["kind"] == rec.CHANGE and taken["choice"] == "jemalloc"
+    assert taken["kind"] == criteria.CHANGE and taken["choice"] == "jemalloc"
     text = run_cli("recommend", str(DEMO_FILE), "--max-loss", "throughput=15%").stdout
     assert "what the budget takes: throughput unclear, its worst interval" in text
     # A 5% budget: the interval reaches past it, but more blocks may bring it within.
     waits = recommend_json(DEMO_FILE, "--max-loss", "throughput=5%")["engines"][0]
-    assert waits["kind"] == rec.UNDECIDED and waits["choice"] is None
+    assert waits["kind"] == criteria.UNDECIDED and waits["choice"] is None
 
 
 def test_the_reports_carry_the_outcome_and_the_runs_own_decision_table(tmp_path: Path) -> None:
@@ -178,15 +181,15 @@ def test_the_reports_carry_the_outcome_and_the_runs_own_decision_table(tmp_path:
     # The experiment's [decision] travels with the run: its reports decide by it.
     run.metadata.decision = DecisionRecord(max_loss={"rss": 0.1})
     analysis = analyze(run)
-    assert analysis.recommendation.engines[0].kind == rec.CHANGE
+    assert analysis.recommendation.engines[0].kind == criteria.CHANGE
     assert "**innodb: run tcmalloc instead of glibc" in markdown_render(analysis)
     data = recommendation_dict(analysis.recommendation)
-    assert data["kind"] == rec.CHANGE and data["max_loss"] == {"rss": 0.1}
+    assert data["kind"] == criteria.CHANGE and data["max_loss"] == {"rss": 0.1}
     # The command line wins over the stored table.
     path = tmp_path / "results.json"
     path.write_text(json.dumps(run.to_dict()))
-    assert recommend_json(path)["kind"] == rec.CHANGE
-    assert recommend_json(path, "--max-loss", "rss=5%")["kind"] == rec.KEEP
+    assert recommend_json(path)["kind"] == criteria.CHANGE
+    assert recommend_json(path, "--max-loss", "rss=5%")["kind"] == criteria.KEEP
 
 
 BASE_EXPERIMENT: dict[str, Any] = {
@@ -201,8 +204,8 @@ def test_the_decision_table_parses_and_refuses_bad_values_in_one_line() -> None:
     table = {"priority": ["throughput", "p99"], "memory_budget": "2G", "max_loss": {"rss": "10%"}}
     decision = from_dict({**BASE_EXPERIMENT, "decision": table}).decision
     assert decision is not None
-    assert decision.priorities == (rec.THROUGHPUT, rec.P99)
-    assert decision.memory_budget_bytes == 2 << 30 and decision.max_loss == {rec.RSS: 0.10}
+    assert decision.priorities == (criteria.THROUGHPUT, criteria.P99)
+    assert decision.memory_budget_bytes == 2 << 30 and decision.max_loss == {criteria.RSS: 0.10}
     for bad, needle in (
         ({"max_loss": {"speed": "5%"}}, "decision.max_loss 'speed=5%' is not OBJECTIVE=PCT"),
         ({"max_loss": {"rss": "lots"}}, "is not a fraction"),

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from mallocbench.analysis import noise
+from mallocbench.analysis import designs, noise
 from mallocbench.analysis.stats import t_quantile
 
 WITHIN_SD = 0.02  # 2% slice to slice
@@ -201,7 +201,7 @@ def test_calibrate_says_how_far_a_target_is_and_what_a_start_costs() -> None:
     3 points is hours away, and the words say so rather than "more than N starts"."""
     from types import SimpleNamespace
 
-    from mallocbench.analysis.noise import Costs, plan_run
+    from mallocbench.analysis.designs import Costs, plan_run
     from mallocbench.report.calibrate import plan_lines
 
     components = noise.VarianceComponents(
@@ -248,7 +248,7 @@ def test_paired_components_are_the_ratios_own_variance() -> None:
 
 
 def test_design_plans_price_each_design_and_name_the_narrowest() -> None:
-    from mallocbench.analysis.noise import Costs, best_design, block_costs, plan_run
+    from mallocbench.analysis.designs import Costs, best_design, block_costs, plan_run
 
     costs = Costs(start_s=4.0, warmup_s=6.0, slice_wall_s=5.0, turn_s=1.1)
     # Every design starts and warms each setup's server in turn; sequential also pays a
@@ -276,11 +276,11 @@ def _parts(within: float, between: float) -> noise.VarianceComponents:
     return noise.VarianceComponents(within, between, starts=3, slices=18, within_df=15, mean_log=0)
 
 
-COSTS = noise.Costs(start_s=3.0, warmup_s=6.0, slice_wall_s=6.0, turn_s=1.1)
+COSTS = designs.Costs(start_s=3.0, warmup_s=6.0, slice_wall_s=6.0, turn_s=1.1)
 
 
-def _runs_budget(costs: noise.Costs, setups: int, slices: int, starts: int) -> float:
-    fixed, per_slice = noise.block_costs("runs", costs, setups)
+def _runs_budget(costs: designs.Costs, setups: int, slices: int, starts: int) -> float:
+    fixed, per_slice = designs.block_costs("runs", costs, setups)
     return starts * (fixed + slices * per_slice)
 
 
@@ -293,7 +293,7 @@ def test_each_design_gets_the_same_wall_time_and_its_own_shape() -> None:
         "sequential": _parts(0.02, 1e-3),
     }
     budget = _runs_budget(COSTS, 2, 3, 5)
-    fixed = noise.choose_at_equal_time(parts, COSTS, 2, budget, starts=5)
+    fixed = designs.choose_at_equal_time(parts, COSTS, 2, budget, starts=5)
     assert {d: (s.slices_per_start, s.starts) for d, s in fixed.shapes.items()} == {
         "runs": (3, 5),
         "turns": (15, 5),
@@ -304,10 +304,10 @@ def test_each_design_gets_the_same_wall_time_and_its_own_shape() -> None:
     assert not fixed.budget_given
     # Free to choose its shape, each design takes the narrowest the budget buys, and
     # plans inside it with a margin for the run's own overhead.
-    free = noise.choose_at_equal_time(parts, COSTS, 2, budget)
-    usable = budget * (1 - noise.BUDGET_MARGIN)
+    free = designs.choose_at_equal_time(parts, COSTS, 2, budget)
+    usable = budget * (1 - designs.BUDGET_MARGIN)
     assert free.budget_given and all(s.wall_s <= usable for s in free.shapes.values())
-    in_usable = noise.choose_at_equal_time(parts, COSTS, 2, usable, starts=4)
+    in_usable = designs.choose_at_equal_time(parts, COSTS, 2, usable, starts=4)
     for design, shape in free.shapes.items():
         assert shape.width_pct <= in_usable.shapes[design].width_pct + 1e-9
     # Turns' pieces are cheaper, so with the same noise per piece they win.
@@ -335,13 +335,13 @@ def test_auto_picks_runs_turns_or_sequential_at_equal_wall_time() -> None:
     }
     for expected, parts in cases.items():
         for starts in (5, None):
-            choice = noise.choose_at_equal_time(parts, COSTS, 2, budget, starts=starts)
+            choice = designs.choose_at_equal_time(parts, COSTS, 2, budget, starts=starts)
             assert choice.design == expected, (expected, starts, choice.widths)
             assert choice.widths[expected] == min(w for w in choice.widths.values() if w)
     # A tie keeps runs, the default: the same components, and no within-start noise for
     # the shapes to tell apart.
     tie = {"runs": _parts(0.0, 2e-3), "turns": _parts(0.0, 2e-3), "sequential": _parts(0.0, 0.01)}
-    choice = noise.choose_at_equal_time(tie, COSTS, 2, budget, starts=5)
+    choice = designs.choose_at_equal_time(tie, COSTS, 2, budget, starts=5)
     assert choice.widths["runs"] == choice.widths["turns"] and choice.design == "runs"
 
 
@@ -350,30 +350,30 @@ def test_cheap_turns_win_what_equal_measured_seconds_hide() -> None:
     and seconds runs would be narrower; but each slice is a sysbench start and a dropped
     second (8 s of wall for 5 measured on a busy host), and in the runs' wall time turns
     measure 21 seconds to their 15."""
-    costs = noise.Costs(start_s=3.0, warmup_s=6.0, slice_wall_s=8.0, turn_s=1.05)
+    costs = designs.Costs(start_s=3.0, warmup_s=6.0, slice_wall_s=8.0, turn_s=1.05)
     parts = {"runs": _parts(0.01, 0.0), "turns": _parts(0.06, 0.0)}
     same_seconds = {
         d: noise.resolvable_effect_pct(parts[d], 2, k, 5, paired=True)
         for d, k in (("runs", 3), ("turns", 15))
     }
     assert same_seconds["runs"] < same_seconds["turns"]
-    choice = noise.choose_at_equal_time(parts, costs, 2, _runs_budget(costs, 2, 3, 5), starts=5)
+    choice = designs.choose_at_equal_time(parts, costs, 2, _runs_budget(costs, 2, 3, 5), starts=5)
     assert choice.design == "turns" and choice.shapes["turns"].slices_per_start == 21
     assert choice.widths["runs"] == pytest.approx(same_seconds["runs"])
 
 
 def test_nothing_fitting_keeps_runs_and_a_plan_searches_its_shape_in_the_budget() -> None:
     parts = {"runs": _parts(0.01, 1e-3), "turns": _parts(0.01, 1e-3)}
-    choice = noise.choose_at_equal_time(parts, COSTS, 4, 30.0)
+    choice = designs.choose_at_equal_time(parts, COSTS, 4, 30.0)
     assert choice.design == "runs" and set(choice.widths.values()) == {None}
     # No between-start variance: Kalibera and Jones would take 20 slices per start and
     # fit fewer than 2 starts in 5 minutes; the budget's own search fits several.
     quiet_starts = _parts(0.3, 0.0)
-    costs = noise.Costs(start_s=1.2, warmup_s=9.0, slice_wall_s=5.1, turn_s=1.07)
-    plan = noise.plan_run(quiet_starts, costs, 2, 300, 3.0, "runs", paired=True)
+    costs = designs.Costs(start_s=1.2, warmup_s=9.0, slice_wall_s=5.1, turn_s=1.07)
+    plan = designs.plan_run(quiet_starts, costs, 2, 300, 3.0, "runs", paired=True)
     assert plan.budget_width_pct is not None and plan.budget_starts >= 2
-    fixed, per_slice = noise.block_costs("runs", costs, 2)
-    usable = 300 * (1 - noise.BUDGET_MARGIN)
+    fixed, per_slice = designs.block_costs("runs", costs, 2)
+    usable = 300 * (1 - designs.BUDGET_MARGIN)
     assert plan.budget_starts * (fixed + plan.slices_per_start * per_slice) <= usable
     for slices in range(1, noise.MAX_SLICES_PER_START + 1):
         starts = int(usable // (fixed + slices * per_slice))
@@ -473,7 +473,7 @@ def test_the_width_range_covers_the_true_width_as_often_as_it_says() -> None:
         series = [np.exp(level + rng.normal(0.0, math.sqrt(within), turns)) for level in levels]
         found = noise.variance_components(series)
         width = noise.resolvable_effect_pct(found, 2, slices, run_starts, paired=True)
-        span = noise.width_range_pct(found, slices, width)
+        span = designs.width_range_pct(found, slices, width)
         assert span is not None and span[0] < width < span[1]
         inside += span[0] <= true_width <= span[1]
         ratios.append(span[1] / span[0])
@@ -488,15 +488,15 @@ def test_a_width_range_counts_series_that_share_a_start_as_fewer() -> None:
     narrower than one series a start; nothing is said of a width that does not fit or
     a mean square with no degrees of freedom."""
     found = noise.VarianceComponents(0.03, 0.004, 15, 90, 75, 0.0)
-    series = noise.width_range_pct(found, 6, 20.0)
-    shared = noise.width_range_pct(found, 6, 20.0, series_per_start=3)
+    series = designs.width_range_pct(found, 6, 20.0)
+    shared = designs.width_range_pct(found, 6, 20.0, series_per_start=3)
     one_each = noise.VarianceComponents(0.03, 0.004, 5, 30, 25, 0.0)
-    single = noise.width_range_pct(one_each, 6, 20.0)
+    single = designs.width_range_pct(one_each, 6, 20.0)
     assert series is not None and shared is not None and single is not None
     assert single[0] < shared[0] < series[0] < 20.0 < series[1] < shared[1] < single[1]
-    assert noise.width_range_pct(found, 6, math.inf) is None
+    assert designs.width_range_pct(found, 6, math.inf) is None
     one_start = noise.VarianceComponents(0.03, 0.004, 1, 6, 5, 0.0)
-    assert noise.width_range_pct(one_start, 6, 20.0) is None
+    assert designs.width_range_pct(one_start, 6, 20.0) is None
 
 
 def test_designs_of_equal_noise_are_rarely_ranked_and_clearly_different_ones_are() -> None:
@@ -513,9 +513,9 @@ def test_designs_of_equal_noise_are_rarely_ranked_and_clearly_different_ones_are
             [np.exp(level + rng.normal(0.0, math.sqrt(within), pieces)) for level in levels]
         )
 
-    def estimate(found: noise.VarianceComponents) -> noise.WidthEstimate:
+    def estimate(found: noise.VarianceComponents) -> designs.WidthEstimate:
         width = noise.resolvable_effect_pct(found, 2, pieces, starts, paired=True)
-        return width, noise.width_df(found, pieces)
+        return width, designs.width_df(found, pieces)
 
     ranked_equal = ranked_apart = 0
     draws = 600
@@ -525,13 +525,13 @@ def test_designs_of_equal_noise_are_rarely_ranked_and_clearly_different_ones_are
             "turns": estimate(calibrated(0.004, 0.02)),
         }
         best = min(equal, key=lambda d: equal[d][0])
-        ranked_equal += not noise.unranked_beside(best, equal)
+        ranked_equal += not designs.unranked_beside(best, equal)
         apart = {
             "runs": estimate(calibrated(0.016, 0.08)),
             "turns": estimate(calibrated(0.004, 0.02)),
         }
         ranked_apart += (
-            noise.unranked_beside("turns", apart) == () and apart["turns"][0] < apart["runs"][0]
+            designs.unranked_beside("turns", apart) == () and apart["turns"][0] < apart["runs"][0]
         )
     print(f"equal ranked {ranked_equal / draws:.3f}, 4x apart ranked {ranked_apart / draws:.3f}")
     # Two-sided by taking the smaller: twice the one-sided level at most.
@@ -559,11 +559,11 @@ def test_auto_says_when_its_calibration_cannot_rank_the_designs() -> None:
         },
     }
     costs = {
-        2: noise.Costs(start_s=0.59, warmup_s=7.0, slice_wall_s=5.04, turn_s=1.109, stop_s=0.165),
-        4: noise.Costs(start_s=0.51, warmup_s=9.0, slice_wall_s=5.03, turn_s=1.072, stop_s=0.128),
+        2: designs.Costs(start_s=0.59, warmup_s=7.0, slice_wall_s=5.04, turn_s=1.109, stop_s=0.165),
+        4: designs.Costs(start_s=0.51, warmup_s=9.0, slice_wall_s=5.03, turn_s=1.072, stop_s=0.128),
     }
     two, four = (
-        noise.choose_at_equal_time(
+        designs.choose_at_equal_time(
             {d: noise.VarianceComponents(*v, mean_log=0.0) for d, v in seen[n].items()},
             costs[n],
             n,

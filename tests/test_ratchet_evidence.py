@@ -16,10 +16,16 @@ from typing import Any
 import pytest
 
 from mallocbench.analysis import stats
+from mallocbench.analysis.criteria import RSS, THROUGHPUT, Assessment
 from mallocbench.analysis.ratchet import welch_interval
-from mallocbench.analysis.recommend import RSS, THROUGHPUT, Assessment, recommend
+from mallocbench.analysis.recommend import recommend
 from mallocbench.model.results import RunResult
-from mallocbench.report.recommend import STEP_RULE, recommendation_lines
+from mallocbench.report.recommend import (
+    STEP_RULE,
+    recommendation_dict,
+    recommendation_lines,
+    where_text,
+)
 from mallocbench.report.words import candidate_reasons
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -57,7 +63,7 @@ def test_recorded_dumps_leave_no_difference_and_none_is_claimed() -> None:
     assert set(rss) == {"jemalloc", "jemalloc-decay", "tcmalloc"}
     for setup, a in rss.items():
         (step,) = a.steps
-        assert step.where == WHERE and step.step is not None, setup
+        assert where_text(step.where) == WHERE and step.step is not None, setup
         d = step.step
         assert d.base == "glibc" and d.step.n == d.base_step.n == 5
         assert d.low is not None and d.high is not None and d.low < 0 < d.high, d
@@ -89,7 +95,7 @@ def test_a_setup_that_leaves_more_per_dump_is_shown_worse_on_memory() -> None:
     assert STEP_RULE in text
     assert f"; peak RSS: worse: {WHERE} +8." in text
     assert "leaves more per event" in text
-    exported = json.dumps(rec.to_dict())
+    exported = json.dumps(recommendation_dict(rec))
     assert '"where": "step per dump from a soak"' in exported and '"difference_bytes"' in exported
 
 
@@ -114,8 +120,8 @@ def test_a_soak_without_events_has_no_step_evidence() -> None:
     rec = recommend(soak, (RSS, THROUGHPUT))
     assert all(not c.assessments[RSS].steps for e in rec.engines for c in e.ranked)
     assert STEP_RULE not in recommendation_lines(rec)
-    assert '"steps"' not in json.dumps(rec.to_dict()) and "soak" not in json.dumps(
-        [c.assessments[RSS].to_dict() for e in rec.engines for c in e.ranked]
+    assert '"steps"' not in json.dumps(recommendation_dict(rec)) and "soak" not in json.dumps(
+        [c.assessments[RSS].to_dict() for e in rec.engines for c in e.ranked], default=where_text
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
+from mallocbench.analysis import criteria
 from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.errors import MallocbenchError
@@ -74,7 +75,7 @@ def _run(
     )
 
 
-def _only(r: rec.Recommendation) -> rec.EngineRecommendation:
+def _only(r: criteria.Recommendation) -> criteria.EngineRecommendation:
     (engine,) = r.engines
     return engine
 
@@ -84,11 +85,11 @@ def test_less_rss_and_no_throughput_loss_recommends_it_with_the_evidence() -> No
     engine = _only(r)
     assert engine.choice == "jemalloc"
     chosen = engine.ranked[0].assessments
-    assert chosen[rec.RSS].status == rec.BETTER
-    assert chosen[rec.THROUGHPUT].status == rec.NON_INFERIOR
+    assert chosen[criteria.RSS].status == criteria.BETTER
+    assert chosen[criteria.THROUGHPUT].status == criteria.NON_INFERIOR
     # Non-inferior: every throughput interval's low end within 3% of 1.0.
-    cells = chosen[rec.THROUGHPUT].cells
-    assert cells == 4 and not chosen[rec.THROUGHPUT].unclear
+    cells = chosen[criteria.THROUGHPUT].cells
+    assert cells == 4 and not chosen[criteria.THROUGHPUT].unclear
     text = "\n".join(recommendation_lines(r))
     assert "myrocks: run jemalloc instead of glibc" in text
     assert "peak RSS: better (lower by at least 3%)" in text
@@ -109,9 +110,9 @@ def test_a_memory_saving_that_costs_throughput_is_not_recommended() -> None:
     engine = _only(r)
     assert engine.choice is None
     (candidate,) = engine.ranked
-    assert candidate.assessments[rec.THROUGHPUT].status == rec.WORSE
+    assert candidate.assessments[criteria.THROUGHPUT].status == criteria.WORSE
     # A win on a later priority does not buy a loss on the first: no trade-off, keep.
-    assert engine.kind == rec.KEEP
+    assert engine.kind == criteria.KEEP
     assert "throughput: worse" in "\n".join(recommendation_lines(r))
 
 
@@ -120,10 +121,10 @@ def test_noisy_throughput_leaves_the_decision_open_not_in_favour() -> None:
     r = rec.recommend(_run(qps_factor=1.0, rss_factor=0.75, blocks=3, noise=0.12))
     engine = _only(r)
     assert engine.choice is None
-    assert engine.ranked[0].assessments[rec.THROUGHPUT].status == rec.UNCLEAR
+    assert engine.ranked[0].assessments[criteria.THROUGHPUT].status == criteria.UNCLEAR
     # The supported memory saving waits on throughput: undecided, with what holds it.
-    assert engine.kind == rec.UNDECIDED
-    assert [h.criterion for h in engine.ranked[0].holds] == [rec.THROUGHPUT]
+    assert engine.kind == criteria.UNDECIDED
+    assert [h.criterion for h in engine.ranked[0].holds] == [criteria.THROUGHPUT]
     thin = thin_clauses(engine.thin)
     assert "2 repeats" not in thin and any("repeat" not in t for t in thin)
 
@@ -132,15 +133,15 @@ def test_priorities_order_the_ranking_and_watch_the_rest() -> None:
     # Faster but more memory: with throughput first and rss a priority, rss vetoes it...
     faster_fatter = _run(qps_factor=1.2, rss_factor=1.3)
     assert _only(rec.recommend(faster_fatter)).choice is None
-    assert _only(rec.recommend(faster_fatter)).kind == rec.TRADE_OFF
+    assert _only(rec.recommend(faster_fatter)).kind == criteria.TRADE_OFF
     # ...with throughput alone, the RSS growth is shown worse, which still vetoes it.
-    only_qps = rec.recommend(faster_fatter, priorities=(rec.THROUGHPUT,))
+    only_qps = rec.recommend(faster_fatter, priorities=(criteria.THROUGHPUT,))
     assert _only(only_qps).choice is None
     # A p99 loss vetoes a candidate even when p99 is not a priority.
     slower_tail = _run(qps_factor=1.0, rss_factor=0.7, p99_factor=1.3)
     engine = _only(rec.recommend(slower_tail))
     assert engine.choice is None
-    assert engine.ranked[0].assessments[rec.P99].status == rec.WORSE
+    assert engine.ranked[0].assessments[criteria.P99].status == criteria.WORSE
 
 
 def test_a_memory_budget_excludes_what_does_not_fit() -> None:
@@ -162,11 +163,11 @@ def test_thin_evidence_is_named() -> None:
 
 
 def test_priorities_parse_and_refuse_unknown_names() -> None:
-    assert rec.parse_priorities("rss, qps") == (rec.RSS, rec.THROUGHPUT)
+    assert criteria.parse_priorities("rss, qps") == (criteria.RSS, criteria.THROUGHPUT)
     with pytest.raises(MallocbenchError, match="unknown priority speed"):
-        rec.parse_priorities("speed")
+        criteria.parse_priorities("speed")
     with pytest.raises(MallocbenchError, match="twice"):
-        rec.parse_priorities("rss,memory")
+        criteria.parse_priorities("rss,memory")
 
 
 def test_the_markdown_report_carries_the_recommendation() -> None:

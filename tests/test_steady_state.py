@@ -17,7 +17,7 @@ import pytest
 
 from mallocbench.analysis.steady import (
     WINDOW_S,
-    Stability,
+    Held,
     WarmupDetector,
     check_stability,
     first_second_check,
@@ -25,7 +25,7 @@ from mallocbench.analysis.steady import (
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import Cell, RunResult, SessionInfo
-from mallocbench.report.words import warmup_text
+from mallocbench.report.words import stability_reason, warmup_text
 from mallocbench.run.experiment import from_dict, load
 from mallocbench.run.runner import Pipeline, RunOptions, RunOutcome
 from mallocbench.store.sqlite import Store
@@ -132,21 +132,22 @@ def test_the_detector_rarely_misses_a_flat_series() -> None:
 
 def test_a_flat_noisy_series_is_stable() -> None:
     verdict = check_stability(noisy(30, 0.03, random.Random(1)))
-    assert verdict.stable and verdict.judged and verdict.reason == "no trend or level shift"
+    assert verdict.stable and verdict.judged and verdict.held is Held.LEVEL
+    assert stability_reason(verdict) == "no trend or level shift"
 
 
 def test_a_level_shift_is_unstable_and_named() -> None:
     values = noisy(30, 0.03, random.Random(2))
     shifted = values[:18] + [v * 0.85 for v in values[18:]]
     verdict = check_stability(shifted)
-    assert not verdict.stable and verdict.reason.startswith("level shift -1")
+    assert not verdict.stable and stability_reason(verdict).startswith("level shift -1")
     assert verdict.shift_at_s is not None and 16 <= verdict.shift_at_s <= 20
 
 
 def test_a_trend_is_unstable_and_named() -> None:
     values = [v * (1 + 0.006 * i) for i, v in enumerate(noisy(30, 0.03, random.Random(3)))]
     verdict = check_stability(values)
-    assert not verdict.stable and verdict.reason.startswith("trend +0.")
+    assert not verdict.stable and stability_reason(verdict).startswith("trend +0.")
     assert verdict.slope_pct_per_s is not None and 0.3 < verdict.slope_pct_per_s < 0.9
 
 
@@ -185,11 +186,15 @@ def test_real_level_shifts_are_found(n: int, cv: float) -> None:
 def test_short_series_are_not_judged() -> None:
     verdict = check_stability([1.0, 2.0, 3.0])
     assert verdict.stable and not verdict.judged
+    assert stability_reason(verdict) == "too short to judge (3 s)"
+    assert stability_reason(check_stability([0.0] * 20)) == "no throughput to judge"
 
 
-def test_a_verdict_survives_the_round_trip() -> None:
+def test_a_verdict_is_stored_with_its_reason_second() -> None:
     verdict = check_stability(noisy(30, 0.03, random.Random(5)))
-    assert Stability.from_dict(json.loads(json.dumps(verdict.to_dict()))) == verdict
+    stored = json.loads(json.dumps(verdict.to_dict(stability_reason(verdict))))
+    assert list(stored)[:3] == ["stable", "reason", "n"] and "held" not in stored
+    assert stored["reason"] == "no trend or level shift" and stored["n"] == verdict.n
 
 
 # --- the acceptance criterion --------------------------------------------------------------
@@ -259,9 +264,8 @@ def test_cells_from_before_warmup_detection_still_load() -> None:
 def test_warmup_and_stability_flow_through_the_store(tmp_path: Path) -> None:
     cell = Cell("glibc", "innodb", "point-query range=100", 8, 0, qps=1.0, session="s")
     cell.warmup_s, cell.warmup_steady = 7.0, True
-    cell.stability = check_stability(
-        [40_000.0] * 10 + [30_000.0 + (-1) ** i * 100 for i in range(10)]
-    ).to_dict()
+    verdict = check_stability([40_000.0] * 10 + [30_000.0 + (-1) ** i * 100 for i in range(10)])
+    cell.stability = verdict.to_dict(stability_reason(verdict))
     store = Store(tmp_path / "results.sqlite")
     try:
         store.create_run(RunResult("r", "t", "glibc"))

@@ -180,3 +180,29 @@ def durations(recorded: Durations) -> str:
     else:
         lead = f"warmup until steady ({warmup:g}-{most:g} s)"
     return f"{lead} + {step:g} s measured per cell"
+
+
+def fact(value: object, reading: str, missing: bool = False) -> str:
+    """A fact a run held fixed (`analysis.comparability.Fact`) as a comparison shows it;
+    `reading` is its Reading, `missing` whether an empty value reads "-"."""
+    if value is None and reading != "limit":
+        text = ""
+    elif reading == "size":
+        text = mib_or_text(value)
+    elif reading == "limit":
+        text = mib_or_text(value or "none")
+    elif reading == "seconds":
+        text = seconds(value)
+    elif reading == "gib" and isinstance(value, int | float):
+        text = f"{value / GB:.1f} GiB"
+    elif reading == "knobs" and isinstance(value, dict):
+        text = knobs(value)
+    elif reading == "sizes" and isinstance(value, list):
+        text = " / ".join(mib(v) for v in value)
+    elif reading == "words" and isinstance(value, tuple):
+        text = " ".join(str(v) for v in value)
+    elif reading == "design" and isinstance(value, tuple):
+        text = f"{value[0]}, turns" if value[1] else str(value[0])
+    else:
+        text = str(value)
+    return (text or "-") if missing else text

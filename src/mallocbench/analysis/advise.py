@@ -13,7 +13,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
-from mallocbench.analysis import recommend as rec
+from mallocbench.analysis import criteria
 from mallocbench.analysis.choice import Interval
 from mallocbench.analysis.replay import Ratio, ReplayAnalysis, Saving, saving
 from mallocbench.replay.serverrss import server_rss
@@ -23,7 +23,7 @@ SAME = Interval(1.0, 1.0, 1.0)  # the default against itself
 
 @dataclass(frozen=True)
 class Decision:
-    kind: rec.Outcome  # the recommendation's outcome: change, trade-off, undecided, keep
+    kind: criteria.Outcome  # the recommendation's outcome: change, trade-off, undecided, keep
     setup: str  # what to run: the chosen setup, or the base (the default) to keep
     base: str
     rss: Interval  # steady peak RSS, setup / base
@@ -38,10 +38,10 @@ class Decision:
 
     @property
     def deploy(self) -> bool:
-        return self.kind == rec.CHANGE and self.setup != self.base
+        return self.kind == criteria.CHANGE and self.setup != self.base
 
 
-def _interval(a: rec.Assessment) -> Interval | None:
+def _interval(a: criteria.Assessment) -> Interval | None:
     """A replay's one ratio on a criterion, with its interval."""
     e = a.worst or next(iter((*a.better, *a.worse, *a.unclear)), None)
     if e is None or e.ratio is None or math.isnan(e.low):
@@ -50,35 +50,37 @@ def _interval(a: rec.Assessment) -> Interval | None:
 
 
 def _saving(setup: str, rss: Interval, replay: ReplayAnalysis) -> Saving | None:
-    base = replay.rows[0].metrics[rec.REPLAY_KEYS[rec.RSS]].mean if replay.rows else math.nan
+    base = (
+        replay.rows[0].metrics[criteria.REPLAY_KEYS[criteria.RSS]].mean if replay.rows else math.nan
+    )
     server = server_rss((replay.record.trace or {}).get("info") or {})
     return saving(setup, Ratio(rss.point, rss.low, rss.high, ""), base, server)
 
 
-def decision(r: rec.Recommendation, replay: ReplayAnalysis) -> Decision | None:
+def decision(r: criteria.Recommendation, replay: ReplayAnalysis) -> Decision | None:
     """None: the replay measured nothing. With no setup judged beside the base (every
     one failed, or --max-cpu left all out), the base is kept."""
     if not r.engines:
         if not replay.rows:
             return None
         base = replay.rows[0].setup
-        return Decision(rec.KEEP, base, base, SAME, SAME, _saving(base, SAME, replay))
+        return Decision(criteria.KEEP, base, base, SAME, SAME, _saving(base, SAME, replay))
     e = r.engines[0]
     subject = e.subject
-    if e.kind == rec.CHANGE and subject is not None:
-        rss = _interval(subject.assessments[rec.RSS]) or SAME
-        cpu = _interval(subject.assessments[rec.CPU]) or SAME
+    if e.kind == criteria.CHANGE and subject is not None:
+        rss = _interval(subject.assessments[criteria.RSS]) or SAME
+        cpu = _interval(subject.assessments[criteria.CPU]) or SAME
         return Decision(
             e.kind, subject.setup, e.base, rss, cpu, _saving(subject.setup, rss, replay)
         )
     kept = Decision(e.kind, e.base, e.base, SAME, SAME, _saving(e.base, SAME, replay))
     if subject is None:
         return kept
-    subject_rss = _interval(subject.assessments[rec.RSS])
+    subject_rss = _interval(subject.assessments[criteria.RSS])
     return dataclasses.replace(
         kept,
         subject=subject.setup,
         subject_rss=subject_rss,
-        subject_cpu=_interval(subject.assessments[rec.CPU]),
+        subject_cpu=_interval(subject.assessments[criteria.CPU]),
         subject_saving=_saving(subject.setup, subject_rss, replay) if subject_rss else None,
     )

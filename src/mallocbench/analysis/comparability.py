@@ -11,11 +11,12 @@ runners vary a little, so those only warn.
 from __future__ import annotations
 
 import contextlib
+import enum
 import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from mallocbench import units as fmt
+from mallocbench import units
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import DatasetRecord, Durations, HostFacts
 from mallocbench.model.results import RunResult
@@ -29,14 +30,31 @@ WARN = "warn"
 MEMORY_TOLERANCE = 0.05
 
 
+class Reading(enum.StrEnum):
+    """How a fact's value reads (`units.fact` words it): the analysis keeps the value."""
+
+    PLAIN = "plain"
+    SIZE = "size"  # MiB, or a word as it is
+    LIMIT = "limit"  # a memory cap in MiB, "none" without one
+    SECONDS = "seconds"
+    GIB = "gib"  # a machine's memory, one decimal
+    KNOBS = "knobs"
+    SIZES = "sizes"  # several caches, each in MiB
+    WORDS = "words"  # names side by side (an allocator and its version)
+    DESIGN = "design"  # (design, whether its slices ran as turns)
+
+
 @dataclass(frozen=True)
 class Fact:
-    """One thing a run held fixed: its value, how it reads, and how much a change matters."""
+    """One thing a run held fixed: its value, how it reads, and how much a change matters.
+
+    `missing` is what a setup's fact reads when its value reads as nothing."""
 
     value: Any
-    text: str
+    reading: Reading
     severity: str
     tolerance: float = 0.0  # relative; numbers closer than this count as equal
+    missing: bool = False
 
     def same_as(self, other: Fact) -> bool:
         x, y = self.value, other.value
@@ -47,15 +65,12 @@ class Fact:
 
 @dataclass(frozen=True)
 class Difference:
-    """A fact that differs between run A and run B."""
+    """A fact that differs between run A and run B: the two facts, to be worded."""
 
     field: str
-    a: str
-    b: str
+    a: Fact
+    b: Fact
     severity: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"field": self.field, "a": self.a, "b": self.b, "severity": self.severity}
 
 
 def _dataset(result: RunResult) -> DatasetRecord:
@@ -83,13 +98,13 @@ def _run_facts(result: RunResult) -> dict[str, Fact]:
     facts: dict[str, Fact] = {}
     value: Any  # the dataset's numbers, then the host's numbers and names
     dataset = _dataset(result)
-    for name, value, show in (
-        ("dataset.tables", dataset.tables, str),
-        ("dataset.rows", dataset.rows, str),
-        ("dataset.cache", dataset.cache_bytes, fmt.mib_or_text),
+    for name, value, reading in (
+        ("dataset.tables", dataset.tables, Reading.PLAIN),
+        ("dataset.rows", dataset.rows, Reading.PLAIN),
+        ("dataset.cache", dataset.cache_bytes, Reading.SIZE),
     ):
         if value is not None:
-            facts[name] = Fact(value, show(value), REFUSE)
+            facts[name] = Fact(value, reading, REFUSE)
     durations = meta.durations or Durations()
     design = meta.design
     for name, seconds in (
@@ -99,13 +114,12 @@ def _run_facts(result: RunResult) -> dict[str, Fact]:
         ("slice", design.slice_s if design is not None else None),
     ):
         if seconds is not None:
-            facts[f"durations.{name}"] = Fact(seconds, fmt.seconds(seconds), WARN)
+            facts[f"durations.{name}"] = Fact(seconds, Reading.SECONDS, WARN)
     used = design.used if design is not None else None
     if used:
         # Interleaved slices were runs of their own unless the run says turns.
         turns = design is not None and design.alternate == "turns"
-        shown = f"{used}, turns" if turns else str(used)
-        facts["design"] = Fact(shown, shown, WARN)
+        facts["design"] = Fact((used, turns), Reading.DESIGN, WARN)
     host = meta.host or HostFacts()
     for name, value in (
         ("cpu_model", host.cpu_model),
@@ -117,8 +131,8 @@ def _run_facts(result: RunResult) -> dict[str, Fact]:
     ):
         if value not in (None, ""):
             memory = name == "memory" and isinstance(value, int | float)
-            text = f"{value / fmt.GB:.1f} GiB" if memory else str(value)
-            facts[f"host.{name}"] = Fact(value, text, WARN, MEMORY_TOLERANCE if memory else 0.0)
+            reading = Reading.GIB if memory else Reading.PLAIN
+            facts[f"host.{name}"] = Fact(value, reading, WARN, MEMORY_TOLERANCE if memory else 0.0)
     return facts
 
 
@@ -127,27 +141,21 @@ def _setup_facts(result: RunResult) -> dict[str, Fact]:
     engine: the cache its cells ran with."""
     facts: dict[str, Fact] = {}
     for setup in result.setups:
-        allocator = " ".join(x for x in (setup.allocator, setup.allocator_version) if x)
-        for name, value, text in (
-            ("server_version", setup.server_version, setup.server_version),
-            ("allocator", allocator, allocator),
-            ("knobs", setup.knobs, fmt.knobs(setup.knobs)),
-            ("config", setup.config, fmt.knobs(setup.config)),
-            (
-                "memory_limit",
-                setup.memory_limit_bytes,
-                fmt.mib_or_text(setup.memory_limit_bytes or "none"),
-            ),
+        allocator = tuple(x for x in (setup.allocator, setup.allocator_version) if x)
+        for name, value, reading in (
+            ("server_version", setup.server_version, Reading.PLAIN),
+            ("allocator", allocator, Reading.WORDS),
+            ("knobs", setup.knobs, Reading.KNOBS),
+            ("config", setup.config, Reading.KNOBS),
+            ("memory_limit", setup.memory_limit_bytes, Reading.LIMIT),
         ):
-            facts[f"{name}[{setup.name}]"] = Fact(value, text or "-", WARN)
+            facts[f"{name}[{setup.name}]"] = Fact(value, reading, WARN, missing=True)
     caches: dict[tuple[str, str], set[int]] = {}
     for cell in result.cells:
         if cell.cache_bytes:
             caches.setdefault((cell.setup, cell.engine), set()).add(cell.cache_bytes)
     for (name, engine), values in caches.items():
-        ordered = sorted(values)
-        text = " / ".join(fmt.mib(v) for v in ordered)
-        facts[f"cache[{name}/{engine}]"] = Fact(ordered, text, REFUSE)
+        facts[f"cache[{name}/{engine}]"] = Fact(sorted(values), Reading.SIZES, REFUSE)
     return facts
 
 
@@ -165,16 +173,15 @@ def differences(a: RunResult, b: RunResult) -> list[Difference]:
     """
     fa, fb = facts(a), facts(b)
     out = [
-        Difference(name, fa[name].text, fb[name].text, fa[name].severity)
+        Difference(name, fa[name], fb[name], fa[name].severity)
         for name in fa
         if name in fb and not fa[name].same_as(fb[name])
     ]
     cache = next((d for d in out if d.field == "dataset.cache"), None)
     if cache is not None:
+        same = ([cache.a.value], [cache.b.value])
         out = [
-            d
-            for d in out
-            if not (d.field.startswith("cache[") and (d.a, d.b) == (cache.a, cache.b))
+            d for d in out if not (d.field.startswith("cache[") and (d.a.value, d.b.value) == same)
         ]
     return [d for d in out if d.severity == REFUSE] + [d for d in out if d.severity != REFUSE]
 
@@ -189,9 +196,15 @@ class DifferentWorkloads(MallocbenchError):
 
     def __init__(self, found: list[Difference], flag: str = "--allow-different") -> None:
         self.found = found
-        listed = ", ".join(f"{d.field} A {d.a} vs B {d.b}" for d in refusals(found))
+        listed = ", ".join(
+            f"{d.field} A {self.shown(d.a)} vs B {self.shown(d.b)}" for d in refusals(found)
+        )
         super().__init__(
             f"the runs did not measure the same workload: {listed}; their ratios would mix "
             f"that with the change between the builds: rerun one to match, or give {flag} "
             "to compare anyway"
         )
+
+    @staticmethod
+    def shown(fact: Fact) -> str:
+        return units.fact(fact.value, fact.reading, fact.missing)

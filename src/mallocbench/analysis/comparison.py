@@ -9,6 +9,7 @@ like throughput. Runs of different datasets are refused first (`analysis.compara
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 from mallocbench.analysis import stats
@@ -26,6 +27,8 @@ from mallocbench.analysis.summary import (
     RatioCell,
     RatioRow,
     RatioTable,
+    Unmeasured,
+    group_rows,
     memory_rows,
     min_effect_of,
     peak_rss_by_repeat,
@@ -42,7 +45,21 @@ from mallocbench.workloads.catalogue import group_of, label_order
 # What --fail-on can ask for; "changed" is slower or faster.
 SLOWER, FASTER, CHANGED, RSS_UP, RSS_DOWN = "slower", "faster", "changed", "rss-up", "rss-down"
 FAIL_KINDS = (SLOWER, FASTER, CHANGED, RSS_UP, RSS_DOWN)
-PEAK_RSS = "peak RSS"  # the step name of memory changes and CSV rows
+
+
+class Side(enum.StrEnum):
+    """The reference of every relative value in a comparison: B is measured against A."""
+
+    A = "run A"
+
+
+class Memory(enum.StrEnum):
+    """The step name of memory changes and CSV rows, beside the workload's own steps."""
+
+    PEAK_RSS = "peak RSS"
+
+
+PEAK_RSS = Memory.PEAK_RSS
 
 
 @dataclass
@@ -220,12 +237,12 @@ def _tables(
                     if key not in common:
                         continue
                     x, y = sa[key], sb[key]
-                    problem = None
-                    if y.problem or x.problem:
-                        problem = f"{y.problem} in B" if y.problem else f"{x.problem} in A"
+                    problem = y.problem or x.problem
                     cells[setup] = ratio_cell(
-                        y.qps_values, x.qps_values, problem, "run A", effect, y.unit
+                        y.qps_values, x.qps_values, problem, Side.A, effect, y.unit
                     )
+                    if problem:
+                        cells[setup].problem_in = "B" if y.problem else "A"
                     change = _throughput_change(x, y, cells[setup])
                     if change is not None:
                         changes.append(change)
@@ -238,7 +255,10 @@ def _tables(
     for table in tables:
         for row in table.rows:
             for column in table.columns:
-                row.cells.setdefault(column, ratio_cell([], [], "not in both", "run A", effect))
+                row.cells.setdefault(
+                    column, ratio_cell([], [], Unmeasured.NOT_IN_BOTH, Side.A, effect)
+                )
+        group_rows(table)
     return tables, changes
 
 
@@ -251,7 +271,7 @@ def _table(
         rows=rows,
         engine=engine,
         threads=threads,
-        reference="run A",
+        reference=Side.A,
         min_effect=effect,
         between_runs=True,
     )
@@ -292,7 +312,7 @@ def _memory(
             pa, pb = peaks_a.get((setup, engine)), peaks_b.get((setup, engine))
             rss = None
             if pa and pb:
-                rss = ratio_cell(list(pb.values()), list(pa.values()), None, "run A", effect, RSS)
+                rss = ratio_cell(list(pb.values()), list(pa.values()), None, Side.A, effect, RSS)
             if ma and mb and ma.peak_rss_bytes and mb.peak_rss_bytes:
                 peak_ratio = mb.peak_rss_bytes / ma.peak_rss_bytes
                 row.rss_ratio = rss.ratio if rss and rss.ratio is not None else peak_ratio

@@ -60,7 +60,23 @@ SETTLE_FLOOR = 0.0005
 SETTLE_TIMEOUT_S = 60.0
 MIN_GAP_S = 15.0  # a gap between events shorter than this gives no slope
 MIN_GAP_SAMPLES = 10
-SETTLED, TIMEOUT, NEXT_EVENT, END = "settled", "timeout", "next event", "end"
+
+
+class Settled(enum.StrEnum):
+    """How an event's RSS settled: by itself, or at the limit it met first."""
+
+    SETTLED = "settled"
+    TIMEOUT = "timeout"
+    NEXT_EVENT = "next event"
+    END = "end"
+
+
+SETTLED, TIMEOUT, NEXT_EVENT, END = (
+    Settled.SETTLED,
+    Settled.TIMEOUT,
+    Settled.NEXT_EVENT,
+    Settled.END,
+)
 
 Series = Sequence[tuple[float, float]]
 

@@ -31,21 +31,61 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from mallocbench.analysis import stats
-from mallocbench.analysis.client import client_bound
-from mallocbench.analysis.continuation import BlocksPrediction, predict, seconds_per_block
-from mallocbench.analysis.summary import RSS as RSS_UNIT
+from mallocbench.analysis.continuation import predict, seconds_per_block
+from mallocbench.analysis.criteria import (
+    BETTER,
+    CHANGE,
+    CPU,
+    DEFAULT_PRIORITIES,
+    HIGHER_IS_BETTER,
+    KEEP,
+    MAX_LOSS,
+    MEMORY_BUDGET,
+    NON_INFERIOR,
+    P99,
+    REPLAY_KEYS,
+    RSS,
+    THROUGHPUT,
+    TRADE_OFF,
+    UNCLEAR,
+    UNDECIDED,
+    UNMEASURED,
+    WORSE,
+    Assessment,
+    BudgetKind,
+    Budgets,
+    Candidate,
+    DecisionRule,
+    EngineRecommendation,
+    Evidence,
+    Hold,
+    Outcome,
+    Place,
+    Recommendation,
+    ThinEvidence,
+    Where,
+    has_interval,
+)
+from mallocbench.analysis.evidence import (
+    assess,
+    cpu_per_op,
+    paired_cells,
+    replay_cells,
+    replay_rss_cells,
+    replay_values,
+    rss_evidence,
+    steps_by_setup,
+    thin_evidence,
+)
 from mallocbench.analysis.summary import (
     RatioCell,
     RatioTable,
     min_effect_of,
     peak_rss_by_repeat,
-    ratio_cell,
     relative_tables,
     rss_ratio_cells,
     setup_order,
@@ -53,575 +93,14 @@ from mallocbench.analysis.summary import (
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import ReplayRecord
-from mallocbench.model.results import STATUS_OK, Cell, RunResult
-from mallocbench.units import parse_fraction
+from mallocbench.model.results import RunResult
 
 if TYPE_CHECKING:
-    from mallocbench.analysis.ratchet import SetupRatchet, StepDifference
-
-THROUGHPUT = "throughput"
-P99 = "p99"
-RSS = "rss"
-CPU = "cpu"  # the server's CPU time per operation
-CRITERIA = (THROUGHPUT, P99, RSS, CPU)
-DEFAULT_PRIORITIES = (THROUGHPUT, RSS)
-# Higher is better for throughput; lower for latency, memory and CPU.
-HIGHER_IS_BETTER = {THROUGHPUT: True, P99: False, RSS: False, CPU: False}
-CPU_METRIC = "server_cpu_us_per_op"
-
-# What an engine's recommendation is (recommendation.kind in JSON).
-Outcome = Literal["change", "trade-off", "undecided", "keep"]
-CHANGE: Outcome = "change"  # a setup qualifies: run it
-TRADE_OFF: Outcome = "trade-off"  # wins the first priority, loses another: the user's call
-UNDECIDED: Outcome = "undecided"  # a supported gain waits on an unclear priority
-KEEP: Outcome = "keep"  # nothing qualifies and nothing waits on evidence: keep the base
-
-# Which budget admitted a loss (Candidate.admitted_by).
-BudgetKind = Literal["max-loss", "memory-budget"]
-MAX_LOSS: BudgetKind = "max-loss"
-MEMORY_BUDGET: BudgetKind = "memory-budget"
-
-BETTER = "better"  # shown better beyond min_effect, and nowhere shown worse
-NON_INFERIOR = "non-inferior"  # every interval's bad end within min_effect
-WORSE = "worse"  # shown worse beyond min_effect somewhere (or it crashed where base did not)
-UNCLEAR = "unclear"  # intervals too wide to say either
-UNMEASURED = "not measured"
-
-
-@dataclass
-class Evidence:
-    """One relative value behind a claim: where it was measured and its interval."""
-
-    where: str  # "point-query @8", or "peak RSS" for memory
-    ratio: float | None
-    low: float
-    high: float
-    verdict: str  # stats.classify's word, about the ratio (not about better/worse)
-    problem: str | None = None
-    reference: float | None = None  # the base's own value there, in the criterion's unit
-    # A paired interval's blocks and degrees of freedom (0 and nan: not paired).
-    blocks: int = 0
-    df: float = math.nan
-    # A step per soak event: its figures in bytes; ratio, low and high are then 1 plus the
-    # difference over the base's RSS before its events (analysis.ratchet).
-    step: StepDifference | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "where": self.where,
-            "ratio": self.ratio,
-            "low": None if math.isnan(self.low) else self.low,
-            "high": None if math.isnan(self.high) else self.high,
-            "verdict": self.verdict,
-            "problem": self.problem,
-            "reference": self.reference,
-        }
-        if self.step is not None:
-            out["step"] = self.step.to_dict()
-        return out
-
-
-@dataclass
-class Assessment:
-    """A candidate on one criterion: its status and the evidence it rests on."""
-
-    criterion: str
-    status: str
-    estimate: float | None  # geomean of the ratios (candidate / base)
-    better: list[Evidence] = field(default_factory=list)
-    worse: list[Evidence] = field(default_factory=list)
-    unclear: list[Evidence] = field(default_factory=list)  # bad end past min_effect
-    cells: int = 0
-    worst: Evidence | None = None  # the interval whose bad end is furthest from 1.0
-    steps: list[Evidence] = field(default_factory=list)  # every step per soak event weighed
-    # The base's level in the criterion's unit (QPS, ms, bytes, us per operation): the
-    # geometric mean of its values where the ratios were measured; None without.
-    base_level: float | None = None
-    replay: bool = False  # measured by replaying a trace (steady peak, the replay's CPU)
-
-    @property
-    def change(self) -> float | None:
-        """The estimate in the user's unit: the candidate's level minus the base's."""
-        if self.estimate is None or self.base_level is None:
-            return None
-        return self.base_level * (self.estimate - 1)
-
-    def loss_admitted(self, max_loss: float) -> bool:
-        """Every interval's bad end within `max_loss` of 1.0; a crash or a missing
-        interval is a loss no percentage admits."""
-        if any(e.problem or not _has_interval(e) for e in (*self.worse, *self.unclear)):
-            return False
-        if self.worst is None:
-            return True
-        higher = HIGHER_IS_BETTER[self.criterion]
-        # A rounding hair: a loss written as the interval prints (1.10) is within 10%.
-        return _bad_end(self.worst, higher) >= _bad_end_at(max_loss, higher) - 1e-9
-
-    def loss_to_admit(self) -> float | None:
-        """The smallest --max-loss that would admit this loss, as a fraction; None when
-        none would (a crash, or no interval)."""
-        if self.worst is None or not self.loss_admitted(math.inf):
-            return None
-        e = self.worst
-        return max(0.0, 1.0 - e.low) if HIGHER_IS_BETTER[self.criterion] else max(0.0, e.high - 1)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "criterion": self.criterion,
-            "status": self.status,
-            "estimate": self.estimate,
-            "base_level": self.base_level,
-            "change": self.change,
-            "cells": self.cells,
-            "better": [e.to_dict() for e in self.better],
-            "worse": [e.to_dict() for e in self.worse],
-            "unclear": [e.to_dict() for e in self.unclear],
-            "worst": self.worst.to_dict() if self.worst else None,
-        }
-        if self.steps:
-            out["steps"] = [e.to_dict() for e in self.steps]
-        return out
-
-
-@dataclass(frozen=True)
-class Budgets:
-    """What the user will pay for a gain: an absolute peak RSS, and a loss per criterion."""
-
-    memory_bytes: int | None = None
-    max_loss: Mapping[str, float] = field(default_factory=dict)  # criterion -> fraction
-
-
-@dataclass(frozen=True)
-class Hold:
-    """An unclear priority that keeps a supported gain from deciding, by the interval
-    that needs the most blocks: its width now, the width at which an interval around
-    its ratio stands clear of the minimum effect on the losing side (0: the ratio sits on
-    that line, and no width decides it), and the blocks the run's own variance predicts
-    for that (analysis.continuation), with the wall time one block took."""
-
-    criterion: str
-    where: str
-    width_now: float
-    width_needed: float
-    prediction: BlocksPrediction | None = None
-    seconds_per_block: float | None = None
-    replay: bool = False  # the interval is a replay's: more repeats of it, not blocks
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        del out["replay"]
-        out["width_now"] = None if math.isinf(self.width_now) else self.width_now
-        return out
-
-
-@dataclass
-class Candidate:
-    setup: str
-    assessments: dict[str, Assessment]
-    qualifies: bool
-    # Why it does not qualify, each a (criterion, status): a priority it is not shown
-    # better on or no worse than, or another criterion it is worse on, no budget admitting.
-    disqualified_by: list[tuple[str, str]]
-    peak_rss_bytes: int | None = None
-    over_budget: bool = False
-    better_on_none: bool = False  # nothing against it, but better on no priority either
-    outcome: Outcome = KEEP  # CHANGE (it qualifies), TRADE_OFF, UNDECIDED or KEEP
-    # The losses a budget let through, each (criterion, MAX_LOSS or MEMORY_BUDGET).
-    admitted_by: list[tuple[str, BudgetKind]] = field(default_factory=list)
-    rejected_by: list[str] = field(default_factory=list)  # criteria whose budget it exceeds
-    holds: list[Hold] = field(default_factory=list)  # UNDECIDED: what waits on evidence
-    # TRADE_OFF: per lost criterion the smallest --max-loss that takes it (a fraction),
-    # and the smallest round --memory-budget that takes a peak-RSS loss (bytes).
-    loss_to_admit: dict[str, float] = field(default_factory=dict)
-    memory_budget_to_admit: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Without the reasons it does not qualify, which the reports word."""
-        return {
-            "setup": self.setup,
-            "qualifies": self.qualifies,
-            "outcome": self.outcome,
-            "peak_rss_bytes": self.peak_rss_bytes,
-            "over_budget": self.over_budget,
-            "admitted_by": [list(a) for a in self.admitted_by],
-            "rejected_by": self.rejected_by,
-            "holds": [h.to_dict() for h in self.holds],
-            "loss_to_admit": self.loss_to_admit,
-            "memory_budget_to_admit": self.memory_budget_to_admit,
-            "assessments": {k: a.to_dict() for k, a in self.assessments.items()},
-        }
-
-
-@dataclass(frozen=True)
-class ThinEvidence:
-    """Where an engine's evidence is thin: the run measured less than a decision wants."""
-
-    only_threads: int | None = None  # the one thread count, when only one ran
-    no_writes: bool = False
-    unstable: int = 0  # cells
-    client_bound: int = 0  # cells
-    soak: bool = False  # repeats are segments of one server start
-    few_repeats: int | None = None  # the repeat count, when under 3
-
-
-@dataclass
-class EngineRecommendation:
-    engine: str
-    base: str
-    choice: str | None  # the setup to run (kind CHANGE); None: keep the base for now
-    # Qualifying first, in rank order, then the trade-offs, the undecided, the rest; the
-    # first is the one the kind is about.
-    ranked: list[Candidate]
-    thin: ThinEvidence  # where the evidence is thin
-    base_peak_rss_bytes: int | None = None
-    base_over_budget: bool = False
-    kind: Outcome = KEEP
-
-    @property
-    def subject(self) -> Candidate | None:
-        """The candidate the outcome names: the choice, the trade-off or the undecided."""
-        return self.ranked[0] if self.kind != KEEP and self.ranked else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "base": self.base,
-            "kind": self.kind,
-            "choice": self.choice,
-            "subject": self.subject.setup if self.subject else None,
-            "keep_base": self.choice is None,
-            "thin_evidence": dataclasses.asdict(self.thin),  # worded by the reports
-            "base_peak_rss_bytes": self.base_peak_rss_bytes,
-            "base_over_budget": self.base_over_budget,
-            "candidates": [c.to_dict() for c in self.ranked],
-        }
-
-
-@dataclass
-class Recommendation:
-    run_id: str
-    priorities: tuple[str, ...]
-    min_effect: float
-    memory_budget_bytes: int | None
-    engines: list[EngineRecommendation]
-    exploratory: bool  # no interval anywhere: nothing can be recommended
-    max_loss: dict[str, float] = field(default_factory=dict)  # criterion -> fraction
-    experiment_file: str | None = None  # what `run --resume` would continue
-    replay_trace: str | None = None  # a replay's decision (advise): the trace replayed
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "priorities": list(self.priorities),
-            "min_effect": self.min_effect,
-            "memory_budget_bytes": self.memory_budget_bytes,
-            "max_loss": self.max_loss,
-            "exploratory": self.exploratory,
-            "engines": [e.to_dict() for e in self.engines],
-        }
-
-
-def parse_priorities(text: str, key: str = "--priority") -> tuple[str, ...]:
-    """ "throughput,rss" -> ("throughput", "rss"); each criterion once, known names only."""
-    names = [n.strip().lower() for n in text.split(",") if n.strip()]
-    names = [ALIASES.get(n, n) for n in names]
-    unknown = [n for n in names if n not in CRITERIA]
-    if unknown or not names:
-        raise MallocbenchError(
-            f"unknown priority {', '.join(unknown) or repr(text)}: use a comma list of "
-            f"{', '.join(CRITERIA)} (most important first), e.g. {key} throughput,rss"
-        )
-    if len(set(names)) != len(names):
-        raise MallocbenchError(f"{key} {text!r} names a criterion twice: list each once")
-    return tuple(names)
-
-
-ALIASES = {"qps": THROUGHPUT, "latency": P99, "memory": RSS, "p99_ms": P99}
-
-
-def parse_max_loss(items: Sequence[str], key: str = "--max-loss") -> dict[str, float]:
-    """["rss=10%", "p99=0.05"] -> {"rss": 0.10, "p99": 0.05}: the loss the user accepts
-    per objective, each once."""
-    out: dict[str, float] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        criterion = ALIASES.get(name.strip().lower(), name.strip().lower())
-        if not sep or criterion not in CRITERIA:
-            raise MallocbenchError(
-                f"{key} {item!r} is not OBJECTIVE=PCT: write e.g. {key} rss=10% "
-                f"(objectives: {', '.join(CRITERIA)})"
-            )
-        if criterion in out:
-            raise MallocbenchError(f"{key} names {criterion} twice: give each objective once")
-        out[criterion] = parse_fraction(value.strip(), f"{key} {criterion}")
-    return out
-
-
-@dataclass(frozen=True)
-class DecisionRule:
-    """What a recommendation weighs: the priorities and the budgets."""
-
-    priorities: tuple[str, ...] = DEFAULT_PRIORITIES
-    memory_budget_bytes: int | None = None
-    max_loss: Mapping[str, float] = field(default_factory=dict)
-
-
-def stored_rule(result: RunResult) -> DecisionRule:
-    """The run's own rule, from its experiment's [decision] table (the default without);
-    names checked again, since a stored file may have been edited by hand."""
-    record = result.metadata.decision
-    if record is None:
-        return DecisionRule()
-    where = f"the [decision] of run {result.run_id}"
-    priorities: tuple[str, ...] = DEFAULT_PRIORITIES
-    if record.priorities:
-        priorities = parse_priorities(",".join(record.priorities), where)
-    losses = parse_max_loss([f"{k}={v}" for k, v in (record.max_loss or {}).items()], where)
-    return DecisionRule(priorities, record.memory_budget_bytes, losses)
-
-
-def _has_interval(e: Evidence) -> bool:
-    return not (math.isnan(e.low) or math.isnan(e.high))
-
-
-def _bad_end_at(max_loss: float, higher_better: bool) -> float:
-    """The bad end (as _bad_end states it) of an interval that loses exactly max_loss."""
-    return 1.0 - max_loss if higher_better else 1.0 / (1.0 + max_loss)
-
-
-def _evidence(where: str, cell: RatioCell) -> Evidence:
-    return Evidence(
-        where,
-        cell.ratio,
-        cell.low,
-        cell.high,
-        cell.verdict,
-        cell.problem,
-        cell.reference,
-        cell.blocks,
-        cell.df,
-    )
-
-
-def _weigh(out: Assessment, evidence: Evidence, cell: RatioCell, min_effect: float) -> None:
-    """File one piece of evidence under better, worse and unclear, and keep the worst."""
-    higher_better = HIGHER_IS_BETTER[out.criterion]
-    better_word = stats.FASTER if higher_better else stats.SLOWER
-    worse_word = stats.SLOWER if higher_better else stats.FASTER
-    verdict = cell.verdict
-    if verdict == better_word:
-        out.better.append(evidence)
-    elif verdict == worse_word:
-        out.worse.append(evidence)
-    # Non-inferiority: the interval's bad end must stay within min_effect of 1.0.
-    if higher_better:
-        past = not cell.has_interval or cell.low < 1.0 - min_effect
-    else:
-        past = not cell.has_interval or cell.high > 1.0 + min_effect
-    if past and verdict != worse_word:
-        out.unclear.append(evidence)
-    if cell.has_interval:
-        bad = cell.low if higher_better else 1 / cell.high
-        if out.worst is None or bad < _bad_end(out.worst, higher_better):
-            out.worst = evidence
-
-
-def step_cell(difference: StepDifference) -> RatioCell:
-    """A soak's step difference on the ratio scale (StepDifference.as_ratio), so that
-    stats.classify and the non-inferiority test judge it by the ratchet's rule."""
-    ratio, low, high = difference.as_ratio()
-    return RatioCell(
-        ratio,
-        low,
-        high,
-        repeats=(difference.step.n, difference.base_step.n),
-        reference_label=difference.base,
-        min_effect=difference.min_effect,
-        unit=RSS_UNIT,
-    )
-
-
-def assess(
-    criterion: str,
-    cells: list[tuple[str, RatioCell]],
-    min_effect: float,
-    steps: Sequence[StepDifference] = (),
-    level_cells: int | None = None,
-) -> Assessment:
-    """A candidate's status on one criterion from its ratio cells (candidate / base) and,
-    for memory, the steps per soak event it leaves beside the base's. The base's level
-    comes from the first `level_cells` cells (all by default): a replay's bytes are not
-    the server's."""
-    out = Assessment(criterion, UNMEASURED, None, cells=len(cells) + len(steps))
-    ratios = []
-    for where, cell in cells:
-        evidence = _evidence(where, cell)
-        if cell.problem:
-            # A crash or OOM where the base measured is the worst regression there is.
-            if cell.problem != "missing":
-                out.worse.append(evidence)
-            continue
-        if cell.ratio is not None:
-            ratios.append(cell.ratio)
-        _weigh(out, evidence, cell, min_effect)
-    for difference in steps:
-        cell = step_cell(difference)
-        evidence = dataclasses.replace(
-            _evidence(f"step per {difference.label} from a soak", cell), step=difference
-        )
-        out.steps.append(evidence)
-        _weigh(out, evidence, cell, min_effect)
-    out.estimate = stats.geomean(ratios) if ratios else None
-    levels = [c.reference for _, c in cells[:level_cells] if c.reference and not c.problem]
-    out.base_level = stats.geomean(levels) if levels else None
-    if out.worse:
-        out.status = WORSE
-    elif not ratios and not steps:
-        out.status = UNMEASURED
-    elif out.unclear:
-        out.status = UNCLEAR
-    elif out.better:
-        out.status = BETTER
-    else:
-        out.status = NON_INFERIOR
-    return out
+    from mallocbench.analysis.ratchet import SetupRatchet
 
 
 def _whole(peak: float | None) -> int | None:
     return None if peak is None else int(peak)
-
-
-def _bad_end(e: Evidence, higher_better: bool) -> float:
-    """The interval's end on the losing side, as a gain (below 1.0 is a loss)."""
-    return e.low if higher_better else 1 / e.high
-
-
-def _p99(cell: Cell) -> float | None:
-    return cell.p99_ms
-
-
-def _cpu(cell: Cell) -> float | None:
-    value = (cell.metrics or {}).get(CPU_METRIC)
-    return float(value) if value else None
-
-
-def _paired_cells(
-    result: RunResult,
-    min_effect: float,
-    value_of: Callable[[Cell], float | None] = _p99,
-    unit: str = "ms",
-) -> dict[str, list[tuple[str, RatioCell]]]:
-    """Each candidate's value (p99 latency, CPU per operation) over the base's per step
-    and thread count, paired by block."""
-    by_key: dict[tuple[str, str, str, int], dict[int, float]] = defaultdict(dict)
-    for cell in result.cells:
-        value = value_of(cell) if cell.status == STATUS_OK else None
-        if value:
-            by_key[(cell.setup, cell.engine, cell.step, cell.threads)][cell.repeat] = value
-    out: dict[str, list[tuple[str, RatioCell]]] = defaultdict(list)
-    base = result.base_setup
-    for (setup, engine, step, threads), base_values in sorted(by_key.items()):
-        if setup != base:
-            continue
-        others = {
-            s: by_key[(s, engine, step, threads)]
-            for s in setup_order(result)
-            if s != base and (s, engine, step, threads) in by_key
-        }
-        blocked = stats.blocked_ratios(base_values, others)
-        for name, values in others.items():
-            ratio = ratio_cell(
-                list(values.values()),
-                list(base_values.values()),
-                None,
-                base,
-                min_effect,
-                unit,
-                blocked.get(name),
-            )
-            out[f"{engine}/{name}"].append((f"{step} @{threads}", ratio))
-    return out
-
-
-def _replay_setup_key(allocator: str, knobs: Mapping[str, str]) -> tuple[str, tuple[Any, ...]]:
-    return allocator, tuple(sorted((str(k), str(v)) for k, v in knobs.items()))
-
-
-def replay_rss_cells(
-    result: RunResult, replay: ReplayRecord, min_effect: float
-) -> dict[str, RatioCell]:
-    """Each candidate's replay peak RSS over the base's, for the run's setups whose allocator
-    and knobs a setup of the replay has (the replay knows no server config); empty when
-    the run's base is not among them."""
-    names = {
-        _replay_setup_key(str(s.get("allocator")), s.get("knobs") or {}): str(s.get("name"))
-        for s in replay.setups or []
-    }
-    runs = replay.replay_runs
-
-    def peaks(name: str) -> list[float]:
-        return [v for r in runs if r.setup == name and (v := r.value("peak_heap_rss")) is not None]
-
-    matched = {s.name: names.get(_replay_setup_key(s.allocator, s.knobs)) for s in result.setups}
-    base = matched.get(result.base_setup)
-    if base is None:
-        return {}
-    return {
-        setup: ratio_cell(peaks(name), peaks(base), None, base, min_effect, RSS_UNIT)
-        for setup, name in matched.items()
-        if name is not None and setup != result.base_setup
-    }
-
-
-def _rss_evidence(
-    engine: str,
-    setup: str,
-    rss_cells: Mapping[tuple[str, str], RatioCell],
-    replay_cells: Mapping[str, RatioCell],
-    replay_label: str,
-) -> list[tuple[str, RatioCell]]:
-    """The peak-RSS ratios behind the memory claim: the servers', then the replay's."""
-    out = []
-    rss = rss_cells.get((engine, setup))
-    if rss:
-        out.append(("peak RSS", rss))
-    if setup in replay_cells:
-        out.append((replay_label, replay_cells[setup]))
-    return out
-
-
-def _steps_by_setup(
-    result: RunResult, ratchets: Sequence[SetupRatchet] | None, min_effect: float
-) -> dict[tuple[str, str], list[StepDifference]]:
-    """A soak's steps per event against the base's, per (engine, setup); {} without."""
-    # Imported here: numpy and the soak's analysis are for runs with events only, and
-    # `recommend --help` should not wait for them.
-    from mallocbench.analysis.ratchet import ratchet_setups, step_differences
-    from mallocbench.analysis.soak import is_soak, soak_setups
-
-    if ratchets is None:
-        if not any(s.events for s in result.sessions) or not is_soak(result):
-            return {}
-        ratchets = ratchet_setups(result, soak_setups(result))
-    out: dict[tuple[str, str], list[StepDifference]] = defaultdict(list)
-    for difference in step_differences(ratchets, result.base_setup, min_effect):
-        out[(difference.engine, difference.setup)].append(difference)
-    return out
-
-
-def _thin_evidence(result: RunResult, engine: str) -> ThinEvidence:
-    cells = [c for c in result.cells if c.engine == engine]
-    threads = {c.threads for c in cells}
-    repeats = len({c.repeat for c in cells})
-    return ThinEvidence(
-        only_threads=next(iter(threads)) if len(threads) == 1 else None,
-        no_writes=not any((c.group in ("write", "insert-benchmark")) for c in cells),
-        unstable=sum(c.unstable for c in cells),
-        client_bound=sum(client_bound(c) for c in cells),
-        # A soak's repeats are segments of one server lifetime: no start-to-start spread.
-        soak=result.metadata.soak is not None,
-        few_repeats=repeats if repeats < 3 else None,
-    )
 
 
 def _rank_key(candidate: Candidate, priorities: tuple[str, ...]) -> tuple[float, ...]:
@@ -672,8 +151,8 @@ def _evidence_hold(e: Evidence, criterion: str, min_effect: float, per_block: fl
     ratio = e.ratio if e.ratio and e.ratio > 0 else 1.0
     needed = abs(math.log(ratio / line))  # on the log scale, as the intervals are built
     width_needed = ratio * (math.exp(needed) - math.exp(-needed))
-    prediction = predict(e.low, e.high, e.df, e.blocks, needed) if _has_interval(e) else None
-    now = stats.interval_width(e.low, e.high) if _has_interval(e) else math.inf
+    prediction = predict(e.low, e.high, e.df, e.blocks, needed) if has_interval(e) else None
+    now = stats.interval_width(e.low, e.high) if has_interval(e) else math.inf
     return Hold(criterion, e.where, now, width_needed, prediction, per_block)
 
 
@@ -786,7 +265,7 @@ def _engine(
     base_peak = max(
         peak_rss_by_repeat(result).get((result.base_setup, engine), {}).values(), default=None
     )
-    thin = _thin_evidence(result, engine)
+    thin = thin_evidence(result, engine)
     return decided(engine, result.base_setup, candidates, priorities, thin, base_peak, budget)
 
 
@@ -838,20 +317,22 @@ def recommend(
     if rss_cells is None:
         rss_cells = rss_ratio_cells(result, effect)
     budgets = Budgets(memory_budget_bytes, dict(max_loss or {}))
-    paired = {P99: _paired_cells(result, effect), CPU: _paired_cells(result, effect, _cpu, "us")}
+    paired = {
+        P99: paired_cells(result, effect),
+        CPU: paired_cells(result, effect, cpu_per_op, "us"),
+    }
     peaks = peak_rss_by_repeat(result)
     replay_cells = replay_rss_cells(result, replay, effect) if replay else {}
-    trace = os.path.basename((replay.trace_path or "") if replay else "") or "a trace"
-    replay_label = f"peak RSS from a replay of {trace}"
+    trace = os.path.basename((replay.trace_path or "") if replay else "")
     base = result.base_setup
-    steps = _steps_by_setup(result, ratchets, effect)
+    steps = steps_by_setup(result, ratchets, effect)
     per_block = seconds_per_block(result)
     engines = []
     for engine in dict.fromkeys(c.engine for c in result.cells):
         candidates = []
         for setup in [s for s in setup_order(result) if s != base]:
             qps_cells = [
-                (f"{row.step} @{t.threads}", row.cells[setup])
+                (Where(Place.CELL, row.step, t.threads), row.cells[setup])
                 for t in tables
                 if t.engine == engine and setup in t.columns
                 for row in t.rows
@@ -859,7 +340,7 @@ def recommend(
             ]
             if not qps_cells:
                 continue
-            rss = _rss_evidence(engine, setup, rss_cells, replay_cells, replay_label)
+            rss = rss_evidence(engine, setup, rss_cells, replay_cells, trace)
             servers = 1 if (engine, setup) in rss_cells else 0
             key = f"{engine}/{setup}"
             assessments = {
@@ -889,11 +370,6 @@ def recommend(
 
 # ----------------------------------------------------------------- a replay's setups
 
-# What a replay measures of the criteria, by the replayer's key: the steady peak (the
-# whole one includes the replay's start, a transient the server never had) and CPU.
-REPLAY_KEYS = {RSS: "peak_heap_rss_steady", CPU: "cpu_s"}
-REPLAY_PRIORITIES = (RSS, CPU)  # a trace is recorded to save memory: memory first
-
 
 def check_replay_priorities(priorities: tuple[str, ...], key: str = "--priority") -> None:
     unmeasured = [p for p in priorities if p not in REPLAY_KEYS]
@@ -904,48 +380,10 @@ def check_replay_priorities(priorities: tuple[str, ...], key: str = "--priority"
         )
 
 
-def _replay_values(record: ReplayRecord, key: str) -> dict[str, dict[int, float]]:
-    """Each setup's values by repeat (a block: the setups replay interleaved per repeat)."""
-    runs = record.replay_runs
-    return {
-        str(s.get("name")): {
-            r.repeat: v
-            for r in runs
-            if r.setup == s.get("name") and (v := r.value(key)) is not None
-        }
-        for s in record.setups or []
-    }
-
-
-def replay_cells(record: ReplayRecord, key: str, min_effect: float) -> dict[str, RatioCell]:
-    """Each setup's value over the base's (the first setup), paired by repeat; a setup
-    none of whose replays gave a value is a failure where the base measured."""
-    values = _replay_values(record, key)
-    names = list(values)
-    if not names or not values[names[0]]:
-        return {}
-    base = names[0]
-    measured = {n: values[n] for n in names[1:] if len(values[n]) >= 2}
-    blocked = stats.blocked_ratios(values[base], measured) if measured else {}
-    unit = RSS_UNIT if key == REPLAY_KEYS[RSS] else "s"
-    return {
-        n: ratio_cell(
-            list(values[n].values()),
-            list(values[base].values()),
-            None if values[n] else "failed",
-            base,
-            min_effect,
-            unit,
-            blocked.get(n),
-        )
-        for n in names[1:]
-    }
-
-
 def _replay_candidate(
     setup: str,
     cells: Mapping[str, Mapping[str, RatioCell]],
-    where: str,
+    where: Where,
     peak: float | None,
     rule: DecisionRule,
     min_effect: float,
@@ -981,7 +419,7 @@ def replay_recommendation(
     check_replay_priorities(rule.priorities)
     cells = {c: replay_cells(record, key, min_effect) for c, key in REPLAY_KEYS.items()}
     peaks = {n: stats.mean(list(v.values())) if v else None
-             for n, v in _replay_values(record, REPLAY_KEYS[RSS]).items()}  # fmt: skip
+             for n, v in replay_values(record, REPLAY_KEYS[RSS]).items()}  # fmt: skip
     names = list(peaks)
     base_peak = peaks[names[0]] if names else None
 
@@ -991,8 +429,7 @@ def replay_recommendation(
             return peak
         return server_rss + peak - base_peak
 
-    trace = os.path.basename(record.trace_path or "") or "trace"
-    where = f"replay of {trace}"
+    where = Where(Place.REPLAY, name=os.path.basename(record.trace_path or ""))
     found = (_replay_candidate(n, cells, where, predicted(n), rule, min_effect) for n in names[1:])
     candidates = [c for c in found if c is not None]
     engines = []

@@ -17,16 +17,16 @@ from mallocbench.model.metadata import ReplayRecord, ReplayRun
 from mallocbench.model.results import json_safe
 from mallocbench.replay.serverrss import server_rss
 
-# (key in the replayer's JSON, label, lower is better)
+# (key in the replayer's JSON, lower is better); report.replay.METRIC_LABELS names them.
 # The steady peak is the sampled peak over each replay's second half: its start makes the
 # blocks live when the window opened all at once, a transient of the replay that the
 # whole peak includes (native/mbreplay.c). tune decides on the steady one.
 METRICS = (
-    ("peak_heap_rss", "peak RSS", True),
-    ("peak_heap_rss_steady", "steady peak RSS", True),
-    ("rss_over_live", "RSS/live", True),
-    ("cpu_s", "CPU s", True),
-    ("calls_per_s", "calls/s", False),
+    ("peak_heap_rss", True),
+    ("peak_heap_rss_steady", True),
+    ("rss_over_live", True),
+    ("cpu_s", True),
+    ("calls_per_s", False),
 )
 
 
@@ -90,10 +90,8 @@ def summarize(
     for index, (name, allocator, knobs) in enumerate(setups):
         mine = by_setup[name]
         good = [r for r in mine if r.status == "ok"]
-        metrics = {key: Estimate(*stats.mean_ci(_values(mine, key))) for key, _, _ in METRICS}
-        ratios = (
-            {key: _ratio(mine, base, key, min_effect) for key, _, _ in METRICS} if index else {}
-        )
+        metrics = {key: Estimate(*stats.mean_ci(_values(mine, key))) for key, _ in METRICS}
+        ratios = {key: _ratio(mine, base, key, min_effect) for key, _ in METRICS} if index else {}
         ideal = good[0].value("ideal_peak_live") if good else None
         out.append(
             SetupSummary(

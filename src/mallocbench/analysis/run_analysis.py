@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from mallocbench.analysis import stats
 from mallocbench.analysis.adjust import CpuAdjustment, adjust_for_other_cpu
 from mallocbench.analysis.client import client_bound
+from mallocbench.analysis.criteria import Recommendation, stored_rule
 from mallocbench.analysis.ratchet import SetupRatchet, ratchet_setups
-from mallocbench.analysis.recommend import Recommendation, recommend, stored_rule
+from mallocbench.analysis.recommend import recommend
 from mallocbench.analysis.replay import ReplayAnalysis, analyze_replay
 from mallocbench.analysis.run_noise import RunNoise, run_noise
 from mallocbench.analysis.sla import SlaStatus, sla_results

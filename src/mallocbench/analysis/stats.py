@@ -10,6 +10,7 @@ is as far from 1 as 2x). A ratio is *significant* when its interval excludes 1.0
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 from collections.abc import Mapping, Sequence
@@ -239,16 +240,26 @@ def significant(low: float, high: float, null: float = 1.0) -> bool:
 
 # What a relative value says, in the words every report uses. Only FASTER and SLOWER are
 # findings: reports color, mark and list nothing else.
-FASTER = "faster"
-SLOWER = "slower"
-SAME = "same"
-INCONCLUSIVE = "inconclusive"
-NOT_SIGNIFICANT = "not significant"
-NO_INTERVAL = "no interval"
+# A StrEnum, so each is its word wherever it is stored, compared or printed.
+class Verdict(enum.StrEnum):
+    FASTER = "faster"
+    SLOWER = "slower"
+    SAME = "same"
+    INCONCLUSIVE = "inconclusive"
+    NOT_SIGNIFICANT = "not significant"
+    NO_INTERVAL = "no interval"
+
+
+FASTER = Verdict.FASTER
+SLOWER = Verdict.SLOWER
+SAME = Verdict.SAME
+INCONCLUSIVE = Verdict.INCONCLUSIVE
+NOT_SIGNIFICANT = Verdict.NOT_SIGNIFICANT
+NO_INTERVAL = Verdict.NO_INTERVAL
 FINDINGS = (FASTER, SLOWER)
 
 
-def classify(ratio: float | None, low: float, high: float, min_effect: float = 0.0) -> str:
+def classify(ratio: float | None, low: float, high: float, min_effect: float = 0.0) -> Verdict:
     """One word for a ratio against 1.0, from its interval and the minimum effect.
 
     - faster / slower: the interval excludes 1.0 and the ratio is at least `min_effect`
@@ -300,7 +311,7 @@ class Relative:
     def significant(self) -> bool:
         return significant(self.low, self.high)
 
-    def verdict(self, min_effect: float = 0.0) -> str:
+    def verdict(self, min_effect: float = 0.0) -> Verdict:
         return classify(self.ratio, self.low, self.high, min_effect)
 
     @property
@@ -325,6 +336,7 @@ __all__ = [
     "SAME",
     "SLOWER",
     "BlockedRatio",
+    "Verdict",
     "Relative",
     "block_residual",
     "blocked_ratios",

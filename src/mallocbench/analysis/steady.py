@@ -33,6 +33,7 @@ is the sample index.
 
 from __future__ import annotations
 
+import enum
 import functools
 import math
 from collections.abc import Sequence
@@ -179,12 +180,22 @@ class WarmupDetector:
         return not significant and abs(window.relative_slope) < self.max_slope
 
 
+class Held(enum.Enum):
+    """What a measured series did, as `check_stability` found it."""
+
+    TOO_SHORT = "too short"  # too few seconds to judge
+    IDLE = "idle"  # no throughput to judge
+    SHIFT = "level shift"
+    TREND = "trend"
+    LEVEL = "level"  # no trend or level shift
+
+
 @dataclass(frozen=True)
 class Stability:
     """Verdict on a measured series: did the level hold while it was measured?"""
 
     stable: bool
-    reason: str
+    held: Held
     n: int
     judged: bool = True  # False: too few seconds to tell (then stable is True)
     slope_pct_per_s: float | None = None  # least-squares slope, % of the mean per second
@@ -192,12 +203,11 @@ class Stability:
     shift_pct: float | None = None  # the strongest level shift, % of the level before it
     shift_at_s: int | None = None  # seconds measured before that shift
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Stability:
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+    def to_dict(self, reason: str) -> dict[str, Any]:
+        """As a cell stores it, with `reason` (report.words.stability_reason) in its place."""
+        record = asdict(self)
+        del record["held"]
+        return {"stable": record.pop("stable"), "reason": reason, **record}
 
 
 def _welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
@@ -263,10 +273,10 @@ def check_stability(
     values = [float(v) for v in qps if v is not None and math.isfinite(v)]
     n = len(values)
     if n < max(MIN_JUDGED_S, 2 * min_segment):
-        return Stability(True, f"too short to judge ({n} s)", n, judged=False)
+        return Stability(True, Held.TOO_SHORT, n, judged=False)
     line = trend(values)
     if line.mean <= 0:
-        return Stability(True, "no throughput to judge", n, judged=False)
+        return Stability(True, Held.IDLE, n, judged=False)
     slope_pct = 100 * line.relative_slope
     drift = line.relative_slope * (n - 1)
     trending = abs(drift) >= effect and line.p_value() < alpha
@@ -274,14 +284,12 @@ def check_stability(
     # A step also tilts the line and a trend also splits into two levels: the model that
     # leaves the smaller residuals names the problem.
     if shift is not None and (not trending or shift.sse <= line.sse):
-        reason = f"level shift {100 * shift.relative:+.0f}% after {shift.at} s"
-    elif trending:
-        reason = f"trend {slope_pct:+.1f}%/s ({100 * drift:+.0f}% over {n} s)"
+        held = Held.SHIFT
     else:
-        reason = "no trend or level shift"
+        held = Held.TREND if trending else Held.LEVEL
     return Stability(
         stable=shift is None and not trending,
-        reason=reason,
+        held=held,
         n=n,
         slope_pct_per_s=slope_pct,
         drift_pct=100 * drift,

@@ -188,6 +188,14 @@ def parse_min_effect(value: str | None) -> float | None:
     return parse_fraction(value, "--min-effect", upper=MIN_EFFECT_UPPER)
 
 
+class Unmeasured(enum.StrEnum):
+    """Why a relative value has no ratio, beside a cell's own status ("oom", ...)."""
+
+    MISSING = "missing"  # the setup has no such cell
+    NOT_IN_BOTH = "not in both"  # compare: one run lacks the cell
+    NO_BASE_RSS = "base has no RSS"
+
+
 # After a ratio whose cells (either side) were unstable while measured.
 UNSTABLE_MARK = "~"
 
@@ -219,6 +227,7 @@ class RatioCell:
     # what a prediction of the blocks a narrower interval needs starts from.
     blocks: int = 0
     df: float = math.nan
+    problem_in: str | None = None  # compare: the run ("A", "B") the problem happened in
 
     @property
     def verdict(self) -> str:
@@ -248,26 +257,6 @@ class RatioCell:
     @property
     def width(self) -> float:
         return stats.interval_width(self.low, self.high)
-
-    def interval_fields(self) -> dict[str, Any]:
-        """What every export has beside a ratio: its interval (JSON has no nan) and verdict.
-
-        stats.classify words any ratio above 1 "faster"; a reader of a memory ratio's
-        export would take that for the good direction, so memory says higher or lower.
-        """
-
-        def bound(x: float) -> float | None:
-            return x if self.has_interval and math.isfinite(x) else None
-
-        verdict = self.verdict
-        if self.unit == RSS:
-            verdict = _MEMORY_WORDS.get(verdict, verdict)
-        return {
-            "low": bound(self.low),
-            "high": bound(self.high),
-            "verdict": verdict,
-            "significant": self.significant,
-        }
 
 
 def ratio_cell(
@@ -312,6 +301,15 @@ class RatioRow:
 
 
 @dataclass
+class RatioGroup:
+    """The rows of one catalogue group and the geometric mean of each column over them."""
+
+    group: str
+    rows: list[RatioRow]
+    geomeans: dict[str, float | None]
+
+
+@dataclass
 class RatioTable:
     """Steps x columns of relative values, grouped like the published tables."""
 
@@ -324,21 +322,11 @@ class RatioTable:
     reference: str = ""  # the base setup (run report) or "run A" (compare)
     min_effect: float = 0.0
     between_runs: bool = False  # run B over run A (compare), else setups over the base
+    grouped: list[RatioGroup] = field(default_factory=list)  # set by `group_rows`
 
     def groups(self) -> list[tuple[str, str, list[RatioRow], dict[str, float | None]]]:
         """(group, title, rows, geomean per column) in the catalogue's group order."""
-        out = []
-        for group, title in GROUPS.items():
-            rows = [r for r in self.rows if r.group == group]
-            if rows:
-                out.append((group, title, rows, self.geomeans(rows)))
-        return out
-
-    def geomeans(self, rows: list[RatioRow]) -> dict[str, float | None]:
-        return {
-            column: geomean([r.cells[column].ratio for r in rows if column in r.cells])
-            for column in self.columns
-        }
+        return [(g.group, GROUPS[g.group], g.rows, g.geomeans) for g in self.grouped]
 
     def entries(self) -> Iterator[tuple[RatioRow, str, RatioCell]]:
         """Every cell with its row and column, in table order: the walk every export does."""
@@ -354,6 +342,22 @@ class RatioTable:
     def units(self) -> list[str]:
         """The throughput units other than QPS that some rows use (the insert benchmark's)."""
         return list(dict.fromkeys(r.unit for r in self.rows if r.unit != QPS))
+
+
+def group_rows(table: RatioTable) -> RatioTable:
+    """`table` with its rows grouped as the published tables group them, in the
+    catalogue's order, and each column's geometric mean per group; once its cells are
+    final."""
+    table.grouped = []
+    for group in GROUPS:
+        rows = [r for r in table.rows if r.group == group]
+        if rows:
+            means = {
+                column: geomean([r.cells[column].ratio for r in rows if column in r.cells])
+                for column in table.columns
+            }
+            table.grouped.append(RatioGroup(group, rows, means))
+    return table
 
 
 def geomean(values: list[float | None]) -> float | None:
@@ -425,7 +429,7 @@ def relative_tables(
                 cells = {}
                 for setup in others:
                     summary = summaries.get((setup, engine, step, threads))
-                    problem = summary.problem if summary else "missing"
+                    problem = summary.problem if summary else Unmeasured.MISSING
                     values = summary.qps_values if summary else []
                     cells[setup] = ratio_cell(
                         values, base_values, problem, base, effect, unit, blocked.get(setup)
@@ -445,15 +449,17 @@ def relative_tables(
                 )
             if rows:
                 tables.append(
-                    RatioTable(
-                        key=f"rel-{slug(engine)}-{threads}",
-                        columns=others,
-                        rows=rows,
-                        reference_header=f"{base} QPS",
-                        engine=engine,
-                        threads=threads,
-                        reference=base,
-                        min_effect=effect,
+                    group_rows(
+                        RatioTable(
+                            key=f"rel-{slug(engine)}-{threads}",
+                            columns=others,
+                            rows=rows,
+                            reference_header=f"{base} QPS",
+                            engine=engine,
+                            threads=threads,
+                            reference=base,
+                            min_effect=effect,
+                        )
                     )
                 )
     return tables
@@ -572,7 +578,6 @@ def memory_rows(result: RunResult) -> list[MemoryRow]:
 
 
 RSS = "bytes"
-_MEMORY_WORDS = {stats.FASTER: "higher", stats.SLOWER: "lower"}
 
 
 def peak_rss_by_repeat(result: RunResult) -> dict[tuple[str, str], dict[int, float]]:
@@ -616,7 +621,7 @@ def rss_ratio_cells(
             out[(engine, setup)] = ratio_cell(
                 list(values.values()),
                 list(base_peaks.values()),
-                None if base_peaks else "base has no RSS",
+                None if base_peaks else Unmeasured.NO_BASE_RSS,
                 base,
                 effect,
                 RSS,

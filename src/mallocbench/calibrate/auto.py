@@ -1,7 +1,7 @@
 """`design = "auto"`: pick runs, turns or sequential from a calibration of this host.
 
 The choice is the design whose expected interval width is the narrowest in the same
-wall time (analysis.noise.choose_at_equal_time): the experiment's `budget`, or else the
+wall time (analysis.designs.choose_at_equal_time): the experiment's `budget`, or else the
 time the experiment itself takes as runs (the default) at its repeats and measured
 seconds, priced with the calibration's costs (server start, warmup, slice, turn). The
 widths come from the variance components `mallocbench calibrate` measures: one setup
@@ -21,8 +21,8 @@ from typing import Any
 
 from rich.console import Console
 
-from mallocbench.analysis import noise
-from mallocbench.analysis.noise import RUNS_DESIGN, SEQUENTIAL_DESIGN, TURNS_DESIGN, DesignChoice
+from mallocbench.analysis import designs
+from mallocbench.analysis.designs import RUNS_DESIGN, SEQUENTIAL_DESIGN, TURNS_DESIGN, DesignChoice
 from mallocbench.calibrate.measure import calibrate
 from mallocbench.calibrate.store import calibration_key, load_calibration, store_calibration
 from mallocbench.calibrate.summary import CalibrationSummary, compared_setups
@@ -45,17 +45,17 @@ def _piece_s(design: str, record: dict[str, Any]) -> float:
 
 def choose(experiment: Experiment, record: dict[str, Any]) -> DesignChoice:
     """Every design's shape and expected width in the same wall time, and the narrowest."""
-    costs: noise.Costs = record["costs"]
+    costs: designs.Costs = record["costs"]
     setups = compared_setups(experiment)
     components = record["components"]
     if experiment.budget_s is not None:
-        return noise.choose_at_equal_time(components, costs, setups, experiment.budget_s)
+        return designs.choose_at_equal_time(components, costs, setups, experiment.budget_s)
     # The experiment's own time as runs: its repeats of its cells cut into the slices
     # the calibration measured.
     slices = max(1, round(experiment.duration_s / _piece_s(RUNS_DESIGN, record)))
-    fixed_s, per_slice_s = noise.block_costs(RUNS_DESIGN, costs, setups)
+    fixed_s, per_slice_s = designs.block_costs(RUNS_DESIGN, costs, setups)
     budget_s = experiment.repeats * (fixed_s + slices * per_slice_s)
-    return noise.choose_at_equal_time(
+    return designs.choose_at_equal_time(
         components, costs, setups, budget_s, starts=experiment.repeats
     )
 

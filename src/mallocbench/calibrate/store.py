@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mallocbench.analysis import noise
+from mallocbench.analysis import designs, noise
 from mallocbench.calibrate.summary import CalibrationSummary
 from mallocbench.calibrate.target import Target
 from mallocbench.run import dataset
@@ -80,7 +80,7 @@ def load_calibration(key: str, now: float | None = None) -> dict[str, Any] | Non
         }
         # auto prices each design's wall time with these; a record without them (an
         # older version's) is measured again.
-        record["costs"] = noise.Costs(**record["costs"])
+        record["costs"] = designs.Costs(**record["costs"])
     except (OSError, ValueError, TypeError, KeyError):
         return None
     age = (now or time.time()) - float(record.get("saved_at", 0))

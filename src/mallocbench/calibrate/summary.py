@@ -10,8 +10,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mallocbench.analysis import noise
-from mallocbench.analysis.noise import (
+from mallocbench.analysis import designs, noise
+from mallocbench.analysis.designs import (
     RUNS_DESIGN,
     SEQUENTIAL_DESIGN,
     TURNS_DESIGN,
@@ -167,7 +167,7 @@ class CalibrationSummary:
     turn_s: float | None = None
     designs: list[Plan] = field(default_factory=list)  # one per design, for `setups`
     best: str | None = None  # the design with the narrowest interval in the budget
-    # The designs this calibration cannot rank against best (noise.unranked_beside).
+    # The designs this calibration cannot rank against best (designs.unranked_beside).
     unranked: list[str] = field(default_factory=list)
     # Each paired design's own between-start variance, beside the one runs_ratio and
     # turns_ratio carry (pooled over both by shared_start_var when their starts agree).
@@ -352,7 +352,7 @@ def summarize(
             for p in summary.designs
             if p.budget_width_pct is not None
         }
-        summary.unranked = list(noise.unranked_beside(summary.best, estimates))
+        summary.unranked = list(designs.unranked_beside(summary.best, estimates))
     return summary
 
 

@@ -169,6 +169,7 @@ def _rule(
     memory_at_any_cost: bool,
 ) -> Any:
     """recommend's rule from the options, checked before any replay."""
+    from mallocbench.analysis import criteria
     from mallocbench.analysis import recommend as rec
     from mallocbench.units import parse_size
 
@@ -176,18 +177,20 @@ def _rule(
         raise MallocbenchError(
             "--max-cpu bounds the CPU that --memory-at-any-cost ignores: give one of them"
         )
-    priorities = rec.parse_priorities(priority_text) if priority_text else rec.REPLAY_PRIORITIES
+    priorities = (
+        criteria.parse_priorities(priority_text) if priority_text else criteria.REPLAY_PRIORITIES
+    )
     rec.check_replay_priorities(priorities)
-    max_loss = rec.parse_max_loss(max_loss_items)
+    max_loss = criteria.parse_max_loss(max_loss_items)
     rec.check_replay_priorities(tuple(max_loss), "--max-loss")
     if memory_at_any_cost:
-        if rec.CPU in max_loss:
+        if criteria.CPU in max_loss:
             raise MallocbenchError(
                 "--max-loss cpu bounds the CPU that --memory-at-any-cost ignores: give one"
             )
-        max_loss[rec.CPU] = float("inf")
+        max_loss[criteria.CPU] = float("inf")
     memory = parse_size(budget_text, "--memory-budget") if budget_text else None
-    return rec.DecisionRule(priorities, memory, max_loss)
+    return criteria.DecisionRule(priorities, memory, max_loss)
 
 
 def _check_out(out_dir: Path) -> None:

@@ -11,17 +11,16 @@ from pathlib import Path
 
 import click
 
-from mallocbench.analysis.recommend import (
+from mallocbench.analysis.criteria import (
     CRITERIA,
     REPLAY_PRIORITIES,
     DecisionRule,
     Recommendation,
     parse_max_loss,
     parse_priorities,
-    recommend,
-    replay_recommendation,
     stored_rule,
 )
+from mallocbench.analysis.recommend import recommend, replay_recommendation
 from mallocbench.commands.options import emit, min_effect_option
 from mallocbench.console import make_console
 from mallocbench.deploy import forms as deploy

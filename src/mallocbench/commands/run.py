@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mallocbench import exitcodes
-from mallocbench.analysis.recommend import DEFAULT_PRIORITIES
+from mallocbench.analysis.criteria import DEFAULT_PRIORITIES
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.cluster import dispatch as cluster_mod
 from mallocbench.commands.options import (

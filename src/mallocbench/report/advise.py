@@ -9,7 +9,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from mallocbench import units as fmt
-from mallocbench.analysis import recommend as rec
+from mallocbench.analysis import criteria
 from mallocbench.analysis.choice import Interval
 from mallocbench.model.results import json_safe
 from mallocbench.report.recommend import (
@@ -55,7 +55,7 @@ def _why_change(run: AdviceRun, d: Decision) -> str:
     r = run.recommendation
     subject = r.engines[0].subject if r.engines else None
     better = names_of(
-        r, [n for n in r.priorities if subject and subject.assessments[n].status == rec.BETTER]
+        r, [n for n in r.priorities if subject and subject.assessments[n].status == criteria.BETTER]
     )
     effect = percent(r.min_effect)
     if subject is not None and subject.admitted_by:  # a loss the user's budget took
@@ -72,10 +72,10 @@ def _why_kept(run: AdviceRun, d: Decision) -> str:
     if d.subject_rss is not None and d.subject_cpu is not None:
         saving = f"; it {saving_text(d.subject_saving)}" if d.subject_saving else ""
         measured = f" ({_ratios(d.subject_rss, d.subject_cpu)}{saving})"
-    if d.kind == rec.TRADE_OFF and c is not None:
+    if d.kind == criteria.TRADE_OFF and c is not None:
         take = " or ".join(f"`{o}`" for o in budget_commands(c))
         return f"{d.subject} is a trade-off{measured}: take it with {take}"
-    if d.kind == rec.UNDECIDED and c is not None:
+    if d.kind == criteria.UNDECIDED and c is not None:
         held = " and ".join(name_of(h.criterion, h.replay) for h in c.holds)
         more = "; ".join(dict.fromkeys(continue_command(h, r, None) for h in c.holds))
         return f"{d.subject} is undecided{measured}, its {held} unclear: `{more}` may decide it"

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from rich.console import Console
 from rich.table import Table
 
-from mallocbench.analysis.noise import (
+from mallocbench.analysis.designs import (
     RANKED_MAX_P,
     RUNS_DESIGN,
     SEQUENTIAL_DESIGN,
@@ -131,7 +131,7 @@ def _designs_table(summary: CalibrationSummary) -> Table:
 
 def _budget_width(plan: Plan) -> str:
     """The width the budget buys, with the range the calibration's own few starts leave
-    it (noise.width_range_pct)."""
+    it (designs.width_range_pct)."""
     if plan.budget_width_pct is None:
         return "does not fit"
     text = f"{plan.budget_width_pct:.1f} pts"

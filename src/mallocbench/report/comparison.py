@@ -23,9 +23,12 @@ from mallocbench.report.words import (
     cell_text,
     change_reason,
     color_rule,
+    difference_fields,
     difference_text,
     finding_text,
+    interval_fields,
     one_sided_text,
+    problem_text,
     significance_rule,
     table_title,
     verdict_note,
@@ -142,11 +145,11 @@ def memory_records(cmp: Comparison) -> list[dict[str, Any]]:
                 "qps_a": cell.reference,
                 "qps_b": cell.value,
                 "ratio": cell.ratio,
-                **cell.interval_fields(),
+                **interval_fields(cell),
                 "unit": RSS,
                 "repeats_a": cell.repeats[1],
                 "repeats_b": cell.repeats[0],
-                "problem": cell.problem,
+                "problem": problem_text(cell) if cell.problem else None,
                 "min_effect": cell.min_effect,
             }
         )
@@ -160,11 +163,11 @@ def comparison_records(cmp: Comparison) -> list[dict[str, Any]]:
             "qps_a": cell.reference,
             "qps_b": cell.value,
             "ratio": cell.ratio,
-            **cell.interval_fields(),
+            **interval_fields(cell),
             "unit": cell.unit,
             "repeats_a": cell.repeats[1],
             "repeats_b": cell.repeats[0],
-            "problem": cell.problem,
+            "problem": problem_text(cell) if cell.problem else None,
             "min_effect": cell.min_effect,
         }
         for t in cmp.tables
@@ -194,7 +197,7 @@ def _memory_json(m: MemoryChange) -> dict[str, Any]:
             "a": cell.reference,
             "b": cell.value,
             "ratio": cell.ratio,
-            **cell.interval_fields(),
+            **interval_fields(cell),
             "repeats_a": cell.repeats[1],
             "repeats_b": cell.repeats[0],
         }
@@ -212,7 +215,7 @@ def _change_json(change: Change) -> dict[str, Any]:
         "reason": change_reason(change) or None,
     }
     if change.cell is not None:
-        record.update(ratio=change.cell.ratio, **change.cell.interval_fields())
+        record.update(ratio=change.cell.ratio, **interval_fields(change.cell))
     return record
 
 
@@ -225,7 +228,7 @@ def comparison_json(cmp: Comparison) -> str:
             "cells": comparison_records(cmp),
             "memory": [_memory_json(m) for m in cmp.memory],
             "changes": [_change_json(c) for c in cmp.changes],
-            "differences": [d.to_dict() for d in cmp.differences],
+            "differences": [difference_fields(d) for d in cmp.differences],
             "unmatched": [one_sided_text(u) for u in cmp.unmatched],
         },
         indent=1,

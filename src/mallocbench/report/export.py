@@ -13,6 +13,7 @@ from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.summary import RatioRow, RatioTable
 from mallocbench.report.replay import document as replay_document
 from mallocbench.report.replay import records as replay_records
+from mallocbench.report.words import interval_fields
 from mallocbench.workloads.catalogue import label_order
 
 CELL_COLUMNS = (
@@ -145,7 +146,7 @@ def relative_records(analysis: RunAnalysis) -> list[dict[str, Any]]:
             "qps": cell.value,
             "base_qps": row.reference_qps,
             "relative": cell.ratio,
-            **cell.interval_fields(),
+            **interval_fields(cell),
             "unit": row.unit,
             "repeats": cell.repeats[0],
             "base_repeats": cell.repeats[1],

@@ -27,7 +27,7 @@ import jinja2
 
 from mallocbench import units as fmt
 from mallocbench.analysis.comparison import Comparison
-from mallocbench.analysis.recommend import Recommendation
+from mallocbench.analysis.criteria import Recommendation
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.sla import SlaStatus
 from mallocbench.analysis.summary import MemoryRow, RatioTable

@@ -28,6 +28,7 @@ from mallocbench.report.words import (
     client_cpu_warnings,
     color_rule,
     exploratory_note,
+    problem_text,
     significance_rule,
     unit_note,
     vsz_note,
@@ -43,7 +44,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 def ratio_text(cell: RatioCell) -> str:
     """ratio [low, high] with a bold * when significant, "same" within min_effect."""
     if cell.problem:
-        return cell.problem.upper()
+        return problem_text(cell).upper()
     parts = [cell_text(cell)]
     if cell.has_interval:
         parts.append(cell_interval(cell))

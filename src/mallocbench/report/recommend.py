@@ -15,15 +15,16 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from mallocbench import units as fmt
-from mallocbench.analysis import recommend as rec
-from mallocbench.analysis import stats
+from mallocbench.analysis import criteria, stats
 from mallocbench.analysis.continuation import MAX_BLOCKS
-from mallocbench.analysis.recommend import (
+from mallocbench.analysis.criteria import (
     Assessment,
     Candidate,
     EngineRecommendation,
     Evidence,
+    Place,
     Recommendation,
+    Where,
 )
 from mallocbench.report.words import candidate_reasons, thin_clauses
 from mallocbench.units import percent
@@ -32,15 +33,20 @@ if TYPE_CHECKING:
     from mallocbench.deploy.forms import Deployment
 
 NAMES = {
-    rec.THROUGHPUT: "throughput",
-    rec.P99: "p99 latency",
-    rec.RSS: "peak RSS",
-    rec.CPU: "server CPU per operation",
+    criteria.THROUGHPUT: "throughput",
+    criteria.P99: "p99 latency",
+    criteria.RSS: "peak RSS",
+    criteria.CPU: "server CPU per operation",
 }
-SHORT = {rec.THROUGHPUT: "throughput", rec.P99: "p99", rec.RSS: "peak RSS", rec.CPU: "CPU/op"}
+SHORT = {
+    criteria.THROUGHPUT: "throughput",
+    criteria.P99: "p99",
+    criteria.RSS: "peak RSS",
+    criteria.CPU: "CPU/op",
+}
 # A replay's criteria (advise): the steady peak, and the replay's own CPU time, not the
 # server's per operation.
-REPLAY_NAMES = {rec.RSS: "steady peak RSS", rec.CPU: "CPU time"}
+REPLAY_NAMES = {criteria.RSS: "steady peak RSS", criteria.CPU: "CPU time"}
 
 
 def name_of(criterion: str, replay: bool = False) -> str:
@@ -70,7 +76,7 @@ STEP_RULE = (
     "at least the minimum effect times the base's RSS before its events."
 )
 # stats.classify's words on the step's ratio scale: above 1.0 is more RSS left per event.
-STEP_WORDS = {
+STEP_WORDS: dict[str, str] = {
     stats.FASTER: "leaves more per event",
     stats.SLOWER: "leaves less per event",
     stats.SAME: "the same within",
@@ -92,17 +98,41 @@ def step_text(e: Evidence) -> str:
     if e.verdict == stats.SAME:
         word += f" {counted}"
     return (
-        f"{e.where} {d.difference / mib:+,.2f} MiB{interval} vs {d.base} "
+        f"{where_text(e.where)} {d.difference / mib:+,.2f} MiB{interval} vs {d.base} "
         f"({d.step.mean / mib:+,.2f} against {d.base_step.mean / mib:+,.2f} MiB per event, "
         f"{d.step.n} and {d.base_step.n} events; {counted} counts): {word}"
     )
+
+
+def where_text(w: Where) -> str:
+    """Where a piece of evidence was measured: "point-query @8", "peak RSS", ..."""
+    if w.place is Place.CELL:
+        return f"{w.step} @{w.threads}"
+    if w.place is Place.REPLAY_PEAK:
+        return f"peak RSS from a replay of {w.name or 'a trace'}"
+    if w.place is Place.SOAK_STEP:
+        return f"step per {w.name} from a soak"
+    if w.place is Place.REPLAY:
+        return f"replay of {w.name or 'trace'}"
+    return "peak RSS"
+
+
+def _worded(value: Any) -> Any:
+    """A recommendation's record with each Where in words, as its JSON holds them."""
+    if isinstance(value, Where):
+        return where_text(value)
+    if isinstance(value, dict):
+        return {k: _worded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_worded(v) for v in value]
+    return value
 
 
 def evidence_text(e: Evidence) -> str:
     """ "point-query @8 0.95 [0.91, 0.99]"; memory has one value, so no place."""
     if e.step is not None:
         return step_text(e)
-    where = "" if e.where == "peak RSS" else f"{e.where} "
+    where = "" if e.where.place is Place.PEAK_RSS else f"{where_text(e.where)} "
     if e.problem:
         return f"{where}{e.problem}"
     ratio = "?" if e.ratio is None else f"{e.ratio:.2f}"
@@ -128,18 +158,18 @@ def assessment_text(a: Assessment, min_effect: float) -> str:
 
 def _status_text(a: Assessment, min_effect: float) -> str:
     name = name_of(a.criterion, a.replay)
-    lower = not rec.HIGHER_IS_BETTER[a.criterion]
+    lower = not criteria.HIGHER_IS_BETTER[a.criterion]
     ratios = a.cells - len(a.steps)  # the geomean leaves the steps out
     estimate = f" (geomean {a.estimate:.2f})" if a.estimate and ratios > 1 else ""
     band = percent(min_effect)
-    if a.status == rec.UNMEASURED:
+    if a.status == criteria.UNMEASURED:
         return f"{name}: not measured"
     # A soak's steps weigh beside the ratios but stay out of the estimate: its units
     # would then price a different claim than the status.
     units = f" ({units_text(a)})" if units_text(a) and not a.steps else ""
-    if a.status == rec.WORSE:
+    if a.status == criteria.WORSE:
         return f"{name}: worse{estimate}{units}: {_some(a.worse)}"
-    if a.status == rec.UNCLEAR:
+    if a.status == criteria.UNCLEAR:
         side = f"above {1 + min_effect:.2f}" if lower else f"below {1 - min_effect:.2f}"
         if a.cells == 1:
             return f"{name}: unclear, the interval reaches {side}: {_some(a.unclear)}"
@@ -147,7 +177,7 @@ def _status_text(a: Assessment, min_effect: float) -> str:
             f"{name}: unclear{estimate}: {len(a.unclear)} of {a.cells} intervals reach {side}, "
             f"e.g. {_some(a.unclear)}"
         )
-    if a.status == rec.BETTER:
+    if a.status == criteria.BETTER:
         way = "lower" if lower else "higher"
         text = f"{name}: better ({way} by at least {band}){estimate}{units}: {_some(a.better)}"
         if a.cells > 1 and a.worst:
@@ -163,9 +193,9 @@ def _status_text(a: Assessment, min_effect: float) -> str:
 
 def _candidate_lines(c: Candidate, r: Recommendation, indent: str) -> list[str]:
     lines = []
-    for name in (*r.priorities, *[n for n in rec.CRITERIA if n not in r.priorities]):
+    for name in (*r.priorities, *[n for n in criteria.CRITERIA if n not in r.priorities]):
         a = c.assessments[name]
-        if name not in r.priorities and a.status == rec.UNMEASURED:
+        if name not in r.priorities and a.status == criteria.UNMEASURED:
             continue  # a watched criterion the run did not measure weighs nothing
         watched = "" if name in r.priorities else " [not a priority: only a loss disqualifies]"
         lines.append(f"{indent}- {assessment_text(a, r.min_effect)}{watched}")
@@ -182,8 +212,8 @@ def _against(c: Candidate, r: Recommendation) -> list[str]:
     """Why a candidate did not qualify, each reason with its numbers."""
     texts = []
     for name, a in c.assessments.items():
-        failed = a.status not in (rec.BETTER, rec.NON_INFERIOR)
-        if (name in r.priorities and failed) or a.status == rec.WORSE:
+        failed = a.status not in (criteria.BETTER, criteria.NON_INFERIOR)
+        if (name in r.priorities and failed) or a.status == criteria.WORSE:
             texts.append(assessment_text(a, r.min_effect))
     if not texts:
         texts.append(
@@ -199,7 +229,9 @@ def _against(c: Candidate, r: Recommendation) -> list[str]:
         )
     # What the statistics do support stays in view, though it does not qualify the setup.
     supported = [
-        assessment_text(a, r.min_effect) for a in c.assessments.values() if a.status == rec.BETTER
+        assessment_text(a, r.min_effect)
+        for a in c.assessments.values()
+        if a.status == criteria.BETTER
     ]
     if supported:
         texts.append("though " + "; ".join(supported))
@@ -212,11 +244,11 @@ def units_text(a: Assessment) -> str:
     change, level = a.change, a.base_level
     if change is None or level is None:
         return ""
-    if a.criterion == rec.RSS:
+    if a.criterion == criteria.RSS:
         return f"{change / MIB:+,.0f} MiB of {level / MIB:,.0f}"
-    if a.criterion == rec.THROUGHPUT:
+    if a.criterion == criteria.THROUGHPUT:
         return f"{change:+,.0f} QPS of {level:,.0f}"
-    if a.criterion == rec.P99:
+    if a.criterion == criteria.P99:
         return f"{change:+,.2f} ms of {level:,.2f}"
     return f"{change:+,.1f} us of {level:,.1f} CPU per operation"
 
@@ -245,7 +277,7 @@ def max_loss_text(criterion: str, fraction: float) -> str:
 def budget_commands(c: Candidate) -> list[str]:
     """The options that would take a trade-off: a memory budget (for a peak-RSS loss)
     with the other losses' --max-loss, and --max-loss for every loss."""
-    others = [max_loss_text(n, f) for n, f in c.loss_to_admit.items() if n != rec.RSS]
+    others = [max_loss_text(n, f) for n, f in c.loss_to_admit.items() if n != criteria.RSS]
     out = []
     if c.memory_budget_to_admit:
         memory = f"--memory-budget {c.memory_budget_to_admit >> 20}M"
@@ -257,8 +289,8 @@ def budget_commands(c: Candidate) -> list[str]:
 def _trade_off_headline(e: EngineRecommendation, c: Candidate, r: Recommendation) -> str:
     gains = [
         ratio_claim(c.assessments[n], interval=n == r.priorities[0])
-        for n in rec.CRITERIA
-        if c.assessments[n].status == rec.BETTER
+        for n in criteria.CRITERIA
+        if c.assessments[n].status == criteria.BETTER
     ]
     losses = [ratio_claim(c.assessments[n]) for n, _ in c.disqualified_by]
     take = " or ".join(f"`{o}`" for o in budget_commands(c))
@@ -269,7 +301,7 @@ def _trade_off_headline(e: EngineRecommendation, c: Candidate, r: Recommendation
 
 
 def _undecided_headline(e: EngineRecommendation, c: Candidate) -> str:
-    gains = [ratio_claim(a) for a in c.assessments.values() if a.status == rec.BETTER]
+    gains = [ratio_claim(a) for a in c.assessments.values() if a.status == criteria.BETTER]
     held = " and ".join(name_of(h.criterion, h.replay) for h in c.holds)
     return (
         f"{e.engine}: undecided: {c.setup} {', '.join(gains)}, but {held} unclear; "
@@ -277,9 +309,9 @@ def _undecided_headline(e: EngineRecommendation, c: Candidate) -> str:
     )
 
 
-def budget_given(name: str, r: Recommendation, budget: str = rec.MAX_LOSS) -> str:
+def budget_given(name: str, r: Recommendation, budget: str = criteria.MAX_LOSS) -> str:
     """The budget the user gave on a criterion, as they would type it."""
-    if name in r.max_loss and budget == rec.MAX_LOSS:
+    if name in r.max_loss and budget == criteria.MAX_LOSS:
         if math.isinf(r.max_loss[name]):  # advise's --memory-at-any-cost takes any CPU
             return "--memory-at-any-cost"
         return f"--max-loss {name}={percent(r.max_loss[name])}"
@@ -289,7 +321,7 @@ def budget_given(name: str, r: Recommendation, budget: str = rec.MAX_LOSS) -> st
 def _admitted_claim(a: Assessment) -> str:
     """A loss shown is claimed with its ratio; an unclear one only by how far its worst
     interval reaches, since the statistics do not show it."""
-    if a.status == rec.WORSE and a.estimate is not None:
+    if a.status == criteria.WORSE and a.estimate is not None:
         return ratio_claim(a)
     worst = f", its worst interval {evidence_text(a.worst)}" if a.worst else ""
     return f"{name_of(a.criterion, a.replay)} unclear{worst}"
@@ -307,20 +339,20 @@ def budgets_text(r: Recommendation) -> str:
     """ "; budgets: --max-loss rss=10%, --memory-budget 240 MiB", or nothing."""
     given = [budget_given(n, r) for n in r.max_loss]
     if r.memory_budget_bytes:
-        given.append(budget_given(rec.RSS, r, rec.MEMORY_BUDGET))
+        given.append(budget_given(criteria.RSS, r, criteria.MEMORY_BUDGET))
     return f"; budgets: {', '.join(given)}" if given else ""
 
 
 def engine_headline(e: EngineRecommendation, r: Recommendation | None = None) -> str:
     c = e.subject
-    if e.kind == rec.CHANGE and c is not None:
+    if e.kind == criteria.CHANGE and c is not None:
         text = f"{e.engine}: run {c.setup} instead of {e.base}"
         if c.admitted_by and r is not None:
             text += f" (what the budget takes: {admitted_text(c, r)})"
         return text
-    if e.kind == rec.TRADE_OFF and c is not None and r is not None:
+    if e.kind == criteria.TRADE_OFF and c is not None and r is not None:
         return _trade_off_headline(e, c, r)
-    if e.kind == rec.UNDECIDED and c is not None:
+    if e.kind == criteria.UNDECIDED and c is not None:
         return _undecided_headline(e, c)
     refused = [c for c in e.ranked if c.rejected_by] if r is not None else []
     if refused and r is not None:
@@ -337,7 +369,7 @@ def _blocks(n: int | None) -> str:
     return f"{n}" if n is not None else f"over {MAX_BLOCKS}"
 
 
-def prediction_text(h: rec.Hold) -> str:
+def prediction_text(h: criteria.Hold) -> str:
     """ "the run's variance predicts 9 blocks in all (6 more; 5 to 23 within its 95%
     range), about 14 minutes at 2.3 per block"; empty without a prediction."""
     p = h.prediction
@@ -356,14 +388,14 @@ def prediction_text(h: rec.Hold) -> str:
     return text
 
 
-def hold_text(h: rec.Hold) -> str:
+def hold_text(h: criteria.Hold) -> str:
     """ "throughput at random-points range=100 @16: 23.6% wide now, 10.3% would decide
     it; the run's variance predicts ..." """
     now = "no interval" if math.isinf(h.width_now) else f"{h.width_now * 100:.1f}% wide now"
     name = name_of(h.criterion, h.replay)
-    where = f"{name} at {h.where}" if h.where != "peak RSS" else name
+    where = f"{name} at {where_text(h.where)}" if h.where.place is not Place.PEAK_RSS else name
     if h.replay:
-        where = f"{name} of the {h.where}"
+        where = f"{name} of the {where_text(h.where)}"
     if h.width_needed <= 0:
         return f"{where}: {now}; its ratio sits on the minimum effect, no width decides it"
     return (
@@ -372,7 +404,7 @@ def hold_text(h: rec.Hold) -> str:
     )
 
 
-def continue_command(h: rec.Hold, r: Recommendation, source: str | None) -> str:
+def continue_command(h: criteria.Hold, r: Recommendation, source: str | None) -> str:
     """The command that adds the blocks: for throughput, `run --resume --target-ci` at the
     width needed, bounded by the blocks and minutes the variance's range allows; for p99,
     CPU or peak RSS (which --target-ci does not watch), a new run with the blocks in
@@ -384,10 +416,10 @@ def continue_command(h: rec.Hold, r: Recommendation, source: str | None) -> str:
     if r.replay_trace is not None:  # advise's: the same advice, with more repeats
         repeats = max(p.blocks, 3) if p and p.blocks else "N"
         return f"mallocbench advise {shlex.quote(r.replay_trace)} --repeats {repeats}"
-    if h.criterion != rec.THROUGHPUT:
+    if h.criterion != criteria.THROUGHPUT:
         blocks = p.blocks if p and p.blocks else "N"
         command = f"mallocbench run {experiment} --out NEW --set repeats={blocks}"
-        if h.criterion == rec.RSS:
+        if h.criterion == criteria.RSS:
             where = shlex.quote(source) if source else "OUT"
             command += (
                 f"`, or replay a trace: `mallocbench replay TRACE --out REPLAY` then "
@@ -431,13 +463,13 @@ def engine_lines(
 ) -> list[str]:
     lines = [engine_headline(e, r)]
     subject = e.subject
-    if e.kind == rec.CHANGE and subject is not None:
+    if e.kind == criteria.CHANGE and subject is not None:
         lines += _candidate_lines(subject, r, "  ")
         others = [c.setup for c in e.ranked[1:] if c.qualifies]
         if others:
             lines.append(f"  - also qualified, ranked lower: {', '.join(others)}")
-    elif e.kind in (rec.TRADE_OFF, rec.UNDECIDED) and subject is not None:
-        if e.kind == rec.TRADE_OFF:
+    elif e.kind in (criteria.TRADE_OFF, criteria.UNDECIDED) and subject is not None:
+        if e.kind == criteria.TRADE_OFF:
             lines += _candidate_lines(subject, r, "  ")
         else:
             lines += _undecided_lines(subject, r, source)
@@ -471,7 +503,7 @@ def recommendation_lines(r: Recommendation, source: str | None = None) -> list[s
             "Exploratory run (no intervals): nothing can be recommended; run at least 3 "
             "repeats (or --target-ci)."
         )
-    if any(c.assessments[rec.RSS].steps for e in r.engines for c in e.ranked):
+    if any(c.assessments[criteria.RSS].steps for e in r.engines for c in e.ranked):
         lines.append(STEP_RULE)
     for e in r.engines:
         lines += ["", *engine_lines(e, r, source)]
@@ -483,12 +515,12 @@ def verdict_lines(r: Recommendation) -> list[str]:
     out = []
     for e in r.engines:
         line = engine_headline(e, r)
-        if e.kind == rec.UNDECIDED and e.subject is not None:
+        if e.kind == criteria.UNDECIDED and e.subject is not None:
             line += "; what holds it: " + "; ".join(hold_text(h) for h in e.subject.holds)
         elif e.choice is not None:
             chosen = e.ranked[0]
             better = names_of(
-                r, [n for n in r.priorities if chosen.assessments[n].status == rec.BETTER]
+                r, [n for n in r.priorities if chosen.assessments[n].status == criteria.BETTER]
             )
             line += f": better on {', '.join(better)}, not worse on the rest"
         else:
@@ -497,7 +529,7 @@ def verdict_lines(r: Recommendation) -> list[str]:
                 f"{c.setup} {name_of(n, a.replay)} {_some(a.better)}"
                 for c in e.ranked
                 for n, a in c.assessments.items()
-                if a.status == rec.BETTER
+                if a.status == criteria.BETTER
             ]
             if found:
                 line += "; supported: " + "; ".join(found)
@@ -510,7 +542,7 @@ def verdict_lines(r: Recommendation) -> list[str]:
 
 def recommendation_dict(r: Recommendation) -> dict[str, Any]:
     """The recommendation as `recommend --format json` prints it, thin evidence worded."""
-    data = r.to_dict()
+    data = _worded(r.to_dict())
     kinds = {e.kind for e in r.engines}
     # One outcome for the whole run when its engines agree; else each engine's own.
     data["kind"] = next(iter(kinds)) if len(kinds) == 1 else None
@@ -521,7 +553,7 @@ def recommendation_dict(r: Recommendation) -> dict[str, Any]:
 
 
 def _candidate_dict(c: Candidate) -> dict[str, Any]:
-    record = c.to_dict()
+    record = _worded(c.to_dict())
     first = {"setup": record.pop("setup"), "qualifies": record.pop("qualifies")}
     return {**first, "reasons": candidate_reasons(c), **record}
 

@@ -30,7 +30,14 @@ from mallocbench.report.growth import growth_lines, growth_numbers
 
 MIB = 1024 * 1024
 # The ratio of RSS/live equals that of peak RSS (one ideal for all setups): not repeated.
-RATIO_KEYS = tuple(key for key, _, _ in METRICS if key != "rss_over_live")
+RATIO_KEYS = tuple(key for key, _ in METRICS if key != "rss_over_live")
+METRIC_LABELS = {
+    "peak_heap_rss": "peak RSS",
+    "peak_heap_rss_steady": "steady peak RSS",
+    "rss_over_live": "RSS/live",
+    "cpu_s": "CPU s",
+    "calls_per_s": "calls/s",
+}
 
 
 def value_text(key: str, value: float) -> str:
@@ -159,7 +166,7 @@ def saving_lines(replay: ReplayAnalysis) -> list[str]:
 
 
 def value_header() -> list[str]:
-    return ["setup", "runs", *(label for _, label, _ in METRICS)]
+    return ["setup", "runs", *(METRIC_LABELS[key] for key, _ in METRICS)]
 
 
 def value_rows(replay: ReplayAnalysis) -> list[list[str]]:
@@ -167,25 +174,21 @@ def value_rows(replay: ReplayAnalysis) -> list[list[str]]:
         [
             row.setup,
             f"{row.runs - row.failed}/{row.runs}",
-            *(estimate_text(key, row.metrics[key]) for key, _, _ in METRICS),
+            *(estimate_text(key, row.metrics[key]) for key, _ in METRICS),
         ]
         for row in replay.rows
     ]
 
 
 def ratio_header() -> list[str]:
-    return ["setup", *(label for key, label, _ in METRICS if key in RATIO_KEYS)]
+    return ["setup", *(METRIC_LABELS[key] for key, _ in METRICS if key in RATIO_KEYS)]
 
 
 def ratio_rows(replay: ReplayAnalysis) -> list[tuple[str, list[RatioView]]]:
     return [
         (
             row.setup,
-            [
-                ratio_view(row.ratios.get(key), lower)
-                for key, _, lower in METRICS
-                if key in RATIO_KEYS
-            ],
+            [ratio_view(row.ratios.get(key), lower) for key, lower in METRICS if key in RATIO_KEYS],
         )
         for row in replay.rows[1:]
     ]
@@ -372,7 +375,7 @@ def records(replay: ReplayAnalysis | None) -> list[dict[str, Any]]:
             "ideal_peak_live": row.ideal_peak_live,
             **growth_numbers(replay.growth, row.setup),
         }
-        for key, _, _ in METRICS:
+        for key, _ in METRICS:
             e = row.metrics[key]
             record.update({key: e.mean, f"{key}_low": e.low, f"{key}_high": e.high})
         for key in RATIO_KEYS:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from mallocbench import units as fmt
 from mallocbench.analysis import stats
 from mallocbench.analysis.adjust import AdjustedRatio, CpuAdjustment
 from mallocbench.analysis.client import CellLike
-from mallocbench.analysis.comparability import Difference
+from mallocbench.analysis.comparability import Difference, Fact
 from mallocbench.analysis.comparison import (
     CHANGED,
     FASTER,
@@ -25,11 +26,12 @@ from mallocbench.analysis.comparison import (
     OneSided,
 )
 from mallocbench.analysis.convergence import WideCell
-from mallocbench.analysis.recommend import Candidate, ThinEvidence
+from mallocbench.analysis.criteria import Candidate, ThinEvidence
 from mallocbench.analysis.run_noise import BUSY_SHARE, RunNoise
 from mallocbench.analysis.sla import SlaStatus
-from mallocbench.analysis.steady import WarmupDetector
+from mallocbench.analysis.steady import Held, Stability, WarmupDetector
 from mallocbench.analysis.summary import (
+    RSS,
     UNSTABLE_MARK,
     VSZ_RESERVED_FACTOR,
     Exploratory,
@@ -54,7 +56,9 @@ __all__ = [
     "candidate_reasons",
     "change_reason",
     "change_text",
+    "difference_fields",
     "difference_text",
+    "fact_text",
     "findings_summary",
     "one_sided_text",
     "client_cpu_warning",
@@ -64,7 +68,10 @@ __all__ = [
     "finding_text",
     "group_detail_text",
     "noise_notes",
+    "interval_fields",
+    "problem_text",
     "stability_notes",
+    "stability_reason",
     "oom_text",
     "percent",
     "relative_mark",
@@ -90,7 +97,7 @@ __all__ = [
 def cell_text(cell: RatioCell) -> str:
     """A relative value as the tables print it: the ratio, or what kept it from one."""
     if cell.problem:
-        return cell.problem.upper()
+        return problem_text(cell).upper()
     return fmt.ratio(cell.ratio) + (UNSTABLE_MARK if cell.unstable else "")
 
 
@@ -131,10 +138,39 @@ def _bound(x: float, digits: int) -> str:
     return "inf" if math.isinf(x) and x > 0 else "-inf" if math.isinf(x) else f"{x:.{digits}f}"
 
 
+# stats.classify words any ratio above 1 "faster"; a reader of a memory ratio's export
+# would take that for the good direction, so memory says higher or lower.
+_MEMORY_WORDS: dict[str, str] = {stats.FASTER: "higher", stats.SLOWER: "lower"}
+
+
+def problem_text(cell: RatioCell) -> str:
+    """Why a cell has no ratio: its status, and in a comparison the run it happened in."""
+    problem = str(cell.problem or "")
+    return f"{problem} in {cell.problem_in}" if cell.problem_in else problem
+
+
+def interval_fields(cell: RatioCell) -> dict[str, Any]:
+    """What every export has beside a ratio: its interval (JSON has no nan) and verdict."""
+
+    def bound(x: float) -> float | None:
+        return x if cell.has_interval and math.isfinite(x) else None
+
+    verdict: str = cell.verdict
+    if cell.unit == RSS:
+        verdict = _MEMORY_WORDS.get(verdict, verdict)
+    return {
+        "low": bound(cell.low),
+        "high": bound(cell.high),
+        "verdict": verdict,
+        "significant": cell.significant,
+    }
+
+
 def verdict_class(verdict: str) -> str:
     """The color of a verdict. Only findings (faster, slower) are colored; "same" gets a
     neutral grey because it too is a claim the interval supports; everything else none."""
-    return {stats.FASTER: "faster", stats.SLOWER: "slower", stats.SAME: "same"}.get(verdict, "none")
+    colors: dict[str, str] = {stats.FASTER: "faster", stats.SLOWER: "slower", stats.SAME: "same"}
+    return colors.get(verdict, "none")
 
 
 def cell_class(cell: RatioCell) -> str:
@@ -145,7 +181,7 @@ def cell_class(cell: RatioCell) -> str:
 def cell_title(cell: RatioCell) -> str:
     """What hovering a relative value shows: both sides, the ratio, its interval, verdict."""
     if cell.problem:
-        return f"this cell did not measure: {cell.problem}"
+        return f"this cell did not measure: {problem_text(cell)}"
     unit = cell.unit
     parts = [
         f"{fmt.qps(cell.value)} {unit} vs {fmt.qps(cell.reference)} {unit} ({cell.reference_label})"
@@ -361,6 +397,21 @@ def adjustment_notes(adjusted: Iterable[CpuAdjustment]) -> list[str]:
     return notes
 
 
+def stability_reason(stability: Stability) -> str:
+    """Why a measured series is or is not one level, as a cell stores it."""
+    n = stability.n
+    if stability.held is Held.TOO_SHORT:
+        return f"too short to judge ({n} s)"
+    if stability.held is Held.IDLE:
+        return "no throughput to judge"
+    if stability.held is Held.SHIFT:
+        return f"level shift {stability.shift_pct:+.0f}% after {stability.shift_at_s} s"
+    if stability.held is Held.TREND:
+        slope, drift = stability.slope_pct_per_s, stability.drift_pct
+        return f"trend {slope:+.1f}%/s ({drift:+.0f}% over {n} s)"
+    return "no trend or level shift"
+
+
 def stability_notes(
     unstable: tuple[Cell, ...] | list[Cell], not_steady: tuple[Cell, ...] | list[Cell]
 ) -> list[str]:
@@ -444,7 +495,17 @@ def sla_text(status: SlaStatus) -> str:
 
 def difference_text(d: Difference) -> str:
     """One fact two compared runs did not share."""
-    return f"{d.field} A {d.a} vs B {d.b}"
+    return f"{d.field} A {fact_text(d.a)} vs B {fact_text(d.b)}"
+
+
+def fact_text(fact: Fact) -> str:
+    """A fact a run held fixed, as a comparison shows it."""
+    return fmt.fact(fact.value, fact.reading, fact.missing)
+
+
+def difference_fields(d: Difference) -> dict[str, str]:
+    """A difference as compare's JSON holds it: the field, both sides shown, severity."""
+    return {"field": d.field, "a": fact_text(d.a), "b": fact_text(d.b), "severity": d.severity}
 
 
 def one_sided_text(u: OneSided) -> str:
@@ -559,7 +620,7 @@ def finding_text(f: Finding) -> str:
 
 
 def unmeasured_text(f: Finding) -> str:
-    return f"{f.step} @{f.threads}: {f.cell.problem}"
+    return f"{f.step} @{f.threads}: {problem_text(f.cell)}"
 
 
 def group_detail_text(d: GroupDetail) -> str:

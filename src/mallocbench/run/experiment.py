@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import psutil
 
 from mallocbench.allocators.base import Allocator
-from mallocbench.analysis.recommend import parse_max_loss, parse_priorities
+from mallocbench.analysis.criteria import parse_max_loss, parse_priorities
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.errors import MallocbenchError, did_you_mean

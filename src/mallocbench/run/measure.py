@@ -27,6 +27,7 @@ from mallocbench.model.results import STATUS_FAILED, STATUS_OOM, Cell, Sample
 from mallocbench.probes import process as proc_probe
 from mallocbench.probes.server import CGROUP_METRIC, ServerMemoryProbe
 from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
+from mallocbench.report.words import stability_reason
 from mallocbench.run.experiment import Experiment, PlannedCell
 from mallocbench.run.session import LiveSession
 from mallocbench.workloads.catalogue import Step
@@ -601,7 +602,8 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession, take_account: b
         cell.metrics.update(account(live.server, live.setup.allocator.name))
     # A load's throughput changes as its tables grow: no level to hold, nothing to judge.
     if not measurement.planned.step.definition.until_done:
-        cell.stability = check_stability([s.qps for s in cell.samples]).to_dict()
+        stability = check_stability([s.qps for s in cell.samples])
+        cell.stability = stability.to_dict(stability_reason(stability))
         note_stall(cell, measurement.report_gap_s)
     return cell
 

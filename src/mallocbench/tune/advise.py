@@ -22,12 +22,8 @@ from mallocbench import allocators
 from mallocbench.allocators import knobs
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis.advise import Decision, decision
-from mallocbench.analysis.recommend import (
-    CPU,
-    DecisionRule,
-    Recommendation,
-    replay_recommendation,
-)
+from mallocbench.analysis.criteria import CPU, DecisionRule, Recommendation
+from mallocbench.analysis.recommend import replay_recommendation
 from mallocbench.analysis.replay import ReplayAnalysis, analyze_replay
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import RunResult
