@@ -385,14 +385,8 @@ def test_an_interrupted_recording_keeps_its_trace_and_leaves_no_files(tmp_path: 
     """Ctrl-C during `record`: the shim is disarmed, the trace so far lands where --out
     said, whole and checkable, and neither it nor the control and status files stay
     beside the control file (the server's /tmp); the process runs on."""
-    ctl = tmp_path / "ctl"
-    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_CONTROL=str(ctl))
-    churn = "while True: [bytearray(64) for _ in range(1000)]"
-    busy = subprocess.Popen([sys.executable, "-c", churn], env=env)
+    busy = native_programs.busy_under_shim(tmp_path / "ctl")
     try:
-        deadline = time.monotonic() + 10
-        while control.shim_loaded(busy.pid) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
         out = tmp_path / "kept" / "so-far.mbt"
 
         def interrupted() -> None:

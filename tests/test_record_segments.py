@@ -1,0 +1,107 @@
+"""Long recordings: a trace in segments (a directory at --out) replays joined with the
+totals of the same program recorded in one file, each segment replays alone, and a disk
+budget (--max-size) stops the recording while the program runs on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import native_programs
+from mallocbench.patterns.experiment import make_setup
+from mallocbench.replay import control, runner
+from mallocbench.replay import trace as tracemod
+
+
+@pytest.fixture(scope="module")
+def phases(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return native_programs.build("phases", tmp_path_factory.mktemp("phases"))
+
+
+def record(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mallocbench.cli", "record", *args],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def program_calls(stdout: str) -> int:
+    line = next(line for line in stdout.splitlines() if line.startswith("{"))
+    return int(json.loads(line)["calls"])
+
+
+def totals(info: tracemod.TraceInfo) -> tuple[int, int, int, int]:
+    d = info.data
+    return d["calls_present"], d["header_events"], d["ideal_peak_live"], d["final_live"]
+
+
+def test_segments_replay_joined_as_one_file_does_and_each_alone(
+    phases: Path, tmp_path: Path
+) -> None:
+    one, whole = tmp_path / "one.mbt", tmp_path / "set.mbt"
+    for out, extra in ((one, []), (whole, ["--segment-seconds", "0.25"])):
+        done = record(*extra, "--out", str(out), "--", str(phases), "12", "100")
+        assert done.returncode == 0, done.stderr
+    assert one.is_file() and whole.is_dir()
+    assert "segments (the program's whole run)" in done.stdout
+    parts = tracemod.segments(whole)
+    assert [p.name for p in parts][:2] == ["0001.mbt", "0002.mbt"] and len(parts) >= 3
+    # The same calls in the same order: every total of the set is the single file's.
+    joined, single = tracemod.check(whole), tracemod.check(one)
+    assert joined.segments == len(parts) and joined.complete
+    assert totals(joined) == totals(single), (totals(joined), totals(single))
+    assert joined.data["calls_present"] >= program_calls(done.stdout)
+    # Each segment is a trace of its own, timed from its cut, whose calls add up.
+    alone = [tracemod.check(p) for p in parts]
+    assert sum(a.data["calls_present"] for a in alone) == joined.data["calls_present"]
+    for a in alone:
+        assert a.data["calls_present"] == a.data["header_events"] > 0
+        assert a.data["duration_s"] < joined.data["duration_s"] / 2
+    later = alone[2]
+    assert later.data["snapshot_blocks"] >= 800  # the blocks kept by the phases before it
+    assert any("replayed alone" in w for w in later.warnings())
+    setup = make_setup("glibc", "glibc", "glibc")
+    for trace in (whole, parts[2]):
+        run = runner.run_once(setup, trace, "none", 1.0, 0, 60)
+        assert run.status == "ok", run.error
+    assert (run.value("replay_peak_live") or 0) >= later.data["snapshot_live"]
+
+
+def test_max_size_stops_the_recording_and_the_program_runs_on(phases: Path, tmp_path: Path) -> None:
+    out = tmp_path / "budget.mbt"
+    done = record("--segment-seconds", "0.25", "--max-size", "1M", "--out", str(out), "--",
+                  str(phases), "30", "100")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = [ln for ln in done.stdout.splitlines() if ln.startswith(f"{out}: ")]
+    assert len(said) == 1 and "where the trace reached --max-size" in said[0], done.stdout
+    assert "the process runs on" in said[0]
+    assert program_calls(done.stdout) == 30 * 7600  # it ran to its end
+    assert 0 < tracemod.trace_bytes(out) <= 1 << 20
+    info = tracemod.check(out)
+    assert info.status.startswith("stopped: the disk budget of 1.0 MiB"), info.status
+    assert info.cut_short() is None  # what the header counts is all there
+    assert 0 < info.data["calls_present"] < program_calls(done.stdout)
+    run = runner.run_once(make_setup("glibc", "glibc", "glibc"), out, "none", 1.0, 0, 60)
+    assert run.status == "ok", run.error
+
+
+def test_a_running_process_is_recorded_in_segments_at_out(tmp_path: Path) -> None:
+    """--pid: the shim writes the directory beside --out, and it is moved there whole."""
+    busy = native_programs.busy_under_shim(tmp_path / "ctl")
+    try:
+        out = tmp_path / "kept" / "busy.mbt"
+        long = control.Segmenting(size=256 << 20, seconds=0.3)
+        outcome = control.record(busy.pid, 1.5, out, long=long)
+        assert outcome.ended == "window" and outcome.kept == out
+        assert len(tracemod.segments(out)) >= 3
+        assert [p.name for p in out.parent.iterdir()] == ["busy.mbt"]  # no working copy
+        info = tracemod.check(out)
+        assert info.complete and info.data["calls_present"] > 0
+        assert busy.poll() is None
+    finally:
+        busy.kill()
+        busy.wait()
