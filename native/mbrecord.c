@@ -847,6 +847,27 @@ static const char *trace_name(void)
     return w.segment != 0 ? w.dir : w.path;
 }
 
+static int segment_path(unsigned n);
+
+/* A last segment the window ended in before any call (it was opened just before the
+ * process exited, or disarmed, or the disk was full for its header) is removed, and the
+ * one before it, whole with its END frame already, is the last: it then takes the
+ * recording's closing status. */
+static int fold_empty_segment(void)
+{
+    if (w.segment < 2 || w.events != w.seg_events)
+        return 0;
+    close(w.fd);
+    w.fd = -1;
+    if (unlink(w.path) != 0)
+        return 0;
+    w.segment--;
+    w.seg_events = w.prev_events;
+    if (segment_path(w.segment) == 0)
+        w.fd = open(w.path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    return 1;
+}
+
 static void stop_on_error(int err, const char *what)
 {
     char text[MB_STATUS_SIZE];
@@ -855,9 +876,14 @@ static void stop_on_error(int err, const char *what)
     if (ftruncate(w.fd, (off_t)w.good_end) != 0) {
         /* the reader still finds the cut at the first bad frame */
     }
-    snprintf(text, sizeof text, "stopped: %s %s at byte offset %llu after %llu events",
-             what, strerror(err), (unsigned long long)w.good_end,
-             (unsigned long long)(w.events - w.seg_events));
+    if (w.good_end == 0 && fold_empty_segment()) /* a segment without its header */
+        snprintf(text, sizeof text, "stopped: %s %s as segment %u was to start; this one is "
+                 "whole, after %llu events", what, strerror(err), w.segment + 1,
+                 (unsigned long long)(w.events - w.seg_events));
+    else
+        snprintf(text, sizeof text, "stopped: %s %s at byte offset %llu after %llu events",
+                 what, strerror(err), (unsigned long long)w.good_end,
+                 (unsigned long long)(w.events - w.seg_events));
     set_trace_status(text);
     close(w.fd);
     w.fd = -1;
@@ -1284,24 +1310,6 @@ static void budget_stop(void)
     if (write_end() != 0)
         return;
     closed_stopped(text);
-}
-
-/* A last segment the window ended in before any call (it was opened just before the
- * process exited, or disarmed) is removed, and the one before it, whole with its END
- * frame already, is the last: it then takes the recording's closing status. */
-static int fold_empty_segment(void)
-{
-    if (w.segment < 2 || w.events != w.seg_events)
-        return 0;
-    close(w.fd);
-    w.fd = -1;
-    if (unlink(w.path) != 0)
-        return 0;
-    w.segment--;
-    w.seg_events = w.prev_events;
-    if (segment_path(w.segment) == 0)
-        w.fd = open(w.path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-    return 1;
 }
 
 /* Ends the window: on "off", a new "on", process exit, or the cap (cut_ns set). */

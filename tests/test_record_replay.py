@@ -13,10 +13,8 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -297,30 +295,6 @@ def test_newer_format_and_foreign_files_are_refused(pattern_trace: Any, tmp_path
     assert "not a mallocbench trace" in one_error_line(mallocbench("replay", str(foreign)))
     missing = one_error_line(mallocbench("replay", str(tmp_path / "nope.mbt")))
     assert "no trace at" in missing
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small tmpfs needs root")
-    # Outside pytest's 0700 temp tree: a server that records runs as `mysql`, which must
-    # reach the mount to write its trace there.
-    parent = Path(tempfile.mkdtemp(prefix="mb-small-disk-", dir="/tmp"))
-    parent.chmod(0o711)
-    mount = parent / "small"
-    mount.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=96k,mode=1777", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {proc.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-        shutil.rmtree(parent, ignore_errors=True)
 
 
 def test_full_disk_stops_recording_and_the_process_runs_on(

@@ -5,6 +5,7 @@ budget (--max-size) stops the recording while the program runs on."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import native_programs
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
+from mallocbench.replay.native import shim_path
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +107,25 @@ def test_a_running_process_is_recorded_in_segments_at_out(tmp_path: Path) -> Non
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_a_full_disk_stops_the_segment_it_fills_and_the_earlier_ones_stay_whole(
+    phases: Path, segments_disk: Path, tmp_path: Path
+) -> None:
+    trace = segments_disk / "full.mbt"
+    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_ARMED="1",
+               MBRECORD_OUT=str(trace), MBRECORD_CONTROL=str(tmp_path / "ctl"),
+               MBRECORD_SEGMENT_SECONDS="0.25")  # fmt: skip
+    done = subprocess.run([str(phases), "12", "100"], env=env, capture_output=True, text=True,
+                          check=False, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and program_calls(done.stdout) == 12 * 7600
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("mbrecord:")]
+    assert len(lines) == 1 and "No space left on device" in lines[0], done.stderr
+    *whole, last = tracemod.segments(trace)
+    assert whole and all(tracemod.check(p).complete for p in whole)
+    assert tracemod.header_status(last).startswith("stopped: writing a frame: No space left")
+    info = tracemod.check(trace)  # the set, up to the last whole frame
+    assert info.status.startswith("stopped:") and info.data["calls_present"] > 0
+    assert (
+        sum(tracemod.check(p).data["calls_present"] for p in whole) <= (info.data["calls_present"])
+    )
