@@ -66,11 +66,16 @@ def test_segments_replay_joined_as_one_file_does_and_each_alone(
     later = alone[2]
     assert later.data["snapshot_blocks"] >= 800  # the blocks kept by the phases before it
     assert any("replayed alone" in w for w in later.warnings())
-    setup = make_setup("glibc", "glibc", "glibc")
-    for trace in (whole, parts[2]):
-        run = runner.run_once(setup, trace, "none", 1.0, 0, 60)
-        assert run.status == "ok", run.error
+    run = runner.run_once(make_setup("glibc", "glibc", "glibc"), parts[2], "none", 1.0, 0, 60)
+    assert run.status == "ok", run.error
     assert (run.value("replay_peak_live") or 0) >= later.data["snapshot_live"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "mallocbench.cli", "replay", str(whole), "--repeats", "1",
+         "--timing", "none"], capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    said = f"replay of {whole} ({len(parts)} segments): {totals(single)[0]:,} calls"
+    assert said in " ".join(shown.stdout.split())
 
 
 def test_max_size_stops_the_recording_and_the_program_runs_on(phases: Path, tmp_path: Path) -> None:

@@ -75,8 +75,10 @@ def ratio_view(r: Ratio | None, lower_is_better: bool) -> RatioView:
 def trace_line(replay: ReplayAnalysis) -> str:
     rec = replay.record
     d = rec.trace or {}
+    parts = int(d.get("segments") or 0)  # a segmented trace, replayed whole
     return (
-        f"replay of {rec.trace_path}: {int(d.get('events') or 0):,} calls, "
+        f"replay of {rec.trace_path}{f' ({parts} segments)' if parts else ''}: "
+        f"{int(d.get('events') or 0):,} calls, "
         f"{d.get('threads', 0)} threads, {float(d.get('duration_s') or 0):.1f} s recorded, "
         f"ideal peak (live requested bytes) {float(d.get('ideal_peak_live') or 0) / MIB:,.1f} "
         f"MiB; timing {rec.timing}"
