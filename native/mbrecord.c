@@ -945,7 +945,10 @@ static int write_frame(unsigned kind, const char *raw, size_t len)
     memcpy(w.comp.data, &f, sizeof f);
     if (write_all(w.comp.data, sizeof f + clen) != 0)
         return -1;
-    if (w.segment != 0 && w.seg_bytes != 0 && w.good_end >= w.seg_bytes)
+    /* the size counts the segment's calls, not its table: a table larger than a segment
+     * would otherwise start a segment at every turn of the writer */
+    if (kind == MB_FRAME_EVENTS && w.segment != 0 && w.seg_bytes != 0 &&
+        w.good_end >= MB_HEADER_SIZE + w.snapshot_bytes + w.seg_bytes)
         w.rotate_due = 1;
     return 0;
 }

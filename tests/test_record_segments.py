@@ -57,6 +57,14 @@ def test_segments_replay_joined_as_one_file_does_and_each_alone(
     assert joined.segments == len(parts) and joined.complete
     assert totals(joined) == totals(single), (totals(joined), totals(single))
     assert joined.data["calls_present"] >= program_calls(done.stdout)
+    # Rotated by size (at the first frame past it), the same.
+    by_size = tmp_path / "by-size.mbt"
+    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_ARMED="1",
+               MBRECORD_OUT=str(by_size), MBRECORD_CONTROL=str(tmp_path / "ctl"),
+               MBRECORD_SEGMENT="100K")  # fmt: skip
+    subprocess.run([str(phases), "12", "100"], env=env, check=True, capture_output=True)
+    assert len(tracemod.segments(by_size)) >= 2
+    assert totals(tracemod.check(by_size)) == totals(single)
     # Each segment is a trace of its own, timed from its cut, whose calls add up.
     alone = [tracemod.check(p) for p in parts]
     assert sum(a.data["calls_present"] for a in alone) == joined.data["calls_present"]
