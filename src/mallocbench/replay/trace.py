@@ -178,7 +178,11 @@ def add_info(path: Path, items: dict[str, str]) -> bool:
 def cut_to_whole_frames(path: Path) -> int:
     """Cut a trace whose recorder was killed mid-write back to its last whole frame (by
     the frames' lengths; their checksums are the replayer's to check); its new size (of a
-    segmented trace: of its last segment, the one being written)."""
+    segmented trace: of its last segment, the one being written; one killed before its
+    header was whole is removed, and the one before it, whole, is the last)."""
+    parts = segments(path)
+    while path.is_dir() and len(parts) > 1 and parts[-1].stat().st_size < HEADER_SIZE:
+        parts.pop().unlink()
     path = _last(path)
     size = path.stat().st_size
     at = HEADER_SIZE
