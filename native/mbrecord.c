@@ -1161,11 +1161,19 @@ static int open_file(void)
 }
 
 /* A segmented trace's directory, made here and empty: segments of an older recording
- * left in it would be read as this one's. */
+ * left in it would be read as this one's. One that exists must be a directory of this
+ * user's, not a link: as a file is opened O_NOFOLLOW, so that no other user can make the
+ * process write where the link points. */
 static int open_dir(void)
 {
-    if (mkdir(w.dir, 0755) != 0 && errno != EEXIST)
+    struct stat st;
+    if (mkdir(w.dir, 0755) != 0 &&
+        (errno != EEXIST || lstat(w.dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
+         st.st_uid != geteuid())) {
+        if (errno == EEXIST)
+            errno = ENOTDIR;
         goto fail;
+    }
     DIR *d = opendir(w.dir); /* the writer's own calls are not recorded */
     if (d == NULL)
         goto fail;
@@ -1201,7 +1209,7 @@ static void arm(const char *path, unsigned long long cap)
         snprintf(w.path, sizeof w.path, "/tmp/mbrecord-%d-%u.mbt", (int)getpid(), w.window);
     w.window++;
     w.segment = 0;
-    w.seg_origin = w.closed_bytes = w.events = 0;
+    w.seg_origin = w.closed_bytes = w.events = w.snapshot_bytes = 0;
     if (w.seg_bytes != 0 || w.seg_ns != 0) {
         snprintf(w.dir, sizeof w.dir, "%.*s", (int)sizeof w.dir - 16, w.path);
         if (open_dir() != 0 || segment_path(1) != 0)
