@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,24 @@ def test_a_full_disk_stops_the_segment_it_fills_and_the_earlier_ones_stay_whole(
     assert (
         sum(tracemod.check(p).data["calls_present"] for p in whole) <= (info.data["calls_present"])
     )
+
+
+def test_record_pid_stops_at_max_size_in_one_line(tmp_path: Path) -> None:
+    """--pid: the budget is passed in the control file's "on" line; reaching it ends the
+    window at once, as asked (exit 0), and the server runs on."""
+    busy = native_programs.busy_under_shim(tmp_path / "ctl")
+    try:
+        out = tmp_path / "capped.mbt"
+        began = time.monotonic()
+        done = record("--pid", str(busy.pid), "--seconds", "60", "--max-size", "1M",
+                      "--segment-seconds", "0.5", "--out", str(out))  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - began < 30  # not the window's 60 s
+        said = [ln for ln in done.stdout.splitlines() if ln.startswith(f"{out}: ")]
+        assert len(said) == 1 and "where the trace reached --max-size" in said[0], done.stdout
+        assert out.is_dir() and 0 < tracemod.trace_bytes(out) <= 1 << 20
+        assert tracemod.check(out).status.startswith("stopped: the disk budget")
+        assert busy.poll() is None
+    finally:
+        busy.kill()
+        busy.wait()
