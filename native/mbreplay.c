@@ -298,6 +298,16 @@ static void list_segments(const char *dir)
             memcpy(names + j * SEG_NAME, names + (j - 1) * SEG_NAME, SEG_NAME);
         memcpy(names + j * SEG_NAME, tmp, SEG_NAME);
     }
+    /* joined across a gap, the blocks made and freed in it would be leaks and skipped
+     * frees: refused */
+    for (uint32_t i = 1; i < seg.n; i++) {
+        unsigned long a = strtoul(names + (i - 1) * SEG_NAME, NULL, 10);
+        unsigned long z = strtoul(names + i * SEG_NAME, NULL, 10);
+        if (z != a + 1)
+            fail("%s: segment %lu is missing between %s and %s: replay the segments on "
+                 "either side of it one at a time", dir, a + 1, names + (i - 1) * SEG_NAME,
+                 names + i * SEG_NAME);
+    }
 }
 
 static void open_segment(uint32_t i)

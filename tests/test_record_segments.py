@@ -90,6 +90,10 @@ def test_segments_replay_joined_as_one_file_does_and_each_alone(
     (whole / f"{len(parts) + 1:04d}.mbt").write_bytes(parts[0].read_bytes()[:100])
     tracemod.cut_to_whole_frames(whole)
     assert tracemod.segments(whole) == parts and totals(tracemod.check(whole)) == totals(single)
+    # One missing from the middle: joined, its blocks would be leaks and skipped frees.
+    parts[1].rename(tmp_path / "aside.mbt")
+    with pytest.raises(tracemod.TraceError, match="segment 2 is missing between 0001"):
+        tracemod.check(whole)
 
 
 def test_max_size_stops_the_recording_and_the_program_runs_on(phases: Path, tmp_path: Path) -> None:
