@@ -173,7 +173,9 @@ def record(
             pid,
             seconds,
             out,
-            started=lambda: click.echo(f"recording process {pid} for {seconds:g} s ...", err=True),
+            started=lambda: click.echo(
+                f"recording process {pid} for {seconds:g} s{_how(long, out)} ...", err=True
+            ),
             max_buffer=cap,
             long=long,
         )
@@ -239,12 +241,23 @@ def _segmenting(
     return Segmenting(budget=budget) if budget else None
 
 
+def _how(long: Segmenting | None, out: Path) -> str:
+    """The segments and the budget, as the start line says them."""
+    if long is None:
+        return ""
+    budget = f", within {long.budget / 2**20:,.0f} MiB" if long.budget else ""
+    if not long.segmented:
+        return budget
+    return f", in segments of {long.seconds:g} s or {long.size / 2**20:,.0f} MiB at {out}/{budget}"
+
+
 def _size(out: Path) -> str:
     """What the trace takes, and in how many segments."""
     from mallocbench.replay.trace import segments, trace_bytes
 
     size = f"{trace_bytes(out) / 1e6:.2f} MB"
-    return f"{size} in {len(segments(out))} segments" if out.is_dir() else size
+    n = len(segments(out))
+    return f"{size} in {n} segment{'s' * (n != 1)}" if out.is_dir() else size
 
 
 def _budget_reached(out: Path, status: str) -> bool:
@@ -428,7 +441,7 @@ def _record_command(
     span = "until it exits" if seconds is None else f"for up to {seconds:g} s"
 
     def started() -> None:
-        click.echo(f"recording {shown} {span} ...", err=True)
+        click.echo(f"recording {shown} {span}{_how(long, out)} ...", err=True)
 
     done = commandmod.record(command, seconds, out, started, max_buffer, long)
     pid = done.proc.pid

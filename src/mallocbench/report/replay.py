@@ -76,8 +76,9 @@ def trace_line(replay: ReplayAnalysis) -> str:
     rec = replay.record
     d = rec.trace or {}
     parts = int(d.get("segments") or 0)  # a segmented trace, replayed whole
+    named = "" if not parts else f" ({parts} segment{'s' if parts != 1 else ''})"
     return (
-        f"replay of {rec.trace_path}{f' ({parts} segments)' if parts else ''}: "
+        f"replay of {rec.trace_path}{named}: "
         f"{int(d.get('events') or 0):,} calls, "
         f"{d.get('threads', 0)} threads, {float(d.get('duration_s') or 0):.1f} s recorded, "
         f"ideal peak (live requested bytes) {float(d.get('ideal_peak_live') or 0) / MIB:,.1f} "
