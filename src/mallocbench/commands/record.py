@@ -153,7 +153,7 @@ def record(
     A long window is a directory of segments, within a disk budget if given:
       mallocbench record --pid PID --seconds 3600 --max-size 20G --out hour.mbt
     """
-    from mallocbench.replay import control, serverrss
+    from mallocbench.replay import serverrss
     from mallocbench.replay.trace import header_status
 
     pid = one_pid(pid_text, command)
@@ -168,8 +168,29 @@ def record(
     assert pid is not None
     seconds = 60.0 if seconds is None else seconds
     at_start = serverrss.sample(pid)  # the server's RSS, for a saving in its terms
+    outcome = _window(pid, seconds, out, cap, long)
+    if outcome.kept != out:
+        _not_at_out(outcome, out, pid)
+    serverrss.note(out, at_start, serverrss.sample(pid))
+    status = header_status(out)
+    if outcome.ended == "window":
+        click.echo(f"{out}: {_size(out)} ({outcome.closing})")
+        return
+    if _budget_reached(out, status):
+        return
+    click.echo(f"{out}: {_size(out)} (recording {status})")
+    click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
+    sys.exit(exitcodes.ABORTED)
+
+
+def _window(
+    pid: int, seconds: float, out: Path, cap: int | None, long: Segmenting | None
+) -> Outcome:
+    """The window in process `pid`, to its end; an interruption exits here, in its way."""
+    from mallocbench.replay import control
+
     try:
-        outcome = control.record(
+        return control.record(
             pid,
             seconds,
             out,
@@ -191,18 +212,6 @@ def record(
         _interrupted(stopped.signum)
     except control.Signalled as stopped:  # while arming: the shim was told "off"
         _interrupted(stopped.signum)
-    if outcome.kept != out:
-        _not_at_out(outcome, out, pid)
-    serverrss.note(out, at_start, serverrss.sample(pid))
-    status = header_status(out)
-    if outcome.ended == "window":
-        click.echo(f"{out}: {_size(out)} ({outcome.closing})")
-        return
-    if _budget_reached(out, status):
-        return
-    click.echo(f"{out}: {_size(out)} (recording {status})")
-    click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
-    sys.exit(exitcodes.ABORTED)
 
 
 def _buffer_cap(max_buffer: str | None) -> int | None:
