@@ -16,18 +16,28 @@
  *   behind (a busy host, a slow disk) would otherwise let them grow with the event rate.
  *   At the cap recording stops at a consistent cut (see overflow()), the trace is closed
  *   with its status saying why, the memory is returned, and no recorded thread waits;
- * - a forked child stops recording (its parent's trace stays the parent's).
+ * - a forked child stops recording (its parent's trace stays the parent's);
+ * - a long recording is a segmented trace: a directory of segments 0001.mbt, 0002.mbt,
+ *   ..., each a whole trace that starts with the live-block table at its start, so it
+ *   replays alone, and the set replays joined. The writer rotates (see rotate()) by size
+ *   or age; no recorded thread waits for it. A disk budget for the whole recording stops
+ *   it cleanly, with room kept for the closing frame, so what was written stays whole.
  *
  * Control file (MBRECORD_CONTROL, default /tmp/mbrecord-PID.control), polled by the
- * writer every 100 ms: "on [cap=BYTES] [PATH]" arms (a new trace at PATH, default
- * MBRECORD_OUT or /tmp/mbrecord-PID-N.mbt; cap= sets this window's buffer cap, since a
- * running server's environment cannot change), "off" disarms and closes the trace. A file was chosen over a
+ * writer every 100 ms: "on [cap=BYTES] [seg=BYTES] [segsec=SECONDS] [budget=BYTES] [PATH]"
+ * arms (a new trace at PATH, default MBRECORD_OUT or /tmp/mbrecord-PID-N.mbt; cap= sets
+ * this window's buffer cap, since a running server's environment cannot change; seg= and
+ * segsec=, either non-zero, make PATH a directory of segments rotated at that size or
+ * age; budget= caps the bytes of the whole recording; their defaults come from
+ * MBRECORD_SEGMENT, MBRECORD_SEGMENT_SECONDS and MBRECORD_MAX_SIZE), "off" disarms and
+ * closes the trace. A file was chosen over a
  * signal because servers install handlers of their own (a SIGUSR2 sent to a process that
  * lacks the shim kills it), while a file needs no handler, harms nothing when the shim is
  * absent, and carries the output path. It is obeyed only when owned by the process's user
  * or root and writable by nobody else, so no other user can make the process write a file.
  * The writer answers in CONTROL.status: "recording PATH", "complete PATH ...", "error ...",
- * "stopped PATH: why" (the buffer cap was reached; the trace is whole up to its cut).
+ * "stopped PATH: why" (the buffer cap or the disk budget was reached; the trace is whole
+ * up to its cut).
  * MBRECORD_ARMED=1 arms at start (to record a process from its first call); "pid:N" arms
  * only in process N.
  */
@@ -47,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -127,6 +138,8 @@ static atomic_ullong dropped; /* events lost for want of a buffer */
 static unsigned long long env_max_buffer = DEFAULT_MAX_BUFFER; /* MBRECORD_MAX_BUFFER */
 static atomic_ullong max_buffer;  /* this window's cap in bytes; 0: none */
 static atomic_ullong cut_ns;      /* 1 + the cut's time since arming; 0: no cut */
+/* MBRECORD_SEGMENT, MBRECORD_SEGMENT_SECONDS, MBRECORD_MAX_SIZE: a window's defaults */
+static unsigned long long env_seg_bytes, env_seg_ns, env_budget;
 static pthread_key_t exit_key;
 static int tracking = 1;     /* keep the live-block table */
 static atomic_int table_broken;
@@ -779,6 +792,23 @@ static struct {
     uint64_t events, snapshot_blocks;
     struct buf raw, comp;
     size_t frame_bytes; /* events per frame: 4 MiB, less under a small cap */
+    uint64_t pending;   /* events taken into raw and not yet in a written frame */
+    unsigned long long lost; /* events dropped, as the last END frame counted them */
+    /* a segmented trace: its directory (empty: one file), the segment being written
+     * (from 1; 0: not segmented), when to rotate (size, age; 0: never) and the budget of
+     * the whole recording (0: none) */
+    char dir[1024];
+    unsigned segment;
+    uint64_t seg_bytes, seg_ns, budget;
+    uint64_t seg_began;      /* now_ns() when this segment was opened */
+    uint64_t seg_origin;     /* its cut, ns since arming: its calls are from there on */
+    uint64_t seg_events;     /* w.events when it was opened */
+    uint64_t prev_events;    /* w.events when the one before it was opened */
+    uint64_t closed_bytes;   /* bytes of the segments closed before it */
+    uint64_t snapshot_bytes; /* the last snapshot's bytes on disk: the next one's guess */
+    uint64_t limit_ns;       /* while rotating, 1 + the cut: later records wait */
+    struct chunk *held;      /* chunks with records past the cut, for the next segment */
+    int rotate_due;          /* the segment reached its size */
     ZSTD_CCtx *cctx;
     unsigned window;
     atomic_int stop; /* process exit: close the trace */
@@ -811,6 +841,33 @@ static void set_trace_status(const char *text)
     }
 }
 
+/* What the status file names: the directory of a segmented trace, else the file. */
+static const char *trace_name(void)
+{
+    return w.segment != 0 ? w.dir : w.path;
+}
+
+static int segment_path(unsigned n);
+
+/* A last segment the window ended in before any call (it was opened just before the
+ * process exited, or disarmed, or the disk was full for its header) is removed, and the
+ * one before it, whole with its END frame already, is the last: it then takes the
+ * recording's closing status. */
+static int fold_empty_segment(void)
+{
+    if (w.segment < 2 || w.events != w.seg_events)
+        return 0;
+    close(w.fd);
+    w.fd = -1;
+    if (unlink(w.path) != 0)
+        return 0;
+    w.segment--;
+    w.seg_events = w.prev_events;
+    if (segment_path(w.segment) == 0)
+        w.fd = open(w.path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    return 1;
+}
+
 static void stop_on_error(int err, const char *what)
 {
     char text[MB_STATUS_SIZE];
@@ -819,15 +876,21 @@ static void stop_on_error(int err, const char *what)
     if (ftruncate(w.fd, (off_t)w.good_end) != 0) {
         /* the reader still finds the cut at the first bad frame */
     }
-    snprintf(text, sizeof text, "stopped: %s %s at byte offset %llu after %llu events",
-             what, strerror(err), (unsigned long long)w.good_end,
-             (unsigned long long)w.events);
+    if (w.good_end == 0 && fold_empty_segment()) /* a segment without its header */
+        snprintf(text, sizeof text, "stopped: %s %s as segment %u was to start; this one is "
+                 "whole, after %llu events", what, strerror(err), w.segment + 1,
+                 (unsigned long long)(w.events - w.seg_events));
+    else
+        snprintf(text, sizeof text, "stopped: %s %s at byte offset %llu after %llu events",
+                 what, strerror(err), (unsigned long long)w.good_end,
+                 (unsigned long long)(w.events - w.seg_events));
     set_trace_status(text);
     close(w.fd);
     w.fd = -1;
     fprintf(stderr, "mbrecord: %s: %s; recording stopped, the process runs on\n", w.path, text);
-    say_status("error %s: recording stopped (write error; see the trace)\n", w.path, 0);
+    say_status("error %s: recording stopped (write error; see the trace)\n", trace_name(), 0);
     w.raw.len = 0;
+    w.pending = 0;
 }
 
 static int write_all(const void *data, size_t len)
@@ -850,6 +913,11 @@ static int write_all(const void *data, size_t len)
     return 0;
 }
 
+static void budget_stop(void);
+
+/* Room kept under the disk budget for the closing END frame (a few hundred bytes). */
+#define END_ROOM 4096u
+
 static int write_frame(unsigned kind, const char *raw, size_t len)
 {
     if (w.fd < 0)
@@ -869,8 +937,20 @@ static int write_frame(unsigned kind, const char *raw, size_t len)
         return -1;
     }
     struct mb_frame f = {MB_FRAME_MAGIC, kind, (uint32_t)clen, (uint32_t)len};
+    if (w.budget != 0 && kind != MB_FRAME_END &&
+        w.closed_bytes + w.good_end + sizeof f + clen + END_ROOM > w.budget) {
+        budget_stop();
+        return -1;
+    }
     memcpy(w.comp.data, &f, sizeof f);
-    return write_all(w.comp.data, sizeof f + clen);
+    if (write_all(w.comp.data, sizeof f + clen) != 0)
+        return -1;
+    /* the size counts the segment's calls, not its table: a table larger than a segment
+     * would otherwise start a segment at every turn of the writer */
+    if (kind == MB_FRAME_EVENTS && w.segment != 0 && w.seg_bytes != 0 &&
+        w.good_end >= MB_HEADER_SIZE + w.snapshot_bytes + w.seg_bytes)
+        w.rotate_due = 1;
+    return 0;
 }
 
 static void flush_events(void)
@@ -878,6 +958,21 @@ static void flush_events(void)
     if (w.raw.len > 0 && w.fd >= 0)
         write_frame(MB_FRAME_EVENTS, w.raw.data, w.raw.len);
     w.raw.len = 0;
+    w.pending = 0;
+}
+
+/* While rotating, a chunk's records up to the first at or past the cut; a realloc's two
+ * records stay together, in the segment of its first. */
+static uint32_t before_limit(const struct chunk *c, uint32_t upto)
+{
+    if (w.limit_ns == 0)
+        return upto;
+    uint32_t i = c->taken;
+    while (i < upto && MB_TIME(c->rec[i].w0) < w.limit_ns - 1)
+        i++;
+    if (i > c->taken && i < upto && MB_KIND(c->rec[i - 1].w0) == MB_REALLOC_FREE)
+        i++;
+    return i;
 }
 
 /* Records before the cut only (all of them when there is none). */
@@ -897,6 +992,7 @@ static uint32_t keep_before_cut(const struct mb_rec *from, uint32_t n, struct mb
 
 static void take_records(struct chunk *c, uint32_t upto)
 {
+    upto = before_limit(c, upto);
     if (upto <= c->taken)
         return;
     uint32_t head[2] = {c->thread, upto - c->taken};
@@ -910,6 +1006,7 @@ static void take_records(struct chunk *c, uint32_t upto)
             memcpy(w.raw.data + w.raw.len, head, sizeof head);
             w.raw.len += sizeof head + sizeof(struct mb_rec) * head[1];
             w.events += head[1];
+            w.pending += head[1];
         }
     }
     c->taken = upto;
@@ -929,8 +1026,15 @@ static void drain(int sweep)
     }
     while (rev != NULL) {
         struct chunk *next = rev->next;
+        uint32_t count = atomic_load_explicit(&rev->count, memory_order_acquire);
         if (rev->gen == g)
-            take_records(rev, atomic_load_explicit(&rev->count, memory_order_acquire));
+            take_records(rev, count);
+        if (rev->gen == g && rev->taken < count) { /* past a rotation's cut: kept */
+            rev->next = w.held;
+            w.held = rev;
+            rev = next;
+            continue;
+        }
         spin_lock(&pool_lock);
         rev->next = pool;
         pool = rev;
@@ -951,7 +1055,7 @@ static void drain(int sweep)
  * would be as large as the table itself. */
 static void snapshot(void)
 {
-    uint64_t blocks = 0;
+    uint64_t blocks = 0, from = w.good_end;
     w.raw.len = 0;
     for (unsigned i = 0; i < SHARDS && w.fd >= 0; i++) {
         struct shard *s = &shards[i];
@@ -973,6 +1077,7 @@ static void snapshot(void)
         }
     }
     w.snapshot_blocks = blocks;
+    w.snapshot_bytes = w.good_end > from ? w.good_end - from : 0;
     w.raw.len = 0;
 }
 
@@ -990,12 +1095,18 @@ static void header_info(char *info, size_t size)
     const char *server = getenv("MBRECORD_SERVER_VERSION");
     struct timespec real;
     clock_gettime(CLOCK_REALTIME, &real);
-    snprintf(info, size,
-             "host=%s\npid=%d\nexe=%s\nmalloc_library=%s\nallocator=%s\nserver_version=%s\n"
-             "start_unix_ns=%llu\nlive_table=%s\n",
-             host, (int)getpid(), exe, lib, alloc ? alloc : "", server ? server : "",
-             (unsigned long long)real.tv_sec * 1000000000ull + (unsigned long long)real.tv_nsec,
-             atomic_load(&table_broken) ? "incomplete" : (tracking ? "kept" : "off"));
+    int used = snprintf(
+        info, size,
+        "host=%s\npid=%d\nexe=%s\nmalloc_library=%s\nallocator=%s\nserver_version=%s\n"
+        "start_unix_ns=%llu\nlive_table=%s\n",
+        host, (int)getpid(), exe, lib, alloc ? alloc : "", server ? server : "",
+        (unsigned long long)real.tv_sec * 1000000000ull + (unsigned long long)real.tv_nsec,
+        atomic_load(&table_broken) ? "incomplete" : (tracking ? "kept" : "off"));
+    /* a segment's calls are timed from the recording's arming: the replayer of one
+     * segment alone starts its clock at segment_start_ns */
+    if (w.segment != 0 && used > 0 && (size_t)used < size)
+        snprintf(info + used, size - (size_t)used, "segment=%u\nsegment_start_ns=%llu\n",
+                 w.segment, (unsigned long long)w.seg_origin);
 }
 
 /* Bytes from "67108864", "64M", "64MiB"; returns the text after it, NULL if not a size. */
@@ -1024,6 +1135,69 @@ static const char *parse_bytes(const char *text, unsigned long long *out)
     return rest;
 }
 
+/* A new trace file at w.path, its header written: 0, or -1 (said where it failed). */
+static int open_file(void)
+{
+    w.fd = open(w.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (w.fd < 0) {
+        fprintf(stderr, "mbrecord: cannot create %s: %s; not recording\n", w.path,
+                strerror(errno));
+        say_status("error cannot create %s: not recording\n", w.path, 0);
+        return -1;
+    }
+    char header[MB_HEADER_SIZE] = {0};
+    uint32_t version = MB_VERSION, size = MB_HEADER_SIZE;
+    memcpy(header, MB_MAGIC, 8);
+    memcpy(header + 8, &version, 4);
+    memcpy(header + 12, &size, 4);
+    snprintf(header + MB_STATUS_OFFSET, MB_STATUS_SIZE, "recording");
+    header_info(header + MB_INFO_OFFSET, MB_HEADER_SIZE - MB_INFO_OFFSET);
+    w.good_end = 0;
+    w.prev_events = w.seg_events;
+    w.seg_events = w.events;
+    w.seg_began = now_ns();
+    w.rotate_due = 0;
+    return write_all(header, sizeof header);
+}
+
+/* A segmented trace's directory, made here and empty: segments of an older recording
+ * left in it would be read as this one's. One that exists must be a directory of this
+ * user's, not a link: as a file is opened O_NOFOLLOW, so that no other user can make the
+ * process write where the link points. */
+static int open_dir(void)
+{
+    struct stat st;
+    if (mkdir(w.dir, 0755) != 0 &&
+        (errno != EEXIST || lstat(w.dir, &st) != 0 || !S_ISDIR(st.st_mode) ||
+         st.st_uid != geteuid())) {
+        if (errno == EEXIST)
+            errno = ENOTDIR;
+        goto fail;
+    }
+    DIR *d = opendir(w.dir); /* the writer's own calls are not recorded */
+    if (d == NULL)
+        goto fail;
+    struct dirent *e;
+    int empty = 1;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            empty = 0;
+    closedir(d);
+    if (empty)
+        return 0;
+    errno = ENOTEMPTY;
+fail:
+    fprintf(stderr, "mbrecord: cannot create %s: %s; not recording\n", w.dir, strerror(errno));
+    say_status("error cannot create %s: not recording\n", w.dir, 0);
+    return -1;
+}
+
+static int segment_path(unsigned n)
+{
+    int len = snprintf(w.path, sizeof w.path, "%s/%04u.mbt", w.dir, n);
+    return len > 0 && (size_t)len < sizeof w.path ? 0 : -1;
+}
+
 static void arm(const char *path, unsigned long long cap)
 {
     const char *out = getenv("MBRECORD_OUT");
@@ -1034,40 +1208,37 @@ static void arm(const char *path, unsigned long long cap)
     else
         snprintf(w.path, sizeof w.path, "/tmp/mbrecord-%d-%u.mbt", (int)getpid(), w.window);
     w.window++;
+    w.segment = 0;
+    w.seg_origin = w.closed_bytes = w.events = w.snapshot_bytes = 0;
+    if (w.seg_bytes != 0 || w.seg_ns != 0) {
+        snprintf(w.dir, sizeof w.dir, "%.*s", (int)sizeof w.dir - 16, w.path);
+        if (open_dir() != 0 || segment_path(1) != 0)
+            return;
+        w.segment = 1;
+    }
     if (w.cctx == NULL) {
         w.cctx = ZSTD_createCCtx_advanced((ZSTD_customMem){zstd_alloc, zstd_free, NULL});
         if (w.cctx == NULL) {
             fprintf(stderr, "mbrecord: no memory for a compression context; not recording\n");
             say_status("error %s: no memory for a compression context: not recording\n",
-                       w.path, 0);
+                       trace_name(), 0);
             return;
         }
         ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_compressionLevel, 1);
         ZSTD_CCtx_setParameter(w.cctx, ZSTD_c_checksumFlag, 1);
     }
-    w.fd = open(w.path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (w.fd < 0) {
-        fprintf(stderr, "mbrecord: cannot create %s: %s; not recording\n", w.path,
-                strerror(errno));
-        say_status("error cannot create %s: not recording\n", w.path, 0);
-        return;
-    }
-    char header[MB_HEADER_SIZE] = {0};
-    uint32_t version = MB_VERSION, size = MB_HEADER_SIZE;
-    memcpy(header, MB_MAGIC, 8);
-    memcpy(header + 8, &version, 4);
-    memcpy(header + 12, &size, 4);
-    snprintf(header + MB_STATUS_OFFSET, MB_STATUS_SIZE, "recording");
-    header_info(header + MB_INFO_OFFSET, MB_HEADER_SIZE - MB_INFO_OFFSET);
-    w.good_end = 0;
-    w.events = 0;
     w.raw.len = 0;
+    w.pending = 0;
     /* a frame's raw and compressed buffers are the writer's share: at most a quarter of
      * the cap (a power of two, so that the raw buffer's doubling lands on it) */
     w.frame_bytes = 4u << 20;
     while (cap != 0 && w.frame_bytes > 2 * CHUNK_BYTES && w.frame_bytes > cap / 8)
         w.frame_bytes /= 2;
-    if (write_all(header, sizeof header) != 0)
+    /* the frame that would pass the budget is not written: under a small budget, frames
+     * small enough that the trace takes most of it */
+    while (w.budget != 0 && w.frame_bytes > 2 * CHUNK_BYTES && w.frame_bytes > w.budget / 16)
+        w.frame_bytes /= 2;
+    if (open_file() != 0)
         return;
     /* The writer's buffers at their full size from the start (zstd sizes its workspace by
      * the input it is given: a frame of zeros costs a millisecond), so that the cap counts
@@ -1086,12 +1257,70 @@ static void arm(const char *path, unsigned long long cap)
      * replayer treats an allocation at a live address as the end of the older block */
     snapshot();
     if (w.fd >= 0)
-        say_status("recording %s\n", w.path, 0);
+        say_status("recording %s\n", trace_name(), 0);
 }
 
 static double mib(unsigned long long bytes)
 {
     return (double)bytes / (1024.0 * 1024.0);
+}
+
+/* The END frame: this segment's (or trace's) summary; 0 once written. */
+static int write_end(void)
+{
+    char end[512];
+    unsigned long long lost = atomic_exchange(&dropped, 0), cut = atomic_load(&cut_ns);
+    unsigned long long peak = atomic_load(&buf_peak), cap = atomic_load(&max_buffer);
+    w.lost = lost;
+    int n = snprintf(end, sizeof end,
+                     "events=%llu\ndropped=%llu\nsnapshot_blocks=%llu\nshim_mapped_peak=%llu\n"
+                     "buffer_peak=%llu\nmax_buffer=%llu\n",
+                     (unsigned long long)(w.events - w.seg_events), lost,
+                     (unsigned long long)w.snapshot_blocks,
+                     (unsigned long long)atomic_load(&own_peak), peak, cap);
+    if (cut != 0)
+        n += snprintf(end + n, sizeof end - (size_t)n, "cut_s=%.6f\n", (double)(cut - 1) / 1e9);
+    if (w.segment != 0)
+        n += snprintf(end + n, sizeof end - (size_t)n, "segment=%u\n", w.segment);
+    return write_frame(MB_FRAME_END, end, (size_t)n);
+}
+
+/* A stop of the shim's own (the buffer cap, the disk budget): the trace is closed with
+ * `text` as its status, and the status file and stderr say so. */
+static void closed_stopped(const char *text)
+{
+    set_trace_status(text);
+    close(w.fd);
+    w.fd = -1;
+    fprintf(stderr, "mbrecord: %s: %s; recording stopped, the process runs on\n", trace_name(),
+            text);
+    char answer[MB_STATUS_SIZE + sizeof w.path + 16];
+    snprintf(answer, sizeof answer, "stopped %s: %s\n", trace_name(),
+             text + strlen("stopped: "));
+    write_text_file(w.status_path, answer);
+}
+
+/* The disk budget is reached: the frame that would pass it is not written, and the trace
+ * is closed with its END frame (its room was kept) and a status that says so; the
+ * process runs on. The window's chunks are dropped (gen moves on), as after a write
+ * error: the trace ends at its last whole frame. */
+static void budget_stop(void)
+{
+    atomic_store(&armed, 0);
+    atomic_fetch_add(&gen, 1);
+    w.events -= w.pending; /* what the unwritten frame held is not in the trace */
+    w.raw.len = 0;
+    w.pending = 0;
+    uint64_t t = now_ns() - t0_ns;
+    char text[MB_STATUS_SIZE];
+    snprintf(text, sizeof text,
+             "stopped: the disk budget of %.1f MiB was reached at %.3f s, after %llu events "
+             "in %llu bytes",
+             mib(w.budget), (double)t / 1e9, (unsigned long long)w.events,
+             (unsigned long long)(w.closed_bytes + w.good_end));
+    if (write_end() != 0)
+        return;
+    closed_stopped(text);
 }
 
 /* Ends the window: on "off", a new "on", process exit, or the cap (cut_ns set). */
@@ -1104,40 +1333,96 @@ static void disarm(const char *why)
     nanosleep(&pause, NULL); /* let calls that saw armed=1 commit their record */
     drain(1);
     flush_events();
-    if (w.fd < 0)
+    int folded = w.fd >= 0 && fold_empty_segment();
+    if (w.fd < 0 || (!folded && write_end() != 0))
         return;
-    char end[512];
-    unsigned long long lost = atomic_exchange(&dropped, 0), cut = atomic_load(&cut_ns);
+    unsigned long long cut = atomic_load(&cut_ns);
     unsigned long long peak = atomic_load(&buf_peak), cap = atomic_load(&max_buffer);
-    int n = snprintf(end, sizeof end,
-                     "events=%llu\ndropped=%llu\nsnapshot_blocks=%llu\nshim_mapped_peak=%llu\n"
-                     "buffer_peak=%llu\nmax_buffer=%llu\n",
-                     (unsigned long long)w.events, lost, (unsigned long long)w.snapshot_blocks,
-                     (unsigned long long)atomic_load(&own_peak), peak, cap);
-    if (cut != 0)
-        n += snprintf(end + n, sizeof end - (size_t)n, "cut_s=%.6f\n", (double)(cut - 1) / 1e9);
-    if (write_frame(MB_FRAME_END, end, (size_t)n) != 0)
-        return;
+    unsigned long long events = w.events - w.seg_events;
     char text[MB_STATUS_SIZE];
-    if (cut != 0)
+    if (cut != 0) {
         snprintf(text, sizeof text,
                  "stopped: the writer fell behind; buffers reached %.1f MiB (cap %.1f MiB) "
                  "at %.3f s after %llu events",
-                 mib(peak), mib(cap), (double)(cut - 1) / 1e9, (unsigned long long)w.events);
-    else
-        snprintf(text, sizeof text, "complete (%s) events=%llu dropped=%llu", why,
-                 (unsigned long long)w.events, lost);
+                 mib(peak), mib(cap), (double)(cut - 1) / 1e9, events);
+        closed_stopped(text);
+        return;
+    }
+    snprintf(text, sizeof text, "complete (%s) events=%llu dropped=%llu", why, events, w.lost);
     set_trace_status(text);
     close(w.fd);
     w.fd = -1;
-    if (cut == 0) {
-        say_status("complete %s events=%llu\n", w.path, w.events);
+    say_status("complete %s events=%llu\n", trace_name(), w.events);
+}
+
+/* The chunks a rotation kept (records past its cut), taken into the new segment in the
+ * order they came, then pooled. */
+static void take_held(void)
+{
+    struct chunk *rev = NULL;
+    while (w.held != NULL) {
+        struct chunk *next = w.held->next;
+        w.held->next = rev;
+        rev = w.held;
+        w.held = next;
+    }
+    unsigned g = atomic_load(&gen);
+    while (rev != NULL) {
+        struct chunk *next = rev->next;
+        if (rev->gen == g)
+            take_records(rev, atomic_load_explicit(&rev->count, memory_order_acquire));
+        spin_lock(&pool_lock);
+        rev->next = pool;
+        pool = rev;
+        spin_unlock(&pool_lock);
+        rev = next;
+    }
+}
+
+/* The next segment. The cut is a time: every record stamped before it goes in this
+ * segment, every later one in the next, whichever thread's chunk holds it (a chunk with
+ * records on both sides is kept until the next is open). The next segment starts with
+ * the live-block table, read after the cut: a block allocated or freed meanwhile (the
+ * milliseconds of the pause and the read) is also in its events, which the replayer of
+ * that segment alone reads as an implicit or a skipped free. The joined replay ignores
+ * the tables of the later segments: its own is exact. No recorded thread waits. */
+static void rotate(void)
+{
+    /* with no room left for the next segment's header and table, this one takes the
+     * rest of the budget: a segment with half a table would replay alone wrongly */
+    uint64_t next = MB_HEADER_SIZE + 2 * w.snapshot_bytes + w.frame_bytes / 2 + END_ROOM;
+    if (w.budget != 0 && w.closed_bytes + w.good_end + next > w.budget) {
+        w.rotate_due = 0;
+        w.seg_ns = 0;
+        w.seg_bytes = 0;
         return;
     }
-    fprintf(stderr, "mbrecord: %s: %s; recording stopped, the process runs on\n", w.path, text);
-    char answer[MB_STATUS_SIZE + sizeof w.path + 16];
-    snprintf(answer, sizeof answer, "stopped %s: %s\n", w.path, text + strlen("stopped: "));
-    write_text_file(w.status_path, answer);
+    uint64_t t = now_ns() - t0_ns;
+    w.limit_ns = t + 1;
+    struct timespec pause = {0, 10000000};
+    nanosleep(&pause, NULL); /* let calls stamped before the cut commit their record */
+    drain(1);
+    flush_events();
+    w.limit_ns = 0;
+    if (w.fd >= 0 && write_end() == 0) {
+        char text[MB_STATUS_SIZE];
+        snprintf(text, sizeof text, "complete (segment %u; the recording goes on in %04u.mbt) "
+                 "events=%llu dropped=%llu", w.segment, w.segment + 1,
+                 (unsigned long long)(w.events - w.seg_events), w.lost);
+        set_trace_status(text);
+        close(w.fd);
+        w.fd = -1;
+        w.closed_bytes += w.good_end;
+        w.segment++;
+        w.seg_origin = t;
+        if (segment_path(w.segment) == 0 && open_file() == 0)
+            snapshot();
+    }
+    if (w.fd < 0) { /* a write error, or no next file: the recording stops there */
+        atomic_store(&armed, 0);
+        atomic_fetch_add(&gen, 1);
+    }
+    take_held();
 }
 
 /* Between windows the buffers go back to the system: the chunks handed over since (a
@@ -1166,6 +1451,42 @@ static void reclaim(void)
     }
 }
 
+struct window_options {
+    unsigned long long seg_bytes, seg_ns, budget;
+};
+
+/* Seconds ("300", "0.5") as ns; the text after them, NULL if not a number of seconds. */
+static const char *parse_seconds(const char *text, unsigned long long *out)
+{
+    char *rest;
+    errno = 0;
+    double v = strtod(text, &rest);
+    if (rest == text || errno != 0 || !(v >= 0 && v < 1e9))
+        return NULL;
+    *out = (unsigned long long)(v * 1e9);
+    return rest;
+}
+
+/* "cap=B seg=B segsec=S budget=B " at the start of *arg, in any order; *arg is left at
+ * the path. */
+static int window_options(const char **arg, unsigned long long *cap, struct window_options *o)
+{
+    static const char *const keys[] = {"cap=", "seg=", "segsec=", "budget="};
+    unsigned long long *to[] = {cap, &o->seg_bytes, &o->seg_ns, &o->budget};
+    for (;;) {
+        unsigned k = 0;
+        while (k < 4 && strncmp(*arg, keys[k], strlen(keys[k])) != 0)
+            k++;
+        if (k == 4)
+            return 0;
+        const char *value = *arg + strlen(keys[k]);
+        const char *rest = k == 2 ? parse_seconds(value, to[k]) : parse_bytes(value, to[k]);
+        if (rest == NULL || (*rest != 0 && *rest != ' '))
+            return -1;
+        *arg = *rest ? rest + 1 : rest;
+    }
+}
+
 static void poll_control(void)
 {
     char text[1100] = {0};
@@ -1190,16 +1511,16 @@ static void poll_control(void)
     if (strncmp(text, "on", 2) == 0 && (text[2] == 0 || text[2] == ' ')) {
         const char *arg = text[2] ? text + 3 : "";
         unsigned long long cap = env_max_buffer;
-        if (strncmp(arg, "cap=", 4) == 0) {
-            const char *rest = parse_bytes(arg + 4, &cap);
-            if (rest == NULL || (*rest != 0 && *rest != ' ')) {
-                say_status("error %s: bad cap= in the control file: not recording\n", arg, 0);
-                return;
-            }
-            arg = *rest ? rest + 1 : rest;
+        struct window_options o = {env_seg_bytes, env_seg_ns, env_budget};
+        if (window_options(&arg, &cap, &o) != 0) {
+            say_status("error %s: bad option in the control file: not recording\n", arg, 0);
+            return;
         }
         disarm("re-armed");
         reclaim(); /* the new window's buffers are sized for its own cap */
+        w.seg_bytes = o.seg_bytes;
+        w.seg_ns = o.seg_ns;
+        w.budget = o.budget;
         arm(arg, cap);
     } else if (strcmp(text, "off") == 0) {
         disarm("disarmed");
@@ -1247,6 +1568,9 @@ static void *writer_main(void *unused)
             flush_events();
             last_flush = now_ns();
         }
+        if (w.segment != 0 && w.fd >= 0 &&
+            (w.rotate_due || (w.seg_ns != 0 && now_ns() - w.seg_began >= w.seg_ns)))
+            rotate();
     }
     disarm("process exit");
     atomic_store(&w.done, 1);
@@ -1259,6 +1583,26 @@ static void child_after_fork(void)
      * that do not either: the child only passes calls through */
     disabled = 1;
     atomic_store(&armed, 0);
+}
+
+/* MBRECORD_SEGMENT, MBRECORD_SEGMENT_SECONDS, MBRECORD_MAX_SIZE: a typo is said once and
+ * ignored (no segments, no budget), as the recording is worth more than the option. */
+static void env_options(void)
+{
+    static const char *const names[] = {"MBRECORD_SEGMENT", "MBRECORD_SEGMENT_SECONDS",
+                                        "MBRECORD_MAX_SIZE"};
+    unsigned long long *to[] = {&env_seg_bytes, &env_seg_ns, &env_budget};
+    for (unsigned i = 0; i < 3; i++) {
+        const char *text = getenv(names[i]);
+        if (text == NULL || *text == 0)
+            continue;
+        const char *rest = i == 1 ? parse_seconds(text, to[i]) : parse_bytes(text, to[i]);
+        if (rest == NULL || *rest != 0) {
+            *to[i] = 0;
+            fprintf(stderr, "mbrecord: %s=%s is not a %s; ignored\n", names[i], text,
+                    i == 1 ? "number of seconds" : "size (e.g. 256M)");
+        }
+    }
 }
 
 __attribute__((constructor)) static void mbrecord_init(void)
@@ -1280,6 +1624,7 @@ __attribute__((constructor)) static void mbrecord_init(void)
                             "using 64M\n", cap);
         }
     }
+    env_options();
     const char *control = getenv("MBRECORD_CONTROL");
     if (control != NULL && *control)
         snprintf(w.control, sizeof w.control, "%s", control);
@@ -1295,8 +1640,12 @@ __attribute__((constructor)) static void mbrecord_init(void)
     /* Armed here, before the writer runs, so that no call of the program's comes before
      * the window: the program's main() has not begun, and this thread's own calls while
      * arming are not recorded (in_hook). */
-    if (armed_at_start(getenv("MBRECORD_ARMED")))
+    if (armed_at_start(getenv("MBRECORD_ARMED"))) {
+        w.seg_bytes = env_seg_bytes;
+        w.seg_ns = env_seg_ns;
+        w.budget = env_budget;
         arm(NULL, env_max_buffer);
+    }
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);

@@ -194,9 +194,34 @@ static void read_at(void *to, size_t len, uint64_t at)
     }
 }
 
-/* The header; the frames are read through pread, never mapped: a mapped trace's pages
- * would count in this process's RSS as the replay went through them. */
-static void open_trace(const char *path)
+/* A segmented trace is a directory of segments NNNN.mbt (mbrecord.c), read one after the
+ * other as one trace: the first one's live-block table is the replay's start, the later
+ * ones' are skipped (the replay's own table carries across, exact where theirs were read
+ * milliseconds after their cut). A segment given alone is a trace like any other. */
+#define SEG_NAME 32u
+static struct {
+    const char *given;  /* the path given: the directory, or the file */
+    struct arr names;   /* SEG_NAME bytes a segment, in order */
+    uint32_t n, at;     /* its segments (0: a file), and the one being read */
+    char path[4096];    /* the segment being read */
+    uint64_t origin;    /* ns since the arming: the first call's clock starts here */
+    long long counted;  /* calls the segments before this one count; -1: one did not say */
+    uint64_t skipped_tables;
+} seg;
+
+/* ns since the recording's arming at which a segment's calls begin (its header's
+ * segment_start_ns; 0 for the first segment and for a trace that is no segment) */
+static uint64_t segment_start(const char *info)
+{
+    const char *at = strstr(info, "segment_start_ns=");
+    return at != NULL && (at == info || at[-1] == '\n')
+               ? strtoull(at + strlen("segment_start_ns="), NULL, 10)
+               : 0;
+}
+
+/* One file's header; the frames are read through pread, never mapped: a mapped trace's
+ * pages would count in this process's RSS as the replay went through them. */
+static void open_file(const char *path, int first)
 {
     trace_path = path;
     rd.fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -205,7 +230,8 @@ static void open_trace(const char *path)
     struct stat st;
     if (fstat(rd.fd, &st) != 0 || !S_ISREG(st.st_mode))
         fail("%s is not a regular file", path);
-    rd.size = tr.bytes = (uint64_t)st.st_size;
+    rd.size = (uint64_t)st.st_size;
+    tr.bytes += rd.size;
     if (rd.size < 16)
         fail("%s: not a mallocbench trace (only %llu bytes)", path, (unsigned long long)rd.size);
     char head[MB_HEADER_SIZE] = {0};
@@ -221,18 +247,112 @@ static void open_trace(const char *path)
     if (tr.version == 0 || header < MB_INFO_OFFSET || header > rd.size || header > sizeof head)
         fail("%s: corrupt header at byte offset 8 (version %u, header size %u)", path,
              tr.version, header);
-    memcpy(tr.status, head + MB_STATUS_OFFSET, MB_STATUS_SIZE);
+    memcpy(tr.status, head + MB_STATUS_OFFSET, MB_STATUS_SIZE); /* the last segment's says */
     tr.status[MB_STATUS_SIZE] = 0;
-    memcpy(tr.info, head + MB_INFO_OFFSET, header - MB_INFO_OFFSET);
-    tr.info[sizeof tr.info - 1] = 0;
+    if (first) { /* where and when the recording began */
+        memcpy(tr.info, head + MB_INFO_OFFSET, header - MB_INFO_OFFSET);
+        tr.info[sizeof tr.info - 1] = 0;
+        seg.origin = segment_start(tr.info);
+    }
+    rd.at = header;
+}
+
+/* A directory's segments, in their order. Read with getdents64 into mapped memory:
+ * opendir's buffer would come from the allocator being measured. */
+static void list_segments(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        fail("cannot open trace %s: %s", dir, strerror(errno));
+    struct arr buf = {0};
+    char *ents = arr_grow(&buf, 1u << 16);
+    for (;;) {
+        long n = syscall(SYS_getdents64, fd, ents, buf.cap);
+        if (n < 0)
+            fail("cannot read the directory %s: %s", dir, strerror(errno));
+        if (n == 0)
+            break;
+        for (long at = 0; at < n;) {
+            unsigned short reclen;
+            memcpy(&reclen, ents + at + 16, sizeof reclen);
+            const char *name = ents + at + 19; /* d_ino, d_off, d_reclen, d_type */
+            at += reclen;
+            size_t digits = strspn(name, "0123456789");
+            if (digits == 0 || strcmp(name + digits, ".mbt") != 0 || strlen(name) >= SEG_NAME)
+                continue;
+            memcpy(arr_grow(&seg.names, SEG_NAME), name, strlen(name) + 1);
+            seg.n++;
+        }
+    }
+    close(fd);
+    zunmap(buf.data, buf.cap);
+    if (seg.n == 0)
+        fail("%s: a directory with no trace segments (NNNN.mbt) in it: give a trace file or "
+             "the directory `mallocbench record` wrote", dir);
+    char *names = seg.names.data, tmp[SEG_NAME]; /* a few thousand at most: insertion */
+    for (uint32_t i = 1; i < seg.n; i++) {
+        memcpy(tmp, names + i * SEG_NAME, SEG_NAME);
+        unsigned long key = strtoul(tmp, NULL, 10);
+        uint32_t j = i;
+        for (; j > 0 && strtoul(names + (j - 1) * SEG_NAME, NULL, 10) > key; j--)
+            memcpy(names + j * SEG_NAME, names + (j - 1) * SEG_NAME, SEG_NAME);
+        memcpy(names + j * SEG_NAME, tmp, SEG_NAME);
+    }
+    /* joined across a gap, the blocks made and freed in it would be leaks and skipped
+     * frees: refused */
+    for (uint32_t i = 1; i < seg.n; i++) {
+        unsigned long a = strtoul(names + (i - 1) * SEG_NAME, NULL, 10);
+        unsigned long z = strtoul(names + i * SEG_NAME, NULL, 10);
+        if (z != a + 1)
+            fail("%s: segment %lu is missing between %s and %s: replay the segments on "
+                 "either side of it one at a time", dir, a + 1, names + (i - 1) * SEG_NAME,
+                 names + i * SEG_NAME);
+    }
+}
+
+static void open_segment(uint32_t i)
+{
+    seg.at = i;
+    int len = snprintf(seg.path, sizeof seg.path, "%s/%s", seg.given,
+                       seg.names.data + (size_t)i * SEG_NAME);
+    if (len < 0 || (size_t)len >= sizeof seg.path)
+        fail("%s: path too long", seg.given);
+    open_file(seg.path, i == 0);
+}
+
+static void open_trace(const char *path)
+{
+    seg.given = trace_path = path;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        list_segments(path);
+        open_segment(0);
+    } else {
+        open_file(path, 1);
+    }
     ZSTD_customMem mem = {zstd_alloc, zstd_free, NULL};
     rd.dctx = ZSTD_createDCtx_advanced(mem);
     if (rd.dctx == NULL)
         fail("out of memory creating a decompression context");
-    rd.at = header;
 }
 
-/* The next frame, decompressed into rd.raw; 0 at the end of the file. */
+static long long file_events(void);
+
+/* The end of a segment: the next one, its calls counted with the earlier ones'. */
+static int next_segment(void)
+{
+    if (seg.at + 1 >= seg.n)
+        return 0;
+    long long here = file_events();
+    seg.counted = seg.counted < 0 || here < 0 ? -1 : seg.counted + here;
+    close(rd.fd);
+    tr.end_frame = 0;
+    tr.end[0] = 0;
+    open_segment(seg.at + 1);
+    return 1;
+}
+
+/* The next frame, decompressed into rd.raw; 0 at the end of the trace. */
 static int next_frame(struct mb_frame *f, uint64_t *at)
 {
     if (rd.held) {
@@ -241,21 +361,29 @@ static int next_frame(struct mb_frame *f, uint64_t *at)
         *at = rd.f_at;
         return 1;
     }
-    if (rd.at >= rd.size)
-        return 0;
-    *at = rd.at;
-    if (rd.size - rd.at < sizeof *f)
-        fail("%s: truncated at byte offset %llu (a frame header needs %zu bytes, %llu left)",
-             trace_path, (unsigned long long)rd.at, sizeof *f,
-             (unsigned long long)(rd.size - rd.at));
-    read_at(f, sizeof *f, rd.at);
-    if (f->magic != MB_FRAME_MAGIC || f->kind < MB_FRAME_EVENTS || f->kind > MB_FRAME_END)
-        fail("%s: corrupt frame at byte offset %llu (bad frame header)", trace_path,
-             (unsigned long long)rd.at);
-    if (f->comp_len > rd.size - rd.at - sizeof *f)
-        fail("%s: truncated at byte offset %llu (a frame of %u bytes starts there, the file "
-             "ends at %llu)", trace_path, (unsigned long long)rd.at, f->comp_len,
-             (unsigned long long)rd.size);
+    for (;;) {
+        if (rd.at >= rd.size && !next_segment())
+            return 0;
+        if (rd.at >= rd.size)
+            continue;
+        *at = rd.at;
+        if (rd.size - rd.at < sizeof *f)
+            fail("%s: truncated at byte offset %llu (a frame header needs %zu bytes, %llu left)",
+                 trace_path, (unsigned long long)rd.at, sizeof *f,
+                 (unsigned long long)(rd.size - rd.at));
+        read_at(f, sizeof *f, rd.at);
+        if (f->magic != MB_FRAME_MAGIC || f->kind < MB_FRAME_EVENTS || f->kind > MB_FRAME_END)
+            fail("%s: corrupt frame at byte offset %llu (bad frame header)", trace_path,
+                 (unsigned long long)rd.at);
+        if (f->comp_len > rd.size - rd.at - sizeof *f)
+            fail("%s: truncated at byte offset %llu (a frame of %u bytes starts there, the file "
+                 "ends at %llu)", trace_path, (unsigned long long)rd.at, f->comp_len,
+                 (unsigned long long)rd.size);
+        if (seg.at == 0 || f->kind != MB_FRAME_SNAPSHOT)
+            break;
+        rd.at += sizeof *f + f->comp_len; /* a later segment's table: the replay has its own */
+        seg.skipped_tables++;
+    }
     rd.comp.len = rd.raw.len = 0;
     char *in = arr_grow(&rd.comp, f->comp_len ? f->comp_len : 1);
     read_at(in, f->comp_len, rd.at + sizeof *f);
@@ -271,9 +399,10 @@ static int next_frame(struct mb_frame *f, uint64_t *at)
     return 1;
 }
 
-/* The calls the recorder counted: its END frame's events=, else the header status's
- * "events=N" or "after N events" (a recording cut by a write error); -1 if it says none. */
-static long long header_events(void)
+/* The calls the recorder counted in this file: its END frame's events=, else the header
+ * status's "events=N" or "after N events" (a recording cut by a write error); -1 if it
+ * says none. */
+static long long file_events(void)
 {
     const char *at = tr.end_frame ? strstr(tr.end, "events=") : NULL;
     if (at == NULL || (at != tr.end && at[-1] != '\n'))
@@ -284,6 +413,13 @@ static long long header_events(void)
     if (at != NULL && strstr(at, " events") != NULL)
         return strtoll(at + strlen(" after "), NULL, 10);
     return -1;
+}
+
+/* The calls the recorder counted in the trace, every segment's. */
+static long long header_events(void)
+{
+    long long here = file_events();
+    return seg.counted < 0 || here < 0 ? -1 : seg.counted + here;
 }
 
 static struct {
@@ -654,6 +790,10 @@ static void enqueue_run(uint32_t ti, const char *raw, uint32_t count, uint64_t a
         memcpy(&r, raw + (size_t)i * sizeof r, sizeof r);
         unsigned kind = MB_KIND(r.w0);
         uint64_t ts = MB_TIME(r.w0);
+        if (seg.origin != 0) { /* a set or a segment from a later cut: timed from there */
+            ts = ts > seg.origin ? ts - seg.origin : 0;
+            r.w0 = ts << 8 | kind;
+        }
         if (kind < MB_MALLOC || kind > MB_USABLE)
             fail("%s: corrupt frame at byte offset %llu (unknown call kind %u)", trace_path,
                  (unsigned long long)at, kind);
@@ -1037,6 +1177,8 @@ static void snapshot_block(uint64_t token, uint64_t size)
 static void warm_up(void)
 {
     uint64_t from = rd.at, frames = tr.frames;
+    if (rd.at >= rd.size)
+        return; /* a segment with no frame: the next one is not opened here */
     struct mb_frame f;
     uint64_t at;
     (void)next_frame(&f, &at);
@@ -1691,7 +1833,7 @@ static void check_span(uint64_t span_ns)
 static void print_trace_json(void)
 {
     printf("{\n  \"trace\": ");
-    json_str(trace_path);
+    json_str(seg.given);
     printf(",\n  \"format_version\": %u,\n  \"status\": ", tr.version);
     json_str(tr.status);
     printf(",\n  \"info\": ");
@@ -1723,6 +1865,9 @@ static void print_trace_json(void)
            (double)window_ns / 1e9, (unsigned long long)queued_peak,
            (unsigned long long)late_calls, (double)lateness_ns / 1e9);
     printf("  \"live_table_slots\": %u,\n", slots_made);
+    /* a set's segments (0: one file), and the later segments' tables it did not read */
+    printf("  \"segments\": %u,\n  \"segment_tables_skipped\": %llu,\n", seg.n,
+           (unsigned long long)seg.skipped_tables);
     printf("  \"snapshot_live\": %lld,\n", (long long)b.snapshot_live);
     printf("  \"duration_s\": %.6f,\n  \"ideal_peak_live\": %lld,\n  \"ideal_peak_at_s\": %.6f,\n"
            "  \"final_live\": %lld,\n  \"ops\": %llu,\n  \"ideal_curve\": [",

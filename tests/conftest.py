@@ -353,3 +353,41 @@ def readable_dir() -> Iterator[Path]:
         yield directory
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _small_tmpfs(size: str) -> Iterator[Path]:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a small tmpfs needs root")
+    # Outside pytest's 0700 temp tree: a server that records runs as `mysql`, which must
+    # reach the mount to write its trace there.
+    parent = Path(tempfile.mkdtemp(prefix="mb-small-disk-", dir="/tmp"))
+    parent.chmod(0o711)
+    mount = parent / "small"
+    mount.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=1777", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {proc.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.fixture
+def small_disk() -> Iterator[Path]:
+    """A disk that fills in the first frames of a recording (root only)."""
+    with _small_tmpfs("96k") as mount:
+        yield mount
+
+
+@pytest.fixture
+def segments_disk() -> Iterator[Path]:
+    """A disk that fills after two or three segments of tests/native/phases.c."""
+    with _small_tmpfs("400k") as mount:
+        yield mount

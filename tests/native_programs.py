@@ -1,9 +1,16 @@
-"""The C programs under tests/native/, built for the test that records or replays them."""
+"""The C programs under tests/native/, built for the test that records or replays them,
+and a busy process to record."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
+
+from mallocbench.replay import control
+from mallocbench.replay.native import shim_path
 
 SOURCES = Path(__file__).resolve().parent / "native"
 
@@ -18,3 +25,15 @@ def build(name: str, directory: Path) -> Path:
         check=True,
     )  # fmt: skip
     return exe
+
+
+def busy_under_shim(ctl: Path) -> subprocess.Popen[bytes]:
+    """A process that allocates without end, with the recording shim loaded (control
+    file `ctl`), once the shim is mapped in it; the caller kills it."""
+    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_CONTROL=str(ctl))
+    churn = "while True: [bytearray(64) for _ in range(1000)]"
+    busy = subprocess.Popen([sys.executable, "-c", churn], env=env)
+    deadline = time.monotonic() + 10
+    while control.shim_loaded(busy.pid) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return busy

@@ -13,10 +13,8 @@ import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -299,30 +297,6 @@ def test_newer_format_and_foreign_files_are_refused(pattern_trace: Any, tmp_path
     assert "no trace at" in missing
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a small tmpfs needs root")
-    # Outside pytest's 0700 temp tree: a server that records runs as `mysql`, which must
-    # reach the mount to write its trace there.
-    parent = Path(tempfile.mkdtemp(prefix="mb-small-disk-", dir="/tmp"))
-    parent.chmod(0o711)
-    mount = parent / "small"
-    mount.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=96k,mode=1777", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs: {proc.stderr.strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-        shutil.rmtree(parent, ignore_errors=True)
-
-
 def test_full_disk_stops_recording_and_the_process_runs_on(
     known_pattern: Path, small_disk: Path, tmp_path: Path
 ) -> None:
@@ -385,14 +359,8 @@ def test_an_interrupted_recording_keeps_its_trace_and_leaves_no_files(tmp_path: 
     """Ctrl-C during `record`: the shim is disarmed, the trace so far lands where --out
     said, whole and checkable, and neither it nor the control and status files stay
     beside the control file (the server's /tmp); the process runs on."""
-    ctl = tmp_path / "ctl"
-    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_CONTROL=str(ctl))
-    churn = "while True: [bytearray(64) for _ in range(1000)]"
-    busy = subprocess.Popen([sys.executable, "-c", churn], env=env)
+    busy = native_programs.busy_under_shim(tmp_path / "ctl")
     try:
-        deadline = time.monotonic() + 10
-        while control.shim_loaded(busy.pid) is None and time.monotonic() < deadline:
-            time.sleep(0.05)
         out = tmp_path / "kept" / "so-far.mbt"
 
         def interrupted() -> None:

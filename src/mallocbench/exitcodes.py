@@ -41,7 +41,7 @@ POLICY = (
 RECORD_NOT_AT_OUT = 4
 RECORD_POLICY = (
     (OK, "the window was recorded whole (a command's: until it exited, or\n"
-     "--seconds); the trace is at --out"),
+     "--seconds), or up to the disk budget --max-size; the trace is at --out"),
     (USAGE, "bad input, or the process is already being recorded (the line names\n"
      "that recorder's PID)"),
     (

@@ -53,7 +53,7 @@ def _budget(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
 
 
 @click.command("advise", help=ADVISE_HELP)
-@click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("trace", type=click.Path(path_type=Path))
 @click.option(
     "--budget",
     callback=_budget,

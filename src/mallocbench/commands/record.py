@@ -24,11 +24,17 @@ from mallocbench.units import parse_size
 # small cap, and a chunk per recording thread) take about this much at the least: a cap
 # below it would stop every recording at its start.
 MIN_BUFFER = 1 << 20
+# A window longer than a segment's age is recorded in segments (a directory at --out):
+# one file of an hour's calls could not be replayed in part, nor copied while it grows.
+SEGMENT_S = 300.0
+SEGMENT_SIZE = 256 << 20
+# A budget must hold a segment's header, its live-block table and a frame of calls.
+MIN_MAX_SIZE = 1 << 20
 
 if TYPE_CHECKING:
     from mallocbench.deploy.launch import Launch
     from mallocbench.replay.command import Recorded
-    from mallocbench.replay.control import Outcome
+    from mallocbench.replay.control import Outcome, Segmenting
 
 
 @click.command(
@@ -92,6 +98,25 @@ if TYPE_CHECKING:
     "is whole up to that point and says so, and the server runs on.",
 )
 @click.option(
+    "--segment-size",
+    metavar="SIZE",
+    help="Write the trace as a directory of segments (at --out), a new one every SIZE "
+    f"(default {SEGMENT_SIZE >> 20}M) or every --segment-seconds; each replays alone, and "
+    f"the directory replays whole. A window over {SEGMENT_S:g} s is recorded in segments "
+    "without asking.",
+)
+@click.option(
+    "--segment-seconds",
+    type=click.FloatRange(0.1, 86400),
+    help=f"A new segment every SECONDS (default {SEGMENT_S:g}), or at --segment-size.",
+)
+@click.option(
+    "--max-size",
+    metavar="SIZE",
+    help="Disk budget for the whole trace, e.g. 20G: when it is reached, recording stops "
+    "there (the process runs on) and the trace so far is whole and replays.",
+)
+@click.option(
     "--service",
     help="Service name for --print-dropin and --remove-dropin (default: the unit of --pid, "
     "else mariadb).",
@@ -107,6 +132,9 @@ def record(
     remove_dropin: bool,
     units_dir: Path,
     max_buffer: str | None,
+    segment_size: str | None,
+    segment_seconds: float | None,
+    max_size: str | None,
     service: str | None,
 ) -> None:
     """Record a running server's allocation calls (no data) for a window, or a
@@ -122,39 +150,60 @@ def record(
     the programs it starts are not recorded; the exit status is the trace's, a note
     gives the program's):
       mallocbench record --out app.mbt -- ./app --its-options
+    A long window is a directory of segments, within a disk budget if given:
+      mallocbench record --pid PID --seconds 3600 --max-size 20G --out hour.mbt
     """
-    from mallocbench.replay import control, serverrss
+    from mallocbench.replay import serverrss
     from mallocbench.replay.trace import header_status
 
     pid = one_pid(pid_text, command)
     if _preload_only(pid, print_dropin, form, remove_dropin, units_dir, service):
         return
     _one_target(command, pid)
-    cap = None if max_buffer is None else parse_size(max_buffer, "--max-buffer")
-    if cap is not None and cap < MIN_BUFFER:
-        raise MallocbenchError(
-            f"--max-buffer {max_buffer} is below {MIN_BUFFER >> 20}M, less than the shim's "
-            "buffers hold at rest: give e.g. 64M"
-        )
+    cap = _buffer_cap(max_buffer)
+    long = _segmenting(segment_size, segment_seconds, max_size, seconds)
     if command:
-        _record_command(command, seconds, out, cap, leave_running)
+        _record_command(command, seconds, out, cap, leave_running, long)
         return
     assert pid is not None
     seconds = 60.0 if seconds is None else seconds
     at_start = serverrss.sample(pid)  # the server's RSS, for a saving in its terms
+    outcome = _window(pid, seconds, out, cap, long)
+    if outcome.kept != out:
+        _not_at_out(outcome, out, pid)
+    serverrss.note(out, at_start, serverrss.sample(pid))
+    status = header_status(out)
+    if outcome.ended == "window":
+        click.echo(f"{out}: {_size(out)} ({outcome.closing})")
+        return
+    if _budget_reached(out, status):
+        return
+    click.echo(f"{out}: {_size(out)} (recording {status})")
+    click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
+    sys.exit(exitcodes.ABORTED)
+
+
+def _window(
+    pid: int, seconds: float, out: Path, cap: int | None, long: Segmenting | None
+) -> Outcome:
+    """The window in process `pid`, to its end; an interruption exits here, in its way."""
+    from mallocbench.replay import control
+
     try:
-        outcome = control.record(
+        return control.record(
             pid,
             seconds,
             out,
-            started=lambda: click.echo(f"recording process {pid} for {seconds:g} s ...", err=True),
+            started=lambda: click.echo(
+                f"recording process {pid} for {seconds:g} s{_how(long, out)} ...", err=True
+            ),
             max_buffer=cap,
+            long=long,
         )
     except control.RecordingInterrupted as stopped:
         if stopped.outcome.kept == out:
-            size = out.stat().st_size
             click.echo(
-                f"{out}: {size / 1e6:.2f} MB, the trace up to the interruption "
+                f"{out}: {_size(out)}, the trace up to the interruption "
                 "(it replays as it is); the server was disarmed and runs on",
                 err=True,
             )
@@ -163,17 +212,73 @@ def record(
         _interrupted(stopped.signum)
     except control.Signalled as stopped:  # while arming: the shim was told "off"
         _interrupted(stopped.signum)
-    if outcome.kept != out:
-        _not_at_out(outcome, out, pid)
-    serverrss.note(out, at_start, serverrss.sample(pid))
-    size = out.stat().st_size
-    status = header_status(out)
-    if outcome.ended == "window":
-        click.echo(f"{out}: {size / 1e6:.2f} MB ({outcome.closing})")
-        return
-    click.echo(f"{out}: {size / 1e6:.2f} MB (recording {status})")
-    click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
-    sys.exit(exitcodes.ABORTED)
+
+
+def _buffer_cap(max_buffer: str | None) -> int | None:
+    cap = None if max_buffer is None else parse_size(max_buffer, "--max-buffer")
+    if cap is not None and cap < MIN_BUFFER:
+        raise MallocbenchError(
+            f"--max-buffer {max_buffer} is below {MIN_BUFFER >> 20}M, less than the shim's "
+            "buffers hold at rest: give e.g. 64M"
+        )
+    return cap
+
+
+def _segmenting(
+    size_text: str | None, seconds: float | None, max_size: str | None, window: float | None
+) -> Segmenting | None:
+    """How a long window is written (None: one file, as ever). Segments when asked for,
+    or when the window is longer than a segment; a budget with or without them."""
+    from mallocbench.replay.control import Segmenting
+
+    size = 0 if size_text is None else parse_size(size_text, "--segment-size")
+    budget = 0 if max_size is None else parse_size(max_size, "--max-size")
+    if size_text is not None and size < MIN_MAX_SIZE:
+        raise MallocbenchError(
+            f"--segment-size {size_text} is below 1M, less than a segment's header and "
+            "live-block table take: give e.g. 256M"
+        )
+    if max_size is not None and budget < MIN_MAX_SIZE:
+        raise MallocbenchError(
+            f"--max-size {max_size} is below 1M, less than a trace's header and first "
+            "frames take: give e.g. 20G"
+        )
+    asked = size_text is not None or seconds is not None
+    if asked or (window is not None and window > SEGMENT_S):
+        age = SEGMENT_S if seconds is None else seconds
+        return Segmenting(size or SEGMENT_SIZE, age, budget)
+    return Segmenting(budget=budget) if budget else None
+
+
+def _how(long: Segmenting | None, out: Path) -> str:
+    """The segments and the budget, as the start line says them."""
+    if long is None:
+        return ""
+    budget = f", within {long.budget / 2**20:,.0f} MiB" if long.budget else ""
+    if not long.segmented:
+        return budget
+    return f", in segments of {long.seconds:g} s or {long.size / 2**20:,.0f} MiB at {out}/{budget}"
+
+
+def _size(out: Path) -> str:
+    """What the trace takes, and in how many segments."""
+    from mallocbench.replay.trace import segments, trace_bytes
+
+    size = f"{trace_bytes(out) / 1e6:.2f} MB"
+    n = len(segments(out))
+    return f"{size} in {n} segment{'s' * (n != 1)}" if out.is_dir() else size
+
+
+def _budget_reached(out: Path, status: str) -> bool:
+    """The disk budget ended the window: what was asked for, said in one line."""
+    if not status.startswith("stopped: the disk budget"):
+        return False
+    at = status.split(" was reached at ", 1)[-1].split(",", 1)[0]
+    click.echo(
+        f"{out}: {_size(out)}: recording stopped at {at}, where the trace reached --max-size; "
+        "the trace so far is whole and replays, and the process runs on"
+    )
+    return True
 
 
 def one_pid(text: str | None, command: Sequence[str]) -> int | None:
@@ -333,6 +438,7 @@ def _record_command(
     out: Path,
     max_buffer: int | None,
     leave_running: bool,
+    long: Segmenting | None = None,
 ) -> None:
     from mallocbench.replay import command as commandmod
 
@@ -344,31 +450,30 @@ def _record_command(
     span = "until it exits" if seconds is None else f"for up to {seconds:g} s"
 
     def started() -> None:
-        click.echo(f"recording {shown} {span} ...", err=True)
+        click.echo(f"recording {shown} {span}{_how(long, out)} ...", err=True)
 
-    done = commandmod.record(command, seconds, out, started, max_buffer)
+    done = commandmod.record(command, seconds, out, started, max_buffer, long)
     pid = done.proc.pid
     if done.outcome.kept != out:
         if done.running and not leave_running:
             done.proc.wait()
         _not_at_out(done.outcome, out, pid)
-    size = out.stat().st_size
     if done.signum is not None:
-        click.echo(f"{out}: {size / 1e6:.2f} MB, the trace up to the interruption", err=True)
+        click.echo(f"{out}: {_size(out)}, the trace up to the interruption", err=True)
         if done.signum != signal.SIGINT and done.running:  # Ctrl-C reached it already
             done.proc.send_signal(done.signum)
             with contextlib.suppress(subprocess.TimeoutExpired):  # it may handle it slowly
                 done.proc.wait(timeout=5)
         _interrupted(done.signum)
-    _ended(done, out, size, leave_running)
+    _ended(done, out, leave_running)
 
 
-def _ended(done: Recorded, out: Path, size: float, leave_running: bool) -> None:
+def _ended(done: Recorded, out: Path, leave_running: bool) -> None:
     """The window's end: the program's exit (a whole trace), --seconds (then the program
     is waited for, or left running), or a cut (the shim stopped, the program killed)."""
     outcome, proc = done.outcome, done.proc
     if outcome.ended == "window":
-        click.echo(f"{out}: {size / 1e6:.2f} MB ({outcome.closing})")
+        click.echo(f"{out}: {_size(out)} ({outcome.closing})")
         if leave_running:
             click.echo(f"note: the program (pid {proc.pid}) runs on, unrecorded", err=True)
             return
@@ -378,12 +483,17 @@ def _ended(done: Recorded, out: Path, size: float, leave_running: bool) -> None:
         _exit_note(proc.wait())
         return
     if outcome.ended == "exited":
-        click.echo(f"{out}: {size / 1e6:.2f} MB (the program's whole run)")
+        click.echo(f"{out}: {_size(out)} (the program's whole run)")
         _exit_note(proc.wait())
         return
     from mallocbench.replay.trace import header_status
 
-    click.echo(f"{out}: {size / 1e6:.2f} MB (recording {header_status(out)})")
+    status = header_status(out)
+    if outcome.ended == "shim" and _budget_reached(out, status):
+        if not leave_running:
+            _exit_note(proc.wait())
+        return
+    click.echo(f"{out}: {_size(out)} (recording {status})")
     code = proc.wait() if outcome.ended == "killed" else None
     if code is None:
         why = "the recording stopped before the program ended"

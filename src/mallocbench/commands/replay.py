@@ -31,7 +31,7 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
 
 
 @click.command("replay")
-@click.argument("trace", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("trace", type=click.Path(path_type=Path))
 @click.option(
     "--allocators",
     "allocator_list",

@@ -39,9 +39,7 @@ def _portion(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
 
 
 @click.command("tune")
-@click.argument(
-    "trace", metavar="TRACE|EXPERIMENT", type=click.Path(dir_okay=False, path_type=Path)
-)
+@click.argument("trace", metavar="TRACE|EXPERIMENT", type=click.Path(path_type=Path))
 @click.option(
     "--allocators",
     "allocator_list",

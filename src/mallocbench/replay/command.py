@@ -87,7 +87,11 @@ def _checked(command: Sequence[str], out: Path) -> Path:
 
 
 def _start(
-    command: Sequence[str], trace: Path, ctl: Path, max_buffer: int | None
+    command: Sequence[str],
+    trace: Path,
+    ctl: Path,
+    max_buffer: int | None,
+    long: control.Segmenting | None,
 ) -> subprocess.Popen[bytes]:
     env = dict(
         os.environ,
@@ -98,6 +102,10 @@ def _start(
     env.pop("MBRECORD_ARMED", None)
     if max_buffer is not None:
         env["MBRECORD_MAX_BUFFER"] = str(max_buffer)
+    for name in control.Segmenting().env():  # this command's, not its caller's
+        env.pop(name, None)
+    if long is not None:
+        env.update(long.env())
     return subprocess.Popen(["/bin/sh", "-c", WRAPPER, "mallocbench-record", *command], env=env)
 
 
@@ -164,6 +172,7 @@ def record(
     out: Path,
     started: Callable[[], None] | None = None,
     max_buffer: int | None = None,
+    long: control.Segmenting | None = None,
 ) -> Recorded:
     """Run `command` under the shim from its first call until it exits or `seconds`
     pass, and take the trace to `out`. The program is left as the window left it: still
@@ -172,7 +181,7 @@ def record(
     workdir = Path(tempfile.mkdtemp(prefix="mallocbench-record-"))
     ctl = workdir / "control"
     try:
-        proc = _start(command, trace, ctl, max_buffer)
+        proc = _start(command, trace, ctl, max_buffer, long)
         window = _open(proc, ctl, trace)
         window.armed_at = time.monotonic()
         try:

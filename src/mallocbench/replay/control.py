@@ -13,6 +13,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import tempfile
 import threading
 import time
@@ -166,10 +167,22 @@ class Window:
         return not Path(f"/proc/{self.pid}").exists()
 
     def header_status(self) -> str:
-        """The trace's in-place status, read through the descriptor kept on it."""
+        """The trace's in-place status, read through the descriptor kept on it (a
+        segmented trace's directory: its last segment's)."""
         if self.trace_fd < 0:
             return ""
-        raw = os.pread(self.trace_fd, STATUS_SIZE, STATUS_OFFSET)
+        fd = self.trace_fd
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            names = [n for n in os.listdir(fd) if tracemod.SEGMENT_NAME.fullmatch(n)]
+            if not names:
+                return ""
+            last = max(names, key=lambda n: int(n.split(".")[0]))
+            fd = os.open(last, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.trace_fd)
+        try:
+            raw = os.pread(fd, STATUS_SIZE, STATUS_OFFSET)
+        finally:
+            if fd != self.trace_fd:
+                os.close(fd)
         return raw.split(b"\0", 1)[0].decode(errors="replace")
 
     def close(self) -> None:
@@ -307,36 +320,66 @@ def near_out(pid: int, out: Path, ctl: str) -> str | None:
     return str(directory / f".{out.name}.recording-{pid}")
 
 
+@dataclass(frozen=True)
+class Segmenting:
+    """A long recording: its segments' size and age (0: no rotation by that; both 0: one
+    file) and the disk budget of the whole recording (0: none)."""
+
+    size: int = 0
+    seconds: float = 0.0
+    budget: int = 0
+
+    @property
+    def segmented(self) -> bool:
+        return self.size > 0 or self.seconds > 0
+
+    def words(self) -> str:
+        """As the control file's "on" takes them (mbrecord.c: window_options)."""
+        return f"seg={self.size} segsec={self.seconds:g} budget={self.budget} "
+
+    def env(self) -> dict[str, str]:
+        """As a program armed from its start takes them (mbrecord.c: env_options)."""
+        return {
+            "MBRECORD_SEGMENT": str(self.size),
+            "MBRECORD_SEGMENT_SECONDS": f"{self.seconds:g}",
+            "MBRECORD_MAX_SIZE": str(self.budget),
+        }
+
+
 def start(
     pid: int,
     server_file: str | None = None,
     max_buffer: int | None = None,
     out: Path | None = None,
+    long: Segmenting | None = None,
 ) -> Window:
     """Arm the shim in `pid`; returns once it says it is recording. `max_buffer` caps the
-    shim's buffers for this window (None: its MBRECORD_MAX_BUFFER, or 64 MiB); the trace
-    goes to `server_file`, else beside `out` if it can, else beside the control file. A
-    process another recorder has armed is refused."""
+    shim's buffers for this window (None: its MBRECORD_MAX_BUFFER, or 64 MiB); `long`
+    makes the trace a directory of segments, or gives it a disk budget; the trace goes to
+    `server_file`, else beside `out` if it can, else beside the control file. A process
+    another recorder has armed is refused."""
     if shim_loaded(pid) is None:
         raise MallocbenchError(not_loaded_message(pid))
     ctl = control_path(pid)
     beside = near_out(pid, out, ctl) if server_file is None and out is not None else None
     if beside is not None:
         try:
-            return _started(pid, ctl, beside, max_buffer)
+            return _started(pid, ctl, beside, max_buffer, long)
         except CannotCreate:
             pass  # what the mode bits do not show (AppArmor, SELinux): its own directory
     server_file = server_file or (
         f"{os.path.dirname(ctl) or '/tmp'}/mbrecord-{pid}-{time.time_ns()}.mbt"
     )
-    return _started(pid, ctl, server_file, max_buffer)
+    return _started(pid, ctl, server_file, max_buffer, long)
 
 
-def _started(pid: int, ctl: str, server_file: str, max_buffer: int | None) -> Window:
+def _started(
+    pid: int, ctl: str, server_file: str, max_buffer: int | None, long: Segmenting | None
+) -> Window:
     window = Window(pid, ctl, server_file)
     _open(window)
     try:
-        _arm(window, max_buffer)
+        _arm(window, max_buffer, long)
     except BaseException:
         with contextlib.suppress(OSError):  # interrupted while arming: not armed either
             _write(window.here, "off\n")
@@ -350,11 +393,12 @@ def _started(pid: int, ctl: str, server_file: str, max_buffer: int | None) -> Wi
     return window
 
 
-def _arm(window: Window, max_buffer: int | None) -> None:
+def _arm(window: Window, max_buffer: int | None, long: Segmenting | None = None) -> None:
     pid, ctl = window.pid, window.control
     window.remove(".status")
     try:
         cap = "" if max_buffer is None else f"cap={max_buffer} "
+        cap += "" if long is None else long.words()
         _write(window.here, f"on {cap}{window.server_file}\n")
     except OSError as exc:
         raise MallocbenchError(
@@ -371,6 +415,18 @@ def _arm(window: Window, max_buffer: int | None) -> None:
         raise MallocbenchError(
             f"the shim loaded in process {pid} predates --max-buffer: restart the server "
             "to load the current one, or record without --max-buffer"
+        )
+    if (
+        long is not None
+        and answer.startswith("recording ")
+        and (answer.removeprefix("recording ").strip() != window.server_file)
+    ):  # a shim from before segments took the options for a path: it records there
+        with contextlib.suppress(OSError):
+            _write(window.here, "off\n")
+        raise MallocbenchError(
+            f"the shim loaded in process {pid} predates segmented recordings: restart the "
+            "server to load the current one, or record without --segment-size, "
+            "--segment-seconds and --max-size"
         )
     if answer.startswith("error cannot create"):
         raise CannotCreate(
@@ -431,7 +487,7 @@ def _finish(
         source = in_process(window.pid, window.server_file)
         said = f"said {closing!r}" if closing else "said nothing"
         return Outcome(
-            closing, ended, source if source.is_file() else None,
+            closing, ended, source if source.exists() else None,
             f"the shim in process {window.pid} left no closed trace within {wait_s:.0f} s "
             f"({said})",
         )  # fmt: skip
@@ -439,7 +495,7 @@ def _finish(
     window.remove("", ".status")
     if out is None:
         source = in_process(window.pid, window.server_file)
-        return Outcome(closing, ended, source if source.is_file() else None)
+        return Outcome(closing, ended, source if source.exists() else None)
     outcome = _deliver(window, out, Outcome(closing, ended, signal=interrupted))
     if outcome.kept is not None and not str(outcome.kept).startswith("/proc/"):
         hand_over(outcome.kept)
@@ -482,11 +538,12 @@ def hand_over(path: Path) -> None:
     as the server's user with the server's umask (mysql, 0640), and a trace tells how
     the server's memory is used. Best effort: a file the trace is kept in anyway."""
     uid, gid = recorder_ids()
-    with contextlib.suppress(OSError):
-        st = path.stat()
-        if (st.st_uid, st.st_gid) != (uid, gid):
-            os.chown(path, uid, gid)
-        os.chmod(path, 0o600)
+    for part in [path, *(tracemod.segments(path) if path.is_dir() else [])]:
+        with contextlib.suppress(OSError):
+            st = part.stat()
+            if (st.st_uid, st.st_gid) != (uid, gid):
+                os.chown(part, uid, gid)
+            os.chmod(part, 0o700 if part.is_dir() else 0o600)
 
 
 def _deliver(window: Window, out: Path, outcome: Outcome) -> Outcome:
@@ -494,6 +551,7 @@ def _deliver(window: Window, out: Path, outcome: Outcome) -> Outcome:
     name = os.path.basename(window.server_file)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        _clear_for(out, name, window)
         try:
             os.rename(name, out, src_dir_fd=window.trace_dir)  # on one filesystem
         except OSError:
@@ -506,27 +564,66 @@ def _deliver(window: Window, out: Path, outcome: Outcome) -> Outcome:
     return outcome
 
 
+def _clear_for(out: Path, name: str, window: Window) -> None:
+    """An earlier trace at `out` makes way when its kind differs from the new one's (a
+    rename replaces a file by a file, and an empty directory by a directory, only): a
+    segmented trace, or a file in place of one. Anything else at `out` stays, and the
+    rename's error says why."""
+    try:
+        new_is_dir = stat.S_ISDIR(os.stat(name, dir_fd=window.trace_dir).st_mode)
+    except OSError:
+        return
+    if out.is_dir() and not out.is_symlink():
+        names = [p.name for p in out.iterdir()]
+        if all(tracemod.SEGMENT_NAME.fullmatch(n) for n in names):
+            shutil.rmtree(out)
+    elif new_is_dir and out.is_file():
+        out.unlink()
+
+
 def _copy(window: Window, name: str, dest: Path) -> None:
     """The trace to `dest`, through a temporary name: `dest` is whole or untouched. Read
     through the descriptor taken when the window opened, so a trace whose directory went
-    with its process is still copied."""
+    with its process is still copied (a segmented trace: segment by segment)."""
     src = window.trace_fd
     if src < 0:
         src = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=window.trace_dir)
     partial = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
     try:
-        with open(os.dup(src), "rb") as reader, partial.open("wb") as writer:
-            reader.seek(0)
-            shutil.copyfileobj(reader, writer, 1 << 20)
+        if stat.S_ISDIR(os.fstat(src).st_mode):
+            partial.mkdir()
+            for part in sorted(n for n in os.listdir(src) if tracemod.SEGMENT_NAME.fullmatch(n)):
+                fd = os.open(part, os.O_RDONLY | os.O_CLOEXEC, dir_fd=src)
+                with open(fd, "rb") as reader, (partial / part).open("wb") as writer:
+                    shutil.copyfileobj(reader, writer, 1 << 20)
+        else:
+            with open(os.dup(src), "rb") as reader, partial.open("wb") as writer:
+                reader.seek(0)
+                shutil.copyfileobj(reader, writer, 1 << 20)
         os.replace(partial, dest)
     except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
         partial.unlink(missing_ok=True)
         raise
     finally:
         if src != window.trace_fd:
             os.close(src)
     with contextlib.suppress(OSError):
-        os.unlink(name, dir_fd=window.trace_dir)
+        _remove(window.trace_dir, name)
+
+
+def _remove(directory: int, name: str) -> None:
+    """The trace the process wrote, a file or a directory of segments."""
+    if not stat.S_ISDIR(os.stat(name, dir_fd=directory).st_mode):
+        os.unlink(name, dir_fd=directory)
+        return
+    fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory)
+    try:
+        for part in os.listdir(fd):
+            os.unlink(part, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=directory)
 
 
 def _rescue(window: Window, name: str) -> Path | None:
@@ -545,7 +642,7 @@ def _rescue(window: Window, name: str) -> Path | None:
         return rescued
     except OSError:
         source = in_process(window.pid, window.server_file)
-        return source if source.is_file() else None
+        return source if source.exists() else None
 
 
 def stop(window: Window, out: Path | None) -> str:
@@ -621,11 +718,12 @@ def _armed_window(
     started: Callable[[], None] | None,
     max_buffer: int | None,
     out: Path,
+    long: Segmenting | None = None,
 ) -> tuple[Window, int | None]:
     """Arm, and wait out the window; the signal that cut it short, if one did (then the
     shim has been told to stop)."""
     with _signals_interrupt():
-        window = start(pid, max_buffer=max_buffer, out=out)
+        window = start(pid, max_buffer=max_buffer, out=out, long=long)
         try:
             if started is not None:
                 started()
@@ -646,12 +744,13 @@ def record(
     out: Path,
     started: Callable[[], None] | None = None,
     max_buffer: int | None = None,
+    long: Segmenting | None = None,
 ) -> Outcome:
     """Arm the shim in `pid` for `seconds`, disarm it and move the trace to `out`; the
     outcome says how the window ended and where the trace is. Interrupted (Ctrl-C,
     SIGTERM, SIGHUP), it disarms the shim, keeps the trace so far and raises
     RecordingInterrupted."""
-    window, signum = _armed_window(pid, seconds, started, max_buffer, out)
+    window, signum = _armed_window(pid, seconds, started, max_buffer, out, long)
     try:
         if signum is None:
             return _finish(window, out, 60.0, seconds=seconds)

@@ -1,13 +1,21 @@
 """What a trace holds, as the replayer reads it (`mbreplay --check`): header, status, calls.
 
 A truncated or corrupt trace, or one of a newer format, is refused in one line that names
-the byte offset; a trace whose recording stopped early (a full disk, or the shim's buffer
-cap when its writer fell behind) is still replayable and its status says where it stopped.
+the byte offset; a trace whose recording stopped early (a full disk, the disk budget, or
+the shim's buffer cap when its writer fell behind) is still replayable and its status says
+where it stopped.
+
+A long recording is a segmented trace: a directory of segments 0001.mbt, 0002.mbt, ...
+(native/mbrecord.c), each a trace of its own that starts with the blocks live at its
+start. The directory is the whole recording (its first segment's header says where and
+when it began, its last one's status how it ended); a segment is a part that replays
+alone. Both are read by the replayer, which takes either.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 import subprocess
 from dataclasses import dataclass
@@ -46,6 +54,11 @@ class TraceInfo:
     def header(self) -> dict[str, str]:
         return dict(self.data.get("info") or {})
 
+    @property
+    def segments(self) -> int:
+        """The segments replayed joined (0: a trace file, or one segment alone)."""
+        return int(self.data.get("segments") or 0)
+
     def cut_short(self) -> str | None:
         """How much of the recording a trace without its END frame, or with fewer calls
         than its header counts, still holds (None: it is whole, or read only in part)."""
@@ -76,6 +89,12 @@ class TraceInfo:
                 "the trace was not closed (the process ended without disarming): "
                 "the replay covers what was written"
             )
+        part = self.header.get("segment")
+        if part and part != "1" and not self.segments:
+            out.append(
+                f"segment {part} of a recording, replayed alone: it starts from the blocks "
+                "live at its start (the whole recording is its directory)"
+            )
         if self.header.get("live_table") != "kept":
             out.append("blocks live before the window were not all kept: frees may be skipped")
         skipped = int(self.data.get("skipped_frees") or 0)
@@ -90,6 +109,38 @@ class TraceInfo:
         return out
 
 
+SEGMENT_NAME = re.compile(r"[0-9]+\.mbt")
+
+
+def segments(path: Path) -> list[Path]:
+    """A segmented trace's segments in their order; a trace file is its one segment."""
+    if not path.is_dir():
+        return [path]
+    found = [p for p in path.iterdir() if SEGMENT_NAME.fullmatch(p.name) and p.is_file()]
+    return sorted(found, key=lambda p: int(p.stem))
+
+
+def trace_bytes(path: Path) -> int:
+    """What the trace takes on disk, every segment of it."""
+    return sum(p.stat().st_size for p in segments(path))
+
+
+def _first(path: Path) -> Path:
+    """The segment whose header tells where and when the recording began."""
+    found = segments(path)
+    if not found:
+        raise TraceError(f"{path}: a directory with no trace segments (NNNN.mbt) in it")
+    return found[0]
+
+
+def _last(path: Path) -> Path:
+    """The segment whose status tells how the recording ended."""
+    found = segments(path)
+    if not found:
+        raise TraceError(f"{path}: a directory with no trace segments (NNNN.mbt) in it")
+    return found[-1]
+
+
 STATUS_OFFSET, STATUS_SIZE = 16, 240  # native/mbtrace.h
 HEADER_SIZE, FRAME_HEADER, FRAME_MAGIC = 1024, struct.Struct("<IIII"), 0x5246424D
 
@@ -98,7 +149,7 @@ def set_status(path: Path, text: str) -> None:
     """Rewrite the trace's in-place status (the recorder could not: its process died, or
     the window ended for a reason only the recording command knows)."""
     raw = text.encode()[: STATUS_SIZE - 1].ljust(STATUS_SIZE, b"\0")
-    with path.open("r+b") as f:
+    with _last(path).open("r+b") as f:
         f.seek(STATUS_OFFSET)
         f.write(raw)
 
@@ -110,7 +161,7 @@ def add_info(path: Path, items: dict[str, str]) -> bool:
     """Append `items` to the header's info lines, in place (what the recording command
     learnt beside the shim, e.g. the server's RSS); False when the header has no room
     left for them, and then nothing is written."""
-    with path.open("r+b") as f:
+    with _first(path).open("r+b") as f:
         f.seek(INFO_OFFSET)
         region = f.read(HEADER_SIZE - INFO_OFFSET)
         used = region.find(b"\0")
@@ -126,7 +177,13 @@ def add_info(path: Path, items: dict[str, str]) -> bool:
 
 def cut_to_whole_frames(path: Path) -> int:
     """Cut a trace whose recorder was killed mid-write back to its last whole frame (by
-    the frames' lengths; their checksums are the replayer's to check); its new size."""
+    the frames' lengths; their checksums are the replayer's to check); its new size (of a
+    segmented trace: of its last segment, the one being written; one killed before its
+    header was whole is removed, and the one before it, whole, is the last)."""
+    parts = segments(path)
+    while path.is_dir() and len(parts) > 1 and parts[-1].stat().st_size < HEADER_SIZE:
+        parts.pop().unlink()
+    path = _last(path)
     size = path.stat().st_size
     at = HEADER_SIZE
     with path.open("r+b") as f:
@@ -145,18 +202,21 @@ def header_status(path: Path) -> str:
     """The trace's in-place status ("complete ...", "stopped: why ..."), read from its
     header alone: the whole-trace check costs seconds of CPU on a large trace."""
     try:
-        with path.open("rb") as f:
+        with _last(path).open("rb") as f:
             f.seek(STATUS_OFFSET)
             raw = f.read(STATUS_SIZE)
-    except OSError:
+    except (OSError, TraceError):
         return ""
     return raw.split(b"\0", 1)[0].decode(errors="replace")
 
 
 def check(path: Path) -> TraceInfo:
     """Read and validate the whole trace; raise TraceError with the replayer's one line."""
-    if not path.is_file():
-        raise TraceError(f"no trace at {path}: give the file `mallocbench record` wrote")
+    if not path.is_file() and not path.is_dir():
+        raise TraceError(
+            f"no trace at {path}: give the file (or the directory of segments) "
+            "`mallocbench record` wrote"
+        )
     proc = subprocess.run(
         [str(replayer_path()), str(path), "--check"],
         capture_output=True,

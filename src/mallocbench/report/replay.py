@@ -82,8 +82,11 @@ def ratio_view(r: Ratio | None, lower_is_better: bool) -> RatioView:
 def trace_line(replay: ReplayAnalysis) -> str:
     rec = replay.record
     d = rec.trace or {}
+    parts = int(d.get("segments") or 0)  # a segmented trace, replayed whole
+    named = "" if not parts else f" ({parts} segment{'s' if parts != 1 else ''})"
     return (
-        f"replay of {rec.trace_path}: {int(d.get('events') or 0):,} calls, "
+        f"replay of {rec.trace_path}{named}: "
+        f"{int(d.get('events') or 0):,} calls, "
         f"{d.get('threads', 0)} threads, {float(d.get('duration_s') or 0):.1f} s recorded, "
         f"ideal peak (live requested bytes) {float(d.get('ideal_peak_live') or 0) / MIB:,.1f} "
         f"MiB; timing {rec.timing}"
