@@ -71,7 +71,9 @@ def test_the_replayers_own_memory_does_not_grow_with_the_traces_length(
         replay(steady_traces[n], "--timing", "none", "--order", "threads")
         for n in ("short", "long")
     )
-    assert long["events"] > 8 * short["events"] > 8 * 100_000, (short["events"], long["events"])
+    # The recording is paced, so a loaded host records fewer calls (97k of a nominal 120k
+    # at a load of 13): the floor only keeps the short trace past the reordering window.
+    assert long["events"] > 8 * short["events"] > 8 * 50_000, (short["events"], long["events"])
     assert long["late_calls"] == short["late_calls"] == 0
     assert abs(long["ideal_peak_live"] - short["ideal_peak_live"]) < 0.2 * short["ideal_peak_live"]
     # Not equal: the window holds 2 s of the trace's calls, and a recording on a loaded
