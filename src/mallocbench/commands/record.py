@@ -123,7 +123,7 @@ def record(
     gives the program's):
       mallocbench record --out app.mbt -- ./app --its-options
     """
-    from mallocbench.replay import control, serverrss
+    from mallocbench.replay import control, serverrss, workload
     from mallocbench.replay.trace import header_status
 
     pid = one_pid(pid_text, command)
@@ -142,6 +142,7 @@ def record(
     assert pid is not None
     seconds = 60.0 if seconds is None else seconds
     at_start = serverrss.sample(pid)  # the server's RSS, for a saving in its terms
+    described = workload.Capture.begin(pid)  # its load, for a confirmation on it
     try:
         outcome = control.record(
             pid,
@@ -166,6 +167,7 @@ def record(
     if outcome.kept != out:
         _not_at_out(outcome, out, pid)
     serverrss.note(out, at_start, serverrss.sample(pid))
+    _described(described.end(out))
     size = out.stat().st_size
     status = header_status(out)
     if outcome.ended == "window":
@@ -174,6 +176,12 @@ def record(
     click.echo(f"{out}: {size / 1e6:.2f} MB (recording {status})")
     click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
     sys.exit(exitcodes.ABORTED)
+
+
+def _described(missing: str | None) -> None:
+    if missing is not None:
+        click.echo(f"note: the server's description of its load is not kept ({missing}): "
+                   "the confirmation experiment will be generic", err=True)  # fmt: skip
 
 
 def one_pid(text: str | None, command: Sequence[str]) -> int | None:
