@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from mallocbench.errors import MallocbenchError
+
+if TYPE_CHECKING:
+    from mallocbench.replay.workload import Sample
 
 
 @click.command("check")
@@ -80,11 +84,10 @@ def check(
 
     if trace is None and (advice is not None or predicted is not None):
         raise MallocbenchError("--advice and --predicted are for --against TRACE: give it too")
-    found = in_force(pid, shim_status)
     if trace is not None:
-        _against(pid, found.lines(), trace, watch_text, advice, predicted, tolerance_text,
-                 as_json)  # fmt: skip
+        _against(pid, trace, watch_text, advice, predicted, tolerance_text, as_json)
         return
+    found = in_force(pid, shim_status)
     if as_json:
         click.echo(json.dumps(found.to_dict(), indent=2))
         return
@@ -94,7 +97,6 @@ def check(
 
 def _against(
     pid: int,
-    in_force: list[str],
     trace: Path,
     watch_text: str,
     advice: Path | None,
@@ -104,6 +106,8 @@ def _against(
 ) -> None:
     from mallocbench.console import make_console
     from mallocbench.deploy import against
+    from mallocbench.deploy.inforce import check as in_force
+    from mallocbench.replay.control import shim_status
     from mallocbench.report import held
     from mallocbench.units import parse_duration, parse_percent
 
@@ -111,18 +115,20 @@ def _against(
     tolerance = parse_percent(tolerance_text, "--tolerance")
     prediction, by = against.predicted_from(advice, predicted)
     against.recorded(trace)  # refused before the watch, not after it
+    found = in_force(pid, shim_status)
     if not as_json:
-        for line in in_force:
+        for line in found.lines():
             click.echo(line)
     err = make_console(stderr=True)
     with err.status(f"watching process {pid} for {watch_s:g} s") as status:
 
-        def tick(sample: object) -> None:
-            status.update(f"watching process {pid}: {getattr(sample, 't', 0):.0f} of {watch_s:g} s")
+        def tick(sample: Sample) -> None:
+            status.update(f"watching process {pid}: {sample.t:.0f} of {watch_s:g} s")
 
         result, notes = against.check_against(pid, trace, watch_s, prediction, tolerance, tick)
     if as_json:
-        click.echo(json.dumps(held.to_dict(result, by, notes), indent=2))
+        doc = {"in_force": found.to_dict(), **held.to_dict(result, by, notes)}
+        click.echo(json.dumps(doc, indent=2))
         return
     for line in held.lines(result, by, notes):
         click.echo(line)

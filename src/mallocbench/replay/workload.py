@@ -305,7 +305,10 @@ class Capture:
 
     def _begin(self) -> None:
         from mallocbench.errors import MallocbenchError
+        from mallocbench.memory.server import is_server_process
 
+        if not is_server_process(self.pid)[0]:
+            return  # not a database server: nothing to ask, nothing to confirm on
         try:
             self.conn = _connect(self.pid)
             self.load.variables = _pairs(
@@ -333,8 +336,10 @@ class Capture:
 
     def end(self, trace: Path) -> str | None:
         """Stop sampling, read the counters' end and keep it all beside `trace`; what
-        is missing and why (None: the whole description was kept)."""
-        assert self._sampler is not None
+        is missing and why (None: the whole description was kept, or the process is no
+        database server and there was none to keep)."""
+        if self._sampler is None:
+            return None
         self.load.samples = self._sampler.stop()
         self.load.window_s = round(self._sampler.elapsed(), 3)
         if self.conn is not None:
