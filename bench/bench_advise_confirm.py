@@ -148,14 +148,13 @@ def main() -> int:
             return 0
         chosen = d["setting"] if d["answer"] == "deploy" else d["subject"]
         rss = d["rss_ratio"] if d["answer"] == "deploy" else d["subject_rss_ratio"]
-        saves = d.get("saves_pct_of_server_rss") if d["answer"] == "deploy" else None
+        saves = d.get("saves_mib") if d["answer"] == "deploy" else d.get("subject_saves_mib")
         out["predicted_heap_ratio"] = rss
-        if saves:
+        if saves and d.get("server_rss_mib"):
+            of = d["server_rss_mib"]
             out["predicted_server_rss_ratio"] = [
-                1 - saves["point"] / 100,
-                1 - saves["high"] / 100,
-                1 - saves["low"] / 100,
-            ]
+                1 - saves["point"] / of, 1 - saves["high"] / of, 1 - saves["low"] / of
+            ]  # fmt: skip
         started = time.monotonic()
         run = _cli("run", str(toml), "--out", str(tmp / "confirm"), "--quiet")
         out["confirm_s"] = round(time.monotonic() - started)

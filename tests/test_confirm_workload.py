@@ -172,6 +172,7 @@ def test_a_big_server_is_scaled_down_to_load_in_its_time_and_says_so() -> None:
     assert derived.planned_s is not None and derived.planned_s <= 600
     assert derived.threads == 12
     text = "\n".join(derived.lines())
+    assert "within the 10 min asked" in text
     assert "SCALED DOWN" in text and all(f"#   - {a}" in text for a in derived.approximations)
 
 

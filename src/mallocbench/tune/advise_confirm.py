@@ -50,4 +50,4 @@ def for_advice(run: AdviceRun, budget_s: float = DEFAULT_BUDGET_S) -> list[str]:
             f"{path} runs a generic workload (the trace holds no description of the "
             "server's load): set its engines, steps, threads and [dataset] to that load first",
         ]
-    return notes + workload_notes(run.plan.trace, text, path)
+    return notes + workload_notes(run.plan.trace, text, path, budget_s)

@@ -432,12 +432,14 @@ def for_trace(
         return None, f"the recorded load gives no experiment this machine can run: {exc}"
 
 
-def workload_notes(trace: str | Path, toml: str, path: Path) -> list[str]:
+def workload_notes(
+    trace: str | Path, toml: str, path: Path, budget_s: float = DEFAULT_BUDGET_S
+) -> list[str]:
     """What a confirmation file's reader must know of its derived workload: where it
     came from and each approximation; or why it could not be derived ([]: the trace has
     no description)."""
     setups = len(tomllib.loads(toml).get("setup", []))
-    derived, problem = for_trace(trace, setups)
+    derived, problem = for_trace(trace, setups, budget_s)
     if derived is None:
         return [problem] if problem else []
     planned = f"about {derived.planned_s / 60:.0f} min" if derived.planned_s else "its time"
