@@ -9,6 +9,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,8 +20,10 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
-from mallocbench.replay import serverrss
+from mallocbench.replay import serverrss, workload
 from mallocbench.replay.native import shim_path
+from mallocbench.run.experiment import load as load_experiment
+from mallocbench.tune import confirm
 
 pytestmark = pytest.mark.server
 
@@ -74,13 +77,18 @@ def _sysbench(sock: Path, command: str, *extra: str) -> list[str]:
             *extra, command]  # fmt: skip
 
 
+def prepare(sock: Path) -> None:
+    """sysbench's tables in a new database, as a DBA's test load would have them."""
+    client = [_binary("mariadb"), f"--socket={sock}", "-uroot"]
+    subprocess.run([*client, "-e", "CREATE DATABASE sbtest"], check=True, timeout=60)
+    subprocess.run(_sysbench(sock, "prepare"), check=True, capture_output=True, timeout=120)
+
+
 def test_a_hand_started_server_recorded_and_advised(
     hand_started: tuple[subprocess.Popen[bytes], Path], tmp_path: Path
 ) -> None:
     server, sock = hand_started
-    client = [_binary("mariadb"), f"--socket={sock}", "-uroot"]
-    subprocess.run([*client, "-e", "CREATE DATABASE sbtest"], check=True, timeout=60)
-    subprocess.run(_sysbench(sock, "prepare"), check=True, capture_output=True, timeout=120)
+    prepare(sock)
     # A steady, light load (2 clients at 80 transactions/s): a trace small enough that
     # the search and the finalists' repeats fit a one-minute budget.
     load = subprocess.Popen(
@@ -108,7 +116,20 @@ def test_a_hand_started_server_recorded_and_advised(
     assert d["saves_pct_of_server_rss"]["point"] == pytest.approx(
         100 * d["saves_mib"]["point"] / d["server_rss_mib"]
     )
+    # what the server said of its load is kept beside the trace, and the confirmation
+    # advise writes (for a setting deployed or left undecided) runs that load
+    kept = workload.load(trace)
+    assert kept is not None and kept.described and kept.counters.get("Com_update"), kept
+    toml = tmp_path / "advice" / "confirm.toml"
+    assert toml.exists() == (d["answer"] == "deploy" or d["subject"] not in (None, d["base"]))
+    if toml.exists():
+        assert (
+            confirm.DERIVED in toml.read_text()
+            and "confirm.toml runs the recorded load" in proc.stderr
+        )
+        assert {s.name for s in load_experiment(toml).steps} >= {"point-query", "update-nonindex"}
     line = d["line"]
     assert line.startswith("deploy " if d["answer"] == "deploy" else "keep the default (glibc)")
     assert "steady peak RSS " in line and ", CPU " in line
-    assert "MiB of the server's " in line and " MiB RSS (" in line
+    # "saves about 1.0 MiB [0.2, 1.8] of the server's 116 MiB RSS (0.9% [0.2, 1.5])"
+    assert re.search(r" MiB( \[[^]]+\])? of the server's [\d.]+ MiB RSS \(", line), line

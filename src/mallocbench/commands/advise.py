@@ -121,6 +121,15 @@ def _budget(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
     help="Directory for the search (search/tune.db), the finalists' replay (a run: "
     "`mallocbench report DIR`) and advise.json, advise.md.",
 )
+@click.option(
+    "--confirm-time",
+    "confirm_text",
+    default="15m",
+    show_default=True,
+    metavar="DURATION",
+    help="Time OUT/confirm.toml's run on servers is planned to fit; on a trace recorded "
+    "with `record --pid` it runs the load the server described.",
+)
 @click.option("--seed", type=int, help="Seed of the search's sampler.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead.")
 def advise(
@@ -137,12 +146,16 @@ def advise(
     timing: str,
     speed: float,
     out_dir: Path,
+    confirm_text: str,
     seed: int | None,
     as_json: bool,
 ) -> None:
     """`mallocbench advise` (ADVISE_HELP)."""
     from mallocbench.replay import trace as tracemod
     from mallocbench.tune import advise as advisemod
+    from mallocbench.units import parse_duration
+
+    confirm_s = parse_duration(confirm_text, "--confirm-time")
 
     rule = _rule(priority_text, budget_text, max_loss_items, max_cpu, memory_at_any_cost)
     tuned = advisemod.installed_allocators(allocator_list)
@@ -158,7 +171,7 @@ def advise(
         seed=seed,
     )  # fmt: skip
     run = _advise(plan)
-    _output(run, as_json)
+    _output(run, as_json, confirm_s)
 
 
 def _rule(
@@ -312,12 +325,13 @@ def _deployment(run: AdviceRun) -> Deployment | None:
     return deploy.deployment_for(setup)
 
 
-def _output(run: AdviceRun, as_json: bool) -> None:
+def _output(run: AdviceRun, as_json: bool, confirm_s: float) -> None:
     from mallocbench.analysis.run_analysis import analyze
     from mallocbench.console import make_console
     from mallocbench.files import write_text_atomic
     from mallocbench.report import formats
     from mallocbench.report.advise import advice_json, advice_lines, advice_markdown
+    from mallocbench.tune.advise_confirm import for_advice
 
     deployment = _deployment(run)
     out = run.plan.out
@@ -325,9 +339,10 @@ def _output(run: AdviceRun, as_json: bool) -> None:
     write_text_atomic(out / "advise.json", advice_json(run, deployment) + "\n")
     write_text_atomic(out / "advise.md", advice_markdown(run, deployment) + "\n")
     names = ", ".join(p.name for p in [*written, out / "advise.json", out / "advise.md"])
-    make_console(stderr=True).print(
-        f"wrote {names} in {out}", markup=False, highlight=False, soft_wrap=True
-    )
+    err = make_console(stderr=True)
+    err.print(f"wrote {names} in {out}", markup=False, highlight=False, soft_wrap=True)
+    for note in for_advice(run, confirm_s):
+        err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
         click.echo(advice_json(run, deployment))
         return

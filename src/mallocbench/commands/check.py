@@ -1,16 +1,67 @@
-"""`mallocbench check --pid PID`: the allocator and each allocator setting in force."""
+"""`mallocbench check --pid PID`: the allocator and each allocator setting in force; with
+--against TRACE, the server watched against its recorded window."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+from mallocbench.errors import MallocbenchError
+
+if TYPE_CHECKING:
+    from mallocbench.replay.workload import Sample
 
 
 @click.command("check")
 @click.option("--pid", type=click.IntRange(1), required=True, help="The server process.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of lines.")
-def check(pid: int, as_json: bool) -> None:
+@click.option(
+    "--against",
+    "trace",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A trace `record --pid` wrote of this server: watch it and compare its RSS and QPS "
+    "with the recorded window's.",
+)
+@click.option(
+    "--watch",
+    "watch_text",
+    default="10m",
+    show_default=True,
+    metavar="DURATION",
+    help="How long --against watches the server.",
+)
+@click.option(
+    "--advice",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="advise.json of the decision deployed: its predicted saving is the prediction "
+    "--against checks (default: the setting unchanged, 1.00x).",
+)
+@click.option(
+    "--predicted",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="RATIO",
+    help="The predicted ratio of the server's RSS to the recorded window's, instead of --advice.",
+)
+@click.option(
+    "--tolerance",
+    "tolerance_text",
+    default="10%",
+    show_default=True,
+    metavar="PCT",
+    help="How far from the prediction the RSS ratio's interval may reach and still hold.",
+)
+def check(
+    pid: int,
+    as_json: bool,
+    trace: Path | None,
+    watch_text: str,
+    advice: Path | None,
+    predicted: float | None,
+    tolerance_text: str,
+) -> None:
     """Say which allocator and allocator settings are in force in a running process.
 
     \b
@@ -21,15 +72,65 @@ def check(pid: int, as_json: bool) -> None:
     library does not read. Run after a restart with a new setting, as root or the
     server's user:
       mallocbench check --pid "$(pidof -s mariadbd)"
+    \b
+    With --against TRACE, then watch the server for --watch (once it has warmed up)
+    and compare its RSS and QPS with the recorded window's, with 95% intervals; the last
+    line says whether advise's prediction held:
+      mallocbench check --pid "$(pidof -s mariadbd)" --against prod.mbt \\
+          --advice advise-out/advise.json --watch 10m
     """
     from mallocbench.deploy.inforce import check as in_force
     from mallocbench.replay.control import shim_status
 
+    if trace is None and (advice is not None or predicted is not None):
+        raise MallocbenchError("--advice and --predicted are for --against TRACE: give it too")
+    if trace is not None:
+        _against(pid, trace, watch_text, advice, predicted, tolerance_text, as_json)
+        return
     found = in_force(pid, shim_status)
     if as_json:
         click.echo(json.dumps(found.to_dict(), indent=2))
         return
     for line in found.lines():
+        click.echo(line)
+
+
+def _against(
+    pid: int,
+    trace: Path,
+    watch_text: str,
+    advice: Path | None,
+    predicted: float | None,
+    tolerance_text: str,
+    as_json: bool,
+) -> None:
+    from mallocbench.console import make_console
+    from mallocbench.deploy import against
+    from mallocbench.deploy.inforce import check as in_force
+    from mallocbench.replay.control import shim_status
+    from mallocbench.report import held
+    from mallocbench.units import parse_duration, parse_percent
+
+    watch_s = parse_duration(watch_text, "--watch")
+    tolerance = parse_percent(tolerance_text, "--tolerance")
+    prediction, by = against.predicted_from(advice, predicted)
+    against.recorded(trace)  # refused before the watch, not after it
+    found = in_force(pid, shim_status)
+    if not as_json:
+        for line in found.lines():
+            click.echo(line)
+    err = make_console(stderr=True)
+    with err.status(f"watching process {pid} for {watch_s:g} s") as status:
+
+        def tick(sample: Sample) -> None:
+            status.update(f"watching process {pid}: {sample.t:.0f} of {watch_s:g} s")
+
+        result, notes = against.check_against(pid, trace, watch_s, prediction, tolerance, tick)
+    if as_json:
+        doc = {"in_force": found.to_dict(), **held.to_dict(result, by, notes)}
+        click.echo(json.dumps(doc, indent=2))
+        return
+    for line in held.lines(result, by, notes):
         click.echo(line)
 
 

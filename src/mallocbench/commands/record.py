@@ -153,7 +153,7 @@ def record(
     A long window is a directory of segments, within a disk budget if given:
       mallocbench record --pid PID --seconds 3600 --max-size 20G --out hour.mbt
     """
-    from mallocbench.replay import serverrss
+    from mallocbench.replay import serverrss, workload
     from mallocbench.replay.trace import header_status
 
     pid = one_pid(pid_text, command)
@@ -168,10 +168,12 @@ def record(
     assert pid is not None
     seconds = 60.0 if seconds is None else seconds
     at_start = serverrss.sample(pid)  # the server's RSS, for a saving in its terms
+    described = workload.Capture.begin(pid)  # its load, for a confirmation on it
     outcome = _window(pid, seconds, out, cap, long)
     if outcome.kept != out:
         _not_at_out(outcome, out, pid)
     serverrss.note(out, at_start, serverrss.sample(pid))
+    _described(described.end(out))
     status = header_status(out)
     if outcome.ended == "window":
         click.echo(f"{out}: {_size(out)} ({outcome.closing})")
@@ -279,6 +281,12 @@ def _budget_reached(out: Path, status: str) -> bool:
         "the trace so far is whole and replays, and the process runs on"
     )
     return True
+
+
+def _described(missing: str | None) -> None:
+    if missing is not None:
+        click.echo(f"note: the server's description of its load is not kept ({missing}): "
+                   "the confirmation experiment will be generic", err=True)  # fmt: skip
 
 
 def one_pid(text: str | None, command: Sequence[str]) -> int | None:

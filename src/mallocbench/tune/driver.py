@@ -18,7 +18,7 @@ from typing import Any
 from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
-from mallocbench.tune import front, search
+from mallocbench.tune import confirm, front, search
 from mallocbench.tune.evaluate import Evaluator
 from mallocbench.tune.objectives import Constraint, Metric
 from mallocbench.tune.space import Dimension, build_space, parse_space_options
@@ -281,7 +281,11 @@ def confirmation_toml(plan: Plan, results: Sequence[dict[str, Any]]) -> str | No
         f'min_effect = "{plan.min_effect * 100:g}%"',
     ]
     known = plan.workload
-    lines += toml_lines(known) if known else generic_lines(plan.engine)
+    derived = None if known else confirm.for_trace(plan.trace, len(setups))[0]
+    if known is not None:
+        lines += toml_lines(known)
+    else:
+        lines += derived.lines() if derived is not None else generic_lines(plan.engine)
     fields = known.setup_fields if known else {}
     for name, allocator, env in setups:
         lines += setup_lines(name, allocator, env, fields)
@@ -322,7 +326,10 @@ def document(
             f"confirm on real private servers before deploying: mallocbench run {path} "
             f"--out {plan.out / 'confirm'}"
         )
-        notes.append(_workload_note(plan.workload, path))
+        if plan.workload is None:
+            notes += confirm.workload_notes(plan.trace, toml, path)
+        if plan.workload is not None or confirm.DERIVED not in toml:
+            notes.append(_workload_note(plan.workload, path))
     return {
         "trace": plan.trace,
         "evaluator": plan.evaluator_name,

@@ -1,0 +1,85 @@
+"""The words of `check --against`: the watched server against its recorded window."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mallocbench.analysis.held import Against, Held, WindowRatio
+from mallocbench.units import interval
+
+VERDICT = {
+    Held.HELD: "held",
+    Held.NOT_HELD: "did not hold",
+    Held.UNDECIDED: "not shown either way (watch longer, or at a steadier hour)",
+    Held.NO_INTERVAL: "not known (too few samples: watch longer)",
+}
+
+
+def _ratio(r: WindowRatio) -> str:
+    text = f"{r.point:.2f}x of the recorded window"
+    return text + (f" {interval(r.low, r.high)}" if r.known else " (no interval)")
+
+
+def _range(low: float, high: float) -> str:
+    return f"{low:.2f}x to {high:.2f}x"
+
+
+def rss_line(a: Against, predicted_by: str) -> str:
+    """'RSS 0.91x of the recorded window [0.88, 0.94]; advise predicted 0.90x: held'."""
+    return f"RSS {_ratio(a.rss)}; {predicted_by} {a.predicted[0]:.2f}x: {VERDICT[a.rss_held]}"
+
+
+def qps_line(a: Against) -> str | None:
+    if a.qps is None or a.same_load is None:
+        return None
+    same = {
+        Held.HELD: "the load was the recorded one's",
+        Held.NOT_HELD: "the load was NOT the recorded one's: the RSS compares another load",
+        Held.UNDECIDED: "the load may differ from the recorded one's",
+        Held.NO_INTERVAL: "the load's likeness is not known",
+    }[a.same_load]
+    return f"QPS {_ratio(a.qps)}: {same} (within {a.tolerance:.0%})"
+
+
+def lines(a: Against, predicted_by: str, notes: list[str]) -> list[str]:
+    out = [f"watched {a.watched_s:.0f} s ({a.rss.watched} samples) against the recorded "
+           f"window ({a.rss.recorded} samples)"]  # fmt: skip
+    out.append(
+        f"the prediction holds when the RSS ratio's interval lies within {_range(*a.within)} "
+        f"(the prediction's interval, and at least {a.tolerance:.0%} either side)"
+    )
+    qps = qps_line(a)
+    out += [*(f"note: {n}" for n in notes), *([qps] if qps else []), rss_line(a, predicted_by)]
+    return out
+
+
+def _num(x: float) -> float | None:
+    return None if math.isnan(x) else x
+
+
+def _ratio_dict(r: WindowRatio | None) -> dict[str, Any] | None:
+    if r is None:
+        return None
+    return {"point": _num(r.point), "low": _num(r.low), "high": _num(r.high),
+            "watched_samples": r.watched, "recorded_samples": r.recorded}  # fmt: skip
+
+
+def to_dict(a: Against, predicted_by: str, notes: list[str]) -> dict[str, Any]:
+    return {
+        "watched_s": a.watched_s,
+        "rss_ratio": _ratio_dict(a.rss),
+        "qps_ratio": _ratio_dict(a.qps),
+        "predicted_rss_ratio": {
+            "point": a.predicted[0],
+            "low": _num(a.predicted[1]),
+            "high": _num(a.predicted[2]),
+            "by": predicted_by,
+        },  # fmt: skip
+        "held_within": list(a.within),
+        "tolerance": a.tolerance,
+        "held": a.rss_held.name.lower(),
+        "same_load": a.same_load.name.lower() if a.same_load is not None else None,
+        "line": rss_line(a, predicted_by),
+        "notes": notes,
+    }
