@@ -21,9 +21,9 @@ from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.replay import Ratio, saving
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import ReplayRecord, ReplayRun
+from mallocbench.native import shim_path
 from mallocbench.replay import control, serverrss
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 from mallocbench.report.recommend import recommendation_lines
 from mallocbench.report.replay import saving_text
 from mallocbench.tune import advise as advisemod

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
+from mallocbench.native import shim_path
 from mallocbench.replay import serverrss
-from mallocbench.replay.native import shim_path
 
 pytestmark = pytest.mark.server
 

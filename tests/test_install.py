@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import native_programs
+from mallocbench.native import shim_path
 from mallocbench.replay import control
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 
 ROOT = Path(__file__).resolve().parents[1]
 

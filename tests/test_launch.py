@@ -22,9 +22,9 @@ from mallocbench import allocators
 from mallocbench.deploy import forms as deploy
 from mallocbench.deploy import install, launch
 from mallocbench.model.results import SetupInfo
+from mallocbench.native import shim_path
 from mallocbench.replay import control
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig
 from test_deploy import TEST_SERVICE, systemd_verify

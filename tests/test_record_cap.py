@@ -15,10 +15,10 @@ import pytest
 
 import native_programs
 from mallocbench import allocators
+from mallocbench.native import shim_path
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 
 MIB = 1 << 20
 CHUNK = 64 << 10  # the shim's per-thread buffer

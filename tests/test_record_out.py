@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import native_programs
+from mallocbench.native import shim_path
 from mallocbench.replay import control
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 
 SUDO = {"SUDO_UID": "4242", "SUDO_GID": "4243"}
 

@@ -25,10 +25,10 @@ import pytest
 import native_programs
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
+from mallocbench.native import replayer_path, shim_path
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import replayer_path, shim_path
 
 HERE = Path(__file__).resolve().parent
 HEADER = 1024

@@ -255,7 +255,7 @@ def check(pid: int, status_of: Callable[[int], str] | None = None) -> InForce:
     """What is in force in process `pid`; `status_of` reads the shim's status, when it
     is loaded (replay.control's, which reads this module's environ)."""
     from mallocbench.deploy import launch
-    from mallocbench.replay.native import SHIM
+    from mallocbench.native import SHIM
 
     environ = read_environ(pid)
     mapped = allocators.mapped_libraries(pid)

@@ -11,9 +11,9 @@ from pathlib import Path
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.base import CellProgress, RunContext, Session
 from mallocbench.model.results import Cell
+from mallocbench.native import shim_path
 from mallocbench.probes.system import system_thp_mode
 from mallocbench.replay import cells as cells_record
-from mallocbench.replay.native import shim_path
 from mallocbench.run import dataset
 from mallocbench.run.experiment import (
     MIN_RUN_SLICE_S,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.native import shim_path
 from mallocbench.replay import control
-from mallocbench.replay.native import shim_path
 
 # The shell's $$ is its own pid, which exec keeps: the shim arms only in that process
 # (and in whatever it execs), never in the programs it starts, which inherit the

@@ -25,9 +25,9 @@ from mallocbench.deploy import forms as deploy
 from mallocbench.deploy import inforce, launch
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import write_text_atomic
+from mallocbench.native import SHIM, SHIM_ENV, shim_path
 from mallocbench.probes import process as proc_probe
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import SHIM, SHIM_ENV, shim_path
 from mallocbench.replay.trace import STATUS_OFFSET, STATUS_SIZE
 
 CONTROL_ENV = "MBRECORD_CONTROL"

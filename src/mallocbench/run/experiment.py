@@ -26,9 +26,10 @@ from mallocbench.analysis.recommend import parse_max_loss, parse_priorities
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.errors import MallocbenchError, did_you_mean
+from mallocbench.files import cache_root
 from mallocbench.inputs.tomlpos import KeyPath
 from mallocbench.inputs.validation import Problems, read_toml
-from mallocbench.run.dataset import Dataset, cache_root
+from mallocbench.run.dataset import Dataset
 from mallocbench.run.dialect import (
     MAX_PLANNED,
     MAX_REPEATS,
