@@ -312,7 +312,8 @@ def test_an_event_under_way_is_cut_when_the_session_ends(tmp_path: Path) -> None
     """The server is about to stop: a tool still running is stopped, and recorded as cut."""
     import time
 
-    from mallocbench.soak.events import EventRunner, SoakEvent
+    from mallocbench.run.soak_events import SoakEvent
+    from mallocbench.soak.events import EventRunner
 
     class Sleeping(EventRunner):
         def _run(self, event: SoakEvent) -> str | None:
@@ -330,7 +331,7 @@ def test_an_event_under_way_is_cut_when_the_session_ends(tmp_path: Path) -> None
 
 def test_the_schema_names_the_actions_and_keys_the_parser_takes() -> None:
     from mallocbench.run.dialect import SOAK_EVENT
-    from mallocbench.soak.events import ACTION_KEYS, ACTIONS, EVENT_KEYS
+    from mallocbench.run.soak_events import ACTION_KEYS, ACTIONS, EVENT_KEYS
 
     assert SOAK_EVENT["action"]["enum"] == list(ACTIONS) == list(ACTION_KEYS)
     assert set(SOAK_EVENT) == set(EVENT_KEYS)

@@ -45,11 +45,11 @@ from mallocbench.run.dialect import (
     setup_tables,
     string_map,
 )
+from mallocbench.run.soak_events import SoakEvent, parse_events
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config
-from mallocbench.soak.events import SoakEvent, parse_events
 from mallocbench.units import gb, parse_count, parse_duration, parse_fraction, parse_size
 from mallocbench.workloads.catalogue import Step, parse_steps
 
@@ -160,7 +160,7 @@ class Experiment:
     port: int | None = None
     source: str = ""
     step_specs: list[str] = field(default_factory=list)  # as written: names, groups
-    # [[soak.event]]: what a soak runs beside its load (soakevents); `run` refuses them.
+    # [[soak.event]]: what a soak runs beside its load (run.soak_events); `run` refuses them.
     events: tuple[SoakEvent, ...] = ()
     decision: Decision | None = None  # [decision]: what the run's recommendation weighs
 

@@ -280,7 +280,7 @@ class SoakSessions(RunSessions):
             attempt += 1
 
     def session_started(self, experiment: Experiment, live: Session) -> None:
-        """The session's events (soakevents) start beside the load."""
+        """The session's events (soak.events) start beside the load."""
         server = getattr(live, "server", None)  # a recorded executor replays no server
         if experiment.events and server is not None:
             horizon = experiment.repeats * experiment.duration_s
