@@ -212,7 +212,7 @@ def test_the_decision_table_parses_and_refuses_bad_values_in_one_line() -> None:
     ):
         with pytest.raises(MallocbenchError, match=re.escape(needle)):
             from_dict({**BASE_EXPERIMENT, "decision": bad})
-    properties = schema.build("run")["properties"]["decision"]["properties"]
+    properties = schema.build()["properties"]["decision"]["properties"]
     assert set(properties) == {"priority", "memory_budget", "max_loss"}
 
 
