@@ -59,7 +59,7 @@ def _run(
         "rec-1",
         "rec",
         "glibc",
-        metadata=RunMetadata(min_effect="3%"),
+        metadata=RunMetadata(min_effect=0.03),
         setups=[
             SetupInfo("glibc", "glibc"),
             SetupInfo(

@@ -24,7 +24,6 @@ import psutil
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis.recommend import parse_max_loss, parse_priorities
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
-from mallocbench.analysis.summary import MIN_EFFECT_UPPER
 from mallocbench.errors import MallocbenchError, did_you_mean
 from mallocbench.files import cache_root
 from mallocbench.inputs.tomlpos import KeyPath
@@ -50,7 +49,14 @@ from mallocbench.servers import engines
 from mallocbench.servers.cgroup import capping_problem, cpu_capping_problem
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config
-from mallocbench.units import gb, parse_count, parse_duration, parse_fraction, parse_size
+from mallocbench.units import (
+    gb,
+    parse_count,
+    parse_duration,
+    parse_fraction,
+    parse_min_effect,
+    parse_size,
+)
 from mallocbench.workloads.catalogue import Step, parse_steps
 
 THP_MODES = ("always", "madvise", "never")
@@ -601,9 +607,7 @@ def from_dict(
     steps, step_specs = _steps(problems, data)
     threads = _threads(problems, data)
     repeats = problems.check(("repeats",), _repeats, data.get("repeats", 1))
-    min_effect = problems.check(
-        ("min_effect",), parse_fraction, data.get("min_effect", 0), "min_effect", MIN_EFFECT_UPPER
-    )
+    min_effect = problems.check(("min_effect",), parse_min_effect, data.get("min_effect", 0))
     dataset = _dataset(problems, data, engine_list)
     alternate = problems.check(("alternate",), _alternate, data.get("alternate", RUNS))
     timing = _durations(problems, data, alternate or RUNS)
