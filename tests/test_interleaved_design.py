@@ -10,6 +10,7 @@ import pytest
 
 from mallocbench.analysis.summary import relative_tables
 from mallocbench.calibrate import auto as autodesign
+from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import RunResult
 from mallocbench.run.experiment import load
 from mallocbench.run.runner import Pipeline, RunOptions
@@ -59,7 +60,9 @@ def run(
         experiment = dataclasses.replace(
             experiment, design_widths=widths, design_budget_s=90.0, design_unranked=["runs"]
         )
-    outcome = Pipeline(experiment, RunOptions(out_dir=tmp_path / "out")).execute()
+    outcome = Pipeline(
+        experiment, RunOptions(out_dir=tmp_path / "out"), executor=RealExecutor()
+    ).execute()
     assert outcome.aborted is None and not outcome.failures, outcome.failures
     return outcome.result
 

@@ -31,6 +31,7 @@ from cli_runner import run_cli, small_experiment
 from conftest import IntegrityFigures
 from mallocbench import allocators
 from mallocbench.allocators.elf import defined_functions
+from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import RunResult
 from mallocbench.run import experiment as experiment_mod
 from mallocbench.run.runner import Pipeline, RunOptions
@@ -291,7 +292,7 @@ def test_a_bug_mid_run_leaves_the_run_failed_not_finished(
     monkeypatch.setattr(Pipeline, "_run_sessions", boom)
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="injected"):
-        Pipeline(experiment, RunOptions(out_dir=out)).execute()
+        Pipeline(experiment, RunOptions(out_dir=out), executor=RealExecutor()).execute()
     assert [s for _, s in run_status(out)] == ["failed"]
     # The locks went with the failed run: the next run in the directory may start.
     assert run_holder(out / "results.sqlite", run_status(out)[0][0]) is None

@@ -25,9 +25,9 @@ from mallocbench.calibrate.summary import (
 )
 from mallocbench.calibrate.target import Target
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.real import check_config_keys
 from mallocbench.probes.system import cpu_snapshot, system_thp_mode
 from mallocbench.run import dataset
+from mallocbench.run.builds import check_config_keys
 from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession, in_block_order
 from mallocbench.run.measure import (
     CellMeasurement,

@@ -37,12 +37,12 @@ import psutil
 
 from mallocbench.analysis.comparability import MEMORY_TOLERANCE
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.base import RunContext, Session
 from mallocbench.executors.real import RealExecutor
 from mallocbench.files import write_text_atomic
 from mallocbench.model.metadata import ClusterRecord, HostRecord, RunMetadata, WorkerCpuShare
 from mallocbench.model.results import Cell, RunResult
 from mallocbench.probes.system import host_facts
+from mallocbench.run.executor import RunContext, Session
 from mallocbench.run.experiment import (
     Experiment,
     PlannedCell,
@@ -912,14 +912,19 @@ def pipeline_for(
     """The local pipeline, or the cluster's when an address is given."""
     if address is None:
         return Pipeline(
-            experiment, options, progress, stop_requested, sessions=StoredRunSessions(run_id)
+            experiment,
+            options,
+            progress,
+            stop_requested,
+            executor=RealExecutor(),
+            sessions=StoredRunSessions(run_id),
         )
     return Pipeline(
         experiment,
         options,
         progress,
         stop_requested,
-        _DriverExecutor(),
+        executor=_DriverExecutor(),
         # The driver records the hosts from what the units return.
         sessions=StoredRunSessions(run_id, joins_hosts=False),
         schedule=ClusterSchedule(address, security, say),

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.base import RunContext, Session
 from mallocbench.model.results import (
     STATUS_CRASHED,
     STATUS_OOM,
@@ -30,6 +29,7 @@ from mallocbench.model.results import (
     RunResult,
     SessionInfo,
 )
+from mallocbench.run.executor import RunContext, Session
 from mallocbench.run.experiment import (
     Experiment,
     PlannedCell,

@@ -19,8 +19,6 @@ from typing import Protocol
 from mallocbench.analysis.convergence import WideCell, cells_to_repeat, wide_cells
 from mallocbench.analysis.steady import WINDOW_S
 from mallocbench.errors import EnvironmentLost, MallocbenchError
-from mallocbench.executors.base import Executor, RunContext, Session
-from mallocbench.executors.real import RealExecutor
 from mallocbench.model.metadata import (
     AdaptiveRecord,
     AllocatorRecord,
@@ -37,6 +35,8 @@ from mallocbench.model.results import (
     SetupInfo,
 )
 from mallocbench.probes.system import host_facts
+from mallocbench.run.builds import resolve_builds
+from mallocbench.run.executor import Executor, RunContext, Session
 from mallocbench.run.experiment import (
     AUTO,
     INTERLEAVED,
@@ -249,7 +249,7 @@ def dry_run_checks(experiment: Experiment, options: RunOptions, on_cluster: bool
     each setup's basedir holds a server (the allocator libraries were checked as the
     experiment loaded), and a resumed run's experiment file has not changed since."""
     if not on_cluster:  # a cluster's servers are on its hosts, checked there
-        RealExecutor().resolve_builds(experiment)
+        resolve_builds(experiment)
     if not options.resume:
         return
     target = options.store_target
@@ -479,8 +479,8 @@ class Pipeline:
         options: RunOptions,
         progress: Progress | None = None,
         stop_requested: Callable[[], bool] | None = None,
-        executor: Executor | None = None,
         *,
+        executor: Executor,
         sessions: RunSessions | None = None,
         schedule: Schedule | None = None,
     ) -> None:
@@ -489,7 +489,7 @@ class Pipeline:
         self.progress = progress or SilentProgress()
         self.stop_requested = stop_requested or (lambda: False)
         # What starts the servers and measures; the scheduler here decides the rest.
-        self.executor: Executor = executor or RealExecutor()
+        self.executor = executor
         self.sessions = sessions or RunSessions()
         self.schedule: Schedule = schedule or LocalSchedule()
         # Why the setups' servers cannot be up at once, when the design asks for it.

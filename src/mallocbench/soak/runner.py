@@ -39,9 +39,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.base import Executor, Session
+from mallocbench.executors.real import RealExecutor
 from mallocbench.model.metadata import DesignRecord, RunMetadata, SoakRecord
 from mallocbench.model.results import STATUS_CRASHED, STATUS_OOM
+from mallocbench.run.executor import Executor, Session
 from mallocbench.run.experiment import (
     MAX_DURATION_S,
     SEQUENTIAL,
@@ -314,7 +315,12 @@ def soak_pipeline(
 ) -> Pipeline:
     """The run pipeline with a soak's session source."""
     return Pipeline(
-        experiment, options, progress, stop_requested, executor, sessions=SoakSessions()
+        experiment,
+        options,
+        progress,
+        stop_requested,
+        executor=executor or RealExecutor(),
+        sessions=SoakSessions(),
     )
 
 

@@ -263,9 +263,15 @@ class ServerEvaluator:
         return self._experiment(name, [setup], 1, SEQUENTIAL)
 
     def _execute(self, experiment: Experiment) -> RunResult:
+        from mallocbench.executors.real import RealExecutor
         from mallocbench.run.runner import Pipeline, RunOptions
 
-        pipeline = Pipeline(experiment, RunOptions(out_dir=self.runs_dir), _StatusOnly(self.say))
+        pipeline = Pipeline(
+            experiment,
+            RunOptions(out_dir=self.runs_dir),
+            _StatusOnly(self.say),
+            executor=RealExecutor(),
+        )
         outcome = pipeline.execute()
         if outcome.aborted == "interrupted":
             raise KeyboardInterrupt
