@@ -25,7 +25,7 @@ from mallocbench.model.results import RunResult
 from mallocbench.report.markdown import render as markdown_render
 from mallocbench.report.recommend import recommendation_dict, recommendation_lines, verdict_lines
 from mallocbench.run import schema
-from mallocbench.run.experiment import from_dict
+from mallocbench.run.loading import from_dict
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HEADLINE = re.compile(

@@ -12,7 +12,7 @@ from mallocbench.analysis.summary import relative_tables
 from mallocbench.calibrate import auto as autodesign
 from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import RunResult
-from mallocbench.run.experiment import load
+from mallocbench.run.loading import load
 from mallocbench.run.runner import Pipeline, RunOptions
 
 EXPERIMENT = """

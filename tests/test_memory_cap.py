@@ -25,7 +25,8 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.report import html, markdown, terminal
 from mallocbench.report.words import CAP_NOTE
-from mallocbench.run.experiment import MIN_MEMORY_LIMIT, from_dict
+from mallocbench.run.experiment import MIN_MEMORY_LIMIT
+from mallocbench.run.loading import from_dict
 from mallocbench.servers.cgroup import MemoryCgroup, capping_problem, memory_cgroup_of
 
 MiB = 1 << 20

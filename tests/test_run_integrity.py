@@ -33,7 +33,7 @@ from mallocbench import allocators
 from mallocbench.allocators.elf import defined_functions
 from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import RunResult
-from mallocbench.run import experiment as experiment_mod
+from mallocbench.run import loading as loading_mod
 from mallocbench.run.runner import Pipeline, RunOptions
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import Store
@@ -283,7 +283,7 @@ def test_sigterm_stops_like_ctrl_c_and_keeps_finished_cells(
 def test_a_bug_mid_run_leaves_the_run_failed_not_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, integrity_figures
 ) -> None:
-    experiment = experiment_mod.load(write_experiment(tmp_path))
+    experiment = loading_mod.load(write_experiment(tmp_path))
 
     def boom(*args: object, **kwargs: object) -> None:
         raise ValueError("injected")

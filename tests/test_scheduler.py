@@ -17,7 +17,9 @@ import pytest
 
 from mallocbench.executors.recorded import RecordedExecutor, ScriptedDeath
 from mallocbench.model.results import STATUS_OK, STATUS_OOM, Cell, RunResult
-from mallocbench.run.experiment import Experiment, PlannedCell, load, plan
+from mallocbench.run.experiment import Experiment, PlannedCell
+from mallocbench.run.loading import load
+from mallocbench.run.planning import plan
 from mallocbench.run.runner import (
     STAGE1_BLOCKS,
     Pipeline,

@@ -27,7 +27,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import Cell, RunResult, SessionInfo
 from mallocbench.report.words import warmup_text
-from mallocbench.run.experiment import from_dict, load
+from mallocbench.run.loading import from_dict, load
 from mallocbench.run.runner import Pipeline, RunOptions, RunOutcome
 from mallocbench.store.sqlite import Store
 

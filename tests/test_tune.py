@@ -22,7 +22,7 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis import choice
 from mallocbench.deploy.launch import FORMS
-from mallocbench.run.experiment import load
+from mallocbench.run.loading import load
 from mallocbench.tune import driver, evaluate, front, render, search
 from mallocbench.tune.evaluate import EvaluationFailed, auto_portion
 from mallocbench.tune.objectives import parse_constraints, parse_objectives

@@ -17,7 +17,7 @@ from mallocbench.commands.schema import build
 from mallocbench.errors import MallocbenchError
 from mallocbench.inputs.tomlpos import positions
 from mallocbench.patterns import experiment as pexp
-from mallocbench.run.experiment import from_dict, load
+from mallocbench.run.loading import from_dict, load
 
 ROOT = Path(__file__).resolve().parents[1]
 

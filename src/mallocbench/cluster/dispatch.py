@@ -43,23 +43,11 @@ from mallocbench.model.metadata import ClusterRecord, HostRecord, RunMetadata, W
 from mallocbench.model.results import Cell, RunResult
 from mallocbench.probes.system import host_facts
 from mallocbench.run.executor import RunContext, Session
-from mallocbench.run.experiment import (
-    Experiment,
-    PlannedCell,
-    PlannedSession,
-    apply_overrides,
-    blocks,
-    from_dict,
-    plan_extra_round,
-    recorded_set,
-)
-from mallocbench.run.runner import (
-    Pipeline,
-    Progress,
-    RunOptions,
-    RunOutcome,
-    RunSessions,
-)
+from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession
+from mallocbench.run.loading import from_dict
+from mallocbench.run.overrides import apply_overrides, recorded_set
+from mallocbench.run.planning import blocks, plan_extra_round
+from mallocbench.run.runner import Pipeline, Progress, RunOptions, RunOutcome, RunSessions
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError
 from mallocbench.servers.orphans import Orphan, stop_orphans
 from mallocbench.store import ResultsStore, is_url, locks, open_store, store_label
@@ -116,7 +104,7 @@ def experiment_from_run(stored: RunResult) -> Experiment:
     """The experiment a run ran, from its stored text alone (no file needed).
 
     The text is the file as it was, then one `# --set KEY=VALUE` comment line per
-    command-line override (experiment.load writes them): those trailing lines are
+    command-line override (run.loading.load writes them): those trailing lines are
     applied again, so the rebuilt experiment is the one that ran and its text is the
     stored text, byte for byte, as --resume checks.
     """
@@ -875,11 +863,12 @@ def load_for_run(
     `run --resume RUN_ID --store TARGET` needs no experiment file: the run's stored text
     is the experiment (on another machine too, as long as it reaches the store).
     """
-    from mallocbench.run import experiment as experiment_mod
+
+    from mallocbench.run import loading as loading_mod
 
     as_file = experiment_file.suffix == ".toml" or experiment_file.exists()
     if not resume or as_file:
-        return experiment_mod.load(experiment_file, overrides), None
+        return loading_mod.load(experiment_file, overrides), None
     run_id = str(experiment_file)
     if overrides:
         raise MallocbenchError(
@@ -933,7 +922,7 @@ def pipeline_for(
 
 def dispatch_line(experiment: Experiment, address: str) -> str:
     """What --dry-run --cluster adds to the plan."""
-    from mallocbench.run.experiment import plan
+    from mallocbench.run.planning import plan
 
     count = len(units_of(plan(experiment), set()))
     return (

@@ -22,7 +22,6 @@ from mallocbench.run.experiment import (
     PlannedCell,
     PlannedSession,
     Setup,
-    slices_per_cell,
 )
 from mallocbench.run.measure import (
     CellMeasurement,
@@ -35,6 +34,7 @@ from mallocbench.run.measure import (
     takes_turns,
     warm_up,
 )
+from mallocbench.run.planning import slices_per_cell
 from mallocbench.run.session import LiveSession, start_session, stop_session, warm_cache
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError, server_user

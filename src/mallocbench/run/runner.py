@@ -28,12 +28,7 @@ from mallocbench.model.metadata import (
     Durations,
     RunMetadata,
 )
-from mallocbench.model.results import (
-    STATUS_OK,
-    Cell,
-    RunResult,
-    SetupInfo,
-)
+from mallocbench.model.results import STATUS_OK, Cell, RunResult, SetupInfo
 from mallocbench.probes.system import host_facts
 from mallocbench.run.builds import resolve_builds
 from mallocbench.run.executor import Executor, RunContext, Session
@@ -45,6 +40,8 @@ from mallocbench.run.experiment import (
     Experiment,
     PlannedCell,
     PlannedSession,
+)
+from mallocbench.run.planning import (
     blocks,
     concurrency_problem,
     plan,
