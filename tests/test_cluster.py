@@ -40,7 +40,7 @@ from mallocbench.model.metadata import HostFacts, HostRecord
 from mallocbench.model.results import RunResult
 from mallocbench.run import loading as loading_mod
 from mallocbench.run.planning import blocks, plan
-from mallocbench.run.runner import _check_reports_dir
+from mallocbench.run.source import check_reports_dir
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import open_store
 
@@ -350,9 +350,9 @@ def test_a_resume_never_replaces_reports_its_store_cannot_rebuild(tmp_path: Path
     try:
         assert [r["cells"] for r in store.list_runs()] == [0]  # refused before measuring
         # Reports of this run, or of one the same store keeps, are one `report` away.
-        _check_reports_dir(out, store, "mine-7")
+        check_reports_dir(out, store, "mine-7")
         _stored_run(store_path, "mine-7", tmp_path)
-        _check_reports_dir(out, store, "spread-1")
+        check_reports_dir(out, store, "spread-1")
     finally:
         store.close()
 

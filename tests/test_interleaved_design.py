@@ -13,7 +13,8 @@ from mallocbench.calibrate import auto as autodesign
 from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import RunResult
 from mallocbench.run.loading import load
-from mallocbench.run.runner import Pipeline, RunOptions
+from mallocbench.run.options import RunOptions
+from mallocbench.run.runner import Pipeline
 
 EXPERIMENT = """
 name = "il"

@@ -34,7 +34,8 @@ from mallocbench.allocators.elf import defined_functions
 from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import RunResult
 from mallocbench.run import loading as loading_mod
-from mallocbench.run.runner import Pipeline, RunOptions
+from mallocbench.run.options import RunOptions
+from mallocbench.run.runner import Pipeline
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import Store
 from mallocbench.store.base import damaged_store

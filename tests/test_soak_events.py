@@ -253,7 +253,7 @@ def test_every_action_runs_beside_the_load_and_a_failure_is_an_outcome(tmp_path:
     from mallocbench.analysis.run_analysis import analyze
     from mallocbench.report.charts import run_charts
     from mallocbench.report.ratchet import markdown_lines, ratchet_json
-    from mallocbench.run.runner import RunOptions
+    from mallocbench.run.options import RunOptions
     from mallocbench.soak.runner import soak_metadata, soak_pipeline
 
     path = tmp_path / "ev.toml"

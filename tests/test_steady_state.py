@@ -28,7 +28,8 @@ from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import Cell, RunResult, SessionInfo
 from mallocbench.report.words import warmup_text
 from mallocbench.run.loading import from_dict, load
-from mallocbench.run.runner import Pipeline, RunOptions, RunOutcome
+from mallocbench.run.options import RunOptions, RunOutcome
+from mallocbench.run.runner import Pipeline
 from mallocbench.store.sqlite import Store
 
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "ramps.json").read_text())

@@ -45,9 +45,12 @@ from mallocbench.probes.system import host_facts
 from mallocbench.run.executor import RunContext, Session
 from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession
 from mallocbench.run.loading import from_dict
+from mallocbench.run.options import Progress, RunOptions, RunOutcome
 from mallocbench.run.overrides import apply_overrides, recorded_set
 from mallocbench.run.planning import blocks, plan_extra_round
-from mallocbench.run.runner import Pipeline, Progress, RunOptions, RunOutcome, RunSessions
+from mallocbench.run.runner import Pipeline
+from mallocbench.run.schedule import ScheduledRun
+from mallocbench.run.source import RunSessions
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError
 from mallocbench.servers.orphans import Orphan, stop_orphans
 from mallocbench.store import ResultsStore, is_url, locks, open_store, store_label
@@ -353,7 +356,7 @@ class ClusterSchedule:
 
     def run(
         self,
-        pipeline: Pipeline,
+        pipeline: ScheduledRun,
         store: ResultsStore,
         run_id: str,
         sessions: list[PlannedSession],
@@ -388,7 +391,7 @@ class ClusterSchedule:
 
     def _dispatch(
         self,
-        pipeline: Pipeline,
+        pipeline: ScheduledRun,
         store: ResultsStore,
         run_id: str,
         units: list[Unit],
@@ -440,7 +443,7 @@ class ClusterSchedule:
 
         return Event(stop_event_name(run_id), client=self.client)
 
-    def _submit(self, pipeline: Pipeline, store_at: str, run_id: str, unit: Unit) -> Any:
+    def _submit(self, pipeline: ScheduledRun, store_at: str, run_id: str, unit: Unit) -> Any:
         spec = {
             "store": store_at,
             "run_id": run_id,
@@ -518,7 +521,7 @@ class ClusterSchedule:
 
     def _report_cells(
         self,
-        pipeline: Pipeline,
+        pipeline: ScheduledRun,
         store: ResultsStore,
         run_id: str,
         seen: set[tuple[str, str, str, int, int]],

@@ -35,7 +35,9 @@ from mallocbench.report.words import wide_cell_text
 from mallocbench.run import experiment as experiment_mod
 from mallocbench.run import planning as planning_mod
 from mallocbench.run.experiment import Decision
-from mallocbench.run.runner import Pipeline, RunOptions, RunOutcome, cell_estimate, dry_run_checks
+from mallocbench.run.options import RunOptions, RunOutcome, cell_estimate
+from mallocbench.run.runner import Pipeline
+from mallocbench.run.source import dry_run_checks
 from mallocbench.store import is_url, open_store, store_label, store_target
 from mallocbench.store.base import STORE_NAME
 from mallocbench.store.loading import load_result

@@ -20,7 +20,7 @@ from mallocbench.report import soak as soak_report
 from mallocbench.report.formats import write_run_reports
 from mallocbench.run import experiment as experiment_mod
 from mallocbench.run import loading as loading_mod
-from mallocbench.run.runner import RunOptions, RunOutcome
+from mallocbench.run.options import RunOptions, RunOutcome
 from mallocbench.soak.runner import (
     DEFAULT_DURATION,
     DEFAULT_SEGMENT,

@@ -50,7 +50,9 @@ from mallocbench.run.experiment import (
     PlannedCell,
     PlannedSession,
 )
-from mallocbench.run.runner import Pipeline, Progress, RunOptions, RunSessions
+from mallocbench.run.options import Progress, RunOptions
+from mallocbench.run.runner import Pipeline
+from mallocbench.run.source import RunSessions
 from mallocbench.soak.events import EventRunner, check_tools
 from mallocbench.store import ResultsStore
 from mallocbench.units import parse_duration
