@@ -858,7 +858,7 @@ def test_a_full_disk_under_the_postgresql_store(
 
 def test_a_stall_is_seconds_without_a_query_where_seconds_usually_have_many() -> None:
     from mallocbench.model.results import Cell, Sample
-    from mallocbench.run.measure import STALL_S, longest_stall, note_stall
+    from mallocbench.run.cellends import STALL_S, longest_stall, note_stall
 
     def cell(rates: list[float], turns: bool = False) -> Cell:
         made = Cell("a", "innodb", "point-query", 2, 0)

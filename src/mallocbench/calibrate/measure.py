@@ -29,10 +29,11 @@ from mallocbench.probes.system import cpu_snapshot, system_thp_mode
 from mallocbench.run import dataset
 from mallocbench.run.builds import check_config_keys
 from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession
-from mallocbench.run.measure import CellMeasurement, measure_turns, new_cell, warm_up
+from mallocbench.run.measure import CellMeasurement, new_cell, warm_up
 from mallocbench.run.measure import measure_slice as measure_cell_slice
 from mallocbench.run.planning import in_block_order
 from mallocbench.run.session import LiveSession, start_session, stop_session, warm_cache
+from mallocbench.run.turns import measure_turns
 from mallocbench.servers.mariadb import ServerBuild, find_build
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import locks

@@ -14,6 +14,7 @@ from mallocbench.probes.system import system_thp_mode
 from mallocbench.replay import cells as cells_record
 from mallocbench.run import dataset
 from mallocbench.run.builds import resolve_builds
+from mallocbench.run.cellends import record_charge, restart_peak
 from mallocbench.run.executor import CellProgress, RunContext, Session
 from mallocbench.run.experiment import (
     MIN_RUN_SLICE_S,
@@ -23,19 +24,10 @@ from mallocbench.run.experiment import (
     PlannedSession,
     Setup,
 )
-from mallocbench.run.measure import (
-    CellMeasurement,
-    finish_cell,
-    measure_slice,
-    measure_turns,
-    new_cell,
-    record_charge,
-    restart_peak,
-    takes_turns,
-    warm_up,
-)
+from mallocbench.run.measure import CellMeasurement, finish_cell, measure_slice, new_cell, warm_up
 from mallocbench.run.planning import slices_per_cell
 from mallocbench.run.session import LiveSession, start_session, stop_session, warm_cache
+from mallocbench.run.turns import measure_turns, takes_turns
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError, server_user
 from mallocbench.servers.orphans import stop_orphans
