@@ -25,14 +25,13 @@ import pytest
 
 from cli_runner import run_cli
 from mallocbench.cluster import tls as clustertls
-from mallocbench.cluster.dispatch import (
+from mallocbench.cluster.driver import host_differences, share_note
+from mallocbench.cluster.units import (
     LOST_NOTE,
     LOST_NOTE_DONE,
     StoredRunSessions,
     Unit,
     experiment_from_run,
-    host_differences,
-    share_note,
     units_of,
 )
 from mallocbench.errors import MallocbenchError

@@ -15,7 +15,7 @@ import pytest
 
 from cli_runner import run_cli, small_experiment
 from mallocbench import allocators
-from mallocbench.cluster.dispatch import experiment_from_run
+from mallocbench.cluster.units import experiment_from_run
 from mallocbench.model.results import RunResult
 from mallocbench.run.dialect import MAX_NAME, MAX_REPEATS
 from mallocbench.run.experiment import MAX_CELLS
