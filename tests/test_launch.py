@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from mallocbench import allocators
+from mallocbench.deploy import deployment, install, launch, systemd
 from mallocbench.deploy import forms as deploy
-from mallocbench.deploy import install, launch
 from mallocbench.model.results import SetupInfo
 from mallocbench.native import shim_path
 from mallocbench.replay import control
@@ -56,15 +56,15 @@ def test_the_form_that_fits_from_recorded_proc_contents(case: dict[str, Any]) ->
     assert found.form == case["form"], found
     assert found.service == case.get("service"), found
     assert found.reasons and case["form"] not in found.others
-    assert tuple(deploy.FORM_SNIPPETS) == launch.FORMS  # every form has its text
+    assert tuple(deployment.FORM_SNIPPETS) == launch.FORMS  # every form has its text
 
 
 def test_recording_forms_keep_the_allocator_behind_the_shim(tmp_path: Path) -> None:
     shim = "/usr/local/lib/mallocbench/libmbrecord.so"
     d = deploy.recording(shim, "jemalloc", JE_LIB, TEST_SERVICE)
-    path = deploy.write_dropin(d, tmp_path)
-    assert path.name == deploy.RECORD_DROPIN
-    assert deploy.dropin_environment(path) == {"LD_PRELOAD": f"{shim} {JE_LIB}"}
+    path = systemd.write_dropin(d, tmp_path)
+    assert path.name == deployment.RECORD_DROPIN
+    assert systemd.dropin_environment(path) == {"LD_PRELOAD": f"{shim} {JE_LIB}"}
     assert systemd_verify(tmp_path, TEST_SERVICE).stderr == ""
     safe = deploy.render_form(d, "mysqld_safe")
     # malloc-lib takes one library, which mysqld_safe puts in front of LD_PRELOAD
@@ -86,13 +86,13 @@ def test_a_tuned_dropin_sorts_after_the_recording_one_and_removal_spares_it(
     """systemd applies drop-ins in name order, the last LD_PRELOAD winning: once the old
     mbrecord.conf sorted after mallocbench-jemalloc-tuned-3.conf and kept the shim."""
     shim = str(shim_path())
-    recording = deploy.write_dropin(deploy.recording(shim, service=TEST_SERVICE), tmp_path)
+    recording = systemd.write_dropin(deploy.recording(shim, service=TEST_SERVICE), tmp_path)
     tuned_setup = SetupInfo("jemalloc-tuned-3", "jemalloc", allocator_library=JE_LIB)
     tuned_deployment = deploy.deployment_for(tuned_setup, TEST_SERVICE)
-    tuned = deploy.write_dropin(tuned_deployment, tmp_path)
-    in_order = deploy.unit_files(TEST_SERVICE, (str(tmp_path),))
+    tuned = systemd.write_dropin(tuned_deployment, tmp_path)
+    in_order = systemd.unit_files(TEST_SERVICE, (str(tmp_path),))
     assert in_order == [recording, tuned]
-    assert deploy.unit_environment(in_order) == tuned_deployment.environment  # it wins
+    assert systemd.unit_environment(in_order) == tuned_deployment.environment  # it wins
     units = tmp_path / f"{TEST_SERVICE}.service.d"
     (units / "mbrecord.conf").write_text(f"[Service]\nEnvironment=LD_PRELOAD={shim}\n")
     foreign = tmp_path / "other.service.d" / "mbrecord.conf"

@@ -25,6 +25,7 @@ from mallocbench.analysis.recommend import (
 from mallocbench.commands.options import emit, min_effect_option
 from mallocbench.console import make_console
 from mallocbench.deploy import forms as deploy
+from mallocbench.deploy import systemd
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import ReplayRecord
 from mallocbench.model.results import RunResult, SetupInfo
@@ -253,7 +254,7 @@ def recommend_cmd(
             kinds = ", ".join(dict.fromkeys(e.kind for e in rec.engines)) or "keep"
             make_console(stderr=True).print(f"no change recommended ({kinds}): no drop-in written")
             return
-        path = deploy.write_dropin(deployment, dropin_dir)
+        path = systemd.write_dropin(deployment, dropin_dir)
         make_console(stderr=True).print(
             f"wrote {path}; apply with: systemctl daemon-reload && systemctl restart {service}"
         )

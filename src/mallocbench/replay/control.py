@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mallocbench import allocators
+from mallocbench.deploy import deployment, inforce, launch
 from mallocbench.deploy import forms as deploy
-from mallocbench.deploy import inforce, launch
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import write_text_atomic
 from mallocbench.native import SHIM, SHIM_ENV, shim_path
@@ -78,7 +78,7 @@ def record_shim() -> str:
 
 def recording_for(
     pid: int | None, service: str | None = None
-) -> tuple[deploy.Deployment, launch.Launch | None]:
+) -> tuple[deployment.Deployment, launch.Launch | None]:
     """The shim's deployment for process `pid` (in front of the allocator it has
     mapped) and how that process was started; without a pid, for glibc's malloc."""
     if pid is None:
