@@ -1,5 +1,5 @@
 """Where and in what order a run's planned sessions are measured: on this host, one server
-at a time or a block's servers up at once (a cluster's schedule is cluster.ClusterSchedule).
+at a time or a block's servers up at once (a cluster's is cluster.driver.ClusterSchedule).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Schedule(Protocol):
 class LocalSchedule:
     """Sessions on this host: one server at a time (sequential), or every setup's
     server of a block up at once (interleaved). A cluster's schedule
-    (cluster.ClusterSchedule) sends blocks to other hosts instead."""
+    (cluster.driver.ClusterSchedule) sends blocks to other hosts instead."""
 
     def connected(self) -> contextlib.AbstractContextManager[None]:
         """Held while the run executes: nothing to connect to here."""

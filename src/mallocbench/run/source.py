@@ -136,8 +136,9 @@ def dry_run_checks(experiment: Experiment, options: RunOptions, on_cluster: bool
 class RunSessions:
     """The session source of a run: what it measures, which run a resume continues, how
     its sessions are named and what they do beside the load. A soak
-    (soak.SoakSessions) and a run kept in a shared store (cluster.StoredRunSessions)
-    change parts of it; the pipeline asks it and schedules what it plans."""
+    (soak.runner.SoakSessions) and a run kept in a shared store
+    (cluster.units.StoredRunSessions) change parts of it; the pipeline asks it and
+    schedules what it plans."""
 
     # A server that died mid-session is replaced for the session's remaining cells; a
     # soak ends the setup's soak instead, its death being the outcome.
