@@ -31,7 +31,7 @@ from typing import Any
 
 from mallocbench.analysis import stats
 from mallocbench.model.results import RunResult
-from mallocbench.replay.native import shim_path
+from mallocbench.native import shim_path
 
 WITHIN = 0.25
 

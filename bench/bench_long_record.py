@@ -28,9 +28,9 @@ from typing import Any
 
 from common import server_under_load
 
+from mallocbench.native import shim_path
 from mallocbench.replay import control
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 from mallocbench.run.experiment import Dataset
 
 MIB = 1 << 20

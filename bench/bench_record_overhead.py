@@ -31,8 +31,8 @@ from typing import Any
 
 from mallocbench import allocators
 from mallocbench.analysis import stats
+from mallocbench.native import shim_path
 from mallocbench.replay import control
-from mallocbench.replay.native import shim_path
 from mallocbench.run.dataset import golden_datadir
 from mallocbench.run.experiment import Dataset
 from mallocbench.servers import engines

@@ -52,10 +52,10 @@ from common import server_under_load
 from mallocbench.analysis import stats
 from mallocbench.memory import process
 from mallocbench.model.results import json_safe
+from mallocbench.native import shim_path
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 from mallocbench.run.experiment import Dataset
 from mallocbench.servers.mariadb import PrivateServer
 from mallocbench.units import parse_size

@@ -22,10 +22,10 @@ from pathlib import Path
 from common import server_under_load
 
 from mallocbench import allocators
+from mallocbench.native import shim_path
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 from mallocbench.run.experiment import Dataset
 from mallocbench.units import parse_size
 

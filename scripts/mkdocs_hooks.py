@@ -69,7 +69,7 @@ def _rows(node: dict[str, Any], prefix: str) -> Iterator[tuple[str, str, str]]:
 
 
 def schema_table(kind: str) -> str:
-    from mallocbench.run.schema import build
+    from mallocbench.commands.schema import build
 
     schema = build(kind)
     lines = ["| key | type | meaning |", "| --- | --- | --- |"]

@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from mallocbench.replay import control
-from mallocbench.replay.native import shim_path
+from mallocbench.native import shim_path
+from mallocbench.replay import preload
 
 SOURCES = Path(__file__).resolve().parent / "native"
 
@@ -34,6 +34,6 @@ def busy_under_shim(ctl: Path) -> subprocess.Popen[bytes]:
     churn = "while True: [bytearray(64) for _ in range(1000)]"
     busy = subprocess.Popen([sys.executable, "-c", churn], env=env)
     deadline = time.monotonic() + 10
-    while control.shim_loaded(busy.pid) is None and time.monotonic() < deadline:
+    while preload.shim_loaded(busy.pid) is None and time.monotonic() < deadline:
         time.sleep(0.05)
     return busy

@@ -22,9 +22,9 @@ from mallocbench.analysis import recommend as rec
 from mallocbench.analysis.replay import Ratio, saving
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import ReplayRecord, ReplayRun
-from mallocbench.replay import control, serverrss
+from mallocbench.native import shim_path
+from mallocbench.replay import preload, serverrss
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 from mallocbench.report.recommend import recommendation_lines
 from mallocbench.report.replay import saving_text
 from mallocbench.tune import advise as advisemod
@@ -51,7 +51,7 @@ def pid_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
     busy = subprocess.Popen([sys.executable, "-c", CHURN], env=env)
     try:
         deadline = time.monotonic() + 10
-        while control.shim_loaded(busy.pid) is None and time.monotonic() < deadline:
+        while preload.shim_loaded(busy.pid) is None and time.monotonic() < deadline:
             time.sleep(0.05)
         trace = workdir / "busy.mbt"
         proc = run_cli("record", "--pid", str(busy.pid), "--seconds", "2", "--out", str(trace))

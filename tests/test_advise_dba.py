@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from cli_runner import run_cli
+from mallocbench.native import shim_path
 from mallocbench.replay import serverrss, workload
-from mallocbench.replay.native import shim_path
-from mallocbench.run.experiment import load as load_experiment
+from mallocbench.run.loading import load as load_experiment
 from mallocbench.tune import confirm
 
 pytestmark = pytest.mark.server

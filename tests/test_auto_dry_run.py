@@ -74,11 +74,11 @@ def test_widths_past_the_cap_are_worded_and_the_rest_kept() -> None:
 
 def test_a_budget_goes_with_auto_and_fits_the_shape_to_it(tmp_path: Path) -> None:
     from mallocbench.calibrate import auto as autodesign
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
 
     path = tmp_path / "auto.toml"
     path.write_text(AUTO.replace("repeats = 2", 'repeats = 2\nbudget = "5m"'))
-    experiment = experiment_mod.load(path)
+    experiment = loading_mod.load(path)
     assert experiment.budget_s == 300.0
     costs = designs.Costs(start_s=1.2, warmup_s=9.0, slice_wall_s=5.1, turn_s=1.07)
     record = {
@@ -103,7 +103,7 @@ def test_a_budget_goes_with_auto_and_fits_the_shape_to_it(tmp_path: Path) -> Non
 
     path.write_text(AUTO.replace('design = "auto"', 'budget = "5m"'))
     with pytest.raises(MallocbenchError) as refused:
-        experiment_mod.load(path)
+        loading_mod.load(path)
     assert 'add design = "auto"' in str(refused.value)
     assert len(str(refused.value).strip().splitlines()) == 1
 
@@ -120,13 +120,13 @@ def test_the_dry_run_line_shows_no_runaway_width(
     from mallocbench.calibrate import auto as autodesign
     from mallocbench.calibrate.store import calibration_key
     from mallocbench.calibrate.target import pick_target
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
 
     path = tmp_path / "auto.toml"
     path.write_text(AUTO)
     cache = tmp_path / "cache"
     monkeypatch.setenv("MALLOCBENCH_CACHE", str(cache))
-    experiment = experiment_mod.load(path)
+    experiment = loading_mod.load(path)
     target = pick_target(experiment, None, None, None, None)
 
     def parts(within: float, between: float, mean_log: float) -> dict[str, float | int]:

@@ -167,13 +167,13 @@ def test_as_many_copies_as_setups_each_give_a_ratio_series(tmp_path: Path) -> No
     as b's does), and a turn's cost is the turns phase over every copy's turns."""
     from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
     from mallocbench.calibrate.target import pick_target
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
 
     path = tmp_path / "four.toml"
     path.write_text(
         TINY + "".join(f'[[setup]]\nname = "g{i}"\nallocator = "glibc"\n' for i in (2, 3, 4))
     )
-    experiment = experiment_mod.load(path)
+    experiment = loading_mod.load(path)
     target = pick_target(experiment, None, None, None, None)
     levels = ([1.0, 1.2, 0.9], [1.1, 1.0, 0.8])  # copy a over b, c, d: per start
     starts, pairs = [], []
@@ -205,7 +205,8 @@ def test_copies_take_the_places_a_runs_blocks_give_their_setups(tmp_path: Path) 
     between-start variance in the calibration as in the run, not a fixed offset of copy
     a that the prediction would leave out."""
     from mallocbench.calibrate.measure import copy_order
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
+    from mallocbench.run import planning as planning_mod
 
     for count in (2, 3, 4):
         path = tmp_path / f"n{count}.toml"
@@ -215,12 +216,12 @@ def test_copies_take_the_places_a_runs_blocks_give_their_setups(tmp_path: Path) 
                 f'[[setup]]\nname = "g{i}"\nallocator = "glibc"\n' for i in range(2, count + 1)
             )
         )
-        experiment = dataclasses.replace(experiment_mod.load(path), repeats=4)
+        experiment = dataclasses.replace(loading_mod.load(path), repeats=4)
         names = [s.name for s in experiment.setups]
         for repeat in range(4):
             block = [
                 session.setup
-                for session in experiment_mod.plan(experiment)
+                for session in planning_mod.plan(experiment)
                 if session.repeat == repeat
             ]
             assert copy_order(count, repeat) == [names.index(n) for n in block]
@@ -245,9 +246,9 @@ def test_runs_and_turns_are_planned_with_the_start_level_both_saw(tmp_path: Path
     from mallocbench.analysis.noise import SHARED_START_MIN_P
     from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
     from mallocbench.calibrate.target import pick_target
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
 
-    experiment = experiment_mod.load(_tiny(tmp_path))
+    experiment = loading_mod.load(_tiny(tmp_path))
     target = pick_target(experiment, None, None, None, None)
     scatter = [1.3, 0.75, 1.25, 0.8, 1.2, 0.85]  # turn to turn, far above the levels' spread
     starts, pairs = [], []
@@ -330,9 +331,9 @@ def test_the_pooled_start_level_is_a_floor_not_a_replacement(tmp_path: Path) -> 
     from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
     from mallocbench.calibrate.target import pick_target
     from mallocbench.report.calibrate import design_lines
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
 
-    experiment = experiment_mod.load(_tiny(tmp_path))
+    experiment = loading_mod.load(_tiny(tmp_path))
     target = pick_target(experiment, None, None, None, None)
     piece = SliceResult(1000.0, [1000.0], 6.0, {})
     starts = [StartResult(0.6, 8.0, True, [piece, piece, piece]) for _ in RUNS_SEEN]
@@ -374,9 +375,9 @@ def test_a_copy_that_nearly_stopped_is_named_and_kept(tmp_path: Path) -> None:
         summarize,
     )
     from mallocbench.calibrate.target import pick_target
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
 
-    experiment = experiment_mod.load(_tiny(tmp_path))
+    experiment = loading_mod.load(_tiny(tmp_path))
     target = pick_target(experiment, None, None, None, None)
     piece = SliceResult(1000.0, [1000.0], 6.0, {})
     starts = [StartResult(0.6, 8.0, True, [piece, piece, piece]) for _ in RUNS_SEEN]
@@ -422,9 +423,9 @@ def _store_calibration(cache: Path, experiment_file: Path, turns_within: float) 
     """A stored calibration for this host and shape, as `calibrate` keeps one."""
     from mallocbench.calibrate.store import calibration_key
     from mallocbench.calibrate.target import pick_target
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
 
-    experiment = experiment_mod.load(experiment_file)
+    experiment = loading_mod.load(experiment_file)
     target = pick_target(experiment, None, None, None, None)
 
     def parts(within: float, between: float) -> dict[str, float | int]:
@@ -449,12 +450,12 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from mallocbench.calibrate import auto as autodesign
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
 
     path = tmp_path / "auto.toml"
     path.write_text(TINY.replace("threads = [2]", 'threads = [2]\ndesign = "auto"\nrepeats = 3'))
     monkeypatch.setenv("MALLOCBENCH_CACHE", str(tmp_path / "cache"))
-    experiment = experiment_mod.load(path)
+    experiment = loading_mod.load(path)
     assert experiment.design == "auto"
     assert autodesign.stored_choice(experiment) is None  # nothing stored: it would calibrate
     result = run_cli("run", str(path), "--dry-run", "--out", str(tmp_path / "out"))

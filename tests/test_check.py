@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mallocbench import allocators
+from mallocbench.deploy import deployment, inforce, systemd
 from mallocbench.deploy import forms as deploy
-from mallocbench.deploy import inforce
 from mallocbench.model.results import SetupInfo
 
 JEMALLOC = allocators.get("jemalloc", require_available=False)
@@ -113,24 +113,24 @@ def test_the_next_restart_is_read_from_the_units_files(tmp_path: Path) -> None:
     (lib / "mariadb.service").write_text("[Service]\nExecStart=/bin/true\n")
     shim = "/usr/local/lib/mallocbench/libmbrecord.so"
     je = JEMALLOC.path or "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
-    deploy.write_dropin(deploy.recording(shim, "jemalloc", je), etc)
+    systemd.write_dropin(deploy.recording(shim, "jemalloc", je), etc)
     tuned = SetupInfo("jemalloc-tuned-3", "jemalloc", allocator_library=je,
                       knobs={"MALLOC_CONF": "narenas:1"})  # fmt: skip
-    tuned_path = deploy.write_dropin(deploy.deployment_for(tuned), etc)
+    tuned_path = systemd.write_dropin(deploy.deployment_for(tuned), etc)
     recording_now = {"LD_PRELOAD": f"{shim} {je}", "HOME": "/"}
     files, changes = inforce.next_start(recording_now, "mariadb", (str(etc), str(lib)))
     assert [Path(f).name for f in files] == [
         "mariadb.service",
-        deploy.RECORD_DROPIN,
+        deployment.RECORD_DROPIN,
         tuned_path.name,
     ]
     assert [c.line() for c in changes] == [
-        f"at the next restart LD_PRELOAD={deploy.stable_library_path(je, JEMALLOC)} "
+        f"at the next restart LD_PRELOAD={deployment.stable_library_path(je, JEMALLOC)} "
         f"from {tuned_path} (not {shim} {je} as now)",
         f"at the next restart MALLOC_CONF=narenas:1 from {tuned_path} (unset now)",
     ]
     old = tuned_path.parent / "mbrecord.conf"
     old.write_text(f"[Service]\nEnvironment=LD_PRELOAD={shim}\n")
-    tuned_now = deploy.unit_environment([tuned_path])
+    tuned_now = systemd.unit_environment([tuned_path])
     _, changes = inforce.next_start(tuned_now, "mariadb", (str(etc), str(lib)))
     assert [(c.variable, c.then, c.source) for c in changes] == [("LD_PRELOAD", shim, str(old))]

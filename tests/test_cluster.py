@@ -25,22 +25,21 @@ import pytest
 
 from cli_runner import run_cli
 from mallocbench.cluster import tls as clustertls
-from mallocbench.cluster.dispatch import (
+from mallocbench.cluster.driver import host_differences, share_note
+from mallocbench.cluster.units import (
     LOST_NOTE,
     LOST_NOTE_DONE,
     StoredRunSessions,
     Unit,
     experiment_from_run,
-    host_differences,
-    share_note,
     units_of,
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import HostFacts, HostRecord
 from mallocbench.model.results import RunResult
-from mallocbench.run import experiment as experiment_mod
-from mallocbench.run.experiment import blocks, plan
-from mallocbench.run.runner import _check_reports_dir
+from mallocbench.run import loading as loading_mod
+from mallocbench.run.planning import blocks, plan
+from mallocbench.run.source import check_reports_dir
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import open_store
 
@@ -79,7 +78,7 @@ def write_experiment(directory: Path, repeats: int = 4, design: str = "interleav
 
 @pytest.mark.parametrize("design", ["interleaved", "sequential"])
 def test_a_unit_is_a_block_on_one_host(tmp_path: Path, design: str) -> None:
-    experiment = experiment_mod.load(write_experiment(tmp_path, repeats=3, design=design))
+    experiment = loading_mod.load(write_experiment(tmp_path, repeats=3, design=design))
     sessions = plan(experiment)
     units = units_of(sessions, set())
     assert [(u.engine, u.repeat) for u in units] == [("innodb", r) for r in range(3)]
@@ -99,7 +98,7 @@ def test_a_unit_is_a_block_on_one_host(tmp_path: Path, design: str) -> None:
 def test_the_experiment_is_rebuilt_from_the_stored_text(tmp_path: Path) -> None:
     path = write_experiment(tmp_path)
     overrides = ["durations.step=4", "threads=[2, 4]", "setup.je.knobs.MALLOC_CONF=narenas:2"]
-    loaded = experiment_mod.load(path, overrides)
+    loaded = loading_mod.load(path, overrides)
     stored = RunResult(
         run_id="spread-1", experiment=loaded.name, base_setup="glibc", experiment_text=loaded.text
     )
@@ -318,7 +317,7 @@ def test_a_dashboard_without_bokeh_is_one_line(tmp_path: Path) -> None:
 
 
 def _stored_run(store_path: Path, run_id: str, tmp_path: Path) -> None:
-    loaded = experiment_mod.load(write_experiment(tmp_path))
+    loaded = loading_mod.load(write_experiment(tmp_path))
     store = open_store(store_path)
     try:
         store.create_run(
@@ -350,9 +349,9 @@ def test_a_resume_never_replaces_reports_its_store_cannot_rebuild(tmp_path: Path
     try:
         assert [r["cells"] for r in store.list_runs()] == [0]  # refused before measuring
         # Reports of this run, or of one the same store keeps, are one `report` away.
-        _check_reports_dir(out, store, "mine-7")
+        check_reports_dir(out, store, "mine-7")
         _stored_run(store_path, "mine-7", tmp_path)
-        _check_reports_dir(out, store, "spread-1")
+        check_reports_dir(out, store, "spread-1")
     finally:
         store.close()
 

@@ -308,7 +308,7 @@ def test_an_aborted_run_exits_3(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     """The pipeline stands in for servers that failed; what `run` does with that is real."""
     from cli_runner import small_experiment
     from mallocbench.commands import run as run_mod
-    from mallocbench.run.runner import RunOutcome
+    from mallocbench.run.options import RunOutcome
 
     measured = make_run("e-1", seed=1, repeats=2)
 

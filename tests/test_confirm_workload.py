@@ -23,7 +23,7 @@ from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.analysis import held
 from mallocbench.replay import workload
-from mallocbench.run.experiment import load as load_experiment
+from mallocbench.run.loading import load as load_experiment
 from mallocbench.tune import confirm, driver
 from mallocbench.tune.objectives import parse_objectives
 from mallocbench.tune.space import build_space

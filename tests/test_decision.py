@@ -26,7 +26,7 @@ from mallocbench.model.results import RunResult
 from mallocbench.report.markdown import render as markdown_render
 from mallocbench.report.recommend import recommendation_dict, recommendation_lines, verdict_lines
 from mallocbench.run import schema
-from mallocbench.run.experiment import from_dict
+from mallocbench.run.loading import from_dict
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HEADLINE = re.compile(
@@ -215,7 +215,7 @@ def test_the_decision_table_parses_and_refuses_bad_values_in_one_line() -> None:
     ):
         with pytest.raises(MallocbenchError, match=re.escape(needle)):
             from_dict({**BASE_EXPERIMENT, "decision": bad})
-    properties = schema.build("run")["properties"]["decision"]["properties"]
+    properties = schema.build()["properties"]["decision"]["properties"]
     assert set(properties) == {"priority", "memory_budget", "max_loss"}
 
 

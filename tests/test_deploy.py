@@ -13,6 +13,7 @@ import pytest
 
 from mallocbench import allocators
 from mallocbench.deploy import forms as deploy
+from mallocbench.deploy import systemd
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory.advice import advise
 from mallocbench.memory.breakdown import Breakdown
@@ -97,18 +98,18 @@ AWKWARD = {
 )
 def test_dropin_passes_systemd_verify_and_reads_back(setup: SetupInfo, tmp_path: Path) -> None:
     deployment = deploy.deployment_for(setup, TEST_SERVICE)
-    path = deploy.write_dropin(deployment, tmp_path)
+    path = systemd.write_dropin(deployment, tmp_path)
     assert path == tmp_path / f"{TEST_SERVICE}.service.d" / path.name
     assert path.name.startswith("mallocbench-")
     result = systemd_verify(tmp_path, TEST_SERVICE)
     assert result.stderr == "" and result.returncode == 0
-    assert deploy.dropin_environment(path) == deployment.environment
+    assert systemd.dropin_environment(path) == deployment.environment
 
 
 def test_broken_dropin_is_caught_by_systemd_verify(tmp_path: Path) -> None:
     """The check above can fail: systemd loads the drop-in and reports what it ignores."""
     deployment = deploy.deployment_for(jemalloc_setup(), TEST_SERVICE)
-    path = deploy.write_dropin(deployment, tmp_path)
+    path = systemd.write_dropin(deployment, tmp_path)
     good = systemd_verify(tmp_path, TEST_SERVICE)
     assert good.stderr == ""
     path.write_text("[Service]\nEnvironment=SPACES=two words\nEnvironmen=X=1\n")
@@ -124,7 +125,7 @@ def test_server_started_with_the_dropin_environment_maps_jemalloc(
     if JEMALLOC.path is None:
         pytest.skip("jemalloc is not installed (Debian package: libjemalloc2)")
     deployment = deploy.deployment_for(jemalloc_setup(), "mariadb")
-    env = deploy.dropin_environment(deploy.write_dropin(deployment, tmp_path / "units"))
+    env = systemd.dropin_environment(systemd.write_dropin(deployment, tmp_path / "units"))
     config = ServerConfig(
         engine=engines.get("innodb"),
         cache_bytes=32 << 20,
@@ -206,9 +207,9 @@ def test_packaged_library_uses_its_soname_link() -> None:
 
 
 def test_values_with_spaces_and_specials_are_quoted() -> None:
-    line = deploy.environment_line("GLIBC_TUNABLES", 'a b "c" 5% \\')
+    line = systemd.environment_line("GLIBC_TUNABLES", 'a b "c" 5% \\')
     assert line == 'Environment="GLIBC_TUNABLES=a b \\"c\\" 5%% \\\\"'
-    assert deploy.environment_line("MALLOC_CONF", "a:1,b:2") == "Environment=MALLOC_CONF=a:1,b:2"
+    assert systemd.environment_line("MALLOC_CONF", "a:1,b:2") == "Environment=MALLOC_CONF=a:1,b:2"
     d = deploy.deployment_for(jemalloc_setup(knobs={"MALLOC_CONF": "x y", "D": "$x"}))
     compose = d.snippets["compose"].text
     assert 'MALLOC_CONF: "x y"' in compose and 'D: "$$x"' in compose
@@ -247,7 +248,7 @@ def test_write_dropin_errors_are_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(MallocbenchError, match=r"^cannot write the drop-in .*mariadb\.service\.d"):
-        deploy.write_dropin(deploy.deployment_for(jemalloc_setup()), blocker)
+        systemd.write_dropin(deploy.deployment_for(jemalloc_setup()), blocker)
     assert blocker.read_text() == ""
 
 
@@ -259,7 +260,7 @@ def test_dropin_environment_follows_systemd_rules(tmp_path: Path) -> None:
     )
     # A continued line is joined with a space, as systemd joins it.
     expected = {"A": "1", "B": "two words", "C": "x y", "D": "%A"}
-    assert deploy.dropin_environment(path) == expected
+    assert systemd.dropin_environment(path) == expected
     if shutil.which("systemd-analyze"):
         dropin = tmp_path / f"{TEST_SERVICE}.service.d" / "x.conf"
         dropin.parent.mkdir()
@@ -269,10 +270,10 @@ def test_dropin_environment_follows_systemd_rules(tmp_path: Path) -> None:
         "[Service]\nEnvironment=A=1\nEnvironment=\n"
         "Environment=E='it''s' F=\\x41 G=%%\nUnsetEnvironment=F\n"
     )
-    assert deploy.dropin_environment(path) == {"E": "its", "G": "%"}
+    assert systemd.dropin_environment(path) == {"E": "its", "G": "%"}
     path.write_text('[Service]\nEnvironment="A=1\n')
     with pytest.raises(MallocbenchError, match=re.escape(f"{path}:2: unterminated quote")):
-        deploy.dropin_environment(path)
+        systemd.dropin_environment(path)
 
 
 def test_dropin_hint_names_the_line_and_the_command() -> None:

@@ -11,7 +11,7 @@ import pytest
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError, did_you_mean
 from mallocbench.patterns.experiment import from_dict as patterns_experiment
-from mallocbench.run.experiment import from_dict as run_experiment
+from mallocbench.run.loading import from_dict as run_experiment
 
 ROOT = Path(__file__).resolve().parents[1]
 

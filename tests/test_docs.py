@@ -22,8 +22,8 @@ import pytest
 from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.cli import main
+from mallocbench.native import shim_path
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.run.experiment import from_dict, load, parse_size, plan, plan_extra_round
+from mallocbench.run.loading import from_dict, load
+from mallocbench.run.planning import plan, plan_extra_round
+from mallocbench.units import parse_size
 
 BASE = {
     "name": "t",

@@ -25,7 +25,9 @@ def crossings(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names = [node.module]
         found += [
-            f"{path.name}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "psycopg"
+            f"{path.name}:{getattr(node, 'lineno', 0)} imports {n}"
+            for n in names
+            if n.split(".")[0] == "psycopg"
         ]
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             # A binary as a command names it: alone, or at the end of a path (not prose).

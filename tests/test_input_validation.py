@@ -26,7 +26,8 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import RunResult
 from mallocbench.patterns import experiment as pexp
 from mallocbench.patterns.driver import PATTERN_OPTIONS
-from mallocbench.run.experiment import MAX_DURATION_S, MAX_ROWS, MAX_TABLES, from_dict
+from mallocbench.run.experiment import MAX_DURATION_S, MAX_ROWS, MAX_TABLES
+from mallocbench.run.loading import from_dict
 from mallocbench.servers.options import OWNED_CONFIG, check_config, check_knob
 from mallocbench.store import Store
 from mallocbench.units import parse_duration, parse_fraction, parse_size
@@ -715,7 +716,7 @@ def test_set_overrides_keys_for_one_run_and_says_so(integrity_figures: Any) -> N
 
 
 def test_set_is_recorded_in_the_experiment_text() -> None:
-    from mallocbench.run.experiment import load
+    from mallocbench.run.loading import load
 
     exp = load(ROOT / "examples" / "quick.toml", ["durations.step=7", "dataset.cache=64M"])
     assert (exp.duration_s, exp.dataset.cache_bytes) == (7.0, 64 << 20)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import native_programs
-from mallocbench.replay import control
+from mallocbench.native import shim_path
+from mallocbench.replay import preload
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,7 +87,7 @@ def test_the_installed_shim_records_a_program(installed: Path, tmp_path: Path) -
     )
     try:
         deadline = time.monotonic() + 10
-        while control.shim_loaded(proc.pid) is None and time.monotonic() < deadline:
+        while preload.shim_loaded(proc.pid) is None and time.monotonic() < deadline:
             time.sleep(0.02)
         out = tmp_path / "trace.mbt"
         recorded = run(

@@ -10,9 +10,11 @@ import pytest
 
 from mallocbench.analysis.summary import relative_tables
 from mallocbench.calibrate import auto as autodesign
+from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import RunResult
-from mallocbench.run.experiment import load
-from mallocbench.run.runner import Pipeline, RunOptions
+from mallocbench.run.loading import load
+from mallocbench.run.options import RunOptions
+from mallocbench.run.runner import Pipeline
 
 EXPERIMENT = """
 name = "il"
@@ -59,7 +61,9 @@ def run(
         experiment = dataclasses.replace(
             experiment, design_widths=widths, design_budget_s=90.0, design_unranked=["runs"]
         )
-    outcome = Pipeline(experiment, RunOptions(out_dir=tmp_path / "out")).execute()
+    outcome = Pipeline(
+        experiment, RunOptions(out_dir=tmp_path / "out"), executor=RealExecutor()
+    ).execute()
     assert outcome.aborted is None and not outcome.failures, outcome.failures
     return outcome.result
 

@@ -14,7 +14,7 @@ from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.allocators import knobs
 from mallocbench.errors import MallocbenchError
-from mallocbench.run.experiment import load
+from mallocbench.run.loading import load
 
 INSTALLED = [a for a in allocators.builtin_allocators() if a.available]
 

@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 
 from mallocbench import allocators
+from mallocbench.deploy import deployment, install, launch, systemd
 from mallocbench.deploy import forms as deploy
-from mallocbench.deploy import install, launch
 from mallocbench.model.results import SetupInfo
-from mallocbench.replay import control
+from mallocbench.native import shim_path
+from mallocbench.replay import preload
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig
 from test_deploy import TEST_SERVICE, systemd_verify
@@ -56,15 +56,15 @@ def test_the_form_that_fits_from_recorded_proc_contents(case: dict[str, Any]) ->
     assert found.form == case["form"], found
     assert found.service == case.get("service"), found
     assert found.reasons and case["form"] not in found.others
-    assert tuple(deploy.FORM_SNIPPETS) == launch.FORMS  # every form has its text
+    assert tuple(deployment.FORM_SNIPPETS) == launch.FORMS  # every form has its text
 
 
 def test_recording_forms_keep_the_allocator_behind_the_shim(tmp_path: Path) -> None:
     shim = "/usr/local/lib/mallocbench/libmbrecord.so"
     d = deploy.recording(shim, "jemalloc", JE_LIB, TEST_SERVICE)
-    path = deploy.write_dropin(d, tmp_path)
-    assert path.name == deploy.RECORD_DROPIN
-    assert deploy.dropin_environment(path) == {"LD_PRELOAD": f"{shim} {JE_LIB}"}
+    path = systemd.write_dropin(d, tmp_path)
+    assert path.name == deployment.RECORD_DROPIN
+    assert systemd.dropin_environment(path) == {"LD_PRELOAD": f"{shim} {JE_LIB}"}
     assert systemd_verify(tmp_path, TEST_SERVICE).stderr == ""
     safe = deploy.render_form(d, "mysqld_safe")
     # malloc-lib takes one library, which mysqld_safe puts in front of LD_PRELOAD
@@ -86,13 +86,13 @@ def test_a_tuned_dropin_sorts_after_the_recording_one_and_removal_spares_it(
     """systemd applies drop-ins in name order, the last LD_PRELOAD winning: once the old
     mbrecord.conf sorted after mallocbench-jemalloc-tuned-3.conf and kept the shim."""
     shim = str(shim_path())
-    recording = deploy.write_dropin(deploy.recording(shim, service=TEST_SERVICE), tmp_path)
+    recording = systemd.write_dropin(deploy.recording(shim, service=TEST_SERVICE), tmp_path)
     tuned_setup = SetupInfo("jemalloc-tuned-3", "jemalloc", allocator_library=JE_LIB)
     tuned_deployment = deploy.deployment_for(tuned_setup, TEST_SERVICE)
-    tuned = deploy.write_dropin(tuned_deployment, tmp_path)
-    in_order = deploy.unit_files(TEST_SERVICE, (str(tmp_path),))
+    tuned = systemd.write_dropin(tuned_deployment, tmp_path)
+    in_order = systemd.unit_files(TEST_SERVICE, (str(tmp_path),))
     assert in_order == [recording, tuned]
-    assert deploy.unit_environment(in_order) == tuned_deployment.environment  # it wins
+    assert systemd.unit_environment(in_order) == tuned_deployment.environment  # it wins
     units = tmp_path / f"{TEST_SERVICE}.service.d"
     (units / "mbrecord.conf").write_text(f"[Service]\nEnvironment=LD_PRELOAD={shim}\n")
     foreign = tmp_path / "other.service.d" / "mbrecord.conf"
@@ -179,13 +179,13 @@ def test_a_server_started_by_mysqld_safe_gets_its_form_and_records(
     safe_server: PrivateServer, tmp_path: Path
 ) -> None:
     pid = _pid_of(safe_server)
-    assert control.shim_loaded(pid) == str(shim_path())
+    assert preload.shim_loaded(pid) == str(shim_path())
     found = launch.detect(pid)
     assert found.form == "mysqld_safe", found
     out = mallocbench("record", "--print-dropin", "--pid", str(pid))
     assert out.returncode == 0, out.stderr
     assert f"# process {pid} runs as mysqld_safe: its parent" in out.stdout
-    assert f"malloc-lib={control.record_shim()}\n" in out.stdout
+    assert f"malloc-lib={preload.record_shim()}\n" in out.stdout
     removal = mallocbench("record", "--remove-dropin", "--pid", str(pid))
     assert removal.stdout.startswith(f"process {pid} runs as mysqld_safe") and (
         "no systemd drop-in removed" in removal.stdout
@@ -222,7 +222,7 @@ def test_the_shim_not_loaded_names_malloc_lib_for_mysqld_safe(safe_server: Priva
     line = out.stderr.strip()
     assert out.returncode == 2 and "\n" not in line, out.stderr
     assert f"process {pid} does not have the recording shim loaded; it runs as mysqld_safe" in line
-    assert f"put malloc-lib={control.record_shim()} in the [mysqld_safe] section" in line
+    assert f"put malloc-lib={preload.record_shim()} in the [mysqld_safe] section" in line
 
 
 def test_tune_prints_the_form_of_the_traces_server_while_it_runs_here() -> None:
@@ -266,10 +266,10 @@ def test_the_facts_of_a_real_process_are_gathered() -> None:
 def test_an_installed_shim_is_preferred(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MALLOCBENCH_RECORD_SHIM", raising=False)
     monkeypatch.setattr(install, "SYSTEM_PREFIXES", (tmp_path,))
-    assert control.record_shim() == str(shim_path())
+    assert preload.record_shim() == str(shim_path())
     installed = install.installed_shim(tmp_path)
     installed.parent.mkdir(parents=True)
     installed.write_bytes(shim_path().read_bytes())
-    assert control.record_shim() == str(installed)
+    assert preload.record_shim() == str(installed)
     monkeypatch.setenv("MALLOCBENCH_RECORD_SHIM", str(shim_path()))  # an explicit choice
-    assert control.record_shim() == str(shim_path())
+    assert preload.record_shim() == str(shim_path())

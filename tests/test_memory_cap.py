@@ -25,7 +25,8 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.report import html, markdown, terminal
 from mallocbench.report.words import CAP_NOTE
-from mallocbench.run.experiment import MIN_MEMORY_LIMIT, from_dict
+from mallocbench.run.experiment import MIN_MEMORY_LIMIT
+from mallocbench.run.loading import from_dict
 from mallocbench.servers.cgroup.hierarchy import memory_cgroup_of
 from mallocbench.servers.cgroup.own import MemoryCgroup
 from mallocbench.servers.cgroup.parents import capping_problem

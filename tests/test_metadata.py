@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from mallocbench.analysis.summary import min_effect_of
+from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import (
     AdaptiveRecord,
     AllocatorRecord,
@@ -50,13 +54,34 @@ def test_unknown_keys_nulls_and_unreadable_values_survive() -> None:
     }
     meta = RunMetadata.from_dict(stored)
     assert _same_json(meta.to_dict(), stored)
-    assert meta.design is None and meta.allocators is None and meta.min_effect == "3%"
+    assert meta.design is None and meta.allocators is None and meta.min_effect == 0.03
     assert meta.adaptive is not None and meta.adaptive.stage1_blocks == 3
     assert meta.host is not None and meta.host.cpus is None and meta.host.os is None
     assert "os" not in meta.to_dict()
     # Unknown simple values are shown as they always were, under their key.
     assert ("label", "nightly") in facts.run_facts(meta)
     assert all(label != "from_a_newer_version" for label, _ in facts.run_facts(meta))
+
+
+def test_min_effect_is_read_once_into_a_fraction_and_written_back_as_stored() -> None:
+    for stored, typed in (("3%", 0.03), (0, 0.0), (0.05, 0.05), (None, None)):
+        meta = RunMetadata.from_dict({"min_effect": stored})
+        assert meta.min_effect == typed and not meta.extra
+        assert json.dumps(meta.to_dict()) == json.dumps({"min_effect": stored})
+        result = RunResult("r1", "e", "base", metadata=meta)
+        assert min_effect_of(result) == (typed or 0.0)
+    # A changed value is written as the fraction it now is.
+    meta = RunMetadata.from_dict({"min_effect": "3%"})
+    meta.min_effect = 0.1
+    assert meta.to_dict() == {"min_effect": 0.1}
+    # No fraction: kept as it came, and refused by the analysis unless --min-effect is given.
+    for bad in ("lots", 0.7, "-1%"):
+        meta = RunMetadata.from_dict({"min_effect": bad})
+        assert meta.min_effect is None and meta.to_dict() == {"min_effect": bad}
+        result = RunResult("r1", "e", "base", metadata=meta)
+        with pytest.raises(MallocbenchError, match=r"min_effect of run r1 = .* give --min-effect"):
+            min_effect_of(result)
+        assert min_effect_of(result, 0.02) == 0.02
 
 
 def test_a_new_record_writes_keys_in_the_order_they_were_set() -> None:

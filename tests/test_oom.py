@@ -400,7 +400,7 @@ class _DyingServer:
 
 
 def test_a_server_seen_dead_just_after_its_client_failed_is_a_death_not_a_failure() -> None:
-    from mallocbench.run.measure import died_meanwhile
+    from mallocbench.run.cellends import died_meanwhile
 
     # The client lost its connections a moment before the kill was seen: a death.
     assert died_meanwhile(_DyingServer(alive_for=3), grace_s=5.0)  # type: ignore[arg-type]

@@ -60,7 +60,7 @@ def _run(
         "rec-1",
         "rec",
         "glibc",
-        metadata=RunMetadata(min_effect="3%"),
+        metadata=RunMetadata(min_effect=0.03),
         setups=[
             SetupInfo("glibc", "glibc"),
             SetupInfo(
@@ -192,7 +192,7 @@ def test_recommend_command_prints_json_and_refuses_bad_input(tmp_path: Path) -> 
 
 
 def test_write_dropin_writes_the_chosen_setup_and_nothing_when_keeping(tmp_path: Path) -> None:
-    from mallocbench.deploy.forms import dropin_environment
+    from mallocbench.deploy.systemd import dropin_environment
 
     chosen = tmp_path / "chosen.json"
     chosen.write_text(json.dumps(_run(qps_factor=1.0, rss_factor=0.75).to_dict()))

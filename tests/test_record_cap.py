@@ -15,10 +15,10 @@ import pytest
 
 import native_programs
 from mallocbench import allocators
+from mallocbench.native import shim_path
 from mallocbench.patterns.experiment import make_setup
-from mallocbench.replay import control, runner
+from mallocbench.replay import preload, runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 
 MIB = 1 << 20
 CHUNK = 64 << 10  # the shim's per-thread buffer
@@ -148,7 +148,7 @@ def test_a_server_recorded_under_a_tiny_cap_stops_recording_and_serves_on(
         assert server.alive()
         assert server.query("SELECT COUNT(*) FROM test.t") == [(sum(rows),)]  # still serving
         # the shim answered: record leaves neither its control file nor the status behind
-        ctl = control.in_process(server.pid, control.control_path(server.pid))
+        ctl = preload.in_process(server.pid, preload.control_path(server.pid))
         assert not ctl.exists() and not ctl.with_name(ctl.name + ".status").exists(), ctl
         logs = [server.error_log, server.stdout_log]
         text = "".join(p.read_text(errors="replace") for p in logs if p.is_file())

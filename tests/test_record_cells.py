@@ -13,7 +13,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.run.experiment import from_dict
+from mallocbench.run.loading import from_dict
 from mallocbench.store import open_store
 
 BASE = {

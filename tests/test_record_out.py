@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import native_programs
-from mallocbench.replay import control
+from mallocbench.native import shim_path
+from mallocbench.replay import preload
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 
 SUDO = {"SUDO_UID": "4242", "SUDO_GID": "4243"}
 
@@ -46,7 +46,7 @@ def start_as_mysql(place: Path) -> subprocess.Popen[str]:
         user="mysql", group="mysql", extra_groups=[],
     )  # fmt: skip
     deadline = time.monotonic() + 10
-    while control.shim_loaded(proc.pid) is None:
+    while preload.shim_loaded(proc.pid) is None:
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.01)
     return proc

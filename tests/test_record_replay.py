@@ -23,10 +23,10 @@ import pytest
 import native_programs
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
+from mallocbench.native import replayer_path, shim_path
 from mallocbench.patterns.experiment import make_setup
-from mallocbench.replay import control, runner
+from mallocbench.replay import control, preload, runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import replayer_path, shim_path
 
 HERE = Path(__file__).resolve().parent
 HEADER = 1024
@@ -338,7 +338,7 @@ def test_a_start_the_shim_never_answered_is_taken_back(tmp_path: Path) -> None:
     sleeper = subprocess.Popen(["sleep", "60"], env=env)
     try:
         deadline = time.monotonic() + 10
-        while control.shim_loaded(sleeper.pid) is None and time.monotonic() < deadline:
+        while preload.shim_loaded(sleeper.pid) is None and time.monotonic() < deadline:
             time.sleep(0.05)
         sleeper.send_signal(signal.SIGSTOP)
         with pytest.raises(MallocbenchError, match="no answer in 5 s"):
@@ -624,7 +624,7 @@ def start_linger(exe: Path, workdir: Path, seconds: float) -> subprocess.Popen[s
         [str(exe), f"{ctl}.status", str(seconds)], env=env, stdout=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + 10
-    while control.shim_loaded(proc.pid) is None and time.monotonic() < deadline:
+    while preload.shim_loaded(proc.pid) is None and time.monotonic() < deadline:
         time.sleep(0.02)
     return proc
 
@@ -766,7 +766,7 @@ def test_ctrl_c_while_the_shim_cannot_answer_names_where_the_trace_stays(
         lines = stderr.strip().splitlines()
         assert code == 4 and len(lines) == 1, stderr
         assert f"the shim in process {proc.pid} left no closed trace within 5 s" in lines[0]
-        kept = control.in_process(proc.pid, str(tmp_path / "mbrecord-"))
+        kept = preload.in_process(proc.pid, str(tmp_path / "mbrecord-"))
         assert f"the trace is kept at {kept}" in lines[0] and "mv " in lines[0], lines[0]
         assert not out.exists()
         proc.send_signal(signal.SIGCONT)  # it reads the "off" and closes the trace
@@ -802,9 +802,9 @@ def test_a_killed_process_with_a_private_tmp_leaves_its_trace_outside_it(
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 10
-    while control.shim_loaded(proc.pid) is None and time.monotonic() < deadline:
+    while preload.shim_loaded(proc.pid) is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    if control.shim_loaded(proc.pid) is None:
+    if preload.shim_loaded(proc.pid) is None:
         proc.kill()
         proc.wait()
         pytest.skip("cannot mount a private tmpfs in a new mount namespace here")

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import native_programs
+from mallocbench.native import shim_path
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import control, runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 
 
 @pytest.fixture(scope="module")

@@ -19,10 +19,10 @@ import pytest
 import native_programs
 from mallocbench import allocators
 from mallocbench.model.metadata import ReplayRun
+from mallocbench.native import shim_path
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import shim_path
 
 ROUNDS = 2000
 REPLAYS = 100

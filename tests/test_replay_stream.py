@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import native_programs
-from mallocbench.replay.native import replayer_path, shim_path
+from mallocbench.native import replayer_path, shim_path
 from test_trace_integrity import FREE, MALLOC, calls, write_trace
 
 THREADS, PACE = 2, 20_000  # calls a second in each thread

@@ -255,9 +255,11 @@ def test_colors_follow_the_verdict_not_the_value() -> None:
 
 def test_bad_min_effect_in_metadata_is_one_clear_error() -> None:
     from mallocbench.errors import MallocbenchError
+    from mallocbench.model.metadata import RunMetadata
 
     run = tight_run(1010)
-    run.metadata.min_effect = "lots"
+    # As a stored run holds it: the field stays unset and the raw text is kept beside it.
+    run.metadata = RunMetadata.from_dict({**run.metadata.to_dict(), "min_effect": "lots"})
     with pytest.raises(MallocbenchError, match="min_effect"):
         relative_tables(run)
 

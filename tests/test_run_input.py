@@ -15,10 +15,12 @@ import pytest
 
 from cli_runner import run_cli, small_experiment
 from mallocbench import allocators
-from mallocbench.cluster.dispatch import experiment_from_run
+from mallocbench.cluster.units import experiment_from_run
 from mallocbench.model.results import RunResult
 from mallocbench.run.dialect import MAX_NAME, MAX_REPEATS
-from mallocbench.run.experiment import MAX_CELLS, load, plan, planned_cells
+from mallocbench.run.experiment import MAX_CELLS
+from mallocbench.run.loading import load
+from mallocbench.run.planning import plan, planned_cells
 from mallocbench.store import open_store
 from test_cli_errors import assert_one_line_error
 from test_input_validation import assert_refused

@@ -31,9 +31,11 @@ from cli_runner import run_cli, small_experiment
 from conftest import IntegrityFigures
 from mallocbench import allocators
 from mallocbench.allocators.elf import defined_functions
+from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import RunResult
-from mallocbench.run import experiment as experiment_mod
-from mallocbench.run.runner import Pipeline, RunOptions
+from mallocbench.run import loading as loading_mod
+from mallocbench.run.options import RunOptions
+from mallocbench.run.runner import Pipeline
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import Store
 from mallocbench.store.base import damaged_store
@@ -282,7 +284,7 @@ def test_sigterm_stops_like_ctrl_c_and_keeps_finished_cells(
 def test_a_bug_mid_run_leaves_the_run_failed_not_finished(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, integrity_figures
 ) -> None:
-    experiment = experiment_mod.load(write_experiment(tmp_path))
+    experiment = loading_mod.load(write_experiment(tmp_path))
 
     def boom(*args: object, **kwargs: object) -> None:
         raise ValueError("injected")
@@ -291,7 +293,7 @@ def test_a_bug_mid_run_leaves_the_run_failed_not_finished(
     monkeypatch.setattr(Pipeline, "_run_sessions", boom)
     out = tmp_path / "out"
     with pytest.raises(ValueError, match="injected"):
-        Pipeline(experiment, RunOptions(out_dir=out)).execute()
+        Pipeline(experiment, RunOptions(out_dir=out), executor=RealExecutor()).execute()
     assert [s for _, s in run_status(out)] == ["failed"]
     # The locks went with the failed run: the next run in the directory may start.
     assert run_holder(out / "results.sqlite", run_status(out)[0][0]) is None
@@ -851,7 +853,7 @@ def test_a_full_disk_under_the_postgresql_store(
 
 def test_a_stall_is_seconds_without_a_query_where_seconds_usually_have_many() -> None:
     from mallocbench.model.results import Cell, Sample
-    from mallocbench.run.measure import STALL_S, longest_stall, note_stall
+    from mallocbench.run.cellends import STALL_S, longest_stall, note_stall
 
     def cell(rates: list[float], turns: bool = False) -> Cell:
         made = Cell("a", "innodb", "point-query", 2, 0)

@@ -17,15 +17,12 @@ import pytest
 
 from mallocbench.executors.recorded import RecordedExecutor, ScriptedDeath
 from mallocbench.model.results import STATUS_OK, STATUS_OOM, Cell, RunResult
-from mallocbench.run.experiment import Experiment, PlannedCell, load, plan
-from mallocbench.run.runner import (
-    STAGE1_BLOCKS,
-    Pipeline,
-    RunOptions,
-    RunOutcome,
-    RunSessions,
-    SilentProgress,
-)
+from mallocbench.run.experiment import Experiment, PlannedCell
+from mallocbench.run.loading import load
+from mallocbench.run.options import RunOptions, RunOutcome, SilentProgress
+from mallocbench.run.planning import plan
+from mallocbench.run.runner import STAGE1_BLOCKS, Pipeline
+from mallocbench.run.source import RunSessions
 from mallocbench.soak.runner import SoakSessions, SoakSpec, soak_experiment
 from mallocbench.store import open_store
 from mallocbench.store.loading import load_result

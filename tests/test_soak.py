@@ -33,7 +33,7 @@ from mallocbench.model.metadata import RunMetadata, SoakRecord
 from mallocbench.model.results import Cell, RunResult, Sample, SessionInfo, SetupInfo
 from mallocbench.report import soak as soak_report
 from mallocbench.report.charts import Chart
-from mallocbench.run import experiment as experiment_mod
+from mallocbench.run import loading as loading_mod
 from mallocbench.soak.runner import SoakSpec, plan_soak, soak_experiment, soak_spec
 
 MiB = float(1 << 20)
@@ -301,7 +301,7 @@ def small(tmp_path: Path, steps: str = '["point-query"]', threads: str = "[2]", 
 
 
 def test_a_soak_plans_one_session_per_setup_with_segments_as_repeats(tmp_path: Path) -> None:
-    experiment = soak_experiment(experiment_mod.load(small(tmp_path)), SoakSpec(125.0, 30.0))
+    experiment = soak_experiment(loading_mod.load(small(tmp_path)), SoakSpec(125.0, 30.0))
     assert experiment.repeats == 5 and experiment.duration_s == 30.0
     assert experiment.warmup_s == 0 and experiment.design == "sequential"
     assert experiment.text.rstrip().endswith("# mallocbench soak: duration=125s segment=30s")
@@ -313,17 +313,17 @@ def test_a_soak_plans_one_session_per_setup_with_segments_as_repeats(tmp_path: P
 
 def test_a_soak_takes_its_length_from_the_flags_the_file_or_two_hours(tmp_path: Path) -> None:
     path = small(tmp_path)
-    plain = experiment_mod.load(path)
+    plain = loading_mod.load(path)
     assert soak_spec(plain, None, None) == SoakSpec(7200.0, 600.0)
     assert soak_spec(plain, "30m", None) == SoakSpec(1800.0, 600.0)
     assert soak_spec(plain, "5m", None) == SoakSpec(300.0, 300.0)  # a segment fits the soak
     assert soak_spec(plain, None, "1m") == SoakSpec(7200.0, 60.0)
     # --set durations.step gives the soak's length as the file's key would.
-    stepped = experiment_mod.load(path, ["durations.step=15m"])
+    stepped = loading_mod.load(path, ["durations.step=15m"])
     assert soak_spec(stepped, None, None, ["durations.step=15m"]) == SoakSpec(900.0, 600.0)
     durations = '[durations]\nstep = "7m"\nslice = "1m"\n\n[[setup]]'
     path.write_text(path.read_text().replace("[[setup]]", durations, 1))
-    sized = experiment_mod.load(path)
+    sized = loading_mod.load(path)
     assert soak_spec(sized, None, None) == SoakSpec(420.0, 60.0)
     assert soak_spec(sized, "1h", None) == SoakSpec(3600.0, 60.0)
 
@@ -334,7 +334,7 @@ def test_the_example_plans_three_capped_soaks_of_six_minutes() -> None:
     if capping_problem() is not None:
         pytest.skip(f"no writable memory cgroup: {capping_problem()}")
     example = Path(__file__).parent.parent / "examples" / "myrocks-oom.toml"
-    loaded = experiment_mod.load(example)
+    loaded = loading_mod.load(example)
     spec = soak_spec(loaded, None, None)
     assert spec == SoakSpec(360.0, 60.0)
     experiment = soak_experiment(loaded, spec)
@@ -362,7 +362,7 @@ def test_a_soak_refuses_what_it_cannot_hold_in_one_line(
     tmp_path: Path, kwargs: dict[str, str], spec: tuple[float, float], message: str
 ) -> None:
     with pytest.raises(MallocbenchError) as info:
-        soak_experiment(experiment_mod.load(small(tmp_path, **kwargs)), SoakSpec(*spec))
+        soak_experiment(loading_mod.load(small(tmp_path, **kwargs)), SoakSpec(*spec))
     assert message in str(info.value) and "\n" not in str(info.value)
 
 

@@ -25,7 +25,7 @@ from mallocbench.analysis.ratchet import (
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import RunResult
-from mallocbench.run import experiment as experiment_mod
+from mallocbench.run import loading as loading_mod
 from mallocbench.soak.runner import SoakSpec, soak_experiment
 
 MiB = float(1 << 20)
@@ -192,7 +192,7 @@ def test_a_bad_event_is_refused_in_one_line_at_its_place(
     path = tmp_path / "ev.toml"
     path.write_text(BASE + "[[soak.event]]\n" + event + "\n")
     with pytest.raises(MallocbenchError) as info:
-        experiment_mod.load(path)
+        loading_mod.load(path)
     text = str(info.value)
     assert "\n" not in text and message in text, text
     assert text.startswith(f"{path}:{line}:"), text
@@ -205,7 +205,7 @@ def test_an_event_after_the_soak_and_events_under_run_are_refused(tmp_path: Path
 
     path = tmp_path / "ev.toml"
     path.write_text(BASE + '[[soak.event]]\naction = "dump"\nat = "2m"\n')
-    loaded = experiment_mod.load(path)
+    loaded = loading_mod.load(path)
     assert loaded.events[0].due_times(300.0) == [120.0]
     with pytest.raises(MallocbenchError, match="due after the soak's 60 s end"):
         soak_experiment(loaded, SoakSpec(60.0, 20.0))
@@ -253,13 +253,13 @@ def test_every_action_runs_beside_the_load_and_a_failure_is_an_outcome(tmp_path:
     from mallocbench.analysis.run_analysis import analyze
     from mallocbench.report.charts import run_charts
     from mallocbench.report.ratchet import markdown_lines, ratchet_json
-    from mallocbench.run.runner import RunOptions
+    from mallocbench.run.options import RunOptions
     from mallocbench.soak.runner import soak_metadata, soak_pipeline
 
     path = tmp_path / "ev.toml"
     path.write_text(BASE + EVENTS)
     spec = SoakSpec(20.0, 10.0)
-    experiment = soak_experiment(experiment_mod.load(path), spec)
+    experiment = soak_experiment(loading_mod.load(path), spec)
     options = RunOptions(out_dir=tmp_path / "out", extra_metadata=soak_metadata(experiment, spec))
     outcome = soak_pipeline(experiment, options).execute()
     assert outcome.aborted is None, outcome.aborted
@@ -312,7 +312,8 @@ def test_an_event_under_way_is_cut_when_the_session_ends(tmp_path: Path) -> None
     """The server is about to stop: a tool still running is stopped, and recorded as cut."""
     import time
 
-    from mallocbench.soak.events import EventRunner, SoakEvent
+    from mallocbench.run.soak_events import SoakEvent
+    from mallocbench.soak.events import EventRunner
 
     class Sleeping(EventRunner):
         def _run(self, event: SoakEvent) -> str | None:
@@ -330,7 +331,7 @@ def test_an_event_under_way_is_cut_when_the_session_ends(tmp_path: Path) -> None
 
 def test_the_schema_names_the_actions_and_keys_the_parser_takes() -> None:
     from mallocbench.run.dialect import SOAK_EVENT
-    from mallocbench.soak.events import ACTION_KEYS, ACTIONS, EVENT_KEYS
+    from mallocbench.run.soak_events import ACTION_KEYS, ACTIONS, EVENT_KEYS
 
     assert SOAK_EVENT["action"]["enum"] == list(ACTIONS) == list(ACTION_KEYS)
     assert set(SOAK_EVENT) == set(EVENT_KEYS)
@@ -374,5 +375,5 @@ def test_a_missing_tool_is_refused_before_the_soak(
     path.write_text(BASE + '[[soak.event]]\naction = "backup"\nat = "10s"\n')
     monkeypatch.setenv("PATH", str(tmp_path))  # no mariadb-backup on it
     with pytest.raises(MallocbenchError, match="mariadb-backup is missing: install it") as info:
-        soak_experiment(experiment_mod.load(path), SoakSpec(60.0, 20.0))
+        soak_experiment(loading_mod.load(path), SoakSpec(60.0, 20.0))
     assert "\n" not in str(info.value)

@@ -24,9 +24,10 @@ from mallocbench.analysis.steady import (
     trend,
 )
 from mallocbench.errors import MallocbenchError
+from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import Cell, RunResult, SessionInfo
 from mallocbench.report.words import stability_reason, warmup_text
-from mallocbench.run.experiment import from_dict, load
+from mallocbench.run.loading import from_dict, load
 from mallocbench.run.runner import Pipeline, RunOptions, RunOutcome
 from mallocbench.store.sqlite import Store
 
@@ -302,7 +303,9 @@ allocator = "glibc"
 def run_real(tmp_path: Path, warmup: float, max_warmup: float, step: int) -> RunOutcome:
     path = tmp_path / "steady.toml"
     path.write_text(REAL.format(warmup=warmup, max_warmup=max_warmup, step=step))
-    return Pipeline(load(path), RunOptions(out_dir=tmp_path / "out")).execute()
+    return Pipeline(
+        load(path), RunOptions(out_dir=tmp_path / "out"), executor=RealExecutor()
+    ).execute()
 
 
 @pytest.mark.server

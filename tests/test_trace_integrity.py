@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.native import replayer_path
 from mallocbench.replay import runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.replay.native import replayer_path
 
 HEADER, STATUS_AT, INFO_AT = 1024, 16, 256  # native/mbtrace.h
 FRAME_MAGIC, EVENTS, END = 0x5246424D, 1, 3

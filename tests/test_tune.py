@@ -22,7 +22,7 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis import choice
 from mallocbench.deploy.launch import FORMS
-from mallocbench.run.experiment import load
+from mallocbench.run.loading import load
 from mallocbench.tune import driver, evaluate, front, render, search
 from mallocbench.tune.evaluate import EvaluationFailed, auto_portion
 from mallocbench.tune.objectives import parse_constraints, parse_objectives
@@ -308,7 +308,7 @@ def test_the_portion_fits_the_budget_and_is_stated() -> None:
 
 
 def trace_facts(trace: Path, *args: str) -> dict[str, Any]:
-    from mallocbench.replay.native import replayer_path
+    from mallocbench.native import replayer_path
 
     proc = subprocess.run(
         [str(replayer_path()), str(trace), "--check", *args],
@@ -328,7 +328,7 @@ def test_the_replayer_replays_only_the_portion(tiny_trace: Path) -> None:
     assert 0 < part["duration_s"] <= part["until_s"] < whole["duration_s"]
     assert 0 < part["events"] < whole["events"]
     assert part["snapshot_live"] == whole["snapshot_live"]  # the recorded start is kept
-    from mallocbench.replay.native import replayer_path
+    from mallocbench.native import replayer_path
 
     bad = subprocess.run(
         [str(replayer_path()), str(tiny_trace), "--until", "-3"], capture_output=True,

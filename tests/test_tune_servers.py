@@ -17,7 +17,7 @@ from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.model.metadata import DatasetRecord, Durations, RunMetadata
 from mallocbench.model.results import Cell, RunResult, SetupInfo
-from mallocbench.run.experiment import load
+from mallocbench.run.loading import load
 from mallocbench.store import open_store
 from mallocbench.tune import driver, front, workload
 from mallocbench.tune.objectives import parse_objectives

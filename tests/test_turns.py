@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mallocbench.run.measure import takes_turns, turn_order
+from mallocbench.run.turns import takes_turns, turn_order
 from mallocbench.workloads.catalogue import parse_steps
 from mallocbench.workloads.sysbench import TURN_DIGITS, Turn, TurnPlan
 

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from cli_runner import run_cli
+from mallocbench.commands.schema import build
 from mallocbench.errors import MallocbenchError
 from mallocbench.inputs.tomlpos import positions
 from mallocbench.patterns import experiment as pexp
-from mallocbench.run.experiment import from_dict, load
-from mallocbench.run.schema import build
+from mallocbench.run.loading import from_dict, load
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -2,7 +2,9 @@
 
 A full disk or a failing one is the environment, not the user's input: it is reported as
 EnvironmentLost (exit 3) naming the file, and a partial file never stays behind under
-its real name or a temporary one (a left-over partial keeps a full disk full).
+its real name or a temporary one (a left-over partial keeps a full disk full). What is
+kept between runs (golden datadirs, calibrations, a build's known options) lives under
+cache_root().
 """
 
 from __future__ import annotations
@@ -70,3 +72,17 @@ def read_bounded(path: Path, limit: int, what: str) -> bytes:
             "the path names the file you meant"
         )
     return data
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get("MALLOCBENCH_CACHE")
+    if explicit:
+        return Path(explicit)
+    if os.geteuid() == 0 and not os.environ.get("XDG_CACHE_HOME"):
+        # One cache for all of root's checkouts, beside the runtime directories
+        # (servers/runtime.py), so a session's copy usually stays on one file system.
+        # The server's user never enters it: loads run in a runtime directory and root
+        # copies the result in and out.
+        return Path("/var/cache/mallocbench")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
+    return Path(base) / "mallocbench"

@@ -15,6 +15,10 @@ from pathlib import Path
 from mallocbench.errors import MallocbenchError
 
 PACKAGED = Path(__file__).resolve().parent / "_native"
+SHIM_ENV = "MALLOCBENCH_RECORD_SHIM"
+REPLAYER_ENV = "MALLOCBENCH_REPLAY_BIN"
+SHIM = "libmbrecord.so"
+REPLAYER = "mbreplay"
 # Targets this process has made or found fresh: a part older than a source it does not
 # use (make keeps it) looked stale on every call, and a replay ran make each time.
 _MADE: set[str] = set()
@@ -81,3 +85,11 @@ def native_file(
     if not path.is_file():
         raise MallocbenchError(f"{path} is missing: run `make native`")
     return path
+
+
+def shim_path() -> Path:
+    return native_file(SHIM, SHIM_ENV)
+
+
+def replayer_path() -> Path:
+    return native_file(REPLAYER, REPLAYER_ENV)

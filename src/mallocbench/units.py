@@ -6,12 +6,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from mallocbench.errors import MallocbenchError
-
-if TYPE_CHECKING:
-    from mallocbench.model.metadata import Durations
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
@@ -28,6 +25,10 @@ def parse_size(value: object, key: str) -> int:
     if not 1 <= size < math.inf:
         raise MallocbenchError(f"{key} = {value!r} is not a size: write e.g. 256M, 2G or bytes")
     return int(size)
+
+
+# A "same" band wider than ±50% would hide everything: min_effect stays below it.
+MIN_EFFECT_UPPER = 0.5
 
 
 def parse_fraction(value: object, key: str, upper: float = 1.0) -> float:
@@ -47,6 +48,12 @@ def parse_fraction(value: object, key: str, upper: float = 1.0) -> float:
             f"(e.g. 0.02 or 2%)"
         )
     return fraction
+
+
+def parse_min_effect(value: object, key: str = "min_effect") -> float:
+    """The smallest relative change that counts, from 0.02 or "2%", read once where it
+    enters (an experiment file, --min-effect, a stored run's metadata)."""
+    return parse_fraction(value, key, upper=MIN_EFFECT_UPPER)
 
 
 _COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmb]?)\s*$", re.IGNORECASE)
@@ -168,6 +175,18 @@ def seconds(value: object) -> str:
 
 def knobs(values: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in values.items()) or "-"
+
+
+class Durations(Protocol):
+    """A run's recorded durations (model.metadata.Durations): read here, not imported, as
+    the model reads its options with this module's parsers."""
+
+    @property
+    def warmup_s(self) -> float | None: ...
+    @property
+    def max_warmup_s(self) -> float | None: ...
+    @property
+    def step_s(self) -> float | None: ...
 
 
 def durations(recorded: Durations) -> str:

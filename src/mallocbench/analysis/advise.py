@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from mallocbench.analysis import criteria
 from mallocbench.analysis.choice import Interval
 from mallocbench.analysis.replay import Ratio, ReplayAnalysis, Saving, saving
-from mallocbench.replay.serverrss import server_rss
+from mallocbench.model.traceinfo import server_rss
 
 SAME = Interval(1.0, 1.0, 1.0)  # the default against itself
 

@@ -15,7 +15,7 @@ from mallocbench.analysis import stats
 from mallocbench.analysis.growth import Growth, analyze_growth
 from mallocbench.model.metadata import ReplayRecord, ReplayRun
 from mallocbench.model.results import json_safe
-from mallocbench.replay.serverrss import server_rss
+from mallocbench.model.traceinfo import server_rss
 
 # (key in the replayer's JSON, lower is better); report.replay.METRIC_LABELS names them.
 # The steady peak is the sampled peak over each replay's second half: its start makes the

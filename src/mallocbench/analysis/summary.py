@@ -23,14 +23,12 @@ from typing import Any
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.sla import ibench_throughput
+from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import STATUS_OK, STATUS_OOM, Cell, RunResult, SessionInfo
-from mallocbench.units import parse_fraction, slug
+from mallocbench.units import MIN_EFFECT_UPPER, slug
 from mallocbench.workloads.catalogue import GROUPS, group_of, label_order
 
 QPS = "QPS"
-# The same bound the experiment file enforces: a "same" band wider than ±50% hides
-# everything.
-MIN_EFFECT_UPPER = 0.5
 
 
 @dataclass
@@ -175,17 +173,14 @@ def min_effect_of(result: RunResult, override: float | None = None) -> float:
     """The smallest relative change worth reporting: `override`, else the run's own."""
     if override is not None:
         return override
-    value = result.metadata.min_effect
-    if value in (None, ""):
-        return 0.0
-    return parse_fraction(value, f"min_effect of run {result.run_id}", upper=MIN_EFFECT_UPPER)
-
-
-def parse_min_effect(value: str | None) -> float | None:
-    """The --min-effect option: 0.02 or "2%"; None when not given."""
-    if value is None:
-        return None
-    return parse_fraction(value, "--min-effect", upper=MIN_EFFECT_UPPER)
+    metadata = result.metadata
+    unread = metadata.extra.get("min_effect")
+    if metadata.min_effect is None and unread not in (None, ""):
+        raise MallocbenchError(
+            f"min_effect of run {result.run_id} = {unread!r} is not a fraction below "
+            f"{MIN_EFFECT_UPPER:g}: give --min-effect (e.g. 2%) to report it"
+        )
+    return metadata.min_effect or 0.0
 
 
 class Unmeasured(enum.StrEnum):

@@ -25,18 +25,15 @@ from mallocbench.calibrate.summary import (
 )
 from mallocbench.calibrate.target import Target
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.real import check_config_keys
 from mallocbench.probes.system import cpu_snapshot, system_thp_mode
 from mallocbench.run import dataset
-from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession, in_block_order
-from mallocbench.run.measure import (
-    CellMeasurement,
-    measure_turns,
-    new_cell,
-    warm_up,
-)
+from mallocbench.run.builds import check_config_keys
+from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession
+from mallocbench.run.measure import CellMeasurement, new_cell, warm_up
 from mallocbench.run.measure import measure_slice as measure_cell_slice
+from mallocbench.run.planning import in_block_order
 from mallocbench.run.session import LiveSession, start_session, stop_session, warm_cache
+from mallocbench.run.turns import measure_turns
 from mallocbench.servers.mariadb import ServerBuild, find_build
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import locks
@@ -159,7 +156,7 @@ def _turn_ratios(target: Target, measured: list[CellMeasurement]) -> list[list[f
 def copy_order(copies: int, index: int) -> list[int]:
     """The copies in the order start `index` starts, warms and turns them: a first on
     even starts, last on odd ones, as a run reverses its setups on odd repeats
-    (experiment.plan). Whatever favours one place in that order (the server started
+    (run.planning.plan). Whatever favours one place in that order (the server started
     first idles while the others warm) then lands in the between-start variance, where
     a run's blocks meet it, not in a fixed offset of copy a that no run has."""
     return in_block_order(list(range(copies)), index)

@@ -13,7 +13,7 @@ from typing import Any
 from mallocbench.analysis import designs, noise
 from mallocbench.calibrate.summary import CalibrationSummary
 from mallocbench.calibrate.target import Target
-from mallocbench.run import dataset
+from mallocbench.files import cache_root
 from mallocbench.run.experiment import Experiment
 
 # The host's noise changes with what else runs on it: an older calibration is redone.
@@ -45,7 +45,7 @@ def calibration_key(experiment: Experiment, target: Target) -> str:
 
 
 def _path(key: str) -> Path:
-    return dataset.cache_root() / "calibrations" / f"{key}.json"
+    return cache_root() / "calibrations" / f"{key}.json"
 
 
 def store_calibration(summary: CalibrationSummary, key: str) -> Path | None:

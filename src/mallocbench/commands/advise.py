@@ -20,7 +20,7 @@ from mallocbench.errors import MallocbenchError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from mallocbench.deploy.forms import Deployment
+    from mallocbench.deploy.deployment import Deployment
     from mallocbench.model.results import RunResult
     from mallocbench.tune.advise import AdvicePlan, AdviceRun, Finalist
     from mallocbench.tune.evaluate import ReplayEvaluator

@@ -30,7 +30,7 @@ from mallocbench.commands.options import out_dir_option, percent_option
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.report import formats
-from mallocbench.run import experiment as experiment_mod
+from mallocbench.run import loading as loading_mod
 from mallocbench.run.experiment import DEFAULT_TURN_S, MIN_RUN_SLICE_S, MIN_TURN_S
 from mallocbench.units import parse_duration
 
@@ -164,7 +164,7 @@ def calibrate_cmd(
       mallocbench calibrate examples/quick.toml
       mallocbench calibrate examples/quick.toml --starts 8 --budget 2h --target-ci 2%
     """
-    experiment = experiment_mod.load(experiment_file)
+    experiment = loading_mod.load(experiment_file)
     target = pick_target(experiment, setup, engine, step, threads)
     if starts is None:
         starts = default_starts(compared_setups(experiment) if pairs else 1)

@@ -80,7 +80,7 @@ def check(
           --advice advise-out/advise.json --watch 10m
     """
     from mallocbench.deploy.inforce import check as in_force
-    from mallocbench.replay.control import shim_status
+    from mallocbench.replay.preload import shim_status
 
     if trace is None and (advice is not None or predicted is not None):
         raise MallocbenchError("--advice and --predicted are for --against TRACE: give it too")
@@ -105,9 +105,9 @@ def _against(
     as_json: bool,
 ) -> None:
     from mallocbench.console import make_console
-    from mallocbench.deploy import against
     from mallocbench.deploy.inforce import check as in_force
-    from mallocbench.replay.control import shim_status
+    from mallocbench.replay import against
+    from mallocbench.replay.preload import shim_status
     from mallocbench.report import held
     from mallocbench.units import parse_duration, parse_percent
 

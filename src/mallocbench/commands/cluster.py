@@ -25,7 +25,8 @@ from typing import Any
 import click
 
 from mallocbench.cluster import tls as clustertls
-from mallocbench.cluster.dispatch import RESOURCE, WORK_DIR_ENV, run_unit
+from mallocbench.cluster.units import RESOURCE, WORK_DIR_ENV
+from mallocbench.cluster.worker import run_unit
 from mallocbench.commands.options import StopOnSignals
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers.process import die_with_parent

@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from mallocbench.analysis.summary import parse_min_effect
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.store.factory import store_target
-from mallocbench.units import parse_percent
+from mallocbench.units import parse_min_effect, parse_percent
 
 if TYPE_CHECKING:
     from mallocbench.report.formats import Outputs
@@ -39,7 +38,9 @@ def min_effect_option(help_text: str) -> Callable[[F], F]:
         "--min-effect",
         "min_effect",
         metavar="FRACTION",
-        callback=lambda _ctx, _param, value: parse_min_effect(value),
+        callback=lambda _ctx, _param, value: (
+            None if value is None else parse_min_effect(value, "--min-effect")
+        ),
         help=help_text,
     )
 

@@ -24,6 +24,7 @@ from mallocbench.analysis.recommend import recommend, replay_recommendation
 from mallocbench.commands.options import emit, min_effect_option
 from mallocbench.console import make_console
 from mallocbench.deploy import forms as deploy
+from mallocbench.deploy import systemd
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import ReplayRecord
 from mallocbench.model.results import RunResult, SetupInfo
@@ -72,7 +73,7 @@ def _of_replay(result: RunResult, given: DecisionRule, min_effect: float | None)
     """A replay run (`replay --out`, advise's finalists): the same rule on its steady
     peak RSS and CPU, memory first unless --priority says otherwise."""
     from mallocbench.analysis.summary import min_effect_of
-    from mallocbench.replay.serverrss import server_rss
+    from mallocbench.model.traceinfo import server_rss
 
     record = result.metadata.replay
     assert record is not None
@@ -252,7 +253,7 @@ def recommend_cmd(
             kinds = ", ".join(dict.fromkeys(e.kind for e in rec.engines)) or "keep"
             make_console(stderr=True).print(f"no change recommended ({kinds}): no drop-in written")
             return
-        path = deploy.write_dropin(deployment, dropin_dir)
+        path = systemd.write_dropin(deployment, dropin_dir)
         make_console(stderr=True).print(
             f"wrote {path}; apply with: systemctl daemon-reload && systemctl restart {service}"
         )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from mallocbench import exitcodes
+from mallocbench.deploy import deployment, systemd
 from mallocbench.deploy import forms as deploy
 from mallocbench.deploy.launch import FORMS, detect
 from mallocbench.errors import MallocbenchError
@@ -84,7 +85,7 @@ if TYPE_CHECKING:
 @click.option(
     "--units-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    default=Path(deploy.SYSTEMD_DIR),
+    default=Path(deployment.SYSTEMD_DIR),
     show_default=True,
     help="Unit directory of --remove-dropin.",
 )
@@ -333,19 +334,19 @@ def _preload_only(
     service: str | None,
 ) -> bool:
     """--print-dropin or --remove-dropin, done (True), or neither was asked."""
-    from mallocbench.replay import control
+    from mallocbench.replay import preload
 
     if form is not None and not print_dropin:
         raise MallocbenchError("--form chooses what --print-dropin prints: give both")
     if print_dropin:
-        d, started = control.recording_for(pid, service)
+        d, started = preload.recording_for(pid, service)
         click.echo(_form_text(d, started, form), nl=False)
     elif remove_dropin:
         _remove_dropin(units_dir, service, pid)
     return print_dropin or remove_dropin
 
 
-def _form_text(d: deploy.Deployment, started: Launch | None, form: str | None) -> str:
+def _form_text(d: deployment.Deployment, started: Launch | None, form: str | None) -> str:
     """The chosen form's text, after a line saying how the process runs."""
     chosen = form or (started.form if started else "systemd")
     head = ""
@@ -369,7 +370,7 @@ def _remove_dropin(units_dir: Path, service: str | None, pid: int | None) -> Non
         )
         return
     name = service or (started.service if started else None) or "mariadb"
-    removed = deploy.remove_dropins(units_dir, name)
+    removed = systemd.remove_dropins(units_dir, name)
     if not removed:
         click.echo(f"no recording drop-in of {name} under {units_dir}: nothing removed")
         return

@@ -33,14 +33,11 @@ from mallocbench.report import replay as replay_report
 from mallocbench.report.formats import write_reports, write_run_reports
 from mallocbench.report.words import wide_cell_text
 from mallocbench.run import experiment as experiment_mod
+from mallocbench.run import planning as planning_mod
 from mallocbench.run.experiment import Decision
-from mallocbench.run.runner import (
-    Pipeline,
-    RunOptions,
-    RunOutcome,
-    cell_estimate,
-    dry_run_checks,
-)
+from mallocbench.run.options import RunOptions, RunOutcome, cell_estimate
+from mallocbench.run.runner import Pipeline
+from mallocbench.run.source import dry_run_checks
 from mallocbench.store import is_url, open_store, store_label, store_target
 from mallocbench.store.base import STORE_NAME
 from mallocbench.store.loading import load_result
@@ -63,12 +60,12 @@ def _decision_text(decision: Decision) -> str:
 
 
 def _design_line(experiment: experiment_mod.Experiment) -> str:
-    problem = experiment_mod.concurrency_problem(experiment)
+    problem = planning_mod.concurrency_problem(experiment)
     if experiment.design == experiment_mod.SEQUENTIAL:
         return "design sequential: one server at a time"
     if problem is not None:
         return f"design sequential (interleaved asked, but {problem})"
-    slices = experiment_mod.slices_per_cell(experiment)
+    slices = planning_mod.slices_per_cell(experiment)
     kind = "turn" if experiment.alternate == experiment_mod.TURNS else "slice"
     return (
         f"design interleaved: {len(experiment.setups)} servers up at once per block; each "
@@ -281,7 +278,7 @@ def run_cmd(
     if experiment.design == experiment_mod.AUTO:
         where = RunOptions(out_dir=out_dir, store_path=store_path, resume=resume)
         experiment = _choose_design(experiment, where, (pinned_run, cluster_address), dry_run)
-    sessions = experiment_mod.plan(experiment)
+    sessions = planning_mod.plan(experiment)
     cells = sum(len(s.cells) for s in sessions)
     per_cell = cell_estimate(experiment)
     console = make_console(stderr=True)

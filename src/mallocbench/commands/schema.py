@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from mallocbench.run.schema import KINDS, build
+from mallocbench.patterns import schema as patterns_schema
+from mallocbench.run import schema as run_schema
+
+SCHEMAS: dict[str, Callable[[], dict[str, Any]]] = {
+    "run": run_schema.build,
+    "patterns": patterns_schema.build,
+}
+KINDS = tuple(SCHEMAS)
+
+
+def build(kind: str) -> dict[str, Any]:
+    """The JSON Schema of a `run` or a `patterns` experiment file."""
+    return SCHEMAS[kind]()
 
 
 @click.command("schema")

@@ -19,7 +19,8 @@ from mallocbench.report import ratchet as ratchet_report
 from mallocbench.report import soak as soak_report
 from mallocbench.report.formats import write_run_reports
 from mallocbench.run import experiment as experiment_mod
-from mallocbench.run.runner import RunOptions, RunOutcome
+from mallocbench.run import loading as loading_mod
+from mallocbench.run.options import RunOptions, RunOutcome
 from mallocbench.soak.runner import (
     DEFAULT_DURATION,
     DEFAULT_SEGMENT,
@@ -161,7 +162,7 @@ def soak_cmd(
       mallocbench soak my.toml --duration 6h --set 'steps=["point-query"]' --out soak
       mallocbench soak my.toml --duration 6h --out soak --resume
     """
-    loaded = experiment_mod.load(experiment_file, list(overrides))
+    loaded = loading_mod.load(experiment_file, list(overrides))
     spec = soak_spec(loaded, duration, segment, overrides)
     experiment = soak_experiment(loaded, spec)
     if dry_run:

@@ -296,10 +296,10 @@ def _given(ctx: click.Context, name: str) -> bool:
 
 
 def _server_evaluator(target: Path, out_dir: Path) -> ServerEvaluator:
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
     from mallocbench.tune.evaluate import ServerEvaluator
 
-    evaluator = ServerEvaluator(experiment_mod.load(target), out_dir)
+    evaluator = ServerEvaluator(loading_mod.load(target), out_dir)
     evaluator.check()
     return evaluator
 
@@ -307,7 +307,7 @@ def _server_evaluator(target: Path, out_dir: Path) -> ServerEvaluator:
 def _trace_workload(trace: Path, workload_file: Path | None, engine: str | None) -> Workload | None:
     """What the trace was recorded under: --workload's experiment, else what the run
     that recorded it stored; None: unknown (the confirmation's workload is generic)."""
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run import loading as loading_mod
     from mallocbench.tune import workload
 
     if workload_file is None:
@@ -317,7 +317,7 @@ def _trace_workload(trace: Path, workload_file: Path | None, engine: str | None)
             "--engine sets the generic workload's engine; with --workload its experiment "
             "says the engine: leave --engine out"
         )
-    return workload.from_experiment(experiment_mod.load(workload_file), str(workload_file))
+    return workload.from_experiment(loading_mod.load(workload_file), str(workload_file))
 
 
 def _check_trace(trace: Path) -> TraceInfo:

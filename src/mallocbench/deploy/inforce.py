@@ -194,16 +194,17 @@ def next_start(
     """The unit's files as systemd applies them, and each allocator variable they give
     otherwise than `environ`: a leftover recording drop-in, a tuned one not yet
     restarted into, an UnsetEnvironment that takes a preload away."""
-    from mallocbench.deploy import forms as deploy
 
-    paths = deploy.unit_files(service, dirs or deploy.UNIT_DIRS)
-    then = deploy.unit_environment(paths)
+    from mallocbench.deploy import systemd
+
+    paths = systemd.unit_files(service, dirs or systemd.UNIT_DIRS)
+    then = systemd.unit_environment(paths)
     names = [v for v in dict.fromkeys([*environ, *then]) if v == "LD_PRELOAD" or _owner(v)]
     changes = []
     for name in names:
         if environ.get(name) == then.get(name):
             continue
-        source = next((str(p) for p in reversed(paths) if name in deploy.dropin_environment(p)),
+        source = next((str(p) for p in reversed(paths) if name in systemd.dropin_environment(p)),
                       None)  # fmt: skip
         changes.append(Change(name, environ.get(name), then.get(name), source))
     return [str(p) for p in paths], changes
@@ -255,7 +256,7 @@ def check(pid: int, status_of: Callable[[int], str] | None = None) -> InForce:
     """What is in force in process `pid`; `status_of` reads the shim's status, when it
     is loaded (replay.control's, which reads this module's environ)."""
     from mallocbench.deploy import launch
-    from mallocbench.replay.native import SHIM
+    from mallocbench.native import SHIM
 
     environ = read_environ(pid)
     mapped = allocators.mapped_libraries(pid)

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.replay.native import shim_path
+from mallocbench.native import shim_path
 
 DEFAULT_PREFIX = Path("/usr/local")
 # Where install-shim (or `make install`, or a distribution package) puts the shim, in the

@@ -71,9 +71,8 @@ def _native(name: str, find: Callable[[], Path], blocks: str) -> Check:
 
 
 def _natives() -> list[Check]:
-    from mallocbench.native import native_file
+    from mallocbench.native import REPLAYER, REPLAYER_ENV, SHIM, SHIM_ENV, native_file
     from mallocbench.patterns.driver import binary_path
-    from mallocbench.replay.native import REPLAYER, REPLAYER_ENV, SHIM, SHIM_ENV
 
     checks = [
         _native("recording shim", lambda: native_file(SHIM, SHIM_ENV, build=False), "record"),

@@ -1,1 +1,1 @@
-"""Executors: what starts servers and measures cells for the run pipeline (base.py)."""
+"""Executors: what starts servers and measures cells for the run pipeline (run.executor)."""

@@ -9,12 +9,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.base import CellProgress, RunContext, Session
 from mallocbench.model.results import Cell
 from mallocbench.probes.system import system_thp_mode
 from mallocbench.replay import cells as cells_record
-from mallocbench.replay.native import shim_path
 from mallocbench.run import dataset
+from mallocbench.run.builds import resolve_builds
+from mallocbench.run.cellends import record_charge, restart_peak
+from mallocbench.run.executor import CellProgress, RunContext, Session
 from mallocbench.run.experiment import (
     MIN_RUN_SLICE_S,
     TURNS,
@@ -22,61 +23,15 @@ from mallocbench.run.experiment import (
     PlannedCell,
     PlannedSession,
     Setup,
-    slices_per_cell,
 )
-from mallocbench.run.measure import (
-    CellMeasurement,
-    finish_cell,
-    measure_slice,
-    measure_turns,
-    new_cell,
-    record_charge,
-    restart_peak,
-    takes_turns,
-    warm_up,
-)
+from mallocbench.run.measure import CellMeasurement, finish_cell, measure_slice, new_cell, warm_up
+from mallocbench.run.planning import slices_per_cell
 from mallocbench.run.session import LiveSession, start_session, stop_session, warm_cache
+from mallocbench.run.turns import measure_turns, takes_turns
 from mallocbench.servers import engines
-from mallocbench.servers.known_options import known_options, plugins_asked
-from mallocbench.servers.mariadb import ServerBuild, ServerStartError, find_build, server_user
+from mallocbench.servers.mariadb import ServerBuild, ServerStartError, server_user
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.servers.runtime import RuntimeDir
-
-
-def resolve_builds(experiment: Experiment) -> dict[str | None, ServerBuild]:
-    builds: dict[str | None, ServerBuild] = {}
-    for setup in experiment.setups:
-        if setup.basedir not in builds:
-            builds[setup.basedir] = find_build(setup.basedir)
-        check_config_keys(experiment, setup, builds[setup.basedir])
-    recording = [s.name for s in experiment.setups if s.record]
-    if recording:
-        try:
-            shim_path()
-        except MallocbenchError as exc:
-            raise MallocbenchError(f"setup {recording[0]} has record = true, but {exc}") from None
-    return builds
-
-
-def check_config_keys(experiment: Experiment, setup: Setup, build: ServerBuild) -> None:
-    """Refuse, before any dataset is loaded, a config key the setup's server would not
-    take on one of the engines (each loads its own plugins), and a plugin it cannot load."""
-    asked = {**experiment.server_config, **setup.config}
-    for engine in experiment.engines:
-        config = {**engine.config(experiment.dataset.cache_bytes), **asked}
-        known = known_options(build, plugins_asked(config))
-        if known is None:
-            return
-        if known.plugin_error is not None:
-            raise MallocbenchError(
-                f"setup {setup.name} on {engine.name}: {build.label} cannot load a plugin "
-                f"the setup asks for ({known.plugin_error}): install it or remove it from "
-                "plugin_load_add"
-            )
-        problems = [p for p in map(known.problem, asked) if p is not None]
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise MallocbenchError(f"setup {setup.name} on {engine.name}: {problems[0]}{more}")
 
 
 def _live(session: Session) -> LiveSession:
@@ -253,4 +208,4 @@ class RealExecutor:
                     raise KeyboardInterrupt
 
 
-__all__ = ["RealExecutor", "resolve_builds"]
+__all__ = ["RealExecutor"]

@@ -22,21 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.base import RunContext, Session
-from mallocbench.model.results import (
-    STATUS_CRASHED,
-    STATUS_OOM,
-    Cell,
-    RunResult,
-    SessionInfo,
-)
-from mallocbench.run.experiment import (
-    Experiment,
-    PlannedCell,
-    PlannedSession,
-    Setup,
-    slices_per_cell,
-)
+from mallocbench.model.results import STATUS_CRASHED, STATUS_OOM, Cell, RunResult, SessionInfo
+from mallocbench.run.executor import RunContext, Session
+from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession, Setup
+from mallocbench.run.planning import slices_per_cell
 from mallocbench.servers.mariadb import ServerBuild
 from mallocbench.store.loading import load_result
 

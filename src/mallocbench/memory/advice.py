@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from mallocbench import allocators
+from mallocbench.deploy import deployment
 from mallocbench.deploy import forms as deploy
 from mallocbench.memory.report import Advice, MemoryReport
 
@@ -29,7 +30,7 @@ def _permanent_jemalloc(report: MemoryReport) -> str:
     jemalloc = allocators.get("jemalloc", require_available=False)
     if jemalloc.path is None:
         return f"jemalloc is not installed here: {jemalloc.install_hint()}"
-    library = deploy.stable_library_path(jemalloc.path, jemalloc)
+    library = deployment.stable_library_path(jemalloc.path, jemalloc)
     return _hint(report, {"LD_PRELOAD": library}, "jemalloc")
 
 

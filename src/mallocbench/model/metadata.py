@@ -6,7 +6,9 @@ report made from the store. So every record here reads its object into typed fie
 writes back the same object, key for key, in the same order, nulls included. A key this
 version does not know (a newer version wrote it, or RunOptions.extra_metadata carried it),
 or a known key whose value has a shape this version cannot read, is kept as it came in
-`extra`, where it survives the round trip; readers then see the typed field as None.
+`extra`, where it survives the round trip; readers then see the typed field as None. An
+option stored as the user wrote it ("3%") is read into its typed value once, here, and
+written back as it came while that value stands.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from __future__ import annotations
 from dataclasses import Field, dataclass, field, fields
 from functools import cache
 from typing import Any, ClassVar, Self
+
+from mallocbench.errors import MallocbenchError
+from mallocbench.units import parse_min_effect
 
 # Field metadata: the JSON key when it differs from the field's name; the Record class a
 # JSON object is read into; or the Record class of each value of a name -> object map.
@@ -23,6 +28,8 @@ _MAPPING = "mapping"
 # A record whose keys sit in its parent's object itself (the host facts, kept flat since
 # the first version): its field name marks where in the parent its keys go.
 _FLAT = "flat"
+# A reader of the JSON value into the field's type, raising MallocbenchError when it cannot.
+_PARSE = "parse"
 
 
 def _record(cls: type[Record]) -> Any:
@@ -57,8 +64,17 @@ def _marker(f: Field[Any]) -> str:
     return f.name if f.metadata.get(_FLAT) else f.metadata.get(_KEY, f.name)
 
 
+def _parsed(parse: Any) -> Any:
+    return field(default=None, metadata={_PARSE: parse})
+
+
 def _decode(f: Field[Any], value: Any) -> tuple[bool, Any]:
     """(whether this version reads the value, the typed value)."""
+    if value is not None and _PARSE in f.metadata:
+        try:
+            return True, f.metadata[_PARSE](value)
+        except MallocbenchError:
+            return False, None
     if value is None or not (_RECORD in f.metadata or _MAPPING in f.metadata):
         return True, value
     if _RECORD in f.metadata:
@@ -104,6 +120,8 @@ class Record:
         ]
         # Not a field: the order is how the record is written, not what it holds.
         self.__dict__["_keys"] = held + [k for k in self.extra if k not in held]
+        # Parsed values as read: key -> (typed, the JSON value it was read from).
+        self.__dict__["_as_read"] = {}
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -139,6 +157,8 @@ class Record:
             readable, typed = _decode(slot, value) if slot is not None else (False, None)
             if readable and slot is not None:
                 setattr(self, slot.name, typed)
+                if _PARSE in slot.metadata:
+                    self.__dict__["_as_read"][key] = (typed, value)
                 continue
             if slot is not None:
                 object.__setattr__(self, slot.name, None)
@@ -164,6 +184,8 @@ class Record:
             value = getattr(self, slot.name)
             if slot.metadata.get(_FLAT):
                 out.update(value.to_dict() if value is not None else {})
+            elif key in self.__dict__["_as_read"] and self.__dict__["_as_read"][key][0] == value:
+                out[key] = self.__dict__["_as_read"][key][1]
             else:
                 out[key] = _encode(slot, value)
         return out
@@ -391,9 +413,9 @@ class RunMetadata(Record):
     steps: list[str] | None = None
     repeats: int | None = None
     design: DesignRecord | None = _record(DesignRecord)
-    # A fraction; old stores and hand-edited files may hold "3%", which the analysis
-    # parses (analysis.summary.min_effect_of) and refuses with one clear error when bad.
-    min_effect: float | str | None = None
+    # Old stores and hand-edited files may hold "3%": read as 0.03. One that is no fraction
+    # stays in `extra`, and the analysis refuses it (analysis.summary.min_effect_of).
+    min_effect: float | None = _parsed(parse_min_effect)
     soak: SoakRecord | None = _record(SoakRecord)
     hosts: dict[str, HostRecord] | None = _mapping(HostRecord)  # a cluster run's hosts
     cluster: ClusterRecord | None = _record(ClusterRecord)

@@ -185,7 +185,7 @@ class SessionInfo:
     # What may set this start's level apart from another's (probes.start): start-up
     # time, page-cache share of the datadir, THP, the busiest threads' CPUs.
     start: dict[str, float | str] | None = None
-    # A soak's events on this server (soakevents.EventRunner.records): each with its
+    # A soak's events on this server (soak.events.EventRunner.records): each with its
     # action, label, start and end (epoch seconds, as the samples) and status.
     events: list[dict[str, Any]] = field(default_factory=list)
 

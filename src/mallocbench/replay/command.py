@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.replay import control
-from mallocbench.replay.native import shim_path
+from mallocbench.native import shim_path
+from mallocbench.replay import control, preload
 
 # The shell's $$ is its own pid, which exec keeps: the shim arms only in that process
 # (and in whatever it execs), never in the programs it starts, which inherit the
@@ -126,7 +126,7 @@ def _armed(window: CommandWindow, name: str) -> None:
         with contextlib.suppress(OSError):  # to take the trace after its directory goes
             window.trace_fd = os.open(window.server_file, os.O_RDONLY | os.O_CLOEXEC)
         return
-    loaded = not window.ended() and control.shim_loaded(window.pid) is not None
+    loaded = not window.ended() and preload.shim_loaded(window.pid) is not None
     fate = "it ran unrecorded"
     if not window.ended():
         os.kill(window.pid, signal.SIGTERM)

@@ -17,9 +17,9 @@ from pathlib import Path
 from mallocbench.allocators import knobs as allocator_knobs
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import ReplayRun
+from mallocbench.native import replayer_path
 from mallocbench.patterns.driver import check_malloc_library, clean_environment
 from mallocbench.patterns.experiment import PatternSetup
-from mallocbench.replay.native import replayer_path
 from mallocbench.replay.trace import EXIT_USAGE, TraceError, replayer_error
 
 TIMINGS = ("recorded", "none")

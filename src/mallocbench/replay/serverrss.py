@@ -12,12 +12,8 @@ import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 
+from mallocbench.model.traceinfo import PSS_END, PSS_START, RSS_END, RSS_START
 from mallocbench.replay import trace as tracemod
-
-# Header keys (bytes): VmRSS from /proc/PID/status, and PSS from smaps_rollup (the
-# shared pages split among their users), at the window's start and end.
-RSS_START, RSS_END = "server_rss_start", "server_rss_end"
-PSS_START, PSS_END = "server_pss_start", "server_pss_end"
 
 
 def _kib_field(path: str, name: str) -> int | None:
@@ -61,13 +57,3 @@ def note(trace: Path, start: Mapping[str, int], end: Mapping[str, int]) -> None:
     if items:
         with contextlib.suppress(OSError):
             tracemod.add_info(trace, items)
-
-
-def server_rss(info: Mapping[str, str]) -> float | None:
-    """The server's RSS over the window (the mean of its start and end) from a trace's
-    header info, in bytes; None for a trace recorded without it."""
-    values = []
-    for key in (RSS_START, RSS_END):
-        with contextlib.suppress(KeyError, ValueError):
-            values.append(float(info[key]))
-    return sum(values) / len(values) if values else None

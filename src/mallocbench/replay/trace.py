@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.replay.native import replayer_path
+from mallocbench.native import replayer_path
 
 EXIT_USAGE = 2
 

@@ -27,7 +27,7 @@ from mallocbench.units import percent
 if TYPE_CHECKING:
     from mallocbench.analysis.advise import Decision
     from mallocbench.analysis.replay import Saving
-    from mallocbench.deploy.forms import Deployment
+    from mallocbench.deploy.deployment import Deployment
     from mallocbench.tune.advise import AdviceRun, Finalist
 
 MIB = float(1 << 20)

@@ -30,7 +30,7 @@ from mallocbench.report.words import candidate_reasons, thin_clauses
 from mallocbench.units import percent
 
 if TYPE_CHECKING:
-    from mallocbench.deploy.forms import Deployment
+    from mallocbench.deploy.deployment import Deployment
 
 NAMES = {
     criteria.THROUGHPUT: "throughput",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
-from mallocbench.files import is_disk_fault
+from mallocbench.files import cache_root, is_disk_fault
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.mariadb import (
     SERVER_RECORD,
@@ -43,20 +43,6 @@ class Dataset:
     tables: int = 4
     rows: int = 10000
     cache_bytes: int = 256 << 20
-
-
-def cache_root() -> Path:
-    explicit = os.environ.get("MALLOCBENCH_CACHE")
-    if explicit:
-        return Path(explicit)
-    if os.geteuid() == 0 and not os.environ.get("XDG_CACHE_HOME"):
-        # One cache for all of root's checkouts, beside the runtime directories
-        # (servers/runtime.py), so a session's copy usually stays on one file system.
-        # The server's user never enters it: loads run in a runtime directory and root
-        # copies the result in and out.
-        return Path("/var/cache/mallocbench")
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "mallocbench"
 
 
 def _schema_hash() -> str:

@@ -188,7 +188,7 @@ PATTERNS_TOP: dict[str, Schema] = {
     "seed": CASE["seed"],
     "setups": _of("object", "older spelling: [setups.NAME]", additionalProperties=SETUP_TABLE),
     "setup": RUN_TOP["setup"],
-    # [[patterns]] tables: CASE keys and the driver's options (mallocbench.run.schema).
+    # [[patterns]] tables: CASE keys and the driver's options (mallocbench.patterns.schema).
     "patterns": _of("array", "[[patterns]] tables: a pattern, its options and overrides"),
 }
 

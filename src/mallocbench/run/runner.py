@@ -6,21 +6,11 @@ server is recorded as the cell's result and the next cell gets a fresh server.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import re
 import socket
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
 
-from mallocbench.analysis.convergence import WideCell, cells_to_repeat, wide_cells
-from mallocbench.analysis.steady import WINDOW_S
-from mallocbench.errors import EnvironmentLost, MallocbenchError
-from mallocbench.executors.base import Executor, RunContext, Session
-from mallocbench.executors.real import RealExecutor
+from mallocbench.analysis.convergence import cells_to_repeat, wide_cells
+from mallocbench.errors import EnvironmentLost
 from mallocbench.model.metadata import (
     AdaptiveRecord,
     AllocatorRecord,
@@ -30,13 +20,9 @@ from mallocbench.model.metadata import (
     Durations,
     RunMetadata,
 )
-from mallocbench.model.results import (
-    STATUS_OK,
-    Cell,
-    RunResult,
-    SetupInfo,
-)
+from mallocbench.model.results import STATUS_OK, Cell, RunResult
 from mallocbench.probes.system import host_facts
+from mallocbench.run.executor import Executor, RunContext, Session
 from mallocbench.run.experiment import (
     AUTO,
     INTERLEAVED,
@@ -45,424 +31,29 @@ from mallocbench.run.experiment import (
     Experiment,
     PlannedCell,
     PlannedSession,
-    blocks,
-    concurrency_problem,
-    plan,
-    plan_extra_round,
-    slices_per_cell,
+)
+from mallocbench.run.options import Progress, RunOptions, RunOutcome, SilentProgress, cell_estimate
+from mallocbench.run.planning import concurrency_problem, plan_extra_round, slices_per_cell
+from mallocbench.run.schedule import LocalSchedule, Schedule
+from mallocbench.run.source import (
+    RunSessions,
+    check_reports_dir,
+    check_writable,
+    new_run_id,
+    setup_infos,
 )
 from mallocbench.servers.mariadb import ServerBuild, ServerStartError, SettingNotTaken
-from mallocbench.store import ResultsStore, is_url, locks, open_store, store_label
-from mallocbench.store.base import STORE_NAME
+from mallocbench.store import ResultsStore, locks, open_store
 from mallocbench.store.sqlite import (
     STATUS_FINISHED,
     STATUS_INTERRUPTED,
     STATUS_RUN_FAILED,
     STATUS_RUNNING,
 )
-from mallocbench.workloads.sysbench import Interval
 
 # Blocks every cell gets before --target-ci's stopping rule looks at the spread: with
 # fewer, Stein's first-stage t quantile (12.7 at 1 degree of freedom) asks for dozens.
 STAGE1_BLOCKS = 3
-
-
-class Progress(Protocol):
-    """What the pipeline tells whoever watches it (the CLI draws it with rich)."""
-
-    def start(self, total_cells: int, skipped: int) -> None: ...
-    def status(self, text: str) -> None: ...
-    def cell_started(self, cell: PlannedCell, phase: str) -> None: ...
-    def interval(self, cell: PlannedCell, interval: Interval, rss_bytes: int | None) -> None: ...
-    def cell_finished(self, cell: Cell) -> None: ...
-    def round_started(self, repeat: int, cells: int, reason: str) -> None: ...
-
-
-class SilentProgress:
-    def start(self, total_cells: int, skipped: int) -> None:
-        pass
-
-    def status(self, text: str) -> None:
-        pass
-
-    def cell_started(self, cell: PlannedCell, phase: str) -> None:
-        pass
-
-    def interval(self, cell: PlannedCell, interval: Interval, rss_bytes: int | None) -> None:
-        pass
-
-    def cell_finished(self, cell: Cell) -> None:
-        pass
-
-    def round_started(self, repeat: int, cells: int, reason: str) -> None:
-        pass
-
-
-@dataclass
-class RunOptions:
-    out_dir: Path
-    store_path: str | Path | None = None  # an SQLite file or a postgresql:// URL
-    resume: bool = False
-    keep_datadirs: bool = False
-    # Adaptive repetition: add repeats until every relative QPS interval is narrower than
-    # this many percentage points, the budget (seconds from the start) is spent, or
-    # max_repeats is reached.
-    target_ci_pct: float | None = None
-    budget_s: float = 3600.0
-    max_repeats: int = 20
-    min_effect: float | None = None  # overrides the experiment's min_effect
-    # Recorded in the run's metadata beside what the pipeline records (a soak's soak).
-    extra_metadata: RunMetadata = field(default_factory=RunMetadata)
-
-    @property
-    def store_target(self) -> str | Path:
-        return self.store_path or self.out_dir / STORE_NAME
-
-    @property
-    def store_label(self) -> str:
-        """The store for messages: never a URL's password."""
-        return store_label(self.store_target)
-
-
-@dataclass
-class RunOutcome:
-    result: RunResult
-    aborted: str | None = None  # why the run stopped early, if it did
-    skipped: int = 0
-    measured: int = 0
-    failures: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # things the reader must know
-    not_converged: list[WideCell] = field(default_factory=list)
-    adaptive_stop: str | None = None  # why adaptive repetition stopped, when it ran
-    repeats_done: int | None = None  # repeats per cell so far, as adaptive repetition saw
-
-
-def cell_estimate(experiment: Experiment) -> float:
-    """Seconds per cell before any was measured: warmup + measured + a second a run.
-
-    Interleaved cells run slices of durations.slice seconds, each a sysbench start, or
-    take turns of that length after a settle turn each.
-    """
-    # Warming cannot end before the detector has a full window of seconds to judge.
-    warmup = min(max(experiment.warmup_s, WINDOW_S), experiment.max_warmup_s)
-    warmup = warmup + 1.0 if experiment.warmup_s > 0 else 0.0
-    if experiment.design == INTERLEAVED:
-        slices = slices_per_cell(experiment)
-        if experiment.alternate == TURNS:
-            return warmup + (slices + 1) * experiment.slice_s + 1.0
-        return warmup + slices * (experiment.slice_s + 0.5)
-    return warmup + experiment.duration_s + 1.0
-
-
-def _check_writable(directory: Path) -> None:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / ".mallocbench-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise MallocbenchError(
-            f"output directory {directory} is not writable ({exc.strerror}): "
-            "choose another with --out"
-        ) from exc
-
-
-def _setup_infos(experiment: Experiment, builds: dict[str | None, ServerBuild]) -> list[SetupInfo]:
-    infos = []
-    for setup in experiment.setups:
-        build = builds[setup.basedir]
-        infos.append(
-            SetupInfo(
-                name=setup.name,
-                allocator=setup.allocator.name,
-                allocator_version=setup.allocator.version,
-                allocator_library=setup.allocator.preload() or setup.allocator.path,
-                knobs=dict(setup.knobs),
-                config={**experiment.server_config, **setup.config},
-                server=build.mysqld,
-                server_version=build.version,
-                cpus=setup.cpus,
-                thp=setup.thp,
-                description=setup.description,
-                memory_limit_bytes=setup.memory_limit_bytes,
-            )
-        )
-    return infos
-
-
-def _new_run_id(store: ResultsStore, experiment: Experiment) -> str:
-    """Name-date-time, with a suffix when another run started in the same second."""
-    base = f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_id, n = base, 1
-    while store.run_exists(run_id):
-        n += 1
-        run_id = f"{base}.{n}"
-    return run_id
-
-
-def _resume_run_id(store: ResultsStore, experiment: Experiment) -> str:
-    for run in reversed(store.list_runs()):
-        if run["experiment"] == experiment.name:
-            existing = store.load_run_header(run["run_id"])
-            if existing.experiment_text != experiment.text:
-                raise MallocbenchError(
-                    f"cannot resume {run['run_id']}: the experiment file changed since; "
-                    "run without --resume to start a new run"
-                )
-            return str(run["run_id"])
-    raise MallocbenchError(
-        f"nothing to resume: {store.label} has no run of experiment {experiment.name!r}; "
-        "run without --resume"
-    )
-
-
-_RUN_ID_FIELD = re.compile(r'"run_id": "((?:[^"\\]|\\.)*)"')
-
-
-def _check_reports_dir(out_dir: Path, store: ResultsStore, run_id: str) -> None:
-    """Refuse to replace another run's reports that this run's store cannot rebuild.
-
-    Reports of a run the store keeps are one `report` away, so a directory shared by
-    the runs of one store is fine; those of a run from elsewhere (a local run's `out`
-    met by a resume from a PostgreSQL store) would be lost without a word.
-    """
-    path = out_dir / "results.json"
-    try:
-        with path.open(errors="replace") as reports:
-            head = reports.read(4096)
-    except OSError:
-        return
-    match = _RUN_ID_FIELD.search(head)
-    if match is None:
-        return
-    other = json.loads(f'"{match.group(1)}"')
-    if other == run_id or store.run_exists(other):
-        return
-    raise MallocbenchError(
-        f"{out_dir} holds the reports of run {other}, which {store.label} does not keep: "
-        f"give run {run_id} a directory of its own, e.g. --out {out_dir / run_id}"
-    )
-
-
-def dry_run_checks(experiment: Experiment, options: RunOptions, on_cluster: bool) -> None:
-    """What a real run refuses before it starts a server, checked without starting one:
-    each setup's basedir holds a server (the allocator libraries were checked as the
-    experiment loaded), and a resumed run's experiment file has not changed since."""
-    if not on_cluster:  # a cluster's servers are on its hosts, checked there
-        RealExecutor().resolve_builds(experiment)
-    if not options.resume:
-        return
-    target = options.store_target
-    if not is_url(target) and not Path(target).is_file():
-        raise MallocbenchError(
-            f"nothing to resume: there is no results store at {options.store_label}; "
-            "run without --resume"
-        )
-    store = open_store(target, readonly=True)
-    try:
-        _resume_run_id(store, experiment)
-    finally:
-        store.close()
-
-
-class RunSessions:
-    """The session source of a run: what it measures, which run a resume continues, how
-    its sessions are named and what they do beside the load. A soak
-    (soak.SoakSessions) and a run kept in a shared store (cluster.StoredRunSessions)
-    change parts of it; the pipeline asks it and schedules what it plans."""
-
-    # A server that died mid-session is replaced for the session's remaining cells; a
-    # soak ends the setup's soak instead, its death being the outcome.
-    restart_after_death = True
-
-    def plan(self, experiment: Experiment) -> list[PlannedSession]:
-        return plan(experiment)
-
-    def finished_keys(
-        self, store: ResultsStore, run_id: str, experiment: Experiment
-    ) -> set[tuple[str, str, str, int, int]]:
-        """Keys of the cells a resumed run skips."""
-        return store.finished_cell_keys(run_id)
-
-    def resume_run_id(
-        self, store: ResultsStore, experiment: Experiment, carried: RunMetadata
-    ) -> str:
-        """The run --resume continues; `carried` is the metadata the run will be given."""
-        return _resume_run_id(store, experiment)
-
-    def session_id(
-        self, store: ResultsStore, run_id: str, planned: PlannedSession, attempt: int, host: str
-    ) -> str:
-        return planned.id if attempt == 0 else f"{planned.id}.{attempt + 1}"
-
-    def completed_notes(self, notes: list[str]) -> list[str]:
-        """The run's notes once every cell is measured: none may still say what is missing."""
-        return notes
-
-    def takes_account(self, experiment: Experiment, planned: PlannedCell) -> bool:
-        """Whether the cell ends with the server's full account of its RSS."""
-        return True
-
-    def design_record(self, record: DesignRecord) -> DesignRecord:
-        """What the run records of its design, given what the experiment asked for."""
-        return record
-
-    def session_started(self, experiment: Experiment, live: Session) -> None:
-        """A session's server is up and recorded, before its first cell."""
-
-    def session_ending(self, live: Session) -> None:
-        """A session's server is about to stop."""
-
-    def sessions_ran(
-        self,
-        store: ResultsStore,
-        run_id: str,
-        experiment: Experiment,
-        outcome: RunOutcome,
-        builds: dict[str | None, ServerBuild],
-        measured_on: str | None,
-    ) -> None:
-        """After a round of sessions, also on an error; `measured_on`: the host that
-        measured a cell in it (None: no cell was measured)."""
-
-
-class Schedule(Protocol):
-    """Where and in what order a run's planned sessions are measured."""
-
-    def connected(self) -> contextlib.AbstractContextManager[None]:
-        """Held while the run executes (a cluster's client)."""
-        ...
-
-    def run(
-        self,
-        pipeline: Pipeline,
-        store: ResultsStore,
-        run_id: str,
-        sessions: list[PlannedSession],
-        done: set[tuple[str, str, str, int, int]],
-        builds: dict[str | None, ServerBuild],
-        outcome: RunOutcome,
-    ) -> None:
-        """Measure the sessions' cells not in `done`, each saved through the pipeline."""
-        ...
-
-
-class LocalSchedule:
-    """Sessions on this host: one server at a time (sequential), or every setup's
-    server of a block up at once (interleaved). A cluster's schedule
-    (cluster.ClusterSchedule) sends blocks to other hosts instead."""
-
-    def connected(self) -> contextlib.AbstractContextManager[None]:
-        """Held while the run executes: nothing to connect to here."""
-        return contextlib.nullcontext()
-
-    def run(
-        self,
-        pipeline: Pipeline,
-        store: ResultsStore,
-        run_id: str,
-        sessions: list[PlannedSession],
-        done: set[tuple[str, str, str, int, int]],
-        builds: dict[str | None, ServerBuild],
-        outcome: RunOutcome,
-    ) -> None:
-        if pipeline.interleaved:
-            for block in blocks(sessions):
-                if all(c.key in done for s in block for c in s.cells):
-                    continue
-                if pipeline.stop_requested():
-                    raise KeyboardInterrupt
-                self._run_block(pipeline, store, run_id, block, done, builds, outcome)
-            return
-        for session in sessions:
-            pending = [c for c in session.cells if c.key not in done]
-            if not pending:
-                continue
-            if pipeline.stop_requested():
-                raise KeyboardInterrupt
-            self._run_session(pipeline, store, run_id, session, pending, builds, outcome)
-
-    def _run_session(
-        self,
-        pipeline: Pipeline,
-        store: ResultsStore,
-        run_id: str,
-        planned: PlannedSession,
-        pending: list[PlannedCell],
-        builds: dict[str | None, ServerBuild],
-        outcome: RunOutcome,
-    ) -> None:
-        """Sequential design: the pending cells on one server; a dead one is replaced."""
-        setup = pipeline.experiment.setup(planned.setup)
-        attempt = 0
-        with pipeline.executor.host_prepared_for(setup):
-            while pending:
-                live = pipeline.begin_session(store, run_id, planned, attempt, builds)
-                attempt += 1
-                try:
-                    while pending:
-                        (cell,) = pipeline.measure_together([(live, pending[0])], interleave=False)
-                        pipeline.save_cell(store, run_id, cell, outcome)
-                        pending.pop(0)
-                        if not live.alive():
-                            live.info.status = cell.status
-                            if not pipeline.sessions.restart_after_death:
-                                pending.clear()
-                            break
-                        if pipeline.stop_requested():
-                            raise KeyboardInterrupt
-                finally:
-                    pipeline.end_session(store, run_id, live, outcome)
-
-    def _run_block(
-        self,
-        pipeline: Pipeline,
-        store: ResultsStore,
-        run_id: str,
-        sessions: list[PlannedSession],
-        done: set[tuple[str, str, str, int, int]],
-        builds: dict[str | None, ServerBuild],
-        outcome: RunOutcome,
-    ) -> None:
-        """Interleaved design: every setup's server up at once, each cell's slices alternating.
-
-        A server that dies is replaced for the block's next cell; the others stay up.
-        """
-        pending = {s.setup: [c for c in s.cells if c.key not in done] for s in sessions}
-        keys = list(
-            dict.fromkeys((c.step.label, c.threads) for s in sessions for c in pending[s.setup])
-        )
-        lives: dict[str, Session] = {}
-        attempts: dict[str, int] = {}
-        try:
-            for key in keys:
-                pairs = []
-                for session in sessions:
-                    cell = next(
-                        (c for c in pending[session.setup] if (c.step.label, c.threads) == key),
-                        None,
-                    )
-                    if cell is None:
-                        continue
-                    live = lives.get(session.setup)
-                    if live is None or not live.alive():
-                        if live is not None:
-                            pipeline.end_session(store, run_id, lives.pop(session.setup), outcome)
-                        attempt = attempts.get(session.setup, 0)
-                        attempts[session.setup] = attempt + 1
-                        live = pipeline.begin_session(store, run_id, session, attempt, builds)
-                        lives[session.setup] = live
-                    pairs.append((live, cell))
-                measured = pipeline.measure_together(pairs, interleave=True)
-                for (live, _), finished in zip(pairs, measured, strict=True):
-                    pipeline.save_cell(store, run_id, finished, outcome)
-                    if not live.alive():
-                        live.info.status = finished.status
-                if pipeline.stop_requested():
-                    raise KeyboardInterrupt
-        finally:
-            for live in lives.values():
-                pipeline.end_session(store, run_id, live, outcome)
 
 
 class Pipeline:
@@ -479,8 +70,8 @@ class Pipeline:
         options: RunOptions,
         progress: Progress | None = None,
         stop_requested: Callable[[], bool] | None = None,
-        executor: Executor | None = None,
         *,
+        executor: Executor,
         sessions: RunSessions | None = None,
         schedule: Schedule | None = None,
     ) -> None:
@@ -489,7 +80,7 @@ class Pipeline:
         self.progress = progress or SilentProgress()
         self.stop_requested = stop_requested or (lambda: False)
         # What starts the servers and measures; the scheduler here decides the rest.
-        self.executor: Executor = executor or RealExecutor()
+        self.executor = executor
         self.sessions = sessions or RunSessions()
         self.schedule: Schedule = schedule or LocalSchedule()
         # Why the setups' servers cannot be up at once, when the design asks for it.
@@ -509,7 +100,7 @@ class Pipeline:
 
     def _execute_here(self) -> RunOutcome:
         experiment, options = self.experiment, self.options
-        _check_writable(options.out_dir)
+        check_writable(options.out_dir)
         with locks.lock_directory(options.out_dir):
             # Holding the directory's lock, any server recorded under it is an orphan of
             # a harness that died: stop it before its files are reused.
@@ -528,9 +119,9 @@ class Pipeline:
         run_id = (
             self.sessions.resume_run_id(store, experiment, options.extra_metadata)
             if options.resume
-            else _new_run_id(store, experiment)
+            else new_run_id(store, experiment)
         )
-        _check_reports_dir(options.out_dir, store, run_id)
+        check_reports_dir(options.out_dir, store, run_id)
         with store.lock_run(run_id), self.executor.server_state(run_id) as state:
             self.runtime_dir = state
             return self._execute_locked(store, builds, orphans, run_id)
@@ -543,7 +134,7 @@ class Pipeline:
         run_id: str,
     ) -> RunOutcome:
         experiment, options = self.experiment, self.options
-        setups = _setup_infos(experiment, builds)
+        setups = setup_infos(experiment, builds)
         metadata = self._run_metadata(builds)
         result = RunResult(
             run_id=run_id,
@@ -882,15 +473,4 @@ class Pipeline:
         return self.executor.measure(self._run_context(), pairs, interleave)
 
 
-__all__ = [
-    "LocalSchedule",
-    "Pipeline",
-    "RunSessions",
-    "Schedule",
-    "Progress",
-    "RunOptions",
-    "RunOutcome",
-    "SilentProgress",
-    "cell_estimate",
-    "dry_run_checks",
-]
+__all__ = ["Pipeline"]

@@ -17,11 +17,11 @@ import pymysql
 from mallocbench import units as fmt
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import SessionInfo
+from mallocbench.native import shim_path
 from mallocbench.probes import process as proc_probe
 from mallocbench.probes import start as start_probe
 from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.probes.system import process_thp_disabled, thp_mode
-from mallocbench.replay.native import shim_path
 from mallocbench.run.experiment import BYTES_PER_ROW, Experiment, PlannedSession, Setup
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup

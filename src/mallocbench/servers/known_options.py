@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError, did_you_mean
-from mallocbench.files import write_text_atomic
-from mallocbench.run.dataset import cache_root
+from mallocbench.files import cache_root, write_text_atomic
 from mallocbench.servers.mariadb import ServerBuild, server_user
 from mallocbench.servers.options import OPTION_PREFIXES, option_key
 from mallocbench.servers.taken import PLUGIN_OPTIONS

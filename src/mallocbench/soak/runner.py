@@ -39,9 +39,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mallocbench.errors import MallocbenchError
-from mallocbench.executors.base import Executor, Session
+from mallocbench.executors.real import RealExecutor
 from mallocbench.model.metadata import DesignRecord, RunMetadata, SoakRecord
 from mallocbench.model.results import STATUS_CRASHED, STATUS_OOM
+from mallocbench.run.executor import Executor, Session
 from mallocbench.run.experiment import (
     MAX_DURATION_S,
     SEQUENTIAL,
@@ -49,7 +50,9 @@ from mallocbench.run.experiment import (
     PlannedCell,
     PlannedSession,
 )
-from mallocbench.run.runner import Pipeline, Progress, RunOptions, RunSessions
+from mallocbench.run.options import Progress, RunOptions
+from mallocbench.run.runner import Pipeline
+from mallocbench.run.source import RunSessions
 from mallocbench.soak.events import EventRunner, check_tools
 from mallocbench.store import ResultsStore
 from mallocbench.units import parse_duration
@@ -280,7 +283,7 @@ class SoakSessions(RunSessions):
             attempt += 1
 
     def session_started(self, experiment: Experiment, live: Session) -> None:
-        """The session's events (soakevents) start beside the load."""
+        """The session's events (soak.events) start beside the load."""
         server = getattr(live, "server", None)  # a recorded executor replays no server
         if experiment.events and server is not None:
             horizon = experiment.repeats * experiment.duration_s
@@ -314,7 +317,12 @@ def soak_pipeline(
 ) -> Pipeline:
     """The run pipeline with a soak's session source."""
     return Pipeline(
-        experiment, options, progress, stop_requested, executor, sessions=SoakSessions()
+        experiment,
+        options,
+        progress,
+        stop_requested,
+        executor=executor or RealExecutor(),
+        sessions=SoakSessions(),
     )
 
 

@@ -27,8 +27,8 @@ from mallocbench.analysis.recommend import replay_recommendation
 from mallocbench.analysis.replay import ReplayAnalysis, analyze_replay
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import RunResult
+from mallocbench.model.traceinfo import server_rss
 from mallocbench.patterns.experiment import PatternSetup
-from mallocbench.replay.serverrss import server_rss
 from mallocbench.replay.trace import TraceInfo
 from mallocbench.tune import driver
 from mallocbench.tune.evaluate import ReplayEvaluator, auto_portion

@@ -378,12 +378,13 @@ def derive(
 def planned_seconds(text: str, load_s: float = 0.0) -> float:
     """About how long `mallocbench run` takes for the experiment `text`: the dataset's
     load, a server start per session and run's own estimate per cell."""
-    from mallocbench.run import experiment as experiment_mod
+    from mallocbench.run.loading import from_dict
+    from mallocbench.run.planning import plan, planned_cells
     from mallocbench.run.runner import cell_estimate
 
-    experiment = experiment_mod.from_dict(tomllib.loads(text), text)
-    sessions = len(experiment_mod.plan(experiment))
-    cells = experiment_mod.planned_cells(experiment)
+    experiment = from_dict(tomllib.loads(text), text)
+    sessions = len(plan(experiment))
+    cells = planned_cells(experiment)
     return load_s + sessions * SESSION_START_S + cells * cell_estimate(experiment)
 
 

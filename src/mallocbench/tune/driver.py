@@ -233,6 +233,7 @@ def deploy_for(
     allocator: Allocator, point: front.Point, env: dict[str, str], service: str = "mariadb"
 ) -> dict[str, Any]:
     """The chosen setting's environment and its text in every form, through deploy.py."""
+    from mallocbench.deploy import deployment
     from mallocbench.deploy import forms as deploy
     from mallocbench.model.results import SetupInfo
 
@@ -248,8 +249,8 @@ def deploy_for(
         "point": point.label,
         "environment": d.environment,
         "systemd": d.snippets["systemd"].text,
-        "dropin": f"{deploy.SYSTEMD_DIR}/{d.dropin_relpath}",
-        "forms": {form: deploy.render_form(d, form) for form in deploy.FORM_SNIPPETS},
+        "dropin": f"{deployment.SYSTEMD_DIR}/{d.dropin_relpath}",
+        "forms": {form: deploy.render_form(d, form) for form in deployment.FORM_SNIPPETS},
     }
 
 

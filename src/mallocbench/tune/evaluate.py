@@ -213,7 +213,8 @@ class ServerEvaluator:
     def check(self) -> None:
         """What a run refuses before it starts a server (no server in the basedir, an
         unwritable --out), refused here before the first trial."""
-        from mallocbench.run.runner import RunOptions, dry_run_checks
+        from mallocbench.run.options import RunOptions
+        from mallocbench.run.source import dry_run_checks
 
         dry_run_checks(self.experiment, RunOptions(out_dir=self.runs_dir), on_cluster=False)
 
@@ -263,9 +264,16 @@ class ServerEvaluator:
         return self._experiment(name, [setup], 1, SEQUENTIAL)
 
     def _execute(self, experiment: Experiment) -> RunResult:
-        from mallocbench.run.runner import Pipeline, RunOptions
+        from mallocbench.executors.real import RealExecutor
+        from mallocbench.run.options import RunOptions
+        from mallocbench.run.runner import Pipeline
 
-        pipeline = Pipeline(experiment, RunOptions(out_dir=self.runs_dir), _StatusOnly(self.say))
+        pipeline = Pipeline(
+            experiment,
+            RunOptions(out_dir=self.runs_dir),
+            _StatusOnly(self.say),
+            executor=RealExecutor(),
+        )
         outcome = pipeline.execute()
         if outcome.aborted == "interrupted":
             raise KeyboardInterrupt
