@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -359,9 +358,9 @@ def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool
     from mallocbench import exitcodes
     from mallocbench.commands.options import StopOnSignals
     from mallocbench.console import make_console
+    from mallocbench.report.tune import print_terminal, tune_json, write_tune_reports
     from mallocbench.tune import driver
     from mallocbench.tune.progress import SearchProgress
-    from mallocbench.tune.render import print_terminal, write_all
 
     plan.out.mkdir(parents=True, exist_ok=True)
     err = make_console(stderr=True)
@@ -400,9 +399,9 @@ def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool
             plan, studies, evaluator, limit, lambda text: status.update(f"re-measuring {text}")
         )
     doc = driver.document(plan, results, time.monotonic() - started)
-    paths = write_all(doc, plan.out)
+    paths = write_tune_reports(doc, plan.out)
     if as_json:
-        click.echo(json.dumps(doc, indent=1))
+        click.echo(tune_json(doc), nl=False)
         return
     console = make_console()
     print_terminal(doc, console)

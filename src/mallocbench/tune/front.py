@@ -14,12 +14,9 @@ beats the default there as a finding.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis import choice
-from mallocbench.analysis.replay import Estimate
 from mallocbench.analysis.tune import (
     Pool,
     Versus,
@@ -29,42 +26,10 @@ from mallocbench.analysis.tune import (
     pooled_versus,
     versus,
 )
-from mallocbench.model.results import json_safe
 from mallocbench.tune.evaluate import EvaluationFailed, Evaluator
 from mallocbench.tune.objectives import Constraint, Metric
+from mallocbench.tune.result import Point
 from mallocbench.tune.search import Observed
-
-
-@dataclass
-class Point:
-    label: str  # "default" or "#<trial>"
-    trial: int
-    default: bool
-    setting: dict[str, str]
-    searched: dict[str, float]  # the search's one observation
-    samples: dict[str, list[float]] = field(default_factory=dict)
-    # The block each sample was measured in, by key, when the repeats ran in blocks (on
-    # servers): two points are then compared block by block. Empty: independent repeats.
-    blocks: dict[str, list[int]] = field(default_factory=dict)
-    failed: int = 0
-    estimates: dict[str, Estimate] = field(default_factory=dict)
-    versus_default: dict[str, Versus] = field(default_factory=dict)
-    dominated_by: list[str] = field(default_factory=list)
-    feasible: bool = True
-
-    @property
-    def on_front(self) -> bool:
-        return not self.dominated_by
-
-    @property
-    def beats_default(self) -> bool:
-        return any(v.better for v in self.versus_default.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        data = json_safe(asdict(self))
-        data["on_front"] = self.on_front
-        data["beats_default"] = self.beats_default
-        return data
 
 
 def _dominates(
