@@ -336,6 +336,7 @@ def _choose_design(
     measured now), or the one the run being resumed chose; a dry run only says which it
     would take, or that it would calibrate."""
     from mallocbench.calibrate import auto as autodesign
+    from mallocbench.report.calibrate import design_choice_text
 
     pinned_run, cluster_address = pinned_and_cluster
     if cluster_address is not None:
@@ -349,8 +350,10 @@ def _choose_design(
             click.echo(f"design {resumed.design_why} (as the run being resumed chose)", err=True)
             return resumed
     if not dry_run:
-        return autodesign.resolve(experiment, where.out_dir, make_console(stderr=True))
-    chosen = autodesign.stored_choice(experiment)
+        return autodesign.resolve(
+            experiment, where.out_dir, make_console(stderr=True), design_choice_text
+        )
+    chosen = autodesign.stored_choice(experiment, design_choice_text)
     if chosen is None:
         click.echo(
             "design auto: no calibration of this host and shape is stored, so a short one "
