@@ -356,9 +356,10 @@ def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool
     import time
 
     from mallocbench import exitcodes
-    from mallocbench.commands.options import StopOnSignals
+    from mallocbench.commands.options import StopOnSignals, emit
     from mallocbench.console import make_console
-    from mallocbench.report.tune import print_terminal, tune_json, write_tune_reports
+    from mallocbench.report import formats
+    from mallocbench.report.tune import write_tune_reports
     from mallocbench.tune import driver
     from mallocbench.tune.progress import SearchProgress
 
@@ -400,12 +401,9 @@ def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool
         )
     doc = driver.document(plan, results, time.monotonic() - started)
     paths = write_tune_reports(doc, plan.out)
-    if as_json:
-        click.echo(tune_json(doc), nl=False)
-        return
-    console = make_console()
-    print_terminal(doc, console)
-    console.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False)
+    emit(formats.TUNE, "json" if as_json else formats.TERMINAL, doc)
+    if not as_json:
+        make_console().print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False)
 
 
 commands = [tune]
