@@ -198,7 +198,7 @@ def test_the_budget_leaves_the_repeats_their_share(tmp_path: Path) -> None:
     assert driver.front_limit(plan, 450.0, 10.0) == driver.MIN_FRONT == 3
     assert driver.front_limit(plan_for(tmp_path), 1e6, 10.0) == driver.MAX_FRONT
     doc = driver.document(plan, [], elapsed_s=900.0)
-    overrun = next(n for n in doc.notes if "against a budget of 10.0 min" in n)
+    overrun = next(n for n in tune_report.note_lines(doc) if "against a budget of 10.0 min" in n)
     # the note, --help and the code name one share
     assert driver.repeats_share() == "2/5" and "the 2/5 of it left" in overrun
     assert "(3/5 search, 2/5 repeats)" in " ".join(run_cli("tune", "--help").stdout.split())

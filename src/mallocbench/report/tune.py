@@ -23,6 +23,14 @@ from mallocbench.analysis.tune import Versus
 from mallocbench.files import write_text_atomic
 from mallocbench.report.charts import Chart
 from mallocbench.report.replay import RatioView, markdown_ratio, rich_ratio
+from mallocbench.tune.result import (
+    BudgetOverrun,
+    ChoiceRule,
+    Confirm,
+    MeasuredBy,
+    NothingToConfirm,
+    TuneNote,
+)
 from mallocbench.units import MB, knobs, quantity
 
 if TYPE_CHECKING:
@@ -153,7 +161,7 @@ def print_terminal(doc: TuneDocument, console: Console) -> None:
             console.print(f"\n[bold]{title}[/]: {doc.deploy_form} ({form_why(doc)})")
             text = deploy.forms.get(doc.deploy_form) or deploy.systemd
             console.print(text, markup=False, highlight=False)
-    for line in doc.notes:
+    for line in note_lines(doc):
         console.print(line, markup=False, highlight=False)
 
 
@@ -181,12 +189,80 @@ def markdown(doc: TuneDocument) -> str:
             for form, text in forms_first(doc, deploy.forms):
                 out += ["", f"### {title}: {form}", "", f"```{FORM_LANGUAGES.get(form, '')}"]
                 out += [text.rstrip(), "```"]
-    out += [""] + [f"- {n}" for n in doc.notes]
+    out += [""] + [f"- {n}" for n in note_lines(doc)]
     return "\n".join(out) + "\n"
 
 
 def tune_json(doc: TuneDocument) -> str:
-    return json.dumps(doc.to_dict(), indent=1) + "\n"
+    data = doc.to_dict()
+    data["notes"] = note_lines(doc)
+    return json.dumps(data, indent=1) + "\n"
+
+
+def note_lines(doc: TuneDocument) -> list[str]:
+    out = []
+    for note in doc.notes:
+        if isinstance(note, Confirm):
+            out += _confirm_lines(note)
+        else:
+            out.append(note_text(note))
+    return out
+
+
+def note_text(note: TuneNote) -> str:
+    if isinstance(note, BudgetOverrun):
+        return (
+            f"the tune took {note.elapsed_s / 60:.1f} min against a budget of "
+            f"{note.budget_s / 60:.1f} min: re-measuring the front (the default, the "
+            f"front's ends and knee at least, --repeats times each) took longer than the "
+            f"{note.repeats_share} of it left for that"
+        )
+    if isinstance(note, ChoiceRule):
+        return _rule_text(note)
+    if isinstance(note, MeasuredBy):
+        confirmation = (
+            "the confirmation's blocked run (the default and the choice up at once, 5 "
+            "blocks) is for the choice"
+            if note.on_servers
+            else "the confirmation on servers is for the whole workload"
+        )
+        return (
+            f"every setting was measured by a {note.evaluator}, the search's trials and "
+            f"the front's repeats alike: the intervals are for that, and {confirmation}"
+        )
+    if isinstance(note, NothingToConfirm):
+        return "no setting beats the default on any allocator: nothing to confirm"
+    if isinstance(note, Confirm):
+        return " ".join(_confirm_lines(note))
+    return note.text
+
+
+def _rule_text(rule: ChoiceRule) -> str:
+    """How "memory first" was chosen, since the lowest RSS is not always the choice."""
+    if rule.memory_at_any_cost:
+        return "memory first is the lowest RSS whatever its CPU (--memory-at-any-cost)"
+    bound = f", and only CPU within {rule.max_cpu:g}x the default's" if rule.max_cpu else ""
+    return (
+        "memory first is the cheapest in CPU among the settings whose RSS interval "
+        f"overlaps the lowest's (RSS within its noise){bound}; speed first likewise the "
+        "lowest RSS among those within the fastest's noise"
+    )
+
+
+def _confirm_lines(note: Confirm) -> list[str]:
+    """The command that confirms the choice, and what its experiment runs."""
+    first = (
+        "confirm on real private servers before deploying: mallocbench run "
+        f"{note.path} --out {note.out}"
+    )
+    if note.workload is None:
+        return [
+            first,
+            f"{note.path} runs a generic workload (nothing said what the trace was recorded "
+            "under): set its engines, steps, threads and [dataset] to that load first, or "
+            "give --workload EXPERIMENT.toml",
+        ]
+    return [first, f"{note.path} runs the tuned workload, {note.workload} ({note.source})"]
 
 
 def form_why(doc: TuneDocument) -> str:
@@ -367,7 +443,7 @@ def render_html(doc: TuneDocument, plotly_src: str | None = None) -> str:
         headers=headers(doc),
         sections=sections,
         form_why=form_why(doc),
-        notes=[code_spans(n) for n in doc.notes],
+        notes=[code_spans(n) for n in note_lines(doc)],
         title=f"mallocbench tune: {Path(doc.trace).name}",
     )
 

@@ -23,11 +23,17 @@ from mallocbench.tune.evaluate import Evaluator
 from mallocbench.tune.objectives import Constraint, Metric
 from mallocbench.tune.result import (
     AllocatorTune,
+    BudgetOverrun,
+    ChoiceRule,
+    Confirm,
     Deployed,
+    MeasuredBy,
+    NothingToConfirm,
     Objective,
     Point,
     Searched,
     TuneDocument,
+    TuneNote,
 )
 from mallocbench.tune.space import Dimension, build_space, parse_space_options
 from mallocbench.tune.workload import Workload, generic_lines, setup_lines, toml_lines
@@ -299,37 +305,27 @@ def document(
     plan: Plan, results: list[AllocatorTune], elapsed_s: float | None = None
 ) -> TuneDocument:
     """The tune every output is rendered from; writes confirm.toml to OUT."""
-    notes: list[str] = []
+    notes: list[TuneNote] = []
     if plan.budget_s is not None and elapsed_s is not None and elapsed_s > plan.budget_s * 1.05:
-        notes.append(
-            f"the tune took {elapsed_s / 60:.1f} min against a budget of "
-            f"{plan.budget_s / 60:.1f} min: re-measuring the front (the default, the "
-            f"front's ends and knee at least, --repeats times each) took longer than the "
-            f"{repeats_share()} of it left for that"
-        )
+        notes.append(BudgetOverrun(elapsed_s, plan.budget_s, repeats_share()))
     if any(label for r in results for label in r.chosen.values()):
-        notes.append(_rule_note(plan))
-    confirmation = (
-        "the confirmation's blocked run (the default and the choice up at once, 5 blocks) "
-        "is for the choice"
-        if plan.evaluation.get("method") == "servers"
-        else "the confirmation on servers is for the whole workload"
-    )
-    notes.append(
-        f"every setting was measured by a {plan.evaluator_name}, the search's trials and "
-        f"the front's repeats alike: the intervals are for that, and {confirmation}"
-    )
+        notes.append(ChoiceRule(plan.memory_at_any_cost, plan.max_cpu))
+    notes.append(MeasuredBy(plan.evaluator_name, plan.evaluation.get("method") == "servers"))
     toml = confirmation_toml(plan, results)
     if toml is None:
-        notes.append("no setting beats the default on any allocator: nothing to confirm")
+        notes.append(NothingToConfirm())
     else:
         path = plan.out / "confirm.toml"
         path.write_text(toml)
+        known = plan.workload
         notes.append(
-            f"confirm on real private servers before deploying: mallocbench run {path} "
-            f"--out {plan.out / 'confirm'}"
+            Confirm(
+                str(path),
+                str(plan.out / "confirm"),
+                known.describe() if known else None,
+                known.source if known else None,
+            )
         )
-        notes.append(_workload_note(plan.workload, path))
     return TuneDocument(
         trace=plan.trace,
         evaluator=plan.evaluator_name,
@@ -357,25 +353,3 @@ def repeats_share() -> str:
 
     share = Fraction(1 - SEARCH_SHARE).limit_denominator(10)
     return f"{share.numerator}/{share.denominator}"
-
-
-def _rule_note(plan: Plan) -> str:
-    """How "memory first" was chosen, since the lowest RSS is not always the choice."""
-    if plan.memory_at_any_cost:
-        return "memory first is the lowest RSS whatever its CPU (--memory-at-any-cost)"
-    bound = f", and only CPU within {plan.max_cpu:g}x the default's" if plan.max_cpu else ""
-    return (
-        "memory first is the cheapest in CPU among the settings whose RSS interval "
-        f"overlaps the lowest's (RSS within its noise){bound}; speed first likewise the "
-        "lowest RSS among those within the fastest's noise"
-    )
-
-
-def _workload_note(known: Workload | None, path: Path) -> str:
-    if known is None:
-        return (
-            f"{path} runs a generic workload (nothing said what the trace was recorded "
-            "under): set its engines, steps, threads and [dataset] to that load first, or "
-            "give --workload EXPERIMENT.toml"
-        )
-    return f"{path} runs the tuned workload, {known.describe()} ({known.source})"

@@ -157,6 +157,57 @@ class AllocatorTune:
         )
 
 
+@dataclass(frozen=True)
+class BudgetOverrun:
+    """The tune took longer than its budget: re-measuring the front overran its share."""
+
+    elapsed_s: float
+    budget_s: float
+    repeats_share: str  # the budget's share left for the repeats, as --help words it
+
+
+@dataclass(frozen=True)
+class ChoiceRule:
+    """How "memory first" was chosen (a setting was): the options that bound it."""
+
+    memory_at_any_cost: bool
+    max_cpu: float | None
+
+
+@dataclass(frozen=True)
+class MeasuredBy:
+    """What measured every setting, and whether the front's repeats ran on servers."""
+
+    evaluator: str
+    on_servers: bool
+
+
+@dataclass(frozen=True)
+class NothingToConfirm:
+    """No setting beats the default on any allocator."""
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """The experiment written to confirm the choices, and what it runs: the tuned
+    workload (its description and where it came from) or, None, a generic one."""
+
+    path: str
+    out: str
+    workload: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class Said:
+    """A note as a tune.json written before holds it: its words."""
+
+    text: str
+
+
+TuneNote = BudgetOverrun | ChoiceRule | MeasuredBy | NothingToConfirm | Confirm | Said
+
+
 @dataclass
 class TuneDocument:
     """A whole tune: what was asked, each allocator's result, and the notes."""
@@ -175,9 +226,10 @@ class TuneDocument:
     repeats: int
     out: str
     allocators: list[AllocatorTune]
-    notes: list[str]
+    notes: list[TuneNote]
 
     def to_dict(self) -> dict[str, Any]:
+        """tune.json but its notes (report.tune words them: tune_json)."""
         return {
             "trace": self.trace,
             "evaluator": self.evaluator,
@@ -192,7 +244,7 @@ class TuneDocument:
             "repeats": self.repeats,
             "out": self.out,
             "allocators": [r.to_dict() for r in self.allocators],
-            "notes": self.notes,
+            "notes": [asdict(n) for n in self.notes],
         }
 
     @classmethod
@@ -214,5 +266,5 @@ class TuneDocument:
             repeats=data["repeats"],
             out=data.get("out", ""),
             allocators=[AllocatorTune.from_dict(r) for r in data["allocators"]],
-            notes=data.get("notes", []),
+            notes=[Said(n) for n in data.get("notes", [])],
         )
