@@ -21,7 +21,7 @@ from mallocbench.run.experiment import load
 from mallocbench.store import open_store
 from mallocbench.tune import driver, front, workload
 from mallocbench.tune.objectives import parse_objectives
-from mallocbench.tune.result import Point
+from mallocbench.tune.result import AllocatorTune, Deployed, Point
 from mallocbench.tune.space import build_space
 
 GLIBC = allocators.get("glibc")
@@ -175,14 +175,13 @@ def plan_for(tmp_path: Path, known: workload.Workload | None) -> driver.Plan:
     )  # fmt: skip
 
 
+ARENA_1 = {"GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}
 CHOSEN = [
-    {
-        "allocator": "glibc",
-        "deploy": {
-            "memory": {"point": "#3", "environment": {"GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}}
-        },
-    }
-]
+    AllocatorTune(
+        "glibc", None, None, [], 2, 0, [], [], {"memory": "#3"}, True,
+        {"memory": Deployed("#3", ARENA_1, "", "", {})},
+    )
+]  # fmt: skip
 
 
 def confirmation(tmp_path: Path, known: workload.Workload | None) -> tuple[str, Any]:
