@@ -29,6 +29,7 @@ from mallocbench.report.recommend import recommendation_lines
 from mallocbench.report.replay import saving_text
 from mallocbench.tune import advise as advisemod
 from mallocbench.tune import front
+from mallocbench.tune.result import AllocatorTune
 
 MIB = 1 << 20
 # A process that allocates steadily, slowly enough for a small trace.
@@ -137,8 +138,8 @@ def test_advise_and_tune_agree_and_a_2x_cpu_setting_is_never_chosen(tmp_path: Pa
     picks = front.choose(points, test_tune.OBJECTIVES)
     tune_pick = picks["memory"]
     assert tune_pick is not None and tune_pick.setting == {"arena_max": "2"}
-    result = {"allocator": "glibc", "points": [p.to_dict() for p in points],
-              "chosen": {k: (p.label if p else None) for k, p in picks.items()}}  # fmt: skip
+    chosen_labels = {k: (p.label if p else None) for k, p in picks.items()}
+    result = AllocatorTune("glibc", None, None, [], 5, 0, [], points, chosen_labels, True, {})
     finals = advisemod.finalists([result])
     assert finals[0].setting == {} and finals[0].name == "glibc"
     memory = next(f for f in finals if "memory" in f.picked_for)

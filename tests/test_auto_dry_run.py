@@ -151,7 +151,7 @@ def test_the_dry_run_line_shows_no_runaway_width(
     stored = cache / "calibrations" / f"{calibration_key(experiment, target)}.json"
     stored.parent.mkdir(parents=True)
     stored.write_text(json.dumps(record))
-    chosen = autodesign.stored_choice(experiment)
+    chosen = autodesign.stored_choice(experiment, design_choice_text)
     assert chosen is not None and chosen.design_why
     widths = chosen.design_widths or {}
     assert (widths["runs"] or 0) > 1000  # what the line would say uncapped

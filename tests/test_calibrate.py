@@ -17,6 +17,7 @@ import pytest
 
 from cli_runner import run_cli
 from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
+from mallocbench.report.calibrate import design_choice_text, note_lines
 
 TINY = """
 name = "tiny"
@@ -274,7 +275,7 @@ def test_runs_and_turns_are_planned_with_the_start_level_both_saw(tmp_path: Path
     assert shared is not None
     assert shared == pytest.approx(own_runs, rel=0.05)  # runs measure the levels precisely
     assert summary.runs_ratio.between_var == max(own_runs, shared)
-    assert any("pooled over both" in note for note in summary.notes)
+    assert any("pooled over both" in note for note in note_lines(summary))
     data = summary.to_dict()
     assert data["turns_ratio"]["between_var"] == shared and data["own_start_var"]["turns"] == 0.0
     assert data["start_agreement_p"] > SHARED_START_MIN_P
@@ -288,7 +289,7 @@ def test_runs_and_turns_are_planned_with_the_start_level_both_saw(tmp_path: Path
     own_turns = summary.own_start_var["turns"]
     assert own_turns is not None and own_turns > 0.05
     assert summary.turns_ratio.between_var == own_turns
-    assert any("keep their own" in note for note in summary.notes)
+    assert any("keep their own" in note for note in note_lines(summary))
     p = summary.start_agreement_p
     assert p is not None and p < SHARED_START_MIN_P
 
@@ -391,11 +392,11 @@ def test_a_copy_that_nearly_stopped_is_named_and_kept(tmp_path: Path) -> None:
         return summarize(experiment, target, starts, options, pairs)
 
     quiet = summary_of(RUNS_SEEN)
-    assert not any("nearly stopped" in note for note in quiet.notes)
+    assert not any("nearly stopped" in note for note in note_lines(quiet))
     stalled_runs = [list(r) for r in RUNS_SEEN]
     stalled_runs[3][1] = 16.0
     stalled = summary_of(stalled_runs)
-    (note,) = [n for n in stalled.notes if "nearly stopped" in n]
+    (note,) = [n for n in note_lines(stalled) if "nearly stopped" in n]
     assert note.startswith("a copy nearly stopped: in start 4, copy a ran at 16 times copy b")
     assert "in a slice" in note and "calibrate again when it is quiet" in note
     assert stalled.runs_ratio is not None and quiet.runs_ratio is not None
@@ -457,14 +458,16 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     monkeypatch.setenv("MALLOCBENCH_CACHE", str(tmp_path / "cache"))
     experiment = loading_mod.load(path)
     assert experiment.design == "auto"
-    assert autodesign.stored_choice(experiment) is None  # nothing stored: it would calibrate
+    assert (
+        autodesign.stored_choice(experiment, design_choice_text) is None
+    )  # nothing stored: it would calibrate
     result = run_cli("run", str(path), "--dry-run", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert "no calibration of this host and shape is stored" in result.stdout
 
     # Quiet turns win; noisy turns lose to runs, and a tie keeps runs.
     _store_calibration(tmp_path / "cache", path, turns_within=1e-4)
-    chosen = autodesign.stored_choice(experiment)
+    chosen = autodesign.stored_choice(experiment, design_choice_text)
     assert chosen is not None and chosen.design == "interleaved" and chosen.alternate == "turns"
     assert chosen.slice_s == 1.0 and chosen.design_why and "auto: turns" in chosen.design_why
     # The wall time of 3 repeats of two 5 s runs slices (3 x 42 s at the stored costs)
@@ -488,7 +491,7 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     assert 'design = "auto" calibrates this machine' in result.stderr
 
     _store_calibration(tmp_path / "cache", path, turns_within=0.5)
-    chosen = autodesign.stored_choice(experiment)
+    chosen = autodesign.stored_choice(experiment, design_choice_text)
     assert chosen is not None and chosen.alternate == "runs" and chosen.design == "interleaved"
     assert chosen.slice_s == 5.0 and chosen.duration_s == 10.0 and chosen.repeats == 3
     # Nothing stored to resume: the stored calibration decides, not a run that is not there.

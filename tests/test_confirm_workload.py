@@ -26,6 +26,7 @@ from mallocbench.replay import workload
 from mallocbench.run.loading import load as load_experiment
 from mallocbench.tune import confirm, driver
 from mallocbench.tune.objectives import parse_objectives
+from mallocbench.tune.result import AllocatorTune, Deployed
 from mallocbench.tune.space import build_space
 from test_advise_dba import _sysbench, hand_started, prepare
 
@@ -33,13 +34,11 @@ __all__ = ["hand_started"]  # the fixture, used by name
 
 GLIBC = allocators.get("glibc")
 CHOSEN = [
-    {
-        "allocator": "glibc",
-        "deploy": {
-            "memory": {"point": "#3", "environment": {"GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}}
-        },
-    }
-]
+    AllocatorTune(
+        "glibc", None, None, [], 2, 0, [], [], {"memory": "#3"}, True,
+        {"memory": Deployed("#3", {"GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}, "", "", {})},
+    )
+]  # fmt: skip
 
 
 def _confirmation(tmp_path: Path, trace: Path) -> tuple[str, Any]:

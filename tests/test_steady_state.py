@@ -26,8 +26,9 @@ from mallocbench.analysis.steady import (
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.real import RealExecutor
 from mallocbench.model.results import Cell, RunResult, SessionInfo
-from mallocbench.report.words import stability_reason, warmup_text
+from mallocbench.report.words import warmup_text
 from mallocbench.run.loading import from_dict, load
+from mallocbench.run.measure import stability_reason
 from mallocbench.run.runner import Pipeline, RunOptions, RunOutcome
 from mallocbench.store.sqlite import Store
 

@@ -22,10 +22,12 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis import choice
 from mallocbench.deploy.launch import FORMS
+from mallocbench.report import tune as tune_report
 from mallocbench.run.loading import load
-from mallocbench.tune import driver, evaluate, front, render, search
+from mallocbench.tune import driver, evaluate, front, search
 from mallocbench.tune.evaluate import EvaluationFailed, auto_portion
 from mallocbench.tune.objectives import parse_constraints, parse_objectives
+from mallocbench.tune.result import AllocatorTune, Deployed, Objective, Point, TuneDocument
 from mallocbench.tune.space import build_space
 
 OBJECTIVES = parse_objectives("rss,time")
@@ -155,7 +157,7 @@ def test_a_resume_names_the_trace_however_it_is_spelled(
         study(str(tmp_path / "other.mbt"))
 
 
-def judged(evaluator: Synthetic, tmp_path: Path, trials: int = 20) -> list[front.Point]:
+def judged(evaluator: Synthetic, tmp_path: Path, trials: int = 20) -> list[Point]:
     study = new_study(tmp_path)
     search.search(study, GLIBC, SPACE, OBJECTIVES, evaluator, search.Stop(trials, None))
     chosen = front.candidates(search.observed(study, SPACE, []), OBJECTIVES, 8)
@@ -184,7 +186,7 @@ def test_noise_alone_never_beats_the_default(tmp_path: Path, seed: int) -> None:
     study = new_study(tmp_path)
     result = driver.result_for(plan, GLIBC, study, [], points, picks)
     doc = driver.document(plan, [result])
-    assert "glibc: no setting beats the default" in render.markdown(doc)
+    assert "glibc: no setting beats the default" in tune_report.markdown(doc)
     assert not (tmp_path / "confirm.toml").exists()
 
 
@@ -196,7 +198,7 @@ def test_the_budget_leaves_the_repeats_their_share(tmp_path: Path) -> None:
     assert driver.front_limit(plan, 450.0, 10.0) == driver.MIN_FRONT == 3
     assert driver.front_limit(plan_for(tmp_path), 1e6, 10.0) == driver.MAX_FRONT
     doc = driver.document(plan, [], elapsed_s=900.0)
-    overrun = next(n for n in doc["notes"] if "against a budget of 10.0 min" in n)
+    overrun = next(n for n in tune_report.note_lines(doc) if "against a budget of 10.0 min" in n)
     # the note, --help and the code name one share
     assert driver.repeats_share() == "2/5" and "the 2/5 of it left" in overrun
     assert "(3/5 search, 2/5 repeats)" in " ".join(run_cli("tune", "--help").stdout.split())
@@ -496,17 +498,19 @@ def test_a_tight_budget_keeps_the_front_ends_and_knee_and_tune_chooses_by_the_ru
     assert front.choose(points, OBJECTIVES, memory_at_any_cost=True)["memory"] is by_arena["1"]
     # 1.02x is over a bound of 1.0x, and the rest save no RSS beyond min_effect
     assert front.choose(points, OBJECTIVES, max_cpu=1.0)["memory"] is None
-    doc: dict[str, Any] = {"objectives": [{"name": m.name, "label": m.label} for m in OBJECTIVES],
-           "max_cpu": None}  # fmt: skip
-    result = {"allocator": "glibc", "beats_default": True,
-              "points": [p.to_dict() for p in points], "chosen": {"memory": "#1"},
-              "deploy": {"memory": {"environment": {"A": "1"}}}}  # fmt: skip
+    deployed = Deployed("#1", {"A": "1"}, "", "", {})
+    result = AllocatorTune("glibc", None, None, [], 6, 0, [], points, {"memory": "#1"}, True,
+                           {"memory": deployed})  # fmt: skip
+    objectives = [Objective(m.name, m.key, m.label, m.unit, m.direction) for m in OBJECTIVES]
+    doc = TuneDocument("t", "e", {}, None, objectives, [], 0.02, None, False, "systemd", "", 5,
+                       "out", [result], [])  # fmt: skip
     # a costly choice (here made at any cost) states its CPU in the same line
-    (line,) = render.choice_lines(result, doc)
+    (line,) = tune_report.choice_lines(result, doc)
     assert "memory first: #1 (A=1): steady peak RSS 0.90x [" in line and "CPU time 9." in line
     assert line.endswith("higher")
-    doc["max_cpu"] = 1.0
-    (line,) = render.choice_lines({**result, "chosen": {"memory": None}}, doc)
+    doc.max_cpu = 1.0
+    result.chosen = {"memory": None}
+    (line,) = tune_report.choice_lines(result, doc)
     assert line.endswith("on memory with CPU within 1x the default's (--max-cpu)")
 
 

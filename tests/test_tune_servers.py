@@ -21,6 +21,7 @@ from mallocbench.run.loading import load
 from mallocbench.store import open_store
 from mallocbench.tune import driver, front, workload
 from mallocbench.tune.objectives import parse_objectives
+from mallocbench.tune.result import AllocatorTune, Deployed, Point
 from mallocbench.tune.space import build_space
 
 GLIBC = allocators.get("glibc")
@@ -174,14 +175,13 @@ def plan_for(tmp_path: Path, known: workload.Workload | None) -> driver.Plan:
     )  # fmt: skip
 
 
+ARENA_1 = {"GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}
 CHOSEN = [
-    {
-        "allocator": "glibc",
-        "deploy": {
-            "memory": {"point": "#3", "environment": {"GLIBC_TUNABLES": "glibc.malloc.arena_max=1"}}
-        },
-    }
-]
+    AllocatorTune(
+        "glibc", None, None, [], 2, 0, [], [], {"memory": "#3"}, True,
+        {"memory": Deployed("#3", ARENA_1, "", "", {})},
+    )
+]  # fmt: skip
 
 
 def confirmation(tmp_path: Path, known: workload.Workload | None) -> tuple[str, Any]:
@@ -251,8 +251,8 @@ def test_repeats_in_blocks_are_compared_block_by_block() -> None:
     repeats; paired by block (what the blocked design is for) it is a finding."""
     rss = parse_objectives("rss,time", "servers")[0]
     load = [1.0, 1.6, 0.7, 1.3]
-    default = front.Point("default", 0, True, {}, {})
-    lower = front.Point("#1", 1, False, {"arena_max": "1"}, {})
+    default = Point("default", 0, True, {}, {})
+    lower = Point("#1", 1, False, {"arena_max": "1"}, {})
     default.samples[rss.key] = [100e6 * x for x in load]
     lower.samples[rss.key] = [95e6 * x * (1.002 if i % 2 else 0.998) for i, x in enumerate(load)]
     unpaired = front.compare(lower, default, rss, 0.02, 0.95)
@@ -267,7 +267,7 @@ def test_the_blocks_error_is_pooled_over_the_front_as_run_pools_its_setups() -> 
 
     rss = parse_objectives("rss", "servers")[0]
     load, wobble = [1.0, 1.6, 0.7], [[1.0, 1.01, 0.99], [0.99, 1.0, 1.01], [1.01, 0.99, 1.0]]
-    points = [front.Point(f"p{i}", i, i == 0, {}, {}) for i in range(3)]
+    points = [Point(f"p{i}", i, i == 0, {}, {}) for i in range(3)]
     for point, level, noise in zip(points, [100e6, 95e6, 97e6], wobble, strict=True):
         point.samples[rss.key] = [level * x * w for x, w in zip(load, noise, strict=True)]
         point.blocks[rss.key] = [0, 1, 2]

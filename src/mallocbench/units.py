@@ -160,6 +160,26 @@ def qps(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
+# How a measured quantity prints, by its unit: scale, format and the unit's name.
+QUANTITIES: dict[str, tuple[float, str, str]] = {
+    "bytes": (MB, ",.1f", " MiB"),
+    "1/s": (1, ",.0f", "/s"),
+    "s": (1, ".3f", " s"),
+    "ms": (1, ".2f", " ms"),
+    "us": (1, ".1f", " µs"),
+}
+
+
+def quantity(value: float | None, unit: str, named: bool = True) -> str:
+    """A measured value in its unit ("-": not measured); `named` adds the unit's name,
+    which a column whose header names it leaves out."""
+    if value is None or math.isnan(value):
+        return "-"
+    scale, spec, name = QUANTITIES.get(unit, (1, ".2f", ""))
+    text = format(value / scale, spec)
+    return text + name if named else text
+
+
 def mib(value: int | float | None) -> str:
     return f"{value / (1 << 20):,.0f} MiB" if value else "-"
 

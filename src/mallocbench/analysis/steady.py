@@ -204,7 +204,7 @@ class Stability:
     shift_at_s: int | None = None  # seconds measured before that shift
 
     def to_dict(self, reason: str) -> dict[str, Any]:
-        """As a cell stores it, with `reason` (report.words.stability_reason) in its place."""
+        """As a cell stores it, with `reason` (run.measure.stability_reason) in its place."""
         record = asdict(self)
         del record["held"]
         return {"stable": record.pop("stable"), "reason": reason, **record}

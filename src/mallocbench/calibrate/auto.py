@@ -16,6 +16,7 @@ Ties keep the default, runs.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,14 @@ from mallocbench.calibrate.store import calibration_key, load_calibration, store
 from mallocbench.calibrate.summary import CalibrationSummary, compared_setups
 from mallocbench.calibrate.target import pick_target
 from mallocbench.errors import MallocbenchError
-from mallocbench.report.calibrate import design_choice_text
 from mallocbench.run import experiment as experiment_mod
 from mallocbench.run.experiment import Experiment
 from mallocbench.store import open_store
+
+# How the caller words a choice (report.calibrate.design_choice_text): from the choice
+# and whether it came from a stored calibration. calibrate keeps the values; the words,
+# which the run keeps as its design's why, are report/'s.
+Wording = Callable[[DesignChoice, bool], str]
 
 # The short calibration at the start of a run: enough for the three designs' components,
 # with starts before slices, as calibrate's defaults (commands/calibrate.py) say why.
@@ -98,14 +103,15 @@ def apply_choice(
     )
 
 
-def stored_choice(experiment: Experiment) -> Experiment | None:
-    """The experiment with the design a stored calibration favours; None without one."""
+def stored_choice(experiment: Experiment, word: Wording) -> Experiment | None:
+    """The experiment with the design a stored calibration favours, its why in `word`'s
+    words; None without one."""
     target = pick_target(experiment, None, None, None, None)
     record = load_calibration(calibration_key(experiment, target))
     if record is None:
         return None
     choice = choose(experiment, record)
-    return apply_choice(experiment, choice, record, design_choice_text(choice, stored=True))
+    return apply_choice(experiment, choice, record, word(choice, True))
 
 
 def resumed_choice(
@@ -147,7 +153,7 @@ def resumed_choice(
     return apply(experiment, chosen, lengths, design.why)
 
 
-def resolve(experiment: Experiment, out_dir: Path, console: Console) -> Experiment:
+def resolve(experiment: Experiment, out_dir: Path, console: Console, word: Wording) -> Experiment:
     """The experiment with its design chosen, when it asks for "auto"; else unchanged."""
     if experiment.design != experiment_mod.AUTO:
         return experiment
@@ -171,7 +177,7 @@ def resolve(experiment: Experiment, out_dir: Path, console: Console) -> Experime
         store_calibration(summary, key)
         record = load_calibration(key) or _record_of(summary)
     choice = choose(experiment, record)
-    why = design_choice_text(choice, stored=stored)
+    why = word(choice, stored)
     console.print(f"design {why}")
     return apply_choice(experiment, choice, record, why)
 

@@ -294,7 +294,7 @@ def calibrate(
     for _, _, notes in measured:
         session_notes.extend(n for n in notes if n not in session_notes)
     summary = summarize(experiment, target, starts, options, pairs)
-    summary.notes.extend(session_notes)
+    summary.session_notes.extend(session_notes)
     return summary
 
 

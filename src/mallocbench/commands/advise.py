@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mallocbench.model.results import RunResult
     from mallocbench.tune.advise import AdvicePlan, AdviceRun, Finalist
     from mallocbench.tune.evaluate import ReplayEvaluator
+    from mallocbench.tune.result import AllocatorTune
 
 ADVISE_HELP = """Decide which allocator and knobs to run from a recorded trace, within one budget.
 
@@ -250,7 +251,7 @@ def _advise(plan: AdvicePlan) -> AdviceRun:
     )
 
 
-def _search(plan: AdvicePlan, evaluator: ReplayEvaluator, err: Console) -> list[dict[str, Any]]:
+def _search(plan: AdvicePlan, evaluator: ReplayEvaluator, err: Console) -> list[AllocatorTune]:
     """tune's search per allocator, then its front re-measured and picked from."""
     from mallocbench import exitcodes
     from mallocbench.commands.options import StopOnSignals

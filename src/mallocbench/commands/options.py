@@ -16,17 +16,29 @@ from mallocbench.store.factory import store_target
 from mallocbench.units import parse_min_effect, parse_percent
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from mallocbench.report.formats import Outputs
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
 
 
-def emit(outputs: Outputs[T], name: str, value: T) -> None:
-    """Format `name` of an analysed value on standard output, as --format asked."""
-    text = outputs.show(name, value, make_console())
+def emit(
+    outputs: Outputs[T], name: str, value: T, err: bool = False, console: Console | None = None
+) -> None:
+    """Format `name` of a value on standard output (standard error with `err`), as
+    --format asked; a drawn format on `console` when given."""
+    text = outputs.show(name, value, console or make_console(stderr=err))
     if text is not None:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, err=err)
+
+
+def say(kind: str, value: object, err: bool = False, console: Console | None = None) -> None:
+    """What the registry's entry for `kind` shows of `value` (report.formats)."""
+    from mallocbench.report import formats
+
+    emit(formats.outputs(kind), formats.TERMINAL, value, err, console)
 
 
 def min_effect_option(help_text: str) -> Callable[[F], F]:

@@ -11,30 +11,27 @@ from typing import TextIO
 
 import click
 from rich.console import Console
-from rich.markup import escape
 
 from mallocbench import exitcodes
-from mallocbench.analysis.criteria import DEFAULT_PRIORITIES
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.cluster import dispatch as cluster_mod
 from mallocbench.commands.options import (
     StopOnSignals,
+    emit,
     min_effect_option,
     out_dir_option,
     percent_option,
+    say,
     store_option,
 )
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
-from mallocbench.model.metadata import Durations
 from mallocbench.model.results import RunResult
 from mallocbench.report import formats
-from mallocbench.report import replay as replay_report
+from mallocbench.report import runs as runs_report
 from mallocbench.report.formats import write_reports, write_run_reports
-from mallocbench.report.words import wide_cell_text
 from mallocbench.run import experiment as experiment_mod
 from mallocbench.run import planning as planning_mod
-from mallocbench.run.experiment import Decision
 from mallocbench.run.options import RunOptions, RunOutcome, cell_estimate
 from mallocbench.run.runner import Pipeline
 from mallocbench.run.source import dry_run_checks
@@ -42,103 +39,7 @@ from mallocbench.store import is_url, open_store, store_label, store_target
 from mallocbench.store.base import STORE_NAME
 from mallocbench.store.loading import load_result
 from mallocbench.store.sqlite import STATUS_FINISHED
-from mallocbench.units import durations, mib, parse_duration, percent
-from mallocbench.workloads.catalogue import CATALOGUE, GROUPS, parse_steps
-
-
-def _decision_text(decision: Decision) -> str:
-    """The [decision] table as the recommendation will weigh it."""
-    parts = [
-        "priorities "
-        + ", ".join(decision.priorities or DEFAULT_PRIORITIES)
-        + ("" if decision.priorities else " (the default)")
-    ]
-    if decision.memory_budget_bytes:
-        parts.append(f"memory budget {mib(decision.memory_budget_bytes)}")
-    parts += [f"max loss {name} {percent(f)}" for name, f in decision.max_loss.items()]
-    return "; ".join(parts)
-
-
-def _design_line(experiment: experiment_mod.Experiment) -> str:
-    problem = planning_mod.concurrency_problem(experiment)
-    if experiment.design == experiment_mod.SEQUENTIAL:
-        return "design sequential: one server at a time"
-    if problem is not None:
-        return f"design sequential (interleaved asked, but {problem})"
-    slices = planning_mod.slices_per_cell(experiment)
-    kind = "turn" if experiment.alternate == experiment_mod.TURNS else "slice"
-    return (
-        f"design interleaved: {len(experiment.setups)} servers up at once per block; each "
-        f"cell is {slices} {kind}(s) of {experiment.slice_s:g} s alternating between them"
-    )
-
-
-LONG_RUN_S = 3600
-
-
-def _duration_text(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h" if seconds >= LONG_RUN_S else f"{seconds / 60:.1f} min"
-
-
-def _warn_if_long(console: Console, seconds: float) -> None:
-    if seconds >= LONG_RUN_S:
-        console.print(
-            f"[yellow]note[/]: this run plans about {_duration_text(seconds)} of measuring; "
-            "--dry-run shows where it goes, --set steps=[...] or --set durations.step=N "
-            "shortens it"
-        )
-
-
-def _print_plan(
-    experiment: experiment_mod.Experiment,
-    sessions: list[experiment_mod.PlannedSession],
-    per_cell: float,
-) -> None:
-    """The plan on one screen: what expands to what, and what it costs."""
-    cells = sum(len(s.cells) for s in sessions)
-    seconds = cells * per_cell
-    base = experiment.base
-    click.echo(
-        f"{experiment.name}: {cells} cells in {len(sessions)} server sessions, about "
-        f"{_duration_text(seconds)} of measuring (plus server starts)"
-    )
-    setups = [s.name + (" (base)" if s.name == base else "") for s in experiment.setups]
-    click.echo(f"  setups   {len(setups)}: {', '.join(setups)}")
-    click.echo(
-        f"  engines  {len(experiment.engines)}: {', '.join(e.name for e in experiment.engines)}"
-    )
-    click.echo(f"  steps    {len(experiment.steps)}:")
-    for spec in experiment.step_specs:
-        expanded = [step.label for step in parse_steps([spec])]
-        if len(expanded) == 1 and expanded[0].split()[0] == spec.split()[0]:
-            click.echo(f"             {expanded[0]}")
-        else:
-            click.echo(f"             {spec} -> {len(expanded)} steps: {', '.join(expanded)}")
-    click.echo(f"  threads  {', '.join(str(t) for t in experiment.threads)}")
-    click.echo(f"  repeats  {experiment.repeats} (blocks: a server start of every setup each)")
-    wording = durations(
-        Durations(
-            warmup_s=experiment.warmup_s,
-            max_warmup_s=experiment.max_warmup_s,
-            step_s=experiment.duration_s,
-        )
-    )
-    click.echo(f"  cell     {wording}; about {per_cell:.0f} s each")
-    click.echo(f"  {_design_line(experiment)}")
-    if experiment.decision is not None:
-        click.echo(f"  decision {_decision_text(experiment.decision)}")
-    capped = [s for s in experiment.setups if s.memory_limit_bytes is not None]
-    if capped:
-        click.echo(
-            "  memory caps (on each server's cgroup charge): "
-            + ", ".join(f"{s.name} {mib(s.memory_limit_bytes)}" for s in capped)
-        )
-    if seconds >= LONG_RUN_S:
-        click.echo(
-            "note: more than an hour; fewer steps or thread counts, or --set "
-            "durations.step=N, shorten it"
-        )
-
+from mallocbench.units import parse_duration
 
 # The help `mallocbench run --help` prints; long, as a command that starts servers owes.
 RUN_HELP = """Run an experiment: every setup on every engine, step and thread count.
@@ -286,16 +187,18 @@ def run_cmd(
         if pinned_run is None:
             options = RunOptions(out_dir=out_dir, store_path=store_path, resume=resume)
             dry_run_checks(experiment, options, cluster_address is not None)
-        _print_plan(experiment, sessions, per_cell)
-        if cluster_address is not None:
-            click.echo(cluster_mod.dispatch_line(experiment, cluster_address))
-        if target_ci_pct is not None:
-            click.echo(
-                f"then up to {max_repeats} repeats of the cells whose relative QPS interval is "
-                f"wider than {target_ci_pct:g}%, within {budget_s / 60:g} min in all"
-            )
+        dispatch = (
+            cluster_mod.dispatch_line(experiment, cluster_address) if cluster_address else None
+        )
+        adaptive = (
+            None
+            if target_ci_pct is None
+            else runs_report.Adaptive(max_repeats, target_ci_pct, budget_s)
+        )
+        say(formats.PLAN, runs_report.Plan(experiment, sessions, per_cell, dispatch, adaptive))
         return
-    _warn_if_long(console, cells * per_cell)
+    start = runs_report.Start(experiment.name, cells, len(sessions), per_cell, out_dir)
+    say(formats.RUN_START, start, console=console)
     options = RunOptions(
         out_dir=out_dir,
         store_path=store_path,
@@ -308,17 +211,14 @@ def run_cmd(
     )
     stop = StopOnSignals(lambda text: console.print(f"[yellow]{text}[/]"))
     with stop:
-        say = None if quiet else lambda text: console.print(f"[dim]{text}[/]")
+        tell = None if quiet else lambda text: console.print(f"[dim]{text}[/]")
         pipeline = cluster_mod.pipeline_for(
-            experiment, options, None, stop.requested, pinned_run, cluster_address, say, security
+            experiment, options, None, stop.requested, pinned_run, cluster_address, tell, security
         )
         if quiet:
             outcome = pipeline.execute()
         else:
-            banner = (
-                f"[bold]{experiment.name}[/]: {cells} cells in {len(sessions)} sessions, "
-                f"about {cells * per_cell / 60:.1f} min; results in {out_dir}"
-            )
+            banner = formats.outputs(formats.BANNER).render(formats.TERMINAL, start)
             outcome = _with_progress(pipeline, console, per_cell, banner)
     _conclude(outcome, out_dir, options.store_label, console, target_ci_pct, stop.signal)
 
@@ -333,6 +233,7 @@ def _choose_design(
     measured now), or the one the run being resumed chose; a dry run only says which it
     would take, or that it would calibrate."""
     from mallocbench.calibrate import auto as autodesign
+    from mallocbench.report.calibrate import design_choice_text
 
     pinned_run, cluster_address = pinned_and_cluster
     if cluster_address is not None:
@@ -343,18 +244,16 @@ def _choose_design(
     if where.resume:
         resumed = autodesign.resumed_choice(experiment, where.store_target, pinned_run)
         if resumed is not None:
-            click.echo(f"design {resumed.design_why} (as the run being resumed chose)", err=True)
+            say(formats.DESIGN, runs_report.DesignChosen(resumed.design_why, True), err=True)
             return resumed
     if not dry_run:
-        return autodesign.resolve(experiment, where.out_dir, make_console(stderr=True))
-    chosen = autodesign.stored_choice(experiment)
-    if chosen is None:
-        click.echo(
-            "design auto: no calibration of this host and shape is stored, so a short one "
-            "(about 2 min) runs first; the plan below is for interleaved runs"
+        return autodesign.resolve(
+            experiment, where.out_dir, make_console(stderr=True), design_choice_text
         )
+    chosen = autodesign.stored_choice(experiment, design_choice_text)
+    say(formats.DESIGN, runs_report.DesignChosen(chosen.design_why if chosen else None))
+    if chosen is None:
         return dataclasses.replace(experiment, design=experiment_mod.INTERLEAVED)
-    click.echo(f"design {chosen.design_why}")
     return chosen
 
 
@@ -393,37 +292,19 @@ def _conclude(
     stopped_by: int | None,
 ) -> None:
     """Write the reports, print the run, and exit with the status its end deserves."""
+    end = runs_report.End(outcome, store_label, target_pct=target_ci_pct)
     if outcome.result.cells:
         analysis = analyze(outcome.result)
-        written = write_run_reports(analysis, out_dir, outcome.aborted, outcome.notes)
+        end.written = write_run_reports(analysis, out_dir, outcome.aborted, outcome.notes)
         formats.print_terminal(analysis, make_console(), str(out_dir))
-        if written:
-            console.print("wrote " + ", ".join(str(p) for p in written))
-    else:
-        # Empty reports would read like a finished comparison.
-        console.print("no cell was measured: no report written")
-    if outcome.adaptive_stop is not None:
-        _print_adaptive(console, outcome, target_ci_pct)
-    # On stderr too when the report above goes elsewhere (a file): these need the user's
-    # eyes, once.
-    if not _same_file(sys.stdout, sys.stderr):
-        for note in outcome.notes:
-            if note != outcome.aborted:  # said once, as the error below
-                console.print(f"[yellow]note[/]: {note}")
+    # On stderr too when the report above goes elsewhere (a file): the notes need the
+    # user's eyes, once.
+    end.notes_shown = not _same_file(sys.stdout, sys.stderr)
+    say(formats.RUN_END, end, console=console)
     if outcome.aborted == "interrupted":
-        console.print(
-            f"[yellow]interrupted[/]: {len(outcome.result.cells)} cells kept in "
-            f"{store_label}; continue with --resume"
-        )
         sys.exit(exitcodes.interrupted(stopped_by or signal.SIGINT))
     if outcome.aborted:
-        click.echo(f"mallocbench: error: {outcome.aborted.splitlines()[0]}", err=True)
-        for line in outcome.aborted.splitlines()[1:6]:
-            click.echo(f"  {line}", err=True)
-        click.echo(
-            f"  ({len(outcome.result.cells)} cells measured so far are kept in {store_label})",
-            err=True,
-        )
+        say(formats.RUN_ABORT, end, err=True)
         # Not 1: a CI gate reads 1 as "found a regression"; an abort is not a verdict.
         sys.exit(exitcodes.ABORTED)
 
@@ -435,25 +316,6 @@ def _same_file(one: TextIO, other: TextIO) -> bool:
     except (OSError, ValueError):
         return False
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
-
-
-def _print_adaptive(console: Console, outcome: RunOutcome, target_pct: float | None) -> None:
-    adaptive = outcome.result.metadata.adaptive
-    rounds = adaptive.rounds if adaptive is not None else None
-    if outcome.adaptive_stop == "converged":
-        console.print(
-            f"[green]converged[/]: every relative QPS interval is narrower than {target_pct:g}% "
-            f"after {rounds} repeats"
-        )
-        return
-    console.print(
-        f"[yellow]not converged[/] ({outcome.adaptive_stop}) after {rounds} repeats: "
-        f"{len(outcome.not_converged)} intervals still wider than {target_pct:g}%"
-    )
-    for wide in outcome.not_converged[:12]:
-        console.print(f"  {wide_cell_text(wide)}")
-    if len(outcome.not_converged) > 12:
-        console.print(f"  ... and {len(outcome.not_converged) - 12} more (see report.md)")
 
 
 @click.command("report")
@@ -527,10 +389,7 @@ def report_cmd(
     analysis = analyze(result, min_effect, reference, wanted)
     if out_dir is not None:
         write_reports(analysis, out_dir, self_contained)
-    if fmt == formats.TERMINAL:
-        formats.print_terminal(analysis, make_console(), source or "out")
-    else:
-        click.echo(formats.render(fmt, analysis), nl=False)
+    emit(formats.RUN_OUTPUTS, fmt, formats.Shown(analysis, source or "out"))
 
 
 def _store_of(source: str | Path | None) -> str | Path | None:
@@ -555,19 +414,12 @@ def _say_if_running(source: str | None, result: RunResult) -> None:
         db.close()
     if status in ("", STATUS_FINISHED):
         return
-    say = make_console(stderr=True).print
     done, planned, what = _progress_of(result)
-    if status.startswith("running"):
-        say(
-            f"[yellow]run {result.run_id} is still {status}[/]: {done} of about "
-            f"{planned} {what} measured so far; MISSING cells are not measured yet"
-        )
-        return
-    # died (its harness was killed), interrupted or failed: the words before the reason
-    ended = status.split(" (")[0]
+    go_on = None if status.startswith("running") else _how_to_go_on(target, result)
     say(
-        f"[yellow]run {result.run_id} did not finish[/] ({ended}): "
-        + escape(f"{done} of about {planned} {what} measured; {_how_to_go_on(target, result)}")
+        formats.UNFINISHED,
+        runs_report.Unfinished(result.run_id, status, done, planned, what, go_on),
+        err=True,
     )
 
 
@@ -586,18 +438,13 @@ def _progress_of(result: RunResult) -> tuple[int, int, str]:
 
 def _how_to_go_on(target: str | Path, result: RunResult) -> str:
     """The command that measures what an unfinished run is missing."""
-    if result.metadata.replay is not None:
-        return "a replay has no --resume: replay the trace again for the missing ones"
     where = (
         f"--out {Path(target).parent}"
         if not is_url(target) and Path(target).name == STORE_NAME
         else f"--store {store_label(target)}"
     )
-    experiment = result.metadata.experiment_file or "EXPERIMENT.toml"
-    return (
-        "MISSING cells were not measured: continue with "
-        f"`mallocbench run {experiment} {where} --resume`"
-    )
+    replay = result.metadata.replay is not None
+    return runs_report.go_on_text(replay, where, result.metadata.experiment_file)
 
 
 @click.command("runs")
@@ -606,28 +453,25 @@ def runs_cmd(store: str) -> None:
     """List the runs in a store: an output directory, a .sqlite file or a postgresql:// URL."""
     db = open_store(store_target(store, must_exist=True), readonly=True)
     try:
-        for run in db.list_runs():
-            status = db.live_status(run["run_id"], run["status"])
-            what = f"{run['cells']:>4} cells  {run['experiment']}"
-            if not run["cells"]:
-                replay = db.load_run_header(run["run_id"]).metadata.replay
-                if replay is not None:
-                    what = replay_report.listing(replay)
-            click.echo(f"{run['run_id']}  {what}  {status}")
+        rows = [
+            runs_report.Listed(
+                run["run_id"],
+                run["cells"],
+                run["experiment"],
+                db.live_status(run["run_id"], run["status"]),
+                None if run["cells"] else db.load_run_header(run["run_id"]).metadata.replay,
+            )
+            for run in db.list_runs()
+        ]
     finally:
         db.close()
+    say(formats.RUN_LIST, rows)
 
 
 @click.command("steps")
 def steps_cmd() -> None:
     """List the microbenchmark steps, their groups, ranges and SQL."""
-    for group, title in GROUPS.items():
-        click.echo(f"{group}: {title}")
-        for step in CATALOGUE:
-            if step.group == group:
-                ranges = "/".join(str(r) for r in step.ranges) if step.takes_range else "-"
-                kind = "write" if step.writes else "read"
-                click.echo(f"  {step.name:<22} range={ranges:<14} {kind:<5}  {step.sql}")
+    say(formats.STEP_LIST, None)
 
 
 commands = [run_cmd, report_cmd, runs_cmd, steps_cmd]

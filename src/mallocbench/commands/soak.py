@@ -18,6 +18,7 @@ from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
 from mallocbench.report import ratchet as ratchet_report
 from mallocbench.report import soak as soak_report
 from mallocbench.report.formats import write_run_reports
+from mallocbench.report.runs import memory_caps_line
 from mallocbench.run import experiment as experiment_mod
 from mallocbench.run import loading as loading_mod
 from mallocbench.run.options import RunOptions, RunOutcome
@@ -31,7 +32,6 @@ from mallocbench.soak.runner import (
     soak_pipeline,
     soak_spec,
 )
-from mallocbench.units import mib
 
 # Seconds a server start, the cache warming and the commits add to each setup's soak.
 START_OVERHEAD_S = 20.0
@@ -57,12 +57,9 @@ def _print_plan(experiment: experiment_mod.Experiment, spec: SoakSpec) -> None:
         )
         times = len(event.due_times(spec.duration_s))
         click.echo(f"  event    {event.label}, {when} ({times} per setup), beside the load")
-    caps = [s for s in experiment.setups if s.memory_limit_bytes is not None]
-    if caps:
-        click.echo(
-            "  memory caps (on each server's cgroup charge): "
-            + ", ".join(f"{s.name} {mib(s.memory_limit_bytes)}" for s in caps)
-        )
+    caps = memory_caps_line(experiment)
+    if caps is not None:
+        click.echo(caps)
     click.echo(
         "  design   sequential: a soak needs continuous load per setup, so setups run back "
         "to back, never interleaved; no warmup (the timeline starts at the server start); "

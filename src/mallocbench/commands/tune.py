@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -355,11 +354,12 @@ def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool
     import time
 
     from mallocbench import exitcodes
-    from mallocbench.commands.options import StopOnSignals
+    from mallocbench.commands.options import StopOnSignals, emit
     from mallocbench.console import make_console
+    from mallocbench.report import formats
+    from mallocbench.report.tune import write_tune_reports
     from mallocbench.tune import driver
     from mallocbench.tune.progress import SearchProgress
-    from mallocbench.tune.render import print_terminal, write_all
 
     plan.out.mkdir(parents=True, exist_ok=True)
     err = make_console(stderr=True)
@@ -398,13 +398,10 @@ def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool
             plan, studies, evaluator, limit, lambda text: status.update(f"re-measuring {text}")
         )
     doc = driver.document(plan, results, time.monotonic() - started)
-    paths = write_all(doc, plan.out)
-    if as_json:
-        click.echo(json.dumps(doc, indent=1))
-        return
-    console = make_console()
-    print_terminal(doc, console)
-    console.print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False)
+    paths = write_tune_reports(doc, plan.out)
+    emit(formats.TUNE, "json" if as_json else formats.TERMINAL, doc)
+    if not as_json:
+        make_console().print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False)
 
 
 commands = [tune]

@@ -84,7 +84,7 @@ class Cell:
     warmup_s: float | None = None
     warmup_steady: bool | None = None
     # The measured seconds' verdict, analysis.steady.Stability.to_dict() with its reason
-    # worded by report.words.stability_reason; empty when not
+    # worded by run.measure.stability_reason; empty when not
     # judged (results from before it existed, failed cells, steps that end by themselves).
     stability: dict[str, Any] = field(default_factory=dict)
     # The measured slices, in the order they ran: each a dict with its start time "t",

@@ -123,12 +123,12 @@ def decision_line(run: AdviceRun) -> str:
 def _search_lines(run: AdviceRun) -> list[str]:
     lines = []
     for result in run.searched:
-        picked = [f for f in run.finalists if f.allocator.name == result["allocator"] and f.setting]
+        picked = [f for f in run.finalists if f.allocator.name == result.allocator and f.setting]
         chosen = "; ".join(
             f"{setting_text(f)} for {' and '.join(f.picked_for)} first" for f in picked
         )
         lines.append(
-            f"- {result['allocator']}: {result['trials']} settings searched; "
+            f"- {result.allocator}: {result.trials} settings searched; "
             + (f"picked {chosen}" if chosen else "none beats its default as a finding")
         )
     return lines
@@ -250,8 +250,9 @@ def advice_dict(run: AdviceRun, deployment: Deployment | None) -> dict[str, Any]
         "server_rss_bytes": run.server_rss,
         "searched": [
             {
-                k: r[k]
-                for k in ("allocator", "version", "trials", "failed_trials", "chosen", "points")
+                k: v
+                for k, v in r.to_dict().items()
+                if k in ("allocator", "version", "trials", "failed_trials", "chosen", "points")
             }
             for r in run.searched
         ],

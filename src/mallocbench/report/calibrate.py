@@ -18,7 +18,17 @@ from mallocbench.analysis.designs import (
     DesignChoice,
     Plan,
 )
-from mallocbench.calibrate.summary import CalibrationSummary, copy_name
+from mallocbench.calibrate.summary import (
+    BusyNote,
+    CalibrationNote,
+    CalibrationSummary,
+    NoStartVarianceNote,
+    OneSetupNote,
+    SharedStartNote,
+    StallNote,
+    UnsteadyNote,
+    copy_name,
+)
 
 
 def _pct(value: float | None, digits: int = 1) -> str:
@@ -239,8 +249,67 @@ def print_calibration(summary: CalibrationSummary, console: Console) -> None:
         console.print(_designs_table(summary))
     for line in plan_lines(summary) + design_lines(summary):
         console.print(line)
-    for note in summary.notes:
+    for note in note_lines(summary):
         console.print(f"[yellow]note[/]: {note}")
+
+
+def note_lines(summary: CalibrationSummary) -> list[str]:
+    """The calibration's notes in words, then what the servers' sessions said."""
+    return [note_text(n) for n in summary.notes] + summary.session_notes
+
+
+def note_text(note: CalibrationNote) -> str:
+    if isinstance(note, BusyNote):
+        return (
+            f"other processes used {100 * note.other_cpu_share:.0f}% of the machine's CPU "
+            "time (median per slice) while measuring: these numbers include that "
+            "interference; calibrate again on a quiet machine to see its own noise"
+        )
+    if isinstance(note, NoStartVarianceNote):
+        return (
+            "the starts differed no more than their slices predict: the between-start "
+            "variance is estimated as 0, and more starts would refine that"
+        )
+    if isinstance(note, OneSetupNote):
+        return "the experiment has one setup: the plan assumes two (a setup and its base)"
+    if isinstance(note, UnsteadyNote):
+        return (
+            f"{note.unsteady} of {note.starts} warmups reached max_warmup without a steady "
+            "state: the slices may still include the ramp"
+        )
+    if isinstance(note, SharedStartNote):
+        return _shared_text(note)
+    return _stall_text(note)
+
+
+def _shared_text(note: SharedStartNote) -> str:
+    def cv(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.1f}%"
+
+    p = note.agreement_p
+    alone = f"alone, runs gave {cv(note.runs_cv_pct)} and turns {cv(note.turns_cv_pct)}"
+    if not note.agreed:
+        return (
+            f"per start, runs and turns keep their own CVs ({alone}): their starts' levels "
+            f"differed more than their noise allows (p = {p:.3f}), so turns' starts vary "
+            "in a way of their own on this host"
+        )
+    return (
+        f"per start, runs and turns are planned with their own CVs or the one pooled over "
+        f"both ({cv(note.pooled_cv_pct)}), whichever is larger, as they measure the same "
+        f"starts and their levels agreed (p = {p:.2f}); {alone}"
+    )
+
+
+def _stall_text(note: StallNote) -> str:
+    piece = "slice" if note.design == RUNS_DESIGN else "turn"
+    more = f" ({note.count} such ratios in all)" if note.count > 1 else ""
+    return (
+        f"a copy nearly stopped: in start {note.start}, copy a ran at {note.ratio:.3g} times "
+        f"copy {note.copy} in a {piece}{more}. Those ratios are kept in the components, "
+        "which widens every predicted width; another load on this machine (a test suite, "
+        "a build) is the usual cause: calibrate again when it is quiet"
+    )
 
 
 # A predicted interval wider than this says nothing a run could act on; numbers past it
@@ -294,7 +363,11 @@ def _range_text(width_range: tuple[float, float] | None) -> str:
 
 
 def calibration_json(summary: CalibrationSummary) -> str:
-    return json.dumps(summary.to_dict(), indent=1) + "\n"
+    data = summary.to_dict()
+    # The notes as --json has always given them: sentences, the sessions' after them.
+    data["notes"] = note_lines(summary)
+    del data["session_notes"]
+    return json.dumps(data, indent=1) + "\n"
 
 
 __all__ = [
@@ -302,6 +375,8 @@ __all__ = [
     "calibration_json",
     "design_choice_text",
     "design_lines",
+    "note_lines",
+    "note_text",
     "plan_lines",
     "print_calibration",
 ]

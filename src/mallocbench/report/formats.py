@@ -1,6 +1,7 @@
-"""Every output format, by name, each a function of one analysed value: a run's
-`RunAnalysis`, a `Comparison`, a recommendation; and the files one run's reports are
-written to.
+"""Every output, in one registry: each entry names the kind of result it renders (a
+run, a comparison, a recommendation, a pattern run, a memory account, a heap profile,
+a calibration, a tune, and what `run` says around its reports) and the format it is,
+as `--format` names it. Commands hand a value over and print only what this gives them.
 
 Commands analyse once (`analysis.run_analysis.analyze`, `analysis.comparison.compare`,
 `analysis.recommend.recommend`) and pick a format here; no format analyses again, so
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from rich.console import Console
 
@@ -33,35 +34,22 @@ if TYPE_CHECKING:
     from mallocbench.calibrate.summary import CalibrationSummary
     from mallocbench.memory.massif import ProfileTop
     from mallocbench.memory.report import MemoryReport
+    from mallocbench.tune.result import TuneDocument
 
 Format = Callable[[RunAnalysis], str]
-
-# Text formats, as `report --format` names them; each is printed as it is.
-FORMATS: dict[str, Format] = {
-    "markdown": lambda a: markdown.render(a) + "\n",
-    "html": lambda a: _html().render_html(a),
-    "csv": export.cells_or_replay_csv,
-    "replay-csv": export.replay_csv,
-    "summary-csv": export.summary_csv,
-    "relative-csv": export.relative_csv,
-    "relative-json": lambda a: export.relative_json(a) + "\n",
-    "json": lambda a: export.results_json(a) + "\n",
-    "ratchet-json": lambda a: ratchet.ratchet_json(a) + "\n",
-}
 TERMINAL = "terminal"  # drawn on a console, not returned as text
-NAMES = [TERMINAL, *FORMATS]
 
-# The files `write_reports` puts in an output directory, and their formats.
-FILES: dict[str, Format] = {
-    "report.md": markdown.render,
-    "cells.csv": export.cells_csv,
-    "relative.csv": export.relative_csv,
-    "summary.csv": export.summary_csv,
-}
-# ... and a replay run's setups, beside them when the run is a replay, in place of the
-# files of cells it has none of (each would be a header and nothing under it).
-REPLAY_FILE = "replay.csv"
-CELL_FILES = frozenset({"cells.csv", "relative.csv", "summary.csv"})
+
+# ---------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A run as `report` and `run` show it: its analysis, and where it was read from (an
+    output directory, a store) for the commands the terminal report suggests."""
+
+    analysis: RunAnalysis
+    source: str | None = None
 
 
 def _html() -> ModuleType:
@@ -72,23 +60,129 @@ def _html() -> ModuleType:
     return html
 
 
-def render(name: str, analysis: RunAnalysis) -> str:
-    """The format called `name` (one of NAMES but terminal) of the analysed run."""
-    return FORMATS[name](analysis)
+def _memory_terminal(report: MemoryReport, console: Console) -> None:
+    # Imported when drawn: the memory account's tables are for `memory` alone.
+    from mallocbench.report.memory import render as render_memory
+
+    render_memory(report, console)
+    if report.breakdown is None and report.server is not None:
+        # The renderer shows the gaps among the breakdown's notes; without a breakdown
+        # (the process was not inspected) they would go unsaid. Plain lines, unwrapped.
+        for gap in report.server.gaps:
+            console.out(f"note: {gap.text}", highlight=False)
 
 
-def print_terminal(analysis: RunAnalysis, console: Console, source: str | None) -> None:
-    terminal.print_run(analysis, console, source)
+def _profile_terminal(view: ProfileTop, console: Console) -> None:
+    from mallocbench.report.memory import render_profile
 
+    render_profile(view, console)
+
+
+def _tune() -> ModuleType:
+    from mallocbench.report import tune
+
+    return tune
+
+
+# The kinds of result a command hands over.
+RUN = "run"  # a run's analysis, as Shown
+COMPARE = "compare"
+RECOMMEND = "recommend"
+PATTERNS_KIND = "patterns"
+MEMORY_KIND = "memory"
+PROFILE_KIND = "profile"
+CALIBRATE = "calibrate"
+TUNE_KIND = "tune"
+# What `run` and its neighbours say around the reports (report.runs' values).
+PLAN = "plan"  # a dry run's plan
+RUN_END = "run-end"  # how a run ended: the files, the notes, an interruption
+RUN_ABORT = "run-abort"  # what stopped a run, for standard error
+RUN_START = "run-start"  # a run about to start: the long-run warning
+BANNER = "banner"  # its line above the progress display
+DESIGN = "design"  # design = "auto"'s choice for this run
+UNFINISHED = "unfinished"  # a stored run `report` shows that is not finished
+RUN_LIST = "runs"  # the runs in a store
+STEP_LIST = "steps"  # the step catalogue
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One format of one kind of result: `text` returns what standard output receives,
+    `draw` draws on a console (tables, colour) instead."""
+
+    kind: str
+    name: str
+    text: Callable[[Any], str] | None = None
+    draw: Callable[[Any, Console], None] | None = None
+
+
+def _runs() -> ModuleType:
+    from mallocbench.report import runs
+
+    return runs
+
+
+REGISTRY: tuple[Entry, ...] = (
+    # `report --format`: each is printed as it is.
+    Entry(RUN, TERMINAL, draw=lambda r, c: terminal.print_run(r.analysis, c, r.source)),
+    Entry(RUN, "markdown", lambda r: markdown.render(r.analysis) + "\n"),
+    Entry(RUN, "html", lambda r: _html().render_html(r.analysis)),
+    Entry(RUN, "csv", lambda r: export.cells_or_replay_csv(r.analysis)),
+    Entry(RUN, "replay-csv", lambda r: export.replay_csv(r.analysis)),
+    Entry(RUN, "summary-csv", lambda r: export.summary_csv(r.analysis)),
+    Entry(RUN, "relative-csv", lambda r: export.relative_csv(r.analysis)),
+    Entry(RUN, "relative-json", lambda r: export.relative_json(r.analysis) + "\n"),
+    Entry(RUN, "json", lambda r: export.results_json(r.analysis) + "\n"),
+    Entry(RUN, "ratchet-json", lambda r: ratchet.ratchet_json(r.analysis) + "\n"),
+    # `compare --format`
+    Entry(COMPARE, TERMINAL, draw=comparison.print_comparison),
+    Entry(COMPARE, "markdown", lambda c: comparison.comparison_markdown(c) + "\n"),
+    Entry(COMPARE, "csv", comparison.comparison_csv),
+    Entry(COMPARE, "json", lambda c: comparison.comparison_json(c) + "\n"),
+    # `recommend --format`: plain text on a terminal too, unwrapped, so the deployment
+    # snippets survive copy and paste.
+    Entry(RECOMMEND, TERMINAL, lambda a: recommend_report.advice_text(a) + "\n"),
+    Entry(RECOMMEND, "markdown", lambda a: recommend_report.advice_markdown(a) + "\n"),
+    Entry(RECOMMEND, "json", lambda a: recommend_report.advice_json(a) + "\n"),
+    # `patterns`
+    Entry(PATTERNS_KIND, TERMINAL, draw=patterns.print_patterns),
+    Entry(PATTERNS_KIND, "markdown", patterns.patterns_markdown),
+    Entry(PATTERNS_KIND, "csv", patterns.patterns_csv),
+    Entry(PATTERNS_KIND, "json", patterns.patterns_json),
+    # `memory`: one account of a running server, taken once.
+    Entry(MEMORY_KIND, TERMINAL, draw=_memory_terminal),
+    Entry(MEMORY_KIND, "json", lambda r: json.dumps(r.to_dict(), indent=2, default=str) + "\n"),
+    # `profile`: the heap peak's largest allocation sites.
+    Entry(PROFILE_KIND, TERMINAL, draw=_profile_terminal),
+    Entry(PROFILE_KIND, "json", lambda v: json.dumps(v.profile.to_dict(v.top), indent=2) + "\n"),
+    # `calibrate`: one calibration of this host, its plan and designs.
+    Entry(CALIBRATE, TERMINAL, draw=calibrate_report.print_calibration),
+    Entry(CALIBRATE, "json", calibrate_report.calibration_json),
+    # `tune`: the front per allocator, the choices and how to deploy them.
+    Entry(TUNE_KIND, TERMINAL, draw=lambda d, c: _tune().print_terminal(d, c)),
+    Entry(TUNE_KIND, "markdown", lambda d: _tune().markdown(d)),
+    Entry(TUNE_KIND, "json", lambda d: _tune().tune_json(d)),
+    Entry(TUNE_KIND, "html", lambda d: _tune().render_html(d)),
+    # `run` around its reports, and `runs`, `steps`.
+    Entry(PLAN, TERMINAL, lambda p: _runs().plan_text(p)),
+    Entry(RUN_START, TERMINAL, draw=lambda s, c: _runs().print_start(s, c)),
+    Entry(BANNER, TERMINAL, lambda s: _runs().banner(s)),
+    Entry(DESIGN, TERMINAL, lambda d: _runs().design_text(d)),
+    Entry(UNFINISHED, TERMINAL, draw=lambda u, c: _runs().print_unfinished(u, c)),
+    Entry(RUN_END, TERMINAL, draw=lambda e, c: _runs().print_end(e, c)),
+    Entry(RUN_ABORT, TERMINAL, lambda e: _runs().abort_text(e)),
+    Entry(RUN_LIST, TERMINAL, lambda rows: _runs().runs_text(rows)),
+    Entry(STEP_LIST, TERMINAL, lambda _: _runs().steps_text()),
+)
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Outputs(Generic[T]):
-    """The formats of one kind of analysed value, by the name `--format` gives them:
-    `texts` return what standard output receives; `draw`, when given, is the terminal
-    format, drawn on a console (tables, colour) rather than returned."""
+    """The formats of one kind of result, by the name `--format` gives them: `texts`
+    return what standard output receives; `draw`, when given, is the terminal format,
+    drawn on a console (tables, colour) rather than returned."""
 
     texts: Mapping[str, Callable[[T], str]]
     draw: Callable[[T, Console], None] | None = None
@@ -110,33 +204,47 @@ class Outputs(Generic[T]):
         return None
 
 
-COMPARISON: Outputs[Comparison] = Outputs(
-    {
-        "markdown": lambda c: comparison.comparison_markdown(c) + "\n",
-        "csv": comparison.comparison_csv,
-        "json": lambda c: comparison.comparison_json(c) + "\n",
-    },
-    comparison.print_comparison,
-)
-
-# Plain text on a terminal too, unwrapped: the deployment snippets must survive copy and paste.
-RECOMMENDATION: Outputs[Advice] = Outputs(
-    {
-        TERMINAL: lambda a: recommend_report.advice_text(a) + "\n",
-        "markdown": lambda a: recommend_report.advice_markdown(a) + "\n",
-        "json": lambda a: recommend_report.advice_json(a) + "\n",
-    }
-)
+def outputs(kind: str) -> Outputs[Any]:
+    """The registry's entries for one kind of result."""
+    entries = [e for e in REGISTRY if e.kind == kind]
+    if not entries:
+        raise KeyError(kind)
+    draw = next((e.draw for e in entries if e.draw is not None), None)
+    return Outputs({e.name: e.text for e in entries if e.text is not None}, draw)
 
 
-PATTERNS: Outputs[PatternsAnalysis] = Outputs(
-    {
-        "markdown": patterns.patterns_markdown,
-        "csv": patterns.patterns_csv,
-        "json": patterns.patterns_json,
-    },
-    patterns.print_patterns,
-)
+RUN_OUTPUTS: Outputs[Shown] = outputs(RUN)
+COMPARISON: Outputs[Comparison] = outputs(COMPARE)
+RECOMMENDATION: Outputs[Advice] = outputs(RECOMMEND)
+PATTERNS: Outputs[PatternsAnalysis] = outputs(PATTERNS_KIND)
+MEMORY: Outputs[MemoryReport] = outputs(MEMORY_KIND)
+PROFILE: Outputs[ProfileTop] = outputs(PROFILE_KIND)
+CALIBRATION: Outputs[CalibrationSummary] = outputs(CALIBRATE)
+TUNE: Outputs[TuneDocument] = outputs(TUNE_KIND)
+NAMES = RUN_OUTPUTS.names  # `report --format`'s choices
+
+
+def render(name: str, analysis: RunAnalysis) -> str:
+    """The format called `name` (one of NAMES but terminal) of the analysed run."""
+    return RUN_OUTPUTS.render(name, Shown(analysis))
+
+
+def print_terminal(analysis: RunAnalysis, console: Console, source: str | None) -> None:
+    RUN_OUTPUTS.show(TERMINAL, Shown(analysis, source), console)
+
+
+# The files `write_reports` puts in an output directory, and their formats.
+FILES: dict[str, Format] = {
+    "report.md": markdown.render,
+    "cells.csv": export.cells_csv,
+    "relative.csv": export.relative_csv,
+    "summary.csv": export.summary_csv,
+}
+# ... and a replay run's setups, beside them when the run is a replay, in place of the
+# files of cells it has none of (each would be a header and nothing under it).
+REPLAY_FILE = "replay.csv"
+CELL_FILES = frozenset({"cells.csv", "relative.csv", "summary.csv"})
+
 
 # The files `write_pattern_reports` puts in a pattern run's output directory.
 PATTERN_FILES = {"patterns.json": "json", "patterns.csv": "csv", "patterns.md": "markdown"}
@@ -170,44 +278,6 @@ def _reports_refused_in_one_line(out_dir: Path, rewrite: str) -> Iterator[None]:
             f"cannot write the reports into {out_dir}: {exc.strerror}{culprit}: give a "
             f"writable directory with --out ({rewrite}); the results store is not affected"
         ) from exc
-
-
-def _memory_terminal(report: MemoryReport, console: Console) -> None:
-    # Imported when drawn: the memory account's tables are for `memory` alone.
-    from mallocbench.report.memory import render as render_memory
-
-    render_memory(report, console)
-    if report.breakdown is None and report.server is not None:
-        # The renderer shows the gaps among the breakdown's notes; without a breakdown
-        # (the process was not inspected) they would go unsaid. Plain lines, unwrapped.
-        for gap in report.server.gaps:
-            console.out(f"note: {gap.text}", highlight=False)
-
-
-# `memory`: one account of a running server, taken once.
-MEMORY: Outputs[MemoryReport] = Outputs(
-    {"json": lambda r: json.dumps(r.to_dict(), indent=2, default=str) + "\n"},
-    _memory_terminal,
-)
-
-
-def _profile_terminal(view: ProfileTop, console: Console) -> None:
-    from mallocbench.report.memory import render_profile
-
-    render_profile(view, console)
-
-
-# `profile`: the heap peak's largest allocation sites.
-PROFILE: Outputs[ProfileTop] = Outputs(
-    {"json": lambda v: json.dumps(v.profile.to_dict(v.top), indent=2) + "\n"},
-    _profile_terminal,
-)
-
-
-# `calibrate`: one calibration of this host, its plan and designs.
-CALIBRATION: Outputs[CalibrationSummary] = Outputs(
-    {"json": calibrate_report.calibration_json}, calibrate_report.print_calibration
-)
 
 
 def write_reports(analysis: RunAnalysis, out_dir: Path, self_contained: bool = False) -> list[Path]:

@@ -281,7 +281,7 @@ def _verdict_groups(rows: list[VerdictRow]) -> list[str]:
     return [g for g in GROUPS if g in present]
 
 
-def _page(template: str, charts: list[Chart], plotly_src: str | None = None, **context: Any) -> str:
+def page(template: str, charts: list[Chart], plotly_src: str | None = None, **context: Any) -> str:
     """The page; charts load plotly.js from `plotly_src` beside it, else from a gzipped
     copy inside the page (self-contained)."""
     for chart in charts:
@@ -385,7 +385,7 @@ def build_context(analysis: RunAnalysis) -> ReportContext:
     )
 
 
-def _code_spans(text: str) -> str:
+def code_spans(text: str) -> str:
     """The words' `command` spans as <code>, the rest escaped: a command to copy reads
     as one on the page (an odd count of backticks leaves the text as it is)."""
     parts = text.split("`")
@@ -405,8 +405,8 @@ def _recommendation(rec: Recommendation) -> list[tuple[str, list[str]]]:
     out = []
     for engine in rec.engines:
         headline, *details = engine_lines(engine, rec)
-        lines = [_code_spans(line.strip().removeprefix("- ")) for line in details]
-        out.append((_code_spans(headline), lines))
+        lines = [code_spans(line.strip().removeprefix("- ")) for line in details]
+        out.append((code_spans(headline), lines))
     return out
 
 
@@ -415,7 +415,7 @@ def render_html(analysis: RunAnalysis, plotly_src: str | None = None) -> str:
     ctx = build_context(analysis)
     beside_tables = {c.id for c in ctx.relative_charts.values()} | {REPLAY_RSS_CHART}
     other_charts = [c for c in ctx.charts if c.id not in beside_tables]
-    return _page(
+    return page(
         "report.html.j2",
         ctx.charts,
         plotly_src,
@@ -456,7 +456,7 @@ def render_compare_html(comparison: Comparison, plotly_src: str | None = None) -
         chart.title = chart.title.replace("Relative QPS", "B / A QPS")
         chart.note = "Bars: mean QPS of run B over run A's; whiskers: 95% interval."
         chart.layout["yaxis"] = {"title": {"text": "QPS(B) / QPS(A)"}}
-    return _page(
+    return page(
         "compare.html.j2",
         charts,
         plotly_src,

@@ -27,6 +27,7 @@ from mallocbench.analysis.replay import (
 from mallocbench.model.metadata import ReplayRecord
 from mallocbench.model.results import json_safe
 from mallocbench.report.growth import growth_lines, growth_numbers
+from mallocbench.units import quantity
 
 MIB = 1024 * 1024
 # The ratio of RSS/live equals that of peak RSS (one ideal for all setups): not repeated.
@@ -40,16 +41,15 @@ METRIC_LABELS = {
 }
 
 
+# The unit of each replay metric, as units.quantity prints it.
+UNITS = {"peak_heap_rss": "bytes", "peak_heap_rss_steady": "bytes", "calls_per_s": "1/s",
+         "cpu_s": "s"}  # fmt: skip
+
+
 def value_text(key: str, value: float) -> str:
-    if math.isnan(value):
-        return "-"
-    if key in ("peak_heap_rss", "peak_heap_rss_steady"):
-        return f"{value / MIB:,.1f} MiB"
-    if key == "calls_per_s":
-        return f"{value:,.0f}"
-    if key == "cpu_s":
-        return f"{value:.3f}"
-    return f"{value:.2f}"
+    """A replay metric: its header names every unit but the sizes' (MiB)."""
+    unit = UNITS.get(key, "")
+    return quantity(value, unit, named=unit == "bytes")
 
 
 def estimate_text(key: str, e: Estimate) -> str:
@@ -230,7 +230,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def _md_ratio(view: RatioView) -> str:
+def markdown_ratio(view: RatioView) -> str:
     return f"**{view.text}**" if view.kind else view.text
 
 
@@ -246,7 +246,7 @@ def markdown_lines(replay: ReplayAnalysis | None) -> list[str]:
     ratios = ratio_rows(replay)
     if ratios:
         out += [f"Relative to {replay.base} (bold: a finding):", ""]
-        rows = [[setup, *(_md_ratio(v) for v in views)] for setup, views in ratios]
+        rows = [[setup, *(markdown_ratio(v) for v in views)] for setup, views in ratios]
         out += [*_md_table(ratio_header(), rows), ""]
     saved = saving_lines(replay)
     out += [f"- {line}" for line in saved] + ([""] if saved else [])
@@ -257,7 +257,7 @@ def markdown_lines(replay: ReplayAnalysis | None) -> list[str]:
     return out + ([""] if error_lines(replay) else [])
 
 
-def _rich_ratio(view: RatioView) -> str:
+def rich_ratio(view: RatioView) -> str:
     if not view.kind:
         return view.text
     return f"[{'green' if view.kind == 'better' else 'red'}]{view.text}[/]"
@@ -281,7 +281,7 @@ def print_replay(replay: ReplayAnalysis | None, console: Console) -> None:
         for label in ratio_header():
             table.add_column(label, justify="left", overflow="fold")
         for setup, views in ratios:
-            table.add_row(setup, *(_rich_ratio(v) for v in views))
+            table.add_row(setup, *(rich_ratio(v) for v in views))
         console.print(table)
     for line in saving_lines(replay):
         console.print(line, markup=False, highlight=False)

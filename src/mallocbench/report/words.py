@@ -29,7 +29,7 @@ from mallocbench.analysis.convergence import WideCell
 from mallocbench.analysis.criteria import Candidate, ThinEvidence
 from mallocbench.analysis.run_noise import BUSY_SHARE, RunNoise
 from mallocbench.analysis.sla import SlaStatus
-from mallocbench.analysis.steady import Held, Stability, WarmupDetector
+from mallocbench.analysis.steady import WarmupDetector
 from mallocbench.analysis.summary import (
     RSS,
     UNSTABLE_MARK,
@@ -71,7 +71,6 @@ __all__ = [
     "interval_fields",
     "problem_text",
     "stability_notes",
-    "stability_reason",
     "oom_text",
     "percent",
     "relative_mark",
@@ -395,21 +394,6 @@ def adjustment_notes(adjusted: Iterable[CpuAdjustment]) -> list[str]:
             f"ratios' spread within blocks ({cell.pairs} pairs); {ratios}"
         )
     return notes
-
-
-def stability_reason(stability: Stability) -> str:
-    """Why a measured series is or is not one level, as a cell stores it."""
-    n = stability.n
-    if stability.held is Held.TOO_SHORT:
-        return f"too short to judge ({n} s)"
-    if stability.held is Held.IDLE:
-        return "no throughput to judge"
-    if stability.held is Held.SHIFT:
-        return f"level shift {stability.shift_pct:+.0f}% after {stability.shift_at_s} s"
-    if stability.held is Held.TREND:
-        slope, drift = stability.slope_pct_per_s, stability.drift_pct
-        return f"trend {slope:+.1f}%/s ({drift:+.0f}% over {n} s)"
-    return "no trend or level shift"
 
 
 def stability_notes(

@@ -18,13 +18,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mallocbench.analysis.steady import WarmupDetector, check_stability
+from mallocbench.analysis.steady import Held, Stability, WarmupDetector, check_stability
 from mallocbench.memory.account import account
 from mallocbench.model.results import STATUS_FAILED, Cell, Sample
 from mallocbench.probes import process as proc_probe
 from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.probes.system import cpu_snapshot, interference
-from mallocbench.report.words import stability_reason
 from mallocbench.run.cellends import client_failure, dead_server_cell, died_meanwhile, note_stall
 from mallocbench.run.experiment import Experiment, PlannedCell
 from mallocbench.run.session import LiveSession
@@ -398,3 +397,19 @@ __all__ = [
     "per_op_metrics",
     "warm_up",
 ]
+
+
+def stability_reason(stability: Stability) -> str:
+    """Why a measured series is or is not one level, as a cell stores it (the pipeline's
+    record, beside cellends' stall notes; reports show it as stored)."""
+    n = stability.n
+    if stability.held is Held.TOO_SHORT:
+        return f"too short to judge ({n} s)"
+    if stability.held is Held.IDLE:
+        return "no throughput to judge"
+    if stability.held is Held.SHIFT:
+        return f"level shift {stability.shift_pct:+.0f}% after {stability.shift_at_s} s"
+    if stability.held is Held.TREND:
+        slope, drift = stability.slope_pct_per_s, stability.drift_pct
+        return f"trend {slope:+.1f}%/s ({drift:+.0f}% over {n} s)"
+    return "no trend or level shift"

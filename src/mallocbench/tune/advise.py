@@ -33,6 +33,7 @@ from mallocbench.replay.trace import TraceInfo
 from mallocbench.tune import driver
 from mallocbench.tune.evaluate import ReplayEvaluator, auto_portion
 from mallocbench.tune.objectives import parse_objectives
+from mallocbench.tune.result import AllocatorTune
 
 # Of the budget, what tune's search and front take (3/5 and 2/5 of it, as in tune); the
 # rest is the finalists' replay.
@@ -123,21 +124,20 @@ class Finalist:
         )
 
 
-def finalists(results: Sequence[dict[str, Any]]) -> list[Finalist]:
+def finalists(results: Sequence[AllocatorTune]) -> list[Finalist]:
     """Each allocator's default, then the settings tune's rule picked on its front (one
     entry per setting, with every priority that picked it)."""
     out: list[Finalist] = []
     for result in results:
-        allocator = allocators.get(result["allocator"])
+        allocator = allocators.get(result.allocator)
         out.append(Finalist(allocator.name, allocator, {}))
-        points = {p["label"]: p for p in result["points"]}
         picked: dict[str, list[str]] = {}
-        for priority, label in result["chosen"].items():
+        for priority, label in result.chosen.items():
             if label:
                 picked.setdefault(label, []).append(priority)
         for label, priorities in picked.items():
             name = f"{allocator.name}-tuned-{label.lstrip('#')}"
-            setting = dict(points[label]["setting"])
+            setting = dict(result.point(label).setting)
             out.append(Finalist(name, allocator, setting, tuple(priorities)))
     return out
 
@@ -148,7 +148,7 @@ class AdviceRun:
 
     plan: AdvicePlan
     evaluation: dict[str, Any]  # how the search measured a setting (tune's facts)
-    searched: list[dict[str, Any]]  # tune's result per allocator
+    searched: list[AllocatorTune]  # tune's result per allocator
     finalists: list[Finalist]
     result: RunResult  # the finalists' replay run
     replay: ReplayAnalysis
@@ -163,7 +163,7 @@ class AdviceRun:
     def repeat_replays(self) -> int:
         """The replays made after the search: each front point FRONT_REPEATS times, each
         finalist --repeats times."""
-        points = sum(len(r["points"]) for r in self.searched)
+        points = sum(len(r.points) for r in self.searched)
         return points * FRONT_REPEATS + len(self.finalists) * self.plan.repeats
 
 
@@ -205,7 +205,7 @@ def decide(
 def finish(
     plan: AdvicePlan,
     evaluation: dict[str, Any],
-    searched: list[dict[str, Any]],
+    searched: list[AllocatorTune],
     chosen: list[Finalist],
     result: RunResult,
     started: float,

@@ -21,6 +21,20 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.tune import confirm, front, search
 from mallocbench.tune.evaluate import Evaluator
 from mallocbench.tune.objectives import Constraint, Metric
+from mallocbench.tune.result import (
+    AllocatorTune,
+    BudgetOverrun,
+    ChoiceRule,
+    Confirm,
+    Deployed,
+    MeasuredBy,
+    NothingToConfirm,
+    Objective,
+    Point,
+    Searched,
+    TuneDocument,
+    TuneNote,
+)
 from mallocbench.tune.space import Dimension, build_space, parse_space_options
 from mallocbench.tune.workload import Workload, generic_lines, setup_lines, toml_lines
 
@@ -171,7 +185,7 @@ def judge_all(
     evaluator: Evaluator,
     limit: int,
     progress: Callable[[str], None] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[AllocatorTune]:
     results = []
     for allocator in plan.tuned:
         space = plan.spaces[allocator.name]
@@ -191,9 +205,9 @@ def result_for(
     allocator: Allocator,
     study: Any,
     observed: Sequence[search.Observed],
-    points: Sequence[front.Point],
-    picks: dict[str, front.Point | None],
-) -> dict[str, Any]:
+    points: Sequence[Point],
+    picks: dict[str, Point | None],
+) -> AllocatorTune:
     from mallocbench.allocators import knobs
 
     keys = {m.key for m in plan.objectives} | {c.metric.key for c in plan.constraints}
@@ -205,33 +219,33 @@ def result_for(
         for priority, point in picks.items()
         if point is not None
     }
-    return {
-        "allocator": allocator.name,
-        "version": allocator.version,
-        "library": allocator.path,
-        "space": [d.describe() for d in plan.spaces[allocator.name]],
-        "trials": len(trials),
-        "failed_trials": len(trials) - len(observed),
-        "searched": [
-            {
-                "trial": o.number,
-                "default": o.default,
-                "setting": o.setting,
-                "metrics": {k: v for k, v in o.metrics.items() if k in keys},
-                "feasible": o.feasible,
-            }
+    return AllocatorTune(
+        allocator=allocator.name,
+        version=allocator.version,
+        library=allocator.path,
+        space=[d.describe() for d in plan.spaces[allocator.name]],
+        trials=len(trials),
+        failed_trials=len(trials) - len(observed),
+        searched=[
+            Searched(
+                o.number,
+                o.default,
+                o.setting,
+                {k: v for k, v in o.metrics.items() if k in keys},
+                o.feasible,
+            )
             for o in observed
-        ],  # fmt: skip
-        "points": [p.to_dict() for p in points],
-        "chosen": {k: (p.label if p else None) for k, p in picks.items()},
-        "beats_default": any(p.beats_default and p.on_front for p in points),
-        "deploy": deploy,
-    }
+        ],
+        points=list(points),
+        chosen={k: (p.label if p else None) for k, p in picks.items()},
+        beats_default=any(p.beats_default and p.on_front for p in points),
+        deploy=deploy,
+    )
 
 
 def deploy_for(
-    allocator: Allocator, point: front.Point, env: dict[str, str], service: str = "mariadb"
-) -> dict[str, Any]:
+    allocator: Allocator, point: Point, env: dict[str, str], service: str = "mariadb"
+) -> Deployed:
     """The chosen setting's environment and its text in every form, through deploy.py."""
     from mallocbench.deploy import deployment
     from mallocbench.deploy import forms as deploy
@@ -245,32 +259,31 @@ def deploy_for(
         knobs=env,
     )
     d = deploy.deployment_for(setup, service)
-    return {
-        "point": point.label,
-        "environment": d.environment,
-        "systemd": d.snippets["systemd"].text,
-        "dropin": f"{deployment.SYSTEMD_DIR}/{d.dropin_relpath}",
-        "forms": {form: deploy.render_form(d, form) for form in deployment.FORM_SNIPPETS},
-    }
+    return Deployed(
+        point=point.label,
+        environment=d.environment,
+        systemd=d.snippets["systemd"].text,
+        dropin=f"{deployment.SYSTEMD_DIR}/{d.dropin_relpath}",
+        forms={form: deploy.render_form(d, form) for form in deployment.FORM_SNIPPETS},
+    )
 
 
-def confirmation_toml(plan: Plan, results: Sequence[dict[str, Any]]) -> str | None:
+def confirmation_toml(plan: Plan, results: Sequence[AllocatorTune]) -> str | None:
     """An experiment for `mallocbench run` that confirms the chosen settings on real
     private servers against each allocator's default, on the workload that was tuned
     when it is known (None: nothing was chosen)."""
     setups: list[tuple[str, str, dict[str, str]]] = []
     for result in results:
-        chosen = {p: d for p, d in result["deploy"].items()}
-        if not chosen:
+        if not result.deploy:
             continue
-        setups.append((result["allocator"], result["allocator"], {}))
+        setups.append((result.allocator, result.allocator, {}))
         seen: set[str] = set()
-        for priority, d in chosen.items():
-            env = {k: v for k, v in d["environment"].items() if k != "LD_PRELOAD"}
-            if d["point"] in seen:
+        for priority, d in result.deploy.items():
+            env = {k: v for k, v in d.environment.items() if k != "LD_PRELOAD"}
+            if d.point in seen:
                 continue
-            seen.add(d["point"])
-            setups.append((f"{result['allocator']}-{priority}", result["allocator"], env))
+            seen.add(d.point)
+            setups.append((f"{result.allocator}-{priority}", result.allocator, env))
     if not setups:
         return None
     lines = [
@@ -294,68 +307,52 @@ def confirmation_toml(plan: Plan, results: Sequence[dict[str, Any]]) -> str | No
 
 
 def document(
-    plan: Plan, results: list[dict[str, Any]], elapsed_s: float | None = None
-) -> dict[str, Any]:
-    """The JSON document every output is rendered from; writes confirm.toml to OUT."""
-    notes: list[str] = []
+    plan: Plan, results: list[AllocatorTune], elapsed_s: float | None = None
+) -> TuneDocument:
+    """The tune every output is rendered from; writes confirm.toml to OUT."""
+    notes: list[TuneNote] = []
     if plan.budget_s is not None and elapsed_s is not None and elapsed_s > plan.budget_s * 1.05:
-        notes.append(
-            f"the tune took {elapsed_s / 60:.1f} min against a budget of "
-            f"{plan.budget_s / 60:.1f} min: re-measuring the front (the default, the "
-            f"front's ends and knee at least, --repeats times each) took longer than the "
-            f"{repeats_share()} of it left for that"
-        )
-    if any(label for r in results for label in r["chosen"].values()):
-        notes.append(_rule_note(plan))
-    confirmation = (
-        "the confirmation's blocked run (the default and the choice up at once, 5 blocks) "
-        "is for the choice"
-        if plan.evaluation.get("method") == "servers"
-        else "the confirmation on servers is for the whole workload"
-    )
-    notes.append(
-        f"every setting was measured by a {plan.evaluator_name}, the search's trials and "
-        f"the front's repeats alike: the intervals are for that, and {confirmation}"
-    )
+        notes.append(BudgetOverrun(elapsed_s, plan.budget_s, repeats_share()))
+    if any(label for r in results for label in r.chosen.values()):
+        notes.append(ChoiceRule(plan.memory_at_any_cost, plan.max_cpu))
+    notes.append(MeasuredBy(plan.evaluator_name, plan.evaluation.get("method") == "servers"))
     toml = confirmation_toml(plan, results)
     if toml is None:
-        notes.append("no setting beats the default on any allocator: nothing to confirm")
+        notes.append(NothingToConfirm())
     else:
         path = plan.out / "confirm.toml"
         path.write_text(toml)
+        known = plan.workload
+        derived = () if known else tuple(confirm.workload_notes(plan.trace, toml, path))
         notes.append(
-            f"confirm on real private servers before deploying: mallocbench run {path} "
-            f"--out {plan.out / 'confirm'}"
+            Confirm(
+                str(path),
+                str(plan.out / "confirm"),
+                known.describe() if known else None,
+                known.source if known else None,
+                derived,
+                known is None and confirm.DERIVED in toml,
+            )
         )
-        if plan.workload is None:
-            notes += confirm.workload_notes(plan.trace, toml, path)
-        if plan.workload is not None or confirm.DERIVED not in toml:
-            notes.append(_workload_note(plan.workload, path))
-    return {
-        "trace": plan.trace,
-        "evaluator": plan.evaluator_name,
-        "evaluation": plan.evaluation,
-        "workload": plan.workload.to_dict() if plan.workload else None,
-        "objectives": [
-            {
-                "name": m.name,
-                "key": m.key,
-                "label": m.label,
-                "unit": m.unit,
-                "direction": m.direction,
-            }
-            for m in plan.objectives
-        ],  # fmt: skip
-        "constraints": [c.text for c in plan.constraints],
-        "min_effect": plan.min_effect,
-        "max_cpu": plan.max_cpu,
-        "memory_at_any_cost": plan.memory_at_any_cost,
-        "deploy_form": {"form": plan.deploy_form, "why": plan.deploy_form_why},
-        "repeats": plan.repeats,
-        "out": str(plan.out),
-        "allocators": results,
-        "notes": notes,
-    }
+    return TuneDocument(
+        trace=plan.trace,
+        evaluator=plan.evaluator_name,
+        evaluation=plan.evaluation,
+        workload=plan.workload.to_dict() if plan.workload else None,
+        objectives=[
+            Objective(m.name, m.key, m.label, m.unit, m.direction) for m in plan.objectives
+        ],
+        constraints=[c.text for c in plan.constraints],
+        min_effect=plan.min_effect,
+        max_cpu=plan.max_cpu,
+        memory_at_any_cost=plan.memory_at_any_cost,
+        deploy_form=plan.deploy_form,
+        deploy_form_why=plan.deploy_form_why,
+        repeats=plan.repeats,
+        out=str(plan.out),
+        allocators=results,
+        notes=notes,
+    )
 
 
 def repeats_share() -> str:
@@ -364,25 +361,3 @@ def repeats_share() -> str:
 
     share = Fraction(1 - SEARCH_SHARE).limit_denominator(10)
     return f"{share.numerator}/{share.denominator}"
-
-
-def _rule_note(plan: Plan) -> str:
-    """How "memory first" was chosen, since the lowest RSS is not always the choice."""
-    if plan.memory_at_any_cost:
-        return "memory first is the lowest RSS whatever its CPU (--memory-at-any-cost)"
-    bound = f", and only CPU within {plan.max_cpu:g}x the default's" if plan.max_cpu else ""
-    return (
-        "memory first is the cheapest in CPU among the settings whose RSS interval "
-        f"overlaps the lowest's (RSS within its noise){bound}; speed first likewise the "
-        "lowest RSS among those within the fastest's noise"
-    )
-
-
-def _workload_note(known: Workload | None, path: Path) -> str:
-    if known is None:
-        return (
-            f"{path} runs a generic workload (nothing said what the trace was recorded "
-            "under): set its engines, steps, threads and [dataset] to that load first, or "
-            "give --workload EXPERIMENT.toml"
-        )
-    return f"{path} runs the tuned workload, {known.describe()} ({known.source})"

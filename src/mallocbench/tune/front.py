@@ -4,7 +4,7 @@ The search sees each setting once, so its front is partly luck. Here the observe
 and the default are measured again, `repeats` times each and interleaved (default, A, B,
 default, A, B, ...) so a drift of the host spreads over all of them; every point gets a
 95% interval per objective and a ratio to the default with the project's verdict
-(analysis/stats.py), its interval widened for the number of comparisons (Bonferroni),
+(analysis/tune.py), its interval widened for the number of comparisons (Bonferroni),
 since the best of many noisy points is otherwise a finding by chance. A point is
 dominated only when another is better on some objective and shown the same (within
 min_effect) or better on every other; a setting is chosen for a priority only when it
@@ -13,68 +13,23 @@ beats the default there as a finding.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
 
 from mallocbench.allocators.base import Allocator
-from mallocbench.analysis import choice, stats
-from mallocbench.model.results import json_safe
+from mallocbench.analysis import choice
+from mallocbench.analysis.tune import (
+    Pool,
+    Versus,
+    estimate,
+    family_confidence,
+    pool,
+    pooled_versus,
+    versus,
+)
 from mallocbench.tune.evaluate import EvaluationFailed, Evaluator
 from mallocbench.tune.objectives import Constraint, Metric
+from mallocbench.tune.result import Point
 from mallocbench.tune.search import Observed
-
-
-@dataclass
-class Estimate:
-    mean: float
-    low: float
-    high: float
-
-
-@dataclass
-class Versus:
-    """One point against another on one metric: ratio (this / other), interval, verdict."""
-
-    ratio: float
-    low: float
-    high: float
-    verdict: str
-    better: bool  # a finding in the metric's good direction
-    worse: bool  # a finding in its bad direction
-
-
-@dataclass
-class Point:
-    label: str  # "default" or "#<trial>"
-    trial: int
-    default: bool
-    setting: dict[str, str]
-    searched: dict[str, float]  # the search's one observation
-    samples: dict[str, list[float]] = field(default_factory=dict)
-    # The block each sample was measured in, by key, when the repeats ran in blocks (on
-    # servers): two points are then compared block by block. Empty: independent repeats.
-    blocks: dict[str, list[int]] = field(default_factory=dict)
-    failed: int = 0
-    estimates: dict[str, Estimate] = field(default_factory=dict)
-    versus_default: dict[str, Versus] = field(default_factory=dict)
-    dominated_by: list[str] = field(default_factory=list)
-    feasible: bool = True
-
-    @property
-    def on_front(self) -> bool:
-        return not self.dominated_by
-
-    @property
-    def beats_default(self) -> bool:
-        return any(v.better for v in self.versus_default.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        data = json_safe(asdict(self))
-        data["on_front"] = self.on_front
-        data["beats_default"] = self.beats_default
-        return data
 
 
 def _dominates(
@@ -153,43 +108,6 @@ def measure(
     return points
 
 
-def family_confidence(comparisons: int, confidence: float = 0.95) -> float:
-    """Bonferroni: each of `comparisons` intervals at this level keeps the chance of any
-    false finding among them within 1 - confidence. Without it, the best of eight noisy
-    settings beats the default by luck more often than not."""
-    return 1 - (1 - confidence) / max(1, comparisons)
-
-
-def versus(
-    a: Sequence[float],
-    b: Sequence[float],
-    metric: Metric,
-    min_effect: float,
-    confidence: float = 0.95,
-    blocks: tuple[Sequence[int], Sequence[int]] | None = None,
-) -> Versus:
-    """a against b; with `blocks` (the block of each of a's and b's samples), paired
-    by block as `run` pairs its setups: what a block shares (the host's load then, the
-    page cache) cancels out of the ratio's interval."""
-    if blocks is not None and len(set(blocks[0]) & set(blocks[1])) >= 2:
-        paired = stats.blocked_ratios(
-            dict(zip(blocks[1], b, strict=True)),
-            {"a": dict(zip(blocks[0], a, strict=True))},
-            confidence,
-        )["a"]
-        ratio, low, high = paired.ratio, paired.low, paired.high
-    else:
-        ratio, low, high = stats.ratio_ci(a, b, confidence)
-    return _verdict(ratio, low, high, metric, min_effect)
-
-
-def _verdict(ratio: float, low: float, high: float, metric: Metric, min_effect: float) -> Versus:
-    verdict = stats.classify(ratio, low, high, min_effect)
-    finding = verdict in stats.FINDINGS
-    good = ratio < 1 if metric.lower_is_better else ratio > 1
-    return Versus(ratio, low, high, verdict, finding and good, finding and not good)
-
-
 def judge(
     points: Sequence[Point],
     objectives: Sequence[Metric],
@@ -204,7 +122,7 @@ def judge(
     pairwise = family_confidence(n * (n - 1) // 2 * len(objectives))
     pools = {m.key: pool_of(points, m.key) for m in objectives}
     for point in points:
-        point.estimates = {k: Estimate(*stats.mean_ci(point.samples.get(k, []))) for k in keys}
+        point.estimates = {k: estimate(point.samples.get(k, [])) for k in keys}
         means = {k: e.mean for k, e in point.estimates.items()}
         point.feasible = all(c.satisfied(means) for c in constraints)
         if default is not None and point is not default:
@@ -220,47 +138,34 @@ def judge(
         ]
 
 
-@dataclass(frozen=True)
-class Pool:
-    """The point x block residual of log values over the blocks every point measured:
-    the blocked design's error term, pooled over the points as `run` pools its setups
-    (stats.blocked_ratios), so a pair's interval has (points - 1) x (blocks - 1) degrees
-    of freedom rather than blocks - 1 (2 at 3 repeats: t would be 4.3, or 12 at the
-    Bonferroni level of a few comparisons)."""
-
-    mse: float
-    df: int
-    blocks: tuple[int, ...]
-
-
 def pool_of(points: Sequence[Point], key: str) -> Pool | None:
-    """None: not every point was measured in blocks, or fewer than two blocks in common."""
-    if len(points) < 2 or not all(p.blocks.get(key) for p in points):
+    """The points' pooled error term on `key`; None unless every point was measured in
+    blocks."""
+    if not all(p.blocks.get(key) for p in points):
         return None
-    maps = [dict(zip(p.blocks[key], p.samples[key], strict=True)) for p in points]
-    common = sorted(set.intersection(*(set(m) for m in maps)))
-    if len(common) < 2 or any(m[b] <= 0 for m in maps for b in common):
-        return None
-    mse, df = stats.block_residual([[math.log(m[b]) for b in common] for m in maps])
-    return Pool(mse, df, tuple(common)) if df >= 1 and math.isfinite(mse) else None
+    return pool([_by_block(p, key) for p in points])
+
+
+def _by_block(point: Point, key: str) -> dict[int, float]:
+    return dict(zip(point.blocks[key], point.samples[key], strict=True))
 
 
 def compare(
-    a: Point, b: Point, m: Metric, min_effect: float, confidence: float, pool: Pool | None = None
+    a: Point, b: Point, m: Metric, min_effect: float, confidence: float, pooled: Pool | None = None
 ) -> Versus:
-    """Point a against point b on m: with the points' `pool`, on the blocks they all
-    measured; else paired by block when both were measured in blocks, else unpaired."""
-    if pool is not None:
-        a_map = dict(zip(a.blocks[m.key], a.samples[m.key], strict=True))
-        b_map = dict(zip(b.blocks[m.key], b.samples[m.key], strict=True))
-        d = math.log(sum(a_map[k] for k in pool.blocks) / sum(b_map[k] for k in pool.blocks))
-        half = stats.t_quantile(confidence, pool.df) * math.sqrt(2 * pool.mse / len(pool.blocks))
-        return _verdict(math.exp(d), math.exp(d - half), math.exp(d + half), m, min_effect)
+    """Point a against point b on m: with the points' `pooled` error term, on the blocks
+    they all measured; else paired by block when both were measured in blocks, else
+    unpaired."""
+    if pooled is not None:
+        return pooled_versus(
+            _by_block(a, m.key), _by_block(b, m.key), pooled, m.lower_is_better, min_effect,
+            confidence,
+        )  # fmt: skip
     a_blocks, b_blocks = a.blocks.get(m.key), b.blocks.get(m.key)
     return versus(
         a.samples.get(m.key, []),
         b.samples.get(m.key, []),
-        m,
+        m.lower_is_better,
         min_effect,
         confidence,
         (a_blocks, b_blocks) if a_blocks and b_blocks else None,
@@ -278,9 +183,7 @@ def _shown_better(
     """b dominates a as the intervals show it: a finding better on one objective, and on
     every other better or shown the same (within min_effect)."""
     verdicts = [compare(b, a, m, min_effect, confidence, pools.get(m.key)) for m in objectives]
-    return any(v.better for v in verdicts) and all(
-        v.better or v.verdict == stats.SAME for v in verdicts
-    )
+    return any(v.better for v in verdicts) and all(v.better or v.same for v in verdicts)
 
 
 def choose(

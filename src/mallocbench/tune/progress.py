@@ -16,8 +16,8 @@ from mallocbench.console import LiveBar
 from mallocbench.tune import search
 from mallocbench.tune.front import observed_front
 from mallocbench.tune.objectives import Constraint, Metric
-from mallocbench.tune.render import fmt
 from mallocbench.tune.space import Dimension
+from mallocbench.units import quantity
 
 
 class SearchProgress(LiveBar):
@@ -61,7 +61,7 @@ class SearchProgress(LiveBar):
         by_number = {t.number: t for t in front}
         texts = [
             f"best {', '.join(names)} #{number} ("
-            + ", ".join(f"{o.name} {fmt(o.unit, by_number[number].metrics[o.key])}"
+            + ", ".join(f"{o.name} {quantity(by_number[number].metrics[o.key], o.unit)}"
                         for o in self.objectives)
             + ")"
             for number, names in ends.items()
