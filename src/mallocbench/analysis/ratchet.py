@@ -1,6 +1,6 @@
 """The ratchet: how much RSS each soak event leaves behind, apart from the drift between.
 
-Per event (soakevents) on one server lifetime, from the per-second RSS series:
+Per event (soak/events.py) on one server lifetime, from the per-second RSS series:
 
 - before: the mean RSS over the BEFORE_S seconds before the event started (from the end
   of the event before it, when that ended later);
