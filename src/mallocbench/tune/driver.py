@@ -65,7 +65,6 @@ class Plan:
     min_effect: float
     seed: int | None = None
     engine: str = "innodb"
-    notes: list[str] = field(default_factory=list)
     evaluation: dict[str, Any] = field(default_factory=dict)  # how a setting is measured
     # What was tuned (the experiment's, or the one the trace was recorded under); None:
     # unknown, and the confirmation's workload is generic.
