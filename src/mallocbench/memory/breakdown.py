@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mallocbench.memory.process import ProcessMemory
-from mallocbench.memory.server import ServerMemory
+from mallocbench.memory.server import Gap, ServerMemory
 
 PER_CONNECTION_VARS = (
     "read_buffer_size",
@@ -116,6 +116,10 @@ class Breakdown:
     heap_rss: int
     heap_accounted: int
     notes: list[str] = field(default_factory=list)
+    # Noted before the breakdown's own: the process's notes, then what the server did not
+    # give (report/memory.py words each gap).
+    process_notes: list[str] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
 
     @property
     def unaccounted(self) -> int:
@@ -149,7 +153,6 @@ class Breakdown:
             "unaccounted": self.unaccounted,
             "ratio": self.ratio,
             "heap_ratio": self.heap_ratio,
-            "notes": self.notes,
         }
 
 
@@ -186,7 +189,7 @@ def build(proc: ProcessMemory, server: ServerMemory | None) -> Breakdown:
         ),
     ]
     heap_rss = kinds["main_heap"]["rss"] + kinds["glibc_heap"]["rss"] + kinds["anon"]["rss"]
-    notes: list[str] = list(proc.notes)
+    notes: list[str] = []
     heap_rows: list[Row] = []
     if server is not None:
         heap_rows = _heap_rows(server, notes)
@@ -209,14 +212,19 @@ def build(proc: ProcessMemory, server: ServerMemory | None) -> Breakdown:
             "no mapping of innodb_buffer_pool_size was found; its pages are in the heap rows"
         )
     return Breakdown(
-        rss=proc.rss, rows=rows, heap_rss=heap_rss, heap_accounted=heap_accounted, notes=notes
+        rss=proc.rss,
+        rows=rows,
+        heap_rss=heap_rss,
+        heap_accounted=heap_accounted,
+        notes=notes,
+        process_notes=list(proc.notes),
+        gaps=list(server.gaps) if server else [],
     )
 
 
 def _heap_rows(server: ServerMemory, notes: list[str]) -> list[Row]:
-    """The heap rows the server's own numbers support; each missing source is a note
-    naming it, and its bytes stay in the unaccounted row rather than being guessed."""
-    notes.extend(gap.text for gap in server.gaps)
+    """The heap rows the server's own numbers support; each missing source is a gap the
+    report names, and its bytes stay in the unaccounted row rather than being guessed."""
     rows: list[Row] = []
     if server.rocksdb is not None and not server.gap("rocksdb"):
         cache = server.rocksdb.get("Cache Total", server.rocksdb.get("DB_BLOCK_CACHE_USAGE", 0))

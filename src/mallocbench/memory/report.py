@@ -256,7 +256,7 @@ class MemoryReport:
         if self.server is not None and self.server_account is not None:
             out["server_info"] = {"version": self.server.version, "flavor": self.server.flavor}
             # Each source the server would not give: what is unknown, why, and the fix.
-            out["gaps"] = [g.to_dict() for g in self.server.gaps]
+            out["gaps"] = [asdict(g) for g in self.server.gaps]  # worded by report/memory.py
             out["accounted_by_server"] = self.server_account.to_dict()
         if self.process_summary is not None:
             out["process"] = asdict(self.process_summary)

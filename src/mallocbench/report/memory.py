@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -20,6 +21,7 @@ from mallocbench.memory.report import (
     ProcessSummary,
     ServerAccount,
 )
+from mallocbench.memory.server import Gap, GapCause
 
 MiB = 1024 * 1024
 
@@ -38,6 +40,78 @@ def mb(n: int | float | None) -> str:
 
 def pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+# What each source the server would not give is, by its key; and why, with the fix.
+_GAP_WHAT = {
+    "memory_used": "heap the server accounts for",
+    "sessions": "memory per connection",
+    "performance_schema": "performance_schema memory",
+    "performance_schema_instruments": "server memory seen by performance_schema",
+    "innodb": "InnoDB's own counters (total large memory, dictionary memory)",
+    "rocksdb": "RocksDB block cache, memtables and table readers",
+    "rocksdb_memtables": "RocksDB memtables and table readers",
+}
+_RESTART = "in my.cnf, then restart"
+_GAP_WHY = {
+    GapCause.NO_MEMORY_USED: (
+        "status variable Memory_used missing from SHOW GLOBAL STATUS (MariaDB 10.x has it)"
+    ),
+    GapCause.MYSQL_NO_MEMORY_USED: (
+        "status variable Memory_used missing (MySQL has none; MariaDB 10.x has it)"
+    ),
+    GapCause.PROCESSLIST_UNREADABLE: "information_schema.PROCESSLIST unreadable: {0}",
+    GapCause.OTHER_SESSIONS_HIDDEN: (
+        "without PROCESS, information_schema.PROCESSLIST lists only this user's sessions: "
+        "GRANT PROCESS ON *.* TO {0}"
+    ),
+    GapCause.PFS_OFF: f"performance_schema is off (performance_schema=ON {_RESTART})",
+    GapCause.PFS_DENIED: "access denied for user {0}: GRANT SELECT ON performance_schema.* TO {0}",
+    GapCause.PFS_UNREADABLE: "memory_summary_global_by_event_name unreadable: {0}",
+    GapCause.PFS_INSTRUMENTS_OFF: (
+        "its memory instruments are off, it counts only itself "
+        f"(performance-schema-instrument='memory/%=ON' {_RESTART})"
+    ),
+    GapCause.INNODB_NEEDS_PROCESS: (
+        "SHOW ENGINE INNODB STATUS needs PROCESS: GRANT PROCESS ON *.* TO {0}"
+    ),
+    GapCause.ROCKSDB_NEEDS_PROCESS: (
+        "SHOW ENGINE ROCKSDB STATUS needs PROCESS: GRANT PROCESS ON *.* TO {0}"
+    ),
+    GapCause.ROCKSDB_FAILED: "SHOW ENGINE ROCKSDB STATUS failed: {0}",
+}
+
+
+def gap_what(gap: Gap) -> str:
+    if gap.cause is GapCause.OTHER_SESSIONS_HIDDEN:
+        return "memory of other users' connections"  # this user's own are counted
+    return _GAP_WHAT[gap.key]
+
+
+def gap_why(gap: Gap) -> str:
+    return _GAP_WHY[gap.cause].format(gap.detail)
+
+
+def gap_text(gap: Gap) -> str:
+    return f"{gap_what(gap)}: unknown — {gap_why(gap)}"
+
+
+def breakdown_notes(bd: Breakdown) -> list[str]:
+    return [*bd.process_notes, *(gap_text(g) for g in bd.gaps), *bd.notes]
+
+
+def memory_json(report: MemoryReport) -> dict[str, Any]:
+    """The account's values with its words: each gap's, and the breakdown's notes."""
+    out = report.to_dict()
+    if report.server is not None and "gaps" in out:
+        # Set in place: the key keeps its place in the document.
+        out["gaps"] = [
+            {"key": g.key, "what": gap_what(g), "why": gap_why(g), "text": gap_text(g)}
+            for g in report.server.gaps
+        ]
+    if report.breakdown is not None:
+        out["breakdown"]["notes"] = breakdown_notes(report.breakdown)
+    return out
 
 
 def render(report: MemoryReport, console: Console | None = None) -> None:
@@ -232,7 +306,7 @@ def _print_breakdown(bd: Breakdown, console: Console) -> None:
         f"heap ratio = {heap_ratio} (heap RSS {mb(bd.heap_rss)} / accounted "
         f"{mb(bd.heap_accounted)})"
     )
-    for note in bd.notes:
+    for note in breakdown_notes(bd):
         console.print(f"[dim]note: {escape(note)}[/]")
 
 
