@@ -690,7 +690,6 @@ PENDING_ISSUE_48 = {
     "text: memory/breakdown.py",
     "text: memory/massif.py",
     "text: memory/process.py",
-    "text: memory/report.py",
 }
 PENDING_PACKAGES = {
     "run", "cluster", "deploy", "memory", "servers", "probes", "report", "calibrate", "tune",

@@ -22,6 +22,7 @@ from mallocbench.memory.report import (
     ServerAccount,
 )
 from mallocbench.memory.server import Gap, GapCause
+from mallocbench.report.memory_advice import advice_dicts, worded
 
 MiB = 1024 * 1024
 
@@ -111,6 +112,7 @@ def memory_json(report: MemoryReport) -> dict[str, Any]:
         ]
     if report.breakdown is not None:
         out["breakdown"]["notes"] = breakdown_notes(report.breakdown)
+    out["advice"] = advice_dicts(report)  # the last key, as it was
     return out
 
 
@@ -314,9 +316,10 @@ def _print_advice(report: MemoryReport, console: Console) -> None:
     if report.advice:
         console.print("[bold]advice[/]")
         for a in report.advice:
+            title, fix, evidence = worded(report, a)
             color = "red" if a.level == "warning" else "cyan"
-            console.print(f"[{color}]{a.level}[/]: [bold]{escape(a.title)}[/] - {escape(a.advice)}")
-            console.print(f"    [dim]evidence: {escape(a.evidence)}[/]")
+            console.print(f"[{color}]{a.level}[/]: [bold]{escape(title)}[/] - {escape(fix)}")
+            console.print(f"    [dim]evidence: {escape(evidence)}[/]")
     elif report.breakdown is not None:
         # Without a breakdown the heap was not checked: "nothing stands out" would claim more.
         console.print("advice: nothing stands out")
