@@ -11,7 +11,7 @@ from rich.table import Table
 
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
-from mallocbench.memory.breakdown import Breakdown, Footprint
+from mallocbench.memory.breakdown import Breakdown, Footprint, Row
 from mallocbench.memory.massif import ProfileTop
 from mallocbench.memory.process import ThpSetup
 from mallocbench.memory.report import (
@@ -97,8 +97,78 @@ def gap_text(gap: Gap) -> str:
     return f"{gap_what(gap)}: unknown — {gap_why(gap)}"
 
 
+# Each part of RSS by its key: what it is, and where its figure comes from.
+_ROW_WORDS = {
+    "files": ("shared libraries and other mapped files", "file-backed mappings in /proc/PID/smaps"),
+    "buffer_pool": (
+        "InnoDB buffer pool (resident pages)",
+        "Rss of the mapping sized innodb_buffer_pool_size",
+    ),
+    "stacks": (
+        "thread stacks ({0} mappings)",
+        "Rss of stack mappings (guard page below, per-thread sp)",
+    ),
+    "rocksdb_block_cache": ("RocksDB block cache", "SHOW ENGINE ROCKSDB STATUS: Cache Total"),
+    "rocksdb_memtables": (
+        "RocksDB memtables and table readers",
+        "MemTable Total + Table Readers Total",
+    ),
+    "performance_schema": ("performance_schema", "sum of memory_summary_global_by_event_name"),
+    "connections": (
+        "connections ({0} sessions)",
+        "sum of information_schema.PROCESSLIST.MEMORY_USED",
+    ),
+    "unaccounted": (
+        "unaccounted: allocator overhead and fragmentation",
+        "heap mappings' Rss minus what the server accounts for in them "
+        "(negative: counted but not resident)",
+    ),
+}
+
+
+def row_words(bd: Breakdown, row: Row) -> tuple[str, str]:
+    """A part of RSS's name and the source of its figure."""
+    if row.key == "binary":
+        exe = bd.exe or "the executable"
+        return "server binary (code, static data)", f"file pages of {exe} and its .bss"
+    if row.key == "server_heap" and bd.sessions_split:
+        return "server global heap (Memory_used)", "Memory_used - sessions - reserved caches"
+    if row.key == "server_heap":
+        return "server heap, connections included (Memory_used)", "Memory_used - reserved caches"
+    label, source = _ROW_WORDS[row.key]
+    return label.format(row.count), source
+
+
+def _whole_mib(n: int) -> str:
+    return f"{n / 1048576:.0f} MiB"
+
+
 def breakdown_notes(bd: Breakdown) -> list[str]:
-    return [*bd.process_notes, *(gap_text(g) for g in bd.gaps), *bd.notes]
+    notes = [*bd.process_notes, *(gap_text(g) for g in bd.gaps)]
+    if bd.reserved_caches is not None and bd.memory_used is not None:
+        notes.append(
+            f"Memory_used ({_whole_mib(bd.memory_used)}) counts the buffer pool, key cache and "
+            f"Aria page cache at their configured size ({_whole_mib(bd.reserved_caches)}); that "
+            "part is left out here so the buffer pool is counted once, by its resident pages"
+        )
+    if not bd.server_seen:
+        notes.append("no server numbers: the whole heap is shown as unaccounted")
+    if bd.pool_unmapped:
+        notes.append(
+            "no mapping of innodb_buffer_pool_size was found; its pages are in the heap rows"
+        )
+    return notes
+
+
+def _row_dict(bd: Breakdown, row: Row) -> dict[str, Any]:
+    label, source = row_words(bd, row)
+    return {
+        "key": row.key,
+        "label": label,
+        "bytes": row.bytes,
+        "source": source,
+        "group": row.group,
+    }
 
 
 def memory_json(report: MemoryReport) -> dict[str, Any]:
@@ -110,8 +180,10 @@ def memory_json(report: MemoryReport) -> dict[str, Any]:
             {"key": g.key, "what": gap_what(g), "why": gap_why(g), "text": gap_text(g)}
             for g in report.server.gaps
         ]
-    if report.breakdown is not None:
-        out["breakdown"]["notes"] = breakdown_notes(report.breakdown)
+    bd = report.breakdown
+    if bd is not None:
+        out["breakdown"]["rows"] = [_row_dict(bd, r) for r in bd.rows]  # in place
+        out["breakdown"]["notes"] = breakdown_notes(bd)
     out["advice"] = advice_dicts(report)  # the last key, as it was
     return out
 
@@ -290,13 +362,14 @@ def _print_breakdown(bd: Breakdown, console: Console) -> None:
     t.add_column("of RSS", justify="right")
     t.add_column("source", style="dim")
     for row in bd.rows:
-        label = row.label if row.group == "process" else f"  heap: {row.label}"
+        label, source = row_words(bd, row)
+        label = label if row.group == "process" else f"  heap: {label}"
         style = "bold" if row.key == "unaccounted" else None
         t.add_row(
             escape(label),
             mb(row.bytes),
             pct(row.bytes, bd.rss),
-            escape(row.source),
+            escape(source),
             style=style,
         )
     t.add_row("total (= RSS)", mb(bd.total()), pct(bd.total(), bd.rss), "")
