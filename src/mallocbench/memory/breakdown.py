@@ -116,9 +116,9 @@ class Breakdown:
     rows: list[Row]
     heap_rss: int
     heap_accounted: int
-    # What report/memory.py notes: the process's notes, what the server did not give, and
-    # the facts behind this split's own notes.
-    process_notes: list[str] = field(default_factory=list)
+    # What report/memory.py notes: an estimated buffer pool, what the server did not
+    # give, and the facts behind this split's own notes.
+    pool_prorated: bool = False
     gaps: list[Gap] = field(default_factory=list)
     exe: str | None = None
     server_seen: bool = True  # False: no server numbers, the whole heap is unaccounted
@@ -174,7 +174,7 @@ def build(proc: ProcessMemory, server: ServerMemory | None) -> Breakdown:
     heap_rss = kinds["main_heap"]["rss"] + kinds["glibc_heap"]["rss"] + kinds["anon"]["rss"]
     bd = Breakdown(
         rss=proc.rss, rows=rows, heap_rss=heap_rss, heap_accounted=0,
-        process_notes=list(proc.notes), gaps=list(server.gaps) if server else [],
+        pool_prorated=proc.pool_prorated, gaps=list(server.gaps) if server else [],
         exe=proc.exe, server_seen=server is not None,
         pool_unmapped=bool(
             kinds["buffer_pool"]["count"] == 0 and server and server.var("innodb_buffer_pool_size")

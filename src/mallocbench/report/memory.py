@@ -144,7 +144,9 @@ def _whole_mib(n: int) -> str:
 
 
 def breakdown_notes(bd: Breakdown) -> list[str]:
-    notes = [*bd.process_notes, *(gap_text(g) for g in bd.gaps)]
+    notes = ["buffer pool merged with a neighbouring mapping; its Rss is pro-rated"]
+    notes = notes if bd.pool_prorated else []
+    notes += [gap_text(g) for g in bd.gaps]
     if bd.reserved_caches is not None and bd.memory_used is not None:
         notes.append(
             f"Memory_used ({_whole_mib(bd.memory_used)}) counts the buffer pool, key cache and "
