@@ -707,10 +707,8 @@ TEXT_EXEMPT = {
     " builds text": "html.py titles with it",
     "analysis/summary.py:relative_tables f'{base} QPS' builds text": "the template's header",
     # A tune's values (tune/result.py): a point's name ("#3", "default") is an identifier;
-    # an objective's label is the objectives registry's name of its metric; Said is a
-    # note as an older tune.json stored it, read back rather than composed.
+    # Said is a note as an older tune.json stored it, read back rather than composed.
     "tune/result.py:Point.label text field": "an identifier",
-    "tune/result.py:Objective.label text field": "the metric's registered name",
     "tune/result.py:Said.text text field": "stored words read back",
     # The server's own error text for a refused statement, and a gap's account to grant
     # to or that error text: report/memory.py words the gap around them.
@@ -718,8 +716,7 @@ TEXT_EXEMPT = {
     "memory/server.py:Gap.detail text field": "an account or the server's words",
     # A heap tree node's text as valgrind's massif.out wrote it, parsed into sites.
     "memory/massif.py:_Node.label text field": "the input's own words",
-    # The registry Objective.label copies its name from, and a --constraint as typed.
-    "tune/objectives.py:Metric.label text field": "the metric's registered name",
+    # A --constraint as the user typed it (optuna's name for the constraint too).
     "tune/objectives.py:Constraint.text text field": "the user's own input",
 }
 

@@ -338,9 +338,7 @@ def document(
         evaluator=plan.evaluator_name,
         evaluation=plan.evaluation,
         workload=plan.workload.to_dict() if plan.workload else None,
-        objectives=[
-            Objective(m.name, m.key, m.label, m.unit, m.direction) for m in plan.objectives
-        ],
+        objectives=[Objective(m.name, m.key, m.unit, m.direction) for m in plan.objectives],
         constraints=[c.text for c in plan.constraints],
         min_effect=plan.min_effect,
         max_cpu=plan.max_cpu,
