@@ -20,6 +20,7 @@ from mallocbench.memory.breakdown import Breakdown
 from mallocbench.memory.process import ProcessMemory
 from mallocbench.memory.report import AllocatorSummary, MemoryReport
 from mallocbench.model.results import SetupInfo
+from mallocbench.report.memory_advice import shown_advice
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import ServerBuild, ServerConfig, running
 
@@ -312,8 +313,12 @@ def memory_report(allocator: str, knobs: dict[str, str]) -> MemoryReport:
     )
 
 
+def _advice(report: MemoryReport) -> dict[str, str]:
+    return {a.title: a.advice for a in shown_advice(report, advise(report))}
+
+
 def test_memory_advice_shows_the_dropin_line() -> None:
-    advice = {a.title: a.advice for a in advise(memory_report("glibc", {}))}
+    advice = _advice(memory_report("glibc", {}))
     arenas = next(text for title, text in advice.items() if "glibc arenas" in title)
     assert "Environment=MALLOC_ARENA_MAX=4" in arenas and "--write-dropin" in arenas
     heap = advice["heap holds more than the server accounts for"]
@@ -321,7 +326,7 @@ def test_memory_advice_shows_the_dropin_line() -> None:
         assert f"Environment=LD_PRELOAD={JEMALLOC.path} " in heap
     else:
         assert "apt-get install libjemalloc2" in heap
-    advice = {a.title: a.advice for a in advise(memory_report("jemalloc", {"MALLOC_CONF": "x:1"}))}
+    advice = _advice(memory_report("jemalloc", {"MALLOC_CONF": "x:1"}))
     heap = advice["heap holds more than the server accounts for"]
     assert "Environment=MALLOC_CONF=x:1,dirty_decay_ms:5000,muzzy_decay_ms:5000 " in heap
 
@@ -330,11 +335,11 @@ def test_memory_advice_speaks_the_servers_own_form() -> None:
     """A server mysqld_safe or a container runs gets no drop-in it would not read."""
     report = memory_report("glibc", {})
     report.deploy_form = "mysqld_safe"
-    advice = {a.title: a.advice for a in advise(report)}
+    advice = _advice(report)
     arenas = next(text for title, text in advice.items() if "glibc arenas" in title)
     assert "Environment=" not in arenas and "MALLOC_ARENA_MAX=4 in its environment" in arenas
     assert "restart the server through mysqld_safe" in arenas
     report.deploy_form = "docker"
-    advice = {a.title: a.advice for a in advise(report)}
+    advice = _advice(report)
     arenas = next(text for title, text in advice.items() if "glibc arenas" in title)
     assert "set MALLOC_ARENA_MAX=4 in the Compose service's environment" in arenas

@@ -21,7 +21,8 @@ from mallocbench.memory import process as process_mod
 from mallocbench.memory import take as take_mod
 from mallocbench.memory.advice import advise
 from mallocbench.memory.client import ConnectOptions
-from mallocbench.memory.report import Advice, AllocatorKeeps, AllocatorSummary, MemoryReport
+from mallocbench.memory.report import AllocatorKeeps, AllocatorSummary, MemoryReport
+from mallocbench.report.memory_advice import ShownAdvice, shown_advice
 from mallocbench.servers import engines, mariadb
 
 MiB = 2**20
@@ -147,7 +148,7 @@ def test_lazy_free_and_jemalloc_stats(lazy_server: mariadb.PrivateServer) -> Non
     assert stats.printed_by == proc.pid and stats.prints >= 1
     assert 0 < stats.allocated <= stats.active <= stats.resident < proc.rss
     assert "jemalloc's own statistics" in keeps.source and keeps.how_to_see_more is None
-    advice = {a.title: a for a in report.advice}
+    advice = {a.title: a for a in shown_advice(report)}
     lazy = advice["RSS counts memory the allocator has already freed (MADV_FREE)"]
     # jemalloc's own figures show the pages are not its muzzy ones (the test library's
     # are): its decay is not blamed for them.
@@ -415,8 +416,8 @@ def _report(
     )
 
 
-def _titles(report: MemoryReport) -> dict[str, Advice]:
-    return {a.title: a for a in advise(report)}
+def _titles(report: MemoryReport) -> dict[str, ShownAdvice]:
+    return {a.title: a for a in shown_advice(report, advise(report))}
 
 
 def _stats(dirty: int, resident: int) -> jemalloc_mod.JemallocStats:

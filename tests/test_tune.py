@@ -501,7 +501,7 @@ def test_a_tight_budget_keeps_the_front_ends_and_knee_and_tune_chooses_by_the_ru
     deployed = Deployed("#1", {"A": "1"}, "", "", {})
     result = AllocatorTune("glibc", None, None, [], 6, 0, [], points, {"memory": "#1"}, True,
                            {"memory": deployed})  # fmt: skip
-    objectives = [Objective(m.name, m.key, m.label, m.unit, m.direction) for m in OBJECTIVES]
+    objectives = [Objective(m.name, m.key, m.unit, m.direction) for m in OBJECTIVES]
     doc = TuneDocument("t", "e", {}, None, objectives, [], 0.02, None, False, "systemd", "", 5,
                        "out", [result], [])  # fmt: skip
     # a costly choice (here made at any cost) states its CPU in the same line

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mallocbench.memory.process import ProcessMemory
-from mallocbench.memory.server import ServerMemory
+from mallocbench.memory.server import Gap, ServerMemory
 
 PER_CONNECTION_VARS = (
     "read_buffer_size",
@@ -42,11 +42,12 @@ RESERVED_IN_MEMORY_USED = (
 
 @dataclass
 class Row:
-    key: str
-    label: str
+    """One part of RSS; report/memory.py names it and its source by its key."""
+
+    key: str  # binary, files, buffer_pool, stacks, rocksdb_block_cache, ..., unaccounted
     bytes: int
-    source: str
     group: str  # "process" (by mapping) or "heap" (a share of the heap mappings)
+    count: int | None = None  # the stack mappings, or the sessions, it sums
 
 
 @dataclass
@@ -115,7 +116,17 @@ class Breakdown:
     rows: list[Row]
     heap_rss: int
     heap_accounted: int
-    notes: list[str] = field(default_factory=list)
+    # What report/memory.py notes: an estimated buffer pool, what the server did not
+    # give, and the facts behind this split's own notes.
+    pool_prorated: bool = False
+    gaps: list[Gap] = field(default_factory=list)
+    exe: str | None = None
+    server_seen: bool = True  # False: no server numbers, the whole heap is unaccounted
+    sessions_split: bool = True  # False: the server heap row includes the connections
+    memory_used: int | None = None
+    # The caches Memory_used counts at their configured size (None: it does not count them).
+    reserved_caches: int | None = None
+    pool_unmapped: bool = False  # innodb_buffer_pool_size set, no mapping of that size
 
     @property
     def unaccounted(self) -> int:
@@ -141,7 +152,7 @@ class Breakdown:
     def to_dict(self) -> dict[str, Any]:
         return {
             "rss": self.rss,
-            "rows": [asdict(r) for r in self.rows],
+            "rows": [asdict(r) for r in self.rows],  # worded by report/memory.py
             "sum_of_rows": self.total(),
             "heap_rss": self.heap_rss,
             "heap_accounted": self.heap_accounted,
@@ -149,150 +160,66 @@ class Breakdown:
             "unaccounted": self.unaccounted,
             "ratio": self.ratio,
             "heap_ratio": self.heap_ratio,
-            "notes": self.notes,
         }
 
 
 def build(proc: ProcessMemory, server: ServerMemory | None) -> Breakdown:
     kinds = proc.by_kind()
     rows = [
-        Row(
-            "binary",
-            "server binary (code, static data)",
-            kinds["binary"]["rss"],
-            f"file pages of {proc.exe or 'the executable'} and its .bss",
-            "process",
-        ),
-        Row(
-            "files",
-            "shared libraries and other mapped files",
-            kinds["files"]["rss"],
-            "file-backed mappings in /proc/PID/smaps",
-            "process",
-        ),
-        Row(
-            "buffer_pool",
-            "InnoDB buffer pool (resident pages)",
-            kinds["buffer_pool"]["rss"],
-            "Rss of the mapping sized innodb_buffer_pool_size",
-            "process",
-        ),
-        Row(
-            "stacks",
-            f"thread stacks ({kinds['stack']['count']} mappings)",
-            kinds["stack"]["rss"],
-            "Rss of stack mappings (guard page below, per-thread sp)",
-            "process",
-        ),
+        Row("binary", kinds["binary"]["rss"], "process"),
+        Row("files", kinds["files"]["rss"], "process"),
+        Row("buffer_pool", kinds["buffer_pool"]["rss"], "process"),
+        Row("stacks", kinds["stack"]["rss"], "process", kinds["stack"]["count"]),
     ]
     heap_rss = kinds["main_heap"]["rss"] + kinds["glibc_heap"]["rss"] + kinds["anon"]["rss"]
-    notes: list[str] = list(proc.notes)
-    heap_rows: list[Row] = []
-    if server is not None:
-        heap_rows = _heap_rows(server, notes)
-    heap_accounted = sum(r.bytes for r in heap_rows)
+    bd = Breakdown(
+        rss=proc.rss, rows=rows, heap_rss=heap_rss, heap_accounted=0,
+        pool_prorated=proc.pool_prorated, gaps=list(server.gaps) if server else [],
+        exe=proc.exe, server_seen=server is not None,
+        pool_unmapped=bool(
+            kinds["buffer_pool"]["count"] == 0 and server and server.var("innodb_buffer_pool_size")
+        ),
+    )  # fmt: skip
+    heap_rows = _heap_rows(server, bd) if server is not None else []
+    bd.heap_accounted = sum(r.bytes for r in heap_rows)
     rows.extend(heap_rows)
-    rows.append(
-        Row(
-            "unaccounted",
-            "unaccounted: allocator overhead and fragmentation",
-            heap_rss - heap_accounted,
-            "heap mappings' Rss minus what the server accounts for in them "
-            "(negative: counted but not resident)",
-            "heap",
-        )
-    )
-    if server is None:
-        notes.append("no server numbers: the whole heap is shown as unaccounted")
-    if kinds["buffer_pool"]["count"] == 0 and server and server.var("innodb_buffer_pool_size"):
-        notes.append(
-            "no mapping of innodb_buffer_pool_size was found; its pages are in the heap rows"
-        )
-    return Breakdown(
-        rss=proc.rss, rows=rows, heap_rss=heap_rss, heap_accounted=heap_accounted, notes=notes
-    )
+    rows.append(Row("unaccounted", heap_rss - bd.heap_accounted, "heap"))
+    return bd
 
 
-def _heap_rows(server: ServerMemory, notes: list[str]) -> list[Row]:
-    """The heap rows the server's own numbers support; each missing source is a note
-    naming it, and its bytes stay in the unaccounted row rather than being guessed."""
-    notes.extend(gap.text for gap in server.gaps)
+def _heap_rows(server: ServerMemory, bd: Breakdown) -> list[Row]:
+    """The heap rows the server's own numbers support; each missing source is a gap the
+    report names, and its bytes stay in the unaccounted row rather than being guessed."""
     rows: list[Row] = []
     if server.rocksdb is not None and not server.gap("rocksdb"):
         cache = server.rocksdb.get("Cache Total", server.rocksdb.get("DB_BLOCK_CACHE_USAGE", 0))
-        rows.append(
-            Row(
-                "rocksdb_block_cache",
-                "RocksDB block cache",
-                cache,
-                "SHOW ENGINE ROCKSDB STATUS: Cache Total",
-                "heap",
-            )
-        )
+        rows.append(Row("rocksdb_block_cache", cache, "heap"))
         if not server.gap("rocksdb_memtables"):
             mem = server.rocksdb.get("MemTable Total", 0) + server.rocksdb.get(
                 "Table Readers Total", 0
             )
-            rows.append(
-                Row(
-                    "rocksdb_memtables",
-                    "RocksDB memtables and table readers",
-                    mem,
-                    "MemTable Total + Table Readers Total",
-                    "heap",
-                )
-            )
+            rows.append(Row("rocksdb_memtables", mem, "heap"))
     if server.pfs_enabled and server.pfs_total is not None:
-        rows.append(
-            Row(
-                "performance_schema",
-                "performance_schema",
-                server.pfs_total,
-                "sum of memory_summary_global_by_event_name",
-                "heap",
-            )
-        )
+        rows.append(Row("performance_schema", server.pfs_total, "heap"))
     memory_used = server.stat("Memory_used")
     if memory_used is not None:
-        rows.extend(_memory_used_rows(server, memory_used, notes))
+        rows.extend(_memory_used_rows(server, memory_used, bd))
     return rows
 
 
-def _memory_used_rows(server: ServerMemory, memory_used: int, notes: list[str]) -> list[Row]:
+def _memory_used_rows(server: ServerMemory, memory_used: int, bd: Breakdown) -> list[Row]:
     rows: list[Row] = []
     sessions = 0
     if server.sessions_complete:
         sessions = sum(s.memory_used for s in server.sessions)
-        rows.append(
-            Row(
-                "connections",
-                f"connections ({len(server.sessions)} sessions)",
-                sessions,
-                "sum of information_schema.PROCESSLIST.MEMORY_USED",
-                "heap",
-            )
-        )
+        rows.append(Row("connections", sessions, "heap", len(server.sessions)))
     reserved = 0
+    bd.memory_used = memory_used
     if server.memory_used_includes_caches:
+        # Left out so the buffer pool is counted once, by its resident pages.
         reserved = sum(server.var(v) or 0 for v in RESERVED_IN_MEMORY_USED)
-        notes.append(
-            f"Memory_used ({_mb(memory_used)}) counts the buffer pool, key cache and Aria page "
-            f"cache at their configured size ({_mb(reserved)}); that part is left out here so "
-            "the buffer pool is counted once, by its resident pages"
-        )
-    own = max(0, memory_used - sessions - reserved)
-    if server.sessions_complete:
-        label, source = (
-            "server global heap (Memory_used)",
-            "Memory_used - sessions - reserved caches",
-        )
-    else:
-        # Without every session's size the split is unknown; the sum still is.
-        label = "server heap, connections included (Memory_used)"
-        source = "Memory_used - reserved caches"
-    rows.append(Row("server_heap", label, own, source, "heap"))
+        bd.reserved_caches = reserved
+    # Without every session's size the split is unknown; the sum still is.
+    bd.sessions_split = server.sessions_complete
+    rows.append(Row("server_heap", max(0, memory_used - sessions - reserved), "heap"))
     return rows
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1048576:.0f} MiB"

@@ -89,7 +89,9 @@ class ProcessMemory:
     arenas: int | None = None  # glibc arenas including the main one; None if not glibc
     arena_source: str = ""
     knobs: dict[str, str] | None = None  # None: environ not readable
-    notes: list[str] = field(default_factory=list)
+    # The buffer pool shared a mapping with a neighbour and, without ptrace access to
+    # count its own pages, its Rss is that mapping's pro-rated by size.
+    pool_prorated: bool = False
 
     def by_kind(self) -> dict[str, dict[str, int]]:
         out = {k: {"rss": 0, "size": 0, "count": 0} for k in KINDS}
@@ -233,8 +235,8 @@ def _classify_files(mappings: list[Mapping], exe: str | None) -> None:
 
 def _classify_buffer_pool(
     pid: int, mappings: list[Mapping], pool_size: int | None
-) -> tuple[Mapping | None, str | None]:
-    """Find the buffer pool mapping; return it and a note when it had to be estimated.
+) -> tuple[Mapping | None, bool]:
+    """Find the buffer pool mapping; return it and whether its Rss had to be estimated.
 
     The pool is one anonymous mapping of innodb_buffer_pool_size; MariaDB 10.11 maps it
     at the front of a larger innodb_buffer_pool_size_max reservation (PROT_NONE). The
@@ -244,7 +246,7 @@ def _classify_buffer_pool(
     counting its resident pages from /proc/PID/pagemap.
     """
     if not pool_size:
-        return None, None
+        return None, False
     candidates = [
         m
         for m in mappings
@@ -253,7 +255,7 @@ def _classify_buffer_pool(
         and not m.reserved_only
         and pool_size * 0.98 <= m.size <= pool_size * 1.10
     ]
-    note = None
+    prorated = False
     if candidates:
         best = max(candidates, key=lambda m: m.rss)
     else:
@@ -271,16 +273,16 @@ def _classify_buffer_pool(
                 and reservation.start == m.end
                 and reservation.size >= pool_size
             ):
-                best, note = _split_tail(pid, mappings, i, pool_size)
+                best, prorated = _split_tail(pid, mappings, i, pool_size)
                 break
     if best is None:
-        return None, None
+        return None, False
     best.kind = "buffer_pool"
     index = mappings.index(best)
     following = mappings[index + 1] if index + 1 < len(mappings) else None
     if following and following.is_anon and following.reserved_only and following.start == best.end:
         following.kind = "buffer_pool"  # the resize reservation: VSZ only
-    return best, note
+    return best, prorated
 
 
 def resident_pages(pid: int, start: int, end: int) -> int | None:
@@ -308,17 +310,13 @@ def resident_pages(pid: int, start: int, end: int) -> int | None:
 _PRESENT = bytes(1 if b & 0x80 else 0 for b in range(256))
 
 
-def _split_tail(
-    pid: int, mappings: list[Mapping], index: int, tail: int
-) -> tuple[Mapping, str | None]:
+def _split_tail(pid: int, mappings: list[Mapping], index: int, tail: int) -> tuple[Mapping, bool]:
     merged = mappings[index]
     cut = merged.end - tail
     pages = resident_pages(pid, cut, merged.end)
-    note = None
     if pages is None:
         # No ptrace access: assume the front part is as dense as the whole mapping.
         tail_rss = merged.rss * tail // merged.size
-        note = "buffer pool merged with a neighbouring mapping; its Rss is pro-rated"
     else:
         tail_rss = min(merged.rss, pages * os.sysconf("SC_PAGE_SIZE"))
     ratio = tail_rss / merged.rss if merged.rss else 0
@@ -342,7 +340,7 @@ def _split_tail(
         anon_huge=int(merged.anon_huge * ratio),
     )
     mappings[index : index + 1] = [front, back]
-    return back, note
+    return back, pages is None
 
 
 def _read_words(pid: int, address: int, count: int) -> list[int] | None:
@@ -464,16 +462,17 @@ def classify(
     exe: str | None,
     allocator: str,
     buffer_pool_size: int | None,
-) -> tuple[int | None, str, list[str]]:
-    """Give every mapping a kind; return (glibc arenas, how counted, notes)."""
+) -> tuple[int | None, str, bool]:
+    """Give every mapping a kind; return (glibc arenas, how counted, whether the buffer
+    pool's Rss is pro-rated)."""
     _classify_files(mappings, exe)
-    _, pool_note = _classify_buffer_pool(pid, mappings, buffer_pool_size)
+    _, prorated = _classify_buffer_pool(pid, mappings, buffer_pool_size)
     arenas: int | None = None
     source = ""
     if allocator == "glibc":
         arenas, source = _classify_glibc_heaps(pid, mappings)
     _classify_stacks(pid, mappings)
-    return arenas, source, [pool_note] if pool_note else []
+    return arenas, source, prorated
 
 
 def sample(
@@ -496,7 +495,7 @@ def sample(
         rollup = _kib_fields(_read(pid, "smaps_rollup"))
     except MallocbenchError:
         rollup = {}
-    arenas, source, notes = classify(pid, mappings, exe, allocator, buffer_pool_size)
+    arenas, source, prorated = classify(pid, mappings, exe, allocator, buffer_pool_size)
     return ProcessMemory(
         pid=pid,
         name=name,
@@ -510,7 +509,7 @@ def sample(
         arenas=arenas,
         arena_source=source,
         knobs=read_knobs(pid),
-        notes=notes,
+        pool_prorated=prorated,
     )
 
 

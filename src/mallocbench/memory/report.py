@@ -6,6 +6,7 @@ are the parts of them the report shows, in the shape its JSON has.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,17 +19,31 @@ from mallocbench.memory.server import ServerMemory, Session
 JSON_SESSIONS = 20
 
 
-@dataclass
+class AdviceKind(enum.StrEnum):
+    """What memory.advice found to change; report/memory_advice.py words each."""
+
+    FOOTPRINT_OVER_LIMIT = "footprint_over_limit"
+    PEAK_NEAR_LIMIT = "peak_near_limit"
+    OOM_RISK = "oom_risk"
+    MYROCKS_ON_GLIBC = "myrocks_on_glibc"
+    GLIBC_ARENAS = "glibc_arenas"
+    HEAP_GAP = "heap_gap"
+    LAZY_FREE_MUZZY = "lazy_free_muzzy"  # under jemalloc, its muzzy pages
+    LAZY_FREE = "lazy_free"
+    JEMALLOC_DIRTY = "jemalloc_dirty"
+    THP_ALWAYS_JEMALLOC = "thp_always_jemalloc"
+    THP_ALWAYS = "thp_always"
+    RESERVED_ADDRESS_SPACE = "reserved_address_space"
+    PERFORMANCE_SCHEMA = "performance_schema"
+
+
+@dataclass(frozen=True)
 class Advice:
-    """One thing to change, with the numbers that led to it (memory.advice decides)."""
+    """One thing to change (memory.advice decides); its numbers are the account's own."""
 
+    kind: AdviceKind
     level: str  # "warning" or "info"
-    title: str
-    advice: str
-    evidence: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    cpus: int = 0  # the CPUs the arena count was judged against (GLIBC_ARENAS)
 
 
 @dataclass
@@ -256,7 +271,7 @@ class MemoryReport:
         if self.server is not None and self.server_account is not None:
             out["server_info"] = {"version": self.server.version, "flavor": self.server.flavor}
             # Each source the server would not give: what is unknown, why, and the fix.
-            out["gaps"] = [g.to_dict() for g in self.server.gaps]
+            out["gaps"] = [asdict(g) for g in self.server.gaps]  # worded by report/memory.py
             out["accounted_by_server"] = self.server_account.to_dict()
         if self.process_summary is not None:
             out["process"] = asdict(self.process_summary)
@@ -272,5 +287,5 @@ class MemoryReport:
             out["configured_footprint"] = self.footprint.to_dict()
         if self.breakdown is not None:
             out["breakdown"] = self.breakdown.to_dict()
-        out["advice"] = [a.to_dict() for a in self.advice]
+        out["advice"] = [asdict(a) for a in self.advice]  # worded by report/memory_advice.py
         return out

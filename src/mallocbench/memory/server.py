@@ -6,6 +6,7 @@ opened.
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,20 +60,29 @@ def memory_used_includes_caches(version: str, flavor: str) -> bool:
     return v[:2] > (11, 2)
 
 
+class GapCause(enum.StrEnum):
+    """Why the server did not give a source; report/memory.py says it and the fix."""
+
+    NO_MEMORY_USED = "no_memory_used"  # MariaDB without the status variable
+    MYSQL_NO_MEMORY_USED = "mysql_no_memory_used"  # MySQL has none
+    PROCESSLIST_UNREADABLE = "processlist_unreadable"  # detail: the server's refusal
+    OTHER_SESSIONS_HIDDEN = "other_sessions_hidden"  # detail: the account, lacking PROCESS
+    PFS_OFF = "pfs_off"
+    PFS_DENIED = "pfs_denied"  # detail: the account
+    PFS_UNREADABLE = "pfs_unreadable"  # detail: the server's refusal
+    PFS_INSTRUMENTS_OFF = "pfs_instruments_off"
+    INNODB_NEEDS_PROCESS = "innodb_needs_process"  # detail: the account
+    ROCKSDB_NEEDS_PROCESS = "rocksdb_needs_process"  # detail: the account
+    ROCKSDB_FAILED = "rocksdb_failed"  # detail: the server's refusal
+
+
 @dataclass
 class Gap:
-    """A source of the account the server did not give, why, and how to get it."""
+    """A source of the account the server did not give, and why."""
 
     key: str  # memory_used, sessions, performance_schema, rocksdb, rocksdb_memtables, innodb
-    what: str
-    why: str
-
-    @property
-    def text(self) -> str:
-        return f"{self.what}: unknown — {self.why}"
-
-    def to_dict(self) -> dict[str, str]:
-        return {"key": self.key, "what": self.what, "why": self.why, "text": self.text}
+    cause: GapCause
+    detail: str = ""  # the account to grant to, or the server's own error text
 
 
 @dataclass
@@ -166,10 +176,6 @@ def _account(cur: pymysql.cursors.Cursor) -> str:
     return f"'{user}'@'{host}'" if user else "the user"
 
 
-def _process_grant(account: str) -> str:
-    return f"GRANT PROCESS ON *.* TO {account}"
-
-
 def collect(conn: pymysql.Connection) -> ServerMemory:
     """Everything the server says about its memory; what it refuses becomes a Gap."""
     with conn.cursor() as cur:
@@ -192,25 +198,13 @@ def collect(conn: pymysql.Connection) -> ServerMemory:
         if pfs_enabled:
             pfs_total, pfs_top = _performance_schema(cur, account, gaps, "Memory_used" in status)
         elif "Memory_used" not in status:
-            gaps.append(
-                Gap(
-                    "performance_schema",
-                    "performance_schema memory",
-                    "performance_schema is off (performance_schema=ON in my.cnf, then restart)",
-                )
-            )
+            gaps.append(Gap("performance_schema", GapCause.PFS_OFF))
         rocksdb = None
         if "rocksdb_block_cache_size" in variables:
             rocksdb = _rocksdb(cur, account, gaps)
         innodb_status = _parse_innodb_memory(str(innodb.rows[0][-1])) if innodb.rows else {}
         if innodb.error in _DENIED:
-            gaps.append(
-                Gap(
-                    "innodb",
-                    "InnoDB's own counters (total large memory, dictionary memory)",
-                    f"SHOW ENGINE INNODB STATUS needs PROCESS: {_process_grant(account)}",
-                )
-            )
+            gaps.append(Gap("innodb", GapCause.INNODB_NEEDS_PROCESS, account))
     return ServerMemory(
         version=version,
         flavor=flavor,
@@ -229,11 +223,8 @@ def collect(conn: pymysql.Connection) -> ServerMemory:
 
 
 def _memory_used_gap(flavor: str) -> Gap:
-    if flavor == "mysql":
-        why = "status variable Memory_used missing (MySQL has none; MariaDB 10.x has it)"
-    else:
-        why = "status variable Memory_used missing from SHOW GLOBAL STATUS (MariaDB 10.x has it)"
-    return Gap("memory_used", "heap the server accounts for", why)
+    mysql = flavor == "mysql"
+    return Gap("memory_used", GapCause.MYSQL_NO_MEMORY_USED if mysql else GapCause.NO_MEMORY_USED)
 
 
 def _sessions(
@@ -245,22 +236,9 @@ def _sessions(
         "information_schema.PROCESSLIST ORDER BY MEMORY_USED DESC",
     )
     if answer.error is not None:
-        gaps.append(
-            Gap(
-                "sessions",
-                "memory per connection",
-                f"information_schema.PROCESSLIST unreadable: {answer.message}",
-            )
-        )
+        gaps.append(Gap("sessions", GapCause.PROCESSLIST_UNREADABLE, answer.message))
     elif not has_process:
-        gaps.append(
-            Gap(
-                "sessions",
-                "memory of other users' connections",
-                "without PROCESS, information_schema.PROCESSLIST lists only this user's "
-                f"sessions: {_process_grant(account)}",
-            )
-        )
+        gaps.append(Gap("sessions", GapCause.OTHER_SESSIONS_HIDDEN, account))
     return [
         Session(
             id=int(row[0]), user=row[1], memory_used=int(row[2] or 0), command=row[3], state=row[4]
@@ -275,26 +253,15 @@ def _performance_schema(
     answer = _ask(cur, _PFS_SQL)
     if answer.error is not None:
         if answer.error in _DENIED:
-            why = (
-                f"access denied for user {account}: "
-                f"GRANT SELECT ON performance_schema.* TO {account}"
-            )
+            gaps.append(Gap("performance_schema", GapCause.PFS_DENIED, account))
         else:
-            why = f"memory_summary_global_by_event_name unreadable: {answer.message}"
-        gaps.append(Gap("performance_schema", "performance_schema memory", why))
+            gaps.append(Gap("performance_schema", GapCause.PFS_UNREADABLE, answer.message))
         return None, []
     # MariaDB ships its memory instruments off, and needs none of them (Memory_used
     # counts the heap); without Memory_used, as on MySQL, they are the only account.
     instruments = [] if has_memory_used else _rows(cur, _PFS_INSTRUMENTS_SQL)
     if instruments and _int(instruments[0][0]) == 0:
-        gaps.append(
-            Gap(
-                "performance_schema_instruments",
-                "server memory seen by performance_schema",
-                "its memory instruments are off, it counts only itself "
-                "(performance-schema-instrument='memory/%=ON' in my.cnf, then restart)",
-            )
-        )
+        gaps.append(Gap("performance_schema_instruments", GapCause.PFS_INSTRUMENTS_OFF))
     total = sum(int(r[1]) for r in answer.rows)
     return total, [(str(r[0]), int(r[1])) for r in answer.rows[:10]]
 
@@ -311,12 +278,10 @@ def _rocksdb(cur: pymysql.cursors.Cursor, account: str, gaps: list[Gap]) -> dict
             out["DB_BLOCK_CACHE_USAGE"] = int(value)
     if status.error is None:
         return out
+    # With the block cache's size from ROCKSDB_DBSTATS, only the memtables are unknown.
+    key = "rocksdb_memtables" if "DB_BLOCK_CACHE_USAGE" in out else "rocksdb"
     if status.error in _DENIED:
-        why = f"SHOW ENGINE ROCKSDB STATUS needs PROCESS: {_process_grant(account)}"
+        gaps.append(Gap(key, GapCause.ROCKSDB_NEEDS_PROCESS, account))
     else:
-        why = f"SHOW ENGINE ROCKSDB STATUS failed: {status.message}"
-    if "DB_BLOCK_CACHE_USAGE" in out:
-        gaps.append(Gap("rocksdb_memtables", "RocksDB memtables and table readers", why))
-    else:
-        gaps.append(Gap("rocksdb", "RocksDB block cache, memtables and table readers", why))
+        gaps.append(Gap(key, GapCause.ROCKSDB_FAILED, status.message))
     return out

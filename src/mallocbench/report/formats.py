@@ -62,6 +62,7 @@ def _html() -> ModuleType:
 
 def _memory_terminal(report: MemoryReport, console: Console) -> None:
     # Imported when drawn: the memory account's tables are for `memory` alone.
+    from mallocbench.report.memory import gap_text
     from mallocbench.report.memory import render as render_memory
 
     render_memory(report, console)
@@ -69,7 +70,13 @@ def _memory_terminal(report: MemoryReport, console: Console) -> None:
         # The renderer shows the gaps among the breakdown's notes; without a breakdown
         # (the process was not inspected) they would go unsaid. Plain lines, unwrapped.
         for gap in report.server.gaps:
-            console.out(f"note: {gap.text}", highlight=False)
+            console.out(f"note: {gap_text(gap)}", highlight=False)
+
+
+def _memory_json(report: MemoryReport) -> str:
+    from mallocbench.report.memory import memory_json
+
+    return json.dumps(memory_json(report), indent=2, default=str) + "\n"
 
 
 def _profile_terminal(view: ProfileTop, console: Console) -> None:
@@ -151,7 +158,7 @@ REGISTRY: tuple[Entry, ...] = (
     Entry(PATTERNS_KIND, "json", patterns.patterns_json),
     # `memory`: one account of a running server, taken once.
     Entry(MEMORY_KIND, TERMINAL, draw=_memory_terminal),
-    Entry(MEMORY_KIND, "json", lambda r: json.dumps(r.to_dict(), indent=2, default=str) + "\n"),
+    Entry(MEMORY_KIND, "json", _memory_json),
     # `profile`: the heap peak's largest allocation sites.
     Entry(PROFILE_KIND, TERMINAL, draw=_profile_terminal),
     Entry(PROFILE_KIND, "json", lambda v: json.dumps(v.profile.to_dict(v.top), indent=2) + "\n"),

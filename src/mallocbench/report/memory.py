@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -10,7 +11,7 @@ from rich.table import Table
 
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
-from mallocbench.memory.breakdown import Breakdown, Footprint
+from mallocbench.memory.breakdown import Breakdown, Footprint, Row
 from mallocbench.memory.massif import ProfileTop
 from mallocbench.memory.process import ThpSetup
 from mallocbench.memory.report import (
@@ -20,6 +21,8 @@ from mallocbench.memory.report import (
     ProcessSummary,
     ServerAccount,
 )
+from mallocbench.memory.server import Gap, GapCause
+from mallocbench.report.memory_advice import advice_dicts, worded
 
 MiB = 1024 * 1024
 
@@ -38,6 +41,153 @@ def mb(n: int | float | None) -> str:
 
 def pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+# What each source the server would not give is, by its key; and why, with the fix.
+_GAP_WHAT = {
+    "memory_used": "heap the server accounts for",
+    "sessions": "memory per connection",
+    "performance_schema": "performance_schema memory",
+    "performance_schema_instruments": "server memory seen by performance_schema",
+    "innodb": "InnoDB's own counters (total large memory, dictionary memory)",
+    "rocksdb": "RocksDB block cache, memtables and table readers",
+    "rocksdb_memtables": "RocksDB memtables and table readers",
+}
+_RESTART = "in my.cnf, then restart"
+_GAP_WHY = {
+    GapCause.NO_MEMORY_USED: (
+        "status variable Memory_used missing from SHOW GLOBAL STATUS (MariaDB 10.x has it)"
+    ),
+    GapCause.MYSQL_NO_MEMORY_USED: (
+        "status variable Memory_used missing (MySQL has none; MariaDB 10.x has it)"
+    ),
+    GapCause.PROCESSLIST_UNREADABLE: "information_schema.PROCESSLIST unreadable: {0}",
+    GapCause.OTHER_SESSIONS_HIDDEN: (
+        "without PROCESS, information_schema.PROCESSLIST lists only this user's sessions: "
+        "GRANT PROCESS ON *.* TO {0}"
+    ),
+    GapCause.PFS_OFF: f"performance_schema is off (performance_schema=ON {_RESTART})",
+    GapCause.PFS_DENIED: "access denied for user {0}: GRANT SELECT ON performance_schema.* TO {0}",
+    GapCause.PFS_UNREADABLE: "memory_summary_global_by_event_name unreadable: {0}",
+    GapCause.PFS_INSTRUMENTS_OFF: (
+        "its memory instruments are off, it counts only itself "
+        f"(performance-schema-instrument='memory/%=ON' {_RESTART})"
+    ),
+    GapCause.INNODB_NEEDS_PROCESS: (
+        "SHOW ENGINE INNODB STATUS needs PROCESS: GRANT PROCESS ON *.* TO {0}"
+    ),
+    GapCause.ROCKSDB_NEEDS_PROCESS: (
+        "SHOW ENGINE ROCKSDB STATUS needs PROCESS: GRANT PROCESS ON *.* TO {0}"
+    ),
+    GapCause.ROCKSDB_FAILED: "SHOW ENGINE ROCKSDB STATUS failed: {0}",
+}
+
+
+def gap_what(gap: Gap) -> str:
+    if gap.cause is GapCause.OTHER_SESSIONS_HIDDEN:
+        return "memory of other users' connections"  # this user's own are counted
+    return _GAP_WHAT[gap.key]
+
+
+def gap_why(gap: Gap) -> str:
+    return _GAP_WHY[gap.cause].format(gap.detail)
+
+
+def gap_text(gap: Gap) -> str:
+    return f"{gap_what(gap)}: unknown — {gap_why(gap)}"
+
+
+# Each part of RSS by its key: what it is, and where its figure comes from.
+_ROW_WORDS = {
+    "files": ("shared libraries and other mapped files", "file-backed mappings in /proc/PID/smaps"),
+    "buffer_pool": (
+        "InnoDB buffer pool (resident pages)",
+        "Rss of the mapping sized innodb_buffer_pool_size",
+    ),
+    "stacks": (
+        "thread stacks ({0} mappings)",
+        "Rss of stack mappings (guard page below, per-thread sp)",
+    ),
+    "rocksdb_block_cache": ("RocksDB block cache", "SHOW ENGINE ROCKSDB STATUS: Cache Total"),
+    "rocksdb_memtables": (
+        "RocksDB memtables and table readers",
+        "MemTable Total + Table Readers Total",
+    ),
+    "performance_schema": ("performance_schema", "sum of memory_summary_global_by_event_name"),
+    "connections": (
+        "connections ({0} sessions)",
+        "sum of information_schema.PROCESSLIST.MEMORY_USED",
+    ),
+    "unaccounted": (
+        "unaccounted: allocator overhead and fragmentation",
+        "heap mappings' Rss minus what the server accounts for in them "
+        "(negative: counted but not resident)",
+    ),
+}
+
+
+def row_words(bd: Breakdown, row: Row) -> tuple[str, str]:
+    """A part of RSS's name and the source of its figure."""
+    if row.key == "binary":
+        exe = bd.exe or "the executable"
+        return "server binary (code, static data)", f"file pages of {exe} and its .bss"
+    if row.key == "server_heap" and bd.sessions_split:
+        return "server global heap (Memory_used)", "Memory_used - sessions - reserved caches"
+    if row.key == "server_heap":
+        return "server heap, connections included (Memory_used)", "Memory_used - reserved caches"
+    label, source = _ROW_WORDS[row.key]
+    return label.format(row.count), source
+
+
+def _whole_mib(n: int) -> str:
+    return f"{n / 1048576:.0f} MiB"
+
+
+def breakdown_notes(bd: Breakdown) -> list[str]:
+    notes = ["buffer pool merged with a neighbouring mapping; its Rss is pro-rated"]
+    notes = notes if bd.pool_prorated else []
+    notes += [gap_text(g) for g in bd.gaps]
+    if bd.reserved_caches is not None and bd.memory_used is not None:
+        notes.append(
+            f"Memory_used ({_whole_mib(bd.memory_used)}) counts the buffer pool, key cache and "
+            f"Aria page cache at their configured size ({_whole_mib(bd.reserved_caches)}); that "
+            "part is left out here so the buffer pool is counted once, by its resident pages"
+        )
+    if not bd.server_seen:
+        notes.append("no server numbers: the whole heap is shown as unaccounted")
+    if bd.pool_unmapped:
+        notes.append(
+            "no mapping of innodb_buffer_pool_size was found; its pages are in the heap rows"
+        )
+    return notes
+
+
+def _row_dict(bd: Breakdown, row: Row) -> dict[str, Any]:
+    label, source = row_words(bd, row)
+    return {
+        "key": row.key,
+        "label": label,
+        "bytes": row.bytes,
+        "source": source,
+        "group": row.group,
+    }
+
+
+def memory_json(report: MemoryReport) -> dict[str, Any]:
+    """The account's values with its words: each gap's, and the breakdown's notes."""
+    out = report.to_dict()
+    if report.server is not None and "gaps" in out:
+        # Set in place: the key keeps its place in the document.
+        out["gaps"] = [
+            {"key": g.key, "what": gap_what(g), "why": gap_why(g), "text": gap_text(g)}
+            for g in report.server.gaps
+        ]
+    bd = report.breakdown
+    if bd is not None:
+        out["breakdown"]["rows"] = [_row_dict(bd, r) for r in bd.rows]  # in place
+        out["breakdown"]["notes"] = breakdown_notes(bd)
+    out["advice"] = advice_dicts(report)  # the last key, as it was
+    return out
 
 
 def render(report: MemoryReport, console: Console | None = None) -> None:
@@ -214,13 +364,14 @@ def _print_breakdown(bd: Breakdown, console: Console) -> None:
     t.add_column("of RSS", justify="right")
     t.add_column("source", style="dim")
     for row in bd.rows:
-        label = row.label if row.group == "process" else f"  heap: {row.label}"
+        label, source = row_words(bd, row)
+        label = label if row.group == "process" else f"  heap: {label}"
         style = "bold" if row.key == "unaccounted" else None
         t.add_row(
             escape(label),
             mb(row.bytes),
             pct(row.bytes, bd.rss),
-            escape(row.source),
+            escape(source),
             style=style,
         )
     t.add_row("total (= RSS)", mb(bd.total()), pct(bd.total(), bd.rss), "")
@@ -232,7 +383,7 @@ def _print_breakdown(bd: Breakdown, console: Console) -> None:
         f"heap ratio = {heap_ratio} (heap RSS {mb(bd.heap_rss)} / accounted "
         f"{mb(bd.heap_accounted)})"
     )
-    for note in bd.notes:
+    for note in breakdown_notes(bd):
         console.print(f"[dim]note: {escape(note)}[/]")
 
 
@@ -240,9 +391,10 @@ def _print_advice(report: MemoryReport, console: Console) -> None:
     if report.advice:
         console.print("[bold]advice[/]")
         for a in report.advice:
+            title, fix, evidence = worded(report, a)
             color = "red" if a.level == "warning" else "cyan"
-            console.print(f"[{color}]{a.level}[/]: [bold]{escape(a.title)}[/] - {escape(a.advice)}")
-            console.print(f"    [dim]evidence: {escape(a.evidence)}[/]")
+            console.print(f"[{color}]{a.level}[/]: [bold]{escape(title)}[/] - {escape(fix)}")
+            console.print(f"    [dim]evidence: {escape(evidence)}[/]")
     elif report.breakdown is not None:
         # Without a breakdown the heap was not checked: "nothing stands out" would claim more.
         console.print("advice: nothing stands out")

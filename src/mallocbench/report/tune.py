@@ -78,10 +78,30 @@ def status_text(point: Point) -> str:
     return status + (f", {point.failed} repeats failed" if point.failed else "")
 
 
+# Each measured quantity's name for a reader, by the key it is measured under (a trace
+# replay's and a server run's keys differ where their meaning does: steady vs whole-life
+# peak RSS, CPU time vs CPU per operation).
+OBJECTIVE_LABELS = {
+    "peak_heap_rss_steady": "steady peak RSS",
+    "rss_over_live": "RSS/live",
+    "cpu_s": "CPU time",
+    "wall_s": "wall time",
+    "calls_per_s": "calls/s",
+    "peak_rss_bytes": "server peak RSS",
+    "server_cpu_us_per_op": "server CPU/op",
+    "qps": "QPS",
+    "p99_ms": "p99 latency",
+}
+
+
+def objective_label(m: Objective) -> str:
+    return OBJECTIVE_LABELS.get(m.key, m.name)
+
+
 def headers(doc: TuneDocument) -> list[str]:
     out = ["point", "knobs"]
     for m in doc.objectives:
-        out += [f"{m.label} (95% CI)", f"{m.label} vs default"]
+        out += [f"{objective_label(m)} (95% CI)", f"{objective_label(m)} vs default"]
     return [*out, "status"]
 
 
@@ -125,7 +145,7 @@ def _price(doc: TuneDocument, point: Point) -> str:
     """The point against the default on each objective, e.g. "peak RSS 0.90x [0.88,
     0.92] lower, CPU time 1.02x [0.97, 1.07] same"."""
     return ", ".join(
-        f"{m.label} {versus_view(point.versus_default[m.name]).text}"
+        f"{objective_label(m)} {versus_view(point.versus_default[m.name]).text}"
         for m in doc.objectives
         if m.name in point.versus_default
     )
@@ -195,6 +215,11 @@ def markdown(doc: TuneDocument) -> str:
 
 def tune_json(doc: TuneDocument) -> str:
     data = doc.to_dict()
+    data["objectives"] = [  # in place, each with its name for scripts
+        {"name": m.name, "key": m.key, "label": objective_label(m), "unit": m.unit,
+         "direction": m.direction}
+        for m in doc.objectives
+    ]  # fmt: skip
     data["notes"] = note_lines(doc)
     return json.dumps(data, indent=1) + "\n"
 
@@ -337,7 +362,8 @@ def _scale(m: Objective) -> float:
 
 
 def _axis_title(m: Objective) -> str:
-    return f"{m.label} (MiB)" if m.unit == "bytes" else f"{m.label} ({m.unit})"
+    label = objective_label(m)
+    return f"{label} (MiB)" if m.unit == "bytes" else f"{label} ({m.unit})"
 
 
 def _bars(estimates: list[Estimate | None], scale: float) -> dict[str, Any]:
@@ -402,7 +428,7 @@ def front_chart(doc: TuneDocument, result: AllocatorTune, index: int) -> Chart:
     data += [_points_trace(g, points, x, y) for g, points in groups.items() if points]
     return Chart(
         id=f"chart-tune-{index}",
-        title=f"{_title(result)}: {y.label} against {x.label}",
+        title=f"{_title(result)}: {objective_label(y)} against {objective_label(x)}",
         data=data,
         layout={
             "xaxis": {"title": {"text": _axis_title(x)}},

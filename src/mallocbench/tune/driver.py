@@ -65,7 +65,6 @@ class Plan:
     min_effect: float
     seed: int | None = None
     engine: str = "innodb"
-    notes: list[str] = field(default_factory=list)
     evaluation: dict[str, Any] = field(default_factory=dict)  # how a setting is measured
     # What was tuned (the experiment's, or the one the trace was recorded under); None:
     # unknown, and the confirmation's workload is generic.
@@ -339,9 +338,7 @@ def document(
         evaluator=plan.evaluator_name,
         evaluation=plan.evaluation,
         workload=plan.workload.to_dict() if plan.workload else None,
-        objectives=[
-            Objective(m.name, m.key, m.label, m.unit, m.direction) for m in plan.objectives
-        ],
+        objectives=[Objective(m.name, m.key, m.unit, m.direction) for m in plan.objectives],
         constraints=[c.text for c in plan.constraints],
         min_effect=plan.min_effect,
         max_cpu=plan.max_cpu,

@@ -21,8 +21,7 @@ from mallocbench.units import parse_size
 @dataclass(frozen=True)
 class Metric:
     name: str  # what the user writes
-    key: str  # the replayer's JSON key
-    label: str
+    key: str  # the replayer's JSON key (report/tune.py names the metric by it)
     unit: str  # bytes, s, ms, us, x, 1/s
     lower_is_better: bool = True
     priority: str = ""  # the priority that puts this metric first (memory, speed)
@@ -41,11 +40,11 @@ class Metric:
 METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("rss", "peak_heap_rss_steady", "steady peak RSS", "bytes", priority="memory"),
-        Metric("rss_over_live", "rss_over_live", "RSS/live", "x", priority="memory"),
-        Metric("time", "cpu_s", "CPU time", "s", priority="speed"),
-        Metric("wall", "wall_s", "wall time", "s", priority="speed"),
-        Metric("calls_per_s", "calls_per_s", "calls/s", "1/s", False, priority="speed"),
+        Metric("rss", "peak_heap_rss_steady", "bytes", priority="memory"),
+        Metric("rss_over_live", "rss_over_live", "x", priority="memory"),
+        Metric("time", "cpu_s", "s", priority="speed"),
+        Metric("wall", "wall_s", "s", priority="speed"),
+        Metric("calls_per_s", "calls_per_s", "1/s", False, priority="speed"),
     )
 }
 
@@ -57,10 +56,10 @@ METRICS: dict[str, Metric] = {
 SERVER_METRICS: dict[str, Metric] = {
     m.name: m
     for m in (
-        Metric("rss", "peak_rss_bytes", "server peak RSS", "bytes", priority="memory"),
-        Metric("time", "server_cpu_us_per_op", "server CPU/op", "us", priority="speed"),
-        Metric("qps", "qps", "QPS", "1/s", False, priority="speed"),
-        Metric("p99", "p99_ms", "p99 latency", "ms", priority="speed"),
+        Metric("rss", "peak_rss_bytes", "bytes", priority="memory"),
+        Metric("time", "server_cpu_us_per_op", "us", priority="speed"),
+        Metric("qps", "qps", "1/s", False, priority="speed"),
+        Metric("p99", "p99_ms", "ms", priority="speed"),
     )
 }
 

@@ -75,11 +75,10 @@ def _floats(data: dict[str, Any], *keys: str) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class Objective:
-    """One objective as the reports name it (tune.objectives.Metric's facts)."""
+    """One objective (tune.objectives.Metric's facts); report/tune.py names it by its key."""
 
     name: str
     key: str
-    label: str
     unit: str
     direction: str
 
@@ -259,7 +258,11 @@ class TuneDocument:
             evaluator=data["evaluator"],
             evaluation=data.get("evaluation", {}),
             workload=data.get("workload"),
-            objectives=[Objective(**m) for m in data["objectives"]],
+            # The label a tune.json holds is the report's word for the key: worded again.
+            objectives=[
+                Objective(m["name"], m["key"], m["unit"], m["direction"])
+                for m in data["objectives"]
+            ],
             constraints=data.get("constraints", []),
             min_effect=data["min_effect"],
             max_cpu=data.get("max_cpu"),
