@@ -3,8 +3,7 @@ imports in a circle (a cycle says a piece of code sits in the wrong module), no 
 packages import each other, a handful of modules sit at the top and none runs long.
 
 Every rule judges names as Python resolves them, not as they are spelled, and each has
-a self-test per form it must catch; violations other engineers are fixing for issue 48
-are named one by one in PENDING_ISSUE_48."""
+a self-test per form it must catch."""
 
 from __future__ import annotations
 
@@ -683,14 +682,6 @@ WORDLESS = ("analysis", "calibrate", "tune", "memory", "replay", "patterns")
 MAX_TOP_MODULES = 8
 MAX_MODULE_LINES = 700
 
-# Violations in the packages other engineers are restructuring for issue 48 right now
-# (run/, cluster/, deploy/, memory/, servers/, probes/, report/, calibrate/, tune/), each
-# named: the lead empties this set at merge. Nothing in analysis/ may be here.
-PENDING_ISSUE_48: set[str] = set()
-PENDING_PACKAGES = {
-    "run", "cluster", "deploy", "memory", "servers", "probes", "report", "calibrate", "tune",
-}  # fmt: skip
-
 # Single texts that stay where they are, each with its reason; never a whole function.
 TEXT_EXEMPT = {
     # The events file's own name of an event (soak/events.py), the key steps group by.
@@ -699,8 +690,8 @@ TEXT_EXEMPT = {
     "analysis/ratchet.py:StepDifference.label text field": "an input's name",
     # The experiment file as the user wrote it, stored with the run.
     "patterns/experiment.py:PatternExperiment.text text field": "the user's file",
-    # Read as text by report/html.py or report/templates/_macros.html.j2 (the pages'
-    # owner's, being restructured for issue 48): worded in report/ with them.
+    # Read as text by report/html.py or report/templates/_macros.html.j2: to be worded in
+    # report/ with them.
     "analysis/sla.py:sla_results f'{cell.setup} / {cell.engine} / {cell.step} r{cell.repeat}'"
     " builds text": "the template prints it",
     "analysis/summary.py:memory_rows f'{account.step} @{account.threads} r{account.repeat}'"
@@ -721,20 +712,6 @@ TEXT_EXEMPT = {
 }
 
 
-def test_pending_names_only_packages_being_restructured() -> None:
-    for entry in PENDING_ISSUE_48:
-        kind, what = entry.split(": ", 1)
-        packages = what.split(" <-> ") if kind == "tie" else [what.split("/")[0]]
-        assert "analysis" not in packages, entry
-        assert PENDING_PACKAGES & set(packages), entry
-
-
-def _pending(entries: set[str]) -> set[str]:
-    """What is left of `entries` once the pending ones are set aside; and every pending
-    entry of a kind must still be found (a fixed one leaves the set)."""
-    return entries - PENDING_ISSUE_48
-
-
 def text_findings() -> set[str]:
     found = set()
     for package in WORDLESS:
@@ -749,10 +726,7 @@ def test_analysis_and_the_features_return_values_not_words() -> None:
     """analysis/ returns numbers, enums and typed records, and so do the feature packages;
     report/ words them (report/words.py, facts.py, ...)."""
     found = text_findings()
-    modules = {f"text: {entry.split(':')[0]}" for entry in found}
-    assert modules >= {p for p in PENDING_ISSUE_48 if p.startswith("text: ")}, "fixed: unlist it"
-    left = {f for f in found if f"text: {f.split(':')[0]}" not in PENDING_ISSUE_48}
-    assert left - set(TEXT_EXEMPT) == set()
+    assert found - set(TEXT_EXEMPT) == set()
     assert set(TEXT_EXEMPT) <= found, "an exemption no longer needed"
 
 
@@ -781,9 +755,7 @@ def test_the_module_length_check_finds_a_long_module(tmp_path: Path) -> None:
 
 
 def test_no_module_is_longer_than_a_reader_holds() -> None:
-    found = long_modules()
-    assert found >= {p for p in PENDING_ISSUE_48 if p.startswith("lines: ")}, "fixed: unlist it"
-    assert _pending(found) == set()
+    assert long_modules() == set()
 
 
 def package_edges(sources: dict[str, str]) -> dict[tuple[str, str], set[str]]:
@@ -828,9 +800,7 @@ def test_no_two_packages_import_each_other() -> None:
     """A two-way tie says a piece sits in the wrong package: move it to its owner or pass
     a value (a lazy import only hides the tie)."""
     sources = {module_name(p): p.read_text() for p in (SRC / PACKAGE).rglob("*.py")}
-    found = ties(sources)
-    assert found >= {p for p in PENDING_ISSUE_48 if p.startswith("tie: ")}, "fixed: unlist it"
-    assert _pending(found) == set()
+    assert ties(sources) == set()
 
 
 COUNTED = (
