@@ -125,6 +125,20 @@ def test_another_user_cannot_connect_by_socket_or_tcp(started: PgServer, pg_buil
     assert started.password not in " ".join(started.command())
 
 
+def test_a_setting_cannot_write_a_line_of_its_own_into_postgresql_conf() -> None:
+    """Names and values go into postgresql.conf one setting a line: an extension's name
+    that is no identifier, or a line break in a value, is refused before anything runs."""
+    for name, value in (
+        ("pg_x.y = 1\nlisten_addresses", "*"),
+        ("pg_x.y", "1'\nlisten_addresses = '*"),
+        ("application_name", "a\rb"),
+    ):
+        with pytest.raises(MallocbenchError) as refused:
+            settings.check_setting(name, value, {})
+        assert "\n" not in str(refused.value)
+    settings.check_setting("pg_x.y_2", "one line", {})
+
+
 def test_an_unknown_setting_is_refused_before_initdb(pg_build: PgBuild, tmp_path: Path) -> None:
     with pytest.raises(MallocbenchError) as refused:
         FAMILY.check_settings(pg_build, {"shared_bufers": "64MB"}, [])

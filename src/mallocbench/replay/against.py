@@ -20,6 +20,11 @@ NAN = math.nan
 
 
 def recorded(trace: Path) -> workload.ServerLoad:
+    if not trace.exists():
+        raise MallocbenchError(
+            f"no trace at {trace}: give the file (or the directory of segments) "
+            "`mallocbench record --pid` wrote"
+        )
     load = workload.load(trace)
     if load is None or not any(s.rss for s in load.samples):
         raise MallocbenchError(

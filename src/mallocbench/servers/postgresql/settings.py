@@ -82,8 +82,22 @@ def value_text(value: object) -> str:
     return str(value)
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?")
+
+
 def check_setting(name: str, value: str, known: Mapping[str, Described]) -> None:
     """Refuse, in one line, a name the server does not know or a value of the wrong kind."""
+    # Both go into postgresql.conf as one line: a name that is no identifier, or a line
+    # break in a value, would write a line of its own.
+    if not _NAME.fullmatch(name):
+        raise MallocbenchError(
+            f"PostgreSQL setting name {name!r} is not a setting's name: give letters, digits "
+            "and underscores (an extension's as extension.name)"
+        )
+    if any(ch in value for ch in "\n\r\0"):
+        raise MallocbenchError(
+            f"PostgreSQL setting {name} has a line break in its value: give it on one line"
+        )
     if name in HARNESS_OWNED:
         raise MallocbenchError(
             f"server setting {name!r} is set by mallocbench (a private server listens on "
