@@ -133,16 +133,20 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     # Each start is of two copies (the experiment has one setup, a run compares at
     # least two), compared as runs and as turns: one series of a ratio per round.
     assert len(data["pairs"]) == 2
+    kept_runs = kept_turns = 0
     for pair in data["pairs"]:
         (runs,), (turns,) = pair["run_ratios"], pair["turn_ratios"]
-        assert len(runs) == 2 and len(turns) == 3, pair
+        # A slice or turn that completed nothing (a stall on a loaded host: CI saw one)
+        # has no ratio and is left out, never counted as zero or as infinity.
+        assert 1 <= len(runs) <= 2 and 1 <= len(turns) <= 3, pair
+        kept_runs, kept_turns = kept_runs + len(runs), kept_turns + len(turns)
         assert len(pair["warmups_s"]) == 2  # both copies' warmups price a block's
         # Positive and finite; not bounded above: a clean-clone CI run, its tests in
         # parallel, had one copy near-stalled for whole slices and turns (ratios 0.06 in
         # runs, 183 in a turn), which is noise this host made, not a wrong ratio.
         assert all(0 < r < math.inf for r in runs + turns), pair
-    assert data["runs_ratio"]["starts"] == 2 and data["runs_ratio"]["slices"] == 4
-    assert data["turns_ratio"]["starts"] == 2 and data["turns_ratio"]["slices"] == 6
+    assert data["runs_ratio"]["starts"] == 2 and data["runs_ratio"]["slices"] == kept_runs
+    assert data["turns_ratio"]["starts"] == 2 and data["turns_ratio"]["slices"] == kept_turns
     assert data["costs"]["turn_s"] >= 1.0 and data["costs"]["stop_s"] > 0
     designs = {p["design"]: p for p in data["designs"]}
     assert set(designs) == {"sequential", "runs", "turns"}
