@@ -29,7 +29,7 @@ from mallocbench.cli import main
 from mallocbench.memory import take as take_mod
 from mallocbench.memory.client import ConnectOptions
 from mallocbench.report.memory_advice import shown_advice
-from mallocbench.servers import engines, mariadb
+from mallocbench.servers import access, engines, mariadb
 
 pytestmark = pytest.mark.server
 
@@ -269,7 +269,7 @@ def test_unreachable_server_is_one_line(tmp_path: Path) -> None:
     code, _, err = _cli("memory", "--socket", str(tmp_path / "none.sock"))
     assert code == 2 and err.count("\n") == 1
     assert "cannot reach the server" in err
-    port = mariadb.free_port()
+    port = access.free_port()
     code, _, err = _cli("memory", "--host", "127.0.0.1", "--port", str(port))
     assert code == 2 and err.count("\n") == 1
     assert "cannot reach the server" in err and "refused" in err

@@ -21,12 +21,12 @@ import pytest
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import engines
+from mallocbench.servers.access import free_port
 from mallocbench.servers.mariadb import (
     SERVER_USER,
     PrivateServer,
     ServerBuild,
     ServerConfig,
-    free_port,
     running,
 )
 from mallocbench.workloads.sysbench import Sysbench

@@ -278,7 +278,8 @@ def test_a_loose_key_the_server_ignored_fails_the_start(tmp_path: Path, build: A
     """The check a started server gets, for what a dry run cannot see (a build swapped
     after the check): its variables and plugins against what it was asked for."""
     from mallocbench.servers import engines
-    from mallocbench.servers.mariadb import ServerConfig, SettingNotTaken, running
+    from mallocbench.servers.mariadb import ServerConfig, running
+    from mallocbench.servers.outcome import SettingNotTaken
 
     def config(overrides: dict[str, object]) -> ServerConfig:
         return ServerConfig(

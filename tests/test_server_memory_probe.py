@@ -16,7 +16,7 @@ from mallocbench.probes import system
 from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import ServerBuild, ServerConfig, running
-from mallocbench.servers.mariadb.config import disable_thp
+from mallocbench.servers.process import disable_thp
 
 
 def config(engine: str, **kw: object) -> ServerConfig:

@@ -15,9 +15,9 @@ from mallocbench.servers.mariadb import (
     PrivateServer,
     ServerBuild,
     ServerConfig,
-    ServerStartError,
     running,
 )
+from mallocbench.servers.outcome import ServerStartError
 
 INSTALLED = [a.name for a in allocators.builtin_allocators() if a.available]
 

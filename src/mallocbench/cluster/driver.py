@@ -34,7 +34,8 @@ from mallocbench.model.metadata import ClusterRecord, HostRecord, RunMetadata, W
 from mallocbench.run.experiment import PlannedSession
 from mallocbench.run.options import RunOptions, RunOutcome
 from mallocbench.run.schedule import ScheduledRun
-from mallocbench.servers.mariadb import ServerBuild, ServerStartError
+from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.servers.outcome import ServerStartError
 from mallocbench.store import ResultsStore, store_label
 
 

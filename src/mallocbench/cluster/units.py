@@ -21,7 +21,8 @@ from mallocbench.run.options import RunOptions, RunOutcome
 from mallocbench.run.overrides import apply_overrides, recorded_set
 from mallocbench.run.planning import blocks, plan_extra_round
 from mallocbench.run.source import RunSessions
-from mallocbench.servers.mariadb import ServerBuild, ServerStartError
+from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.servers.outcome import ServerStartError
 from mallocbench.store import ResultsStore, is_url
 from mallocbench.store.sqlite import STATUS_INTERRUPTED
 

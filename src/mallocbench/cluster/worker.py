@@ -37,8 +37,8 @@ from mallocbench.run.executor import RunContext, Session
 from mallocbench.run.experiment import PlannedCell
 from mallocbench.run.options import RunOptions, RunOutcome
 from mallocbench.run.runner import Pipeline
-from mallocbench.servers.mariadb import ServerStartError
 from mallocbench.servers.orphans import Orphan, stop_orphans
+from mallocbench.servers.outcome import ServerStartError
 from mallocbench.store import locks, open_store
 
 

@@ -29,8 +29,9 @@ from mallocbench.run.planning import slices_per_cell
 from mallocbench.run.session import LiveSession, start_session, stop_session, warm_cache
 from mallocbench.run.turns import measure_turns, takes_turns
 from mallocbench.servers import engines
-from mallocbench.servers.mariadb import ServerBuild, ServerStartError, server_user
+from mallocbench.servers.mariadb import ServerBuild, server_user
 from mallocbench.servers.orphans import stop_orphans
+from mallocbench.servers.outcome import ServerStartError
 from mallocbench.servers.runtime import RuntimeDir
 
 

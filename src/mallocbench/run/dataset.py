@@ -21,13 +21,9 @@ from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import cache_root, is_disk_fault
 from mallocbench.servers.engines import Engine
-from mallocbench.servers.mariadb import (
-    SERVER_RECORD,
-    PrivateServer,
-    ServerBuild,
-    ServerConfig,
-)
+from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig
 from mallocbench.servers.orphans import stop_orphan
+from mallocbench.servers.outcome import SERVER_RECORD
 from mallocbench.workloads.catalogue import lua_dir
 from mallocbench.workloads.sysbench import Sysbench
 

@@ -42,7 +42,8 @@ from mallocbench.run.source import (
     new_run_id,
     setup_infos,
 )
-from mallocbench.servers.mariadb import ServerBuild, ServerStartError, SettingNotTaken
+from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.servers.outcome import ServerStartError, SettingNotTaken
 from mallocbench.store import ResultsStore, locks, open_store
 from mallocbench.store.sqlite import (
     STATUS_FINISHED,

@@ -25,13 +25,8 @@ from mallocbench.probes.system import process_thp_disabled, thp_mode
 from mallocbench.run.experiment import BYTES_PER_ROW, Experiment, PlannedSession, Setup
 from mallocbench.servers import engines
 from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
-from mallocbench.servers.mariadb import (
-    PrivateServer,
-    ServerBuild,
-    ServerConfig,
-    ServerStartError,
-    SettingNotTaken,
-)
+from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig
+from mallocbench.servers.outcome import ServerStartError, SettingNotTaken
 from mallocbench.servers.runtime import RuntimeDir
 from mallocbench.workloads.sysbench import Sysbench
 

@@ -62,8 +62,9 @@ from typing import Protocol
 from mallocbench.allocators.base import Allocator
 from mallocbench.deploy.forms import Deployment
 from mallocbench.model.results import SetupInfo
+from mallocbench.servers.access import ServerUser
 from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
-from mallocbench.servers.mariadb import ServerExit, ServerUser
+from mallocbench.servers.outcome import ServerExit
 from mallocbench.servers.runtime import RuntimeDir
 
 

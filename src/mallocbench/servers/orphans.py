@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers.cgroup.parents import remove_abandoned_groups
-from mallocbench.servers.mariadb import SERVER_RECORD, process_start_time
+from mallocbench.servers.outcome import SERVER_RECORD, process_start_time
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Every server process mallocbench starts is tracked here and stopped on any exit path."""
+"""Every server process mallocbench starts is tracked here and stopped on any exit path;
+what the forked child of any family does before exec, and the environment it starts with."""
 
 from __future__ import annotations
 
@@ -6,10 +7,16 @@ import atexit
 import contextlib
 import ctypes
 import os
+import re
+import shutil
 import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Mapping
+
+from mallocbench.allocators.base import Allocator
+from mallocbench.errors import MallocbenchError
 
 _live: dict[int, subprocess.Popen[bytes]] = {}
 _lock = threading.Lock()
@@ -77,3 +84,60 @@ def die_with_parent(parent_pid: int, sig: signal.Signals) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent_pid:
         os.kill(os.getpid(), sig)
+
+
+_PR_SET_THP_DISABLE = 41
+
+
+def disable_thp() -> None:
+    """Runs in the forked child: the flag survives execve and covers the whole server
+    (and, for PostgreSQL, every backend it forks)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE) failed")
+
+
+def in_child(steps: list[Callable[[], None]]) -> Callable[[], None] | None:
+    """One preexec_fn running `steps` in order; None when there are none (fork without
+    a Python callback in the child)."""
+    if not steps:
+        return None
+
+    def run_steps() -> None:
+        for step in steps:
+            step()
+
+    return run_steps
+
+
+# Environment variables that would change the allocator or its behaviour behind our back.
+ALLOCATOR_ENV = re.compile(
+    r"^(LD_PRELOAD|MALLOC_|GLIBC_TUNABLES|JE_MALLOC_CONF|TCMALLOC_|HEAPPROFILE|MIMALLOC_"
+    r"|MBRECORD_)"
+)
+
+
+def allocator_environment(
+    allocator: Allocator, knobs: Mapping[str, object], shim: str | None = None
+) -> dict[str, str]:
+    """Ours without anything that would change the allocator, then the setup's preload
+    (`shim` first, so its malloc is the one called; it forwards to the allocator's) and
+    knobs."""
+    env = {k: v for k, v in os.environ.items() if not ALLOCATOR_ENV.match(k)}
+    preload = allocator.preload()
+    if shim:
+        preload = f"{shim} {preload}" if preload else shim
+    if preload:
+        env["LD_PRELOAD"] = preload
+    env.update({k: str(v) for k, v in knobs.items()})
+    return env
+
+
+def pinned(cmd: list[str], cpus: str | None) -> list[str]:
+    """`cmd` run on the CPUs `cpus` names (taskset), or as it is when none are named."""
+    if not cpus:
+        return cmd
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        raise MallocbenchError("cpus is set but taskset is missing: apt-get install util-linux")
+    return [taskset, "-c", cpus, *cmd]

@@ -224,6 +224,20 @@ def _stop(pid: int, directory: Path, uid: int) -> None:
         os.close(fd)
 
 
+def discard_state(rundir: Path, statedir: Path, datadir: Path, keep_datadir: bool) -> None:
+    """Remove what a stopped server kept in its state directory; a datadir kept for
+    inspection moves into the session directory, beside its logs."""
+    if statedir == rundir:
+        if not keep_datadir:
+            shutil.rmtree(datadir, ignore_errors=True)
+        return
+    if keep_datadir and datadir.is_dir():
+        kept = rundir / "data"
+        shutil.rmtree(kept, ignore_errors=True)
+        shutil.move(datadir, kept)
+    shutil.rmtree(statedir, ignore_errors=True)
+
+
 _process_default: RuntimeDir | None = None
 
 
@@ -248,6 +262,7 @@ __all__ = [
     "RUNTIME_ENV",
     "RUNTIME_ROOT",
     "RuntimeDir",
+    "discard_state",
     "runtime_root",
     "process_default",
     "sweep_locked",

@@ -3,26 +3,17 @@ that sets this start's credential, and the environment and command it starts wit
 
 from __future__ import annotations
 
-import ctypes
-import os
 import re
-import shutil
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mallocbench.allocators.base import Allocator
-from mallocbench.errors import MallocbenchError
+from mallocbench.servers import process
 from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.options import check_config
-
-# Environment variables that would change the allocator or its behaviour behind our back.
-_ALLOCATOR_ENV = re.compile(
-    r"^(LD_PRELOAD|MALLOC_|GLIBC_TUNABLES|JE_MALLOC_CONF|TCMALLOC_|HEAPPROFILE|MIMALLOC_"
-    r"|MBRECORD_)"
-)
 
 
 def size_value(value: object) -> str:
@@ -52,33 +43,16 @@ class ServerConfig:
     record_shim: str | None = None
 
 
-_PR_SET_THP_DISABLE = 41
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def disable_thp() -> None:
-    """Runs in the forked child: the flag survives execve and covers all of mysqld."""
-    if _libc.prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE) failed")
-
-
 def in_child(config: ServerConfig) -> Callable[[], None] | None:
     """What the forked child does before exec: THP off, join the memory and cpu cgroups."""
     steps: list[Callable[[], None]] = []
     if config.thp_disabled:
-        steps.append(disable_thp)
+        steps.append(process.disable_thp)
     if config.memory_cgroup is not None:
         steps.append(config.memory_cgroup.join_self)
     if config.cpu_cgroup is not None:
         steps.append(config.cpu_cgroup.join_self)
-    if not steps:
-        return None
-
-    def run_steps() -> None:
-        for step in steps:
-            step()
-
-    return run_steps
+    return process.in_child(steps)
 
 
 def mysqld_settings(
@@ -156,26 +130,13 @@ def server_environment(
 ) -> dict[str, str]:
     """Ours without anything that would change the allocator, then the setup's preload
     (the recording shim first, when asked) and knobs."""
-    env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_ENV.match(k)}
-    preload = config.allocator.preload()
-    shim = config.record_shim
-    if shim:
-        # First, so its malloc is the one called; it forwards to the allocator's.
-        preload = f"{shim} {preload}" if preload else shim
+    env = process.allocator_environment(config.allocator, config.knobs, config.record_shim)
+    if config.record_shim:
         env["MBRECORD_CONTROL"] = record_control
         env["MBRECORD_ALLOCATOR"] = config.allocator.name
         env["MBRECORD_SERVER_VERSION"] = server_version
-    if preload:
-        env["LD_PRELOAD"] = preload
-    env.update({k: str(v) for k, v in config.knobs.items()})
     return env
 
 
 def server_command(mysqld: str, cnf_path: str, cpus: str | None) -> list[str]:
-    cmd = [mysqld, f"--defaults-file={cnf_path}"]
-    if cpus:
-        taskset = shutil.which("taskset")
-        if taskset is None:
-            raise MallocbenchError("cpus is set but taskset is missing: apt-get install util-linux")
-        cmd = [taskset, "-c", cpus, *cmd]
-    return cmd
+    return process.pinned([mysqld, f"--defaults-file={cnf_path}"], cpus)

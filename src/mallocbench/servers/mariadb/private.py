@@ -28,7 +28,6 @@ import contextlib
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -41,8 +40,9 @@ import pymysql
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process, runtime
+from mallocbench.servers.access import chown_tree, copy_datadir, port_in_use, write_private
 from mallocbench.servers.cgroup.oom import OomWatch
-from mallocbench.servers.mariadb.access import chown_tree, port_in_use, server_user, write_private
+from mallocbench.servers.mariadb.access import server_user
 from mallocbench.servers.mariadb.build import ServerBuild, initialise_command
 from mallocbench.servers.mariadb.config import (
     ServerConfig,
@@ -54,14 +54,14 @@ from mallocbench.servers.mariadb.config import (
     server_environment,
     size_value,
 )
-from mallocbench.servers.mariadb.outcome import (
+from mallocbench.servers.mariadb.outcome import logged_about, start_failure_summary
+from mallocbench.servers.outcome import (
     SERVER_RECORD,
     ServerExit,
     ServerStartError,
     SettingNotTaken,
     log_tail,
-    logged_about,
-    start_failure_summary,
+    signal_name,
     write_record,
 )
 from mallocbench.servers.taken import Plugin, adjusted, not_taken
@@ -201,22 +201,7 @@ class PrivateServer:
 
     def copy_datadir_from(self, golden: Path) -> None:
         self.prepare_rundir()
-        if self.datadir.exists():
-            shutil.rmtree(self.datadir)
-        # cp -a keeps sparse files sparse and is much faster than copytree for big datadirs.
-        out = subprocess.run(
-            ["cp", "-a", "--reflink=auto", str(golden), str(self.datadir)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if out.returncode != 0:
-            # A partial copy would keep a full disk full; cp's first line names the file.
-            shutil.rmtree(self.datadir, ignore_errors=True)
-            first = (out.stderr.strip().splitlines() or ["cp failed"])[0]
-            raise MallocbenchError(f"copying the dataset into {self.datadir} failed: {first}")
-        os.chmod(self.datadir, 0o700)
-        chown_tree(self.datadir, self.user)
+        copy_datadir(golden, self.datadir, self.user)
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -260,7 +245,8 @@ class PrivateServer:
         write_record(
             self.record,
             self.proc.pid,
-            mysqld=self.build.mysqld,
+            family="mariadb",
+            binary=self.build.mysqld,
             rundir=self.rundir,
             statedir=self.statedir,
             socket=self.socket,
@@ -372,7 +358,7 @@ class PrivateServer:
         if self.proc is None or self.proc.poll() is None:
             return None
         code = self.proc.returncode
-        sig = signal.Signals(-code).name if code is not None and code < 0 else None
+        sig = signal_name(code)
         oom = (
             sig == "SIGKILL"
             and not self._stopping
@@ -412,17 +398,7 @@ class PrivateServer:
                 shutil.copyfile(self.error_log, self.kept_error_log)
 
     def discard_state(self, keep_datadir: bool = False) -> None:
-        """Remove what the stopped server kept in its state directory; a datadir kept for
-        inspection moves into the session directory, beside its logs."""
-        if self.statedir == self.rundir:
-            if not keep_datadir:
-                shutil.rmtree(self.datadir, ignore_errors=True)
-            return
-        if keep_datadir and self.datadir.is_dir():
-            kept = self.rundir / "data"
-            shutil.rmtree(kept, ignore_errors=True)
-            shutil.move(self.datadir, kept)
-        shutil.rmtree(self.statedir, ignore_errors=True)
+        runtime.discard_state(self.rundir, self.statedir, self.datadir, keep_datadir)
 
     def __enter__(self) -> PrivateServer:
         return self

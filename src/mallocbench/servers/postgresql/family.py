@@ -11,8 +11,8 @@ from pathlib import Path
 from mallocbench.deploy import forms
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import SetupInfo
+from mallocbench.servers.access import ServerUser
 from mallocbench.servers.family import Build, Launch, Server, ServerFamily, Shape
-from mallocbench.servers.mariadb import ServerUser
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.servers.postgresql import build as pg_build
 from mallocbench.servers.postgresql import dataset, memory, pgbench, server, settings, workload

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
-import pwd
 import re
 import secrets
 import shutil
@@ -40,19 +38,16 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process, runtime
+from mallocbench.servers.access import ServerUser, copy_datadir, free_port, handed_to, write_private
 from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
-
-# Family-neutral parts that still live in the MariaDB module (the seam's next step moves
-# them to a module of their own; copying them here would make two to keep in step).
-from mallocbench.servers.mariadb.access import ServerUser, chown_tree, free_port, write_private
-from mallocbench.servers.mariadb.config import _ALLOCATOR_ENV, disable_thp
-from mallocbench.servers.mariadb.outcome import (
+from mallocbench.servers.outcome import (
     SERVER_RECORD,
     ServerExit,
     ServerStartError,
     SettingNotTaken,
     log_tail,
-    process_start_time,
+    signal_name,
+    write_record,
 )
 from mallocbench.servers.postgresql import settings as pg_settings
 from mallocbench.servers.postgresql.build import PgBuild
@@ -71,17 +66,12 @@ _STOP_SIGNALS = ((signal.SIGINT, 0.8), (signal.SIGQUIT, 0.2))
 
 def server_user() -> ServerUser | None:
     """The account the server runs as when mallocbench is root; None: as ourselves."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        entry = pwd.getpwnam(SERVER_USER)
-    except KeyError:
-        raise MallocbenchError(
-            f"mallocbench runs as root and PostgreSQL refuses root: it runs its servers as "
-            f"{SERVER_USER!r}, which does not exist: run `make setup` (postgresql-15 "
-            f"creates it) or `useradd --system {SERVER_USER}`"
-        ) from None
-    return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+    return handed_to(
+        SERVER_USER,
+        f"mallocbench runs as root and PostgreSQL refuses root: it runs its servers as "
+        f"{SERVER_USER!r}",
+        "postgresql-15",
+    )
 
 
 @dataclass
@@ -220,23 +210,12 @@ class PgServer:
         return pg_settings.render(self.settings())
 
     def environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not _ALLOCATOR_ENV.match(k)}
-        preload = self.config.allocator.preload()
-        if preload:
-            env["LD_PRELOAD"] = preload
-        env.update({k: str(v) for k, v in self.config.knobs.items()})
-        return env
+        return process.allocator_environment(self.config.allocator, self.config.knobs)
 
     def command(self) -> list[str]:
-        cmd = [self.build.binary("postgres"), "-D", str(self.datadir)]
-        if self.config.cpus:
-            taskset = shutil.which("taskset")
-            if taskset is None:
-                raise MallocbenchError(
-                    "cpus is set but taskset is missing: apt-get install util-linux"
-                )
-            cmd = [taskset, "-c", self.config.cpus, *cmd]
-        return cmd
+        return process.pinned(
+            [self.build.binary("postgres"), "-D", str(self.datadir)], self.config.cpus
+        )
 
     # --- directories ------------------------------------------------------------------
 
@@ -314,19 +293,7 @@ class PgServer:
 
     def copy_datadir_from(self, golden: Path) -> None:
         self.prepare_rundir()
-        shutil.rmtree(self.datadir, ignore_errors=True)
-        out = subprocess.run(
-            ["cp", "-a", "--reflink=auto", str(golden), str(self.datadir)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if out.returncode != 0:
-            shutil.rmtree(self.datadir, ignore_errors=True)
-            first = (out.stderr.strip().splitlines() or ["cp failed"])[0]
-            raise MallocbenchError(f"copying the dataset into {self.datadir} failed: {first}")
-        os.chmod(self.datadir, 0o700)
-        chown_tree(self.datadir, self.user)
+        copy_datadir(golden, self.datadir, self.user)
 
     def _write_server_files(self) -> None:
         """The configuration the server reads, in its data directory: each start's own."""
@@ -358,20 +325,13 @@ class PgServer:
         """Before exec: THP off, join the cgroups (as root), then become the server's user."""
         steps: list[Callable[[], None]] = []
         if self.config.thp_disabled:
-            steps.append(disable_thp)
+            steps.append(process.disable_thp)
         for group in (self.config.memory_cgroup, self.config.cpu_cgroup):
             if group is not None:
                 steps.append(group.join_self)
         if self.user is not None:
             steps.append(_become(self.user))
-        if not steps:
-            return None
-
-        def run_steps() -> None:
-            for step in steps:
-                step()
-
-        return run_steps
+        return process.in_child(steps)
 
     def start(self, timeout: float = 120.0) -> None:
         if not (self.datadir / "PG_VERSION").is_file():
@@ -394,7 +354,15 @@ class PgServer:
             )
         process.track(self.proc)
         _live.append(self)
-        self._write_record()
+        write_record(
+            self.record,
+            self.proc.pid,
+            family="postgresql",
+            binary=self.build.binary("postgres"),
+            rundir=self.rundir,
+            statedir=self.statedir,
+            socket=self.socket,
+        )
         self._stopping = False
         try:
             self._wait_ready(timeout)
@@ -402,19 +370,6 @@ class PgServer:
         except BaseException:
             self.stop()
             raise
-
-    def _write_record(self) -> None:
-        assert self.proc is not None
-        record = {
-            "pid": self.proc.pid,
-            "start_time": process_start_time(self.proc.pid),
-            "harness_pid": os.getpid(),
-            "postgres": self.build.binary("postgres"),
-            "rundir": str(self.rundir),
-            "statedir": str(self.statedir),
-            "socket": str(self.socket),
-        }
-        self.record.write_text(json.dumps(record) + "\n")
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.proc is not None
@@ -502,8 +457,7 @@ class PgServer:
         if self.proc is None or self.proc.poll() is None:
             return None
         code = self.proc.returncode
-        sig = signal.Signals(-code).name if code is not None and code < 0 else None
-        return ServerExit(code, sig, self._stopping, False, log_tail(self.stdout_log))
+        return ServerExit(code, signal_name(code), self._stopping, False, log_tail(self.stdout_log))
 
     def stop(self, timeout: float = 60.0) -> ServerExit | None:
         """Fast shutdown, then immediate, then SIGKILL to the whole process group."""
@@ -538,15 +492,7 @@ class PgServer:
             self.proc.wait(10)
 
     def discard_state(self, keep_datadir: bool = False) -> None:
-        if self.statedir == self.rundir:
-            if not keep_datadir:
-                shutil.rmtree(self.datadir, ignore_errors=True)
-            return
-        if keep_datadir and self.datadir.is_dir():
-            kept = self.rundir / "data"
-            shutil.rmtree(kept, ignore_errors=True)
-            shutil.move(self.datadir, kept)
-        shutil.rmtree(self.statedir, ignore_errors=True)
+        runtime.discard_state(self.rundir, self.statedir, self.datadir, keep_datadir)
 
     def __enter__(self) -> PgServer:
         return self
