@@ -26,6 +26,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import SetupInfo
 from mallocbench.run.dataset import Dataset
 from mallocbench.servers.family import Launch
+from mallocbench.servers.orphans import stop_orphans
 from mallocbench.servers.postgresql import settings, workload
 from mallocbench.servers.postgresql.build import PgBuild, find_build
 from mallocbench.servers.postgresql.dataset import dataset_key, golden_datadir
@@ -290,6 +291,40 @@ def test_a_killed_harness_leaves_a_server_the_next_run_stops(golden: Path, tmp_p
     assert user is not None
     RuntimeDir.create("sweeper", user.uid, user.gid).remove()
     assert _gone(pids)
+
+
+def test_a_postmaster_left_by_a_killed_harness_is_stopped_fast_by_the_next_sweep(
+    golden: Path, tmp_path: Path
+) -> None:
+    """The record a killed harness leaves names the family: the sweep sends a postmaster
+    SIGINT (fast shutdown), not SIGTERM, whose smart shutdown would wait out the timeout
+    for the session still connected."""
+    rundir = tmp_path / "servers" / "s1"
+    child, pids = _harness(golden, rundir)
+    child.kill()
+    child.wait(10)
+    assert Path(f"/proc/{pids[0]}").exists()  # the postmaster lives on
+    env = dict(line.split("=", 1) for line in (rundir / "client.env").read_text().splitlines())
+    # A client still connected, as a dead harness's load would leave one.
+    client = psycopg.connect(
+        host=env["PGHOST"],
+        port=env["PGPORT"],
+        user=env["PGUSER"],
+        password=env["PGPASSWORD"],
+        dbname=env["PGDATABASE"],
+        autocommit=True,
+    )
+    try:
+        client.execute("SELECT 1")
+        started = time.monotonic()
+        stopped = stop_orphans(tmp_path / "servers")
+        took = time.monotonic() - started
+    finally:
+        client.close()  # the server ended its session; closing says nothing
+    assert [o.pid for o in stopped] == [pids[0]] and stopped[0].family == "postgresql"
+    assert took < 30, f"{took:.1f}s: waited on the client (smart shutdown)"
+    assert "received fast shutdown request" in (rundir / "server.out").read_text()
+    assert _gone(pids) and not (rundir / "server.json").exists()
 
 
 def test_the_family_refuses_what_it_cannot_do(pg_build: PgBuild, tmp_path: Path) -> None:

@@ -28,6 +28,22 @@ class Orphan:
     pid: int
     rundir: str
     harness_pid: int | None
+    family: str = "mariadb"  # a record written before records named it is MariaDB's
+
+
+def stop_signals(family: str, timeout: float) -> tuple[tuple[signal.Signals, float], ...]:
+    """The signals that stop a server of `family`, each with how long it gets.
+
+    A postmaster reads SIGTERM as a smart shutdown, which waits for every client to
+    leave: one left connected by the dead harness's load would hold it for the whole
+    timeout. SIGINT is its fast shutdown (sessions end, a checkpoint), SIGQUIT its
+    immediate one (the data directory is disposable)."""
+    if family == "postgresql":
+        return ((signal.SIGINT, timeout * 0.8), (signal.SIGQUIT, timeout * 0.2), _LAST)
+    return ((signal.SIGTERM, timeout), _LAST)
+
+
+_LAST = (signal.SIGKILL, 10.0)
 
 
 def _read(record: Path) -> dict[str, object] | None:
@@ -49,7 +65,10 @@ def find_orphan(record: Path) -> Orphan | None:
         return None
     harness = data.get("harness_pid")
     return Orphan(
-        pid, str(data.get("rundir", record.parent)), harness if isinstance(harness, int) else None
+        pid,
+        str(data.get("rundir", record.parent)),
+        harness if isinstance(harness, int) else None,
+        str(data.get("family", "mariadb")),
     )
 
 
@@ -58,14 +77,15 @@ def _gone(orphan: Orphan, started: object) -> bool:
 
 
 def stop_orphan(record: Path, timeout: float = 60.0) -> Orphan | None:
-    """Stop the server a record names (SIGTERM, then SIGKILL); None when none was running."""
+    """Stop the server a record names (the family's shutdown, then SIGKILL); None when
+    none was running."""
     orphan = find_orphan(record)
     if orphan is not None:
         started = process_start_time(orphan.pid)
-        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        for sig, wait in stop_signals(orphan.family, timeout):
             try:
                 # Servers run in their own process group: it takes wrappers (taskset,
-                # profilers) along with mysqld.
+                # profilers) along with the server, and a postmaster's backends.
                 os.killpg(orphan.pid, sig)
             except ProcessLookupError:
                 break

@@ -40,6 +40,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process, runtime
 from mallocbench.servers.access import ServerUser, copy_datadir, free_port, handed_to, write_private
 from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
+from mallocbench.servers.orphans import stop_signals
 from mallocbench.servers.outcome import (
     SERVER_RECORD,
     ServerExit,
@@ -59,9 +60,6 @@ DATABASE = "sbtest"
 # nothing listens on makes "no TCP" checkable: a connection there is refused.
 _SOCKET_NAME_MAX = len(".s.PGSQL.65535")
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes on Linux; leave room
-# Shutdown modes in the order they are tried: fast ends sessions and checkpoints;
-# immediate skips the checkpoint (the data directory is disposable); then SIGKILL.
-_STOP_SIGNALS = ((signal.SIGINT, 0.8), (signal.SIGQUIT, 0.2))
 
 
 def server_user() -> ServerUser | None:
@@ -477,11 +475,12 @@ class PgServer:
 
     def _stop_running(self, timeout: float) -> None:
         assert self.proc is not None
-        for sig, share in _STOP_SIGNALS:
+        # Fast shutdown, then immediate (orphans.stop_signals says why); SIGKILL below.
+        for sig, wait in stop_signals("postgresql", timeout)[:-1]:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(sig)
             try:
-                self.proc.wait(max(1.0, timeout * share))
+                self.proc.wait(max(1.0, wait))
                 break
             except subprocess.TimeoutExpired:
                 continue
