@@ -107,7 +107,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "memory": LazyCommand(
         "memory",
         "memory",
-        "Explain where a running MariaDB/MySQL server's memory goes, adding up to its RSS.",
+        "Explain where a running MariaDB/MySQL or PostgreSQL server's memory goes.",
     ),
     "profile": LazyCommand(
         "memory",

@@ -72,6 +72,8 @@ def check(
     library does not read. Run after a restart with a new setting, as root or the
     server's user:
       mallocbench check --pid "$(pidof -s mariadbd)"
+    A PostgreSQL backend's PID is checked at its postmaster, whose environment every
+    backend inherited.
     \b
     With --against TRACE, then watch the server for --watch (once it has warmed up)
     and compare its RSS and QPS with the recorded window's, with 95% intervals; the last
@@ -84,15 +86,36 @@ def check(
 
     if trace is None and (advice is not None or predicted is not None):
         raise MallocbenchError("--advice and --predicted are for --against TRACE: give it too")
+    asked, pid = pid, _server_process(pid, as_json)
     if trace is not None:
         _against(pid, trace, watch_text, advice, predicted, tolerance_text, as_json)
         return
     found = in_force(pid, shim_status)
     if as_json:
-        click.echo(json.dumps(found.to_dict(), indent=2))
+        doc = found.to_dict()
+        if asked != pid:
+            doc["asked_pid"] = asked
+        click.echo(json.dumps(doc, indent=2))
         return
     for line in found.lines():
         click.echo(line)
+
+
+def _server_process(pid: int, as_json: bool) -> int:
+    """The process whose environment tells what the server started with: a PostgreSQL
+    backend's postmaster (a backend writes its title over its environment; it forked
+    with the postmaster's allocator and settings), else `pid` itself."""
+    from mallocbench.servers.postgresql.attach import postmaster_of
+
+    postmaster = postmaster_of(pid)
+    if postmaster is None or postmaster == pid:
+        return pid
+    if not as_json:
+        click.echo(
+            f"process {pid} is a PostgreSQL backend: its postmaster {postmaster} is checked "
+            "(a backend writes its title over its environment)"
+        )
+    return postmaster
 
 
 def _against(

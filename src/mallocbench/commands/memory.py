@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     "--pid",
     type=int,
     help="The server's pid, when it cannot be found by itself; with no server given, "
-    "the socket it listens on is used.",
+    "the socket it listens on is used. A PostgreSQL process (the postmaster or a backend) "
+    "is accounted as PostgreSQL.",
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="Print JSON (one object per sample with --watch)."
@@ -78,7 +79,7 @@ def memory(
     count: int | None,
     out: Path,
 ) -> None:
-    """Explain where a running MariaDB/MySQL server's memory goes, adding up to its RSS.
+    """Explain where a running MariaDB/MySQL or PostgreSQL server's memory goes.
 
     Connects read-only (SELECT and SHOW only), finds the server's process when it runs on
     this host, and prints:
@@ -114,6 +115,10 @@ def memory(
     an option file ([client] password=...), MYSQL_PWD, or use --ask-password. Reading the
     process needs the server's user or root. The full account needs PROCESS and SELECT
     on performance_schema; without them each missing part is named, with its GRANT.
+
+    PostgreSQL: --pid PID of the postmaster or a backend splits the server's PSS into
+    shared memory (once), private memory and code, with each process's memory contexts
+    and allocator overhead (docs/how-to/memory.md); role --user, else the server's user.
     """
     from mallocbench.memory import take as take_mod
     from mallocbench.memory.client import ConnectOptions
@@ -121,9 +126,13 @@ def memory(
 
     if count is not None and watch is None:
         raise MallocbenchError("--count only applies with --watch SECONDS")
+    postgresql = _is_postgresql(pid, host, defaults_file, watch)
     password = None
     if ask_password:
         password = click.prompt("Password", hide_input=True, default="", show_default=False)
+    if pid is not None and postgresql:
+        _postgresql(pid, user, password, socket, port, as_json)
+        return
     found = find_server(ConnectOptions(socket, host, port, user, password, defaults_file), pid)
     if found.source:
         click.echo(f"mallocbench: {found.describe()}", err=True)
@@ -137,6 +146,39 @@ def memory(
         return
 
     _watch(opts, conn, pid, watch, count, out, as_json)
+
+
+def _is_postgresql(
+    pid: int | None, host: str | None, defaults_file: str | None, watch: float | None
+) -> bool:
+    """Whether `pid` is a PostgreSQL process; MariaDB's options are refused for one."""
+    from mallocbench.servers.postgresql.attach import postmaster_of
+
+    if pid is None or postmaster_of(pid) is None:
+        return False
+    for given, option in ((host, "--host"), (defaults_file, "--defaults-file"), (watch, "--watch")):
+        if given is not None:
+            raise MallocbenchError(
+                f"{option} is for MariaDB/MySQL servers; the process given is PostgreSQL's: "
+                "leave it out (--socket DIR, --port, --user and --ask-password reach it)"
+            )
+    return True
+
+
+def _postgresql(
+    pid: int,
+    user: str | None,
+    password: str | None,
+    socket: str | None,
+    port: int | None,
+    as_json: bool,
+) -> None:
+    from mallocbench.commands.options import emit
+    from mallocbench.report import formats
+    from mallocbench.servers.postgresql.attach import take
+
+    report = take(pid, user, password, socket, port)
+    emit(formats.PG_MEMORY, "json" if as_json else formats.TERMINAL, report)
 
 
 def _watch(

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from mallocbench.calibrate.summary import CalibrationSummary
     from mallocbench.memory.massif import ProfileTop
     from mallocbench.memory.report import MemoryReport
+    from mallocbench.servers.postgresql.attach import RunningMemory
     from mallocbench.tune.result import TuneDocument
 
 Format = Callable[[RunAnalysis], str]
@@ -79,6 +80,12 @@ def _memory_json(report: MemoryReport) -> str:
     return json.dumps(memory_json(report), indent=2, default=str) + "\n"
 
 
+def _pg_memory() -> ModuleType:
+    from mallocbench.report import pg_memory
+
+    return pg_memory
+
+
 def _profile_terminal(view: ProfileTop, console: Console) -> None:
     from mallocbench.report.memory import render_profile
 
@@ -97,6 +104,7 @@ COMPARE = "compare"
 RECOMMEND = "recommend"
 PATTERNS_KIND = "patterns"
 MEMORY_KIND = "memory"
+PG_MEMORY_KIND = "pg-memory"  # `memory --pid` on a PostgreSQL server
 PROFILE_KIND = "profile"
 CALIBRATE = "calibrate"
 TUNE_KIND = "tune"
@@ -159,6 +167,8 @@ REGISTRY: tuple[Entry, ...] = (
     # `memory`: one account of a running server, taken once.
     Entry(MEMORY_KIND, TERMINAL, draw=_memory_terminal),
     Entry(MEMORY_KIND, "json", _memory_json),
+    Entry(PG_MEMORY_KIND, TERMINAL, draw=lambda r, c: _pg_memory().render(r, c)),
+    Entry(PG_MEMORY_KIND, "json", lambda r: json.dumps(_pg_memory().to_dict(r), indent=2) + "\n"),
     # `profile`: the heap peak's largest allocation sites.
     Entry(PROFILE_KIND, TERMINAL, draw=_profile_terminal),
     Entry(PROFILE_KIND, "json", lambda v: json.dumps(v.profile.to_dict(v.top), indent=2) + "\n"),
@@ -225,6 +235,7 @@ COMPARISON: Outputs[Comparison] = outputs(COMPARE)
 RECOMMENDATION: Outputs[Advice] = outputs(RECOMMEND)
 PATTERNS: Outputs[PatternsAnalysis] = outputs(PATTERNS_KIND)
 MEMORY: Outputs[MemoryReport] = outputs(MEMORY_KIND)
+PG_MEMORY: Outputs[RunningMemory] = outputs(PG_MEMORY_KIND)
 PROFILE: Outputs[ProfileTop] = outputs(PROFILE_KIND)
 CALIBRATION: Outputs[CalibrationSummary] = outputs(CALIBRATE)
 TUNE: Outputs[TuneDocument] = outputs(TUNE_KIND)

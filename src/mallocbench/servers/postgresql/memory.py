@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
+
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers.postgresql.server import PgServer
 
@@ -124,15 +126,26 @@ def _process(pid: int, backend_type: str, contexts: int | None) -> ProcessMemory
     )
 
 
-def _logged_contexts(server: PgServer, conn: Any, pids: list[int]) -> dict[int, int]:
-    """The other backends' memory context totals, as they write them to the log."""
-    start = server.stdout_log.stat().st_size if server.stdout_log.exists() else 0
-    for pid in pids:
-        conn.execute("SELECT pg_log_backend_memory_contexts(%s)", (pid,))
+def _logged_contexts(log_path: Path | None, conn: Any, pids: list[int]) -> dict[int, int]:
+    """The other backends' memory context totals, as they write them to the log; none
+    when the log cannot be read or the session may not ask (not a superuser)."""
+    if log_path is None or not pids:
+        return {}
+    try:
+        start = log_path.stat().st_size
+        with open(log_path, "rb"):
+            pass
+    except OSError:
+        return {}
+    try:
+        for pid in pids:
+            conn.execute("SELECT pg_log_backend_memory_contexts(%s)", (pid,))
+    except psycopg.Error:
+        return {}
     found: dict[int, int] = {}
     deadline = time.monotonic() + CONTEXT_LOG_WAIT_S
     while time.monotonic() < deadline and len(found) < len(pids):
-        with open(server.stdout_log, "rb") as log:
+        with open(log_path, "rb") as log:
             log.seek(start)
             text = log.read().decode(errors="replace")
         for match in _GRAND_TOTAL.finditer(text):
@@ -150,12 +163,15 @@ def account(server: PgServer, conn: Any = None) -> ServerMemory:
     if not server.alive():
         raise MallocbenchError("the server is not running: nothing to account")
     if conn is not None:
-        return _account(server, conn)
+        return account_of(server.pid, server.stdout_log, conn)
     with server.connect(dbname="postgres") as own:
-        return _account(server, own)
+        return account_of(server.pid, server.stdout_log, own)
 
 
-def _account(server: PgServer, conn: Any) -> ServerMemory:
+def account_of(postmaster: int, log_path: Path | None, conn: Any) -> ServerMemory:
+    """The memory of the server whose postmaster is `postmaster`, asked over `conn`;
+    the other backends' contexts are read from `log_path` (their LOG lines) when given
+    and readable."""
     row = conn.execute("SELECT pg_backend_pid()").fetchone()
     asking = int(row[0])
     types = {
@@ -171,13 +187,13 @@ def _account(server: PgServer, conn: Any) -> ServerMemory:
         " pg_size_bytes(current_setting('shared_buffers'))"
     ).fetchone()
     others = [pid for pid, kind in types.items() if pid != asking and kind != "logger"]
-    contexts = _logged_contexts(server, conn, others)
+    contexts = _logged_contexts(log_path, conn, others)
     contexts[asking] = int(used_row[0])
-    types[server.pid] = "postmaster"
+    types[postmaster] = "postmaster"
     # Read while the asking session is open: it is one of the backends.
     processes = [
         p
-        for pid in server_pids(server.pid)
+        for pid in server_pids(postmaster)
         if (p := _process(pid, types.get(pid, "unknown"), contexts.get(pid))) is not None
     ]
     return ServerMemory(
@@ -210,4 +226,4 @@ def metrics(account: ServerMemory) -> dict[str, float]:
     }
 
 
-__all__ = ["ProcessMemory", "ServerMemory", "account", "metrics", "server_pids"]
+__all__ = ["ProcessMemory", "ServerMemory", "account", "account_of", "metrics", "server_pids"]
