@@ -351,7 +351,9 @@ def _form_text(d: deployment.Deployment, started: Launch | None, form: str | Non
     chosen = form or (started.form if started else "systemd")
     head = ""
     if started is not None:
-        others = "|".join(f for f in (started.form, *started.others) if f != chosen)
+        # Only forms this deployment has: a PostgreSQL server has no mysqld_safe.
+        offered = [f for f in (started.form, *started.others) if f in d.forms]
+        others = "|".join(f for f in offered if f != chosen)
         head = (
             f"# process {started.pid} runs as {started.form}: {'; '.join(started.reasons)}\n"
             f"# the {chosen} form (others: --form {others}):\n"
@@ -360,6 +362,8 @@ def _form_text(d: deployment.Deployment, started: Launch | None, form: str | Non
 
 
 def _remove_dropin(units_dir: Path, service: str | None, pid: int | None) -> None:
+    from mallocbench.replay import preload
+
     started = detect(pid) if pid and not service else None
     if started is not None and started.form != "systemd":
         # no drop-in of its own: what to undo is the text of its form
@@ -369,7 +373,7 @@ def _remove_dropin(units_dir: Path, service: str | None, pid: int | None) -> Non
             "it, and restart it; no systemd drop-in removed"
         )
         return
-    name = service or (started.service if started else None) or "mariadb"
+    name = service or (started.service if started else None) or preload.default_service(pid)
     removed = systemd.remove_dropins(units_dir, name)
     if not removed:
         click.echo(f"no recording drop-in of {name} under {units_dir}: nothing removed")

@@ -97,6 +97,11 @@ class Deployment:
     shim: str | None = None  # the recording shim, preloaded in front of `preload`
 
     @property
+    def forms(self) -> list[str]:
+        """The forms (FORM_SNIPPETS) this deployment has a snippet for."""
+        return [f for f, kinds in FORM_SNIPPETS.items() if any(k in self.snippets for k in kinds)]
+
+    @property
     def dropin_relpath(self) -> str:
         """`<service>.service.d/mallocbench-<setup>.conf` (the recording's sorts first),
         relative to a unit directory."""

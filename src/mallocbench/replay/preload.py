@@ -65,11 +65,32 @@ def recording_for(
     mapped) and how that process was started; without a pid, for glibc's malloc."""
     if pid is None:
         return deploy.recording(record_shim(), service=service or "mariadb"), None
+    # A PostgreSQL backend is forked with its postmaster's environment: the postmaster's
+    # start is the one a preload reaches, in the forms a PostgreSQL service reads.
+    from mallocbench.servers.postgresql import attach
+    from mallocbench.servers.postgresql import family as postgresql
+
+    postmaster = attach.postmaster_of(pid)
+    pid = postmaster or pid
     started = launch.detect(pid)
     mapped = allocators.detect(pid)
     library = None if mapped.name == "glibc" or not mapped.path else mapped.path
-    name = service or started.service or "mariadb"
-    return deploy.recording(record_shim(), mapped.name, library, name), started
+    if postmaster is None:
+        name = service or started.service or "mariadb"
+        return deploy.recording(record_shim(), mapped.name, library, name), started
+    name = service or started.service or default_service(pid)
+    d = deploy.recording(record_shim(), mapped.name, library, name)
+    return postgresql.postgresql_forms(d), started
+
+
+def default_service(pid: int | None) -> str:
+    """The unit a server of this process's family runs as when nothing else says:
+    Debian's postgresql@<version>-<cluster> for a PostgreSQL process, else mariadb."""
+    from mallocbench.servers.postgresql import attach
+    from mallocbench.servers.postgresql import family as postgresql
+
+    postmaster = attach.postmaster_of(pid) if pid is not None else None
+    return "mariadb" if postmaster is None else postgresql.service_of(postmaster)
 
 
 def not_loaded_message(pid: int) -> str:

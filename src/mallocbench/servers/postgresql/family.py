@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shlex
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from mallocbench.deploy import forms
+from mallocbench.deploy import containers, forms
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import SetupInfo
 from mallocbench.servers.access import ServerUser
@@ -118,18 +119,46 @@ class PostgresFamily:
         """The environment in the forms that reach a PostgreSQL service (systemd, env,
         Docker, Kubernetes); the MariaDB-only ones (mysqld_safe, my.cnf) are left out."""
         major = (setup.server_version or "15").split(".")[0]
-        d = forms.deployment_for(setup, service=f"postgresql@{major}-main")
-        kept = {k: s for k, s in d.snippets.items() if k not in _MARIADB_ONLY_SNIPPETS}
-        notes = [
-            *d.notes,
-            "Debian's pg_ctlcluster also reads /etc/postgresql/<version>/<cluster>/"
-            "environment; a variable set there and in the drop-in: check which one the "
-            "server got with the lines below",
-        ]
-        return dataclasses.replace(d, snippets=kept, verify=_verify_lines(d), notes=notes)
+        return postgresql_forms(forms.deployment_for(setup, service=f"postgresql@{major}-main"))
 
     def stop_leftovers(self, servers_dir: Path) -> list[int]:
         return [orphan.pid for orphan in stop_orphans(servers_dir)]
+
+
+def postgresql_forms(d: forms.Deployment) -> forms.Deployment:
+    """`d` in the forms that reach a PostgreSQL service (systemd, env, Docker,
+    Kubernetes): the MariaDB-only ones (mysqld_safe, my.cnf) are left out."""
+    kept = {k: s for k, s in d.snippets.items() if k not in _MARIADB_ONLY_SNIPPETS}
+    # Compose names a service by [A-Za-z0-9._-]: not after the unit's template instance.
+    kept["compose"] = containers.compose_snippet(dataclasses.replace(d, service=NAME))
+    k8s = kept["kubernetes"]
+    kept["kubernetes"] = dataclasses.replace(
+        k8s, text=k8s.text.replace("MariaDB container", "PostgreSQL container")
+    )
+    notes = [
+        *d.notes,
+        "Debian's pg_ctlcluster also reads /etc/postgresql/<version>/<cluster>/"
+        "environment; a variable set there and in the drop-in: check which one the "
+        "server got with the lines below",
+    ]
+    return dataclasses.replace(d, snippets=kept, verify=_verify_lines(d), notes=notes)
+
+
+def service_of(postmaster: int) -> str:
+    """The systemd unit Debian runs a cluster as, postgresql@<version>-<cluster>, for a
+    running postmaster: from its data directory (/var/lib/postgresql/<version>/<cluster>),
+    else the version in its binary's path and the cluster "main"."""
+    with contextlib.suppress(OSError):
+        datadir = Path(os.readlink(f"/proc/{postmaster}/cwd"))
+        if datadir.parent.parent == Path("/var/lib/postgresql"):
+            return f"postgresql@{datadir.parent.name}-{datadir.name}"
+    version = "15"
+    with contextlib.suppress(OSError):
+        exe = Path(os.readlink(f"/proc/{postmaster}/exe"))
+        # /usr/lib/postgresql/<version>/bin/postgres
+        if exe.parent.name == "bin" and exe.parent.parent.name.isdigit():
+            version = exe.parent.parent.name
+    return f"postgresql@{version}-main"
 
 
 def _verify_lines(d: forms.Deployment) -> list[str]:
@@ -153,4 +182,4 @@ def _verify_lines(d: forms.Deployment) -> list[str]:
 
 FAMILY: ServerFamily = PostgresFamily()  # mypy checks it against the protocol
 
-__all__ = ["FAMILY", "PostgresFamily"]
+__all__ = ["FAMILY", "PostgresFamily", "postgresql_forms", "service_of"]
