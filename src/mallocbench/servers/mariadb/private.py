@@ -40,8 +40,9 @@ import pymysql
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process, runtime
-from mallocbench.servers.access import chown_tree, copy_datadir, port_in_use, write_private
+from mallocbench.servers.access import chown_tree, port_in_use, write_private
 from mallocbench.servers.cgroup.oom import OomWatch
+from mallocbench.servers.lifetime import Lifetime, started
 from mallocbench.servers.mariadb.access import server_user
 from mallocbench.servers.mariadb.build import ServerBuild, initialise_command
 from mallocbench.servers.mariadb.config import (
@@ -69,7 +70,7 @@ from mallocbench.servers.taken import Plugin, adjusted, not_taken
 _SOCKET_PATH_MAX = 100  # sun_path is 108 bytes on Linux; leave room
 
 
-class PrivateServer:
+class PrivateServer(Lifetime):
     """One server lifetime in `rundir`; use as a context manager so it is always stopped."""
 
     def __init__(
@@ -79,17 +80,10 @@ class PrivateServer:
         config: ServerConfig,
         runtime_dir: runtime.RuntimeDir | None = None,
     ):
+        # mysqld resolves a relative datadir against its basedir: rundir made absolute.
+        super().__init__(rundir, server_user(), runtime_dir)
         self.build = build
         self.config = config
-        # mysqld resolves a relative datadir against its basedir, not our working directory.
-        self.rundir = Path(rundir).absolute()
-        self.user = server_user()
-        # What the server itself reads and writes; see the module's docstring.
-        self.statedir = self.rundir
-        if self.user is not None:
-            where = runtime_dir or runtime.process_default(self.user.uid, self.user.gid)
-            self.statedir = where.state_dir(self.rundir)
-        self.datadir = self.statedir / "data"
         self.cnf_path = self.rundir / "my.cnf"
         self.error_log = self.statedir / "error.log"
         # Where the error log is kept once the server stops (the state goes with the session).
@@ -179,10 +173,7 @@ class PrivateServer:
                 if self.error_log.exists():
                     os.chown(self.error_log, self.user.uid, self.user.gid)
         except OSError as exc:
-            raise MallocbenchError(
-                f"cannot write the server directory {self.rundir}: {exc.strerror}; "
-                "choose a writable --out directory"
-            ) from exc
+            raise self.unwritable(exc) from exc
 
     def initialize_datadir(self) -> None:
         """Create an empty system datadir (mariadb-install-db, or mysqld --initialize)."""
@@ -199,17 +190,7 @@ class PrivateServer:
         os.chmod(self.datadir, 0o700)
         chown_tree(self.datadir, self.user)
 
-    def copy_datadir_from(self, golden: Path) -> None:
-        self.prepare_rundir()
-        copy_datadir(golden, self.datadir, self.user)
-
     # --- lifecycle ------------------------------------------------------------------------
-
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            raise MallocbenchError("the server is not running")
-        return self.proc.pid
 
     def start(self, timeout: float = 120.0) -> None:
         if self.config.port is not None and port_in_use(self.config.port):
@@ -252,13 +233,9 @@ class PrivateServer:
             socket=self.socket,
         )
         self._stopping = False
-        try:
-            self._wait_ready(timeout)
-            self._check_started()
-            self._check_taken()
-        except BaseException:
-            self.stop()
-            raise
+        self.stopped_unless(
+            lambda: self._wait_ready(timeout), self._check_started, self._check_taken
+        )
 
     def _check_started(self) -> None:
         """The allocator in the process and the server's version, read once it answers.
@@ -350,9 +327,6 @@ class PrivateServer:
             cur.execute(sql, args)
             return list(cur.fetchall())
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def exit_info(self) -> ServerExit | None:
         """None while running; otherwise how it ended (crash, OOM kill or our stop)."""
         if self.proc is None or self.proc.poll() is None:
@@ -397,24 +371,11 @@ class PrivateServer:
             with contextlib.suppress(OSError):
                 shutil.copyfile(self.error_log, self.kept_error_log)
 
-    def discard_state(self, keep_datadir: bool = False) -> None:
-        runtime.discard_state(self.rundir, self.statedir, self.datadir, keep_datadir)
-
-    def __enter__(self) -> PrivateServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
 
 @contextlib.contextmanager
 def running(build: ServerBuild, rundir: Path, config: ServerConfig) -> Iterator[PrivateServer]:
     """Start a fresh private server on an empty datadir; stop it on the way out."""
     server = PrivateServer(build, rundir, config)
     server.initialize_datadir()
-    try:
-        server.start()
+    with started(server):
         yield server
-    finally:
-        server.stop()
-        server.discard_state()

@@ -38,8 +38,9 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process, runtime
-from mallocbench.servers.access import ServerUser, copy_datadir, free_port, handed_to, write_private
+from mallocbench.servers.access import ServerUser, free_port, handed_to, write_private
 from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
+from mallocbench.servers.lifetime import Lifetime, started
 from mallocbench.servers.orphans import stop_signals
 from mallocbench.servers.outcome import (
     SERVER_RECORD,
@@ -132,7 +133,7 @@ def _become(user: ServerUser) -> Callable[[], None]:
     return drop
 
 
-class PgServer:
+class PgServer(Lifetime):
     """One PostgreSQL server lifetime in `rundir`; a context manager, so always stopped."""
 
     def __init__(
@@ -142,15 +143,9 @@ class PgServer:
         config: PgConfig,
         runtime_dir: runtime.RuntimeDir | None = None,
     ) -> None:
+        super().__init__(rundir, server_user(), runtime_dir)
         self.build = build
         self.config = config
-        self.rundir = Path(rundir).absolute()
-        self.user = server_user()
-        self.statedir = self.rundir
-        if self.user is not None:
-            where = runtime_dir or _process_runtime(self.user)
-            self.statedir = where.state_dir(self.rundir)
-        self.datadir = self.statedir / "data"
         self.socket_dir = self._socket_dir()
         self.port = free_port()
         self.socket = self.socket_dir / f".s.PGSQL.{self.port}"
@@ -168,6 +163,9 @@ class PgServer:
         self.server_version: str | None = None
         self.adjusted: list[str] = []
         self._stopping = False
+
+    def runtime_default(self, user: ServerUser) -> runtime.RuntimeDir:
+        return _process_runtime(user)
 
     def _socket_dir(self) -> Path:
         path = self.statedir / "sock"
@@ -229,10 +227,7 @@ class PgServer:
                     os.chown(path, self.user.uid, self.user.gid)
             self._write_credentials()
         except OSError as exc:
-            raise MallocbenchError(
-                f"cannot write the server directory {self.rundir}: {exc.strerror}; "
-                "choose a writable --out directory"
-            ) from exc
+            raise self.unwritable(exc) from exc
 
     def _write_credentials(self) -> None:
         write_private(
@@ -289,10 +284,6 @@ class PgServer:
         finally:
             pwfile.unlink(missing_ok=True)
 
-    def copy_datadir_from(self, golden: Path) -> None:
-        self.prepare_rundir()
-        copy_datadir(golden, self.datadir, self.user)
-
     def _write_server_files(self) -> None:
         """The configuration the server reads, in its data directory: each start's own."""
         text = self.render_config()
@@ -312,12 +303,6 @@ class PgServer:
         )
 
     # --- lifecycle --------------------------------------------------------------------
-
-    @property
-    def pid(self) -> int:
-        if self.proc is None:
-            raise MallocbenchError("the server is not running")
-        return self.proc.pid
 
     def _in_child(self) -> Callable[[], None] | None:
         """Before exec: THP off, join the cgroups (as root), then become the server's user."""
@@ -362,12 +347,7 @@ class PgServer:
             socket=self.socket,
         )
         self._stopping = False
-        try:
-            self._wait_ready(timeout)
-            self._check_started()
-        except BaseException:
-            self.stop()
-            raise
+        self.stopped_unless(lambda: self._wait_ready(timeout), self._check_started)
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.proc is not None
@@ -448,9 +428,6 @@ class PgServer:
         rows = self.query("SELECT name, current_setting(name) FROM pg_settings", dbname="postgres")
         return {str(name): str(value) for name, value in rows}
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
     def exit_info(self) -> ServerExit | None:
         if self.proc is None or self.proc.poll() is None:
             return None
@@ -490,15 +467,6 @@ class PgServer:
         if self.proc.poll() is None:
             self.proc.wait(10)
 
-    def discard_state(self, keep_datadir: bool = False) -> None:
-        runtime.discard_state(self.rundir, self.statedir, self.datadir, keep_datadir)
-
-    def __enter__(self) -> PgServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
 
 def _one(conn: psycopg.Connection[Any], sql: str) -> object:
     row = conn.execute(sql.encode()).fetchone()
@@ -518,9 +486,5 @@ def running(
         server.initialize_datadir()
     else:
         server.copy_datadir_from(golden)
-    try:
-        server.start()
+    with started(server):
         yield server
-    finally:
-        server.stop()
-        server.discard_state()
