@@ -4,10 +4,12 @@ unit, env, Compose, Kubernetes), for its postmaster; no MariaDB form (mysqld_saf
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from mallocbench.deploy import systemd
 from mallocbench.replay import preload
+from mallocbench.servers.postgresql import attach
 from mallocbench.servers.postgresql.server import PgServer
 from test_postgresql_memory import _backend, _cli, busy  # noqa: F401
 from test_postgresql_server import golden, pg_build  # noqa: F401
@@ -43,3 +45,20 @@ def test_print_dropin_on_a_backend_gives_the_postgresql_forms_of_its_postmaster(
     assert systemd.dropin_environment(path) == d.environment
     removed = _cli("record", "--remove-dropin", "--service", service, "--units-dir", str(tmp_path))
     assert removed[0] == 0 and f"removed {path}" in removed[1] and not path.exists()
+
+
+def test_without_postmaster_pid_the_socket_comes_from_the_command_line() -> None:
+    """A data directory this user cannot read: -p and -c unix_socket_directories say where
+    (a shell stands in for the postmaster: only its arguments are read)."""
+    args = ["-p", "5499", "-c", "unix_socket_directories=/tmp/pg-a, /tmp/pg-b"]
+    proc = subprocess.Popen(["sh", "-c", "sleep 30", "postgres", *args])
+    try:
+        place = attach.where(proc.pid)
+        given = attach.where(proc.pid, socket="/srv/pg/.s.PGSQL.6000")
+        assert attach.postmaster_of(proc.pid) is None  # no PostgreSQL process
+    finally:
+        proc.kill()
+        proc.wait()
+    assert (place.socket_dir, place.port, place.source) == ("/tmp/pg-a", 5499, "command line")
+    assert place.socket == "/tmp/pg-a/.s.PGSQL.5499"
+    assert (given.socket_dir, given.port, given.source) == ("/srv/pg", 6000, "given")

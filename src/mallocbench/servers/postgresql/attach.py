@@ -269,7 +269,14 @@ def take(
     with connect(place, role, password) as conn:
         row = conn.execute("SHOW server_version").fetchone()
         log = log_file(postmaster, place.datadir, conn)
-        memory = account_of(postmaster, log, conn)
+        try:
+            memory = account_of(postmaster, log, conn)
+        except psycopg.Error as exc:
+            said = (str(exc).strip().splitlines() or ["refused"])[0]
+            raise MallocbenchError(
+                f"role {role!r} may not read the server's memory views ({said}): "
+                f"GRANT pg_read_all_stats TO {role}, or give --user of a superuser"
+            ) from None
     return RunningMemory(
         asked_pid=pid,
         place=place,
