@@ -139,6 +139,16 @@ def test_a_hand_started_server_recorded_and_advised(
             and "confirm.toml runs the recorded load" in proc.stderr
         )
         assert {s.name for s in load_experiment(toml).steps} >= {"point-query", "update-nonindex"}
+        # advise.json and advise.md list its steps with their weights and approximations
+        c = json.loads(proc.stdout)["confirmation"]
+        assert c["path"] == str(toml) and c["recorded_load"], c
+        steps = {s["step"]: s["weight"] for s in c["workload"]["steps"]}
+        assert steps["update-nonindex"] > 0 and c["workload"]["approximations"], c
+        md = (tmp_path / "advice" / "advise.md").read_text()
+        assert f"- `update-nonindex`: {steps['update-nonindex']:.2f} (the updates)" in md
+        assert all(f"- {a}" in md for a in c["workload"]["approximations"])
+    else:
+        assert json.loads(proc.stdout)["confirmation"] is None
     line = d["line"]
     assert line.startswith("deploy " if d["answer"] == "deploy" else "keep the default (glibc)")
     assert "steady peak RSS " in line and ", CPU " in line

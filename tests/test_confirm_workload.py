@@ -23,8 +23,10 @@ from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.analysis import held
 from mallocbench.replay import workload
+from mallocbench.report.advise import confirmation_notes, confirmation_section
 from mallocbench.run.loading import load as load_experiment
 from mallocbench.tune import confirm, driver
+from mallocbench.tune.advise_confirm import Confirmation
 from mallocbench.tune.objectives import parse_objectives
 from mallocbench.tune.result import AllocatorTune, Deployed
 from mallocbench.tune.space import build_space
@@ -210,3 +212,41 @@ def test_check_against_refuses_a_trace_without_its_window_in_one_line(tmp_path: 
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "old.mbt.workload.json" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_advise_lists_the_confirmations_steps_weights_and_approximations(tmp_path: Path) -> None:
+    """advise.md and advise.json say where confirm.toml is, each step with its weight and
+    the statements it stands for, and every approximation; the terminal two lines."""
+    load = _load({"Com_select": 700, "Handler_read_next": 20_000, "Com_update": 300})
+    derived = confirm.derive(load, setups=2, budget_s=600, source="prod.mbt.workload.json")
+    path = tmp_path / "advise-out" / "confirm.toml"
+    c = Confirmation(path, tmp_path / "advise-out" / "confirm", "je-tuned-3", "glibc", 600, derived)
+    weights = dict(derived.steps)
+    assert weights == {
+        "point-query": pytest.approx(0.5),
+        "range-notcovered-pk range=100": pytest.approx(0.2),
+        "update-nonindex": pytest.approx(0.3),
+    }
+    md = "\n".join(confirmation_section(c))
+    assert f"`mallocbench run {path} --out {tmp_path / 'advise-out' / 'confirm'}`" in md
+    assert "- `point-query`: 0.50 (the point reads)" in md
+    assert "- `range-notcovered-pk range=100`: 0.20 (the range reads)" in md
+    assert "- `update-nonindex`: 0.30 (the updates)" in md
+    assert len(derived.approximations) >= 3  # the reads told apart, the updates, the clients
+    assert all(f"- {a}" in md for a in derived.approximations)
+    doc = json.loads(json.dumps(c.to_dict()))
+    assert doc["path"] == str(path) and doc["recorded_load"] and doc["confirm_time_s"] == 600
+    assert [(s["step"], s["kind"]) for s in doc["workload"]["steps"]] == [
+        ("point-query", "point"), ("range-notcovered-pk range=100", "range"),
+        ("update-nonindex", "update"),
+    ]  # fmt: skip
+    assert doc["workload"]["approximations"] == derived.approximations
+    notes = confirmation_notes(c)
+    assert len(notes) == 2 and str(path) in notes[0] and "je-tuned-3" in notes[0]
+    assert "confirm.toml runs the recorded load" in notes[1]
+    assert f"{len(derived.approximations)} approximations are in advise.md" in notes[1]
+    # a trace without a description: the file is generic, and says so in the same places
+    generic = Confirmation(path, path.parent / "confirm", "je-tuned-3", "glibc", 600)
+    assert "runs a generic workload" in confirmation_notes(generic)[1]
+    assert "Approximations" not in "\n".join(confirmation_section(generic))
+    assert confirmation_notes(None) == [] and confirmation_section(None) == []

@@ -331,21 +331,27 @@ def _output(run: AdviceRun, as_json: bool, confirm_s: float) -> None:
     from mallocbench.console import make_console
     from mallocbench.files import write_text_atomic
     from mallocbench.report import formats
-    from mallocbench.report.advise import advice_json, advice_lines, advice_markdown
+    from mallocbench.report.advise import (
+        advice_json,
+        advice_lines,
+        advice_markdown,
+        confirmation_notes,
+    )
     from mallocbench.tune.advise_confirm import for_advice
 
     deployment = _deployment(run)
     out = run.plan.out
+    confirmation = for_advice(run, confirm_s)
     written = formats.write_reports(analyze(run.result), out)
-    write_text_atomic(out / "advise.json", advice_json(run, deployment) + "\n")
-    write_text_atomic(out / "advise.md", advice_markdown(run, deployment) + "\n")
+    write_text_atomic(out / "advise.json", advice_json(run, deployment, confirmation) + "\n")
+    write_text_atomic(out / "advise.md", advice_markdown(run, deployment, confirmation) + "\n")
     names = ", ".join(p.name for p in [*written, out / "advise.json", out / "advise.md"])
     err = make_console(stderr=True)
     err.print(f"wrote {names} in {out}", markup=False, highlight=False, soft_wrap=True)
-    for note in for_advice(run, confirm_s):
+    for note in confirmation_notes(confirmation):
         err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
-        click.echo(advice_json(run, deployment))
+        click.echo(advice_json(run, deployment, confirmation))
         return
     click.echo("\n".join(advice_lines(run, deployment)))
 
