@@ -250,3 +250,51 @@ def test_advise_lists_the_confirmations_steps_weights_and_approximations(tmp_pat
     assert "runs a generic workload" in confirmation_notes(generic)[1]
     assert "Approximations" not in "\n".join(confirmation_section(generic))
     assert confirmation_notes(None) == [] and confirmation_section(None) == []
+
+
+def test_tune_confirm_time_fits_the_derived_confirmation_as_advise_does(tmp_path: Path) -> None:
+    """tune --confirm-time is advise's option (one declaration, one parsing) and plans
+    the confirmation derived from the recorded load within it."""
+    from mallocbench.commands.advise import advise
+    from mallocbench.commands.tune import tune
+
+    trace = tmp_path / "prod.mbt"
+    load = _load({"Com_select": 600, "Com_update": 400}, rows=20_000, tables=4)
+    workload.sidecar(trace).write_text(json.dumps(load.to_dict()))
+    planned = {}
+    for minutes in (5, 15):
+        plan = driver.Plan(
+            trace=str(trace), evaluator_name="e", objectives=parse_objectives("rss,time"),
+            constraints=[], spaces={"glibc": build_space(GLIBC, [])}, tuned=[GLIBC],
+            out=tmp_path, resume=False, trials=2, budget_s=None, repeats=2, min_effect=0.03,
+            confirm_s=minutes * 60,
+        )  # fmt: skip
+        text = driver.confirmation_toml(plan, CHOSEN)
+        assert text is not None and confirm.DERIVED in text
+        assert f"within the {minutes} min asked" in text, text
+        experiment = load_experiment_text(tmp_path / f"c{minutes}.toml", text)
+        planned[minutes] = confirm.planned_seconds(text)
+        assert planned[minutes] <= minutes * 60
+        assert experiment.threads == [12]
+    assert planned[5] < planned[15]  # the longer time holds longer steps or more repeats
+    (t_opt,) = [p for p in tune.params if p.name == "confirm_s"]
+    (a_opt,) = [p for p in advise.params if p.name == "confirm_s"]
+    assert (t_opt.opts, t_opt.default, t_opt.help) == (a_opt.opts, a_opt.default, a_opt.help)
+
+
+@pytest.mark.parametrize("command", ["tune", "advise"])
+def test_a_bad_confirm_time_is_one_line(command: str, tmp_path: Path) -> None:
+    proc = run_cli(command, str(tmp_path / "x.mbt"), "--confirm-time", "soon")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--confirm-time" in proc.stderr and "soon" in proc.stderr
+
+
+def test_tune_on_servers_refuses_a_confirm_time_it_would_ignore(tmp_path: Path) -> None:
+    proc = run_cli("tune", str(tmp_path / "x.toml"), "--confirm-time", "5m")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--confirm-time is for a trace" in proc.stderr
+
+
+def load_experiment_text(path: Path, text: str) -> Any:
+    path.write_text(text)
+    return load_experiment(path)
