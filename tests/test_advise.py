@@ -235,6 +235,13 @@ def test_advise_ends_with_one_decision_within_its_budget(tiny_trace: Path, tmp_p
     assert last.startswith("deploy " if d["answer"] == "deploy" else "keep the default (")
     assert "steady peak RSS " in last and ", CPU " in last and "MiB of the replay's" in last
     assert (out / "results.json").is_file()
+    # the confirmation, where advise wrote one: a generic load (the trace describes none)
+    c = doc["confirmation"]
+    assert (c is not None) == (out / "confirm.toml").exists()
+    if c is not None:
+        assert c["path"] == str(out / "confirm.toml") and not c["recorded_load"]
+        assert "## Confirmation on servers" in (out / "advise.md").read_text()
+        assert f"note: {c['path']} runs a generic workload" in proc.stderr
     again = run_cli("advise", str(tiny_trace), "--out", str(out))
     assert again.returncode == 2 and "already holds an advise" in again.stderr
 

@@ -139,8 +139,64 @@ def test_a_hand_started_server_recorded_and_advised(
             and "confirm.toml runs the recorded load" in proc.stderr
         )
         assert {s.name for s in load_experiment(toml).steps} >= {"point-query", "update-nonindex"}
+        # advise.json and advise.md list its steps with their weights and approximations
+        c = json.loads(proc.stdout)["confirmation"]
+        assert c["path"] == str(toml) and c["recorded_load"], c
+        steps = {s["step"]: s["weight"] for s in c["workload"]["steps"]}
+        assert steps["update-nonindex"] > 0 and c["workload"]["approximations"], c
+        md = (tmp_path / "advice" / "advise.md").read_text()
+        assert f"- `update-nonindex`: {steps['update-nonindex']:.2f} (the updates)" in md
+        assert all(f"- {a}" in md for a in c["workload"]["approximations"])
+    else:
+        assert json.loads(proc.stdout)["confirmation"] is None
     line = d["line"]
     assert line.startswith("deploy " if d["answer"] == "deploy" else "keep the default (glibc)")
     assert "steady peak RSS " in line and ", CPU " in line
     # "saves about 1.0 MiB [0.2, 1.8] of the server's 116 MiB RSS (0.9% [0.2, 1.5])"
     assert re.search(r" MiB( \[[^]]+\])? of the server's [\d.]+ MiB RSS \(", line), line
+
+
+def test_record_asks_the_server_where_its_options_say(
+    hand_started: tuple[subprocess.Popen[bytes], Path], tmp_path: Path
+) -> None:
+    """A server whose socket sits in a place of its own and whose root needs a password:
+    record's discovery cannot ask it (and says what to give), --socket with
+    --defaults-file can, and options that point nowhere are one line before anything is
+    recorded."""
+    server, sock = hand_started
+    odd = tmp_path / "run of its own" / "db.sock"
+    odd.parent.mkdir()
+    odd.symlink_to(sock)  # the path a DBA's my.cnf would give, none discovery tries
+    client = [_binary("mariadb"), f"--socket={sock}", "-uroot"]
+    subprocess.run([*client, "-e", "ALTER USER root@localhost IDENTIFIED BY 'dba-secret'"],
+                   check=True, timeout=60)  # fmt: skip
+    plain = tmp_path / "plain.mbt"
+    proc = run_cli("record", "--pid", str(server.pid), "--seconds", "2", "--out", str(plain))
+    assert proc.returncode == 0, proc.stderr
+    assert "description of its load is not kept" in proc.stderr and "--defaults-file" in proc.stderr
+    kept = workload.load(plain)
+    assert kept is None or not kept.described, kept
+
+    cnf = tmp_path / "dba.cnf"
+    cnf.write_text("[client]\nuser = root\npassword = dba-secret\n")
+    cnf.chmod(0o600)
+    asked = tmp_path / "asked.mbt"
+    proc = run_cli("record", "--pid", str(server.pid), "--seconds", "2", "--socket", str(odd),
+                   "--defaults-file", str(cnf), "--out", str(asked))  # fmt: skip
+    assert proc.returncode == 0 and "not kept" not in proc.stderr, proc.stderr
+    kept = workload.load(asked)
+    assert kept is not None and kept.described, kept
+    assert kept.variables["innodb_buffer_pool_size"] == str(64 << 20)
+
+    for args, said in [
+        (["--socket", str(tmp_path / "nowhere.sock")], "no socket at"),
+        (["--socket", str(odd)], "access denied for user"),
+        (["--defaults-file", str(tmp_path / "none.cnf")], "--defaults-file"),
+        (["--user", "root", "--", "true"], "--pid"),
+    ]:
+        out = tmp_path / "refused.mbt"
+        pid = [] if "--" in args else ["--pid", str(server.pid)]
+        proc = run_cli("record", *pid, "--seconds", "2", "--out", str(out), *args)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, (args, proc.stderr)
+        assert said in proc.stderr and not out.exists(), (args, proc.stderr)
+    assert server.poll() is None  # the server runs on

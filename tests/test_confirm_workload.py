@@ -23,8 +23,10 @@ from cli_runner import run_cli
 from mallocbench import allocators
 from mallocbench.analysis import held
 from mallocbench.replay import workload
+from mallocbench.report.advise import confirmation_notes, confirmation_section
 from mallocbench.run.loading import load as load_experiment
 from mallocbench.tune import confirm, driver
+from mallocbench.tune.advise_confirm import Confirmation
 from mallocbench.tune.objectives import parse_objectives
 from mallocbench.tune.result import AllocatorTune, Deployed
 from mallocbench.tune.space import build_space
@@ -210,3 +212,89 @@ def test_check_against_refuses_a_trace_without_its_window_in_one_line(tmp_path: 
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "old.mbt.workload.json" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_advise_lists_the_confirmations_steps_weights_and_approximations(tmp_path: Path) -> None:
+    """advise.md and advise.json say where confirm.toml is, each step with its weight and
+    the statements it stands for, and every approximation; the terminal two lines."""
+    load = _load({"Com_select": 700, "Handler_read_next": 20_000, "Com_update": 300})
+    derived = confirm.derive(load, setups=2, budget_s=600, source="prod.mbt.workload.json")
+    path = tmp_path / "advise-out" / "confirm.toml"
+    c = Confirmation(path, tmp_path / "advise-out" / "confirm", "je-tuned-3", "glibc", 600, derived)
+    weights = dict(derived.steps)
+    assert weights == {
+        "point-query": pytest.approx(0.5),
+        "range-notcovered-pk range=100": pytest.approx(0.2),
+        "update-nonindex": pytest.approx(0.3),
+    }
+    md = "\n".join(confirmation_section(c))
+    assert f"`mallocbench run {path} --out {tmp_path / 'advise-out' / 'confirm'}`" in md
+    assert "- `point-query`: 0.50 (the point reads)" in md
+    assert "- `range-notcovered-pk range=100`: 0.20 (the range reads)" in md
+    assert "- `update-nonindex`: 0.30 (the updates)" in md
+    assert len(derived.approximations) >= 3  # the reads told apart, the updates, the clients
+    assert all(f"- {a}" in md for a in derived.approximations)
+    doc = json.loads(json.dumps(c.to_dict()))
+    assert doc["path"] == str(path) and doc["recorded_load"] and doc["confirm_time_s"] == 600
+    assert [(s["step"], s["kind"]) for s in doc["workload"]["steps"]] == [
+        ("point-query", "point"), ("range-notcovered-pk range=100", "range"),
+        ("update-nonindex", "update"),
+    ]  # fmt: skip
+    assert doc["workload"]["approximations"] == derived.approximations
+    notes = confirmation_notes(c)
+    assert len(notes) == 2 and str(path) in notes[0] and "je-tuned-3" in notes[0]
+    assert "confirm.toml runs the recorded load" in notes[1]
+    assert f"{len(derived.approximations)} approximations are in advise.md" in notes[1]
+    # a trace without a description: the file is generic, and says so in the same places
+    generic = Confirmation(path, path.parent / "confirm", "je-tuned-3", "glibc", 600)
+    assert "runs a generic workload" in confirmation_notes(generic)[1]
+    assert "Approximations" not in "\n".join(confirmation_section(generic))
+    assert confirmation_notes(None) == [] and confirmation_section(None) == []
+
+
+def test_tune_confirm_time_fits_the_derived_confirmation_as_advise_does(tmp_path: Path) -> None:
+    """tune --confirm-time is advise's option (one declaration, one parsing) and plans
+    the confirmation derived from the recorded load within it."""
+    from mallocbench.commands.advise import advise
+    from mallocbench.commands.tune import tune
+
+    trace = tmp_path / "prod.mbt"
+    load = _load({"Com_select": 600, "Com_update": 400}, rows=20_000, tables=4)
+    workload.sidecar(trace).write_text(json.dumps(load.to_dict()))
+    planned = {}
+    for minutes in (5, 15):
+        plan = driver.Plan(
+            trace=str(trace), evaluator_name="e", objectives=parse_objectives("rss,time"),
+            constraints=[], spaces={"glibc": build_space(GLIBC, [])}, tuned=[GLIBC],
+            out=tmp_path, resume=False, trials=2, budget_s=None, repeats=2, min_effect=0.03,
+            confirm_s=minutes * 60,
+        )  # fmt: skip
+        text = driver.confirmation_toml(plan, CHOSEN)
+        assert text is not None and confirm.DERIVED in text
+        assert f"within the {minutes} min asked" in text, text
+        experiment = load_experiment_text(tmp_path / f"c{minutes}.toml", text)
+        planned[minutes] = confirm.planned_seconds(text)
+        assert planned[minutes] <= minutes * 60
+        assert experiment.threads == [12]
+    assert planned[5] < planned[15]  # the longer time holds longer steps or more repeats
+    (t_opt,) = [p for p in tune.params if p.name == "confirm_s"]
+    (a_opt,) = [p for p in advise.params if p.name == "confirm_s"]
+    assert (t_opt.opts, t_opt.default, t_opt.help) == (a_opt.opts, a_opt.default, a_opt.help)
+
+
+@pytest.mark.parametrize("command", ["tune", "advise"])
+def test_a_bad_confirm_time_is_one_line(command: str, tmp_path: Path) -> None:
+    proc = run_cli(command, str(tmp_path / "x.mbt"), "--confirm-time", "soon")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--confirm-time" in proc.stderr and "soon" in proc.stderr
+
+
+def test_tune_on_servers_refuses_a_confirm_time_it_would_ignore(tmp_path: Path) -> None:
+    proc = run_cli("tune", str(tmp_path / "x.toml"), "--confirm-time", "5m")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "--confirm-time is for a trace" in proc.stderr
+
+
+def load_experiment_text(path: Path, text: str) -> Any:
+    path.write_text(text)
+    return load_experiment(path)

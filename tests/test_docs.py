@@ -9,6 +9,7 @@ changes this host's system) is listed in NOT_RUN with the reason.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import threading
@@ -197,21 +198,22 @@ INSTEAD = {
     ),
     ("production-server", "--seconds 60"): ("--seconds 3", "a short window"),
     ("production-server", "--watch 10m"): ("--watch 4s", "a short watch"),
-    ("production-server", "--trials 6 --repeats 3"): (
-        "--trials 3 --repeats 2",
-        "a 3 s trace: the commands are under test here, not the search",
+    ("production-server", "mallocbench advise prod.mbt --budget 15m"): (
+        "mallocbench advise prod.mbt --budget 15s --timing none --allocators glibc,jemalloc",
+        "a 3 s trace: the commands are under test here, not the search (tests/test_advise.py "
+        "tests the decision)",
     ),
-    ("production-server", "mallocbench run tune-out/confirm.toml --out confirm"): (
-        "mallocbench run tune-out/confirm.toml --out confirm --dry-run",
-        "the confirmation is minutes of servers; its plan checks the file tune wrote",
+    ("production-server", "mallocbench run advise-out/confirm.toml --out confirm"): (
+        "mallocbench run advise-out/confirm.toml --out confirm --dry-run",
+        "the confirmation is minutes of servers; its plan checks the file advise wrote",
     ),
 }
 # (tutorial, the start of a line) -> the file it needs, and what the page says an earlier
 # command prints when it does not write that file (then the line has nothing to do).
 UNLESS = {
-    ("production-server", "mallocbench run tune-out/confirm.toml"): (
-        "tune-out/confirm.toml",
-        "no setting beats the default",
+    ("production-server", "mallocbench run advise-out/confirm.toml"): (
+        "advise-out/confirm.toml",
+        "keep the default",
     ),
 }
 # A command whose documented outcome is one of several statuses.
@@ -334,8 +336,14 @@ def test_the_production_server_tutorial_runs(recorded_server: int, tmp_path: Pat
     subs = {"tmp": str(tmp_path), "pid": str(recorded_server)}
     ran = run_tutorial("production-server", work, subs)
     assert [c.removeprefix("(nothing to do) ").split()[1] for c in ran] == [
-        "install-shim", "record", "check", "record", "replay", "tune", "run", "record", "check",
+        "install-shim", "record", "check", "record", "replay", "advise", "run", "record", "check",
         "check",
     ], ran  # fmt: skip
     assert tracemod.check(work / "prod.mbt").complete
+    # the decision, and the check that weighs the server against advise's prediction
+    decision = json.loads((work / "advise-out" / "advise.json").read_text())["decision"]
+    assert decision["line"].startswith(("deploy ", "keep the default ("))
+    assert (work / "advise-out" / "confirm.toml").exists() == (
+        decision["answer"] == "deploy" or decision["subject"] not in (None, decision["base"])
+    )
     assert (tmp_path / "prefix" / "lib" / "mallocbench" / "libmbrecord.so").is_file()

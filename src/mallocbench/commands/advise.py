@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mallocbench.commands.options import min_effect_option, timing_options
+from mallocbench.commands.options import (
+    confirm_time_option,
+    min_effect_option,
+    timing_options,
+)
 from mallocbench.errors import MallocbenchError
 
 if TYPE_CHECKING:
@@ -122,15 +126,7 @@ def _budget(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
     help="Directory for the search (search/tune.db), the finalists' replay (a run: "
     "`mallocbench report DIR`) and advise.json, advise.md.",
 )
-@click.option(
-    "--confirm-time",
-    "confirm_text",
-    default="15m",
-    show_default=True,
-    metavar="DURATION",
-    help="Time OUT/confirm.toml's run on servers is planned to fit; on a trace recorded "
-    "with `record --pid` it runs the load the server described.",
-)
+@confirm_time_option
 @click.option("--seed", type=int, help="Seed of the search's sampler.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead.")
 def advise(
@@ -147,16 +143,13 @@ def advise(
     timing: str,
     speed: float,
     out_dir: Path,
-    confirm_text: str,
+    confirm_s: float,
     seed: int | None,
     as_json: bool,
 ) -> None:
     """`mallocbench advise` (ADVISE_HELP)."""
     from mallocbench.replay import trace as tracemod
     from mallocbench.tune import advise as advisemod
-    from mallocbench.units import parse_duration
-
-    confirm_s = parse_duration(confirm_text, "--confirm-time")
 
     rule = _rule(priority_text, budget_text, max_loss_items, max_cpu, memory_at_any_cost)
     tuned = advisemod.installed_allocators(allocator_list)
@@ -331,21 +324,27 @@ def _output(run: AdviceRun, as_json: bool, confirm_s: float) -> None:
     from mallocbench.console import make_console
     from mallocbench.files import write_text_atomic
     from mallocbench.report import formats
-    from mallocbench.report.advise import advice_json, advice_lines, advice_markdown
+    from mallocbench.report.advise import (
+        advice_json,
+        advice_lines,
+        advice_markdown,
+        confirmation_notes,
+    )
     from mallocbench.tune.advise_confirm import for_advice
 
     deployment = _deployment(run)
     out = run.plan.out
+    confirmation = for_advice(run, confirm_s)
     written = formats.write_reports(analyze(run.result), out)
-    write_text_atomic(out / "advise.json", advice_json(run, deployment) + "\n")
-    write_text_atomic(out / "advise.md", advice_markdown(run, deployment) + "\n")
+    write_text_atomic(out / "advise.json", advice_json(run, deployment, confirmation) + "\n")
+    write_text_atomic(out / "advise.md", advice_markdown(run, deployment, confirmation) + "\n")
     names = ", ".join(p.name for p in [*written, out / "advise.json", out / "advise.md"])
     err = make_console(stderr=True)
     err.print(f"wrote {names} in {out}", markup=False, highlight=False, soft_wrap=True)
-    for note in for_advice(run, confirm_s):
+    for note in confirmation_notes(confirmation):
         err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
-        click.echo(advice_json(run, deployment))
+        click.echo(advice_json(run, deployment, confirmation))
         return
     click.echo("\n".join(advice_lines(run, deployment)))
 

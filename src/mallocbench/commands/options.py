@@ -13,7 +13,7 @@ import click
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.store.factory import store_target
-from mallocbench.units import parse_min_effect, parse_percent
+from mallocbench.units import parse_duration, parse_min_effect, parse_percent
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -55,6 +55,21 @@ def min_effect_option(help_text: str) -> Callable[[F], F]:
         ),
         help=help_text,
     )
+
+
+def confirm_time_option(func: F) -> F:
+    """--confirm-time DURATION in seconds: the time OUT/confirm.toml is planned to fit
+    (advise and tune derive the same confirmation from a recorded load, tune/confirm.py)."""
+    return click.option(
+        "--confirm-time",
+        "confirm_s",
+        default="15m",
+        show_default=True,
+        metavar="DURATION",
+        callback=lambda _ctx, _param, value: parse_duration(value, "--confirm-time"),
+        help="Time OUT/confirm.toml's run on servers is planned to fit; on a trace recorded "
+        "with `record --pid` it runs the load the server described.",
+    )(func)
 
 
 def timing_options(func: F) -> F:

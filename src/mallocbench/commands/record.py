@@ -34,6 +34,7 @@ MIN_MAX_SIZE = 1 << 20
 
 if TYPE_CHECKING:
     from mallocbench.deploy.launch import Launch
+    from mallocbench.memory.client import ConnectOptions
     from mallocbench.replay.command import Recorded
     from mallocbench.replay.control import Outcome, Segmenting
 
@@ -122,6 +123,21 @@ if TYPE_CHECKING:
     help="Service name for --print-dropin and --remove-dropin (default: the unit of --pid, "
     "else mariadb).",
 )
+@click.option(
+    "--socket",
+    metavar="PATH",
+    help="--pid's Unix socket, for asking the server about its load (kept beside the "
+    "trace) when it cannot be found: by default the socket the process listens on, then "
+    "the option files, as `mallocbench memory` finds one.",
+)
+@click.option(
+    "--defaults-file",
+    metavar="FILE",
+    help="The only option file to read for asking --pid's server ([client] socket=, user=, "
+    "password=); default: /etc/my.cnf, /etc/mysql/my.cnf and ~/.my.cnf.",
+)
+@click.option("--user", metavar="USER", help="The user to ask --pid's server as.")
+@click.option("--ask-password", is_flag=True, help="Prompt for that user's password.")
 def record(
     command: tuple[str, ...],
     pid_text: str | None,
@@ -137,6 +153,10 @@ def record(
     segment_seconds: float | None,
     max_size: str | None,
     service: str | None,
+    socket: str | None,
+    defaults_file: str | None,
+    user: str | None,
+    ask_password: bool,
 ) -> None:
     """Record a running server's allocation calls (no data) for a window, or a
     program's from its first call.
@@ -158,6 +178,7 @@ def record(
     from mallocbench.replay.trace import header_status
 
     pid = one_pid(pid_text, command)
+    asking = _asking(pid, print_dropin or remove_dropin, socket, defaults_file, user, ask_password)
     if _preload_only(pid, print_dropin, form, remove_dropin, units_dir, service):
         return
     _one_target(command, pid)
@@ -169,7 +190,7 @@ def record(
     assert pid is not None
     seconds = 60.0 if seconds is None else seconds
     at_start = serverrss.sample(pid)  # the server's RSS, for a saving in its terms
-    described = workload.Capture.begin(pid)  # its load, for a confirmation on it
+    described = workload.Capture.begin(pid, asking)  # its load, for a confirmation on it
     outcome = _window(pid, seconds, out, cap, long)
     if outcome.kept != out:
         _not_at_out(outcome, out, pid)
@@ -287,7 +308,37 @@ def _budget_reached(out: Path, status: str) -> bool:
 def _described(missing: str | None) -> None:
     if missing is not None:
         click.echo(f"note: the server's description of its load is not kept ({missing}): "
-                   "the confirmation experiment will be generic", err=True)  # fmt: skip
+                   "the confirmation experiment will be generic; --socket, --defaults-file "
+                   "and --user say how to ask the server", err=True)  # fmt: skip
+
+
+def _asking(
+    pid: int | None,
+    preload_only: bool,
+    socket: str | None,
+    defaults_file: str | None,
+    user: str | None,
+    ask_password: bool,
+) -> ConnectOptions | None:
+    """How to ask --pid's server about its load, as `memory` connects (None: found as
+    memory finds one); refused in one line where there is no window of a server."""
+    from mallocbench.memory.client import ConnectOptions
+
+    given = [name for name, value in (("--socket", socket), ("--defaults-file", defaults_file),
+             ("--user", user), ("--ask-password", ask_password)) if value]  # fmt: skip
+    if not given:
+        return None
+    if pid is None or preload_only:
+        raise MallocbenchError(
+            f"{', '.join(given)}: for asking a server recorded with --pid about its load; "
+            "leave them out here"
+        )
+    if defaults_file is not None and not Path(defaults_file).is_file():
+        raise MallocbenchError(f"--defaults-file {defaults_file}: no such file")
+    password = None
+    if ask_password:
+        password = click.prompt("Password", hide_input=True, default="", show_default=False)
+    return ConnectOptions(socket=socket, user=user, password=password, defaults_file=defaults_file)
 
 
 def one_pid(text: str | None, command: Sequence[str]) -> int | None:

@@ -8,7 +8,11 @@ from typing import TYPE_CHECKING
 
 import click
 
-from mallocbench.commands.options import min_effect_option, timing_options
+from mallocbench.commands.options import (
+    confirm_time_option,
+    min_effect_option,
+    timing_options,
+)
 from mallocbench.deploy.launch import FORMS, form_for
 from mallocbench.errors import MallocbenchError
 
@@ -150,6 +154,7 @@ def _portion(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     "trace was recorded from runs, if it still runs here; else systemd). tune.md and the "
     "JSON hold every form.",
 )
+@confirm_time_option
 @click.option("--seed", type=int, help="Seed of the sampler, for a repeatable search.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead.")
 def tune(
@@ -173,6 +178,7 @@ def tune(
     max_cpu: float | None,
     memory_at_any_cost: bool,
     form: str | None,
+    confirm_s: float,
     seed: int | None,
     as_json: bool,
 ) -> None:
@@ -210,6 +216,7 @@ def tune(
         known: Workload | None = evaluator.workload
     else:
         known = _trace_workload(trace, workload_file, engine)  # before the trace's long read
+        _refuse_confirm_time(known)
         info = _check_trace(trace)
         header = info.header
         evaluator = _evaluator(
@@ -224,6 +231,7 @@ def tune(
         repeats=repeats, min_effect=0.02 if min_effect is None else min_effect, seed=seed,
         engine=known.engine if known else engine or "innodb", evaluation=evaluator.facts(),
         workload=known, max_cpu=max_cpu, memory_at_any_cost=memory_at_any_cost,
+        confirm_s=confirm_s,
     )  # fmt: skip
     plan.deploy_form, plan.deploy_form_why, plan.deploy_service = form_for(form, header)
     with guarded(out_dir):
@@ -278,6 +286,7 @@ def _refuse_replay_options(
             ("--portion", portion_s is not None),
             ("--workload", workload_file is not None),
             ("--engine", engine is not None),
+            ("--confirm-time", _given(ctx, "confirm_s")),
         )
         if given
     ]
@@ -286,6 +295,17 @@ def _refuse_replay_options(
         raise MallocbenchError(
             f"{', '.join(replay_only)} {verb} for a trace: on servers the experiment says "
             "the engine, step, dataset and durations; leave it out"
+        )
+
+
+def _refuse_confirm_time(known: Workload | None) -> None:
+    """--confirm-time fits a confirmation derived from a recorded load; the tuned
+    workload's confirmation runs that experiment as it is: one line, not ignored."""
+    if known is not None and _given(click.get_current_context(), "confirm_s"):
+        raise MallocbenchError(
+            f"--confirm-time fits the confirmation derived from what a `record --pid` "
+            f"server said of its load; this tune's runs the tuned workload as it is "
+            f"({known.source}): leave --confirm-time out"
         )
 
 

@@ -23,10 +23,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mallocbench.files import write_text_atomic
 from mallocbench.replay import serverrss
+
+if TYPE_CHECKING:
+    from mallocbench.memory.client import ConnectOptions
 
 FORMAT = 1
 SUFFIX = ".workload.json"
@@ -156,21 +159,21 @@ def load(trace: Path) -> ServerLoad | None:
 # --- asking the server ---------------------------------------------------------------------
 
 
-def _connect(pid: int) -> Any:
-    """A connection to the server `pid` listens on, found as `memory` finds one."""
+def _connect(pid: int, given: ConnectOptions | None = None) -> Any:
+    """A connection to the server `pid` listens on, where `given` says (record's
+    --socket, --defaults-file, --user), else found as `memory` finds one."""
     from mallocbench.errors import MallocbenchError
     from mallocbench.memory.client import ConnectOptions
     from mallocbench.memory.connect import find_server
 
-    found = find_server(ConnectOptions(), pid)
+    found = find_server(given or ConnectOptions(), pid)
     if not _listens_on(pid, found.opts):
         # Discovery may end at the machine's usual socket: another server's counters
         # would describe another load.
         with contextlib.suppress(Exception):
             found.conn.close()
-        raise MallocbenchError(
-            f"process {pid} does not listen on {found.opts.target}, the server found"
-        )
+        said = "where --socket or --defaults-file point" if given else "the server found"
+        raise MallocbenchError(f"process {pid} does not listen on {found.opts.target}, {said}")
     conn = found.conn
     # MySQL has no such variable: nothing bounds the statements there.
     with contextlib.suppress(Exception), conn.cursor() as cur:
@@ -289,8 +292,9 @@ class Capture:
     """The window's description, begun before the recording is armed and ended after it
     is disarmed; `problem` says why a part is missing (the server would not answer)."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, given: ConnectOptions | None = None) -> None:
         self.pid = pid
+        self.given = given  # how to ask the server; None: found as `memory` finds one
         self.conn: Any = None
         self.problem: str | None = None
         self.load = ServerLoad(window_s=0.0)
@@ -299,8 +303,20 @@ class Capture:
         self._sampler: Sampler | None = None
 
     @classmethod
-    def begin(cls, pid: int) -> Capture:
-        capture = cls(pid)
+    def begin(cls, pid: int, given: ConnectOptions | None = None) -> Capture:
+        """The description begun; with `given`, a server they do not reach is refused
+        here, before anything is recorded, rather than noted after the window."""
+        capture = cls(pid, given)
+        if given is not None:
+            from mallocbench.errors import MallocbenchError
+            from mallocbench.memory.pid import is_server_process
+
+            if not is_server_process(pid)[0]:
+                raise MallocbenchError(
+                    f"process {pid} is no database server to ask about its load: leave "
+                    "--socket, --defaults-file and --user out"
+                )
+            capture.conn = _connect(pid, given)
         capture._begin()
         return capture
 
@@ -311,7 +327,7 @@ class Capture:
         if not is_server_process(self.pid)[0]:
             return  # not a database server: nothing to ask, nothing to confirm on
         try:
-            self.conn = _connect(self.pid)
+            self.conn = self.conn or _connect(self.pid)
             self.load.variables = _pairs(
                 self.conn, f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({_quoted(VARIABLES)})"
             )

@@ -22,6 +22,7 @@ from mallocbench.report.recommend import (
     recommendation_lines,
 )
 from mallocbench.report.replay import saving_text
+from mallocbench.tune.confirm import KIND_WORDS, step_kind
 from mallocbench.units import percent
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from mallocbench.analysis.replay import Saving
     from mallocbench.deploy.deployment import Deployment
     from mallocbench.tune.advise import AdviceRun, Finalist
+    from mallocbench.tune.advise_confirm import Confirmation
 
 MIB = float(1 << 20)
 
@@ -173,6 +175,68 @@ def note_lines(run: AdviceRun) -> list[str]:
     return notes
 
 
+def _workload_text(c: Confirmation) -> str:
+    """What confirm.toml runs, in a sentence."""
+    d = c.derived
+    if d is None:
+        why = c.problem or "the trace holds no description of the server's load"
+        return (
+            f"{c.path} runs a generic workload ({why}): set its engines, steps, threads and "
+            "[dataset] to that load first"
+        )
+    planned = f"about {d.planned_s / 60:.0f} min" if d.planned_s is not None else "its time"
+    return (
+        f"{c.path} runs the recorded load as the server described it ({d.source}): "
+        f"{d.describe()}; {planned} of the {d.budget_s / 60:g} min asked (--confirm-time)"
+    )
+
+
+def confirmation_notes(c: Confirmation | None) -> list[str]:
+    """The confirmation in two lines, for the terminal: the command, and what it runs."""
+    if c is None:
+        return []
+    first = (
+        f"confirm {c.setting} on real private servers before deploying it: mallocbench run "
+        f"{c.path} --out {c.out}"
+    )
+    second = _workload_text(c)
+    if c.derived is not None:
+        second += (
+            f"; its {len(c.derived.steps)} steps' weights and "
+            f"{len(c.derived.approximations)} approximations are in advise.md"
+        )
+    return [first, second]
+
+
+def confirmation_section(c: Confirmation | None) -> list[str]:
+    """The confirmation for advise.md: where confirm.toml is and how to run it, its steps
+    with their weights (what each stands for) and every approximation it took."""
+    if c is None:
+        return []
+    lines = [
+        "## Confirmation on servers",
+        "",
+        f"`{c.path}` measures {c.setting} against {c.base} on real private servers: "
+        f"`mallocbench run {c.path} --out {c.out}`. It "
+        f"{_workload_text(c).removeprefix(f'{c.path} ')}.",
+    ]
+    d = c.derived
+    if d is None:
+        return lines
+    lines += [
+        "",
+        "Its steps, each run for the same time; a step's weight is the share of the "
+        "window's statements it stands for, so read its result with that weight:",
+        "",
+    ]
+    for label, weight in d.steps:
+        kind = step_kind(label)
+        stands = f"the {KIND_WORDS[kind]}" if kind and weight else "a placeholder: none mapped"
+        lines.append(f"- `{label}`: {weight:.2f} ({stands})")
+    lines += ["", "Approximations:", "", *(f"- {a}" for a in d.approximations)]
+    return lines
+
+
 def advice_lines(run: AdviceRun, deployment: Deployment | None) -> list[str]:
     plan = run.plan
     lines = [
@@ -235,7 +299,9 @@ def decision_dict(run: AdviceRun) -> dict[str, Any] | None:
     return out
 
 
-def advice_dict(run: AdviceRun, deployment: Deployment | None) -> dict[str, Any]:
+def advice_dict(
+    run: AdviceRun, deployment: Deployment | None, confirmation: Confirmation | None = None
+) -> dict[str, Any]:
     plan = run.plan
     return {
         "trace": str(plan.trace),
@@ -271,16 +337,25 @@ def advice_dict(run: AdviceRun, deployment: Deployment | None) -> dict[str, Any]
         "excluded_by_max_cpu": run.max_cpu_excluded,
         "decision": decision_dict(run),
         "deployment": deployment.to_dict() if deployment is not None else None,
+        "confirmation": confirmation.to_dict() if confirmation is not None else None,
         "notes": note_lines(run),
         "out": str(plan.out),
     }
 
 
-def advice_json(run: AdviceRun, deployment: Deployment | None) -> str:
-    return json.dumps(json_safe(advice_dict(run, deployment)), indent=1)
+def advice_json(
+    run: AdviceRun, deployment: Deployment | None, confirmation: Confirmation | None = None
+) -> str:
+    return json.dumps(json_safe(advice_dict(run, deployment, confirmation)), indent=1)
 
 
-def advice_markdown(run: AdviceRun, deployment: Deployment | None) -> str:
-    return f"# mallocbench advise: {run.plan.trace.name}\n\n" + "\n".join(
-        advice_lines(run, deployment)
-    )
+def advice_markdown(
+    run: AdviceRun, deployment: Deployment | None, confirmation: Confirmation | None = None
+) -> str:
+    """The terminal's lines with the confirmation's section before the last line, the
+    answer."""
+    lines = advice_lines(run, deployment)
+    section = confirmation_section(confirmation)
+    if section:
+        lines[-1:-1] = [*section, ""]
+    return f"# mallocbench advise: {run.plan.trace.name}\n\n" + "\n".join(lines)

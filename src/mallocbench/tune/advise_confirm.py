@@ -5,23 +5,52 @@ decide) against the default, on the recorded load when the trace describes it
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from mallocbench.tune.advise import AdviceRun
-from mallocbench.tune.confirm import DEFAULT_BUDGET_S, for_trace, workload_notes
+from mallocbench.tune.confirm import DEFAULT_BUDGET_S, Derived, for_trace
 
 
-def for_advice(run: AdviceRun, budget_s: float = DEFAULT_BUDGET_S) -> list[str]:
+@dataclass(frozen=True)
+class Confirmation:
+    """OUT/confirm.toml as advise wrote it: `setting` against `base` on private servers,
+    on the recorded load (`derived`), or on a generic one (None; `problem`: why the load
+    the trace describes gave none, None when it describes none)."""
+
+    path: Path
+    out: Path  # the run's --out in the command that runs it
+    setting: str
+    base: str
+    budget_s: float
+    derived: Derived | None = None
+    problem: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "command": ["mallocbench", "run", str(self.path), "--out", str(self.out)],
+            "setting": self.setting,
+            "base": self.base,
+            "confirm_time_s": self.budget_s,
+            "recorded_load": self.derived is not None,
+            "workload": self.derived.to_dict() if self.derived is not None else None,
+            "problem": self.problem,
+        }
+
+
+def for_advice(run: AdviceRun, budget_s: float = DEFAULT_BUDGET_S) -> Confirmation | None:
     """Write OUT/confirm.toml for advise's decision (the setting deployed, or the one the
     replays could not decide, against the default, on real private servers, on the
-    recorded load when the trace describes it); what to say of it, one sentence each
-    ([]: no setting to confirm)."""
+    recorded load when the trace describes it); None: no setting to confirm."""
     from mallocbench.tune.workload import generic_lines, setup_lines
 
     d = run.decision
     # A default kept for want of evidence names the setting servers may yet decide.
     other = d.setup if d is not None and d.deploy else d.subject if d is not None else None
     if d is None or other is None or other == d.base:
-        return []
+        return None
     by_name = {f.name: f for f in run.finalists}
     pair = [by_name[n] for n in (d.base, other) if n in by_name]
     derived, problem = for_trace(run.plan.trace, len(pair), budget_s)
@@ -37,17 +66,5 @@ def for_advice(run: AdviceRun, budget_s: float = DEFAULT_BUDGET_S) -> list[str]:
         env = {k: v for k, v in f.setup().knobs.items() if k != "LD_PRELOAD"}
         lines += setup_lines(f.name, f.allocator.name, env, {})
     path = run.plan.out / "confirm.toml"
-    text = "\n".join(lines) + "\n"
-    path.write_text(text)
-    notes = [
-        f"confirm {other} on real private servers before deploying it: mallocbench run "
-        f"{path} --out {run.plan.out / 'confirm'}"
-    ]
-    if derived is None:
-        return [
-            *notes,
-            *([problem] if problem else []),
-            f"{path} runs a generic workload (the trace holds no description of the "
-            "server's load): set its engines, steps, threads and [dataset] to that load first",
-        ]
-    return notes + workload_notes(run.plan.trace, text, path, budget_s)
+    path.write_text("\n".join(lines) + "\n")
+    return Confirmation(path, run.plan.out / "confirm", other, d.base, budget_s, derived, problem)

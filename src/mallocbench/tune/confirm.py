@@ -123,6 +123,12 @@ def step_label(kind: str, mix: Mix) -> str:
     }[kind]
 
 
+def step_kind(label: str) -> str | None:
+    """The kind of statement a derived step stands for (step_label's inverse)."""
+    name = label.split()[0]
+    return next((k for k in KINDS if step_label(k, Mix({})).split()[0] == name), None)
+
+
 @dataclass
 class Derived:
     """The confirmation's workload: what the experiment file says, and why."""
@@ -196,7 +202,10 @@ class Derived:
         return {
             "source": self.source,
             "engines": self.engines,
-            "steps": [{"step": label, "weight": w} for label, w in self.steps],
+            "steps": [
+                {"step": label, "weight": w, "kind": step_kind(label) if w else None}
+                for label, w in self.steps
+            ],
             "mix": self.mix,
             "threads": self.threads,
             "dataset": {"tables": self.tables, "rows": self.rows, "cache_bytes": self.cache_bytes},

@@ -77,6 +77,8 @@ class Plan:
     deploy_form: str = "systemd"
     deploy_form_why: str = ""
     deploy_service: str = "mariadb"  # the recorded server's unit, when it has one
+    # The time a confirmation derived from the recorded load is planned to fit.
+    confirm_s: float = confirm.DEFAULT_BUDGET_S
 
 
 def check_allocators(names: str) -> list[Allocator]:
@@ -294,7 +296,7 @@ def confirmation_toml(plan: Plan, results: Sequence[AllocatorTune]) -> str | Non
         f'min_effect = "{plan.min_effect * 100:g}%"',
     ]
     known = plan.workload
-    derived = None if known else confirm.for_trace(plan.trace, len(setups))[0]
+    derived = None if known else confirm.for_trace(plan.trace, len(setups), plan.confirm_s)[0]
     if known is not None:
         lines += toml_lines(known)
     else:
@@ -322,7 +324,9 @@ def document(
         path = plan.out / "confirm.toml"
         path.write_text(toml)
         known = plan.workload
-        derived = () if known else tuple(confirm.workload_notes(plan.trace, toml, path))
+        derived = (
+            () if known else tuple(confirm.workload_notes(plan.trace, toml, path, plan.confirm_s))
+        )
         notes.append(
             Confirm(
                 str(path),
