@@ -146,6 +146,45 @@ class Unit:
         return [s for s in round_ if s.engine == self.engine]
 
 
+@dataclass(frozen=True)
+class ReplayUnit:
+    """One replay of a trace (one setup, one repeat) to run on one host.
+
+    The trace travels by path: `trace_bytes` lets a host tell that the file it sees at
+    that path is the driver's trace, not another one of the same name.
+    """
+
+    setup: dict[str, Any]  # name, allocator, knobs: a replay record's setup
+    repeat: int
+    trace: str  # absolute: the same path on every host
+    trace_bytes: int
+    timing: str
+    speed: float
+    order: str
+    duration_s: float
+
+    @property
+    def label(self) -> str:
+        return f"{self.setup['name']} repeat {self.repeat + 1}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReplayUnit:
+        return cls(**data)
+
+
+def unit_names(spec: dict[str, Any]) -> tuple[str, str]:
+    """A unit's label in messages, and the stem of its files on its host."""
+    if "replay" in spec:
+        replay = ReplayUnit.from_dict(spec["replay"])
+        safe = re.sub(r"[^A-Za-z0-9_.+-]", "_", str(replay.setup["name"]))
+        return replay.label, f"replay-{safe}-r{replay.repeat}"
+    unit = Unit.from_dict(spec["unit"])
+    return unit.label, f"unit-{unit.engine}-r{unit.repeat}"
+
+
 def units_of(
     sessions: list[PlannedSession], done: set[tuple[str, str, str, int, int]]
 ) -> list[Unit]:
@@ -251,4 +290,12 @@ def host_record(experiment: Experiment, builds: dict[str | None, ServerBuild]) -
     )
 
 
-__all__ = ["RESOURCE", "StoredRunSessions", "Unit", "experiment_from_run", "units_of"]
+__all__ = [
+    "RESOURCE",
+    "ReplayUnit",
+    "StoredRunSessions",
+    "Unit",
+    "experiment_from_run",
+    "unit_names",
+    "units_of",
+]

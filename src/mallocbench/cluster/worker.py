@@ -28,6 +28,7 @@ from mallocbench.cluster.units import (
     experiment_from_run,
     host_record,
     stop_event_name,
+    unit_names,
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.real import RealExecutor
@@ -52,8 +53,7 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
     safe_run = re.sub(r"[^A-Za-z0-9_.+-]", "_", spec["run_id"])
     out_dir = work_dir / "runs" / safe_run
     out_dir.mkdir(parents=True, exist_ok=True)
-    unit = Unit.from_dict(spec["unit"])
-    stem = f"unit-{unit.engine}-r{unit.repeat}"
+    label, stem = unit_names(spec)
     result_path, host_path = out_dir / f"{stem}.result.json", out_dir / f"{stem}.host.json"
     result_path.unlink(missing_ok=True)
     host_path.unlink(missing_ok=True)
@@ -95,7 +95,7 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
     if not result_path.is_file():
         tail = (out_dir / f"{stem}.log").read_text(errors="replace").strip().splitlines()
         raise UnitFailed(
-            f"unit {unit.label} on {host} ended with status {code} and no result: "
+            f"unit {label} on {host} ended with status {code} and no result: "
             f"{tail[-1] if tail else 'no output'} (log: {out_dir / f'{stem}.log'})"
         )
     return dict(json.loads(result_path.read_text()))

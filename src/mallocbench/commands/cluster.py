@@ -348,6 +348,9 @@ def run_unit_cmd() -> None:
     # Set here rather than in a preexec_fn: the worker has threads, and preexec_fn is
     # unsafe in their presence (the child can deadlock before exec).
     die_with_parent(int(spec["worker_pid"]), signal.SIGTERM)
+    if "replay" in spec:
+        _write_result(spec, _replay_unit(spec))
+        return
     # As in a local run: the first signal stops after the cell under way (dropping it),
     # a second aborts at once; both stop the unit's servers.
     try:
@@ -356,6 +359,20 @@ def run_unit_cmd() -> None:
     except MallocbenchError as exc:
         result = {"host": spec.get("host"), "aborted": str(exc), "measured": 0}
         result.update({"failures": [], "notes": [], "metadata": {}})
+    _write_result(spec, result)
+
+
+def _replay_unit(spec: dict[str, Any]) -> dict[str, Any]:
+    """One replay of a `replay --cluster` (its signals are its own: a stop drops it)."""
+    from mallocbench.cluster.replays import run_replay_unit
+
+    try:
+        return run_replay_unit(spec)
+    except MallocbenchError as exc:
+        return {"host": spec.get("host"), "aborted": str(exc), "replay": None}
+
+
+def _write_result(spec: dict[str, Any], result: dict[str, Any]) -> None:
     path = Path(spec["result"])
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))

@@ -1,0 +1,152 @@
+"""`replay --cluster`: each (setup, repeat) replay a unit on a benchmark host, a host
+killed mid-replay, the rest run by `replay --resume`.
+
+The hosts are two workers on this one machine (test_cluster's local TLS cluster); the
+trace is a little C program recorded with `record -- PROGRAM`.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import native_programs
+from cli_runner import run_cli
+from mallocbench.cluster.replays import run_replay_unit
+from mallocbench.cluster.units import ReplayUnit
+from mallocbench.model.metadata import ReplayRecord
+from mallocbench.store import open_store
+from test_cluster import _start, cluster
+
+# The recording's length, and so each replay's at its recorded pace: long enough to
+# kill a host in the middle of one.
+SECONDS = "2"
+SETUPS = ["--allocators", "glibc,jemalloc", "--repeats", "2"]
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("clustertrace")
+    growth = native_programs.build("growth", directory)
+    out = directory / "leak.mbt"
+    recorded = run_cli("record", "--out", str(out), "--", str(growth), "leak", SECONDS)
+    assert recorded.returncode == 0, recorded.stderr
+    return out
+
+
+def _stored(out: Path) -> tuple[dict[str, object], ReplayRecord, list[str]]:
+    """The one run of --out's store, its replay record, and the hosts it names."""
+    store = open_store(out / "results.sqlite", readonly=True)
+    try:
+        (listed,) = store.list_runs()
+        metadata = store.load_run(listed["run_id"], with_samples=False).metadata
+    finally:
+        store.close()
+    assert metadata.replay is not None
+    return listed, metadata.replay, sorted(metadata.hosts or {})
+
+
+def _pairs(record: ReplayRecord) -> list[tuple[str, int]]:
+    return sorted((r.setup, r.repeat) for r in record.replay_runs)
+
+
+def _replaying(work_dir: Path) -> bool:
+    """A replay unit runs on this host: its log is there, its result not yet."""
+    for log in work_dir.glob("runs/*/replay-*.log"):
+        if not log.with_name(log.name.replace(".log", ".result.json")).exists():
+            return True
+    return False
+
+
+def _replayers(trace: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        if proc.info["name"] == "mbreplay" and str(trace) in (proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+def test_a_host_killed_mid_replay_is_lost_named_and_resumed(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    # No retry: the killed host's replay is lost, so --resume has something to do.
+    with cluster(tmp_path, ["host-a", "host-b"], allowed_failures=0) as running:
+        args = ["replay", str(trace.absolute()), *SETUPS, "--out", str(out), "--json"]
+        driver = _start([*args, *running.run_args()], tmp_path / "driver.log")
+        deadline = time.monotonic() + 60
+        while not _replaying(running.work_dirs["host-a"]):
+            assert driver.poll() is None and time.monotonic() < deadline, "host-a ran nothing"
+            time.sleep(0.1)
+        os.killpg(running.workers["host-a"].pid, signal.SIGKILL)
+        code = driver.wait(timeout=120)
+        log = (tmp_path / "driver.log").read_text()
+        # The killed host's replayer stops with its unit: nothing replays on for nobody.
+        deadline = time.monotonic() + 20
+        while len(_replayers(trace)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _replayers(trace)
+        assert "Traceback" not in log
+        assert code == 3, log[-3000:]
+        listed, record, _ = _stored(out)
+        assert listed["status"] == "interrupted"
+        (error,) = [line for line in log.splitlines() if line.startswith("mallocbench: error:")]
+        assert "1 replay(s) lost with their benchmark host (" in error, error
+        lost = error.split("benchmark host (", 1)[1].split(":", 1)[0]  # "glibc repeat 1"
+        setup, _, repeat = lost.split()
+        before = record.runs or []
+        assert (setup, int(repeat) - 1) not in _pairs(record) and len(before) == 3
+        run_id = str(listed["run_id"])
+        assert f"mallocbench replay --resume {run_id} --out {out}" in error
+        # The measured replays are printed before the error line, as JSON here.
+        assert log.count('"setup": ') >= 1
+
+        resumed = run_cli("replay", "--resume", run_id, "--out", str(out), *running.run_args())
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert f"{lost}: " in resumed.stderr  # the one replay missing, and it alone
+    listed, record, hosts = _stored(out)
+    assert listed["status"] == "finished"
+    # Each replay once, and those committed before the resume untouched by it.
+    assert collections.Counter(_pairs(record)).most_common(1)[0][1] == 1
+    assert (record.runs or [])[: len(before)] == before
+    assert all(r.status == "ok" for r in record.replay_runs), record.runs
+    # Each replay names its host, and the run keeps the hosts' facts; the lost replay ran
+    # on the host that was left.
+    ran_on = {(r.setup, r.repeat): r.data["host"] for r in record.replay_runs}
+    assert set(ran_on.values()) <= {"host-a", "host-b"}
+    assert ran_on[(setup, int(repeat) - 1)] == "host-b"
+    assert set(hosts) == set(ran_on.values())
+
+    local = run_cli("replay", str(trace), *SETUPS, "--out", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    _, here, _ = _stored(tmp_path / "local")
+    assert _pairs(here) == _pairs(record)
+    assert here.setups == record.setups
+    # Resuming a run with nothing missing runs nothing; changing it is refused.
+    again = run_cli("replay", "--resume", run_id, "--out", str(out), "--repeats", "3")
+    assert again.returncode == 2 and "--repeats cannot change replay run" in again.stderr
+
+
+def test_a_host_that_cannot_see_the_trace_refuses_its_replay(tmp_path: Path) -> None:
+    unit = ReplayUnit(
+        setup={"name": "glibc", "allocator": "glibc", "knobs": {}},
+        repeat=0,
+        trace=str(tmp_path / "elsewhere.mbt"),
+        trace_bytes=100,
+        timing="none",
+        speed=1.0,
+        order="recorded",
+        duration_s=1.0,
+    )
+    spec = {"host": "host-a", "replay": unit.to_dict(), "out_dir": str(tmp_path / "run")}
+    (tmp_path / "run").mkdir()
+    result = run_replay_unit(spec)
+    assert result["replay"] is None
+    assert result["aborted"].startswith(f"host host-a cannot read the trace at {unit.trace}")
+    (tmp_path / "elsewhere.mbt").write_bytes(b"x" * 10)
+    result = run_replay_unit(spec)
+    assert "has another trace at" in result["aborted"]
