@@ -150,3 +150,37 @@ def test_a_host_that_cannot_see_the_trace_refuses_its_replay(tmp_path: Path) -> 
     (tmp_path / "elsewhere.mbt").write_bytes(b"x" * 10)
     result = run_replay_unit(spec)
     assert "has another trace at" in result["aborted"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--allocators", "glibc"], "give the TRACE to replay (or --resume RUN_ID with --out)"),
+        (["t.mbt", "--cluster", "127.0.0.1:9", "--insecure"], "--cluster needs --out DIR"),
+        (["--resume", "replay-x"], "--resume needs --out DIR"),
+        (["t.mbt", "--tls", "tls/driver"], "--tls and --insecure go with --cluster"),
+        (["--resume", "replay-x", "--out", "."], "no results store in ."),
+    ],
+)
+def test_bad_replay_requests_get_one_line(args: list[str], says: str, tmp_path: Path) -> None:
+    result = run_cli("replay", *args, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("mallocbench: error: ") and says in line, line
+
+
+def test_a_resume_names_what_it_cannot_resume(trace: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = run_cli("replay", str(trace), "--timing", "none", "--repeats", "1", "--out", str(out))
+    assert first.returncode == 0, first.stderr
+    listed, record, _ = _stored(out)
+    unknown = run_cli("replay", "--resume", "replay-nope", "--out", str(out))
+    assert unknown.returncode == 2 and "replay-nope is no run of" in unknown.stderr
+    moved = tmp_path / "other.mbt"
+    moved.write_bytes(trace.read_bytes()[: trace.stat().st_size // 2])
+    other = run_cli("replay", str(moved), "--resume", str(listed["run_id"]), "--out", str(out))
+    assert other.returncode == 2, other.stderr
+    # Nothing missing: nothing replayed again, the run as it was.
+    again = run_cli("replay", "--resume", str(listed["run_id"]), "--out", str(out))
+    assert again.returncode == 0, again.stderr
+    assert _stored(out)[1].runs == record.runs
