@@ -34,6 +34,7 @@ from mallocbench.cluster.units import (
     UnitsLost,
     stop_event_name,
 )
+from mallocbench.cluster.worker import stop_left_servers
 from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.model.metadata import HostRecord, ReplayRun
 from mallocbench.model.results import RunResult
@@ -53,25 +54,15 @@ def run_replay_unit(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one replay on this host; the result for the driver (the replay, or why not)."""
     host, unit = spec["host"], ReplayUnit.from_dict(spec["replay"])
     result: dict[str, Any] = {"host": host, "unit": unit.label, "aborted": None, "replay": None}
-    trace = Path(unit.trace)
+    trace, out_dir = Path(unit.trace), Path(spec["out_dir"])
     # A stop (the worker gone, the driver's stop) drops the replay under way at once:
     # subprocess.run kills the replayer on the way out, so no replay outlives its unit.
-    with control.signals_interrupt(), locks.lock_directory(Path(spec["out_dir"])):
-        try:
-            seen = tracemod.trace_bytes(trace)
-        except OSError as exc:
-            result["aborted"] = (
-                f"host {host} cannot read the trace at {trace} ({exc.strerror or exc}): "
-                "every host reads it at the path the driver gives; mount it there or copy it "
-                "to the same path"
-            )
+    with control.signals_interrupt(), locks.lock_directory(out_dir):
+        result["aborted"] = _trace_refused(host, trace, unit.trace_bytes)
+        if result["aborted"]:
             return result
-        if seen != unit.trace_bytes:
-            result["aborted"] = (
-                f"host {host} has another trace at {trace} ({seen} bytes where the driver's "
-                f"has {unit.trace_bytes}): copy the driver's trace to that path"
-            )
-            return result
+        # As a run's unit does: no replay beside servers a killed unit left running.
+        result["notes"] = stop_left_servers(out_dir, host)
         setup = _setup(unit.setup)
         record = HostRecord(host=host_facts(), allocators={setup.name: setup.allocator.version})
         result["metadata"] = record.to_dict()
@@ -94,6 +85,24 @@ def run_replay_unit(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _trace_refused(host: str, trace: Path, size: int) -> str | None:
+    """Why this host cannot replay the driver's trace at `trace`, or None."""
+    try:
+        seen = tracemod.trace_bytes(trace)
+    except OSError as exc:
+        return (
+            f"host {host} cannot read the trace at {trace} ({exc.strerror or exc}): every "
+            "host reads it at the path the driver gives; mount it there or copy it to the "
+            "same path"
+        )
+    if seen != size:
+        return (
+            f"host {host} has another trace at {trace} ({seen} bytes where the driver's has "
+            f"{size}): copy the driver's trace to that path"
+        )
+    return None
+
+
 def _setup(stored: dict[str, Any]) -> PatternSetup:
     return make_setup("replay", str(stored["name"]), str(stored["allocator"]), stored["knobs"])
 
@@ -108,7 +117,8 @@ ACROSS_HOSTS = (
 
 def _host_of(result: RunResult, done: dict[str, Any]) -> None:
     """The host that ran a replay: in the replay's account (`host`), among the run's
-    hosts with its facts, and in a note for each fact the hosts differ in."""
+    hosts with its facts, and in a note for each fact the hosts differ in (and the
+    host's own notes)."""
     host = str(done["host"])
     done["replay"]["data"]["host"] = host
     metadata = result.metadata
@@ -121,6 +131,7 @@ def _host_of(result: RunResult, done: dict[str, Any]) -> None:
         hosts[host] = record
     metadata.hosts = hosts
     notes = [n for n in metadata.notes or [] if not n.startswith("hosts differ in host.")]
+    notes += [n for n in done.get("notes") or [] if n not in notes]
     metadata.notes = notes + host_differences(hosts, ACROSS_HOSTS) or None
 
 

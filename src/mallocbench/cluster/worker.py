@@ -168,6 +168,16 @@ def _other_runs_orphans(out_dir: Path) -> list[Orphan]:
     return stopped
 
 
+def stop_left_servers(out_dir: Path, host: str) -> list[str]:
+    """Stop the servers killed units left running in this host's work directory (this
+    run's, and other runs' nobody holds), before anything is measured beside them; the
+    note that says so, if any."""
+    orphans = stop_orphans(out_dir / "servers") + _other_runs_orphans(out_dir)
+    if not orphans:
+        return []
+    return [f"host {host}: stopped {len(orphans)} server(s) a killed unit left running"]
+
+
 def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[str, Any]:
     """Measure one unit's missing cells into the shared store; the result for the driver."""
     run_id, host = spec["run_id"], spec["host"]
@@ -177,7 +187,7 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
     # The driver holds the run's lock; a unit locks only its host's own directory, and
     # stops what a killed unit of this directory left running before reusing it.
     with locks.lock_directory(out_dir):
-        orphans = stop_orphans(out_dir / "servers") + _other_runs_orphans(out_dir)
+        left = stop_left_servers(out_dir, host)
         store = open_store(spec["store"])
         try:
             stored = store.load_run(run_id, with_samples=False)
@@ -204,11 +214,7 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
             write_text_atomic(announce, json.dumps(result["metadata"]))
             # The driver decided the design for the whole run; every host follows it.
             pipeline.interleaved = bool(spec["interleaved"])
-            outcome = RunOutcome(result=stored)
-            if orphans:
-                outcome.notes.append(
-                    f"host {host}: stopped {len(orphans)} server(s) a killed unit left running"
-                )
+            outcome = RunOutcome(result=stored, notes=left)
             done = store.finished_cell_keys(run_id)
             try:
                 # The unit's own runtime directory (root): created here, gone when it ends.
@@ -235,4 +241,4 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
     return result
 
 
-__all__ = ["run_unit", "run_unit_task"]
+__all__ = ["run_unit", "run_unit_task", "stop_left_servers"]
