@@ -199,7 +199,11 @@ class ClusterReplays:
         ]
         stop = Event(stop_event_name(result.run_id), client=self.client)
         stop.clear()  # a stop asked of an earlier attempt must not stop this one
-        lost, aborted, stopped = self._dispatch(result, units, commit, stop)
+        try:
+            lost, aborted, stopped = self._dispatch(result, units, commit, stop)
+        except KeyboardInterrupt:
+            stop.set()  # aborted at once (a second Ctrl-C): the hosts still stop theirs
+            raise
         if lost:
             raise ReplaysLost(
                 f"{len(lost)} replay(s) lost with their benchmark host ("
@@ -257,7 +261,10 @@ class ClusterReplays:
                 elif done.get("aborted") == "interrupted":
                     stopped = True
                 elif done.get("aborted"):
+                    # A host that refuses one replay would refuse the next as fast: no
+                    # more are handed out, and --resume runs them once it is fixed.
                     aborted = aborted or str(done["aborted"])
+                    queue.clear()
             watch.announce(self.client, {f.key: u.label for f, u in running.items()}, hosts)
         return lost, aborted, stopped
 
