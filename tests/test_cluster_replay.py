@@ -171,7 +171,10 @@ def test_bad_replay_requests_get_one_line(args: list[str], says: str, tmp_path: 
 
 def test_a_resume_names_what_it_cannot_resume(trace: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    first = run_cli("replay", str(trace), "--timing", "none", "--repeats", "1", "--out", str(out))
+    first = run_cli(
+        "replay", str(trace), "--allocators", "glibc,jemalloc", "--timing", "none",
+        "--repeats", "1", "--out", str(out),
+    )  # fmt: skip
     assert first.returncode == 0, first.stderr
     listed, record, _ = _stored(out)
     unknown = run_cli("replay", "--resume", "replay-nope", "--out", str(out))
@@ -184,3 +187,19 @@ def test_a_resume_names_what_it_cannot_resume(trace: Path, tmp_path: Path) -> No
     again = run_cli("replay", "--resume", str(listed["run_id"]), "--out", str(out))
     assert again.returncode == 0, again.stderr
     assert _stored(out)[1].runs == record.runs
+    # One replay missing (as a Ctrl-C would leave it): a local resume runs it alone.
+    store = open_store(out / "results.sqlite")
+    try:
+        result = store.load_run(str(listed["run_id"]), with_samples=False)
+        assert result.metadata.replay is not None and result.metadata.replay.runs
+        kept = result.metadata.replay.runs[:-1]
+        result.metadata.replay.runs = kept
+        store.update_metadata(result.run_id, result.metadata)
+        store.finish_run(result.run_id, "interrupted")
+    finally:
+        store.close()
+    local = run_cli("replay", "--resume", result.run_id, "--out", str(out))
+    assert local.returncode == 0 and "1/1 jemalloc repeat 1: " in local.stderr, local.stderr
+    listed, final, _ = _stored(out)
+    assert listed["status"] == "finished" and (final.runs or [])[:-1] == kept
+    assert _pairs(final) == _pairs(record)
