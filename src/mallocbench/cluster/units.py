@@ -1,6 +1,6 @@
-"""What a cluster run's driver and its workers share: the units (one block each), the
-stored run they work on (the experiment rebuilt from it, its session source) and the
-record of a host.
+"""What a cluster run's driver and its workers share: the units (one block each, or one
+replay of a trace), the stored run they work on (the experiment rebuilt from it, its
+session source) and the record of a host.
 """
 
 from __future__ import annotations

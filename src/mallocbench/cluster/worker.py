@@ -1,5 +1,6 @@
 """A unit on a benchmark host: run as a subprocess of its Dask worker, it measures its
-block's cells into the shared store and announces its host.
+block's cells into the shared store and announces its host (a replay's unit, in
+cluster.replays, runs one replay and returns it).
 """
 
 from __future__ import annotations

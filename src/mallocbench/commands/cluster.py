@@ -195,7 +195,7 @@ def _warn_insecure(access: clustertls.Access, where: str) -> None:
 
 @click.group("cluster")
 def cluster_group() -> None:
-    """Run one experiment's blocks on many benchmark hosts (Dask distributed).
+    """Run one experiment's blocks, or a trace's replays, on many benchmark hosts (Dask).
 
     \b
     Certificates first (the CA's key stays in tls/), one directory per host, then one
@@ -204,6 +204,7 @@ def cluster_group() -> None:
       mallocbench cluster scheduler --tls tls/sched --host 10.0.0.1 --port 8786
       mallocbench cluster worker tls://10.0.0.1:8786 --tls tls/db1 --host 10.0.0.11
       mallocbench run my.toml --cluster tls://10.0.0.1:8786 --tls tls/driver --store ...
+      mallocbench replay db.mbt --cluster tls://10.0.0.1:8786 --tls tls/driver --out DIR
     """
 
 
@@ -343,7 +344,8 @@ def worker_cmd(
 
 @click.command("_run-unit", hidden=True)
 def run_unit_cmd() -> None:
-    """Internal: measure one unit (JSON spec on stdin) for a cluster worker."""
+    """Internal: measure one unit, a block or a replay (JSON spec on stdin), for a
+    cluster worker."""
     spec = json.loads(sys.stdin.read())
     # Set here rather than in a preexec_fn: the worker has threads, and preexec_fn is
     # unsafe in their presence (the child can deadlock before exec).
