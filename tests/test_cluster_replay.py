@@ -21,6 +21,7 @@ from cli_runner import run_cli
 from mallocbench.cluster.replays import run_replay_unit
 from mallocbench.cluster.units import ReplayUnit
 from mallocbench.model.metadata import ReplayRecord
+from mallocbench.replay import trace as tracemod
 from mallocbench.store import open_store
 from test_cluster import _start, cluster
 
@@ -203,3 +204,41 @@ def test_a_resume_names_what_it_cannot_resume(trace: Path, tmp_path: Path) -> No
     listed, final, _ = _stored(out)
     assert listed["status"] == "finished" and (final.runs or [])[:-1] == kept
     assert _pairs(final) == _pairs(record)
+
+
+def test_a_segmented_trace_is_replayed_by_a_unit_as_a_whole_directory(tmp_path: Path) -> None:
+    growth = native_programs.build("growth", tmp_path)
+    segmented = tmp_path / "leak"
+    recorded = run_cli(
+        "record", "--segment-seconds", "0.5", "--out", str(segmented), "--",
+        str(growth), "leak", "1.5",
+    )  # fmt: skip
+    assert recorded.returncode == 0 and segmented.is_dir(), recorded.stderr
+    assert len(tracemod.segments(segmented)) > 1
+    unit = ReplayUnit(
+        setup={"name": "je", "allocator": "jemalloc", "knobs": {}},
+        repeat=1,
+        trace=str(segmented),
+        trace_bytes=tracemod.trace_bytes(segmented),
+        timing="none",
+        speed=1.0,
+        order="recorded",
+        duration_s=1.5,
+    )
+    (tmp_path / "run").mkdir()
+    spec = {"host": "host-b", "replay": unit.to_dict(), "out_dir": str(tmp_path / "run")}
+    result = run_replay_unit(spec)
+    assert result["aborted"] is None and result["notes"] == []
+    replayed = result["replay"]
+    assert replayed["setup"] == "je" and replayed["repeat"] == 1
+    assert replayed["status"] == "ok", replayed
+    # Every segment joined: as many calls as the whole recording's check counts.
+    assert replayed["data"]["events"] == tracemod.check(segmented).data["events"] > 0
+    assert replayed["data"]["segments"] == len(tracemod.segments(segmented))
+    assert result["metadata"]["allocators"] == {"je": unit_setup_version("jemalloc")}
+
+
+def unit_setup_version(allocator: str) -> str | None:
+    from mallocbench import allocators
+
+    return allocators.get(allocator).version
