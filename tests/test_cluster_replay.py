@@ -1,5 +1,5 @@
-"""`replay --cluster`: each (setup, repeat) replay a unit on a benchmark host, a host
-killed mid-replay, the rest run by `replay --resume`.
+"""`replay --cluster`: each repeat of every setup a unit (a block) on a benchmark host,
+a host killed mid-repeat, the replay it lost run by `replay --resume`.
 
 The hosts are two workers on this one machine (test_cluster's local TLS cluster); the
 trace is a little C program recorded with `record -- PROGRAM`.
@@ -8,6 +8,7 @@ trace is a little C program recorded with `record -- PROGRAM`.
 from __future__ import annotations
 
 import collections
+import json
 import os
 import signal
 import time
@@ -57,12 +58,13 @@ def _pairs(record: ReplayRecord) -> list[tuple[str, int]]:
     return sorted((r.setup, r.repeat) for r in record.replay_runs)
 
 
-def _replaying(work_dir: Path) -> bool:
-    """A replay unit runs on this host: its log is there, its result not yet."""
-    for log in work_dir.glob("runs/*/replay-*.log"):
+def _repeat_of(work_dir: Path) -> int | None:
+    """The repeat (from 1) whose unit runs on this host: its log is there, its result
+    not yet."""
+    for log in work_dir.glob("runs/*/replay-r*.log"):
         if not log.with_name(log.name.replace(".log", ".result.json")).exists():
-            return True
-    return False
+            return int(log.name.removeprefix("replay-r").removesuffix(".log")) + 1
+    return None
 
 
 def _replayers(trace: Path) -> list[psutil.Process]:
@@ -73,16 +75,23 @@ def _replayers(trace: Path) -> list[psutil.Process]:
     return found
 
 
-def test_a_host_killed_mid_replay_is_lost_named_and_resumed(trace: Path, tmp_path: Path) -> None:
+def test_a_host_killed_mid_repeat_loses_one_replay_named_and_resumed(
+    trace: Path, tmp_path: Path
+) -> None:
     out = tmp_path / "out"
     # No retry: the killed host's replay is lost, so --resume has something to do.
     with cluster(tmp_path, ["host-a", "host-b"], allowed_failures=0) as running:
         args = ["replay", str(trace.absolute()), *SETUPS, "--out", str(out), "--json"]
         driver = _start([*args, *running.run_args()], tmp_path / "driver.log")
         deadline = time.monotonic() + 60
-        while not _replaying(running.work_dirs["host-a"]):
+        # host-a's repeat: its first replay (glibc) committed by the driver while the
+        # unit goes on with the second (jemalloc), which the kill then loses alone.
+        while (n := _repeat_of(running.work_dirs["host-a"])) is None or (
+            f"glibc repeat {n}: " not in (tmp_path / "driver.log").read_text()
+        ):
             assert driver.poll() is None and time.monotonic() < deadline, "host-a ran nothing"
             time.sleep(0.1)
+        assert _repeat_of(running.work_dirs["host-a"]) == n, "host-a's repeat ended too soon"
         os.killpg(running.workers["host-a"].pid, signal.SIGKILL)
         code = driver.wait(timeout=120)
         log = (tmp_path / "driver.log").read_text()
@@ -96,11 +105,10 @@ def test_a_host_killed_mid_replay_is_lost_named_and_resumed(trace: Path, tmp_pat
         listed, record, _ = _stored(out)
         assert listed["status"] == "interrupted"
         (error,) = [line for line in log.splitlines() if line.startswith("mallocbench: error:")]
-        assert "1 replay(s) lost with their benchmark host (" in error, error
-        lost = error.split("benchmark host (", 1)[1].split(":", 1)[0]  # "glibc repeat 1"
-        setup, _, repeat = lost.split()
+        lost = f"jemalloc repeat {n}"
+        assert f"1 replay(s) lost with their benchmark host ({lost}: " in error, error
         before = record.runs or []
-        assert (setup, int(repeat) - 1) not in _pairs(record) and len(before) == 3
+        assert ("jemalloc", n - 1) not in _pairs(record) and len(before) == 3
         run_id = str(listed["run_id"])
         assert f"mallocbench replay --resume {run_id} --out {out}" in error
         # The measured replays are printed before the error line, as JSON here.
@@ -108,19 +116,23 @@ def test_a_host_killed_mid_replay_is_lost_named_and_resumed(trace: Path, tmp_pat
 
         resumed = run_cli("replay", "--resume", run_id, "--out", str(out), *running.run_args())
         assert resumed.returncode == 0, resumed.stderr[-3000:]
-        assert f"{lost}: " in resumed.stderr  # the one replay missing, and it alone
+        assert f"1/1 {lost}: " in resumed.stderr  # the one replay missing, and it alone
     listed, record, hosts = _stored(out)
     assert listed["status"] == "finished"
     # Each replay once, and those committed before the resume untouched by it.
     assert collections.Counter(_pairs(record)).most_common(1)[0][1] == 1
     assert (record.runs or [])[: len(before)] == before
     assert all(r.status == "ok" for r in record.replay_runs), record.runs
-    # Each replay names its host, and the run keeps the hosts' facts; the lost replay ran
-    # on the host that was left.
+    # A repeat is a block: its setups replayed on one host in the local order (the
+    # other repeat all on host-b); the lost replay on the host that was left, and a
+    # note says that repeat was split.
     ran_on = {(r.setup, r.repeat): r.data["host"] for r in record.replay_runs}
-    assert set(ran_on.values()) <= {"host-a", "host-b"}
-    assert ran_on[(setup, int(repeat) - 1)] == "host-b"
-    assert set(hosts) == set(ran_on.values())
+    other = 3 - n
+    assert ran_on[("glibc", other - 1)] == ran_on[("jemalloc", other - 1)] == "host-b"
+    assert ran_on[("glibc", n - 1)] == "host-a" and ran_on[("jemalloc", n - 1)] == "host-b"
+    assert set(hosts) == {"host-a", "host-b"}
+    notes = _notes(out)
+    assert f"repeat {n}'s replays ran on host-a and then on host-b" in " ".join(notes), notes
 
     local = run_cli("replay", str(trace), *SETUPS, "--out", str(tmp_path / "local"))
     assert local.returncode == 0, local.stderr
@@ -132,9 +144,18 @@ def test_a_host_killed_mid_replay_is_lost_named_and_resumed(trace: Path, tmp_pat
     assert again.returncode == 2 and "--repeats cannot change replay run" in again.stderr
 
 
+def _notes(out: Path) -> list[str]:
+    store = open_store(out / "results.sqlite", readonly=True)
+    try:
+        (listed,) = store.list_runs()
+        return list(store.load_run(listed["run_id"], with_samples=False).metadata.notes or [])
+    finally:
+        store.close()
+
+
 def test_a_host_that_cannot_see_the_trace_refuses_its_replay(tmp_path: Path) -> None:
     unit = ReplayUnit(
-        setup={"name": "glibc", "allocator": "glibc", "knobs": {}},
+        setups=[{"name": "glibc", "allocator": "glibc", "knobs": {}}],
         repeat=0,
         trace=str(tmp_path / "elsewhere.mbt"),
         trace_bytes=100,
@@ -146,7 +167,7 @@ def test_a_host_that_cannot_see_the_trace_refuses_its_replay(tmp_path: Path) -> 
     spec = {"host": "host-a", "replay": unit.to_dict(), "out_dir": str(tmp_path / "run")}
     (tmp_path / "run").mkdir()
     result = run_replay_unit(spec)
-    assert result["replay"] is None
+    assert result["replays"] == []
     assert result["aborted"].startswith(f"host host-a cannot read the trace at {unit.trace}")
     (tmp_path / "elsewhere.mbt").write_bytes(b"x" * 10)
     result = run_replay_unit(spec)
@@ -216,7 +237,10 @@ def test_a_segmented_trace_is_replayed_by_a_unit_as_a_whole_directory(tmp_path: 
     assert recorded.returncode == 0 and segmented.is_dir(), recorded.stderr
     assert len(tracemod.segments(segmented)) > 1
     unit = ReplayUnit(
-        setup={"name": "je", "allocator": "jemalloc", "knobs": {}},
+        setups=[
+            {"name": "je", "allocator": "jemalloc", "knobs": {}},
+            {"name": "glibc", "allocator": "glibc", "knobs": {}},
+        ],
         repeat=1,
         trace=str(segmented),
         trace_bytes=tracemod.trace_bytes(segmented),
@@ -226,16 +250,26 @@ def test_a_segmented_trace_is_replayed_by_a_unit_as_a_whole_directory(tmp_path: 
         duration_s=1.5,
     )
     (tmp_path / "run").mkdir()
+    relay = str(tmp_path / "run" / "replay-r1.replayed-{}.json")
     spec = {"host": "host-b", "replay": unit.to_dict(), "out_dir": str(tmp_path / "run")}
-    result = run_replay_unit(spec)
-    assert result["aborted"] is None and result["notes"] == []
-    replayed = result["replay"]
-    assert replayed["setup"] == "je" and replayed["repeat"] == 1
-    assert replayed["status"] == "ok", replayed
-    # Every segment joined: as many calls as the whole recording's check counts.
-    assert replayed["data"]["events"] == tracemod.check(segmented).data["events"] > 0
-    assert replayed["data"]["segments"] == len(tracemod.segments(segmented))
-    assert result["metadata"]["allocators"] == {"je": unit_setup_version("jemalloc")}
+    result = run_replay_unit({**spec, "relay": relay})
+    assert result["aborted"] is None
+    # One repeat of every setup, in the order given (a local replay's), each written
+    # for the worker to relay as it ended: what a host lost next has not lost.
+    replays = result["replays"]
+    assert [(d["replay"]["setup"], d["replay"]["repeat"]) for d in replays] == [
+        ("je", 1),
+        ("glibc", 1),
+    ]
+    assert [json.loads(Path(relay.format(i)).read_text()) for i in range(2)] == replays
+    assert not Path(relay.format(2)).exists()
+    for done in replays:
+        assert done["replay"]["status"] == "ok", done
+        # Every segment joined: as many calls as the whole recording's check counts.
+        assert done["replay"]["data"]["events"] == tracemod.check(segmented).data["events"] > 0
+        assert done["replay"]["data"]["segments"] == len(tracemod.segments(segmented))
+        assert done["notes"] == []
+    assert replays[0]["metadata"]["allocators"] == {"je": unit_setup_version("jemalloc")}
 
 
 def unit_setup_version(allocator: str) -> str | None:

@@ -1,6 +1,7 @@
 """A unit on a benchmark host: run as a subprocess of its Dask worker, it measures its
 block's cells into the shared store and announces its host (a replay's unit, in
-cluster.replays, runs one replay and returns it).
+cluster.replays, runs a repeat of every setup, and the worker relays each replay as
+it ends).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from mallocbench.cluster.units import (
     UnitFailed,
     experiment_from_run,
     host_record,
+    replays_topic,
     stop_event_name,
     unit_names,
 )
@@ -58,6 +60,8 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
     result_path, host_path = out_dir / f"{stem}.result.json", out_dir / f"{stem}.host.json"
     result_path.unlink(missing_ok=True)
     host_path.unlink(missing_ok=True)
+    for stale in out_dir.glob(f"{stem}.replayed-*.json"):
+        stale.unlink()
     spec = {
         **spec,
         "host": host,
@@ -65,6 +69,7 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
         "worker_pid": os.getpid(),
         "result": str(result_path),
         "host_record": str(host_path),
+        "relay": str(out_dir / f"{stem}.replayed-{{}}.json"),
     }
     stop = Event(stop_event_name(spec["run_id"]))
     with open(out_dir / f"{stem}.log", "a") as log:
@@ -83,16 +88,23 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
         proc.stdin.write(json.dumps(spec))
         proc.stdin.close()
         signalled = announced = False
+        relayed, looked = 0, time.monotonic()
         while True:
             try:
-                code = proc.wait(timeout=POLL_S)
+                code = proc.wait(timeout=RELAY_S)
                 break
             except subprocess.TimeoutExpired:
+                relayed = _relay_replays(worker, spec, relayed)
+                # The rest asks the scheduler: at the driver's pace, not the relay's.
+                if time.monotonic() - looked < POLL_S:
+                    continue
+                looked = time.monotonic()
                 if not announced and host_path.is_file():
                     announced = _announce_host(worker, spec, host_path)
                 if not signalled and stop.is_set():
                     proc.send_signal(signal.SIGTERM)
                     signalled = True
+    _relay_replays(worker, spec, relayed)
     if not result_path.is_file():
         tail = (out_dir / f"{stem}.log").read_text(errors="replace").strip().splitlines()
         raise UnitFailed(
@@ -100,6 +112,20 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
             f"{tail[-1] if tail else 'no output'} (log: {out_dir / f'{stem}.log'})"
         )
     return dict(json.loads(result_path.read_text()))
+
+
+# How soon a replay a unit finished is relayed to the scheduler (a look at a local file,
+# no message unless there is one): a host killed meanwhile loses it as if under way.
+RELAY_S = 0.2
+
+
+def _relay_replays(worker: Any, spec: dict[str, Any], relayed: int) -> int:
+    """Relay the replays the unit finished since `relayed` (cluster.replays writes each
+    as it ends) to the scheduler's topic of the run; how many are relayed now."""
+    while (path := Path(str(spec["relay"]).format(relayed))).is_file():
+        worker.log_event(replays_topic(spec["run_id"]), json.loads(path.read_text()))
+        relayed += 1
+    return relayed
 
 
 def _announce_host(worker: Any, spec: dict[str, Any], path: Path) -> bool:
