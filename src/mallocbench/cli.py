@@ -137,8 +137,8 @@ COMMANDS: dict[str, LazyCommand] = {
     "_run-unit": LazyCommand(
         "cluster",
         "run_unit_cmd",
-        "Internal: measure one unit, a block or a replay (JSON spec on stdin), for a cluster "
-        "worker.",
+        "Internal: measure one unit, a run's block or a replay's repeat (JSON spec on stdin), "
+        "for a cluster worker.",
         hidden=True,
     ),
     "schema": LazyCommand(

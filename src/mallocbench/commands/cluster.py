@@ -344,8 +344,8 @@ def worker_cmd(
 
 @click.command("_run-unit", hidden=True)
 def run_unit_cmd() -> None:
-    """Internal: measure one unit, a block or a replay (JSON spec on stdin), for a
-    cluster worker."""
+    """Internal: measure one unit, a run's block or a replay's repeat (JSON spec on
+    stdin), for a cluster worker."""
     spec = json.loads(sys.stdin.read())
     # Set here rather than in a preexec_fn: the worker has threads, and preexec_fn is
     # unsafe in their presence (the child can deadlock before exec).
@@ -365,13 +365,14 @@ def run_unit_cmd() -> None:
 
 
 def _replay_unit(spec: dict[str, Any]) -> dict[str, Any]:
-    """One replay of a `replay --cluster` (its signals are its own: a stop drops it)."""
+    """One repeat of a `replay --cluster` (its signals are its own: a stop drops the
+    replay under way, those finished are kept)."""
     from mallocbench.cluster.replays import run_replay_unit
 
     try:
         return run_replay_unit(spec)
     except MallocbenchError as exc:
-        return {"host": spec.get("host"), "aborted": str(exc), "replay": None}
+        return {"host": spec.get("host"), "aborted": str(exc), "replays": []}
 
 
 def _write_result(spec: dict[str, Any], result: dict[str, Any]) -> None:

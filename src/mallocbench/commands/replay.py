@@ -99,9 +99,10 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     "repeats and pacing are the stored ones; TRACE only if the trace has moved since).",
 )
 @cluster_options(
-    "Run each replay (setup x repeat) on a benchmark host through the Dask scheduler at "
-    "ADDRESS (see `mallocbench cluster`); every host reads the trace at its path here "
-    "(absolute), so it must be there on each: a shared mount or a copy. Needs --out."
+    "Run each repeat of every setup on one benchmark host (setups compared on the same "
+    "host) through the Dask scheduler at ADDRESS (see `mallocbench cluster`); every host "
+    "reads the trace at its path here (absolute), so it must be there on each: a shared "
+    "mount or a copy. Needs --out."
 )
 def replay(
     trace: Path | None,
