@@ -74,27 +74,34 @@ def run_replay_unit(spec: dict[str, Any]) -> dict[str, Any]:
             return result
         # As a run's unit does: no replay beside servers a killed unit left running.
         notes = stop_left_servers(out_dir, host)
-        timeout = runner.replay_timeout(unit.duration_s, unit.speed, unit.timing)
-        for stored in unit.setups:
-            setup = _setup(stored)
-            record = HostRecord(host=host_facts(), allocators={setup.name: setup.allocator.version})
-            try:
-                run = runner.run_once(
-                    setup, trace, unit.timing, unit.speed, unit.repeat, timeout, unit.order
-                )
-            except KeyboardInterrupt:
-                result["aborted"] = "interrupted"
-                break
-            except MallocbenchError as exc:
-                result["aborted"] = str(exc)
-                break
-            done = {"host": host, "replay": run.to_dict(), "metadata": record.to_dict()}
-            done["notes"], notes = notes, []
-            if spec.get("relay"):
-                relay = Path(str(spec["relay"]).format(len(result["replays"])))
-                write_text_atomic(relay, json.dumps(done))
-            result["replays"].append(done)
+        # A stop between two replays, too, ends the unit with the replays it finished.
+        try:
+            _replay_setups(spec, unit, notes, result["replays"])
+        except KeyboardInterrupt:
+            result["aborted"] = "interrupted"
+        except MallocbenchError as exc:
+            result["aborted"] = str(exc)
     return result
+
+
+def _replay_setups(
+    spec: dict[str, Any], unit: ReplayUnit, notes: list[str], replays: list[dict[str, Any]]
+) -> None:
+    """The unit's replays one after the other, each into `replays` (and its relay file)
+    as it ends; the host's notes go with the first."""
+    trace = Path(unit.trace)
+    timeout = runner.replay_timeout(unit.duration_s, unit.speed, unit.timing)
+    for stored in unit.setups:
+        setup = _setup(stored)
+        record = HostRecord(host=host_facts(), allocators={setup.name: setup.allocator.version})
+        run = runner.run_once(
+            setup, trace, unit.timing, unit.speed, unit.repeat, timeout, unit.order
+        )
+        done = {"host": spec["host"], "replay": run.to_dict(), "metadata": record.to_dict()}
+        done["notes"], notes = notes, []
+        if spec.get("relay"):
+            write_text_atomic(Path(str(spec["relay"]).format(len(replays))), json.dumps(done))
+        replays.append(done)
 
 
 def _trace_refused(host: str, trace: Path, size: int) -> str | None:
@@ -153,8 +160,9 @@ def _split_repeat(result: RunResult, host: str, repeat: int) -> str | None:
     lost mid-repeat, and a retry or --resume replayed the rest elsewhere), or None."""
     record = result.metadata.replay
     assert record is not None
-    others = {str(r.data["host"]) for r in record.replay_runs if r.repeat == repeat}
-    others -= {host, "None"}
+    # A replay of a local attempt names no host: here, not another benchmark host.
+    ran = [r.data.get("host") for r in record.replay_runs if r.repeat == repeat]
+    others = {str(h) for h in ran if h is not None and h != host}
     if not others:
         return None
     return (
