@@ -117,7 +117,7 @@ def test_a_full_disk_under_replay_out_says_what_a_replay_can_do(
         full = run_cli("replay", str(tiny_trace), "--timing", "none", "--out", str(fs / "a"))
         line = one_error_line(full, integrity_figures, 3)
         assert f"no space left for the results store {fs / 'a' / 'results.sqlite'}" in line
-        assert "replay the trace again (a replay has no --resume)" in line
+        assert "once the disk has room, run the missing replays with `mallocbench replay " in line
         assert "run --resume" not in line
         filler.unlink()
         # At 1/50 of the recorded pace each replay lasts about two seconds: the disk
@@ -135,6 +135,6 @@ def test_a_full_disk_under_replay_out_says_what_a_replay_can_do(
         stdout, stderr = replay.communicate(timeout=300)
         midway = subprocess.CompletedProcess(replay.args, replay.returncode, stdout, stderr)
         line = one_error_line(midway, integrity_figures, 3)
-        assert "replay the trace again (a replay has no --resume): the " in line
+        assert "`mallocbench replay --resume replay-kp-" in line and "`: the " in line
         measured = int(line.split(": the ")[1].split()[0])
         assert measured >= 1 and f" {measured}/{measured} " in stdout  # printed, not lost

@@ -122,7 +122,7 @@ COMMANDS: dict[str, LazyCommand] = {
     "cluster": LazyCommand(
         "cluster",
         "cluster_group",
-        "Run one experiment's blocks on many benchmark hosts (Dask distributed).",
+        "Run one experiment's blocks, or a trace's replays, on many benchmark hosts (Dask).",
     ),
     "doctor": LazyCommand(
         "doctor",
@@ -137,7 +137,8 @@ COMMANDS: dict[str, LazyCommand] = {
     "_run-unit": LazyCommand(
         "cluster",
         "run_unit_cmd",
-        "Internal: measure one unit (JSON spec on stdin) for a cluster worker.",
+        "Internal: measure one unit, a run's block or a replay's repeat (JSON spec on stdin), "
+        "for a cluster worker.",
         hidden=True,
     ),
     "schema": LazyCommand(

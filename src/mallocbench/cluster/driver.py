@@ -83,6 +83,56 @@ def resume_command(run_id: str, options: RunOptions) -> str:
     )
 
 
+def submit_unit(client: Any, spec: dict[str, Any], name: str) -> Any:
+    """A unit's task, for one benchmark host at a time; its key is new on every attempt
+    (the scheduler would answer a key it knows with that attempt's outcome)."""
+    return client.submit(
+        run_unit_task, spec, resources={RESOURCE: 1}, pure=False, key=f"{name}-{time.time_ns()}"
+    )
+
+
+def lost_reason(future: Any) -> str:
+    """Why a unit's task ended without a result, in a few words."""
+    from distributed.scheduler import KilledWorker
+
+    exc = future.exception() if future.status == "error" else None
+    if isinstance(exc, KilledWorker):
+        return "its host died and the scheduler's allowed-failures retries are spent"
+    return str(exc).splitlines()[0] if exc else str(future.status)
+
+
+class HostWatch:
+    """What a driver follows of the hosts while units run: which host took each unit
+    (said once: the scheduler knows, the task cannot say) and how long no host was left."""
+
+    def __init__(self, say: Callable[[str], None]) -> None:
+        self.say = say
+        self.announced: dict[str, str] = {}  # unit task key -> the host that took it first
+        self.hostless_since: float | None = None
+
+    def announce(self, client: Any, running: dict[str, str], hosts: dict[str, str]) -> None:
+        """`running`: task key -> unit label, of the units dispatched and not ended."""
+        waiting = {key: label for key, label in running.items() if key not in self.announced}
+        if not waiting:
+            return
+        for address, keys in client.processing().items():
+            for key in keys:
+                if key in waiting:
+                    self.announced[key] = hosts.get(address, address)
+                    self.say(f"unit {waiting[key]} started on {self.announced[key]}")
+
+    def hostless(self, waiting: list[str], hosts: bool, running: bool) -> list[str]:
+        """The waiting units to record as lost: all of them once no benchmark host was
+        left, and no unit running, for NO_HOST_GRACE_S; else none."""
+        if hosts or running or not waiting:
+            self.hostless_since = None
+            return []
+        self.hostless_since = self.hostless_since or time.monotonic()
+        if time.monotonic() - self.hostless_since <= NO_HOST_GRACE_S:
+            return []
+        return [f"{label}: no benchmark host left" for label in waiting]
+
+
 @dataclass
 class _Dispatch:
     """What the driver learns from the units as they end."""
@@ -178,8 +228,7 @@ class ClusterSchedule:
         running: dict[Any, tuple[Unit, float]] = {}
         seen = store.finished_cell_keys(run_id)
         stop_sent = False
-        announced: dict[str, str] = {}  # unit task key -> the host that took it first
-        hostless_since: float | None = None
+        watch = HostWatch(self.say)
         store_at = store_target(pipeline.options)
         while queue or running:
             if pipeline.stop_requested() and not stop_sent:
@@ -190,19 +239,16 @@ class ClusterSchedule:
             while queue and len(running) < len(hosts):
                 unit = queue.pop(0)
                 running[self._submit(pipeline, store_at, run_id, unit)] = (unit, time.monotonic())
-            if not hosts and queue and not running:
-                hostless_since = hostless_since or time.monotonic()
-                if time.monotonic() - hostless_since > NO_HOST_GRACE_S:
-                    state.lost += [f"{u.label}: no benchmark host left" for u in queue]
-                    queue.clear()
-            else:
-                hostless_since = None
+            gone = watch.hostless([u.label for u in queue], bool(hosts), bool(running))
+            if gone:
+                state.lost += gone
+                queue.clear()
             time.sleep(POLL_S)
             for future in [f for f in running if f.done()]:
                 unit, started = running.pop(future)
-                first = announced.get(future.key)
+                first = watch.announced.get(future.key)
                 self._collect(future, unit, time.monotonic() - started, outcome, state, first)
-            self._announce(running, hosts, announced)
+            watch.announce(self.client, {f.key: u.label for f, (u, _) in running.items()}, hosts)
             seen = self._report_cells(pipeline, store, run_id, seen)
         if stop_sent:
             state.interrupted = True
@@ -220,29 +266,7 @@ class ClusterSchedule:
             "interleaved": pipeline.interleaved,
             "keep_datadirs": pipeline.options.keep_datadirs,
         }
-        return self.client.submit(
-            run_unit_task,
-            spec,
-            resources={RESOURCE: 1},
-            pure=False,
-            key=f"unit-{run_id}-{unit.engine}-r{unit.repeat}-{time.time_ns()}",
-        )
-
-    def _announce(
-        self,
-        running: dict[Any, tuple[Unit, float]],
-        hosts: dict[str, str],
-        announced: dict[str, str],
-    ) -> None:
-        """Say which host took each unit, once (the scheduler knows; the task cannot say)."""
-        waiting = {f.key: unit for f, (unit, _) in running.items() if f.key not in announced}
-        if not waiting:
-            return
-        for address, keys in self.client.processing().items():
-            for key in keys:
-                if key in waiting:
-                    announced[key] = hosts.get(address, address)
-                    self.say(f"unit {waiting[key].label} started on {announced[key]}")
+        return submit_unit(self.client, spec, f"unit-{run_id}-{unit.engine}-r{unit.repeat}")
 
     def _collect(
         self,
@@ -253,14 +277,8 @@ class ClusterSchedule:
         state: _Dispatch,
         first_host: str | None,
     ) -> None:
-        from distributed.scheduler import KilledWorker
-
         if future.status != "finished":
-            exc = future.exception() if future.status == "error" else None
-            if isinstance(exc, KilledWorker):
-                why = "its host died and the scheduler's allowed-failures retries are spent"
-            else:
-                why = str(exc).splitlines()[0] if exc else future.status
+            why = lost_reason(future)
             state.lost.append(f"{unit.label}: {why}")
             self.say(f"unit {unit.label} lost: {why}")
             return
@@ -384,9 +402,16 @@ def share_note(shares: list[float]) -> str | None:
     )
 
 
-def host_differences(hosts: dict[str, HostRecord]) -> list[str]:
+# What a host difference means for a run's figures: a block is measured on one host.
+WITHIN_BLOCKS = (
+    "relative values pair setups within a block, hence within one host, and are combined "
+    "across hosts"
+)
+
+
+def host_differences(hosts: dict[str, HostRecord], meaning: str = WITHIN_BLOCKS) -> list[str]:
     """One note per host fact that differs between the hosts that measured (compared as
-    stored: HOST_FACTS names their keys)."""
+    stored: HOST_FACTS names their keys); `meaning` says what that does to the figures."""
     stored = {name: record.to_dict() for name, record in sorted(hosts.items())}
     notes = []
     for key in HOST_FACTS:
@@ -400,11 +425,8 @@ def host_differences(hosts: dict[str, HostRecord]) -> list[str]:
             if high - low <= MEMORY_TOLERANCE * high:
                 continue
         listed = ", ".join(f"{name} {value}" for name, value in values.items())
-        notes.append(
-            f"hosts differ in host.{key}: {listed}; relative values pair setups within a "
-            "block, hence within one host, and are combined across hosts"
-        )
+        notes.append(f"hosts differ in host.{key}: {listed}; {meaning}")
     return notes
 
 
-__all__ = ["ClusterSchedule", "connect"]
+__all__ = ["ClusterSchedule", "HostWatch", "connect", "lost_reason", "submit_unit"]

@@ -1,6 +1,6 @@
-"""What a cluster run's driver and its workers share: the units (one block each), the
-stored run they work on (the experiment rebuilt from it, its session source) and the
-record of a host.
+"""What a cluster run's driver and its workers share: the units (one block each, of an
+experiment or of a trace's replays), the stored run they work on (the experiment rebuilt
+from it, its session source) and the record of a host.
 """
 
 from __future__ import annotations
@@ -147,6 +147,58 @@ class Unit:
         return [s for s in round_ if s.engine == self.engine]
 
 
+@dataclass(frozen=True)
+class ReplayUnit:
+    """One repeat of every setup still to replay (a block), to run on one host in the
+    order a local replay of that repeat uses: the setups are compared on the same host.
+
+    The trace travels by path: `trace_bytes` lets a host tell that the file it sees at
+    that path is the driver's trace, not another one of the same name.
+    """
+
+    setups: list[dict[str, Any]]  # name, allocator, knobs: a replay record's setups
+    repeat: int
+    trace: str  # absolute: the same path on every host
+    trace_bytes: int
+    timing: str
+    speed: float
+    order: str
+    duration_s: float
+
+    @property
+    def label(self) -> str:
+        return f"repeat {self.repeat + 1}"
+
+    def replay_labels(self) -> list[str]:
+        return [replay_label(str(s["name"]), self.repeat) for s in self.setups]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ReplayUnit:
+        return cls(**data)
+
+
+def replay_label(setup: str, repeat: int) -> str:
+    return f"{setup} repeat {repeat + 1}"
+
+
+def replays_topic(run_id: str) -> str:
+    """The scheduler's event topic where a replay unit's worker relays each replay as it
+    ends: a host killed mid-block returns no result, yet its finished replays count."""
+    return f"mallocbench-replays-{run_id}"
+
+
+def unit_names(spec: dict[str, Any]) -> tuple[str, str]:
+    """A unit's label in messages, and the stem of its files on its host."""
+    if "replay" in spec:
+        replay = ReplayUnit.from_dict(spec["replay"])
+        return replay.label, f"replay-r{replay.repeat}"
+    unit = Unit.from_dict(spec["unit"])
+    return unit.label, f"unit-{unit.engine}-r{unit.repeat}"
+
+
 def units_of(
     sessions: list[PlannedSession], done: set[tuple[str, str, str, int, int]]
 ) -> list[Unit]:
@@ -252,4 +304,14 @@ def host_record(experiment: Experiment, builds: dict[str | None, ServerBuild]) -
     )
 
 
-__all__ = ["RESOURCE", "StoredRunSessions", "Unit", "experiment_from_run", "units_of"]
+__all__ = [
+    "RESOURCE",
+    "ReplayUnit",
+    "StoredRunSessions",
+    "Unit",
+    "experiment_from_run",
+    "replay_label",
+    "replays_topic",
+    "unit_names",
+    "units_of",
+]

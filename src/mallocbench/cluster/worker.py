@@ -1,5 +1,7 @@
 """A unit on a benchmark host: run as a subprocess of its Dask worker, it measures its
-block's cells into the shared store and announces its host.
+block's cells into the shared store and announces its host (a replay's unit, in
+cluster.replays, runs a repeat of every setup, and the worker relays each replay as
+it ends).
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from mallocbench.cluster.units import (
     UnitFailed,
     experiment_from_run,
     host_record,
+    replays_topic,
     stop_event_name,
+    unit_names,
 )
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.real import RealExecutor
@@ -52,11 +56,12 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
     safe_run = re.sub(r"[^A-Za-z0-9_.+-]", "_", spec["run_id"])
     out_dir = work_dir / "runs" / safe_run
     out_dir.mkdir(parents=True, exist_ok=True)
-    unit = Unit.from_dict(spec["unit"])
-    stem = f"unit-{unit.engine}-r{unit.repeat}"
+    label, stem = unit_names(spec)
     result_path, host_path = out_dir / f"{stem}.result.json", out_dir / f"{stem}.host.json"
     result_path.unlink(missing_ok=True)
     host_path.unlink(missing_ok=True)
+    for stale in out_dir.glob(f"{stem}.replayed-*.json"):
+        stale.unlink()
     spec = {
         **spec,
         "host": host,
@@ -64,6 +69,7 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
         "worker_pid": os.getpid(),
         "result": str(result_path),
         "host_record": str(host_path),
+        "relay": str(out_dir / f"{stem}.replayed-{{}}.json"),
     }
     stop = Event(stop_event_name(spec["run_id"]))
     with open(out_dir / f"{stem}.log", "a") as log:
@@ -82,23 +88,44 @@ def run_unit_task(spec: dict[str, Any]) -> dict[str, Any]:
         proc.stdin.write(json.dumps(spec))
         proc.stdin.close()
         signalled = announced = False
+        relayed, looked = 0, time.monotonic()
         while True:
             try:
-                code = proc.wait(timeout=POLL_S)
+                code = proc.wait(timeout=RELAY_S)
                 break
             except subprocess.TimeoutExpired:
+                relayed = _relay_replays(worker, spec, relayed)
+                # The rest asks the scheduler: at the driver's pace, not the relay's.
+                if time.monotonic() - looked < POLL_S:
+                    continue
+                looked = time.monotonic()
                 if not announced and host_path.is_file():
                     announced = _announce_host(worker, spec, host_path)
                 if not signalled and stop.is_set():
                     proc.send_signal(signal.SIGTERM)
                     signalled = True
+    _relay_replays(worker, spec, relayed)
     if not result_path.is_file():
         tail = (out_dir / f"{stem}.log").read_text(errors="replace").strip().splitlines()
         raise UnitFailed(
-            f"unit {unit.label} on {host} ended with status {code} and no result: "
+            f"unit {label} on {host} ended with status {code} and no result: "
             f"{tail[-1] if tail else 'no output'} (log: {out_dir / f'{stem}.log'})"
         )
     return dict(json.loads(result_path.read_text()))
+
+
+# How soon a replay a unit finished is relayed to the scheduler (a look at a local file,
+# no message unless there is one): a host killed meanwhile loses it as if under way.
+RELAY_S = 0.2
+
+
+def _relay_replays(worker: Any, spec: dict[str, Any], relayed: int) -> int:
+    """Relay the replays the unit finished since `relayed` (cluster.replays writes each
+    as it ends) to the scheduler's topic of the run; how many are relayed now."""
+    while (path := Path(str(spec["relay"]).format(relayed))).is_file():
+        worker.log_event(replays_topic(spec["run_id"]), json.loads(path.read_text()))
+        relayed += 1
+    return relayed
 
 
 def _announce_host(worker: Any, spec: dict[str, Any], path: Path) -> bool:
@@ -168,6 +195,16 @@ def _other_runs_orphans(out_dir: Path) -> list[Orphan]:
     return stopped
 
 
+def stop_left_servers(out_dir: Path, host: str) -> list[str]:
+    """Stop the servers killed units left running in this host's work directory (this
+    run's, and other runs' nobody holds), before anything is measured beside them; the
+    note that says so, if any."""
+    orphans = stop_orphans(out_dir / "servers") + _other_runs_orphans(out_dir)
+    if not orphans:
+        return []
+    return [f"host {host}: stopped {len(orphans)} server(s) a killed unit left running"]
+
+
 def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[str, Any]:
     """Measure one unit's missing cells into the shared store; the result for the driver."""
     run_id, host = spec["run_id"], spec["host"]
@@ -177,7 +214,7 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
     # The driver holds the run's lock; a unit locks only its host's own directory, and
     # stops what a killed unit of this directory left running before reusing it.
     with locks.lock_directory(out_dir):
-        orphans = stop_orphans(out_dir / "servers") + _other_runs_orphans(out_dir)
+        left = stop_left_servers(out_dir, host)
         store = open_store(spec["store"])
         try:
             stored = store.load_run(run_id, with_samples=False)
@@ -204,11 +241,7 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
             write_text_atomic(announce, json.dumps(result["metadata"]))
             # The driver decided the design for the whole run; every host follows it.
             pipeline.interleaved = bool(spec["interleaved"])
-            outcome = RunOutcome(result=stored)
-            if orphans:
-                outcome.notes.append(
-                    f"host {host}: stopped {len(orphans)} server(s) a killed unit left running"
-                )
+            outcome = RunOutcome(result=stored, notes=left)
             done = store.finished_cell_keys(run_id)
             try:
                 # The unit's own runtime directory (root): created here, gone when it ends.
@@ -235,4 +268,4 @@ def run_unit(spec: dict[str, Any], stop_requested: Callable[[], bool]) -> dict[s
     return result
 
 
-__all__ = ["run_unit", "run_unit_task"]
+__all__ = ["run_unit", "run_unit_task", "stop_left_servers"]

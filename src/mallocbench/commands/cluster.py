@@ -195,7 +195,7 @@ def _warn_insecure(access: clustertls.Access, where: str) -> None:
 
 @click.group("cluster")
 def cluster_group() -> None:
-    """Run one experiment's blocks on many benchmark hosts (Dask distributed).
+    """Run one experiment's blocks, or a trace's replays, on many benchmark hosts (Dask).
 
     \b
     Certificates first (the CA's key stays in tls/), one directory per host, then one
@@ -204,6 +204,7 @@ def cluster_group() -> None:
       mallocbench cluster scheduler --tls tls/sched --host 10.0.0.1 --port 8786
       mallocbench cluster worker tls://10.0.0.1:8786 --tls tls/db1 --host 10.0.0.11
       mallocbench run my.toml --cluster tls://10.0.0.1:8786 --tls tls/driver --store ...
+      mallocbench replay db.mbt --cluster tls://10.0.0.1:8786 --tls tls/driver --out DIR
     """
 
 
@@ -343,11 +344,15 @@ def worker_cmd(
 
 @click.command("_run-unit", hidden=True)
 def run_unit_cmd() -> None:
-    """Internal: measure one unit (JSON spec on stdin) for a cluster worker."""
+    """Internal: measure one unit, a run's block or a replay's repeat (JSON spec on
+    stdin), for a cluster worker."""
     spec = json.loads(sys.stdin.read())
     # Set here rather than in a preexec_fn: the worker has threads, and preexec_fn is
     # unsafe in their presence (the child can deadlock before exec).
     die_with_parent(int(spec["worker_pid"]), signal.SIGTERM)
+    if "replay" in spec:
+        _write_result(spec, _replay_unit(spec))
+        return
     # As in a local run: the first signal stops after the cell under way (dropping it),
     # a second aborts at once; both stop the unit's servers.
     try:
@@ -356,6 +361,21 @@ def run_unit_cmd() -> None:
     except MallocbenchError as exc:
         result = {"host": spec.get("host"), "aborted": str(exc), "measured": 0}
         result.update({"failures": [], "notes": [], "metadata": {}})
+    _write_result(spec, result)
+
+
+def _replay_unit(spec: dict[str, Any]) -> dict[str, Any]:
+    """One repeat of a `replay --cluster` (its signals are its own: a stop drops the
+    replay under way, those finished are kept)."""
+    from mallocbench.cluster.replays import run_replay_unit
+
+    try:
+        return run_replay_unit(spec)
+    except MallocbenchError as exc:
+        return {"host": spec.get("host"), "aborted": str(exc), "replays": []}
+
+
+def _write_result(spec: dict[str, Any], result: dict[str, Any]) -> None:
     path = Path(spec["result"])
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))

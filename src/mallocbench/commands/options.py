@@ -92,6 +92,46 @@ def timing_options(func: F) -> F:
     )(func)
 
 
+def cluster_options(cluster_help: str) -> Callable[[F], F]:
+    """--cluster ADDRESS, and --tls DIR | --insecure with it: how a command reaches the
+    Dask scheduler of the benchmark hosts (cluster_access reads them)."""
+
+    def decorate(func: F) -> F:
+        func = click.option(
+            "--insecure",
+            is_flag=True,
+            help="With --cluster: plain TCP, no TLS and no authentication (the scheduler "
+            "must have been started with --insecure too).",
+        )(func)
+        func = click.option(
+            "--tls",
+            "tls_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            metavar="DIR",
+            help="With --cluster: this machine's certificates (a directory `mallocbench "
+            "cluster init` made); the command's client presents them to the scheduler.",
+        )(func)
+        return click.option("--cluster", "cluster_address", metavar="ADDRESS", help=cluster_help)(
+            func
+        )
+
+    return decorate
+
+
+def cluster_access(
+    address: str | None, tls_dir: Path | None, insecure: bool
+) -> tuple[str | None, object]:
+    """--cluster's address with its scheme, and the security its client presents."""
+    from mallocbench.cluster import tls as clustertls
+
+    if address is None:
+        if tls_dir is not None or insecure:
+            raise MallocbenchError("--tls and --insecure go with --cluster ADDRESS: add it")
+        return None, None
+    access = clustertls.access(tls_dir, insecure)
+    return access.address(address), access.security
+
+
 def out_dir_option(help_text: str) -> Callable[[F], F]:
     """--out DIR, default ./out: where a command keeps what it writes."""
     return click.option(

@@ -2,17 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
+import shlex
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from mallocbench.commands.options import min_effect_option, timing_options
-from mallocbench.errors import MallocbenchError
+from mallocbench.commands.options import (
+    StopOnSignals,
+    cluster_access,
+    cluster_options,
+    min_effect_option,
+    timing_options,
+)
+from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.store.base import StoreDiskFault
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mallocbench.cluster.replays import ClusterReplays
+    from mallocbench.commands.progress import ReplayProgress
+    from mallocbench.model.metadata import ReplayRecord
     from mallocbench.model.results import RunResult
+    from mallocbench.patterns.experiment import PatternSetup
     from mallocbench.store.base import ResultsStore
 
 
@@ -31,7 +47,7 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
 
 
 @click.command("replay")
-@click.argument("trace", type=click.Path(path_type=Path))
+@click.argument("trace", type=click.Path(path_type=Path), required=False)
 @click.option(
     "--allocators",
     "allocator_list",
@@ -75,8 +91,21 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep the replay in DIR: its results store, results.json, report.md, report.html.",
 )
+@click.option(
+    "--resume",
+    "resume_id",
+    metavar="RUN_ID",
+    help="Run the replays run RUN_ID of --out's store is missing (its trace, setups, "
+    "repeats and pacing are the stored ones; TRACE only if the trace has moved since).",
+)
+@cluster_options(
+    "Run each repeat of every setup on one benchmark host (setups compared on the same "
+    "host) through the Dask scheduler at ADDRESS (see `mallocbench cluster`); every host "
+    "reads the trace at its path here (absolute), so it must be there on each: a shared "
+    "mount or a copy. Needs --out."
+)
 def replay(
-    trace: Path,
+    trace: Path | None,
     allocator_list: str,
     extra: tuple[str, ...],
     repeats: int,
@@ -87,44 +116,242 @@ def replay(
     expect_server_version: str | None,
     as_json: bool,
     out_dir: Path | None,
+    resume_id: str | None,
+    cluster_address: str | None,
+    tls_dir: Path | None,
+    insecure: bool,
 ) -> None:
     """Replay a recorded trace under each allocator and knob setting.
 
     Per setup: peak RSS beside the ideal (live requested bytes), RSS/live, CPU time and
     calls/s, with 95% intervals over the repeats. With --out the replay is a run like any
-    other: `mallocbench report DIR` shows it again, in every format."""
-    from mallocbench.analysis.run_analysis import analyze
+    other: `mallocbench report DIR` shows it again, in every format; `--resume RUN_ID`
+    runs the replays it is missing, here or on a cluster."""
     from mallocbench.commands.progress import ReplayProgress
     from mallocbench.console import make_console
-    from mallocbench.patterns.experiment import make_setup
     from mallocbench.replay import run as replay_runs
-    from mallocbench.replay import runner
-    from mallocbench.replay import trace as tracemod
-    from mallocbench.report import formats
 
-    parsed = _setups(allocator_list, extra)
-    setups = [make_setup("replay", name, spec, knobs) for name, spec, knobs in parsed]
-    console = make_console(stderr=True)
-    with ReplayProgress(console, len(setups) * repeats) as progress:
-        progress.status(f"reading the trace {trace}")
-        info = tracemod.check(trace)
-        runner.replay_timeout(float(info.data.get("duration_s") or 0), speed, timing)
-        progress.read(info)
-        warnings = info.warnings(expect_server_version)
-        result = replay_runs.new_result(
-            info, setups, timing, speed, repeats, min_effect, warnings, order
+    address, security = cluster_access(cluster_address, tls_dir, insecure)
+    if out_dir is None and (address is not None or resume_id is not None):
+        raise MallocbenchError(
+            f"{'--cluster' if resume_id is None else '--resume'} needs --out DIR: the "
+            "replays are committed to its store as they end, and a --resume finds them there"
         )
+    console = make_console(stderr=True)
+    if resume_id is None:
+        asked = _Asked(trace, allocator_list, extra, repeats, timing, speed, order)
+        setups, trace = asked.setups(), asked.trace_given()
+    else:
+        _no_changes(click.get_current_context(), resume_id)
+    with contextlib.ExitStack() as held:
+        elsewhere = _elsewhere(held, address, security, out_dir, console)
         store = None
+        if resume_id is not None:
+            assert out_dir is not None
+            store = held.enter_context(_store(out_dir, resume_id))
+            stored, setups, trace = _resumed(store, resume_id, trace)
+        assert trace is not None
+        total = len(setups) * repeats
+        if resume_id is not None:
+            total = len(replay_runs.pending(_record(stored), setups))
+        progress = held.enter_context(ReplayProgress(console, total))
+        if elsewhere is not None:
+            elsewhere.say = progress.status
+        progress.status(f"reading the trace {trace}")
+        if resume_id is None:
+            result = asked.result(setups, progress, min_effect, expect_server_version)
+        else:
+            result = _same_trace(stored, trace)
         try:
-            store = _open_store(out_dir)
+            if store is None and out_dir is not None:
+                store = held.enter_context(_store(out_dir, None))
             replay_runs.replay_run(
-                result, setups, trace, store, progress.started, progress.finished
+                result,
+                setups,
+                trace,
+                store,
+                progress.started,
+                progress.finished,
+                elsewhere=elsewhere,
+                resumed=resume_id is not None,
             )
         except StoreDiskFault as exc:
-            raise _disk_fault(exc, result, as_json) from exc
-        finally:
-            if store is not None:
-                store.close()
+            raise _disk_fault(exc, result, as_json, out_dir) from exc
+        except EnvironmentLost:
+            _print_measured(result, as_json)
+            raise
+    _conclude(result, as_json, out_dir, console)
+
+
+def _elsewhere(
+    held: contextlib.ExitStack,
+    address: str | None,
+    security: object,
+    out_dir: Path | None,
+    console: Console,
+) -> ClusterReplays | None:
+    """With --cluster, the replays' dispatcher, connected: a cluster without hosts is one
+    line before anything is created. A first signal stops the replays under way."""
+    if address is None:
+        return None
+    from mallocbench.cluster.replays import ClusterReplays
+
+    assert out_dir is not None
+    stop = held.enter_context(StopOnSignals(console.print, "replay"))
+    hint = _resume_hint(shlex.quote(str(out_dir)))
+    return held.enter_context(ClusterReplays(address, security, stop.requested, hint).connected())
+
+
+def _resume_hint(where: str) -> Callable[[str], str]:
+    """Run id -> the command that runs a replay run's missing replays."""
+    return lambda run_id: (
+        f"mallocbench replay --resume {shlex.quote(run_id)} --out {where} (add --cluster "
+        "and --tls to spread them over the hosts again)"
+    )
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """A new replay as the command line asks for it."""
+
+    trace: Path | None
+    allocator_list: str
+    extra: tuple[str, ...]
+    repeats: int
+    timing: str
+    speed: float
+    order: str
+
+    def setups(self) -> list[PatternSetup]:
+        from mallocbench.patterns.experiment import make_setup
+
+        parsed = _setups(self.allocator_list, self.extra)
+        return [make_setup("replay", name, spec, knobs) for name, spec, knobs in parsed]
+
+    def trace_given(self) -> Path:
+        if self.trace is None:
+            raise MallocbenchError("give the TRACE to replay (or --resume RUN_ID with --out)")
+        return self.trace
+
+    def result(
+        self,
+        setups: list[PatternSetup],
+        progress: ReplayProgress,
+        min_effect: float | None,
+        expected: str | None,
+    ) -> RunResult:
+        """The replay's run, from the trace once it is read and its pace is possible."""
+        from mallocbench.replay import run as replay_runs
+        from mallocbench.replay import runner
+        from mallocbench.replay import trace as tracemod
+
+        info = tracemod.check(self.trace_given())
+        runner.replay_timeout(float(info.data.get("duration_s") or 0), self.speed, self.timing)
+        progress.read(info)
+        return replay_runs.new_result(
+            info,
+            setups,
+            self.timing,
+            self.speed,
+            self.repeats,
+            min_effect,
+            info.warnings(expected),
+            self.order,
+        )
+
+
+# What a resume takes from the stored run: none of it may be given again.
+_STORED = ("allocator_list", "extra", "repeats", "timing", "speed", "order", "min_effect")
+
+
+def _no_changes(ctx: click.Context, run_id: str) -> None:
+    from click.core import ParameterSource
+
+    for param in ctx.command.params:
+        if param.name in _STORED and ctx.get_parameter_source(param.name) in (
+            ParameterSource.COMMANDLINE,
+            ParameterSource.ENVIRONMENT,
+        ):
+            flag = param.opts[0] if param.opts else param.name
+            raise MallocbenchError(
+                f"{flag} cannot change replay run {run_id} while resuming it: its stored "
+                "setups, repeats and pacing are what it replays; start a new replay to "
+                "change them"
+            )
+
+
+def _record(result: RunResult) -> ReplayRecord:
+    record = result.metadata.replay
+    assert record is not None, "_resumed returns replay runs only"
+    return record
+
+
+@contextlib.contextmanager
+def _store(out_dir: Path, resume_id: str | None) -> Iterator[ResultsStore]:
+    """--out's store; with --resume, one that exists, the run's lock held while it runs."""
+    from mallocbench.store import locks, open_store
+    from mallocbench.store.base import STORE_NAME
+
+    path = out_dir / STORE_NAME
+    if resume_id is not None and not path.is_file():
+        raise MallocbenchError(
+            f"no results store in {out_dir}: give the --out the replay run {resume_id} was kept in"
+        )
+    with contextlib.ExitStack() as held:
+        if resume_id is not None:
+            held.enter_context(locks.lock_run(path, resume_id))
+        store = open_store(path)
+        held.callback(store.close)
+        yield store
+
+
+def _resumed(
+    store: ResultsStore, run_id: str, trace: Path | None
+) -> tuple[RunResult, list[PatternSetup], Path]:
+    """The stored replay run, its setups, and its trace (where it is now, when given)."""
+    from mallocbench.patterns.experiment import make_setup
+
+    if not store.run_exists(run_id):
+        raise MallocbenchError(
+            f"{run_id} is no run of {store.label}: give a replay's run id (mallocbench runs "
+            f"{store.label})"
+        )
+    result = store.load_run(run_id, with_samples=False)
+    record = result.metadata.replay
+    if record is None:
+        raise MallocbenchError(
+            f"run {run_id} measured servers, it replayed no trace: resume it with "
+            f"mallocbench run --resume {run_id}"
+        )
+    setups = [
+        make_setup("replay", str(s["name"]), str(s["allocator"]), s.get("knobs") or {})
+        for s in record.setups or []
+    ]
+    return result, setups, trace or Path(record.trace_path or "")
+
+
+def _same_trace(result: RunResult, trace: Path) -> RunResult:
+    """The stored run, once `trace` is read and found to be the one it replays."""
+    from mallocbench.replay import trace as tracemod
+
+    info = tracemod.check(trace)
+    stored = _record(result).trace or {}
+    for key in ("events", "duration_s"):
+        if key in stored and info.data.get(key) != stored[key]:
+            raise MallocbenchError(
+                f"{trace} is not the trace replay run {result.run_id} replays (its {key} is "
+                f"{info.data.get(key)}, the run's {stored[key]}): give that trace's path as "
+                "TRACE"
+            )
+    return result
+
+
+def _conclude(result: RunResult, as_json: bool, out_dir: Path | None, console: Console) -> None:
+    """The replay's tables (or JSON), and its reports under --out."""
+    from mallocbench.analysis.run_analysis import analyze
+    from mallocbench.console import make_console
+    from mallocbench.report import formats
+
     analysis = analyze(result)
     if out_dir is not None:
         written = formats.write_reports(analysis, out_dir)
@@ -138,9 +365,9 @@ def replay(
         console.print(f"wrote {names} in {out_dir}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _disk_fault(exc: StoreDiskFault, result: RunResult, as_json: bool) -> MallocbenchError:
-    """A full or failing disk under --out: the replays measured so far are printed (the
-    last may not have reached the store), and the line says how a replay goes on."""
+def _print_measured(result: RunResult, as_json: bool) -> int:
+    """The replays measured so far, printed before the line that says why there are no
+    more; how many."""
     from mallocbench.analysis.run_analysis import analyze
     from mallocbench.console import make_console
     from mallocbench.report import formats
@@ -152,17 +379,21 @@ def _disk_fault(exc: StoreDiskFault, result: RunResult, as_json: bool) -> Malloc
             click.echo(formats.render("json", analyze(result)), nl=False)
         else:
             formats.print_terminal(analyze(result), make_console(), None)
+    return measured
+
+
+def _disk_fault(
+    exc: StoreDiskFault, result: RunResult, as_json: bool, out_dir: Path | None
+) -> MallocbenchError:
+    """A full or failing disk under --out: the replays measured so far are printed (the
+    last may not have reached the store), and the line says how a replay goes on."""
+    measured = _print_measured(result, as_json)
     shown = f": the {measured} replay(s) measured are printed above" if measured else ""
-    return exc.going_on(f"replay the trace again (a replay has no --resume){shown}")
-
-
-def _open_store(out_dir: Path | None) -> ResultsStore | None:
-    if out_dir is None:
-        return None
-    from mallocbench.store import open_store
-    from mallocbench.store.base import STORE_NAME
-
-    return open_store(out_dir / STORE_NAME)
+    where = shlex.quote(str(out_dir))
+    return exc.going_on(
+        f"once the disk has room, run the missing replays with `mallocbench replay --resume "
+        f"{result.run_id} --out {where}`{shown}"
+    )
 
 
 commands = [replay]

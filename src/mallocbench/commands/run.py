@@ -17,6 +17,8 @@ from mallocbench.analysis.run_analysis import analyze
 from mallocbench.cluster import dispatch as cluster_mod
 from mallocbench.commands.options import (
     StopOnSignals,
+    cluster_access,
+    cluster_options,
     emit,
     min_effect_option,
     out_dir_option,
@@ -125,26 +127,9 @@ Examples:
 )
 @click.option("--quiet", "-q", is_flag=True, help="No live progress; print the report only.")
 @click.option("--dry-run", is_flag=True, help="Validate the experiment and print the plan.")
-@click.option(
-    "--cluster",
-    "cluster_address",
-    metavar="ADDRESS",
-    help="Dispatch the blocks to benchmark hosts through the Dask scheduler at ADDRESS "
-    "(tls://HOST:8786; see `mallocbench cluster`); give a store every host reaches.",
-)
-@click.option(
-    "--tls",
-    "tls_dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    metavar="DIR",
-    help="With --cluster: this machine's certificates (a directory `mallocbench cluster "
-    "init` made); the run's client presents them to the scheduler.",
-)
-@click.option(
-    "--insecure",
-    is_flag=True,
-    help="With --cluster: plain TCP, no TLS and no authentication (the scheduler must "
-    "have been started with --insecure too).",
+@cluster_options(
+    "Dispatch the blocks to benchmark hosts through the Dask scheduler at ADDRESS "
+    "(tls://HOST:8786; see `mallocbench cluster`); give a store every host reaches."
 )
 def run_cmd(
     experiment_file: Path,
@@ -163,7 +148,7 @@ def run_cmd(
     tls_dir: Path | None,
     insecure: bool,
 ) -> None:
-    cluster_address, security = _cluster_access(cluster_address, tls_dir, insecure)
+    cluster_address, security = cluster_access(cluster_address, tls_dir, insecure)
     experiment, pinned_run = cluster_mod.load_for_run(
         experiment_file,
         list(overrides),
@@ -255,20 +240,6 @@ def _choose_design(
     if chosen is None:
         return dataclasses.replace(experiment, design=experiment_mod.INTERLEAVED)
     return chosen
-
-
-def _cluster_access(
-    address: str | None, tls_dir: Path | None, insecure: bool
-) -> tuple[str | None, object]:
-    """--cluster's address with its scheme, and the security its client presents."""
-    from mallocbench.cluster import tls as clustertls
-
-    if address is None:
-        if tls_dir is not None or insecure:
-            raise MallocbenchError("--tls and --insecure go with --cluster ADDRESS: add it")
-        return None, None
-    access = clustertls.access(tls_dir, insecure)
-    return access.address(address), access.security
 
 
 def _with_progress(
@@ -444,7 +415,7 @@ def _how_to_go_on(target: str | Path, result: RunResult) -> str:
         else f"--store {store_label(target)}"
     )
     replay = result.metadata.replay is not None
-    return runs_report.go_on_text(replay, where, result.metadata.experiment_file)
+    return runs_report.go_on_text(replay, where, result.metadata.experiment_file, result.run_id)
 
 
 @click.command("runs")

@@ -151,7 +151,7 @@ def _window(
     name: str,
 ) -> int | None:
     """Wait out the window; the signal that cut it short, if one did."""
-    with control._signals_interrupt():
+    with control.signals_interrupt():
         try:
             _armed(window, name)
             if started is not None:

@@ -607,9 +607,10 @@ class Signalled(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
+def signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP end the window as Ctrl-C does: by default they would kill this
-    command and leave the server recording, its trace in the server's /tmp."""
+    command and leave the server recording, its trace in the server's /tmp (and a
+    cluster's replay unit its replayer running for nobody)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -648,7 +649,7 @@ def _armed_window(
 ) -> tuple[Window, int | None]:
     """Arm, and wait out the window; the signal that cut it short, if one did (then the
     shim has been told to stop)."""
-    with _signals_interrupt():
+    with signals_interrupt():
         window = start(pid, max_buffer=max_buffer, out=out, long=long)
         try:
             if started is not None:

@@ -87,6 +87,29 @@ def crash_note(run: ReplayRun) -> str:
     )
 
 
+# Runs the given (setup, repeat) replays of a run's trace somewhere else than here (on
+# a cluster), handing each to the callback as it ends, which commits it.
+Replays = Callable[
+    [RunResult, Path, list[tuple[PatternSetup, int]], Callable[[ReplayRun], None]], None
+]
+
+
+def committed(record: ReplayRecord) -> frozenset[tuple[str, int]]:
+    """The (setup, repeat) replays the run holds: a resume never runs one again."""
+    return frozenset((r.setup, r.repeat) for r in record.replay_runs)
+
+
+def pending(record: ReplayRecord, setups: Sequence[PatternSetup]) -> list[tuple[PatternSetup, int]]:
+    """The replays still to run, in the local order (repeat by repeat, setup by setup)."""
+    done = committed(record)
+    return [
+        (setup, repeat)
+        for repeat in range(record.repeats or 1)
+        for setup in setups
+        if (setup.name, repeat) not in done
+    ]
+
+
 def replay_run(
     result: RunResult,
     setups: Sequence[PatternSetup],
@@ -95,19 +118,25 @@ def replay_run(
     progress: Callable[[str], None] | None = None,
     finished: Callable[[ReplayRun], None] | None = None,
     until: float | None = None,
+    elsewhere: Replays | None = None,
+    resumed: bool = False,
 ) -> None:
     """Replay under every setup into `result` (and `store`, each replay as it ends);
     `progress` hears of each replay as it starts, `finished` once it is committed.
-    `until`: only the trace's first that many seconds."""
+    `until`: only the trace's first that many seconds. `elsewhere`: where the replays
+    run when not here. `resumed`: `result` is a run of `store` whose committed replays
+    are kept and not run again."""
     record = result.metadata.replay
     assert record is not None, "new_result makes a replay's run"
-    if store is not None:
+    if store is not None and not resumed:
         result.run_id = _unique_id(store, result.run_id)
         store.create_run(result)
         for setup in result.setups:
             store.save_setup(result.run_id, setup)
 
     def commit(run: ReplayRun) -> None:
+        if (run.setup, run.repeat) in committed(record):
+            return  # a unit a lost host finished after all: its replay is in already
         kept = ReplayRun(
             run.setup,
             run.repeat,
@@ -125,21 +154,29 @@ def replay_run(
 
     status = STATUS_RUN_FAILED
     try:
-        runner.replay_all(
-            setups,
-            trace,
-            record.repeats or 1,
-            record.timing or "recorded",
-            record.speed or 1.0,
-            float((record.trace or {}).get("duration_s") or 0),
-            progress=progress,
-            on_run=commit,
-            order=record.order or "recorded",
-            until=until,
-        )
+        if elsewhere is not None:
+            elsewhere(result, trace, pending(record, setups), commit)
+        else:
+            runner.replay_all(
+                setups,
+                trace,
+                record.repeats or 1,
+                record.timing or "recorded",
+                record.speed or 1.0,
+                float((record.trace or {}).get("duration_s") or 0),
+                progress=progress,
+                on_run=commit,
+                order=record.order or "recorded",
+                until=until,
+                done=committed(record),
+            )
         status = STATUS_FINISHED
     except KeyboardInterrupt:
         status = STATUS_INTERRUPTED
+        raise
+    except Exception as exc:
+        # Replays lost with their hosts leave the run interrupted: --resume completes it.
+        status = getattr(exc, "run_status", STATUS_RUN_FAILED)
         raise
     finally:
         if store is not None:

@@ -151,11 +151,13 @@ def replay_all(
     on_run: Callable[[ReplayRun], None] | None = None,
     order: str = "recorded",
     until: float | None = None,
+    done: frozenset[tuple[str, int]] = frozenset(),
 ) -> list[ReplayRun]:
     """Every setup `repeats` times, interleaved (A B C A B C ...), so a drift of the host
     spreads over all setups instead of biasing the one that ran last. `on_run` receives
     each replay as it ends (to commit it: an interrupted replay keeps what it measured).
-    `until`: only the trace's first that many seconds (advise's budget)."""
+    `until`: only the trace's first that many seconds (advise's budget). `done`: the
+    (setup, repeat) replays a resumed run has already committed, not run again."""
     if timing not in TIMINGS:
         raise MallocbenchError(f"--timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
     if order not in ORDERS:
@@ -164,6 +166,8 @@ def replay_all(
     runs = []
     for repeat in range(repeats):
         for setup in setups:
+            if (setup.name, repeat) in done:
+                continue
             if progress is not None:
                 progress(f"{setup.name} · repeat {repeat + 1}/{repeats}")
             run = run_once(setup, trace, timing, speed, repeat, timeout, order, until)

@@ -274,10 +274,18 @@ def print_unfinished(run: Unfinished, console: Console) -> None:
     )
 
 
-def go_on_text(replay: bool, where: str, experiment_file: str | None) -> str:
+def go_on_text(replay: bool, where: str, experiment_file: str | None, run_id: str = "") -> str:
     """The command that measures what an unfinished run is missing."""
+    if replay and where.startswith("--out "):
+        return (
+            "the missing replays were not run: continue with "
+            f"`mallocbench replay --resume {run_id} {where}`"
+        )
     if replay:
-        return "a replay has no --resume: replay the trace again for the missing ones"
+        return (
+            "the missing replays were not run: copy the run into a store under a replay's "
+            "--out (mallocbench store copy) and resume it there with `mallocbench replay --resume`"
+        )
     experiment = experiment_file or "EXPERIMENT.toml"
     return (
         "MISSING cells were not measured: continue with "
