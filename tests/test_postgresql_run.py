@@ -133,3 +133,13 @@ def test_a_misspelt_family_is_refused_with_the_nearest_name(tmp_path: Path) -> N
     lines = ran.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown server family 'postgres'" in lines[0], ran.stderr
     assert "did you mean 'postgresql'" in lines[0] or "postgresql" in lines[0]
+
+
+def test_a_soak_event_on_postgresql_is_refused_in_one_line(tmp_path: Path) -> None:
+    exp = _experiment(tmp_path)
+    exp.write_text(exp.read_text() + '\n[[soak.event]]\naction = "big-sort"\nevery = "5s"\n')
+    ran = run_cli("soak", str(exp), "--duration", "10s", "--out", str(tmp_path / "out"))
+    assert ran.returncode != 0
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1, ran.stderr
+    assert 'action = "big-sort" runs on MariaDB only yet' in lines[0]
