@@ -4,6 +4,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 OUT ?= demo-out
+# The demo's experiment: any family's (examples/postgresql.toml runs PostgreSQL).
+EXPERIMENT ?= examples/quick.toml
 # pytest-xdist workers for `make test`: most server tests wait on servers, sysbench and
 # their timeouts, so more workers than cores keep the cores busy; tests marked `alone`
 # (timing, CPU, noise) still run by themselves (tests/conftest.py). 4 workers were not
@@ -90,7 +92,7 @@ bytecode: venv
 	@$(PY) -m compileall -q -j 0 src
 
 demo: setup
-	$(VENV)/bin/mallocbench run examples/quick.toml --out $(OUT)
+	$(VENV)/bin/mallocbench run $(EXPERIMENT) --out $(OUT)
 	@echo
 	@echo "Report: $(OUT)/report.html and $(OUT)/report.md  (results: $(OUT)/results.json)"
 

@@ -37,11 +37,11 @@ from mallocbench import allocators
 from mallocbench.analysis import stats
 from mallocbench.probes import process as proc_probe
 from mallocbench.probes.server import ServerMemoryProbe
-from mallocbench.run.dataset import golden_datadir
 from mallocbench.run.experiment import Dataset
 from mallocbench.run.measure import measure
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
+from mallocbench.servers.mariadb.dataset import golden_datadir
 from mallocbench.workloads.catalogue import Step, step_from_label
 from mallocbench.workloads.sysbench import Interval, Sysbench
 

@@ -33,10 +33,10 @@ from mallocbench import allocators
 from mallocbench.analysis import stats
 from mallocbench.native import shim_path
 from mallocbench.replay import control
-from mallocbench.run.dataset import golden_datadir
 from mallocbench.run.experiment import Dataset
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
+from mallocbench.servers.mariadb.dataset import golden_datadir
 from mallocbench.workloads.catalogue import Step, step_from_label
 from mallocbench.workloads.sysbench import Interval, Sysbench
 

@@ -157,9 +157,9 @@ def server_under_load(
     the step, then kept under `threads` clients in the background for `load_s`: what the
     record and replay benches measure beside. Waits for the load when the body ends."""
     from mallocbench import allocators
-    from mallocbench.run.dataset import golden_datadir
     from mallocbench.servers import engines
     from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
+    from mallocbench.servers.mariadb.dataset import golden_datadir
     from mallocbench.workloads.catalogue import step_from_label
     from mallocbench.workloads.sysbench import Sysbench
 

@@ -85,6 +85,7 @@ def test_the_parts_sum_to_the_servers_pss_and_shared_memory_is_counted_once(
 
 def test_the_cell_metrics_are_values_that_add_up(busy: PgServer) -> None:
     metrics = FAMILY.account(busy, "jemalloc")
+    assert metrics is not None  # PostgreSQL's account is its own
     parts = (
         metrics["pss_shared_memory_bytes"]
         + metrics["pss_private_anon_bytes"]

@@ -15,10 +15,10 @@ import pytest
 from mallocbench import allocators
 from mallocbench.analysis.sla import SLA_FRACTION, ibench_rates, sla_status
 from mallocbench.errors import MallocbenchError
-from mallocbench.run import dataset
 from mallocbench.run.dataset import Dataset
 from mallocbench.servers import engines
 from mallocbench.servers.mariadb import PrivateServer, ServerConfig, find_build
+from mallocbench.servers.mariadb.dataset import golden_datadir
 from mallocbench.workloads.catalogue import Step, parse_steps
 from mallocbench.workloads.sysbench import Explained, Sysbench, sysbench_binary
 
@@ -46,7 +46,7 @@ def served(
     """A private server on a copy of the golden datadir, and sysbench bound to it."""
     engine = engines.get(request.param)
     build = find_build()
-    golden = dataset.golden_datadir(build, engine, DATASET)
+    golden = golden_datadir(build, engine, DATASET)
     rundir: Path = tmp_path_factory.mktemp(f"server-{engine.name}")
     config = ServerConfig(
         engine=engine, cache_bytes=DATASET.cache_bytes, allocator=allocators.get("glibc")

@@ -25,16 +25,17 @@ from mallocbench.calibrate.summary import (
 )
 from mallocbench.calibrate.target import Target
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import cache_root
 from mallocbench.probes.system import cpu_snapshot, system_thp_mode
-from mallocbench.run import dataset
 from mallocbench.run.builds import check_config_keys
 from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession
 from mallocbench.run.measure import CellMeasurement, new_cell, warm_up
 from mallocbench.run.measure import measure_slice as measure_cell_slice
 from mallocbench.run.planning import in_block_order
-from mallocbench.run.session import LiveSession, start_session, stop_session, warm_cache
+from mallocbench.run.session import LiveSession, start_session, stop_session
 from mallocbench.run.turns import measure_turns
-from mallocbench.servers.mariadb import ServerBuild, find_build
+from mallocbench.servers import families
+from mallocbench.servers.family import Build
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import locks
 from mallocbench.workloads.sysbench import RunOutput
@@ -103,7 +104,7 @@ def _warm_step(
 def measure_start(
     experiment: Experiment,
     target: Target,
-    where: tuple[ServerBuild, Path, Path],
+    where: tuple[Build, Path, Path],
     index: int,
     options: dict[str, Any],
     status: Callable[[str], None],
@@ -121,7 +122,7 @@ def measure_start(
     began = time.monotonic()
     live = start_session(experiment, planned, f"calibrate.{planned.id}", rundir, build, golden)
     try:
-        warm_cache(live.server, experiment)
+        live.family.warm_cache(live.server, experiment.dataset)
         start_s = time.monotonic() - began
         status(f"warming {target.step.label} ({rundir.name})")
         measurement = _warm_step(live, experiment, target, index)
@@ -165,7 +166,7 @@ def copy_order(copies: int, index: int) -> list[int]:
 def _start_copies(
     experiment: Experiment,
     target: Target,
-    where: tuple[ServerBuild, Path, Path],
+    where: tuple[Build, Path, Path],
     index: int,
     lives: dict[int, LiveSession],
     status: Callable[[str], None],
@@ -183,7 +184,7 @@ def _start_copies(
         status(f"starting copy {copy} of {target.setup.name} ({rundir.name})")
         session_id = f"calibrate.start{index + 1}{copy}"
         lives[i] = start_session(experiment, planned, session_id, rundir / copy, build, golden)
-        warm_cache(lives[i].server, experiment)
+        lives[i].family.warm_cache(lives[i].server, experiment.dataset)
         took[i] = time.monotonic() - began
     return [took[i] for i in sorted(took)]
 
@@ -213,7 +214,7 @@ def _take_turns(
 def measure_copies(
     experiment: Experiment,
     target: Target,
-    where: tuple[ServerBuild, Path, Path],
+    where: tuple[Build, Path, Path],
     index: int,
     options: dict[str, Any],
     status: Callable[[str], None],
@@ -269,13 +270,14 @@ def calibrate(
     experiment: Experiment, target: Target, out_dir: Path, options: dict[str, Any], console: Console
 ) -> CalibrationSummary:
     """Measure `options["starts"]` starts under the output directory's lock; summarize."""
-    build = find_build(target.setup.basedir)
+    family = families.get(experiment.family)
+    build = family.find_build(target.setup.basedir)
     check_config_keys(experiment, target.setup, build)  # before the dataset is loaded
     calibrate_dir = out_dir / "calibrate"
     session_notes: list[str] = []
     with console.status("calibrating") as spinner:
-        golden = dataset.golden_datadir(
-            build, target.engine, experiment.dataset, on_status=spinner.update
+        golden = family.golden_datadir(
+            build, target.engine.name, experiment.dataset, cache_root(), spinner.update
         )
         with locks.lock_directory(out_dir):
             # A calibration killed before it stopped its servers left them running.
@@ -301,7 +303,7 @@ def calibrate(
 def _measure_starts(
     experiment: Experiment,
     target: Target,
-    where: tuple[ServerBuild, Path, Path],
+    where: tuple[Build, Path, Path],
     options: dict[str, Any],
     say: tuple[Callable[[str], None], Callable[[str], None]],
 ) -> list[tuple[StartResult, PairResult | None, list[str]]]:

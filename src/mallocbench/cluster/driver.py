@@ -34,7 +34,7 @@ from mallocbench.model.metadata import ClusterRecord, HostRecord, RunMetadata, W
 from mallocbench.run.experiment import PlannedSession
 from mallocbench.run.options import RunOptions, RunOutcome
 from mallocbench.run.schedule import ScheduledRun
-from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.servers.family import Build
 from mallocbench.servers.outcome import ServerStartError
 from mallocbench.store import ResultsStore, store_label
 
@@ -180,7 +180,7 @@ class ClusterSchedule:
         run_id: str,
         sessions: list[PlannedSession],
         done: set[tuple[str, str, str, int, int]],
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
         outcome: RunOutcome,
     ) -> None:
         self.say = self.asked_say or pipeline.progress.status

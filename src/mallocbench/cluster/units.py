@@ -21,7 +21,7 @@ from mallocbench.run.options import RunOptions, RunOutcome
 from mallocbench.run.overrides import apply_overrides, recorded_set
 from mallocbench.run.planning import blocks, plan_extra_round
 from mallocbench.run.source import RunSessions
-from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.servers.family import Build
 from mallocbench.servers.outcome import ServerStartError
 from mallocbench.store import ResultsStore, is_url
 from mallocbench.store.sqlite import STATUS_INTERRUPTED
@@ -279,7 +279,7 @@ class StoredRunSessions(RunSessions):
         run_id: str,
         experiment: Experiment,
         outcome: RunOutcome,
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
         measured_on: str | None,
     ) -> None:
         hosts = outcome.result.metadata.hosts
@@ -296,7 +296,7 @@ def lost_unit(note: str) -> str | None:
     return None
 
 
-def host_record(experiment: Experiment, builds: dict[str | None, ServerBuild]) -> HostRecord:
+def host_record(experiment: Experiment, builds: dict[str | None, Build]) -> HostRecord:
     return HostRecord(
         host=host_facts(),
         server_versions=sorted({b.label for b in builds.values()}),

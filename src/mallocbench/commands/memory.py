@@ -455,10 +455,11 @@ def _golden_datadir(
 ) -> Path:
     """The run pipeline's cached sbtest tables, so a step profiled here and a cell measured
     there see the same data."""
-    from mallocbench.run import dataset
+    from mallocbench.run.dataset import Dataset
+    from mallocbench.servers.mariadb.dataset import golden_datadir
 
-    shape = dataset.Dataset(tables=tables, rows=rows, cache_bytes=cache_bytes)
-    return dataset.golden_datadir(build, engine, shape, on_status=on_status)
+    shape = Dataset(tables=tables, rows=rows, cache_bytes=cache_bytes)
+    return golden_datadir(build, engine, shape, on_status=on_status)
 
 
 commands = [memory, profile]

@@ -30,6 +30,7 @@ from mallocbench.model.metadata import ReplayRecord
 from mallocbench.model.results import RunResult, SetupInfo
 from mallocbench.report import formats
 from mallocbench.report.recommend import Advice
+from mallocbench.servers import families
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_size
 
@@ -246,17 +247,27 @@ def recommend_cmd(
             raise
         chosen = None  # engines disagree: each engine's choice is in the text above
     if chosen is not None:
-        deployment = deploy.deployment_for(_setup(result, chosen), service)
+        deployment = _deployment(result, _setup(result, chosen), service)
     emit(formats.RECOMMENDATION, fmt_name, Advice(rec, deployment, source))
     if dropin_dir is not None:
         if deployment is None:
             kinds = ", ".join(dict.fromkeys(e.kind for e in rec.engines)) or "keep"
             make_console(stderr=True).print(f"no change recommended ({kinds}): no drop-in written")
             return
-        path = systemd.write_dropin(deployment, dropin_dir)
+        path, unit = systemd.write_dropin(deployment, dropin_dir), deployment.service
         make_console(stderr=True).print(
-            f"wrote {path}; apply with: systemctl daemon-reload && systemctl restart {service}"
+            f"wrote {path}; apply with: systemctl daemon-reload && systemctl restart {unit}"
         )
+
+
+def _deployment(result: RunResult, setup: SetupInfo, service: str) -> deploy.Deployment:
+    """The forms for the family the run measured (its servers' flavor); --service names
+    a MariaDB run's unit, mariadb or mysql."""
+    labels = result.metadata.server_versions or [families.DEFAULT]
+    family = families.of_flavor(labels[0].split()[0])
+    if family.name == families.DEFAULT and service != families.DEFAULT:
+        return deploy.deployment_for(setup, service)
+    return family.deployment(setup)
 
 
 commands = [recommend_cmd]

@@ -9,10 +9,10 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
+from mallocbench.files import cache_root
 from mallocbench.model.results import Cell
 from mallocbench.probes.system import system_thp_mode
 from mallocbench.replay import cells as cells_record
-from mallocbench.run import dataset
 from mallocbench.run.builds import resolve_builds
 from mallocbench.run.cellends import record_charge, restart_peak
 from mallocbench.run.executor import CellProgress, RunContext, Session
@@ -26,10 +26,10 @@ from mallocbench.run.experiment import (
 )
 from mallocbench.run.measure import CellMeasurement, finish_cell, measure_slice, new_cell, warm_up
 from mallocbench.run.planning import slices_per_cell
-from mallocbench.run.session import LiveSession, start_session, stop_session, warm_cache
+from mallocbench.run.session import LiveSession, start_session, stop_session
 from mallocbench.run.turns import measure_turns, takes_turns
-from mallocbench.servers import engines
-from mallocbench.servers.mariadb import ServerBuild, server_user
+from mallocbench.servers import families
+from mallocbench.servers.family import Build, ServerFamily
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.servers.outcome import ServerStartError
 from mallocbench.servers.runtime import RuntimeDir
@@ -46,10 +46,12 @@ class RealExecutor:
 
     def __init__(self) -> None:
         self._runtime: RuntimeDir | None = None
+        # The experiment's, once its builds are resolved (before any server state).
+        self._family: ServerFamily = families.get(families.DEFAULT)
 
     @contextlib.contextmanager
     def server_state(self, label: str) -> Iterator[str | None]:
-        user = server_user()
+        user = self._family.server_user()
         if user is None:
             yield None
             return
@@ -60,7 +62,8 @@ class RealExecutor:
             finally:
                 self._runtime = None
 
-    def resolve_builds(self, experiment: Experiment) -> dict[str | None, ServerBuild]:
+    def resolve_builds(self, experiment: Experiment) -> dict[str | None, Build]:
+        self._family = families.get(experiment.family)
         return resolve_builds(experiment)
 
     def stop_leftovers(self, out_dir: Path) -> list[int]:
@@ -75,15 +78,16 @@ class RealExecutor:
         return system_thp_mode(setup.thp if setup.thp in ("always", "madvise") else None)
 
     def start_session(
-        self, run: RunContext, planned: PlannedSession, session_id: str, build: ServerBuild
+        self, run: RunContext, planned: PlannedSession, session_id: str, build: Build
     ) -> LiveSession:
         """Start a server for the session's setup on a golden datadir's copy, warm its cache."""
         experiment, progress = run.experiment, run.progress
         setup = experiment.setup(planned.setup)
-        engine = engines.get(planned.engine)
+        family = families.get(experiment.family)
+        engine = family.engine(planned.engine)
         try:
-            golden = dataset.golden_datadir(
-                build, engine, experiment.dataset, on_status=progress.status
+            golden = family.golden_datadir(
+                build, planned.engine, experiment.dataset, cache_root(), progress.status
             )
             progress.status(f"starting {setup.name} on {engine.name} ({session_id})")
             live = start_session(
@@ -100,7 +104,7 @@ class RealExecutor:
         except MallocbenchError as exc:
             raise ServerStartError(f"setup {setup.name}: {exc}") from exc
         progress.status(f"warming the {engine.name} cache ({session_id})")
-        live.info.cache_warm = warm_cache(live.server, experiment)
+        live.info.cache_warm = family.warm_cache(live.server, experiment.dataset)
         return live
 
     def stop_session(self, run: RunContext, session: Session) -> None:

@@ -26,6 +26,7 @@ from mallocbench.model.results import STATUS_CRASHED, STATUS_OOM, Cell, RunResul
 from mallocbench.run.executor import RunContext, Session
 from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession, Setup
 from mallocbench.run.planning import slices_per_cell
+from mallocbench.servers.family import Build
 from mallocbench.servers.mariadb import ServerBuild
 from mallocbench.store.loading import load_result
 
@@ -120,12 +121,12 @@ class RecordedExecutor:
     def server_state(self, label: str) -> AbstractContextManager[str | None]:
         return nullcontext(None)  # no server, no state
 
-    def resolve_builds(self, experiment: Experiment) -> dict[str | None, ServerBuild]:
+    def resolve_builds(self, experiment: Experiment) -> dict[str | None, Build]:
         """The builds the recording names; nothing is looked for on this machine."""
         recorded = {s.name: s for s in self.recording.setups}
         labels = self.recording.metadata.server_versions or ["mariadb"]
         flavor = str(labels[0]).split()[0]
-        builds: dict[str | None, ServerBuild] = {}
+        builds: dict[str | None, Build] = {}
         for setup in experiment.setups:
             info = recorded.get(setup.name)
             builds.setdefault(
@@ -148,7 +149,7 @@ class RecordedExecutor:
         return nullcontext()
 
     def start_session(
-        self, run: RunContext, planned: PlannedSession, session_id: str, build: ServerBuild
+        self, run: RunContext, planned: PlannedSession, session_id: str, build: Build
     ) -> RecordedSession:
         run.progress.status(f"replaying {planned.setup} on {planned.engine} ({session_id})")
         self._clock += self.start_s

@@ -149,8 +149,11 @@ class PeakSampler:
         pid: int,
         interval_s: float = 0.25,
         charge: Callable[[], dict[str, float]] | None = None,
+        reader: Callable[[int], Memory | None] | None = None,
     ) -> None:
         self.pid = pid
+        # A server of several processes is read as one (its family's reading).
+        self._read = reader or read_memory
         self.interval_s = interval_s
         self.peak_rss = 0
         self.peak_vsz = 0
@@ -169,7 +172,7 @@ class PeakSampler:
             self._stop.wait(self.interval_s)
 
     def sample(self) -> Memory | None:
-        memory = read_memory(self.pid)
+        memory = self._read(self.pid)
         if memory is not None:
             self.peak_rss = max(self.peak_rss, memory.rss_bytes)
             self.peak_vsz = max(self.peak_vsz, memory.vsz_bytes)

@@ -66,12 +66,14 @@ _PFS_SQL = (
 class ServerMemoryProbe:
     """Reads the server's memory counters; never raises, so it can never cost a cell."""
 
-    def __init__(self, server: ProbedServer) -> None:
+    def __init__(self, server: ProbedServer, asks_server: bool = True) -> None:
         self.server = server
         self._conn: pymysql.Connection | None = None
         self._pfs: bool | None = None  # learnt on first read
         self._dbstats: bool | None = None
-        self._broken = False
+        # Without SQL (a server whose counters are not these: PostgreSQL) only the
+        # cgroup's charge is read.
+        self._broken = not asks_server
 
     def _connection(self) -> pymysql.Connection | None:
         if self._conn is None and not self._broken:

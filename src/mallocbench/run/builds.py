@@ -7,15 +7,16 @@ from __future__ import annotations
 from mallocbench.errors import MallocbenchError
 from mallocbench.native import shim_path
 from mallocbench.run.experiment import Experiment, Setup
-from mallocbench.servers.known_options import known_options, plugins_asked
-from mallocbench.servers.mariadb import ServerBuild, find_build
+from mallocbench.servers import families
+from mallocbench.servers.family import Build
 
 
-def resolve_builds(experiment: Experiment) -> dict[str | None, ServerBuild]:
-    builds: dict[str | None, ServerBuild] = {}
+def resolve_builds(experiment: Experiment) -> dict[str | None, Build]:
+    family = families.get(experiment.family)
+    builds: dict[str | None, Build] = {}
     for setup in experiment.setups:
         if setup.basedir not in builds:
-            builds[setup.basedir] = find_build(setup.basedir)
+            builds[setup.basedir] = family.find_build(setup.basedir)
         check_config_keys(experiment, setup, builds[setup.basedir])
     recording = [s.name for s in experiment.setups if s.record]
     if recording:
@@ -26,22 +27,12 @@ def resolve_builds(experiment: Experiment) -> dict[str | None, ServerBuild]:
     return builds
 
 
-def check_config_keys(experiment: Experiment, setup: Setup, build: ServerBuild) -> None:
+def check_config_keys(experiment: Experiment, setup: Setup, build: Build) -> None:
     """Refuse, before any dataset is loaded, a config key the setup's server would not
-    take on one of the engines (each loads its own plugins), and a plugin it cannot load."""
-    asked = {**experiment.server_config, **setup.config}
-    for engine in experiment.engines:
-        config = {**engine.config(experiment.dataset.cache_bytes), **asked}
-        known = known_options(build, plugins_asked(config))
-        if known is None:
-            return
-        if known.plugin_error is not None:
-            raise MallocbenchError(
-                f"setup {setup.name} on {engine.name}: {build.label} cannot load a plugin "
-                f"the setup asks for ({known.plugin_error}): install it or remove it from "
-                "plugin_load_add"
-            )
-        problems = [p for p in map(known.problem, asked) if p is not None]
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise MallocbenchError(f"setup {setup.name} on {engine.name}: {problems[0]}{more}")
+    take on one of the engines, and a plugin it cannot load (the family's check)."""
+    families.get(experiment.family).check_settings(
+        build,
+        {**experiment.server_config, **setup.config},
+        [engine.name for engine in experiment.engines],
+        f"setup {setup.name}",
+    )

@@ -17,6 +17,7 @@ from mallocbench.allocators import knobs as allocator_knobs
 from mallocbench.allocators.base import Allocator
 from mallocbench.errors import MallocbenchError
 from mallocbench.inputs.validation import Problems
+from mallocbench.servers import families
 from mallocbench.servers.options import check_knob
 
 Schema = dict[str, Any]
@@ -99,9 +100,12 @@ RUN_DURATIONS: dict[str, Schema] = {
     | {"description": "seconds per slice alternating between setups (runs: 5, turns: 1)"},
 }
 RUN_SERVER: dict[str, Schema] = {
-    "basedir": _of("string", "the mysqld build every setup runs"),
+    "family": _of(
+        "string", "the server every setup runs (default mariadb)", enum=list(families.FAMILIES)
+    ),
+    "basedir": _of("string", "the server build every setup runs (mysqld's; PostgreSQL's bin)"),
     "port": _of("integer", "TCP port of the first server", minimum=1024, maximum=65535),
-    "config": {**STRING_MAP, "description": "my.cnf overrides for every setup"},
+    "config": {**STRING_MAP, "description": "my.cnf (postgresql.conf) overrides for every setup"},
     "memory_limit": SIZE | {"description": "cap every setup's memory cgroup"},
 }
 SOAK_EVENT: dict[str, Schema] = {
@@ -143,7 +147,9 @@ RUN_TOP: dict[str, Schema] = {
     "name": _of("string", "the experiment's name"),
     "description": _of("string", "what the experiment asks"),
     "base": _of("string", "the setup others are compared with"),
-    "engines": _list_of(_of("string", "innodb or myrocks"), "engines to run"),
+    "engines": _list_of(
+        _of("string", "innodb or myrocks (PostgreSQL: leave out)"), "engines to run"
+    ),
     "steps": _list_of(_of("string", '"name", "name range=N" or a group'), "steps to run"),
     "threads": _list_of(_of("integer", "clients", minimum=1), "client counts"),
     "repeats": _of(

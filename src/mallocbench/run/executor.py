@@ -18,7 +18,7 @@ from typing import Protocol
 
 from mallocbench.model.results import Cell, SessionInfo
 from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession, Setup
-from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.servers.family import Build
 from mallocbench.workloads.sysbench import Interval
 
 
@@ -56,7 +56,7 @@ class RunContext:
 
 
 class Executor(Protocol):
-    def resolve_builds(self, experiment: Experiment) -> dict[str | None, ServerBuild]:
+    def resolve_builds(self, experiment: Experiment) -> dict[str | None, Build]:
         """The server build of every setup's basedir (None: the packaged server)."""
         ...
 
@@ -80,7 +80,7 @@ class Executor(Protocol):
         ...
 
     def start_session(
-        self, run: RunContext, planned: PlannedSession, session_id: str, build: ServerBuild
+        self, run: RunContext, planned: PlannedSession, session_id: str, build: Build
     ) -> Session:
         """A started, cache-warmed server for the session; raises ServerStartError."""
         ...

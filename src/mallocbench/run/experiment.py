@@ -14,6 +14,7 @@ from mallocbench.run.dialect import (
     MAX_PLANNED,
 )
 from mallocbench.run.soak_events import SoakEvent
+from mallocbench.servers import families
 from mallocbench.servers.engines import Engine
 from mallocbench.workloads.catalogue import Step
 
@@ -35,13 +36,6 @@ MAX_CELLS = MAX_PLANNED
 
 
 MAX_TITLE = 200  # characters of the experiment's name
-
-
-# Disk a loaded sysbench table takes per row: id INT + k INT + c CHAR(120) + pad CHAR(60)
-# are 188 bytes, plus InnoDB's 18 bytes of row header and transaction fields, page fill
-# and the secondary index on k. Measured on MariaDB 10.11 with 200,000 rows: 272 bytes
-# (InnoDB), 208 (MyRocks).
-BYTES_PER_ROW = 280
 
 
 # A datadir holds more than the tables: the 256 MiB redo log the innodb engine sets, the
@@ -167,6 +161,7 @@ class Experiment:
     # [[soak.event]]: what a soak runs beside its load (run.soak_events); `run` refuses them.
     events: tuple[SoakEvent, ...] = ()
     decision: Decision | None = None  # [decision]: what the run's recommendation weighs
+    family: str = families.DEFAULT  # [server] family: the server every setup runs
 
     def setup(self, name: str) -> Setup:
         return next(s for s in self.setups if s.name == name)

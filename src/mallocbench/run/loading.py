@@ -33,7 +33,6 @@ from mallocbench.run.dialect import (
 from mallocbench.run.experiment import (
     ALTERNATIONS,
     AUTO,
-    BYTES_PER_ROW,
     DATADIR_OVERHEAD_BYTES,
     DEFAULT_SLICE_S,
     DEFAULT_TURN_S,
@@ -55,8 +54,10 @@ from mallocbench.run.overrides import apply_overrides
 from mallocbench.run.planning import planned_cells
 from mallocbench.run.setups import expect, read_base, read_server, read_setups
 from mallocbench.run.soak_events import parse_events
-from mallocbench.servers import engines
+from mallocbench.servers import families
 from mallocbench.servers.engines import Engine
+from mallocbench.servers.family import ServerFamily
+from mallocbench.servers.mariadb.dataset import BYTES_PER_ROW
 from mallocbench.units import gb, parse_count, parse_duration, parse_min_effect, parse_size
 from mallocbench.workloads.catalogue import Step, parse_steps
 
@@ -172,8 +173,9 @@ def from_dict(
     tables = setup_tables(problems, data, older=False)
     setups = read_setups(problems, tables, server)
     base = read_base(problems, data, tables, setups)
-    engine_list = _engines(problems, data)
-    steps, step_specs = _steps(problems, data)
+    family = families.get(server.family)
+    engine_list = _engines(problems, data, family)
+    steps, step_specs = _steps(problems, data, family)
     threads = _threads(problems, data)
     repeats = problems.check(("repeats",), _repeats, data.get("repeats", 1))
     min_effect = problems.check(("min_effect",), parse_min_effect, data.get("min_effect", 0))
@@ -212,9 +214,19 @@ def from_dict(
         port=server.port,
         events=events,
         decision=decision,
+        family=family.name,
     )
     # Checked once the parts are right: a count of broken parts would mislead.
     problems.check(("repeats",) if "repeats" in data else (), _check_cells, experiment)
+    where = ("server", "family") if "family" in (data.get("server") or {}) else ()
+    problems.check(
+        where,
+        family.check_plan,
+        experiment.alternate,
+        experiment.design,
+        any(setup.record for setup in setups),
+        experiment.port,
+    )
     problems.raise_if_any(source, text, overridden)
     return experiment
 
@@ -260,14 +272,16 @@ def _as_list(value: object, types: type | tuple[type, ...]) -> Any:
     return [value] if isinstance(value, types) and not isinstance(value, bool) else value
 
 
-def _engines(problems: Problems, data: dict[str, Any]) -> list[Engine]:
-    names = _as_list(data.get("engines", ["innodb"]), str)
+def _engines(problems: Problems, data: dict[str, Any], family: ServerFamily) -> list[Engine]:
+    """The engines to run; a family without storage engines has one named after it,
+    which is what the list reads when left out (and all it may name)."""
+    names = _as_list(data.get("engines", list(family.default_engines)), str)
     hint = 'write a list, e.g. ["innodb", "myrocks"]'
     if problems.check(("engines",), expect, names, list, "engines", hint) is None:
         return []
     if not names:
         problems.add(("engines",), 'engines is empty: write e.g. engines = ["innodb"]')
-    found = [problems.check(("engines", i), engines.get, str(n)) for i, n in enumerate(names)]
+    found = [problems.check(("engines", i), family.engine, str(n)) for i, n in enumerate(names)]
     seen: set[str] = set()
     for index, engine in enumerate(found):
         if engine is not None and engine.name in seen:
@@ -277,7 +291,9 @@ def _engines(problems: Problems, data: dict[str, Any]) -> list[Engine]:
     return [engine for engine in found if engine is not None]
 
 
-def _steps(problems: Problems, data: dict[str, Any]) -> tuple[list[Step], list[str]]:
+def _steps(
+    problems: Problems, data: dict[str, Any], family: ServerFamily
+) -> tuple[list[Step], list[str]]:
     """The steps in run order, and the specs as written (names and groups)."""
     specs = _as_list(data.get("steps", ["point-query"]), str)
     hint = 'write a list of steps or groups, e.g. ["point", "scan"]'
@@ -290,7 +306,10 @@ def _steps(problems: Problems, data: dict[str, Any]) -> tuple[list[Step], list[s
         problems.check(("steps", index), parse_steps, [spec])  # each, to locate each typo
     if problems.failed("steps"):
         return [], written
-    return parse_steps(written), written
+    steps = parse_steps(written)
+    # Refused here, by name, before anything is loaded or started.
+    problems.check(("steps",), family.check_steps, [step.name for step in steps])
+    return steps, written
 
 
 def _threads(problems: Problems, data: dict[str, Any]) -> list[int]:

@@ -27,6 +27,7 @@ from mallocbench.probes.system import cpu_snapshot, interference
 from mallocbench.run.cellends import client_failure, dead_server_cell, died_meanwhile, note_stall
 from mallocbench.run.experiment import Experiment, PlannedCell
 from mallocbench.run.session import LiveSession
+from mallocbench.servers.mariadb import PrivateServer
 from mallocbench.workloads.catalogue import Step
 from mallocbench.workloads.sysbench import Interval, RunOutput, Sysbench, Turn, merge_outputs
 
@@ -73,6 +74,7 @@ def measure(
     on_interval: Callable[[Interval, int | None], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     server_probe: ServerMemoryProbe | None = None,
+    read_memory: Callable[[int], proc_probe.Memory | None] = proc_probe.read_memory,
 ) -> Measured:
     """One measured sysbench run with the memory probes around it.
 
@@ -85,7 +87,7 @@ def measure(
     def record(interval: Interval) -> None:
         if samples:
             gaps.append(interval.t - samples[-1].t)
-        memory = proc_probe.read_memory(server_pid) if probes else None
+        memory = read_memory(server_pid) if probes else None
         reported = server_probe.read() if probes and server_probe is not None else {}
         samples.append(
             sample_of(interval.t, memory, interval.qps, interval.tps, reported, interval.latency_ms)
@@ -97,7 +99,7 @@ def measure(
         output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
         return Measured(output, samples, None, None, max(gaps))
     charge = server_probe.charge if server_probe is not None else None
-    with proc_probe.PeakSampler(server_pid, charge=charge) as peaks:
+    with proc_probe.PeakSampler(server_pid, charge=charge, reader=read_memory) as peaks:
         output = sysbench.run(step, threads, seconds, on_interval=record, should_stop=should_stop)
     last = peaks.last
     if peaks.outlived and last is not None and (not samples or last[0] > samples[-1].t):
@@ -317,8 +319,8 @@ def measure_slice(
     """One measured slice of a cell on its server; False when the server died in it."""
     planned = measurement.planned
     if live.probe is None:
-        live.probe = ServerMemoryProbe(live.server)
-    before = proc_probe.read_counters(live.pid)
+        live.probe = live.family.memory_probe(live.server)
+    before = live.family.read_counters(live.pid)
     system_cs_before = proc_probe.system_context_switches()
     cpu_before = cpu_snapshot()
     measured = measure(
@@ -330,8 +332,9 @@ def measure_slice(
         on_interval=lambda i, rss: on_interval(planned, i, rss),
         should_stop=should_stop,
         server_probe=live.probe,
+        read_memory=live.family.read_memory,
     )
-    after = proc_probe.read_counters(live.pid)
+    after = live.family.read_counters(live.pid)
     own_cpu = measured.output.client_cpu_s
     if before is not None and after is not None:
         own_cpu += after.user_s + after.system_s - before.user_s - before.system_s
@@ -378,13 +381,23 @@ def finish_cell(measurement: CellMeasurement, live: LiveSession, take_account: b
     cell.metrics.update(output.metrics)
     cell.metrics.update(measurement.reported_at_end)
     if take_account:
-        cell.metrics.update(account(live.server, live.setup.allocator.name))
+        cell.metrics.update(_account(live))
     # A load's throughput changes as its tables grow: no level to hold, nothing to judge.
     if not measurement.planned.step.definition.until_done:
         stability = check_stability([s.qps for s in cell.samples])
         cell.stability = stability.to_dict(stability_reason(stability))
         note_stall(cell, measurement.report_gap_s)
     return cell
+
+
+def _account(live: LiveSession) -> dict[str, float]:
+    """The family's account of its server, or the pipeline's own (MariaDB's)."""
+    own = live.family.account(live.server, live.setup.allocator.name)
+    if own is not None:
+        return own
+    if not isinstance(live.server, PrivateServer):
+        return {}
+    return account(live.server, live.setup.allocator.name)
 
 
 __all__ = [

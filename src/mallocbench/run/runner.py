@@ -42,7 +42,7 @@ from mallocbench.run.source import (
     new_run_id,
     setup_infos,
 )
-from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.servers.family import Build
 from mallocbench.servers.outcome import ServerStartError, SettingNotTaken
 from mallocbench.store import ResultsStore, locks, open_store
 from mallocbench.store.sqlite import (
@@ -114,7 +114,7 @@ class Pipeline:
                 store.close()
 
     def _execute(
-        self, store: ResultsStore, builds: dict[str | None, ServerBuild], orphans: list[int]
+        self, store: ResultsStore, builds: dict[str | None, Build], orphans: list[int]
     ) -> RunOutcome:
         experiment, options = self.experiment, self.options
         run_id = (
@@ -130,7 +130,7 @@ class Pipeline:
     def _execute_locked(
         self,
         store: ResultsStore,
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
         orphans: list[int],
         run_id: str,
     ) -> RunOutcome:
@@ -233,7 +233,7 @@ class Pipeline:
             if outcome.aborted is None or outcome.aborted == "interrupted":
                 raise
 
-    def _run_metadata(self, builds: dict[str | None, ServerBuild]) -> RunMetadata:
+    def _run_metadata(self, builds: dict[str | None, Build]) -> RunMetadata:
         """What a run records of its host, versions, dataset, durations and design."""
         experiment, options = self.experiment, self.options
         metadata = RunMetadata(
@@ -282,7 +282,7 @@ class Pipeline:
         run_id: str,
         sessions: list[PlannedSession],
         done: set[tuple[str, str, str, int, int]],
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
         outcome: RunOutcome,
     ) -> None:
         before = outcome.measured
@@ -319,7 +319,7 @@ class Pipeline:
         store: ResultsStore,
         run_id: str,
         metadata: RunMetadata,
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
         outcome: RunOutcome,
         started: float,
     ) -> None:
@@ -404,7 +404,7 @@ class Pipeline:
         run_id: str,
         planned: PlannedSession,
         attempt: int,
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
     ) -> Session:
         """Start a server for the session's setup, warm its cache, record it."""
         build = builds[self.experiment.setup(planned.setup).basedir]

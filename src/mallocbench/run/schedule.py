@@ -14,7 +14,7 @@ from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession
 from mallocbench.run.options import Progress, RunOptions, RunOutcome
 from mallocbench.run.planning import blocks
 from mallocbench.run.source import RunSessions
-from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.servers.family import Build
 from mallocbench.store import ResultsStore
 
 
@@ -36,7 +36,7 @@ class ScheduledRun(Protocol):
         run_id: str,
         planned: PlannedSession,
         attempt: int,
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
     ) -> Session: ...
 
     def end_session(
@@ -66,7 +66,7 @@ class Schedule(Protocol):
         run_id: str,
         sessions: list[PlannedSession],
         done: set[tuple[str, str, str, int, int]],
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
         outcome: RunOutcome,
     ) -> None:
         """Measure the sessions' cells not in `done`, each saved through the pipeline."""
@@ -89,7 +89,7 @@ class LocalSchedule:
         run_id: str,
         sessions: list[PlannedSession],
         done: set[tuple[str, str, str, int, int]],
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
         outcome: RunOutcome,
     ) -> None:
         if pipeline.interleaved:
@@ -115,7 +115,7 @@ class LocalSchedule:
         run_id: str,
         planned: PlannedSession,
         pending: list[PlannedCell],
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
         outcome: RunOutcome,
     ) -> None:
         """Sequential design: the pending cells on one server; a dead one is replaced."""
@@ -147,7 +147,7 @@ class LocalSchedule:
         run_id: str,
         sessions: list[PlannedSession],
         done: set[tuple[str, str, str, int, int]],
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
         outcome: RunOutcome,
     ) -> None:
         """Interleaved design: every setup's server up at once, each cell's slices alternating.

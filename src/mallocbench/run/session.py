@@ -7,47 +7,41 @@ and when; the cell code (measure.py) drives a live session's server.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pymysql
 
 from mallocbench import units as fmt
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import SessionInfo
 from mallocbench.native import shim_path
-from mallocbench.probes import process as proc_probe
 from mallocbench.probes import start as start_probe
 from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.probes.system import process_thp_disabled, thp_mode
-from mallocbench.run.experiment import BYTES_PER_ROW, Experiment, PlannedSession, Setup
-from mallocbench.servers import engines
+from mallocbench.run.experiment import Experiment, PlannedSession, Setup
+from mallocbench.servers import families
 from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
-from mallocbench.servers.mariadb import PrivateServer, ServerBuild, ServerConfig
+from mallocbench.servers.family import Build, Launch, Server, ServerFamily
 from mallocbench.servers.outcome import ServerStartError, SettingNotTaken
 from mallocbench.servers.runtime import RuntimeDir
+from mallocbench.workloads.drivers import driver
 from mallocbench.workloads.sysbench import Sysbench
 
-# The server aborts a cache-warming read that runs longer (a dataset on a slow disk);
-# the first cell then warms the rest, as it would have without this.
-CACHE_WARM_STATEMENT_S = 300
 
-
-def server_config(
+def launch(
     experiment: Experiment,
     planned: PlannedSession,
     memory_cgroup: MemoryCgroup | None = None,
     cpu_cgroup: CpuCgroup | None = None,
-) -> ServerConfig:
+) -> Launch:
+    """How the session asks its family for a server."""
     setup = experiment.setup(planned.setup)
-    return ServerConfig(
-        engine=engines.get(planned.engine),
+    return Launch(
+        engine=planned.engine,
         cache_bytes=experiment.dataset.cache_bytes,
         allocator=setup.allocator,
         knobs=setup.knobs,
-        overrides={**experiment.server_config, **setup.config},
+        settings={**experiment.server_config, **setup.config},
         cpus=setup.cpus,
         thp_disabled=setup.thp == "never",
         port=experiment.port,
@@ -79,8 +73,9 @@ class LiveSession:
 
     setup: Setup
     info: SessionInfo
-    server: PrivateServer
+    server: Server
     sysbench: Sysbench
+    family: ServerFamily
     memory_group: MemoryCgroup | None = None
     cpu_group: CpuCgroup | None = None
     notes: list[str] = field(default_factory=list)
@@ -103,7 +98,7 @@ def start_session(
     planned: PlannedSession,
     session_id: str,
     rundir: Path,
-    build: ServerBuild,
+    build: Build,
     golden: Path,
     runtime_dir: RuntimeDir | None = None,
 ) -> LiveSession:
@@ -113,7 +108,8 @@ def start_session(
     The server keeps its own state in `runtime_dir` when mallocbench runs as root.
     """
     setup = experiment.setup(planned.setup)
-    engine = engines.get(planned.engine)
+    family = families.get(experiment.family)
+    engine = family.engine(planned.engine)
     # A fresh group per server: a killed server's charge and OOM count stay behind.
     memory_group = (
         MemoryCgroup.create(session_id, setup.memory_limit_bytes)
@@ -121,8 +117,8 @@ def start_session(
         else None
     )
     cpu_group = CpuCgroup.create(session_id, setup.cpu_quota) if setup.cpu_quota else None
-    server = PrivateServer(
-        build, rundir, server_config(experiment, planned, memory_group, cpu_group), runtime_dir
+    server = family.new_server(
+        build, rundir, launch(experiment, planned, memory_group, cpu_group), runtime_dir
     )
     info = SessionInfo(
         id=session_id, setup=planned.setup, engine=planned.engine, repeat=planned.repeat
@@ -133,12 +129,14 @@ def start_session(
         setup,
         info,
         server,
-        Sysbench(
-            connection_file=str(server.sysbench_options),
-            tables=experiment.dataset.tables,
-            table_size=experiment.dataset.rows,
-            engine_sql=engine.sql_engine,
+        driver(
+            family.name,
+            str(server.sysbench_options),
+            experiment.dataset.tables,
+            experiment.dataset.rows,
+            engine.sql_engine,
         ),
+        family,
         memory_group,
         cpu_group,
     )
@@ -152,7 +150,7 @@ def start_session(
     info.pid = server.pid
     info.started_at = time.time()
     info.start = start_probe.at_start(server.pid, server.datadir, time.monotonic() - began)
-    idle = proc_probe.read_memory(server.pid)
+    idle = family.read_memory(server.pid)
     info.idle_rss_bytes = idle.rss_bytes if idle is not None else None
     info.thp = effective_thp(server.pid, setup.thp)
     live.notes.extend(
@@ -199,7 +197,7 @@ def stop_session(live: LiveSession, keep_datadir: bool) -> None:
     if live.probe is not None:
         live.probe.close()
         live.probe = None
-    memory = proc_probe.read_memory(server.pid) if server.alive() else None
+    memory = live.family.read_memory(server.pid) if server.alive() else None
     if memory is not None and info.start is not None:
         start_probe.at_end(server.pid, info.start)
     if memory is not None:
@@ -219,51 +217,3 @@ def stop_session(live: LiveSession, keep_datadir: bool) -> None:
                 live.notes.append(str(exc))
         info.ended_at = time.time()
         server.discard_state(keep_datadir)
-
-
-def _quoted(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def warm_cache(server: PrivateServer, experiment: Experiment, database: str = "sbtest") -> str:
-    """Read every index of every table once after a start; says what was done.
-
-    A cold cache is a ramp of its own, and a long one on a dataset of some size: with
-    8 x 150,000 rows and a 1 GiB cache (point-query, 8 clients, no warmup) MyRocks'
-    block cache took ~12 s to fill from the queries alone, QPS ramping from 15k to 21k,
-    and InnoDB's first second ran at a third of the rest. Reading the indexes took
-    1.0-1.4 s and left both flat from the first second. Tables that do not fit the
-    cache are not read: a scan would only churn it, for as long as the dataset is big.
-    """
-    data = experiment.dataset
-    table_bytes = data.tables * data.rows * BYTES_PER_ROW
-    if table_bytes > data.cache_bytes:
-        return (
-            f"not warmed: the tables (about {fmt.mib(table_bytes)}) do not fit the cache "
-            f"({fmt.mib(data.cache_bytes)})"
-        )
-    started = time.monotonic()
-    try:
-        with (
-            server.connect(read_timeout=CACHE_WARM_STATEMENT_S + 30) as conn,
-            conn.cursor() as cur,
-        ):
-            # MySQL has no such variable; there the read timeout still bounds each read.
-            with contextlib.suppress(pymysql.MySQLError):
-                cur.execute(f"SET SESSION max_statement_time = {CACHE_WARM_STATEMENT_S}")
-            cur.execute(
-                "SELECT DISTINCT table_name, index_name FROM information_schema.statistics"
-                " WHERE table_schema = %s ORDER BY table_name, index_name",
-                (database,),
-            )
-            indexes = [(str(t), str(i)) for t, i in cur.fetchall()]
-            for table, index in indexes:
-                cur.execute(
-                    f"SELECT COUNT(*) FROM {_quoted(database)}.{_quoted(table)}"
-                    f" FORCE INDEX ({_quoted(index)})"
-                )
-                cur.fetchall()
-    except pymysql.MySQLError as exc:
-        return f"warming failed after {time.monotonic() - started:.1f} s: {exc.args[-1]}"
-    tables = len({table for table, _ in indexes})
-    return f"read {len(indexes)} indexes of {tables} tables in {time.monotonic() - started:.1f} s"

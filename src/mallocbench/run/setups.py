@@ -24,6 +24,7 @@ from mallocbench.run.dialect import (
     string_map,
 )
 from mallocbench.run.experiment import MIN_MEMORY_LIMIT, THP_MODES, Setup
+from mallocbench.servers import families
 from mallocbench.servers.cgroup.parents import capping_problem, cpu_capping_problem
 from mallocbench.servers.options import check_config
 from mallocbench.units import gb, parse_fraction, parse_size
@@ -140,6 +141,7 @@ class _Server:
     config: dict[str, str] = field(default_factory=dict)
     memory_limit: int | None = None
     record: bool = False  # the experiment's `record`: every setup's default
+    family: str = families.DEFAULT
 
 
 def _record(value: object, key: str) -> bool:
@@ -159,7 +161,9 @@ def read_server(problems: Problems, data: dict[str, Any]) -> _Server:
     if raw is None:
         return _Server(record=bool(record))
     problems.unknown_keys(("server",), raw, RUN_SERVER, "[server]")
+    family = problems.check(("server", "family"), _family, raw.get("family", families.DEFAULT))
     return _Server(
+        family=family or families.DEFAULT,
         record=bool(record),
         basedir=raw.get("basedir") or None,
         port=problems.check(("server", "port"), _port, raw.get("port")),
@@ -171,6 +175,11 @@ def read_server(problems: Problems, data: dict[str, Any]) -> _Server:
             "server.memory_limit",
         ),
     )
+
+
+def _family(name: object) -> str:
+    expect(name, str, "server.family", 'write e.g. family = "postgresql"')
+    return families.get(str(name)).name
 
 
 def _port(port: object) -> int | None:

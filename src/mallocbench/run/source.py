@@ -18,7 +18,7 @@ from mallocbench.run.executor import Session
 from mallocbench.run.experiment import Experiment, PlannedCell, PlannedSession
 from mallocbench.run.options import RunOptions, RunOutcome
 from mallocbench.run.planning import plan
-from mallocbench.servers.mariadb import ServerBuild
+from mallocbench.servers.family import Build
 from mallocbench.store import ResultsStore, is_url, open_store
 
 
@@ -35,7 +35,7 @@ def check_writable(directory: Path) -> None:
         ) from exc
 
 
-def setup_infos(experiment: Experiment, builds: dict[str | None, ServerBuild]) -> list[SetupInfo]:
+def setup_infos(experiment: Experiment, builds: dict[str | None, Build]) -> list[SetupInfo]:
     infos = []
     for setup in experiment.setups:
         build = builds[setup.basedir]
@@ -47,7 +47,7 @@ def setup_infos(experiment: Experiment, builds: dict[str | None, ServerBuild]) -
                 allocator_library=setup.allocator.preload() or setup.allocator.path,
                 knobs=dict(setup.knobs),
                 config={**experiment.server_config, **setup.config},
-                server=build.mysqld,
+                server=build.server_program,
                 server_version=build.version,
                 cpus=setup.cpus,
                 thp=setup.thp,
@@ -188,7 +188,7 @@ class RunSessions:
         run_id: str,
         experiment: Experiment,
         outcome: RunOutcome,
-        builds: dict[str | None, ServerBuild],
+        builds: dict[str | None, Build],
         measured_on: str | None,
     ) -> None:
         """After a round of sessions, also on an error; `measured_on`: the host that

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mallocbench.probes import process as proc_probe
-from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
 from mallocbench.run.cellends import note_peaks
 from mallocbench.run.experiment import PlannedCell
@@ -81,6 +80,10 @@ def _cpu_delta(before: proc_probe.Counters | None, after: proc_probe.Counters | 
     return after.user_s + after.system_s - before.user_s - before.system_s
 
 
+def _sampler(live: LiveSession) -> proc_probe.PeakSampler:
+    return proc_probe.PeakSampler(live.pid, reader=live.family.read_memory)
+
+
 def measure_turns(
     active: list[tuple[LiveSession, CellMeasurement]],
     rounds: int,
@@ -137,7 +140,7 @@ def measure_turns(
     taken: dict[int, TurnTaken] = {}
     try:
         with contextlib.ExitStack() as stack:
-            peaks = [stack.enter_context(proc_probe.PeakSampler(live.pid)) for live, _ in active]
+            peaks = [stack.enter_context(_sampler(live)) for live, _ in active]
             _sleep_until(plan.start)
             before = _boundary(active, pids)
             for turn in range(len(plan.order)):
@@ -182,7 +185,7 @@ def _add_turns(
 def _boundary(active: list[tuple[LiveSession, CellMeasurement]], pids: dict[int, int]) -> _Boundary:
     return _Boundary(
         cpu=cpu_snapshot(),
-        servers=[proc_probe.read_counters(live.pid) for live, _ in active],
+        servers=[live.family.read_counters(live.pid) for live, _ in active],
         clients=[
             proc_probe.read_counters(pids[i]) if i in pids else None for i in range(len(active))
         ],
@@ -198,9 +201,9 @@ def _taken(live: LiveSession, owner: int, before: _Boundary, after: _Boundary) -
     """
     own = sum(_cpu_delta(b, a) for b, a in zip(before.servers, after.servers, strict=True))
     clients = [_cpu_delta(b, a) for b, a in zip(before.clients, after.clients, strict=True)]
-    memory = proc_probe.read_memory(live.pid)
+    memory = live.family.read_memory(live.pid)
     if live.probe is None:
-        live.probe = ServerMemoryProbe(live.server)
+        live.probe = live.family.memory_probe(live.server)
     return TurnTaken(
         server=(before.servers[owner], after.servers[owner]),
         system_cs=(before.system_cs, after.system_cs),

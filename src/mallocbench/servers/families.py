@@ -1,16 +1,18 @@
 """The registry of server families: one line per family (servers/family.py says what a
-family is). MariaDB joins when the pipeline is wired to the seam; until then it is
-reached directly through servers/mariadb.py."""
+family is)."""
 
 from __future__ import annotations
 
 from mallocbench.errors import MallocbenchError, did_you_mean
 from mallocbench.servers.family import ServerFamily
+from mallocbench.servers.mariadb.family import FAMILY as MARIADB
 from mallocbench.servers.postgresql.family import FAMILY as POSTGRESQL
 
 FAMILIES: dict[str, ServerFamily] = {
+    MARIADB.name: MARIADB,
     POSTGRESQL.name: POSTGRESQL,
 }
+DEFAULT = MARIADB.name
 
 
 def get(name: str) -> ServerFamily:
@@ -24,4 +26,9 @@ def get(name: str) -> ServerFamily:
     return family
 
 
-__all__ = ["FAMILIES", "get"]
+def of_flavor(flavor: str) -> ServerFamily:
+    """The family a build's flavor runs under (a MySQL build under MariaDB's)."""
+    return FAMILIES.get(flavor, FAMILIES[DEFAULT])
+
+
+__all__ = ["DEFAULT", "FAMILIES", "get", "of_flavor"]

@@ -8,31 +8,34 @@ library or names its binaries.
 What each member replaces (the calls that are MariaDB's today, so that wiring a
 family in is mechanical):
 
-ServerFamily
-  name                   the `flavor` the reports and the store show ("mariadb"); also
-                         the key workloads/drivers.py picks the sysbench driver by
-  find_build(basedir)    servers.mariadb.find_build in executors/real.resolve_builds,
-                         probes/doctor and calibrate/measure
-  check_settings(...)    executors/real.check_config_keys (servers.known_options:
-                         known_options, plugins_asked): an unknown name is refused in one
+ServerFamily (the experiment's `[server] family` picks one: run/loading)
+  name                   the experiment's `[server] family` and the build's flavor;
+                         also the key workloads/drivers.py picks the sysbench driver by
+  default_engines        what `engines` reads when the experiment leaves it out
+  engine(name)           servers.engines.get in run/loading (a family without storage
+                         engines has one named after itself and refuses the others)
+  find_build(basedir)    run/builds.resolve_builds
+  check_settings(...)    run/builds.check_config_keys: an unknown name is refused in one
                          line before any dataset is loaded
-  check_steps(names)     nothing yet: where run/experiment parses steps, a step the
-                         family cannot run is refused by name
-  server_user()          servers.mariadb.server_user in RealExecutor.server_state (who
-                         owns the run's runtime directory)
-  new_server(...)        PrivateServer(build, rundir, session.server_config(...),
-                         runtime_dir) in run/session.start_session and run/dataset._load
-  golden_datadir(...)    run/dataset.golden_datadir in RealExecutor.start_session
-  warm_cache(server, s)  run/session.warm_cache in RealExecutor.start_session
-  variables(server)      server.query("SHOW GLOBAL VARIABLES") (servers.mariadb.
-                         _check_taken, memory/server.collect)
-  version(server)        server.server_version / SELECT VERSION() (run/session, model
-                         SetupInfo.server_version)
-  account(server, a)     probes/server.account in run/measure.finish_cell (the cell's
-                         RSS account; values only)
-  deployment(setup)      deploy/forms.deployment_for(setup, service="mariadb") in
-                         commands/deploy and the report's deploy snippets
-  stop_leftovers(dir)    servers/orphans.stop_orphans in RealExecutor.stop_leftovers
+  check_steps(names)     run/loading: a step the family cannot run is refused by name
+  check_plan(...)        run/loading: how the run alternates and what it records, refused
+                         in one line where the family cannot
+  server_user()          RealExecutor.server_state (who owns the run's runtime directory)
+  new_server(...)        run/session.start_session (the Launch: session.launch)
+  golden_datadir(...)    RealExecutor.start_session
+  warm_cache(server, s)  RealExecutor.start_session
+  read_memory(pid)       the per-second and peak readings of run/measure and run/turns,
+                         the session's idle and end readings (run/session)
+  read_counters(pid)     the server's CPU time, context switches and I/O around each slice
+                         and turn (run/measure, run/turns)
+  memory_probe(server)   what the server says of its memory beside each reading
+  variables(server)      SHOW GLOBAL VARIABLES, pg_settings
+  version(server)        what the running server says it is
+  account(server, a)     run/measure.finish_cell (the cell's account; values only). None:
+                         the pipeline's own account applies (memory/account.py, which
+                         sits above servers/ and is shared with `mallocbench memory`)
+  deployment(setup)      commands/recommend's deploy snippets
+  stop_leftovers(dir)    servers/orphans.stop_orphans
 
 Server (one private server lifetime; servers.mariadb.PrivateServer is one)
   pid, alive(), exit_info(), stop(), discard_state(keep)   run/session.stop_session,
@@ -62,8 +65,11 @@ from typing import Protocol
 from mallocbench.allocators.base import Allocator
 from mallocbench.deploy.forms import Deployment
 from mallocbench.model.results import SetupInfo
+from mallocbench.probes.process import Counters, Memory
+from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.servers.access import ServerUser
 from mallocbench.servers.cgroup.own import CpuCgroup, MemoryCgroup
+from mallocbench.servers.engines import Engine
 from mallocbench.servers.outcome import ServerExit
 from mallocbench.servers.runtime import RuntimeDir
 
@@ -79,6 +85,8 @@ class Build(Protocol):
     def basedir(self) -> str | None: ...
     @property
     def label(self) -> str: ...
+    @property
+    def server_program(self) -> str: ...
 
 
 class Shape(Protocol):
@@ -144,11 +152,19 @@ class ServerFamily(Protocol):
 
     @property
     def name(self) -> str: ...
+    @property
+    def default_engines(self) -> tuple[str, ...]: ...
+    def engine(self, name: str) -> Engine: ...
     def find_build(self, basedir: str | None) -> Build: ...
     def check_settings(
-        self, build: Build, settings: Mapping[str, object], engines: Iterable[str]
+        self,
+        build: Build,
+        settings: Mapping[str, object],
+        engines: Iterable[str],
+        who: str = "the experiment",
     ) -> None: ...
     def check_steps(self, names: Iterable[str]) -> None: ...
+    def check_plan(self, alternate: str, design: str, record: bool, port: int | None) -> None: ...
     def server_user(self) -> ServerUser | None: ...
     def new_server(
         self, build: Build, rundir: Path, launch: Launch, runtime_dir: RuntimeDir | None
@@ -162,9 +178,12 @@ class ServerFamily(Protocol):
         on_status: Callable[[str], None] | None,
     ) -> Path: ...
     def warm_cache(self, server: Server, shape: Shape) -> str: ...
+    def read_memory(self, pid: int) -> Memory | None: ...
+    def read_counters(self, pid: int) -> Counters | None: ...
+    def memory_probe(self, server: Server) -> ServerMemoryProbe: ...
     def variables(self, server: Server) -> dict[str, str]: ...
     def version(self, server: Server) -> str: ...
-    def account(self, server: Server, allocator: str) -> dict[str, float]: ...
+    def account(self, server: Server, allocator: str) -> dict[str, float] | None: ...
     def deployment(self, setup: SetupInfo) -> Deployment: ...
     def stop_leftovers(self, servers_dir: Path) -> list[int]: ...
 

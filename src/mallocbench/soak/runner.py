@@ -53,6 +53,7 @@ from mallocbench.run.experiment import (
 from mallocbench.run.options import Progress, RunOptions
 from mallocbench.run.runner import Pipeline
 from mallocbench.run.source import RunSessions
+from mallocbench.servers import families
 from mallocbench.soak.events import EventRunner, check_tools
 from mallocbench.store import ResultsStore
 from mallocbench.units import parse_duration
@@ -167,6 +168,13 @@ def soak_experiment(experiment: Experiment, spec: SoakSpec) -> Experiment:
         raise MallocbenchError(
             f"[[soak.event]] {late[0]} is due after the soak's {spec.duration_s:g} s end: "
             "give an earlier `at` or a shorter `every`, or a longer --duration"
+        )
+    if experiment.events and experiment.family != families.DEFAULT:
+        # The events' SQL and tools (mariadb-dump, mariadb-backup) are MariaDB's.
+        raise MallocbenchError(
+            f'[[soak.event]] action = "{experiment.events[0].action}" runs on MariaDB only '
+            f"yet: a {experiment.family} soak runs its load alone; remove the [[soak.event]] "
+            "tables"
         )
     check_tools(experiment.events)
     threads = [step.definition.threads] if step.definition.threads else experiment.threads

@@ -28,6 +28,10 @@ class ServerBuild:
     def label(self) -> str:
         return f"{self.flavor} {self.version}"
 
+    @property
+    def server_program(self) -> str:
+        return self.mysqld
+
 
 def _first_existing(paths: list[Path]) -> str | None:
     return next((str(p) for p in paths if p.is_file() and os.access(p, os.X_OK)), None)

@@ -36,6 +36,10 @@ class PgBuild:
         return f"{self.flavor} {self.version}"
 
     @property
+    def server_program(self) -> str:
+        return self.binary("postgres")
+
+    @property
     def major(self) -> str:
         return self.version.split(".")[0]
 

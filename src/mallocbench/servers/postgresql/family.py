@@ -12,16 +12,31 @@ from pathlib import Path
 from mallocbench.deploy import containers, forms
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import SetupInfo
+from mallocbench.probes import process
+from mallocbench.probes.server import ProbedServer, ServerMemoryProbe
 from mallocbench.servers.access import ServerUser
+from mallocbench.servers.engines import Engine
 from mallocbench.servers.family import Build, Launch, Server, ServerFamily, Shape
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.servers.postgresql import build as pg_build
-from mallocbench.servers.postgresql import dataset, memory, pgbench, server, settings, workload
+from mallocbench.servers.postgresql import dataset, memory, pgbench, server, tree, workload
+from mallocbench.servers.postgresql import settings as pg_settings
 from mallocbench.servers.runtime import RuntimeDir
 
 NAME = "postgresql"
 # A family without storage engines of its own: what the experiment's engine list says.
 ENGINE = "postgresql"
+_ENGINE = Engine(
+    name=ENGINE,
+    sql_engine="",
+    description="PostgreSQL with shared_buffers as the cache",
+    config=lambda cache_bytes: {"shared_buffers": f"{max(128, cache_bytes // 1024)}kB"},
+    cache_variable="shared_buffers",
+)
+_NO_TURNS = (
+    "sysbench's own scripts, which PostgreSQL runs, have no turn loop; "
+    'use alternate = "runs" (the default)'
+)
 # Deploy snippets only a MariaDB server reads.
 _MARIADB_ONLY_SNIPPETS = ("mysqld_safe", "etc_default", "mycnf")
 
@@ -42,25 +57,48 @@ class PostgresFamily:
     """What the pipeline asks of PostgreSQL; the member table is in servers/family.py."""
 
     name = NAME
+    default_engines = (ENGINE,)
+
+    def engine(self, name: str) -> Engine:
+        if name.lower() != ENGINE:
+            raise MallocbenchError(
+                f"PostgreSQL has no storage engine {name!r}: leave engines out of the "
+                "experiment for a PostgreSQL server"
+            )
+        return _ENGINE
 
     def find_build(self, basedir: str | None) -> pg_build.PgBuild:
         return pg_build.find_build(basedir)
 
     def check_settings(
-        self, build: Build, asked: Mapping[str, object], engines: Iterable[str]
+        self,
+        build: Build,
+        settings: Mapping[str, object],
+        engines: Iterable[str],
+        who: str = "the experiment",
     ) -> None:
         for engine in engines:
-            if engine != ENGINE:
-                raise MallocbenchError(
-                    f"PostgreSQL has no storage engine {engine!r}: leave engines out of the "
-                    "experiment for a PostgreSQL server"
-                )
-        settings.check_settings(_pg(build), asked)
+            self.engine(engine)
+        try:
+            pg_settings.check_settings(_pg(build), settings)
+        except MallocbenchError as exc:
+            raise MallocbenchError(f"{who}: {exc}") from None
 
     def check_steps(self, names: Iterable[str]) -> None:
         for name in names:
             if name not in pgbench.SCRIPTS:
                 workload.form_named(name)
+
+    def check_plan(self, alternate: str, design: str, record: bool, port: int | None) -> None:
+        refused = (
+            ('alternate = "turns"', alternate == "turns", _NO_TURNS),
+            ('design = "auto"', design == "auto", "its calibration weighs turns: " + _NO_TURNS),
+            ("record = true", record, "recording is MariaDB's yet; leave record out"),
+            ("server.port", port is not None, "it listens on its own socket only; leave it out"),
+        )
+        for what, asked, why in refused:
+            if asked:
+                raise MallocbenchError(f"a PostgreSQL server cannot take {what}: {why}")
 
     def server_user(self) -> ServerUser | None:
         return server.server_user()
@@ -102,13 +140,24 @@ class PostgresFamily:
     def warm_cache(self, running: Server, shape: Shape) -> str:
         return dataset.warm_cache(_server(running))
 
+    def read_memory(self, pid: int) -> process.Memory | None:
+        return tree.tree_memory(pid)
+
+    def read_counters(self, pid: int) -> process.Counters | None:
+        return tree.tree_counters(pid)
+
+    def memory_probe(self, running: Server) -> ServerMemoryProbe:
+        # Its counters are not MariaDB's status variables: the cgroup's charge alone.
+        probed: ProbedServer = _server(running)  # type: ignore[assignment]
+        return ServerMemoryProbe(probed, asks_server=False)
+
     def variables(self, running: Server) -> dict[str, str]:
         return _server(running).variables()
 
     def version(self, running: Server) -> str:
         return _server(running).server_version or "unknown"
 
-    def account(self, running: Server, allocator: str) -> dict[str, float]:
+    def account(self, running: Server, allocator: str) -> dict[str, float] | None:
         """The cell's account of the server's memory; never raises (it must never cost
         a measured cell)."""
         with contextlib.suppress(Exception):
