@@ -17,6 +17,16 @@ def test_every_client_settles_first_then_rounds_rotate() -> None:
     assert all(measured.count(d) == 8 for d in "0123")
 
 
+def test_a_longer_settle_adds_unmeasured_rounds_before_the_same_measured_ones() -> None:
+    assert turn_order(2, 4, settle=1) == turn_order(2, 4)
+    assert turn_order(2, 3, settle=4) == "01" + "10" + "01" + "10" + "01" + "10" + "01"
+    longer, default = turn_order(3, 5, settle=4), turn_order(3, 5)
+    # The settle rounds rotate as the measured ones do, so every client settles in
+    # every position; the measured turns after them are the default's, turn for turn.
+    assert longer[: 4 * 3] == "012" + "120" + "201" + "012"
+    assert longer[4 * 3 :] == default[3:]
+
+
 def test_a_plan_says_whose_turn_and_when() -> None:
     plan = TurnPlan("0110", start=1000.0, width=1.5)
     assert plan.bounds(0) == (1000.0, 1001.5) and plan.bounds(3) == (1004.5, 1006.0)

@@ -52,9 +52,16 @@ def design_line(experiment: Experiment) -> str:
         return f"design sequential (interleaved asked, but {problem})"
     slices = planning.slices_per_cell(experiment)
     kind = "turn" if experiment.alternate == experiment_mod.TURNS else "slice"
+    settle = experiment.settle_rounds
+    after = (
+        f", after {settle} unmeasured rounds of turns"
+        if kind == "turn" and settle != experiment_mod.DEFAULT_SETTLE_ROUNDS
+        else ""
+    )
     return (
         f"design interleaved: {len(experiment.setups)} servers up at once per block; each "
         f"cell is {slices} {kind}(s) of {experiment.slice_s:g} s alternating between them"
+        f"{after}"
     )
 
 

@@ -97,6 +97,14 @@ MIN_TURN_S = 1.0
 DEFAULT_TURN_S = 1.0
 
 
+# Turns open with this many rounds that settle every client (its statements prepared,
+# its connections warm) and are never measured ([durations] settle). The first turn
+# after a client connects runs short; longer settles were measured in
+# docs/bench/2026-11-29-settle.md.
+DEFAULT_SETTLE_ROUNDS = 1
+MAX_SETTLE_ROUNDS = 100
+
+
 # What one idle private server takes beside its cache (MariaDB 10.11: 110-180 MiB at
 # start, plus connection and per-thread buffers under 8-16 clients).
 SERVER_BASE_BYTES = 400 << 20
@@ -149,6 +157,7 @@ class Experiment:
     slice_s: float = DEFAULT_SLICE_S
     design: str = INTERLEAVED
     alternate: str = RUNS
+    settle_rounds: int = DEFAULT_SETTLE_ROUNDS  # alternate "turns": unmeasured rounds first
     # With design = "auto", once chosen: how and why (what the calibration predicted).
     design_why: str | None = None
     # design = "auto": the wall time the designs are compared in (None: the experiment's
