@@ -16,11 +16,14 @@ first measured turn's log-QPS against the block's other turns.
 
 `--first-seconds DIR...` instead reads stored results of runs with alternate = "runs"
 (each slice a sysbench process of its own) and reports, per slice, the mean log-QPS of
-its first 3 seconds against the rest of it, from the cells' per-second samples.
+its first 3 kept seconds (after the dropped first) against the rest of it, from the
+cells' per-second samples; `--slices` first runs such an experiment (the same setups
+and step, --blocks blocks of three 10 s slices per cell) and judges it.
 
     .venv/bin/python bench/bench_settle.py [--runs 5] [--blocks 5] [--long 4]
         [--step 8] [--out /tmp/mb-bench-settle]
     .venv/bin/python bench/bench_settle.py --first-seconds RESULTS_DIR [RESULTS_DIR ...]
+    .venv/bin/python bench/bench_settle.py --slices [--blocks 5]
 """
 
 from __future__ import annotations
@@ -155,47 +158,97 @@ def measure(args: argparse.Namespace) -> None:
     emit({"settle": summary(found)})
 
 
-def first_seconds(cell: Cell) -> list[tuple[float, float]]:
-    """Per slice of a cell: mean log-QPS of its first FIRST_S seconds and of the rest,
-    from the per-second samples that fall inside the slice."""
+def slice_logs(cell: Cell) -> list[list[float]]:
+    """Per slice of a cell long enough to split, the log-QPS of its kept seconds in
+    order (its first second, the clients connecting, is dropped before any is kept: a
+    slice's "t" is its first kept sample)."""
     out = []
     for piece in cell.slices:
         start, seconds = piece.get("t"), piece.get("seconds")
-        if start is None or not seconds or seconds <= FIRST_S + 1:
+        if start is None or not seconds or seconds < FIRST_S + 2:
             continue
-        inside = [
-            (s.t - start, math.log(s.qps))
+        inside = sorted(
+            (s.t, math.log(s.qps))
             for s in cell.samples
-            if s.qps and s.qps > 0 and start < s.t <= start + seconds
-        ]
-        early = [v for t, v in inside if t <= FIRST_S]
-        rest = [v for t, v in inside if t > FIRST_S]
-        if early and rest:
-            out.append((statistics.fmean(early), statistics.fmean(rest)))
+            if s.qps and s.qps > 0 and start - 0.01 <= s.t < start + seconds - 0.5
+        )
+        if len(inside) > FIRST_S:
+            out.append([v for _, v in inside])
     return out
+
+
+def cell_level(slices: list[list[float]], skip: int) -> float | None:
+    """A cell's log-QPS: the mean over its slices of their seconds after the first `skip`."""
+    kept = [statistics.fmean(logs[skip:]) for logs in slices if logs[skip:]]
+    return statistics.fmean(kept) if kept else None
+
+
+def with_and_without(result: RunResult) -> dict[str, list[float]]:
+    """Per block, ln(QPS other / QPS base) from every kept second and from the seconds
+    after each slice's first FIRST_S: what dropping them would change in a verdict."""
+    levels: dict[tuple[str, int], list[list[float]]] = {}
+    for cell in result.cells:
+        if cell.status == "ok":
+            levels[(cell.setup, cell.repeat)] = slice_logs(cell)
+    out: dict[str, list[float]] = {"all": [], "dropped": []}
+    for (setup, block), base in sorted(levels.items()):
+        other = levels.get((OTHER, block))
+        if setup != BASE or not other or not base:
+            continue
+        for key, skip in (("all", 0), ("dropped", int(FIRST_S))):
+            b, o = cell_level(base, skip), cell_level(other, skip)
+            if b is not None and o is not None:
+                out[key].append(o - b)
+    return out
+
+
+def slices_run(args: argparse.Namespace) -> Path:
+    """A runs experiment whose slices are long enough to see their first seconds:
+    the same setups and step, 10 s slices, each a sysbench process of its own."""
+    name = "slice-starts"
+    plan = Plan(
+        name,
+        [(BASE, BASE, ""), (OTHER, OTHER, "")],
+        repeats=args.blocks,
+        alternate="runs",
+        step_s=30,
+        slice_s=10,
+    )
+    run(plan, args.out / name)
+    return args.out / name
 
 
 def slice_starts(dirs: list[Path]) -> None:
     gaps: list[float] = []
-    slices = 0
+    blocks: dict[str, list[float]] = {"all": [], "dropped": []}
     for folder in dirs:
         result = RunResult.from_dict(json.loads((folder / "results.json").read_text()))
         for cell in result.cells:
-            pairs = first_seconds(cell)
-            slices += len(pairs)
-            gaps += [early - rest for early, rest in pairs]
-    if not gaps:
-        raise SystemExit("no slice with per-second samples longer than 4 s in these results")
-    sd = statistics.stdev(gaps) if len(gaps) > 1 else math.nan
+            gaps += [
+                statistics.fmean(logs[: int(FIRST_S)]) - statistics.fmean(logs[int(FIRST_S) :])
+                for logs in slice_logs(cell)
+            ]
+        for key, ratios in with_and_without(result).items():
+            blocks[key] += ratios
+    if len(gaps) < 2:
+        raise SystemExit("no 2 slices with more than 3 kept seconds in these results")
+    sd = statistics.stdev(gaps)
     emit(
         {
             "first_seconds": {
                 "results": [str(d) for d in dirs],
-                "slices": slices,
+                "slices": len(gaps),
                 "first_s": FIRST_S,
                 "mean_log_first_minus_rest": statistics.fmean(gaps),
                 "sd": sd,
                 "se": sd / math.sqrt(len(gaps)),
+                "block_log_ratios": blocks,
+                "block_var": {
+                    k: statistics.variance(v) if len(v) > 1 else None for k, v in blocks.items()
+                },
+                "mean_log_ratio": {
+                    k: statistics.fmean(v) if v else None for k, v in blocks.items()
+                },
             }
         }
     )
@@ -209,9 +262,12 @@ def main() -> int:
     parser.add_argument("--step", type=float, default=8, help="measured seconds per cell")
     parser.add_argument("--out", type=Path, default=Path("/tmp/mb-bench-settle"))
     parser.add_argument("--first-seconds", type=Path, nargs="+", metavar="RESULTS_DIR")
+    parser.add_argument(
+        "--slices", action="store_true", help="run 10 s runs slices, then judge their starts"
+    )
     args = parser.parse_args()
-    if args.first_seconds:
-        slice_starts(args.first_seconds)
+    if args.first_seconds or args.slices:
+        slice_starts(args.first_seconds or [slices_run(args)])
         return 0
     if args.runs < 2 or args.blocks < 3:
         parser.error("give --runs of at least 2 and --blocks of at least 3")
