@@ -156,11 +156,12 @@ def test_bad_statistics_and_machine_keys(changes: dict[str, object], message: st
         from_dict(experiment(**changes))
 
 
-def test_turns_settle_one_round_unless_asked_for_more() -> None:
-    assert from_dict(experiment(alternate="turns")).settle_rounds == 1
-    assert from_dict(experiment()).settle_rounds == 1  # runs: no settle turns to count
-    longer = from_dict(experiment(alternate="turns", durations={"settle": 4}))
-    assert longer.settle_rounds == 4
+def test_turns_settle_four_rounds_unless_asked_otherwise() -> None:
+    assert from_dict(experiment(alternate="turns")).settle_rounds == 4
+    # Runs have no settle turns; were auto to choose turns, they would settle as default.
+    assert from_dict(experiment()).settle_rounds == 4
+    one = from_dict(experiment(alternate="turns", durations={"settle": 1}))
+    assert one.settle_rounds == 1
 
 
 def test_extra_round_keeps_interleaving_and_only_the_asked_cells() -> None:

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mallocbench.analysis.criteria import DEFAULT_PRIORITIES
+from mallocbench.analysis.designs import DEFAULT_SETTLE_ROUNDS
 from mallocbench.model.metadata import Durations, ReplayRecord
 from mallocbench.report.replay import listing
 from mallocbench.report.words import wide_cell_text
@@ -55,7 +56,7 @@ def design_line(experiment: Experiment) -> str:
     settle = experiment.settle_rounds
     after = (
         f", after {settle} unmeasured rounds of turns"
-        if kind == "turn" and settle != experiment_mod.DEFAULT_SETTLE_ROUNDS
+        if kind == "turn" and settle != DEFAULT_SETTLE_ROUNDS
         else ""
     )
     return (

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mallocbench.allocators.base import Allocator
+from mallocbench.analysis.designs import DEFAULT_SETTLE_ROUNDS
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.run.dataset import Dataset
 from mallocbench.run.dialect import (
@@ -97,12 +98,7 @@ MIN_TURN_S = 1.0
 DEFAULT_TURN_S = 1.0
 
 
-# Turns open with this many rounds that settle every client (its statements prepared,
-# its connections warm) and are never measured ([durations] settle). The first turn
-# after a client connects runs short; longer settles were measured in
-# docs/bench/2026-11-29-settle.md.
-DEFAULT_SETTLE_ROUNDS = 1
-MAX_SETTLE_ROUNDS = 100
+MAX_SETTLE_ROUNDS = 100  # [durations] settle; the default is analysis.designs'
 
 
 # What one idle private server takes beside its cache (MariaDB 10.11: 110-180 MiB at

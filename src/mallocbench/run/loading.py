@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from mallocbench.analysis.criteria import parse_max_loss, parse_priorities
+from mallocbench.analysis.designs import DEFAULT_SETTLE_ROUNDS
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import cache_root
@@ -35,7 +36,6 @@ from mallocbench.run.experiment import (
     AUTO,
     BYTES_PER_ROW,
     DATADIR_OVERHEAD_BYTES,
-    DEFAULT_SETTLE_ROUNDS,
     DEFAULT_SLICE_S,
     DEFAULT_TURN_S,
     DESIGNS,

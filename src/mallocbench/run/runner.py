@@ -25,7 +25,6 @@ from mallocbench.probes.system import host_facts
 from mallocbench.run.executor import Executor, RunContext, Session
 from mallocbench.run.experiment import (
     AUTO,
-    DEFAULT_SETTLE_ROUNDS,
     INTERLEAVED,
     SEQUENTIAL,
     TURNS,
@@ -302,8 +301,7 @@ class Pipeline:
             record.slices_per_cell = slices_per_cell(experiment)
             if experiment.alternate == TURNS:
                 record.alternate = TURNS
-                if experiment.settle_rounds != DEFAULT_SETTLE_ROUNDS:
-                    record.settle_rounds = experiment.settle_rounds
+                record.settle_rounds = experiment.settle_rounds
         if experiment.design_why is not None:
             record.asked = AUTO
             record.why = experiment.design_why

@@ -12,11 +12,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mallocbench.analysis.designs import DEFAULT_SETTLE_ROUNDS
 from mallocbench.probes import process as proc_probe
 from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
 from mallocbench.run.cellends import note_peaks
-from mallocbench.run.experiment import DEFAULT_SETTLE_ROUNDS, PlannedCell
+from mallocbench.run.experiment import PlannedCell
 from mallocbench.run.measure import CellMeasurement, IntervalCallback, TurnTaken
 from mallocbench.run.session import LiveSession
 from mallocbench.workloads.catalogue import Step
