@@ -14,6 +14,9 @@ Beside it, from the turns themselves: per arm, the mean change in the base's log
 from a block's first measured turn to its last (the "fall through a block"), and the
 first measured turn's log-QPS against the block's other turns.
 
+`--reuse` judges the runs already in --out again (a run stopped part way is run again
+once its directory is removed).
+
 `--first-seconds DIR...` instead reads stored results of runs with alternate = "runs"
 (each slice a sysbench process of its own) and reports, per slice, the mean log-QPS of
 its first 3 kept seconds (after the dropped first) against the rest of it, from the
@@ -21,7 +24,7 @@ cells' per-second samples; `--slices` first runs such an experiment (the same se
 and step, --blocks blocks of three 10 s slices per cell) and judges it.
 
     .venv/bin/python bench/bench_settle.py [--runs 5] [--blocks 5] [--long 4]
-        [--step 8] [--out /tmp/mb-bench-settle]
+        [--step 8] [--out /tmp/mb-bench-settle] [--reuse]
     .venv/bin/python bench/bench_settle.py --first-seconds RESULTS_DIR [RESULTS_DIR ...]
     .venv/bin/python bench/bench_settle.py --slices [--blocks 5]
 """
@@ -137,15 +140,24 @@ def measure(args: argparse.Namespace) -> None:
             alternate="turns",
             step_s=args.step,
             slice_s=1,
-            settle=args.long if arm == LONG else None,
+            # Both arms name their settle: the default is what is measured.
+            settle=args.long if arm == LONG else 1,
         )
-        result, wall = run(plan, args.out / name)
+        stored = args.out / name / "results.json"
+        wall = None
+        if args.reuse and stored.exists():
+            result = RunResult.from_dict(json.loads(stored.read_text()))
+        else:
+            result, seconds = run(plan, args.out / name)
+            wall = round(seconds)
         ratios = block_log_ratios(result)
+        design = result.metadata.design
         record: dict[str, Any] = {
             "run": index + 1,
             "arm": arm,
-            "settle_rounds": args.long if arm == LONG else 1,
-            "wall_s": round(wall),
+            # As the run recorded it (absent: one round, as before the option existed).
+            "settle_rounds": (design.settle_rounds if design else None) or 1,
+            "wall_s": wall,
             "load": float(Path("/proc/loadavg").read_text().split()[0]),
             "blocks": len(ratios),
             "log_ratios": ratios,
@@ -261,6 +273,9 @@ def main() -> int:
     parser.add_argument("--long", type=int, default=4, help="the long arm's settle rounds")
     parser.add_argument("--step", type=float, default=8, help="measured seconds per cell")
     parser.add_argument("--out", type=Path, default=Path("/tmp/mb-bench-settle"))
+    parser.add_argument(
+        "--reuse", action="store_true", help="judge the runs already in --out again, not rerun"
+    )
     parser.add_argument("--first-seconds", type=Path, nargs="+", metavar="RESULTS_DIR")
     parser.add_argument(
         "--slices", action="store_true", help="run 10 s runs slices, then judge their starts"
