@@ -35,8 +35,17 @@ Each ratio comes with the 95% interval that the runs' chi-squares give a median 
 widths at their true spread, and with the chance that a model and a chooser that were
 exactly right would meet each target at these degrees of freedom.
 
+Auto judged over runs: after every run it also prints "pooled", each design's width
+pooled over its runs (the root of the squared widths weighted by their degrees of
+freedom, per design and shape), auto's expected width (the pooled width of what it
+chose, pooled with the fixed runs of the same design and shape) over the best fixed
+design's, its F interval, and the chance of meeting 1.1 were the two equal. `--pool`
+adds earlier invocations' output to the pool (3 or more bench runs, as the target
+asks); given alone it only pools them.
+
     .venv/bin/python bench/bench_time_to_verdict.py [--minutes 5] [--setups 2,4]
         [--designs runs,turns,sequential,auto] [--repeats 1] [--calibration FILE.json]
+        [--pool OUTPUT.jsonl ... [--measure]]
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ from typing import Any
 
 import numpy as np
 from common import Plan, emit, run
+from scipy import stats as scipy_stats
 
 from mallocbench.analysis import designs, noise, stats
 from mallocbench.analysis.adjust import adjust_for_other_cpu
@@ -375,6 +385,119 @@ def judge(setups: int, made: dict, found: dict[str, list[dict]]) -> dict[str, An
     return out | odds_at_these_df(found, best)
 
 
+def design_of(record: dict[str, Any]) -> str | None:
+    """The design a run used, by the fixed designs' names, from its design record."""
+    chosen_ = record.get("chosen")
+    if not chosen_ or chosen_.get("used") is None:
+        return None
+    if chosen_["used"] == "sequential":
+        return "sequential"
+    return "turns" if chosen_.get("alternate") == "turns" else "runs"
+
+
+Shape = tuple[str | None, Any, Any]  # design, slices per cell, slice seconds
+
+
+def shape_of(record: dict[str, Any]) -> Shape:
+    """A run's design and shape: what auto's runs are pooled with fixed runs by."""
+    chosen_ = record.get("chosen") or {}
+    return design_of(record), chosen_.get("slices_per_cell"), chosen_.get("slice_s")
+
+
+def pooled_width(runs: list[dict[str, Any]]) -> tuple[float, int]:
+    """(width, degrees of freedom) pooled over runs of one design and shape: the root of
+    their squared widths weighted by their residual degrees of freedom. A width is a t
+    quantile times the root of a block variance over the blocks, so at one shape its
+    square is the variance scaled, and this pools the variance as an F test would;
+    runs that reached no width (no df) add nothing."""
+    kept = [(r["width_mean"], r["df"]) for r in runs if r.get("df", 0) >= 1]
+    kept = [(w, df) for w, df in kept if math.isfinite(w)]
+    df = sum(d for _, d in kept)
+    if df == 0:
+        return math.inf, 0
+    return math.sqrt(sum(w * w * d for w, d in kept) / df), df
+
+
+def pooled_judgement(records: list[dict[str, Any]], setups: int) -> dict[str, Any]:
+    """auto judged over runs, for one setup count: each auto run's expected width is the
+    pooled width of the design and shape it chose (pooled over auto's runs and the fixed
+    runs of that design and shape), auto's expected width their mean; against the best
+    fixed design's pooled width (over its fixed runs and auto's of the same shape), with
+    the F interval of their ratio and the chance of meeting the target were the two
+    designs' expected widths equal, at these degrees of freedom."""
+    runs = [r for r in records if r.get("setups") == setups and "width_mean" in r]
+    pools: dict[Shape, list[dict[str, Any]]] = {}
+    for r in runs:
+        pools.setdefault(shape_of(r), []).append(r)
+    widths = {k: pooled_width(v) for k, v in pools.items()}
+    # Each fixed design at the shape its own runs had (its narrowest, were there several).
+    fixed: dict[str, Shape] = {}
+    for design in FIXED:
+        shapes = {shape_of(r) for r in runs if r.get("design") == design}
+        if shapes:
+            fixed[design] = min(shapes, key=lambda k: widths[k][0])
+    autos = [r for r in runs if r.get("design") == "auto"]
+    out: dict[str, Any] = {
+        "setups": setups,
+        "pooled_runs": {d: sum(r.get("design") == d for r in runs) for d in (*FIXED, "auto")},
+        "pooled_fixed": {d: {"width": widths[k][0], "df": widths[k][1]} for d, k in fixed.items()},
+        "auto_target": AUTO_TARGET,
+    }
+    finite = [d for d, k in fixed.items() if math.isfinite(widths[k][0])]
+    if not finite or not autos:
+        return out | {"pooled_reason": "no auto run or no fixed design with a width"}
+    best = min(finite, key=lambda d: widths[fixed[d]][0])
+    best_width, best_df = widths[fixed[best]]
+    chose = {shape_of(r) for r in autos}
+    expected = statistics.fmean(widths[shape_of(r)][0] for r in autos)
+    auto_df = sum(widths[k][1] for k in chose)
+    ratio = expected / best_width
+    # Auto that always chose the best design's shape shares its pool: the ratio is 1 by
+    # construction, and an F interval of two independent pools would not describe it.
+    same = chose == {fixed[best]}
+    return (
+        out
+        | ({"pooled_auto_over_best_fixed_95": (1.0, 1.0)} if same else {})
+        | ({} if same else pooled_ratio(ratio, auto_df, best_df))
+        | {
+            "pooled_best_fixed": best,
+            "pooled_auto_same_as_best": same,
+            "pooled_auto_chose": [design_of(r) for r in autos],
+            "pooled_auto_width": expected,
+            "pooled_auto_df": auto_df,
+            "pooled_auto_over_best_fixed": ratio,
+            "pooled_target_met": ratio <= AUTO_TARGET,
+        }
+    )
+
+
+def pooled_ratio(ratio: float, df_top: int, df_bottom: int) -> dict[str, Any]:
+    """The 95% F interval of a ratio of two pooled widths (a width is the root of a
+    variance), and the chance a ratio of widths whose expected values are equal comes
+    out at most the target at these degrees of freedom."""
+    if df_top < 1 or df_bottom < 1 or not math.isfinite(ratio):
+        return {"pooled_auto_over_best_fixed_95": (math.nan, math.nan)}
+    high = math.sqrt(float(scipy_stats.f.ppf(0.975, df_top, df_bottom)))
+    low = math.sqrt(float(scipy_stats.f.ppf(0.025, df_top, df_bottom)))
+    chance = float(scipy_stats.f.cdf(AUTO_TARGET**2, df_top, df_bottom))
+    return {
+        "pooled_auto_over_best_fixed_95": (ratio / high, ratio / low),
+        "p_pooled_within_target_if_designs_tie": chance,
+    }
+
+
+def read_records(paths: list[Path]) -> list[dict[str, Any]]:
+    """The per-run records of earlier invocations, from their JSON lines (stdout)."""
+    records = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line.startswith("{"):
+                record = json.loads(line)
+                if "design" in record and "width_mean" in record:
+                    records.append(record)
+    return records
+
+
 def in_order(designs: list[str], made: dict[str, dict], round_: int) -> list[str]:
     """The best design by prediction and auto first (the best run even when not asked
     for: the Done-when ratios are about it), then the rest: the two the ratios need come
@@ -385,6 +508,58 @@ def in_order(designs: list[str], made: dict[str, dict], round_: int) -> list[str
     if round_ % 2 == 1:
         first.reverse()
     return first + [d for d in designs if d not in first]
+
+
+def bench_setups(args: argparse.Namespace, setups: int, earlier: list[dict[str, Any]]) -> None:
+    """Calibrate (or read --calibration), then run every design --repeats times for one
+    setup count; after every run, the verdict so far, and auto judged over the runs so
+    far pooled with `earlier` invocations' runs."""
+    budget_s = args.minutes * 60
+    if args.calibration:
+        calibration = json.loads(args.calibration.read_text())
+    else:
+        calibration, seconds, before = calibrate(args.out / "calibrate", args.minutes, setups)
+        emit(
+            {
+                "setups": setups,
+                "calibrate_s": round(seconds),
+                "load_before": before,
+                "load_after": load(),
+            }
+        )
+    kept = ("costs", "runs_ratio", "turns_ratio", "own_start_var", "start_agreement_p")
+    emit({"calibration": {k: calibration.get(k) for k in kept}})
+    made = plans(calibration, setups, budget_s)
+    emit({"setups": setups, "plans": made})
+    found: dict[str, list[dict]] = {}
+    records = list(earlier)
+    for round_ in range(args.repeats):
+        for design in in_order(args.designs.split(","), made, round_):
+            name = f"ttv{setups}-{design}" + (f"-{round_ + 1}" if args.repeats > 1 else "")
+            experiment = experiment_for(name, design, setups, made, calibration, budget_s)
+            before = load()
+            result, wall = run(experiment, args.out / name, stop_after_s=budget_s)
+            found.setdefault(design, []).append(reached(result))
+            record = {
+                "setups": setups,
+                "design": design,
+                "round": round_ + 1,
+                "wall_s": round(wall),
+                "load_before": before,
+                "load_after": load(),
+                **found[design][-1],
+                "planned_blocks": made[design]["starts"] if design in made else None,
+                "planned_block_s": made.get(design, {}).get("block_s"),
+                "planned_block_log_ratio_sd": made.get(design, {}).get("block_log_ratio_sd"),
+            }
+            records.append(record)
+            emit(record)
+            # After every run: a bench stopped for time still leaves its verdict so far.
+            emit(
+                judge(setups, made, found)
+                | {"runs_per_design": {d: len(v) for d, v in found.items()}}
+            )
+            emit({"pooled": pooled_judgement(records, setups)})
 
 
 def main() -> int:
@@ -399,56 +574,24 @@ def main() -> int:
     parser.add_argument(
         "--calibration", type=Path, help="calibrate --json to use, not a new one (one --setups)"
     )
+    parser.add_argument(
+        "--pool",
+        type=Path,
+        nargs="+",
+        metavar="OUTPUT",
+        help="earlier invocations' output (JSON lines) to pool with; alone, only pools them",
+    )
+    parser.add_argument("--measure", action="store_true", help="with --pool: run as well")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats {args.repeats}: give at least 1 run of each design")
-    budget_s = args.minutes * 60
+    earlier = read_records(args.pool) if args.pool else []
+    if args.pool and not args.measure:
+        for setups in sorted({r["setups"] for r in earlier}):
+            emit({"pooled": pooled_judgement(earlier, setups)})
+        return 0
     for setups in (int(n) for n in args.setups.split(",")):
-        if args.calibration:
-            calibration = json.loads(args.calibration.read_text())
-        else:
-            calibration, seconds, before = calibrate(args.out / "calibrate", args.minutes, setups)
-            emit(
-                {
-                    "setups": setups,
-                    "calibrate_s": round(seconds),
-                    "load_before": before,
-                    "load_after": load(),
-                }
-            )
-        kept = ("costs", "runs_ratio", "turns_ratio", "own_start_var", "start_agreement_p")
-        emit({"calibration": {k: calibration.get(k) for k in kept}})
-        made = plans(calibration, setups, budget_s)
-        emit({"setups": setups, "plans": made})
-        found: dict[str, list[dict]] = {}
-        for round_ in range(args.repeats):
-            for design in in_order(args.designs.split(","), made, round_):
-                name = f"ttv{setups}-{design}" + (f"-{round_ + 1}" if args.repeats > 1 else "")
-                experiment = experiment_for(name, design, setups, made, calibration, budget_s)
-                before = load()
-                result, wall = run(experiment, args.out / name, stop_after_s=budget_s)
-                found.setdefault(design, []).append(reached(result))
-                emit(
-                    {
-                        "setups": setups,
-                        "design": design,
-                        "round": round_ + 1,
-                        "wall_s": round(wall),
-                        "load_before": before,
-                        "load_after": load(),
-                        **found[design][-1],
-                        "planned_blocks": made[design]["starts"] if design in made else None,
-                        "planned_block_s": made.get(design, {}).get("block_s"),
-                        "planned_block_log_ratio_sd": made.get(design, {}).get(
-                            "block_log_ratio_sd"
-                        ),
-                    }
-                )
-                # After every run: a bench stopped for time still leaves its verdict so far.
-                emit(
-                    judge(setups, made, found)
-                    | {"runs_per_design": {d: len(v) for d, v in found.items()}}
-                )
+        bench_setups(args, setups, earlier)
     return 0
 
 

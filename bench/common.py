@@ -42,6 +42,7 @@ warmup = 1
 max_warmup = {max_warmup}
 step = {step_s}
 {slice_line}
+{settle_line}
 """
 
 SETUP = """
@@ -67,6 +68,7 @@ class Plan:
     slice_s: float | None = None
     max_warmup: float = 10
     budget_s: float | None = None  # design "auto" only: the wall time it chooses for
+    settle: int | None = None  # alternate "turns" only: rounds of settle turns
 
     def toml(self) -> str:
         text = EXPERIMENT.format(
@@ -83,6 +85,7 @@ class Plan:
             max_warmup=self.max_warmup,
             slice_line="" if self.slice_s is None else f"slice = {self.slice_s}",
             budget_line="" if self.budget_s is None else f"budget = {self.budget_s:g}",
+            settle_line="" if self.settle is None else f"settle = {self.settle}",
         )
         for name, allocator, extra in self.setups:
             text += SETUP.format(name=name, allocator=allocator, extra=extra)

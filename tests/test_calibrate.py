@@ -190,7 +190,7 @@ def test_as_many_copies_as_setups_each_give_a_ratio_series(tmp_path: Path) -> No
                 8.0,
                 run_ratios=[[x, x * 1.01] for x in level],
                 turn_ratios=[[x, x * 0.99, x] for x in level],
-                turns_wall_s=4 * (3 + 1) * 1.25,  # 4 copies x (3 rounds + a settle round)
+                turns_wall_s=4 * (3 + 4) * 1.25,  # 4 copies x (3 rounds + 4 settle rounds)
                 warmups_s=[5.0] * 4,
             )
         )
@@ -200,6 +200,7 @@ def test_as_many_copies_as_setups_each_give_a_ratio_series(tmp_path: Path) -> No
     assert summary.runs_ratio.starts == 6 and summary.runs_ratio.slices == 12
     assert summary.turns_ratio.starts == 6 and summary.turns_ratio.slices == 18
     assert summary.costs.turn_s == pytest.approx(1.25)
+    assert summary.costs.settle_rounds == experiment.settle_rounds == 4
     assert summary.runs_ratio.between_var is not None and summary.runs_ratio.between_var > 0.005
     assert summary.plan.setups == 4
 

@@ -142,11 +142,26 @@ def test_min_effect_thp_and_cpu_counts_parse() -> None:
         ),
         ({"alternate": "rounds"}, "alternate = 'rounds' is unknown"),
         ({"durations": {"step": 4, "slice": 5}}, "longer than durations.step"),
+        ({"durations": {"settle": 2}}, "durations.settle = 2 applies to turns only"),
+        (
+            {"alternate": "turns", "durations": {"settle": 0}},
+            r"durations.settle = 0 is invalid: give a whole number 1-100",
+        ),
+        ({"alternate": "turns", "durations": {"settle": 2.5}}, "durations.settle = 2.5"),
+        ({"alternate": "turns", "durations": {"settle": True}}, "durations.settle = True"),
     ],
 )
 def test_bad_statistics_and_machine_keys(changes: dict[str, object], message: str) -> None:
     with pytest.raises(MallocbenchError, match=message):
         from_dict(experiment(**changes))
+
+
+def test_turns_settle_four_rounds_unless_asked_otherwise() -> None:
+    assert from_dict(experiment(alternate="turns")).settle_rounds == 4
+    # Runs have no settle turns; were auto to choose turns, they would settle as default.
+    assert from_dict(experiment()).settle_rounds == 4
+    one = from_dict(experiment(alternate="turns", durations={"settle": 1}))
+    assert one.settle_rounds == 1
 
 
 def test_extra_round_keeps_interleaving_and_only_the_asked_cells() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -252,9 +253,12 @@ def test_design_plans_price_each_design_and_name_the_narrowest() -> None:
 
     costs = Costs(start_s=4.0, warmup_s=6.0, slice_wall_s=5.0, turn_s=1.1)
     # Every design starts and warms each setup's server in turn; sequential also pays a
-    # sysbench start per setup, and turns a settle turn each.
+    # sysbench start per setup, and turns their settle rounds, a turn of each setup a
+    # round (4 by default; a calibration stored before the option prices the default).
     assert block_costs("runs", costs, 4) == (4 * 10.0, 20.0)
-    assert block_costs("turns", costs, 4) == pytest.approx((40.0 + 4.4, 4.4))
+    assert block_costs("turns", costs, 4) == pytest.approx((40.0 + 4 * 4.4, 4.4))
+    one = Costs(start_s=4.0, warmup_s=6.0, slice_wall_s=5.0, turn_s=1.1, settle_rounds=1)
+    assert block_costs("turns", one, 4) == pytest.approx((40.0 + 4.4, 4.4))
     assert block_costs("sequential", costs, 4) == (4 * 11.0, 16.0)
     stopping = Costs(start_s=4.0, warmup_s=6.0, slice_wall_s=5.0, turn_s=1.1, stop_s=2.0)
     assert block_costs("runs", stopping, 4) == (4 * 12.0, 20.0)
@@ -286,7 +290,8 @@ def _runs_budget(costs: designs.Costs, setups: int, slices: int, starts: int) ->
 
 def test_each_design_gets_the_same_wall_time_and_its_own_shape() -> None:
     """At 5 repeats of 3 runs slices, each design is priced at that run's wall time:
-    turns (no dropped second, no sysbench start per turn) fit 15 turns per start."""
+    turns (no dropped second, no sysbench start per turn) fit 12 turns per start after
+    their 4 settle rounds (15 after one)."""
     parts = {
         "runs": _parts(0.02, 5e-4),
         "turns": _parts(0.02, 5e-4),
@@ -296,7 +301,7 @@ def test_each_design_gets_the_same_wall_time_and_its_own_shape() -> None:
     fixed = designs.choose_at_equal_time(parts, COSTS, 2, budget, starts=5)
     assert {d: (s.slices_per_start, s.starts) for d, s in fixed.shapes.items()} == {
         "runs": (3, 5),
-        "turns": (15, 5),
+        "turns": (12, 5),
         "sequential": (3, 5),
     }
     assert fixed.shapes["runs"].wall_s == pytest.approx(budget)
@@ -349,16 +354,16 @@ def test_cheap_turns_win_what_equal_measured_seconds_hide() -> None:
     """Per measured second the runs' slices are a little quieter, so at equal repeats
     and seconds runs would be narrower; but each slice is a sysbench start and a dropped
     second (8 s of wall for 5 measured on a busy host), and in the runs' wall time turns
-    measure 21 seconds to their 15."""
+    measure 18 seconds to their 15, after their 4 settle rounds."""
     costs = designs.Costs(start_s=3.0, warmup_s=6.0, slice_wall_s=8.0, turn_s=1.05)
-    parts = {"runs": _parts(0.01, 0.0), "turns": _parts(0.06, 0.0)}
+    parts = {"runs": _parts(0.01, 0.0), "turns": _parts(0.055, 0.0)}
     same_seconds = {
         d: noise.resolvable_effect_pct(parts[d], 2, k, 5, paired=True)
         for d, k in (("runs", 3), ("turns", 15))
     }
     assert same_seconds["runs"] < same_seconds["turns"]
     choice = designs.choose_at_equal_time(parts, costs, 2, _runs_budget(costs, 2, 3, 5), starts=5)
-    assert choice.design == "turns" and choice.shapes["turns"].slices_per_start == 21
+    assert choice.design == "turns" and choice.shapes["turns"].slices_per_start == 18
     assert choice.widths["runs"] == pytest.approx(same_seconds["runs"])
 
 
@@ -543,7 +548,9 @@ def test_auto_says_when_its_calibration_cannot_rank_the_designs() -> None:
     """Two calibrations of the time-to-verdict bench on this host. With 2 setups runs
     was predicted 16.9 points and turns 19.4, and the runs came out the other way
     round: the choice is named unranked. With 4 setups turns at 21.5 beat runs at 42.1
-    by more than the noise allows, and runs did come out wider."""
+    by more than the noise allows, and runs did come out wider. Both priced the one settle
+    round turns then had; at today's four, 4 setups' turns pay 13 s more a block, and
+    runs is no longer ranked apart from them."""
 
     # Per design: within, between, starts, slices, within df, as calibrate measured.
     seen = {
@@ -559,8 +566,8 @@ def test_auto_says_when_its_calibration_cannot_rank_the_designs() -> None:
         },
     }
     costs = {
-        2: designs.Costs(start_s=0.59, warmup_s=7.0, slice_wall_s=5.04, turn_s=1.109, stop_s=0.165),
-        4: designs.Costs(start_s=0.51, warmup_s=9.0, slice_wall_s=5.03, turn_s=1.072, stop_s=0.128),
+        2: designs.Costs(0.59, 7.0, 5.04, turn_s=1.109, stop_s=0.165, settle_rounds=1),
+        4: designs.Costs(0.51, 9.0, 5.03, turn_s=1.072, stop_s=0.128, settle_rounds=1),
     }
     two, four = (
         designs.choose_at_equal_time(
@@ -574,3 +581,10 @@ def test_auto_says_when_its_calibration_cannot_rank_the_designs() -> None:
     assert two.design == "runs" and two.unranked == ("turns",)
     assert set(two.ranges) == {"runs", "turns", "sequential"}
     assert four.design == "turns" and "runs" not in four.unranked
+    today = designs.choose_at_equal_time(
+        {d: noise.VarianceComponents(*v, mean_log=0.0) for d, v in seen[4].items()},
+        dataclasses.replace(costs[4], settle_rounds=4),
+        4,
+        300.0,
+    )
+    assert today.design == "turns" and "runs" in today.unranked

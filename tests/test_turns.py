@@ -10,11 +10,22 @@ from mallocbench.workloads.sysbench import TURN_DIGITS, Turn, TurnPlan
 
 
 def test_every_client_settles_first_then_rounds_rotate() -> None:
-    assert turn_order(2, 4) == "01" + "01" + "10" + "01" + "10"
-    assert turn_order(3, 3) == "012" + "012" + "120" + "201"
+    assert turn_order(2, 4, settle=1) == "01" + "01" + "10" + "01" + "10"
+    assert turn_order(3, 3, settle=1) == "012" + "012" + "120" + "201"
     # Every client gets the same number of measured turns, in every position.
-    measured = turn_order(4, 8)[4:]
+    measured = turn_order(4, 8, settle=1)[4:]
     assert all(measured.count(d) == 8 for d in "0123")
+
+
+def test_a_longer_settle_adds_unmeasured_rounds_before_the_same_measured_ones() -> None:
+    # Four rounds by default (docs/bench/2026-11-29-settle.md).
+    assert turn_order(2, 4) == turn_order(2, 4, settle=4)
+    assert turn_order(2, 3, settle=4) == "01" + "10" + "01" + "10" + "01" + "10" + "01"
+    longer, default = turn_order(3, 5, settle=4), turn_order(3, 5, settle=1)
+    # The settle rounds rotate as the measured ones do, so every client settles in
+    # every position; the measured turns after them are the default's, turn for turn.
+    assert longer[: 4 * 3] == "012" + "120" + "201" + "012"
+    assert longer[4 * 3 :] == default[3:]
 
 
 def test_a_plan_says_whose_turn_and_when() -> None:

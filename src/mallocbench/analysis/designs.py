@@ -20,6 +20,12 @@ from mallocbench.analysis.noise import (
     starts_for_width,
 )
 
+# Turns open every block with this many rounds of unmeasured turns ([durations] settle):
+# with one, the base's measured turns still fell through the block, and the block
+# variance of the log-ratio was 2.8 times that with four, F test p = 0.012 over 5 runs
+# a side (docs/bench/2026-11-29-settle.md).
+DEFAULT_SETTLE_ROUNDS = 4
+
 # How a run's setups share the machine (experiment.design and experiment.alternate).
 RUNS_DESIGN = "runs"  # interleaved, each slice a sysbench run of its own
 TURNS_DESIGN = "turns"  # interleaved, clients taking turns
@@ -35,6 +41,9 @@ class Costs:
     slice_wall_s: float  # a slice's sysbench run, dropped second and start-up included
     turn_s: float = 0.0  # a turn of one setup, its share of the lead and settle turns included
     stop_s: float = 0.0  # stop a server and remove its datadir (0: not measured)
+    # The rounds of settle turns a turns block opens with: the planned run's, not a cost
+    # measured, but what prices them (a calibration stored without it: the default).
+    settle_rounds: int = DEFAULT_SETTLE_ROUNDS
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,8 @@ def block_costs(design: str, costs: Costs, setups: int) -> tuple[float, float]:
     another (interleaved too: the runner starts a block's servers in turn).
     Sequential's slices are one continuous sysbench run per setup (a second of start-up,
     nothing dropped between them); interleaved, each slice is a sysbench run of its own,
-    or each turn a turn of connected clients after a settle turn.
+    or each turn a turn of connected clients after `costs.settle_rounds` rounds of
+    settle turns, one turn of every setup a round.
     """
     per_server = costs.start_s + costs.warmup_s + costs.stop_s
     if design == SEQUENTIAL_DESIGN:
@@ -76,7 +86,8 @@ def block_costs(design: str, costs: Costs, setups: int) -> tuple[float, float]:
         return fixed, setups * max(costs.slice_wall_s - 1.0, 1.0)
     fixed = setups * per_server
     if design == TURNS_DESIGN:
-        return fixed + setups * costs.turn_s, setups * costs.turn_s  # a settle turn each
+        settle = costs.settle_rounds * setups * costs.turn_s
+        return fixed + settle, setups * costs.turn_s
     return fixed, setups * costs.slice_wall_s
 
 

@@ -50,7 +50,8 @@ def _piece_s(design: str, record: dict[str, Any]) -> float:
 
 def choose(experiment: Experiment, record: dict[str, Any]) -> DesignChoice:
     """Every design's shape and expected width in the same wall time, and the narrowest."""
-    costs: designs.Costs = record["costs"]
+    # A stored calibration's turns are priced with the settle this run will have.
+    costs = dataclasses.replace(record["costs"], settle_rounds=experiment.settle_rounds)
     setups = compared_setups(experiment)
     components = record["components"]
     if experiment.budget_s is not None:

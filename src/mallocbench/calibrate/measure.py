@@ -207,6 +207,7 @@ def _take_turns(
         options["turn_s"],
         lambda *_: None,
         should_stop=lambda: False,
+        settle=experiment.settle_rounds,
     )
     return turning, time.monotonic() - began
 

@@ -250,7 +250,8 @@ def summarize(
 ) -> CalibrationSummary:
     """Everything the terminal table and --json show."""
     pairs = pairs or []
-    rounds = options.get("turns", 0) + 1  # a settle turn each, then the rounds
+    settle = experiment.settle_rounds  # the turns phase's settle rounds, then its rounds
+    rounds = options.get("turns", 0) + settle
     costs = Costs(
         start_s=_median([s.start_s for s in starts]),
         # Every copy warms as a block's server does: twice the samples of a noisy cost.
@@ -258,6 +259,7 @@ def summarize(
         slice_wall_s=_median([sl.wall_s for s in starts for sl in s.slices]),
         turn_s=_median([p.turns_wall_s / (p.copies * rounds) for p in pairs]) if pairs else 0.0,
         stop_s=_median([s.stop_s for s in starts]),
+        settle_rounds=settle,
     )
     found = analyze_calibration(
         Measured(

@@ -181,6 +181,7 @@ class RealExecutor:
                 seconds,
                 progress.interval,
                 stop_requested,
+                experiment.settle_rounds,
             )
         else:
             if sliced and seconds < MIN_RUN_SLICE_S:

@@ -267,6 +267,8 @@ class DesignRecord(Record):
     slices_per_cell: int | None = None
     why: str | None = None
     alternate: str | None = None  # "turns"; absent: each slice a sysbench run of its own
+    # Turns' unmeasured rounds before the measured; absent: 1, as before it was an option.
+    settle_rounds: int | None = None
     # design "auto": the wall time the designs were compared in and each one's expected
     # interval width there, in points (None: it did not fit 2 starts).
     budget_s: float | None = None

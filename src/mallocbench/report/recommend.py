@@ -450,6 +450,13 @@ def _run_place(source: str | None) -> str:
     return f"--out {shlex.quote(str(where))}"
 
 
+def _against_or_held(c: Candidate, r: Recommendation) -> list[str]:
+    """What speaks against a lower-ranked setup; an undecided one says what holds it too,
+    as the one ranked first does."""
+    held = ["what holds it: " + "; ".join(hold_text(h) for h in c.holds)] if c.holds else []
+    return _against(c, r) + held
+
+
 def _undecided_lines(c: Candidate, r: Recommendation, source: str | None) -> list[str]:
     lines = [f"  - what holds it: {hold_text(h)}" for h in c.holds]
     commands = dict.fromkeys(continue_command(h, r, source) for h in c.holds)
@@ -473,7 +480,7 @@ def engine_lines(
             lines += _candidate_lines(subject, r, "  ")
         else:
             lines += _undecided_lines(subject, r, source)
-        lines += [f"  - {c.setup}: " + "; ".join(_against(c, r)) for c in e.ranked[1:]]
+        lines += [f"  - {c.setup}: " + "; ".join(_against_or_held(c, r)) for c in e.ranked[1:]]
     else:
         lines.append(
             f"  no setup is shown better than {e.base} on "

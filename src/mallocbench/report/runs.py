@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from mallocbench.analysis.criteria import DEFAULT_PRIORITIES
+from mallocbench.analysis.designs import DEFAULT_SETTLE_ROUNDS
 from mallocbench.model.metadata import Durations, ReplayRecord
 from mallocbench.report.replay import listing
 from mallocbench.report.words import wide_cell_text
@@ -52,9 +53,16 @@ def design_line(experiment: Experiment) -> str:
         return f"design sequential (interleaved asked, but {problem})"
     slices = planning.slices_per_cell(experiment)
     kind = "turn" if experiment.alternate == experiment_mod.TURNS else "slice"
+    settle = experiment.settle_rounds
+    after = (
+        f", after {settle} unmeasured rounds of turns"
+        if kind == "turn" and settle != DEFAULT_SETTLE_ROUNDS
+        else ""
+    )
     return (
         f"design interleaved: {len(experiment.setups)} servers up at once per block; each "
         f"cell is {slices} {kind}(s) of {experiment.slice_s:g} s alternating between them"
+        f"{after}"
     )
 
 

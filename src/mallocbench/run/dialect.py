@@ -98,6 +98,7 @@ RUN_DURATIONS: dict[str, Schema] = {
     "step": DURATION | {"description": "measured seconds per cell"},
     "slice": DURATION
     | {"description": "seconds per slice alternating between setups (runs: 5, turns: 1)"},
+    "settle": _of("integer", "turns: rounds of unmeasured turns before the measured (1)"),
 }
 RUN_SERVER: dict[str, Schema] = {
     "family": _of(

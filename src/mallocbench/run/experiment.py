@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mallocbench.allocators.base import Allocator
+from mallocbench.analysis.designs import DEFAULT_SETTLE_ROUNDS
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.run.dataset import Dataset
 from mallocbench.run.dialect import (
@@ -91,6 +92,9 @@ MIN_TURN_S = 1.0
 DEFAULT_TURN_S = 1.0
 
 
+MAX_SETTLE_ROUNDS = 100  # [durations] settle; the default is analysis.designs'
+
+
 # What one idle private server takes beside its cache (MariaDB 10.11: 110-180 MiB at
 # start, plus connection and per-thread buffers under 8-16 clients).
 SERVER_BASE_BYTES = 400 << 20
@@ -143,6 +147,7 @@ class Experiment:
     slice_s: float = DEFAULT_SLICE_S
     design: str = INTERLEAVED
     alternate: str = RUNS
+    settle_rounds: int = DEFAULT_SETTLE_ROUNDS  # alternate "turns": unmeasured rounds first
     # With design = "auto", once chosen: how and why (what the calibration predicted).
     design_why: str | None = None
     # design = "auto": the wall time the designs are compared in (None: the experiment's

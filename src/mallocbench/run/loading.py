@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 
 from mallocbench.analysis.criteria import parse_max_loss, parse_priorities
+from mallocbench.analysis.designs import DEFAULT_SETTLE_ROUNDS
 from mallocbench.analysis.steady import DEFAULT_MAX_WARMUP_S
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import cache_root
@@ -41,6 +42,7 @@ from mallocbench.run.experiment import (
     MAX_CELLS,
     MAX_DURATION_S,
     MAX_ROWS,
+    MAX_SETTLE_ROUNDS,
     MAX_TABLES,
     MAX_TITLE,
     MIN_RUN_SLICE_S,
@@ -204,6 +206,7 @@ def from_dict(
         max_warmup_s=timing.max_warmup,
         duration_s=timing.step,
         slice_s=timing.slice,
+        settle_rounds=timing.settle,
         design=str(design),
         alternate=str(alternate),
         repeats=int(repeats or 1),
@@ -405,6 +408,7 @@ class _Timing:
     max_warmup: float = DEFAULT_MAX_WARMUP_S
     step: float = 10.0
     slice: float = DEFAULT_SLICE_S
+    settle: int = DEFAULT_SETTLE_ROUNDS
 
 
 def _alternate(value: object) -> str:
@@ -438,7 +442,20 @@ def _durations(problems: Problems, data: dict[str, Any], alternate: str) -> _Tim
         timing.step = step
         slice_s = problems.check(at + ("slice",), _slice, raw.get("slice"), step, alternate)
         timing.slice = slice_s if slice_s is not None else timing.slice
+    if "settle" in raw:
+        settle = problems.check(at + ("settle",), _settle, raw["settle"], alternate)
+        timing.settle = settle if settle is not None else timing.settle
     return timing
+
+
+def _settle(value: object, alternate: str) -> int:
+    """Rounds of settle turns: only turns have them (a run's slice is a client of its own)."""
+    if alternate != TURNS:
+        raise MallocbenchError(
+            f"durations.settle = {value!r} applies to turns only: set alternate = "
+            f"{TURNS!r}, or remove settle (each {RUNS!r} slice starts a client of its own)"
+        )
+    return _bounded_int(value, "durations.settle", 1, MAX_SETTLE_ROUNDS)
 
 
 def _max_warmup(value: object, warmup: float) -> float:

@@ -93,7 +93,7 @@ def cell_estimate(experiment: Experiment) -> float:
     """Seconds per cell before any was measured: warmup + measured + a second a run.
 
     Interleaved cells run slices of durations.slice seconds, each a sysbench start, or
-    take turns of that length after a settle turn each.
+    take turns of that length after settle rounds of turns.
     """
     # Warming cannot end before the detector has a full window of seconds to judge.
     warmup = min(max(experiment.warmup_s, WINDOW_S), experiment.max_warmup_s)
@@ -101,7 +101,7 @@ def cell_estimate(experiment: Experiment) -> float:
     if experiment.design == INTERLEAVED:
         slices = slices_per_cell(experiment)
         if experiment.alternate == TURNS:
-            return warmup + (slices + 1) * experiment.slice_s + 1.0
+            return warmup + (slices + experiment.settle_rounds) * experiment.slice_s + 1.0
         return warmup + slices * (experiment.slice_s + 0.5)
     return warmup + experiment.duration_s + 1.0
 

@@ -302,6 +302,7 @@ class Pipeline:
             record.slices_per_cell = slices_per_cell(experiment)
             if experiment.alternate == TURNS:
                 record.alternate = TURNS
+                record.settle_rounds = experiment.settle_rounds
         if experiment.design_why is not None:
             record.asked = AUTO
             record.why = experiment.design_why

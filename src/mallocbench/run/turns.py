@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mallocbench.analysis.designs import DEFAULT_SETTLE_ROUNDS
 from mallocbench.probes import process as proc_probe
 from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
 from mallocbench.run.cellends import note_peaks
@@ -54,14 +55,16 @@ def takes_turns(steps: list[Step]) -> bool:
     return len(steps) <= len(TURN_DIGITS) and all(s.definition.takes_turns for s in steps)
 
 
-def turn_order(clients: int, rounds: int) -> str:
-    """A settle turn for every client, then `rounds` rounds of one turn each.
+def turn_order(clients: int, rounds: int, settle: int = DEFAULT_SETTLE_ROUNDS) -> str:
+    """`settle` rounds that settle every client, then `rounds` measured rounds, one turn each.
 
     The order rotates by one every round, as slices do, so every client follows every
     other: what one leaves behind (a flush still running, a cold CPU cache) reaches all.
+    The measured rounds rotate from the first client whatever the settle, so a longer
+    settle only adds turns before them.
     """
-    order = list(range(clients))
-    for round_index in range(rounds):
+    order: list[int] = []
+    for round_index in list(range(settle)) + list(range(rounds)):
         first = round_index % clients
         order += list(range(first, clients)) + list(range(first))
     return "".join(TURN_DIGITS[i] for i in order)
@@ -90,18 +93,17 @@ def measure_turns(
     width_s: float,
     on_interval: IntervalCallback,
     should_stop: Callable[[], bool],
+    settle: int = DEFAULT_SETTLE_ROUNDS,
 ) -> None:
     """Measure several setups' cells at once, their clients taking turns (mb_common.lua).
 
     Each setup's sysbench runs for the whole of it, connected, working only in its own
     turns. The harness reads every server's and client's counters at each turn's end,
-    so each turn has its own per-op costs and its own record of what else ran; the
-    clients report what they did in each turn. A client's first turn settles it (its
-    statements get prepared) and is not measured. A server that dies leaves its turns
-    empty; the other setups' turns go on.
+    so each turn has its own per-op costs and record of what else ran. The first
+    `settle` rounds are not measured. A dead server leaves its turns empty.
     """
     plan = TurnPlan(
-        turn_order(len(active), rounds),
+        turn_order(len(active), rounds, settle),
         time.time() + TURN_LEAD_S + TURN_LEAD_PER_CLIENT_S * len(active),
         width_s,
     )
@@ -111,10 +113,11 @@ def measure_turns(
     latest_rss: dict[int, int | None] = {}
     # Set when the harness stops early: each client then ends itself at its next report.
     abandoned = threading.Event()
+    settling = settle * len(active)  # the turns before the first measured one
 
     def client(index: int, live: LiveSession, planned: PlannedCell) -> None:
         def turn_done(turn: Turn) -> None:
-            if turn.index >= len(active):
+            if turn.index >= settling:
                 progress = Interval(turn.ended, turn.seconds, turn.events, turn.queries, 0, 0.0)
                 on_interval(planned, progress, latest_rss.get(index))
 
@@ -147,7 +150,7 @@ def measure_turns(
                 _sleep_until(plan.bounds(turn)[1] + TURN_GRACE_S)
                 after = _boundary(active, pids)
                 owner = plan.owner(turn)
-                if turn >= len(active):
+                if turn >= settling:
                     taken[turn] = _taken(active[owner][0], owner, before, after)
                     latest_rss[owner] = m.rss_bytes if (m := taken[turn].memory) else None
                 before = after
