@@ -369,8 +369,10 @@ def command_modules() -> set[str]:
     return {f"mallocbench.commands.{c.module}" for c in COMMANDS.values()}
 
 
-# Shared by every command and no command themselves: declared options, the progress display.
-COMMAND_HELPERS = {"mallocbench.commands.options", "mallocbench.commands.progress"}
+# Shared by every command and no command themselves: declared options, the progress
+# display, and the one way to print.
+OUTPUT_HELPER = "mallocbench.commands.output"
+COMMAND_HELPERS = {"mallocbench.commands.options", "mallocbench.commands.progress", OUTPUT_HELPER}
 
 
 def imports_of_commands(graph: dict[str, set[str]], commands: set[str]) -> set[str]:
@@ -414,6 +416,122 @@ def test_no_command_imports_another() -> None:
     commands = command_modules()
     assert "mallocbench.commands.run" in commands and len(commands) >= 10
     assert imports_of_commands(import_graph(), commands) == set()
+
+
+# --- commands print only through report/ ---------------------------------------------------
+#
+# A command hands a value to the registry's entry for its kind (commands/output.py's `say`
+# and `emit`); every sentence it prints is worded in report/. Anything else that writes to
+# the terminal is a sentence kept in a command.
+
+# What writes to standard output or error, as Python resolves it.
+PRINTERS = (
+    "builtins.print",
+    "click.echo",
+    "click.secho",
+    "click.utils.echo",
+    "click.termui.secho",
+    "rich.print",
+    "rich.get_console",
+    "os.write",
+)
+STREAMS = ("sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__")
+# A console's (or any object's) methods that print: without types, a `.print` is a print,
+# handed over or called; `.out(...)`, `.log(...)`, `.rule(...)` when called (`plan.out` is
+# a directory).
+CONSOLE_PRINTS = {"print", "print_json"}
+CONSOLE_CALLS = {"out", "log", "rule"}
+
+
+def _is_printer(target: str) -> bool:
+    """A printer itself, or anything on one (`click.echo.__call__`); any use of a stream."""
+    return any(target == p or target.startswith(f"{p}.") for p in PRINTERS) or any(
+        target.startswith(f"{s}.") for s in STREAMS
+    )
+
+
+def prints_in(source: str, module: str = "m") -> list[tuple[int, str]]:
+    """(line, what) of every way `source` writes to the terminal: a printer called or
+    handed over (a callback), by any name it is reached by; a stream written; a method
+    that prints, on any object (`console.print`, `Console(...).print`)."""
+    tree = ast.parse(source)
+    names = Names(tree, module)
+    found = []
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            target = names.resolve(node) or (
+                f"builtins.{node.id}" if node.id not in names.bound else None
+            )
+        elif isinstance(node, ast.Attribute | ast.Call):
+            target = names.resolve(node)
+        else:
+            continue
+        if target is not None and _is_printer(target):
+            found.append((node.lineno, target))
+        elif (
+            target is None
+            and isinstance(node, ast.Attribute)
+            and (node.attr in CONSOLE_PRINTS or (node.attr in CONSOLE_CALLS and id(node) in called))
+            and not (names.resolve(node.value) or "").startswith(("logging", "math"))
+        ):
+            found.append((node.lineno, f"(a value's) .{node.attr}"))
+    return sorted(set(found))
+
+
+# Each way a command can print, one snippet each.
+PRINT_FORMS = {
+    "click.echo": "import click\nclick.echo('done')\n",
+    "echo imported": "from click import echo as say\nsay('done', err=True)\n",
+    "click.secho": "import click\nclick.secho('done', fg='red')\n",
+    "print": "print('done')\n",
+    "print handed over": "def f(log=print):\n    log('done')\n",
+    "sys.stdout.write": "import sys\nsys.stdout.write('done\\n')\n",
+    "stderr imported": "from sys import stderr\nstderr.write('done\\n')\n",
+    "console.print": (
+        "from mallocbench.console import make_console\n"
+        "console = make_console(stderr=True)\nconsole.print('done')\n"
+    ),
+    "Console(...).print": "from rich.console import Console\nConsole().print('done')\n",
+    "a made console's print": (
+        "from mallocbench.console import make_console\nmake_console().print('done')\n"
+    ),
+    "rich.print": "from rich import print as rprint\nrprint('done')\n",
+    "console.out": "def f(console):\n    console.out('done', highlight=False)\n",
+    "echo as a callback": "import click\ndef f(run):\n    run(log=click.echo)\n",
+}
+
+
+@pytest.mark.parametrize("form", PRINT_FORMS)
+def test_the_print_check_finds_each_way_to_print(form: str) -> None:
+    assert prints_in(PRINT_FORMS[form]) != [], form
+
+
+def test_the_print_check_lets_the_output_path_and_spinners_be() -> None:
+    source = (
+        "import click\n"
+        "from mallocbench.commands.output import say\n"
+        "from mallocbench.report import formats\n"
+        "def f(err, value):\n"
+        "    say(formats.RUN, value, err=True)\n"
+        "    with err.status('working') as status:\n"
+        "        status.update('still working')\n"
+        "    click.option('--json', is_flag=True)\n"
+        "    return 'a b'.split()\n"
+    )
+    assert prints_in(source) == []
+
+
+def test_commands_print_only_through_the_output_helper() -> None:
+    """Every sentence a command prints is worded in report/ and reaches the terminal
+    through commands/output.py (before: 109 prints in 19 command modules)."""
+    found = {
+        f"{path.relative_to(SRC / PACKAGE)}:{line} {what}"
+        for path in (SRC / PACKAGE / "commands").glob("*.py")
+        if module_name(path) != OUTPUT_HELPER
+        for line, what in prints_in(path.read_text(), module_name(path))
+    }
+    assert found == set()
 
 
 # --- words live in report/ ------------------------------------------------------------------

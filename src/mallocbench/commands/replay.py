@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from mallocbench.commands.options import min_effect_option, timing_options
+from mallocbench.commands.output import say
 from mallocbench.errors import MallocbenchError
 from mallocbench.store.base import StoreDiskFault
 
@@ -101,12 +102,14 @@ def replay(
     from mallocbench.replay import runner
     from mallocbench.replay import trace as tracemod
     from mallocbench.report import formats
+    from mallocbench.report.replay import reading_text
+    from mallocbench.report.runs import Wrote
 
     parsed = _setups(allocator_list, extra)
     setups = [make_setup("replay", name, spec, knobs) for name, spec, knobs in parsed]
     console = make_console(stderr=True)
     with ReplayProgress(console, len(setups) * repeats) as progress:
-        progress.status(f"reading the trace {trace}")
+        progress.status(reading_text(trace))
         info = tracemod.check(trace)
         runner.replay_timeout(float(info.data.get("duration_s") or 0), speed, timing)
         progress.read(info)
@@ -128,30 +131,22 @@ def replay(
     analysis = analyze(result)
     if out_dir is not None:
         written = formats.write_reports(analysis, out_dir)
-    if as_json:
-        click.echo(formats.render("json", analysis), nl=False)
-    else:
-        formats.print_terminal(analysis, make_console(), str(out_dir) if out_dir else None)
+    shown = formats.Shown(analysis, str(out_dir) if out_dir else None)
+    say(formats.RUN, shown, fmt="json" if as_json else None)
     if out_dir is not None:
-        # on standard error: --json keeps standard output for the document alone
-        names = ", ".join(p.name for p in written)
-        console.print(f"wrote {names} in {out_dir}", markup=False, highlight=False, soft_wrap=True)
+        say(formats.WROTE, Wrote([p.name for p in written], out_dir), console=console)
 
 
 def _disk_fault(exc: StoreDiskFault, result: RunResult, as_json: bool) -> MallocbenchError:
     """A full or failing disk under --out: the replays measured so far are printed (the
     last may not have reached the store), and the line says how a replay goes on."""
     from mallocbench.analysis.run_analysis import analyze
-    from mallocbench.console import make_console
     from mallocbench.report import formats
 
     record = result.metadata.replay
     measured = len(record.runs or []) if record is not None else 0
     if measured:
-        if as_json:
-            click.echo(formats.render("json", analyze(result)), nl=False)
-        else:
-            formats.print_terminal(analyze(result), make_console(), None)
+        say(formats.RUN, formats.Shown(analyze(result)), fmt="json" if as_json else None)
     shown = f": the {measured} replay(s) measured are printed above" if measured else ""
     return exc.going_on(f"replay the trace again (a replay has no --resume){shown}")
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -475,3 +477,61 @@ def write_watch_chart(rows: list[dict[str, object]], path: Path) -> None:
         figure.write_html(path, include_plotlyjs=write_plotly_beside(path), full_html=True)
     except OSError as exc:
         raise MallocbenchError(f"cannot write the chart {path}: {exc.strerror}") from exc
+
+
+# --- what `memory` and `profile` say around the account -------------------------------------
+
+
+def found_text(described: str) -> str:
+    """Which server `memory` found, and how (an option file, a socket ...)."""
+    return f"mallocbench: {described}\n"
+
+
+def progress_text(message: str) -> str:
+    """A step of `profile` under way, in the profiler's words."""
+    return f"mallocbench: {message}\n"
+
+
+def _sample_mib(value: object) -> str:
+    return f"{value / (1 << 20):,.0f}M" if isinstance(value, int | float) else "-"
+
+
+def sample_text(row: dict[str, object]) -> str:
+    """One --watch sample, a line of its own."""
+    return (
+        f"{row['time']}  rss {_sample_mib(row['rss'])}  heap {_sample_mib(row['heap_rss'])}  "
+        f"bp {_sample_mib(row['buffer_pool'])}  unaccounted {_sample_mib(row['unaccounted'])}  "
+        f"ratio {row['ratio'] or '-'}  threads {row['threads']}\n"
+    )
+
+
+def sample_json(row: dict[str, object]) -> str:
+    return json.dumps(row, default=str) + "\n"
+
+
+@dataclass(frozen=True)
+class Watching:
+    """--watch about to sample: the server's pid, the interval, who to signal, the CSV."""
+
+    pid: int
+    every_s: float
+    own_pid: int
+    csv: Path
+
+
+def watching_text(w: Watching) -> str:
+    return (
+        f"sampling pid {w.pid} every {w.every_s:g}s; Ctrl-C or kill {w.own_pid} stops "
+        f"(writing {w.csv})\n"
+    )
+
+
+@dataclass(frozen=True)
+class Watched:
+    samples: int
+    csv: Path
+    chart: Path
+
+
+def watched_text(w: Watched) -> str:
+    return f"{w.samples} samples: {w.csv}, chart {w.chart}\n"
