@@ -362,6 +362,131 @@ def test_renderers_never_call_the_analysis() -> None:
     assert found == set()
 
 
+# --- values are data ----------------------------------------------------------------------
+#
+# A value (a dataclass or NamedTuple) of the packages that compute holds what was computed:
+# a property or method that calls into the analysis or an aggregate (numpy, scipy,
+# statistics, math.fsum) computes again on every read, in whichever module reads it, and
+# can disagree with the figure computed once. Building another value is no computing.
+
+VALUE_PACKAGES = ("analysis", "model", "memory", "replay", "tune")
+
+
+def _is_value(cls: ast.ClassDef, names: Names) -> bool:
+    for decorator in cls.decorator_list:
+        target = names.resolve(decorator.func if isinstance(decorator, ast.Call) else decorator)
+        if (target or "").endswith("dataclasses.dataclass"):
+            return True
+    return any((names.resolve(b) or "").endswith("typing.NamedTuple") for b in cls.bases)
+
+
+def computing_methods(source: str, index: Index, module: str = "m") -> list[str]:
+    """Class.method of each value's method that calls an analysis function (by any name,
+    or a function of its own module when that module is in analysis/) or an aggregate."""
+    tree = ast.parse(source)
+    names = Names(tree, module)
+    local = {
+        f"{module}.{n.name}" for n in tree.body if isinstance(n, ast.FunctionDef)
+    } & index.functions
+    found = []
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and _is_value(n, names)):
+        for method in (i for i in cls.body if isinstance(i, ast.FunctionDef)):
+            for node in ast.walk(method):
+                if not isinstance(node, ast.Call):
+                    continue
+                target = names.resolve(node.func) or ""
+                if not target and isinstance(node.func, ast.Name):
+                    # a function of this module, when it is one of analysis's
+                    own = f"{module}.{node.func.id}"
+                    target = own if own in local else ""
+                elif target.startswith(f"{module}."):
+                    target = ""  # a class of this module built
+                if (
+                    index.is_call_into_analysis(target)
+                    or target == "math.fsum"
+                    or target.startswith(Index.AGGREGATES)
+                ):
+                    found.append(f"{cls.name}.{method.name}")
+                    break
+    return found
+
+
+VALUE_SNIPPET = (
+    "import statistics\n"
+    "import numpy as np\n"
+    "from dataclasses import dataclass\n"
+    "from typing import NamedTuple\n"
+    "from mallocbench.analysis import summary\n"
+    "from mallocbench.analysis.summary import Table, geomean\n"
+    "@dataclass(frozen=True)\n"
+    "class Cell:\n"
+    "    values: list[float]\n"
+    "    @property\n"
+    "    def mean(self) -> float:\n"
+    "        return statistics.fmean(self.values)\n"
+    "    def spread(self) -> float:\n"
+    "        return float(np.std(self.values))\n"
+    "    @property\n"
+    "    def verdict(self) -> float:\n"
+    "        return summary.geomean(self.values)\n"
+    "    def middle(self) -> float:\n"
+    "        return geomean(self.values)\n"
+    "    def table(self) -> Table:\n"
+    "        return Table()  # building a value is no computing\n"
+    "    def count(self) -> int:\n"
+    "        return len(self.values)\n"
+    "class Row(NamedTuple):\n"
+    "    low: float\n"
+    "    def width(self) -> float:\n"
+    "        return summary.geomean([self.low])\n"
+    "class Helper:  # no value: a class with behaviour may compute\n"
+    "    def mean(self, v: list[float]) -> float:\n"
+    "        return statistics.fmean(v)\n"
+)
+
+
+def test_the_value_check_finds_each_way_a_value_computes() -> None:
+    found = computing_methods(VALUE_SNIPPET, snippet_index(), "mallocbench.memory.x")
+    assert found == ["Cell.mean", "Cell.spread", "Cell.verdict", "Cell.middle", "Row.width"]
+
+
+def test_the_value_check_counts_an_analysis_modules_own_functions() -> None:
+    source = (
+        "import dataclasses\n"
+        "def geomean(v):\n    return 1.0\n"
+        "@dataclasses.dataclass\n"
+        "class Cell:\n"
+        "    low: float\n"
+        "    @property\n"
+        "    def mean(self):\n        return geomean([self.low])\n"
+    )
+    index = Index({"mallocbench.analysis.summary": source})
+    assert computing_methods(source, index, "mallocbench.analysis.summary") == ["Cell.mean"]
+
+
+# Values that still compute on read, each with its reason (to be made data).
+COMPUTING_EXEMPT = {
+    # A calibration stored as JSON is read back with VarianceComponents(**record), and
+    # calibration.py widens between_var with dataclasses.replace: as fields, the CVs
+    # would go stale there. To be made fields with one constructor that derives them.
+    "analysis/noise.py:VarianceComponents.slice_cv_pct": "read back from a stored file",
+    "analysis/noise.py:VarianceComponents.start_cv_pct": "read back from a stored file",
+}
+
+
+def test_values_hold_no_methods_that_compute() -> None:
+    """Computed once in analysis/ into fields; the values are data every reader shares."""
+    index = analysis_index()
+    found = {
+        f"{path.relative_to(SRC / PACKAGE)}:{name}"
+        for package in VALUE_PACKAGES
+        for path in (SRC / PACKAGE / package).rglob("*.py")
+        for name in computing_methods(path.read_text(), index, module_name(path))
+    }
+    assert found - set(COMPUTING_EXEMPT) == set()
+    assert set(COMPUTING_EXEMPT) <= found, "an exemption no longer needed"
+
+
 def command_modules() -> set[str]:
     """The modules that define commands: those cli.py's COMMANDS table names."""
     from mallocbench.cli import COMMANDS
