@@ -362,6 +362,131 @@ def test_renderers_never_call_the_analysis() -> None:
     assert found == set()
 
 
+# --- values are data ----------------------------------------------------------------------
+#
+# A value (a dataclass or NamedTuple) of the packages that compute holds what was computed:
+# a property or method that calls into the analysis or an aggregate (numpy, scipy,
+# statistics, math.fsum) computes again on every read, in whichever module reads it, and
+# can disagree with the figure computed once. Building another value is no computing.
+
+VALUE_PACKAGES = ("analysis", "model", "memory", "replay", "tune")
+
+
+def _is_value(cls: ast.ClassDef, names: Names) -> bool:
+    for decorator in cls.decorator_list:
+        target = names.resolve(decorator.func if isinstance(decorator, ast.Call) else decorator)
+        if (target or "").endswith("dataclasses.dataclass"):
+            return True
+    return any((names.resolve(b) or "").endswith("typing.NamedTuple") for b in cls.bases)
+
+
+def computing_methods(source: str, index: Index, module: str = "m") -> list[str]:
+    """Class.method of each value's method that calls an analysis function (by any name,
+    or a function of its own module when that module is in analysis/) or an aggregate."""
+    tree = ast.parse(source)
+    names = Names(tree, module)
+    local = {
+        f"{module}.{n.name}" for n in tree.body if isinstance(n, ast.FunctionDef)
+    } & index.functions
+    found = []
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and _is_value(n, names)):
+        for method in (i for i in cls.body if isinstance(i, ast.FunctionDef)):
+            for node in ast.walk(method):
+                if not isinstance(node, ast.Call):
+                    continue
+                target = names.resolve(node.func) or ""
+                if not target and isinstance(node.func, ast.Name):
+                    # a function of this module, when it is one of analysis's
+                    own = f"{module}.{node.func.id}"
+                    target = own if own in local else ""
+                elif target.startswith(f"{module}."):
+                    target = ""  # a class of this module built
+                if (
+                    index.is_call_into_analysis(target)
+                    or target == "math.fsum"
+                    or target.startswith(Index.AGGREGATES)
+                ):
+                    found.append(f"{cls.name}.{method.name}")
+                    break
+    return found
+
+
+VALUE_SNIPPET = (
+    "import statistics\n"
+    "import numpy as np\n"
+    "from dataclasses import dataclass\n"
+    "from typing import NamedTuple\n"
+    "from mallocbench.analysis import summary\n"
+    "from mallocbench.analysis.summary import Table, geomean\n"
+    "@dataclass(frozen=True)\n"
+    "class Cell:\n"
+    "    values: list[float]\n"
+    "    @property\n"
+    "    def mean(self) -> float:\n"
+    "        return statistics.fmean(self.values)\n"
+    "    def spread(self) -> float:\n"
+    "        return float(np.std(self.values))\n"
+    "    @property\n"
+    "    def verdict(self) -> float:\n"
+    "        return summary.geomean(self.values)\n"
+    "    def middle(self) -> float:\n"
+    "        return geomean(self.values)\n"
+    "    def table(self) -> Table:\n"
+    "        return Table()  # building a value is no computing\n"
+    "    def count(self) -> int:\n"
+    "        return len(self.values)\n"
+    "class Row(NamedTuple):\n"
+    "    low: float\n"
+    "    def width(self) -> float:\n"
+    "        return summary.geomean([self.low])\n"
+    "class Helper:  # no value: a class with behaviour may compute\n"
+    "    def mean(self, v: list[float]) -> float:\n"
+    "        return statistics.fmean(v)\n"
+)
+
+
+def test_the_value_check_finds_each_way_a_value_computes() -> None:
+    found = computing_methods(VALUE_SNIPPET, snippet_index(), "mallocbench.memory.x")
+    assert found == ["Cell.mean", "Cell.spread", "Cell.verdict", "Cell.middle", "Row.width"]
+
+
+def test_the_value_check_counts_an_analysis_modules_own_functions() -> None:
+    source = (
+        "import dataclasses\n"
+        "def geomean(v):\n    return 1.0\n"
+        "@dataclasses.dataclass\n"
+        "class Cell:\n"
+        "    low: float\n"
+        "    @property\n"
+        "    def mean(self):\n        return geomean([self.low])\n"
+    )
+    index = Index({"mallocbench.analysis.summary": source})
+    assert computing_methods(source, index, "mallocbench.analysis.summary") == ["Cell.mean"]
+
+
+# Values that still compute on read, each with its reason (to be made data).
+COMPUTING_EXEMPT = {
+    # A calibration stored as JSON is read back with VarianceComponents(**record), and
+    # calibration.py widens between_var with dataclasses.replace: as fields, the CVs
+    # would go stale there. To be made fields with one constructor that derives them.
+    "analysis/noise.py:VarianceComponents.slice_cv_pct": "read back from a stored file",
+    "analysis/noise.py:VarianceComponents.start_cv_pct": "read back from a stored file",
+}
+
+
+def test_values_hold_no_methods_that_compute() -> None:
+    """Computed once in analysis/ into fields; the values are data every reader shares."""
+    index = analysis_index()
+    found = {
+        f"{path.relative_to(SRC / PACKAGE)}:{name}"
+        for package in VALUE_PACKAGES
+        for path in (SRC / PACKAGE / package).rglob("*.py")
+        for name in computing_methods(path.read_text(), index, module_name(path))
+    }
+    assert found - set(COMPUTING_EXEMPT) == set()
+    assert set(COMPUTING_EXEMPT) <= found, "an exemption no longer needed"
+
+
 def command_modules() -> set[str]:
     """The modules that define commands: those cli.py's COMMANDS table names."""
     from mallocbench.cli import COMMANDS
@@ -369,8 +494,10 @@ def command_modules() -> set[str]:
     return {f"mallocbench.commands.{c.module}" for c in COMMANDS.values()}
 
 
-# Shared by every command and no command themselves: declared options, the progress display.
-COMMAND_HELPERS = {"mallocbench.commands.options", "mallocbench.commands.progress"}
+# Shared by every command and no command themselves: declared options, the progress
+# display, and the one way to print.
+OUTPUT_HELPER = "mallocbench.commands.output"
+COMMAND_HELPERS = {"mallocbench.commands.options", "mallocbench.commands.progress", OUTPUT_HELPER}
 
 
 def imports_of_commands(graph: dict[str, set[str]], commands: set[str]) -> set[str]:
@@ -414,6 +541,122 @@ def test_no_command_imports_another() -> None:
     commands = command_modules()
     assert "mallocbench.commands.run" in commands and len(commands) >= 10
     assert imports_of_commands(import_graph(), commands) == set()
+
+
+# --- commands print only through report/ ---------------------------------------------------
+#
+# A command hands a value to the registry's entry for its kind (commands/output.py's `say`
+# and `emit`); every sentence it prints is worded in report/. Anything else that writes to
+# the terminal is a sentence kept in a command.
+
+# What writes to standard output or error, as Python resolves it.
+PRINTERS = (
+    "builtins.print",
+    "click.echo",
+    "click.secho",
+    "click.utils.echo",
+    "click.termui.secho",
+    "rich.print",
+    "rich.get_console",
+    "os.write",
+)
+STREAMS = ("sys.stdout", "sys.stderr", "sys.__stdout__", "sys.__stderr__")
+# A console's (or any object's) methods that print: without types, a `.print` is a print,
+# handed over or called; `.out(...)`, `.log(...)`, `.rule(...)` when called (`plan.out` is
+# a directory).
+CONSOLE_PRINTS = {"print", "print_json"}
+CONSOLE_CALLS = {"out", "log", "rule"}
+
+
+def _is_printer(target: str) -> bool:
+    """A printer itself, or anything on one (`click.echo.__call__`); any use of a stream."""
+    return any(target == p or target.startswith(f"{p}.") for p in PRINTERS) or any(
+        target.startswith(f"{s}.") for s in STREAMS
+    )
+
+
+def prints_in(source: str, module: str = "m") -> list[tuple[int, str]]:
+    """(line, what) of every way `source` writes to the terminal: a printer called or
+    handed over (a callback), by any name it is reached by; a stream written; a method
+    that prints, on any object (`console.print`, `Console(...).print`)."""
+    tree = ast.parse(source)
+    names = Names(tree, module)
+    found = []
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            target = names.resolve(node) or (
+                f"builtins.{node.id}" if node.id not in names.bound else None
+            )
+        elif isinstance(node, ast.Attribute | ast.Call):
+            target = names.resolve(node)
+        else:
+            continue
+        if target is not None and _is_printer(target):
+            found.append((node.lineno, target))
+        elif (
+            target is None
+            and isinstance(node, ast.Attribute)
+            and (node.attr in CONSOLE_PRINTS or (node.attr in CONSOLE_CALLS and id(node) in called))
+            and not (names.resolve(node.value) or "").startswith(("logging", "math"))
+        ):
+            found.append((node.lineno, f"(a value's) .{node.attr}"))
+    return sorted(set(found))
+
+
+# Each way a command can print, one snippet each.
+PRINT_FORMS = {
+    "click.echo": "import click\nclick.echo('done')\n",
+    "echo imported": "from click import echo as say\nsay('done', err=True)\n",
+    "click.secho": "import click\nclick.secho('done', fg='red')\n",
+    "print": "print('done')\n",
+    "print handed over": "def f(log=print):\n    log('done')\n",
+    "sys.stdout.write": "import sys\nsys.stdout.write('done\\n')\n",
+    "stderr imported": "from sys import stderr\nstderr.write('done\\n')\n",
+    "console.print": (
+        "from mallocbench.console import make_console\n"
+        "console = make_console(stderr=True)\nconsole.print('done')\n"
+    ),
+    "Console(...).print": "from rich.console import Console\nConsole().print('done')\n",
+    "a made console's print": (
+        "from mallocbench.console import make_console\nmake_console().print('done')\n"
+    ),
+    "rich.print": "from rich import print as rprint\nrprint('done')\n",
+    "console.out": "def f(console):\n    console.out('done', highlight=False)\n",
+    "echo as a callback": "import click\ndef f(run):\n    run(log=click.echo)\n",
+}
+
+
+@pytest.mark.parametrize("form", PRINT_FORMS)
+def test_the_print_check_finds_each_way_to_print(form: str) -> None:
+    assert prints_in(PRINT_FORMS[form]) != [], form
+
+
+def test_the_print_check_lets_the_output_path_and_spinners_be() -> None:
+    source = (
+        "import click\n"
+        "from mallocbench.commands.output import say\n"
+        "from mallocbench.report import formats\n"
+        "def f(err, value):\n"
+        "    say(formats.RUN, value, err=True)\n"
+        "    with err.status('working') as status:\n"
+        "        status.update('still working')\n"
+        "    click.option('--json', is_flag=True)\n"
+        "    return 'a b'.split()\n"
+    )
+    assert prints_in(source) == []
+
+
+def test_commands_print_only_through_the_output_helper() -> None:
+    """Every sentence a command prints is worded in report/ and reaches the terminal
+    through commands/output.py (before: 109 prints in 19 command modules)."""
+    found = {
+        f"{path.relative_to(SRC / PACKAGE)}:{line} {what}"
+        for path in (SRC / PACKAGE / "commands").glob("*.py")
+        if module_name(path) != OUTPUT_HELPER
+        for line, what in prints_in(path.read_text(), module_name(path))
+    }
+    assert found == set()
 
 
 # --- words live in report/ ------------------------------------------------------------------

@@ -21,7 +21,14 @@ from mallocbench.memory import process as process_mod
 from mallocbench.memory import take as take_mod
 from mallocbench.memory.advice import advise
 from mallocbench.memory.client import ConnectOptions
-from mallocbench.memory.report import AllocatorKeeps, AllocatorSummary, MemoryReport
+from mallocbench.memory.report import (
+    AllocatorKeeps,
+    AllocatorSummary,
+    KeepsSource,
+    MemoryReport,
+    SeeMore,
+)
+from mallocbench.report.memory import keeps_source_text, see_more_text
 from mallocbench.report.memory_advice import ShownAdvice, shown_advice
 from mallocbench.servers import engines, mariadb
 
@@ -143,11 +150,12 @@ def test_lazy_free_and_jemalloc_stats(lazy_server: mariadb.PrivateServer) -> Non
     assert proc.lazy_free is not None and proc.lazy_free >= (LAZY_MIB - 4) * MiB
     assert keeps.lazy_free == proc.lazy_free
     stats = keeps.jemalloc
-    assert stats is not None, keeps.how_to_see_more
+    assert stats is not None, see_more_text(keeps)
     # Four sorts of ~31 MiB allocate more than 64 MiB: at least one print.
     assert stats.printed_by == proc.pid and stats.prints >= 1
     assert 0 < stats.allocated <= stats.active <= stats.resident < proc.rss
-    assert "jemalloc's own statistics" in keeps.source and keeps.how_to_see_more is None
+    assert keeps.source == KeepsSource.JEMALLOC and keeps.how_to_see_more is None
+    assert "jemalloc's own statistics" in keeps_source_text(keeps)
     advice = {a.title: a for a in shown_advice(report)}
     lazy = advice["RSS counts memory the allocator has already freed (MADV_FREE)"]
     # jemalloc's own figures show the pages are not its muzzy ones (the test library's
@@ -194,8 +202,9 @@ def test_live_server_without_prints_says_proc_only(tmp_path: Path) -> None:
         log = server.error_log.read_text(errors="replace")
     keeps = report.allocator_keeps
     assert keeps is not None and keeps.jemalloc is None
-    assert keeps.source.startswith("/proc only (live server)")
-    assert keeps.how_to_see_more and jemalloc_mod.STATS_INTERVAL_CONF in keeps.how_to_see_more
+    assert keeps.source == KeepsSource.PROC and keeps.how_to_see_more == SeeMore.NO_PRINTS
+    assert keeps_source_text(keeps).startswith("/proc only (live server)")
+    assert jemalloc_mod.STATS_INTERVAL_CONF in (see_more_text(keeps) or "")
     assert report.thp_setup is not None and report.thp_setup.process_disabled is True
     assert jemalloc_mod.stats_in_log(log, pid) is None
 
@@ -412,7 +421,9 @@ def _report(
         memory_limit=None,
         thp=thp,
         thp_setup=process_mod.ThpSetup(thp, "madvise", 511, process_disabled),
-        allocator_keeps=AllocatorKeeps("test", rollup.get("LazyFree"), None, jemalloc=jemalloc),
+        allocator_keeps=AllocatorKeeps(
+            KeepsSource.PROC, rollup.get("LazyFree"), None, jemalloc=jemalloc
+        ),
     )
 
 

@@ -129,8 +129,8 @@ def test_classify_words() -> None:
     # At or beyond min_effect, significance decides.
     assert stats.classify(1.03, 1.01, 1.05, min_effect=0.02) == stats.FASTER
     assert stats.classify(1.03, 0.98, 1.08, min_effect=0.02) == stats.NOT_SIGNIFICANT
-    assert stats.Relative(0.9, 0.85, 0.95).verdict(0.2) == stats.SAME
-    assert stats.Relative(1.0, 0.97, 1.02).width == pytest.approx(0.05)
+    assert stats.classify(0.9, 0.85, 0.95, 0.2) == stats.SAME
+    assert stats.interval_width(0.97, 1.02) == pytest.approx(0.05)
     assert stats.interval_width(nan, 1.0) == math.inf
 
 
@@ -145,7 +145,8 @@ def test_unchanged_setup_is_rarely_called_different() -> None:
         a = [rng.gauss(10000, 400) for _ in range(3)]
         b = [rng.gauss(10000, 400) for _ in range(3)]
         rel = stats.relative(a, b)
-        called += rel.verdict() in (stats.FASTER, stats.SLOWER)
-        same_called += rel.verdict(0.03) in (stats.FASTER, stats.SLOWER)
+        called += stats.classify(rel.ratio, rel.low, rel.high) in (stats.FASTER, stats.SLOWER)
+        verdict = stats.classify(rel.ratio, rel.low, rel.high, 0.03)
+        same_called += verdict in (stats.FASTER, stats.SLOWER)
     assert 0.02 < called / trials < 0.08
     assert same_called < called

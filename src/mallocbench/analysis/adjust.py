@@ -53,10 +53,7 @@ class AdjustedRatio:
     shift: float
     shift_low: float
     shift_high: float
-
-    @property
-    def shifted(self) -> bool:
-        return stats.significant(self.shift_low, self.shift_high, null=0.0)
+    shifted: bool  # that interval excludes 0: the share moved with the allocator
 
 
 @dataclass(frozen=True)
@@ -153,10 +150,9 @@ def _adjust_cell(
     ratios = []
     for name in raw:
         shift = shifts[name]
-        fair = not stats.significant(shift[1], shift[2], null=0.0)
-        ratios.append(
-            AdjustedRatio(name, raw_ratios[name], adjusted[name] if fair else None, *shift)
-        )
+        shifted = stats.significant(shift[1], shift[2], null=0.0)
+        chosen = None if shifted else adjusted[name]
+        ratios.append(AdjustedRatio(name, raw_ratios[name], chosen, *shift, shifted))
     return CpuAdjustment(engine, step, threads, slope, explained, count, tuple(ratios))
 
 

@@ -143,25 +143,6 @@ class Assessment:
             return None
         return self.base_level * (self.estimate - 1)
 
-    def loss_admitted(self, max_loss: float) -> bool:
-        """Every interval's bad end within `max_loss` of 1.0; a crash or a missing
-        interval is a loss no percentage admits."""
-        if any(e.problem or not has_interval(e) for e in (*self.worse, *self.unclear)):
-            return False
-        if self.worst is None:
-            return True
-        higher = HIGHER_IS_BETTER[self.criterion]
-        # A rounding hair: a loss written as the interval prints (1.10) is within 10%.
-        return bad_end(self.worst, higher) >= _bad_end_at(max_loss, higher) - 1e-9
-
-    def loss_to_admit(self) -> float | None:
-        """The smallest --max-loss that would admit this loss, as a fraction; None when
-        none would (a crash, or no interval)."""
-        if self.worst is None or not self.loss_admitted(math.inf):
-            return None
-        e = self.worst
-        return max(0.0, 1.0 - e.low) if HIGHER_IS_BETTER[self.criterion] else max(0.0, e.high - 1)
-
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "criterion": self.criterion,
@@ -178,6 +159,27 @@ class Assessment:
         if self.steps:
             out["steps"] = [e.to_dict() for e in self.steps]
         return out
+
+
+def loss_admitted(a: Assessment, max_loss: float) -> bool:
+    """Every interval's bad end within `max_loss` of 1.0; a crash or a missing
+    interval is a loss no percentage admits."""
+    if any(e.problem or not has_interval(e) for e in (*a.worse, *a.unclear)):
+        return False
+    if a.worst is None:
+        return True
+    higher = HIGHER_IS_BETTER[a.criterion]
+    # A rounding hair: a loss written as the interval prints (1.10) is within 10%.
+    return bad_end(a.worst, higher) >= _bad_end_at(max_loss, higher) - 1e-9
+
+
+def loss_to_admit(a: Assessment) -> float | None:
+    """The smallest --max-loss that would admit this loss, as a fraction; None when
+    none would (a crash, or no interval)."""
+    if a.worst is None or not loss_admitted(a, math.inf):
+        return None
+    e = a.worst
+    return max(0.0, 1.0 - e.low) if HIGHER_IS_BETTER[a.criterion] else max(0.0, e.high - 1)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from mallocbench.analysis.criteria import (
 from mallocbench.analysis.summary import RSS as RSS_UNIT
 from mallocbench.analysis.summary import (
     RatioCell,
+    judged,
     ratio_cell,
     setup_order,
 )
@@ -83,7 +84,7 @@ def step_cell(difference: StepDifference) -> RatioCell:
     """A soak's step difference on the ratio scale (StepDifference.as_ratio), so that
     stats.classify and the non-inferiority test judge it by the ratchet's rule."""
     ratio, low, high = difference.as_ratio()
-    return RatioCell(
+    cell = RatioCell(
         ratio,
         low,
         high,
@@ -92,6 +93,7 @@ def step_cell(difference: StepDifference) -> RatioCell:
         min_effect=difference.min_effect,
         unit=RSS_UNIT,
     )
+    return judged(cell)
 
 
 def assess(

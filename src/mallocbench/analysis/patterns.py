@@ -47,12 +47,17 @@ class SummaryRow:
 
     @property
     def rel_ops_value(self) -> stats.Relative:
-        return stats.Relative(self.rel_ops, self.rel_ops_low, self.rel_ops_high)
+        return stats.Relative(
+            self.rel_ops, self.rel_ops_low, self.rel_ops_high, self.rel_ops_significant
+        )
 
     @property
     def rel_rss_value(self) -> stats.Relative:
         return stats.Relative(
-            self.rel_rss_per_live, self.rel_rss_per_live_low, self.rel_rss_per_live_high
+            self.rel_rss_per_live,
+            self.rel_rss_per_live_low,
+            self.rel_rss_per_live_high,
+            self.rel_rss_per_live_significant,
         )
 
 

@@ -34,7 +34,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from mallocbench.analysis import stats
+from mallocbench.analysis import criteria, stats
 from mallocbench.analysis.continuation import predict, seconds_per_block
 from mallocbench.analysis.criteria import (
     BETTER,
@@ -120,7 +120,7 @@ def _admitting_budget(
 ) -> BudgetKind | None:
     """The budget that admits this loss, if one does: a --max-loss on its criterion, or
     for peak RSS the memory budget the setup's peak fits in."""
-    if name in budgets.max_loss and a.loss_admitted(budgets.max_loss[name]):
+    if name in budgets.max_loss and criteria.loss_admitted(a, budgets.max_loss[name]):
         return MAX_LOSS
     if name == RSS and budgets.memory_bytes and peak and peak <= budgets.memory_bytes:
         return MEMORY_BUDGET
@@ -191,7 +191,7 @@ def _outcome(
         return CHANGE
     unclear = [n for n in priorities if blocking.get(n) == UNCLEAR]
     # A loss no budget could take (a crash, no interval) is no price to weigh.
-    payable = all(c.assessments[n].loss_to_admit() is not None for n in blocking)
+    payable = all(criteria.loss_to_admit(c.assessments[n]) is not None for n in blocking)
     if priorities[0] in better and set(blocking.values()) == {WORSE} and payable:
         return TRADE_OFF
     if unclear and blocking.get(priorities[0]) not in (WORSE, UNMEASURED):
@@ -231,7 +231,7 @@ def _candidate(
     c.outcome = _outcome(c, priorities, min_effect, per_block)
     if c.outcome == TRADE_OFF:
         for name, _ in against:
-            needed = assessments[name].loss_to_admit()
+            needed = criteria.loss_to_admit(assessments[name])
             if needed is not None:
                 c.loss_to_admit[name] = needed
         if RSS in c.loss_to_admit and peak:

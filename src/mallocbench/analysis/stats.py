@@ -306,17 +306,7 @@ class Relative:
     ratio: float
     low: float
     high: float
-
-    @property
-    def significant(self) -> bool:
-        return significant(self.low, self.high)
-
-    def verdict(self, min_effect: float = 0.0) -> Verdict:
-        return classify(self.ratio, self.low, self.high, min_effect)
-
-    @property
-    def width(self) -> float:
-        return interval_width(self.low, self.high)
+    significant: bool = False  # the interval excludes 1.0 (`significant`), judged once
 
 
 def relative(
@@ -324,7 +314,8 @@ def relative(
     b_values: Sequence[float | int | None],
     confidence: float = 0.95,
 ) -> Relative:
-    return Relative(*ratio_ci(a_values, b_values, confidence))
+    ratio, low, high = ratio_ci(a_values, b_values, confidence)
+    return Relative(ratio, low, high, significant(low, high))
 
 
 __all__ = [

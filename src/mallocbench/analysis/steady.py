@@ -101,14 +101,12 @@ class Trend:
     se: float  # standard error of the slope
     t: float
     sse: float  # squared residuals around the line
+    p_value: float  # two-sided, of the slope's t-test
 
     @property
     def relative_slope(self) -> float:
         """Slope as a fraction of the mean per second (0 when the mean is 0)."""
         return self.slope / self.mean if self.mean else 0.0
-
-    def p_value(self) -> float:
-        return _t_two_sided_p(self.t, self.n - 2) if math.isfinite(self.t) else 0.0
 
 
 def trend(values: Sequence[float]) -> Trend:
@@ -122,7 +120,9 @@ def trend(values: Sequence[float]) -> Trend:
     slope = sum((i - x_mean) * (y - y_mean) for i, y in enumerate(values)) / sxx
     sse = sum((y - (y_mean + slope * (i - x_mean))) ** 2 for i, y in enumerate(values))
     se = math.sqrt(max(sse, 0.0) / (n - 2) / sxx)
-    return Trend(n=n, mean=y_mean, slope=slope, se=se, t=_t_statistic(slope, se), sse=sse)
+    t = _t_statistic(slope, se)
+    p_value = _t_two_sided_p(t, n - 2) if math.isfinite(t) else 0.0
+    return Trend(n=n, mean=y_mean, slope=slope, se=se, t=t, sse=sse, p_value=p_value)
 
 
 class WarmupDetector:
@@ -279,7 +279,7 @@ def check_stability(
         return Stability(True, Held.IDLE, n, judged=False)
     slope_pct = 100 * line.relative_slope
     drift = line.relative_slope * (n - 1)
-    trending = abs(drift) >= effect and line.p_value() < alpha
+    trending = abs(drift) >= effect and line.p_value < alpha
     shift = _level_shift(values, alpha, effect, min_segment)
     # A step also tilts the line and a trend also splits into two levels: the model that
     # leaves the smaller residuals names the problem.

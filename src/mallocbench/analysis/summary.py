@@ -13,6 +13,7 @@ queries/s of the query steps (`analysis.sla.ibench_throughput`), since sysbench'
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 import statistics
@@ -54,27 +55,17 @@ class CellSummary:
     unit: str = QPS
     unstable: int = 0  # repeats whose measured seconds trended or shifted level
     by_repeat: dict[int, float] = field(default_factory=dict)  # qps_values by block
-
-    @property
-    def qps(self) -> float | None:
-        return statistics.fmean(self.qps_values) if self.qps_values else None
-
-    @property
-    def p99_ms(self) -> float | None:
-        return statistics.median(self.p99_values) if self.p99_values else None
-
-    @property
-    def p95_ms(self) -> float | None:
-        return statistics.median(self.p95_values) if self.p95_values else None
+    # Over the repeats, set once `summarize` has them all (`_settled`): the mean
+    # throughput, the median p99 and p95 latency, the context switches per operation.
+    qps: float | None = None
+    p99_ms: float | None = None
+    p95_ms: float | None = None
+    cs_per_op: float | None = None
 
     @property
     def problem(self) -> str | None:
         bad = [s for s in self.statuses if s != STATUS_OK]
         return bad[0] if bad else None
-
-    @property
-    def cs_per_op(self) -> float | None:
-        return cs_per_op(self)
 
 
 def cs_per_op(summary: CellSummary) -> float | None:
@@ -137,10 +128,19 @@ def summarize(
             summary.peak_vsz_bytes = max(summary.peak_vsz_bytes or 0, cell.peak_vsz_bytes)
     for key, by_name in metric_values.items():
         summaries[key].metrics = {n: statistics.fmean(v) for n, v in by_name.items()}
-    if one_block:
-        for summary in summaries.values():
+    for summary in summaries.values():
+        if one_block:
             _as_one_block(summary)
+        _settled(summary)
     return summaries
+
+
+def _settled(summary: CellSummary) -> None:
+    """What a summary's readers take from its repeats, computed once they are all in."""
+    summary.qps = statistics.fmean(summary.qps_values) if summary.qps_values else None
+    summary.p99_ms = statistics.median(summary.p99_values) if summary.p99_values else None
+    summary.p95_ms = statistics.median(summary.p95_values) if summary.p95_values else None
+    summary.cs_per_op = cs_per_op(summary)
 
 
 def _as_one_block(summary: CellSummary) -> None:
@@ -223,13 +223,12 @@ class RatioCell:
     blocks: int = 0
     df: float = math.nan
     problem_in: str | None = None  # compare: the run ("A", "B") the problem happened in
-
-    @property
-    def verdict(self) -> str:
-        """faster, slower, same, not significant or no interval (`stats.classify`)."""
-        if self.problem:
-            return stats.NO_INTERVAL
-        return stats.classify(self.ratio, self.low, self.high, self.min_effect)
+    # Judged once, by `judged`, for every reader: faster, slower, same, not significant
+    # or no interval (`stats.classify`); whether the 95% interval lies wholly above or
+    # below 1.0 (whatever min_effect says); its width in ratio units (inf: none).
+    verdict: str = stats.NO_INTERVAL
+    excludes_one: bool = False
+    width: float = math.inf
 
     @property
     def significant(self) -> bool:
@@ -242,16 +241,24 @@ class RatioCell:
 
     @property
     def has_interval(self) -> bool:
-        return not _nan(self.low) and not _nan(self.high)
+        return not (self.low is None or math.isnan(self.low)) and not (
+            self.high is None or math.isnan(self.high)
+        )
 
-    @property
-    def excludes_one(self) -> bool:
-        """The 95% interval lies wholly above or below 1.0 (whatever min_effect says)."""
-        return stats.significant(self.low, self.high)
 
-    @property
-    def width(self) -> float:
-        return stats.interval_width(self.low, self.high)
+def judged(cell: RatioCell) -> RatioCell:
+    """The cell with its verdict, whether its interval excludes 1.0, and its width."""
+    verdict = (
+        stats.NO_INTERVAL
+        if cell.problem
+        else stats.classify(cell.ratio, cell.low, cell.high, cell.min_effect)
+    )
+    return dataclasses.replace(
+        cell,
+        verdict=verdict,
+        excludes_one=stats.significant(cell.low, cell.high),
+        width=stats.interval_width(cell.low, cell.high),
+    )
 
 
 def ratio_cell(
@@ -276,13 +283,13 @@ def ratio_cell(
         "unit": unit,
     }
     if problem or not values or not reference:
-        return RatioCell(None, problem=problem, **common)
+        return judged(RatioCell(None, problem=problem, **common))
     if blocked is not None and blocked.blocks >= 1:
         r, low, high = blocked.ratio, blocked.low, blocked.high
         common.update(paired=True, blocks=blocked.blocks, df=blocked.df)
     else:
         r, low, high = stats.ratio_ci(values, reference)
-    return RatioCell(None if _nan(r) else r, low, high, **common)
+    return judged(RatioCell(None if _nan(r) else r, low, high, **common))
 
 
 @dataclass

@@ -14,6 +14,7 @@ from mallocbench.analysis.summary import (
     MemoryRow,
     RatioCell,
     RatioTable,
+    judged,
     rss_ratio_cells,
 )
 from mallocbench.model.results import RunResult
@@ -89,7 +90,7 @@ def verdict_for(engine: str, column: str, tables: list[RatioTable]) -> VerdictRo
             if group_values:
                 parts.append((table.threads, stats.geomean(group_values)))
         if values:
-            geomeans[group] = RatioCell(stats.geomean(values), min_effect=min_effect)
+            geomeans[group] = judged(RatioCell(stats.geomean(values), min_effect=min_effect))
             details[group] = GroupDetail(len(values), tuple(parts))
     row = VerdictRow(engine, column, geomeans, details, [], [], [], min_effect, False, 0)
     for table in engine_tables:

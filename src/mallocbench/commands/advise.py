@@ -14,11 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mallocbench.commands.options import (
-    confirm_time_option,
-    min_effect_option,
-    timing_options,
-)
+from mallocbench.commands.options import confirm_time_option, min_effect_option, timing_options
+from mallocbench.commands.output import say
 from mallocbench.errors import MallocbenchError
 
 if TYPE_CHECKING:
@@ -216,6 +213,8 @@ def _check_out(out_dir: Path) -> None:
 
 def _advise(plan: AdvicePlan) -> AdviceRun:
     from mallocbench.console import make_console
+    from mallocbench.report import formats
+    from mallocbench.report.advise import Overrun
     from mallocbench.tune import advise as advisemod
     from mallocbench.tune.advise import TUNE_SHARE
     from mallocbench.tune.driver import SEARCH_SHARE
@@ -227,14 +226,9 @@ def _advise(plan: AdvicePlan) -> AdviceRun:
     share = plan.budget_s * (1 - TUNE_SHARE * SEARCH_SHARE)
     if least is not None and least > share:
         # Said before the search, not only after an overrun: the user may rather stop.
-        err.print(
-            f"note: {len(plan.tuned)} allocators' repeats at this trace's "
-            f"{plan.replay_s(evaluator.portion_s):g} s replays take about "
-            f"{least / 60:.0f} min however short the search, over the "
-            f"{share / 60:.1f} min the {plan.budget_s / 60:g} min budget leaves them: expect "
-            "an overrun, or give a larger --budget or --speed, or fewer --allocators",
-            markup=False, highlight=False, soft_wrap=True,
-        )  # fmt: skip
+        replay_s = plan.replay_s(evaluator.portion_s)
+        overrun = Overrun(len(plan.tuned), replay_s, least, share, plan.budget_s)
+        say(formats.ADVISE_OVERRUN, overrun, console=err)
     plan.out.mkdir(parents=True, exist_ok=True)
     searched = _search(plan, evaluator, err)
     chosen = advisemod.finalists(searched)
@@ -248,6 +242,9 @@ def _search(plan: AdvicePlan, evaluator: ReplayEvaluator, err: Console) -> list[
     """tune's search per allocator, then its front re-measured and picked from."""
     from mallocbench import exitcodes
     from mallocbench.commands.options import StopOnSignals
+    from mallocbench.report import formats
+    from mallocbench.report.advise import CUT_SHORT, REMEASURING, remeasuring_text
+    from mallocbench.report.runs import NO_DECISION
     from mallocbench.tune import driver
     from mallocbench.tune.progress import SearchProgress
     from mallocbench.tune.search import guarded
@@ -255,27 +252,21 @@ def _search(plan: AdvicePlan, evaluator: ReplayEvaluator, err: Console) -> list[
     tune = plan.tune_plan(evaluator)
     tune.out.mkdir(parents=True, exist_ok=True)
     began = time.monotonic()
-    stopped = "advise stops without a decision"
-    stop = StopOnSignals(lambda text: err.print(text, markup=False), under_way=stopped)
+    stop = StopOnSignals(err, under_way=NO_DECISION, plain=True)
     with guarded(tune.out):
-        progress = SearchProgress(err, tune.objectives, [], tune.spaces, None, stopped)
+        progress = SearchProgress(err, tune.objectives, [], tune.spaces, None, CUT_SHORT)
         with stop, progress as bar:
             studies = driver.run_searches(tune, evaluator, bar, stop.requested)
         if stop.signal is not None:
-            click.echo(
-                "mallocbench: advise stopped during the search: nothing decided (advise has "
-                "no --resume: run it again with another --out, a smaller --budget if time is "
-                "short)",
-                err=True,
-            )
+            say(formats.ADVISE_STOPPED, None, err=True)
             sys.exit(exitcodes.interrupted(stop.signal))
         limit = driver.front_limit(tune, time.monotonic() - began, driver.mean_trial_s(studies))
-        with err.status("re-measuring each allocator's front") as status:
+        with err.status(REMEASURING) as status:
 
             def said(text: str) -> None:
-                status.update(f"re-measuring {text}")
+                status.update(remeasuring_text(text))
                 if not err.is_terminal:  # a log gets a line per replay, not silence
-                    err.print(f"re-measuring {text}", markup=False, highlight=False)
+                    say(formats.ADVISE_REMEASURING, text, console=err)
 
             return driver.judge_all(tune, studies, evaluator, limit, said)
 
@@ -286,6 +277,7 @@ def _replay_finalists(
     """The finalists replayed together, interleaved, as a replay run kept in OUT."""
     from mallocbench.commands.progress import ReplayProgress
     from mallocbench.replay import run as replay_runs
+    from mallocbench.report.advise import FINALISTS
     from mallocbench.store import open_store
     from mallocbench.store.base import STORE_NAME
 
@@ -299,7 +291,7 @@ def _replay_finalists(
     store = open_store(plan.out / STORE_NAME)
     try:
         with ReplayProgress(err, len(setups) * plan.repeats) as progress:
-            progress.status("replaying the finalists")
+            progress.status(FINALISTS)
             replay_runs.replay_run(
                 result, setups, plan.trace, store, progress.started, progress.finished,
                 until=evaluator.portion_s,
@@ -321,15 +313,10 @@ def _deployment(run: AdviceRun) -> Deployment | None:
 
 def _output(run: AdviceRun, as_json: bool, confirm_s: float) -> None:
     from mallocbench.analysis.run_analysis import analyze
-    from mallocbench.console import make_console
     from mallocbench.files import write_text_atomic
     from mallocbench.report import formats
-    from mallocbench.report.advise import (
-        advice_json,
-        advice_lines,
-        advice_markdown,
-        confirmation_notes,
-    )
+    from mallocbench.report.advise import Advised, advice_json, advice_markdown, confirmation_notes
+    from mallocbench.report.runs import Wrote
     from mallocbench.tune.advise_confirm import for_advice
 
     deployment = _deployment(run)
@@ -338,15 +325,10 @@ def _output(run: AdviceRun, as_json: bool, confirm_s: float) -> None:
     written = formats.write_reports(analyze(run.result), out)
     write_text_atomic(out / "advise.json", advice_json(run, deployment, confirmation) + "\n")
     write_text_atomic(out / "advise.md", advice_markdown(run, deployment, confirmation) + "\n")
-    names = ", ".join(p.name for p in [*written, out / "advise.json", out / "advise.md"])
-    err = make_console(stderr=True)
-    err.print(f"wrote {names} in {out}", markup=False, highlight=False, soft_wrap=True)
-    for note in confirmation_notes(confirmation):
-        err.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    if as_json:
-        click.echo(advice_json(run, deployment, confirmation))
-        return
-    click.echo("\n".join(advice_lines(run, deployment)))
+    names = [p.name for p in [*written, out / "advise.json", out / "advise.md"]]
+    say(formats.WROTE, Wrote(names, out, confirmation_notes(confirmation)), err=True)
+    advised = Advised(run, deployment, confirmation)
+    say(formats.ADVISE, advised, fmt="json" if as_json else None)
 
 
 commands = [advise]

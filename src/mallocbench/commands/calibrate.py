@@ -27,9 +27,11 @@ from mallocbench.calibrate.summary import (
 )
 from mallocbench.calibrate.target import pick_target
 from mallocbench.commands.options import out_dir_option, percent_option
+from mallocbench.commands.output import say
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.report import formats
+from mallocbench.report.calibrate import Calibrating
 from mallocbench.run import loading as loading_mod
 from mallocbench.run.experiment import DEFAULT_TURN_S, MIN_RUN_SLICE_S, MIN_TURN_S
 from mallocbench.units import parse_duration
@@ -179,23 +181,17 @@ def calibrate_cmd(
         "target_ci_pct": target_ci_pct,
     }
     console = make_console(stderr=True)
-    console.print(
-        f"calibrating {target.describe()}: {starts} starts x {slices} slices of {slice_s} s"
-        + (
-            f", of {compared_setups(experiment)} copies each (copy a compared with the "
-            f"others as runs, then as {turns} turns of {turn_s} s)"
-            if pairs
-            else ""
-        )
-    )
+    copies = compared_setups(experiment) if pairs else None
+    start = Calibrating(target.describe(), starts, slices, slice_s, copies, turns, turn_s)
+    say(formats.CALIBRATING, start, console=console)
     summary = calibrate(experiment, target, out_dir, options, console)
     stored = store_calibration(summary, calibration_key(experiment, target))
-    formats.CALIBRATION.show(formats.TERMINAL, summary, make_console())
+    say(formats.CALIBRATE, summary)
     if stored is not None:
-        console.print(f'kept for design = "auto" runs of this shape: {stored}')
+        say(formats.CALIBRATION_KEPT, stored, console=console)
     if json_path is not None:
         write_json(summary, json_path)
-        console.print(f"wrote {json_path}")
+        say(formats.CALIBRATION_WROTE, json_path, console=console)
 
 
 commands = [calibrate_cmd]

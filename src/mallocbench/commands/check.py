@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from mallocbench.commands.output import say
 from mallocbench.errors import MallocbenchError
 
 if TYPE_CHECKING:
@@ -90,15 +90,13 @@ def check(
     if trace is not None:
         _against(pid, trace, watch_text, advice, predicted, tolerance_text, as_json)
         return
+    from mallocbench.report import formats
+
     found = in_force(pid, shim_status)
-    if as_json:
-        doc = found.to_dict()
-        if asked != pid:
-            doc["asked_pid"] = asked
-        click.echo(json.dumps(doc, indent=2))
-        return
-    for line in found.lines():
-        click.echo(line)
+    from mallocbench.report.held import CheckedProcess
+
+    checked = CheckedProcess(found, asked if asked != pid else None)
+    say(formats.IN_FORCE, checked, fmt="json" if as_json else None)
 
 
 def _server_process(pid: int, as_json: bool) -> int:
@@ -111,10 +109,10 @@ def _server_process(pid: int, as_json: bool) -> int:
     if postmaster is None or postmaster == pid:
         return pid
     if not as_json:
-        click.echo(
-            f"process {pid} is a PostgreSQL backend: its postmaster {postmaster} is checked "
-            "(a backend writes its title over its environment)"
-        )
+        from mallocbench.report import formats
+        from mallocbench.report.held import BackendAsked
+
+        say(formats.BACKEND_ASKED, BackendAsked(pid, postmaster))
     return postmaster
 
 
@@ -131,7 +129,7 @@ def _against(
     from mallocbench.deploy.inforce import check as in_force
     from mallocbench.replay import against
     from mallocbench.replay.preload import shim_status
-    from mallocbench.report import held
+    from mallocbench.report import formats, held
     from mallocbench.units import parse_duration, parse_percent
 
     watch_s = parse_duration(watch_text, "--watch")
@@ -140,21 +138,16 @@ def _against(
     against.recorded(trace)  # refused before the watch, not after it
     found = in_force(pid, shim_status)
     if not as_json:
-        for line in found.lines():
-            click.echo(line)
+        say(formats.IN_FORCE, held.CheckedProcess(found))
     err = make_console(stderr=True)
-    with err.status(f"watching process {pid} for {watch_s:g} s") as status:
+    with err.status(held.watching_text(pid, watch_s)) as status:
 
         def tick(sample: Sample) -> None:
-            status.update(f"watching process {pid}: {sample.t:.0f} of {watch_s:g} s")
+            status.update(held.watching_text(pid, watch_s, sample.t))
 
         result, notes = against.check_against(pid, trace, watch_s, prediction, tolerance, tick)
-    if as_json:
-        doc = {"in_force": found.to_dict(), **held.to_dict(result, by, notes)}
-        click.echo(json.dumps(doc, indent=2))
-        return
-    for line in held.lines(result, by, notes):
-        click.echo(line)
+    checked = held.Checked(result, by, notes, found)
+    say(formats.CHECKED, checked, fmt="json" if as_json else None)
 
 
 commands = [check]

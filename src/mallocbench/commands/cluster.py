@@ -28,7 +28,10 @@ from mallocbench.cluster import tls as clustertls
 from mallocbench.cluster.units import RESOURCE, WORK_DIR_ENV
 from mallocbench.cluster.worker import run_unit
 from mallocbench.commands.options import StopOnSignals
+from mallocbench.commands.output import say
 from mallocbench.errors import MallocbenchError
+from mallocbench.report import cluster as said
+from mallocbench.report import formats
 from mallocbench.servers.process import die_with_parent
 
 # A worker measures nothing itself, but it shares the host with the servers it runs:
@@ -116,10 +119,10 @@ async def _scheduler(
         allowed_failures=allowed_failures,
         **_http(host, dashboard_port),
     ) as scheduler:
-        click.echo(f"mallocbench: scheduler listening at {scheduler.address}", err=True)
+        say(formats.CLUSTER_SCHEDULER, scheduler.address, err=True)
         if dashboard_port is not None:
             where = scheduler.http_server.address, scheduler.http_server.port
-            click.echo(f"mallocbench: dashboard at http://{where[0]}:{where[1]}/status", err=True)
+            say(formats.CLUSTER_DASHBOARD, where, err=True)
         await _until_signalled(scheduler)
 
 
@@ -149,10 +152,7 @@ async def _worker(spec: _WorkerSpec) -> None:
         security=spec.access.security,
         **_http(spec.host, spec.dashboard_port),
     ) as worker:
-        click.echo(
-            f"mallocbench: worker {spec.name} at {worker.address}, units in {spec.work_dir}",
-            err=True,
-        )
+        say(formats.CLUSTER_WORKER, said.Worker(spec.name, worker.address, spec.work_dir), err=True)
         await _until_signalled(worker)
 
 
@@ -186,11 +186,7 @@ def _dashboard_option(default_port: int) -> Any:
 
 def _warn_insecure(access: clustertls.Access, where: str) -> None:
     if access.security is None:
-        click.echo(
-            f"mallocbench: warning: --insecure: plain TCP on {where}, no authentication: "
-            "anyone who reaches it can run code as this user",
-            err=True,
-        )
+        say(formats.CLUSTER_INSECURE, where, err=True)
 
 
 @click.group("cluster")
@@ -222,11 +218,7 @@ def init_cmd(directory: Path, names: tuple[str, ...]) -> None:
     Run again with new names to add hosts under the same CA; existing ones are kept.
     """
     made, kept = clustertls.init(directory, list(names))
-    for path in made:
-        click.echo(f"made {path}: copy it to {path.name} and give it as --tls there")
-    for path in kept:
-        click.echo(f"kept {path}: it exists (remove it to make a new certificate)")
-    click.echo(f"the CA's key {directory / clustertls.CA_KEY} stays here; copy no host its key")
+    say(formats.CLUSTER_INIT, said.Certificates(made, kept, directory / clustertls.CA_KEY))
 
 
 @cluster_group.command("scheduler")

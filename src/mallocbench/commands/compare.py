@@ -19,13 +19,13 @@ from mallocbench.analysis.comparison import (
     findings,
     parse_fail_on,
 )
-from mallocbench.commands.options import emit, min_effect_option
-from mallocbench.console import make_console
+from mallocbench.commands.options import min_effect_option
+from mallocbench.commands.output import emit, say
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault
 from mallocbench.model.results import RunResult
 from mallocbench.report import formats
-from mallocbench.report.words import change_text, difference_text, findings_summary
+from mallocbench.report.comparison import Gate
 from mallocbench.store.loading import load_result
 
 # ---------------------------------------------------------------- loading
@@ -137,7 +137,7 @@ def compare_cmd(
     )
     for difference in cmp.differences:
         # Before the tables: whoever reads the verdicts should know this first.
-        click.echo(f"compare: warning: the runs differ: {difference_text(difference)}", err=True)
+        say(formats.COMPARE_DIFFERS, difference, err=True)
     if html_path is not None:
         # Imported here: jinja2 is for the HTML report only, not every comparison.
         from mallocbench.report.html import write_compare_html
@@ -151,14 +151,10 @@ def compare_cmd(
                 f"cannot write {html_path}: {exc.strerror}; give a writable path with --html"
             ) from exc
     if cmp.a.run_id == cmp.b.run_id:
-        click.echo(
-            f"compare: warning: A and B are the same run ({cmp.a.run_id}): it is compared "
-            "with itself, so every ratio is 1 by construction",
-            err=True,
-        )
+        say(formats.COMPARE_SAME_RUN, cmp.a.run_id, err=True)
     emit(formats.COMPARISON, fmt_name, cmp)
     if html_path is not None and fmt_name == "terminal":
-        make_console(stderr=True).print(f"wrote {html_path}")
+        say(formats.COMPARE_WROTE, html_path, err=True)
     if fail_on and _gate(cmp, fail_on):
         sys.exit(exitcodes.FINDING)
 
@@ -166,16 +162,7 @@ def compare_cmd(
 def _gate(cmp: Comparison, kinds: tuple[str, ...]) -> int:
     """Print the findings of --fail-on on stderr, one line each and a summary; their count."""
     found = findings(cmp, kinds)
-    for change in found:
-        click.echo(f"compare: {change_text(change)}", err=True)
-    if not any(t.has_intervals for t in cmp.tables):
-        # A gate that cannot fail should not pass quietly.
-        click.echo(
-            "compare: warning: no ratio has an interval (one repeat in a run), so no "
-            "change can be a finding: run with repeats >= 3",
-            err=True,
-        )
-    click.echo(findings_summary(cmp, kinds, len(found)), err=True)
+    say(formats.COMPARE_GATE, Gate(cmp, kinds, found), err=True)
     return len(found)
 
 

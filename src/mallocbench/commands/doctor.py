@@ -3,12 +3,13 @@ put where a system service can load it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
+from mallocbench.commands.output import say
 from mallocbench.deploy.install import DEFAULT_PREFIX, install_shim
+from mallocbench.report import formats
 
 
 @click.command("doctor")
@@ -22,16 +23,7 @@ def doctor_cmd(as_json: bool) -> None:
     """
     from mallocbench.doctor.checks import checks
 
-    found = checks()
-    if as_json:
-        click.echo(json.dumps([c.to_dict() for c in found], indent=2))
-        return
-    width = max(len(c.name) for c in found)
-    for check in found:
-        status = "ok" if check.found else ("optional" if check.optional else "MISSING")
-        click.echo(f"{status:<9}{check.name:<{width + 2}}{check.detail}")
-        if not check.found:
-            click.echo(f"{'':<{width + 11}}blocks: {check.blocks}")
+    say(formats.DOCTOR, checks(), fmt="json" if as_json else None)
 
 
 @click.command("install-shim")
@@ -49,7 +41,7 @@ def install_shim_cmd(prefix: Path) -> None:
     under /root or /home, where a checkout or a pipx install keeps it. Preload the
     printed path in the unit (`mallocbench record --print-dropin` shows how).
     """
-    click.echo(install_shim(prefix.absolute()))
+    say(formats.INSTALLED, install_shim(prefix.absolute()))
 
 
 commands = [doctor_cmd, install_shim_cmd]

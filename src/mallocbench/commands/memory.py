@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -134,8 +133,7 @@ def memory(
         _postgresql(pid, user, password, socket, port, as_json)
         return
     found = find_server(ConnectOptions(socket, host, port, user, password, defaults_file), pid)
-    if found.source:
-        click.echo(f"mallocbench: {found.describe()}", err=True)
+    _say_found(found)
     opts, conn = found.opts, found.conn
     if watch is None:
         try:
@@ -146,6 +144,15 @@ def memory(
         return
 
     _watch(opts, conn, pid, watch, count, out, as_json)
+
+
+def _say_found(found: Any) -> None:
+    """One line on standard error saying which server discovery found, and how."""
+    if found.source:
+        from mallocbench.commands.output import say
+        from mallocbench.report import formats
+
+        say(formats.MEMORY_FOUND, found.describe(), err=True)
 
 
 def _is_postgresql(
@@ -173,7 +180,7 @@ def _postgresql(
     port: int | None,
     as_json: bool,
 ) -> None:
-    from mallocbench.commands.options import emit
+    from mallocbench.commands.output import emit
     from mallocbench.report import formats
     from mallocbench.servers.postgresql.attach import take
 
@@ -192,9 +199,11 @@ def _watch(
 ) -> None:
     """--watch: sample on one connection until Ctrl-C, SIGTERM or --count; closes `conn`."""
     from mallocbench.commands.options import StopOnSignals
+    from mallocbench.commands.output import say
     from mallocbench.memory import take as take_mod
     from mallocbench.memory import watch as watch_mod
-    from mallocbench.report.memory import write_watch_chart
+    from mallocbench.report import formats
+    from mallocbench.report.memory import Watched, Watching, write_watch_chart
 
     try:
         first = take_mod.take(opts, pid, conn=conn)
@@ -213,22 +222,11 @@ def _watch(
         return next(samples, None) or take_mod.take(opts, pid, conn=conn, pid_checked=True)
 
     def show(row: dict[str, object]) -> None:
-        if as_json:
-            click.echo(json.dumps(row, default=str))
-            return
-        mib = 1024 * 1024
-        click.echo(
-            f"{row['time']}  rss {_mib(row['rss'], mib)}  heap {_mib(row['heap_rss'], mib)}  "
-            f"bp {_mib(row['buffer_pool'], mib)}  unaccounted {_mib(row['unaccounted'], mib)}  "
-            f"ratio {row['ratio'] or '-'}  threads {row['threads']}"
-        )
+        say(formats.MEMORY_SAMPLE, row, fmt="json" if as_json else None)
 
     csv_path, chart_path = out / "memory.csv", out / "memory.html"
     if not as_json:
-        click.echo(
-            f"sampling pid {pid} every {watch:g}s; Ctrl-C or kill {os.getpid()} stops "
-            f"(writing {csv_path})"
-        )
+        say(formats.MEMORY_WATCHING, Watching(pid, watch, os.getpid(), csv_path))
     try:
         # Its own handlers, as run's: a watcher started in the background inherits SIGINT
         # ignored, and `kill` (SIGTERM) would otherwise end it without its chart.
@@ -244,19 +242,15 @@ def _watch(
             )
     finally:
         conn.close()
-    click.echo(f"{len(rows)} samples: {csv_path}, chart {chart_path}", err=as_json)
+    say(formats.MEMORY_WATCHED, Watched(len(rows), csv_path, chart_path), err=as_json)
 
 
 def _print_report(report: MemoryReport, as_json: bool) -> None:
     # Imported when a report is printed: --help and bad input stay quick.
-    from mallocbench.commands.options import emit
+    from mallocbench.commands.output import emit
     from mallocbench.report import formats
 
     emit(formats.MEMORY, "json" if as_json else formats.TERMINAL, report)
-
-
-def _mib(value: object, mib: int) -> str:
-    return f"{value / mib:,.0f}M" if isinstance(value, int | float) else "-"
 
 
 @click.command("profile")
@@ -357,7 +351,10 @@ def profile(
     The profilers see malloc-family calls only: the InnoDB buffer pool and other
     mmap'd areas are not in these numbers (`mallocbench memory` accounts for them).
     """
+    from mallocbench.commands.output import emit, say
     from mallocbench.memory import profile as profile_mod
+    from mallocbench.memory.massif import ProfileTop
+    from mallocbench.report import formats
 
     if file is not None:
         result = profile_mod.parse_file(file)
@@ -379,13 +376,8 @@ def profile(
             rows=rows or 20000,
             overrides=overrides,
             basedir=basedir,
-            log=(lambda msg: click.echo(f"mallocbench: {msg}", err=True)),
+            log=(lambda msg: say(formats.PROFILE_PROGRESS, msg, err=True)),
         )
-    # Imported when a report is printed: --help and bad input stay quick.
-    from mallocbench.commands.options import emit
-    from mallocbench.memory.massif import ProfileTop
-    from mallocbench.report import formats
-
     emit(formats.PROFILE, "json" if as_json else formats.TERMINAL, ProfileTop(result, top))
 
 

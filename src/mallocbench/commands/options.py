@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from mallocbench.console import make_console
+from mallocbench.commands.output import say
 from mallocbench.errors import MallocbenchError
 from mallocbench.store.factory import store_target
 from mallocbench.units import parse_duration, parse_min_effect, parse_percent
@@ -18,27 +18,9 @@ from mallocbench.units import parse_duration, parse_min_effect, parse_percent
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from mallocbench.report.formats import Outputs
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
-
-
-def emit(
-    outputs: Outputs[T], name: str, value: T, err: bool = False, console: Console | None = None
-) -> None:
-    """Format `name` of a value on standard output (standard error with `err`), as
-    --format asked; a drawn format on `console` when given."""
-    text = outputs.show(name, value, console or make_console(stderr=err))
-    if text is not None:
-        click.echo(text, nl=False, err=err)
-
-
-def say(kind: str, value: object, err: bool = False, console: Console | None = None) -> None:
-    """What the registry's entry for `kind` shows of `value` (report.formats)."""
-    from mallocbench.report import formats
-
-    emit(formats.outputs(kind), formats.TERMINAL, value, err, console)
 
 
 def min_effect_option(help_text: str) -> Callable[[F], F]:
@@ -207,23 +189,28 @@ class StopOnSignals:
     A scheduler, `kill` or a CI timeout sends SIGTERM and is answered like Ctrl-C: the
     first signal asks the pipeline to stop once the work under way is dropped, so every
     finished cell is kept and the reports are written; a second aborts at once
-    (KeyboardInterrupt). `say`, when given, tells the user what the first one does.
+    (KeyboardInterrupt). On `console`, when given, a line tells what the first one does.
     """
 
     def __init__(
         self,
-        say: Callable[[str], None] | None = None,
+        console: Console | None = None,
         dropped: str = "cell",
         under_way: str | None = None,
+        plain: bool = False,
     ) -> None:
-        """`under_way` says what becomes of the work under way, when it is not simply
-        dropped (a tune's trial may end and be kept)."""
+        """`under_way` (report.runs' codes) says what becomes of the work under way, when
+        it is not simply dropped (a tune's trial may end and be kept); `plain`, a line
+        without colour beside a live search display."""
         self.signal: int | None = None
-        self._say = say
-        self._under_way = under_way or (
-            f"the {dropped} under way is dropped, finished {dropped}s are kept"
-        )
+        self._console = console
         self._previous: dict[int, Any] = {}
+        # Made here, not in the handler: a signal handler should not import.
+        from mallocbench.report import formats
+        from mallocbench.report.runs import DROPPED, Stopping
+
+        self._kind = formats.STOPPING
+        self._stopping = lambda signum: Stopping(signum, under_way or DROPPED, dropped, plain)
 
     def requested(self) -> bool:
         return self.signal is not None
@@ -232,11 +219,8 @@ class StopOnSignals:
         if self.signal is not None:
             raise KeyboardInterrupt
         self.signal = signum
-        if self._say is not None:
-            self._say(
-                f"{signal.Signals(signum).name}: stopping; {self._under_way} (Ctrl-C again "
-                "to abort at once)"
-            )
+        if self._console is not None:
+            say(self._kind, self._stopping(signum), console=self._console)
 
     def __enter__(self) -> StopOnSignals:
         for sig in (signal.SIGINT, signal.SIGTERM):

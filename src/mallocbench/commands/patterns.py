@@ -9,6 +9,7 @@ from rich.console import Console
 
 from mallocbench.analysis.patterns import analyze_patterns
 from mallocbench.commands.options import FiniteFloatRange, store_option
+from mallocbench.commands.output import say
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.patterns import PatternRun
@@ -16,6 +17,7 @@ from mallocbench.patterns import experiment as pexp
 from mallocbench.patterns import runner
 from mallocbench.patterns.driver import PATTERNS
 from mallocbench.report import formats
+from mallocbench.report.patterns import PatternFiles, PatternPlan
 from mallocbench.store import load_pattern_run, store_label
 from mallocbench.store.base import STORE_NAME
 
@@ -232,18 +234,12 @@ def _print_plan(
     """--dry-run: the runs still to do, one a line, and how many."""
     plan = experiment.plan()
     done: set[tuple[str, str, int, int]] = set()
-    note = ""
+    resumed = None
     if resume:
         run_id, done = runner.resume_point(experiment, store)
-        note = f" ({len(done)} done in {run_id})"
-    for planned in plan:
-        if planned.key in done:
-            continue
-        console.print(
-            f"{planned.case.name:<32} threads={planned.threads:<3} "
-            f"setup={planned.setup.name:<24} repeat={planned.repeat + 1}"
-        )
-    console.print(f"{sum(1 for planned in plan if planned.key not in done)} runs{note}")
+        resumed = (run_id, len(done))
+    todo = [planned for planned in plan if planned.key not in done]
+    say(formats.PATTERNS_PLAN, PatternPlan(todo, resumed), console=console)
 
 
 def _override(
@@ -264,11 +260,10 @@ def _override(
 
 def _show(run: PatternRun, out: Path, store: str | Path, console: Console) -> None:
     analysis = analyze_patterns(run)
-    formats.PATTERNS.show(formats.TERMINAL, analysis, console)
+    say(formats.PATTERNS_KIND, analysis, console=console)
     json_path, csv_path, md_path = formats.write_pattern_reports(analysis, out)
-    console.print(
-        f"Wrote {md_path}, {csv_path}, {json_path}; store {store_label(store)} (run {run.run_id})"
-    )
+    files = PatternFiles(md_path, csv_path, json_path, store_label(store), run.run_id)
+    say(formats.PATTERNS_FILES, files, console=console)
 
 
 commands = [patterns]

@@ -22,9 +22,12 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from mallocbench.commands.output import say
 from mallocbench.console import LiveBar
 from mallocbench.model.metadata import ReplayRun
-from mallocbench.model.results import STATUS_OK, Cell
+from mallocbench.model.results import Cell
+from mallocbench.report import formats
+from mallocbench.report import progress as words
 from mallocbench.run.experiment import PlannedCell
 from mallocbench.workloads.sysbench import Interval
 
@@ -68,53 +71,36 @@ class RichProgress:
 
     def start(self, total_cells: int, skipped: int) -> None:
         if self.banner:
-            self.console.print(self.banner)
+            say(formats.PROGRESS_LINE, self.banner, console=self.console)
         if self.live:
             self.progress.start()
             self.started = True
         self.progress.update(self.task, total=total_cells, completed=skipped)
         self.cells_done, self.total_cells = skipped, total_cells
         if skipped:
-            self.console.print(f"resuming: {skipped} of {total_cells} cells already measured")
+            say(formats.RESUMING, (skipped, total_cells), console=self.console)
 
     def status(self, text: str) -> None:
         self.progress.update(self.task, description=text)
 
     def cell_started(self, cell: PlannedCell, phase: str) -> None:
-        self.progress.update(self.task, description=f"{_name(cell)} [dim]{phase}[/]")
+        self.progress.update(self.task, description=words.phase_text(cell, phase))
 
     def interval(self, cell: PlannedCell, interval: Interval, rss_bytes: int | None) -> None:
-        rss = f"RSS {rss_bytes / (1 << 20):,.0f} MiB" if rss_bytes else ""
-        self.progress.update(self.task, description=f"{_name(cell)} {interval.qps:,.0f} qps {rss}")
+        text = words.interval_text(cell, interval.qps, rss_bytes)
+        self.progress.update(self.task, description=text)
 
     def cell_finished(self, cell: Cell) -> None:
         self.progress.advance(self.task)
         self.cells_done += 1
-        # Off a terminal the bar is not drawn, so each line carries the count instead.
-        count = "" if self.live else f"{self.cells_done}/{self.total_cells} "
-        name = (
-            f"{count}  {escape(cell.setup):>12} {escape(cell.engine):<8} "
-            f"{escape(cell.step):<28} {cell.threads:>3}t "
-        )
-        if cell.status == STATUS_OK:
-            text = (
-                f"{cell.qps or 0:>10,.0f} qps  p99 {cell.p99_ms or 0:7.2f} ms  "
-                f"peak RSS {(cell.peak_rss_bytes or 0) / (1 << 20):,.0f} MiB"
-            )
-        else:
-            text = f"[red]{cell.status}[/]: {escape(cell.error or '')}"
-        # soft_wrap: a log line is never broken inside a number; the viewer wraps it.
-        self.console.print(name + text, soft_wrap=not self.live)
+        done = words.CellDone(cell, self.cells_done, self.total_cells, self.live)
+        say(formats.CELL_DONE, done, console=self.console)
 
     def round_started(self, repeat: int, cells: int, reason: str) -> None:
         task = self.progress.tasks[self.task]
         self.progress.update(self.task, total=(task.total or 0) + cells)
         self.total_cells += cells
-        self.console.print(f"[bold]block {repeat + 1}[/]: {cells} more cells, because {reason}")
-
-
-def _name(cell: PlannedCell) -> str:
-    return f"{cell.setup}/{cell.engine} {cell.step.label} {cell.threads}t r{cell.repeat}"
+        say(formats.BLOCK, words.Block(repeat, cells, reason), console=self.console)
 
 
 class ReplayProgress(LiveBar):
@@ -151,38 +137,26 @@ class ReplayProgress(LiveBar):
         if self.live:
             return
         d = info.data
-        self.console.print(
-            f"read {info.path} in {time.monotonic() - self.began:.0f} s: "
-            f"{int(d.get('events') or 0):,} calls, {float(d.get('duration_s') or 0):.1f} s "
-            f"recorded; {self.total} replays to run",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
+        read = words.TraceRead(
+            info.path,
+            time.monotonic() - self.began,
+            int(d.get("events") or 0),
+            float(d.get("duration_s") or 0),
+            self.total,
         )
+        say(formats.TRACE_READ, read, console=self.console)
 
     def started(self, text: str) -> None:
         if self.done == 0:
             self.began = time.monotonic()  # the ETA counts replays, not the trace's reading
-        self.progress.update(self.task, description=f"replaying {escape(text)}")
+        self.progress.update(self.task, description=words.replaying_text(text))
 
     def finished(self, run: ReplayRun) -> None:
         self.done += 1
         self.progress.advance(self.task)
         if self.live:
             return
-        if run.status == "ok":
-            what = (
-                f"peak RSS {(run.value('peak_heap_rss') or 0) / (1 << 20):,.1f} MiB, "
-                f"CPU {run.value('cpu_s') or 0:.2f} s"
-            )
-        else:
-            what = f"{run.status}: {run.error or ''}"
         elapsed = time.monotonic() - self.began
         eta = elapsed / self.done * (self.total - self.done)
-        self.console.print(
-            f"{self.done}/{self.total} {run.setup} repeat {run.repeat + 1}: {what}; "
-            f"{elapsed:.0f} s elapsed, ETA {eta:.0f} s",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        done = words.ReplayDone(run, self.done, self.total, elapsed, eta)
+        say(formats.REPLAY_DONE, done, console=self.console)

@@ -21,15 +21,15 @@ from mallocbench.analysis.criteria import (
     stored_rule,
 )
 from mallocbench.analysis.recommend import recommend, replay_recommendation
-from mallocbench.commands.options import emit, min_effect_option
-from mallocbench.console import make_console
+from mallocbench.commands.options import min_effect_option
+from mallocbench.commands.output import emit, say
 from mallocbench.deploy import forms as deploy
 from mallocbench.deploy import systemd
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import ReplayRecord
 from mallocbench.model.results import RunResult, SetupInfo
 from mallocbench.report import formats
-from mallocbench.report.recommend import Advice
+from mallocbench.report.recommend import Advice, DropIn
 from mallocbench.servers import families
 from mallocbench.store.loading import load_result
 from mallocbench.units import parse_size
@@ -250,14 +250,10 @@ def recommend_cmd(
         deployment = _deployment(result, _setup(result, chosen), service)
     emit(formats.RECOMMENDATION, fmt_name, Advice(rec, deployment, source))
     if dropin_dir is not None:
-        if deployment is None:
-            kinds = ", ".join(dict.fromkeys(e.kind for e in rec.engines)) or "keep"
-            make_console(stderr=True).print(f"no change recommended ({kinds}): no drop-in written")
-            return
-        path, unit = systemd.write_dropin(deployment, dropin_dir), deployment.service
-        make_console(stderr=True).print(
-            f"wrote {path}; apply with: systemctl daemon-reload && systemctl restart {unit}"
-        )
+        kinds = list(dict.fromkeys(str(e.kind) for e in rec.engines))
+        path = None if deployment is None else systemd.write_dropin(deployment, dropin_dir)
+        unit = service if deployment is None else deployment.service
+        say(formats.RECOMMEND_DROPIN, DropIn(path, unit, kinds), err=True)
 
 
 def _deployment(result: RunResult, setup: SetupInfo, service: str) -> deploy.Deployment:

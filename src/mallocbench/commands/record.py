@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from mallocbench import exitcodes
+from mallocbench.commands.output import say
 from mallocbench.deploy import deployment, systemd
-from mallocbench.deploy import forms as deploy
 from mallocbench.deploy.launch import FORMS, detect
 from mallocbench.errors import MallocbenchError
+from mallocbench.report import formats
+from mallocbench.report import record as said
 from mallocbench.units import parse_size
 
 # The shim's buffers at rest (zstd's context and two frame buffers, which shrink under a
@@ -33,7 +35,6 @@ SEGMENT_SIZE = 256 << 20
 MIN_MAX_SIZE = 1 << 20
 
 if TYPE_CHECKING:
-    from mallocbench.deploy.launch import Launch
     from mallocbench.memory.client import ConnectOptions
     from mallocbench.replay.command import Recorded
     from mallocbench.replay.control import Outcome, Segmenting
@@ -198,13 +199,17 @@ def record(
     _described(described.end(out))
     status = header_status(out)
     if outcome.ended == "window":
-        click.echo(f"{out}: {_size(out)} ({outcome.closing})")
+        _kept(out, said.CLOSED, outcome.closing)
         return
     if _budget_reached(out, status):
         return
-    click.echo(f"{out}: {_size(out)} (recording {status})")
-    click.echo(f"note: {_early_note(outcome, status, pid)}", err=True)
+    _kept(out, said.STATUS, status)
+    say(formats.RECORD_EARLY, said.Early(outcome.ended, status, pid), err=True)
     sys.exit(exitcodes.ABORTED)
+
+
+def _kept(out: Path, how: str, closing: str = "", err: bool = False) -> None:
+    say(formats.RECORD_KEPT, said.Kept(out, _size(out), how, closing), err=err)
 
 
 def _window(
@@ -218,19 +223,15 @@ def _window(
             pid,
             seconds,
             out,
-            started=lambda: click.echo(
-                f"recording process {pid} for {seconds:g} s{_how(long, out)} ...", err=True
+            started=lambda: say(
+                formats.RECORD_START, said.Started(out, long, seconds, pid=pid), err=True
             ),
             max_buffer=cap,
             long=long,
         )
     except control.RecordingInterrupted as stopped:
         if stopped.outcome.kept == out:
-            click.echo(
-                f"{out}: {_size(out)}, the trace up to the interruption "
-                "(it replays as it is); the server was disarmed and runs on",
-                err=True,
-            )
+            _kept(out, said.INTERRUPTED, err=True)
         else:
             _not_at_out(stopped.outcome, out, pid)
         _interrupted(stopped.signum)
@@ -274,23 +275,11 @@ def _segmenting(
     return Segmenting(budget=budget) if budget else None
 
 
-def _how(long: Segmenting | None, out: Path) -> str:
-    """The segments and the budget, as the start line says them."""
-    if long is None:
-        return ""
-    budget = f", within {long.budget / 2**20:,.0f} MiB" if long.budget else ""
-    if not long.segmented:
-        return budget
-    return f", in segments of {long.seconds:g} s or {long.size / 2**20:,.0f} MiB at {out}/{budget}"
-
-
-def _size(out: Path) -> str:
+def _size(out: Path) -> said.TraceSize:
     """What the trace takes, and in how many segments."""
     from mallocbench.replay.trace import segments, trace_bytes
 
-    size = f"{trace_bytes(out) / 1e6:.2f} MB"
-    n = len(segments(out))
-    return f"{size} in {n} segment{'s' * (n != 1)}" if out.is_dir() else size
+    return said.TraceSize(trace_bytes(out), len(segments(out)) if out.is_dir() else None)
 
 
 def _budget_reached(out: Path, status: str) -> bool:
@@ -298,18 +287,13 @@ def _budget_reached(out: Path, status: str) -> bool:
     if not status.startswith("stopped: the disk budget"):
         return False
     at = status.split(" was reached at ", 1)[-1].split(",", 1)[0]
-    click.echo(
-        f"{out}: {_size(out)}: recording stopped at {at}, where the trace reached --max-size; "
-        "the trace so far is whole and replays, and the process runs on"
-    )
+    _kept(out, said.BUDGET, at)
     return True
 
 
 def _described(missing: str | None) -> None:
     if missing is not None:
-        click.echo(f"note: the server's description of its load is not kept ({missing}): "
-                   "the confirmation experiment will be generic; --socket, --defaults-file "
-                   "and --user say how to ask the server", err=True)  # fmt: skip
+        say(formats.RECORD_UNDESCRIBED, missing, err=True)
 
 
 def _asking(
@@ -391,50 +375,22 @@ def _preload_only(
         raise MallocbenchError("--form chooses what --print-dropin prints: give both")
     if print_dropin:
         d, started = preload.recording_for(pid, service)
-        click.echo(_form_text(d, started, form), nl=False)
+        say(formats.RECORD_FORM, said.Form(d, started, form))
     elif remove_dropin:
         _remove_dropin(units_dir, service, pid)
     return print_dropin or remove_dropin
-
-
-def _form_text(d: deployment.Deployment, started: Launch | None, form: str | None) -> str:
-    """The chosen form's text, after a line saying how the process runs."""
-    chosen = form or (started.form if started else "systemd")
-    head = ""
-    if started is not None:
-        # Only forms this deployment has: a PostgreSQL server has no mysqld_safe.
-        offered = [f for f in (started.form, *started.others) if f in d.forms]
-        others = "|".join(f for f in offered if f != chosen)
-        head = (
-            f"# process {started.pid} runs as {started.form}: {'; '.join(started.reasons)}\n"
-            f"# the {chosen} form (others: --form {others}):\n"
-        )
-    return head + deploy.render_form(d, chosen)
 
 
 def _remove_dropin(units_dir: Path, service: str | None, pid: int | None) -> None:
     from mallocbench.replay import preload
 
     started = detect(pid) if pid and not service else None
-    if started is not None and started.form != "systemd":
-        # no drop-in of its own: what to undo is the text of its form
-        click.echo(
-            f"process {pid} runs as {started.form} ({'; '.join(started.reasons)}): remove "
-            f"what `mallocbench record --print-dropin --pid {pid}` prints from where you put "
-            "it, and restart it; no systemd drop-in removed"
-        )
-        return
     name = service or (started.service if started else None) or preload.default_service(pid)
-    removed = systemd.remove_dropins(units_dir, name)
-    if not removed:
-        click.echo(f"no recording drop-in of {name} under {units_dir}: nothing removed")
+    if started is not None and started.form != "systemd":
+        say(formats.RECORD_REMOVED, said.Removed(name, units_dir, started=started))
         return
-    for path in removed:
-        click.echo(f"removed {path}")
-    click.echo(
-        f"apply with: systemctl daemon-reload && systemctl restart {name} (the shim stays "
-        "loaded, unarmed, until then)"
-    )
+    removed = systemd.remove_dropins(units_dir, name)
+    say(formats.RECORD_REMOVED, said.Removed(name, units_dir, tuple(removed)))
 
 
 def _one_target(command: Sequence[str], pid: int | None) -> None:
@@ -451,45 +407,13 @@ def _interrupted(signum: int) -> NoReturn:
     """Exit as a signal's interruption does, 128 + its number."""
     if signum == signal.SIGINT:
         raise KeyboardInterrupt  # the group's own line and status
-    click.echo(f"mallocbench: interrupted by {signal.Signals(signum).name}", err=True)
+    say(formats.RECORD_INTERRUPTED, signum, err=True)
     sys.exit(exitcodes.interrupted(signum))
-
-
-def _early_note(outcome: Outcome, status: str, pid: int) -> str:
-    """Why the window ended before its time, and what to do about it."""
-    if outcome.ended in ("exited", "killed"):
-        how = "exited" if outcome.ended == "exited" else "ended before the shim closed the trace"
-        return (
-            f"process {pid} {how} during the window; the trace holds what it did until then "
-            "and replays as it is"
-        )
-    remedy = (
-        "record with a larger --max-buffer or on a quieter host"
-        if "fell behind" in status
-        else "fix that and record again"
-    )
-    return (
-        "the recording ended early; the trace is usable up to that point and replays as it "
-        f"is (for the whole window, {remedy})"
-    )
 
 
 def _not_at_out(outcome: Outcome, out: Path, pid: int) -> NoReturn:
     """--out could not take the trace: one line with where it is and how to move it."""
-    problem = outcome.problem or f"cannot write {out}"
-    if outcome.kept is None:
-        where = "no copy could be kept anywhere else: the trace is lost"
-    elif str(outcome.kept).startswith(f"/proc/{pid}/"):
-        where = (
-            f"the trace is kept at {outcome.kept} while process {pid} runs: move it now with "
-            f"mv {outcome.kept} DEST, DEST on a disk with room"
-        )
-    else:
-        where = (
-            f"the trace is kept at {outcome.kept}: move it with mv {outcome.kept} {out} "
-            "once that disk has room"
-        )
-    click.echo(f"mallocbench: error: {problem}; {where}", err=True)
+    say(formats.RECORD_NOT_AT_OUT, said.NotAtOut(out, outcome.problem, outcome.kept, pid), err=True)
     sys.exit(exitcodes.RECORD_NOT_AT_OUT)
 
 
@@ -511,10 +435,9 @@ def _record_command(
             "--leave-running needs --seconds: without it the window is the program's lifetime"
         )
     shown = shlex.join(command)
-    span = "until it exits" if seconds is None else f"for up to {seconds:g} s"
 
     def started() -> None:
-        click.echo(f"recording {shown} {span}{_how(long, out)} ...", err=True)
+        say(formats.RECORD_START, said.Started(out, long, seconds, command=shown), err=True)
 
     done = commandmod.record(command, seconds, out, started, max_buffer, long)
     pid = done.proc.pid
@@ -523,7 +446,7 @@ def _record_command(
             done.proc.wait()
         _not_at_out(done.outcome, out, pid)
     if done.signum is not None:
-        click.echo(f"{out}: {_size(out)}, the trace up to the interruption", err=True)
+        _kept(out, said.INTERRUPTED_COMMAND, err=True)
         if done.signum != signal.SIGINT and done.running:  # Ctrl-C reached it already
             done.proc.send_signal(done.signum)
             with contextlib.suppress(subprocess.TimeoutExpired):  # it may handle it slowly
@@ -537,17 +460,16 @@ def _ended(done: Recorded, out: Path, leave_running: bool) -> None:
     is waited for, or left running), or a cut (the shim stopped, the program killed)."""
     outcome, proc = done.outcome, done.proc
     if outcome.ended == "window":
-        click.echo(f"{out}: {_size(out)} ({outcome.closing})")
+        _kept(out, said.CLOSED, outcome.closing)
         if leave_running:
-            click.echo(f"note: the program (pid {proc.pid}) runs on, unrecorded", err=True)
+            say(formats.RECORD_PROGRAM, said.Program(said.RUNS_ON, proc.pid), err=True)
             return
         if done.running:
-            click.echo(f"the window ended; waiting for the program (pid {proc.pid}) to exit",
-                       err=True)  # fmt: skip
+            say(formats.RECORD_PROGRAM, said.Program(said.WAITING, proc.pid), err=True)
         _exit_note(proc.wait())
         return
     if outcome.ended == "exited":
-        click.echo(f"{out}: {_size(out)} (the program's whole run)")
+        _kept(out, said.WHOLE_RUN)
         _exit_note(proc.wait())
         return
     from mallocbench.replay.trace import header_status
@@ -557,35 +479,24 @@ def _ended(done: Recorded, out: Path, leave_running: bool) -> None:
         if not leave_running:
             _exit_note(proc.wait())
         return
-    click.echo(f"{out}: {_size(out)} (recording {status})")
+    _kept(out, said.STATUS, status)
     code = proc.wait() if outcome.ended == "killed" else None
     if code is None:
-        why = "the recording stopped before the program ended"
+        cut = said.Program(said.CUT)
     elif code < 0:
-        why = f"the program was killed by {_signal_name(-code)} before the shim closed the trace"
+        cut = said.Program(said.CUT_KILLED, proc.pid, code)
     else:
-        why = "the program ended without running its exit handlers (_exit), so the shim "
-        why += "could not close the trace"
-    click.echo(f"note: {why}; the trace holds its calls until then and replays as it is",
-               err=True)  # fmt: skip
+        cut = said.Program(said.CUT_EXIT, proc.pid, code)
+    say(formats.RECORD_PROGRAM, cut, err=True)
     if outcome.ended != "killed" and not leave_running:
         _exit_note(proc.wait())
     sys.exit(exitcodes.ABORTED)
 
 
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
 def _exit_note(code: int) -> None:
     """The program's own status, for a script: mallocbench's says how the trace went."""
-    if code > 0:
-        click.echo(f"note: the program exited with status {code}", err=True)
-    elif code < 0:
-        click.echo(f"note: the program was killed by {_signal_name(-code)}", err=True)
+    if code != 0:
+        say(formats.RECORD_PROGRAM, said.Program(said.EXITED, code=code), err=True)
 
 
 commands = [record]

@@ -18,6 +18,7 @@ from mallocbench.commands.options import (
     min_effect_option,
     timing_options,
 )
+from mallocbench.commands.output import say
 from mallocbench.errors import EnvironmentLost, MallocbenchError
 from mallocbench.store.base import StoreDiskFault
 
@@ -130,6 +131,7 @@ def replay(
     from mallocbench.commands.progress import ReplayProgress
     from mallocbench.console import make_console
     from mallocbench.replay import run as replay_runs
+    from mallocbench.report.replay import reading_text
 
     address, security = cluster_access(cluster_address, tls_dir, insecure)
     if out_dir is None and (address is not None or resume_id is not None):
@@ -157,7 +159,7 @@ def replay(
         progress = held.enter_context(ReplayProgress(console, total))
         if elsewhere is not None:
             elsewhere.say = progress.status
-        progress.status(f"reading the trace {trace}")
+        progress.status(reading_text(trace))
         if resume_id is None:
             result = asked.result(setups, progress, min_effect, expect_server_version)
         else:
@@ -197,7 +199,7 @@ def _elsewhere(
     from mallocbench.cluster.replays import ClusterReplays
 
     assert out_dir is not None
-    stop = held.enter_context(StopOnSignals(console.print, "replay"))
+    stop = held.enter_context(StopOnSignals(console, dropped="replay"))
     hint = _resume_hint(shlex.quote(str(out_dir)))
     return held.enter_context(ClusterReplays(address, security, stop.requested, hint).connected())
 
@@ -349,36 +351,29 @@ def _same_trace(result: RunResult, trace: Path) -> RunResult:
 def _conclude(result: RunResult, as_json: bool, out_dir: Path | None, console: Console) -> None:
     """The replay's tables (or JSON), and its reports under --out."""
     from mallocbench.analysis.run_analysis import analyze
-    from mallocbench.console import make_console
     from mallocbench.report import formats
+    from mallocbench.report.runs import Wrote
 
     analysis = analyze(result)
     if out_dir is not None:
         written = formats.write_reports(analysis, out_dir)
-    if as_json:
-        click.echo(formats.render("json", analysis), nl=False)
-    else:
-        formats.print_terminal(analysis, make_console(), str(out_dir) if out_dir else None)
+    shown = formats.Shown(analysis, str(out_dir) if out_dir else None)
+    say(formats.RUN, shown, fmt="json" if as_json else None)
     if out_dir is not None:
         # on standard error: --json keeps standard output for the document alone
-        names = ", ".join(p.name for p in written)
-        console.print(f"wrote {names} in {out_dir}", markup=False, highlight=False, soft_wrap=True)
+        say(formats.WROTE, Wrote([p.name for p in written], out_dir), console=console)
 
 
 def _print_measured(result: RunResult, as_json: bool) -> int:
     """The replays measured so far, printed before the line that says why there are no
     more; how many."""
     from mallocbench.analysis.run_analysis import analyze
-    from mallocbench.console import make_console
     from mallocbench.report import formats
 
     record = result.metadata.replay
     measured = len(record.runs or []) if record is not None else 0
     if measured:
-        if as_json:
-            click.echo(formats.render("json", analyze(result)), nl=False)
-        else:
-            formats.print_terminal(analyze(result), make_console(), None)
+        say(formats.RUN, formats.Shown(analyze(result)), fmt="json" if as_json else None)
     return measured
 
 

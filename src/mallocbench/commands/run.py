@@ -19,13 +19,12 @@ from mallocbench.commands.options import (
     StopOnSignals,
     cluster_access,
     cluster_options,
-    emit,
     min_effect_option,
     out_dir_option,
     percent_option,
-    say,
     store_option,
 )
+from mallocbench.commands.output import emit, say
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import RunResult
@@ -194,9 +193,9 @@ def run_cmd(
         max_repeats=max_repeats,
         min_effect=min_effect,
     )
-    stop = StopOnSignals(lambda text: console.print(f"[yellow]{text}[/]"))
+    stop = StopOnSignals(console)
     with stop:
-        tell = None if quiet else lambda text: console.print(f"[dim]{text}[/]")
+        tell = None if quiet else lambda text: say(formats.ASIDE, text, console=console)
         pipeline = cluster_mod.pipeline_for(
             experiment, options, None, stop.requested, pinned_run, cluster_address, tell, security
         )
@@ -267,7 +266,7 @@ def _conclude(
     if outcome.result.cells:
         analysis = analyze(outcome.result)
         end.written = write_run_reports(analysis, out_dir, outcome.aborted, outcome.notes)
-        formats.print_terminal(analysis, make_console(), str(out_dir))
+        say(formats.RUN, formats.Shown(analysis, str(out_dir)))
     # On stderr too when the report above goes elsewhere (a file): the notes need the
     # user's eyes, once.
     end.notes_shown = not _same_file(sys.stdout, sys.stderr)

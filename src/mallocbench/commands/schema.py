@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +34,10 @@ def schema_cmd(kind: str) -> None:
       #:schema ./mallocbench-run.schema.json
     `mallocbench run FILE --dry-run` remains the full check.
     """
-    click.echo(json.dumps(build(kind), indent=2))
+    from mallocbench.commands.output import say
+    from mallocbench.report import formats
+
+    say(formats.JSON, build(kind))
 
 
 commands = [schema_cmd]

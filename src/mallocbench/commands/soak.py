@@ -12,20 +12,20 @@ from rich.console import Console
 from mallocbench import exitcodes
 from mallocbench.analysis.run_analysis import analyze
 from mallocbench.commands.options import StopOnSignals, out_dir_option, store_option
+from mallocbench.commands.output import say
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.files import disk_fault, is_disk_fault, write_text_atomic
+from mallocbench.report import formats
 from mallocbench.report import ratchet as ratchet_report
 from mallocbench.report import soak as soak_report
 from mallocbench.report.formats import write_run_reports
-from mallocbench.report.runs import memory_caps_line
 from mallocbench.run import experiment as experiment_mod
 from mallocbench.run import loading as loading_mod
 from mallocbench.run.options import RunOptions, RunOutcome
 from mallocbench.soak.runner import (
     DEFAULT_DURATION,
     DEFAULT_SEGMENT,
-    SoakSpec,
     plan_soak,
     soak_experiment,
     soak_metadata,
@@ -35,36 +35,6 @@ from mallocbench.soak.runner import (
 
 # Seconds a server start, the cache warming and the commits add to each setup's soak.
 START_OVERHEAD_S = 20.0
-
-
-def _print_plan(experiment: experiment_mod.Experiment, spec: SoakSpec) -> None:
-    sessions = plan_soak(experiment)
-    total = len(sessions) * (spec.duration_s + START_OVERHEAD_S)
-    click.echo(
-        f"{experiment.name}: soak of {len(sessions)} setup/engine pair(s), "
-        f"{soak_report.duration_text(spec.duration_s)} each in {spec.segments} segments of "
-        f"{soak_report.duration_text(spec.segment_s)}; at most about "
-        f"{soak_report.duration_text(total)} in all (a killed server ends its soak early)"
-    )
-    click.echo(f"  step     {experiment.steps[0].label} with {experiment.threads[0]} threads")
-    click.echo(f"  engines  {', '.join(e.name for e in experiment.engines)}")
-    click.echo("  setups   " + ", ".join(s.name for s in experiment.setups) + " (in this order)")
-    for event in experiment.events:
-        when = (
-            f"every {soak_report.duration_text(event.every_s)}"
-            if event.every_s is not None
-            else f"at {soak_report.duration_text(event.at_s or 0.0)}"
-        )
-        times = len(event.due_times(spec.duration_s))
-        click.echo(f"  event    {event.label}, {when} ({times} per setup), beside the load")
-    caps = memory_caps_line(experiment)
-    if caps is not None:
-        click.echo(caps)
-    click.echo(
-        "  design   sequential: a soak needs continuous load per setup, so setups run back "
-        "to back, never interleaved; no warmup (the timeline starts at the server start); "
-        "a killed or crashed server ends its setup's soak"
-    )
 
 
 def _run(
@@ -77,7 +47,7 @@ def _run(
     """Run the soak with Ctrl-C and SIGTERM turned into a stop after the segment under way
     is dropped; returns the outcome and the signal that stopped it, if one did. No banner:
     no live progress."""
-    stop = StopOnSignals(lambda text: console.print(f"[yellow]{text}[/]"), dropped="segment")
+    stop = StopOnSignals(console, dropped="segment")
     with stop:
         if banner is None:
             outcome = soak_pipeline(experiment, options, stop_requested=stop.requested).execute()
@@ -162,8 +132,9 @@ def soak_cmd(
     loaded = loading_mod.load(experiment_file, list(overrides))
     spec = soak_spec(loaded, duration, segment, overrides)
     experiment = soak_experiment(loaded, spec)
+    plan = soak_report.SoakPlan(experiment, spec, len(plan_soak(experiment)), START_OVERHEAD_S)
     if dry_run:
-        _print_plan(experiment, spec)
+        say(formats.SOAK_PLAN, plan)
         return
     options = RunOptions(
         out_dir=out_dir,
@@ -173,11 +144,7 @@ def soak_cmd(
         extra_metadata=soak_metadata(experiment, spec),
     )
     console = make_console(stderr=True)
-    pairs = len(plan_soak(experiment))
-    banner = (
-        f"[bold]{experiment.name}[/]: soak of {pairs} setup(s) back to back, "
-        f"{soak_report.duration_text(spec.duration_s)} each; results in {out_dir}"
-    )
+    banner = soak_report.banner(plan, out_dir)
     outcome, stopped_by = _run(
         experiment, options, console, None if quiet else banner, spec.segment_s
     )
@@ -189,6 +156,7 @@ def _finish(
 ) -> None:
     """Reports, the soak summary, notes and the exit status the run's end calls for."""
     result = outcome.result
+    written: list[Path] = []
     if result.cells:
         analysis = analyze(result)
         written = write_run_reports(analysis, out_dir, outcome.aborted, outcome.notes)
@@ -208,27 +176,17 @@ def _finish(
             if is_disk_fault(exc):
                 raise disk_fault(exc, f"the soak report {path}") from exc
             raise MallocbenchError(f"cannot write {path}: {exc.strerror}") from exc
-        soak_report.print_soak(analysis, make_console())
-        ratchet_report.print_ratchet(analysis, make_console())
-        if written:
-            console.print("wrote " + ", ".join(str(p) for p in written))
-    else:
-        # Empty reports would read like a finished soak.
-        console.print("no segment was measured: no report written")
-    for note in outcome.notes:
-        console.print(f"[yellow]note[/]: {note}")
-    if outcome.aborted == "interrupted":
-        console.print(
-            f"[yellow]interrupted[/]: {len(result.cells)} segments kept in {store_file}; "
-            "continue with --resume"
-        )
+        say(formats.SOAK, analysis)
+    interrupted = outcome.aborted == "interrupted"
+    end = soak_report.SoakEnd(
+        written if result.cells else None, outcome.notes, interrupted, len(result.cells), store_file
+    )
+    say(formats.SOAK_END, end, console=console)
+    if interrupted:
         sys.exit(exitcodes.interrupted(stopped_by or signal.SIGINT))
     if outcome.aborted:
-        click.echo(f"mallocbench: error: {outcome.aborted.splitlines()[0]}", err=True)
-        click.echo(
-            f"  ({len(result.cells)} segments measured so far are kept in {store_file})",
-            err=True,
-        )
+        abort = soak_report.SoakAbort(outcome.aborted, len(result.cells), store_file)
+        say(formats.SOAK_ABORT, abort, err=True)
         sys.exit(exitcodes.ABORTED)
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from mallocbench.commands.output import say
 from mallocbench.errors import MallocbenchError
+from mallocbench.report import formats, stores
 from mallocbench.store import open_store, store_label, store_target
 from mallocbench.store.copying import copy_runs
 
@@ -57,11 +59,7 @@ def copy_cmd(src: str, dst: str, run_ids: tuple[str, ...], replace: bool) -> Non
             writer.close()
     finally:
         reader.close()
-    patterns = f", {copied.pattern_results} pattern results" if copied.pattern_results else ""
-    click.echo(
-        f"copied {len(copied.runs)} run(s), {copied.cells} cells, {copied.samples} samples"
-        f"{patterns} from {reader.label} to {writer.label}: {', '.join(copied.runs)}"
-    )
+    say(formats.STORE_COPY, stores.Copy(copied, reader.label, writer.label))
 
 
 @store_group.command("info")
@@ -71,15 +69,17 @@ def info_cmd(target: str) -> None:
     store = open_store(store_target(target, must_exist=True), readonly=True)
     try:
         runs = store.list_runs()
-        click.echo(store.describe())
-        click.echo(f"schema version {store.schema_version()}")
-        click.echo(f"{len(runs)} run(s), {sum(int(r['cells']) for r in runs)} cells")
         patterns = store.list_pattern_runs()
-        if patterns:
-            results = sum(int(r["cells"]) for r in patterns)
-            click.echo(f"{len(patterns)} pattern run(s), {results} pattern results")
-        if runs:
-            click.echo(f"latest run: {runs[-1]['run_id']}")
+        info = stores.Info(
+            store.describe(),
+            store.schema_version(),
+            len(runs),
+            sum(int(r["cells"]) for r in runs),
+            len(patterns),
+            sum(int(r["cells"]) for r in patterns),
+            str(runs[-1]["run_id"]) if runs else None,
+        )
+        say(formats.STORE_INFO, info)
     finally:
         store.close()
 

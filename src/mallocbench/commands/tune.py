@@ -374,10 +374,12 @@ def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool
     import time
 
     from mallocbench import exitcodes
-    from mallocbench.commands.options import StopOnSignals, emit
+    from mallocbench.commands.options import StopOnSignals
+    from mallocbench.commands.output import emit, say
     from mallocbench.console import make_console
     from mallocbench.report import formats
-    from mallocbench.report.tune import write_tune_reports
+    from mallocbench.report.runs import TRIAL
+    from mallocbench.report.tune import REMEASURING_FRONT, remeasuring_text, write_tune_reports
     from mallocbench.tune import driver
     from mallocbench.tune.progress import SearchProgress
 
@@ -386,20 +388,12 @@ def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool
     from mallocbench.tune.evaluate import ServerEvaluator
 
     if isinstance(evaluator, ServerEvaluator):  # a first dataset load is worth a line
-        evaluator.say = lambda text: err.print(text, markup=False, highlight=False)
+        evaluator.say = lambda text: say(formats.PLAIN, text, console=err)
     started = time.monotonic()
     # The first Ctrl-C (or SIGTERM) ends the search after the trial under way, so no
     # trial is cut in half in the database; a second one aborts at once. A Ctrl-C at a
     # terminal stops the trial's replayer too: that trial is measured again on --resume.
-    stop = StopOnSignals(
-        lambda text: err.print(text, markup=False),
-        under_way="the trial under way is kept if it ends, measured again by --resume if "
-        "the signal cut it short; finished trials are kept",
-    )
-    kept = (
-        f"mallocbench: every finished trial is kept in {plan.out / 'tune.db'}: "
-        "the same command with --resume continues"
-    )
+    stop = StopOnSignals(err, under_way=TRIAL, plain=True)
     try:
         with (
             stop,
@@ -407,21 +401,21 @@ def _run(plan: Plan, evaluator: ReplayEvaluator | ServerEvaluator, as_json: bool
         ):
             studies = driver.run_searches(plan, evaluator, bar, stop.requested)
     except KeyboardInterrupt:
-        click.echo(kept, err=True)
+        say(formats.TUNE_KEPT, plan.out / "tune.db", err=True)
         raise
     if stop.signal is not None:
-        click.echo(kept, err=True)
+        say(formats.TUNE_KEPT, plan.out / "tune.db", err=True)
         sys.exit(exitcodes.interrupted(stop.signal))
     limit = driver.front_limit(plan, time.monotonic() - started, driver.mean_trial_s(studies))
-    with err.status("re-measuring the front") as status:
+    with err.status(REMEASURING_FRONT) as status:
         results = driver.judge_all(
-            plan, studies, evaluator, limit, lambda text: status.update(f"re-measuring {text}")
+            plan, studies, evaluator, limit, lambda text: status.update(remeasuring_text(text))
         )
     doc = driver.document(plan, results, time.monotonic() - started)
     paths = write_tune_reports(doc, plan.out)
     emit(formats.TUNE, "json" if as_json else formats.TERMINAL, doc)
     if not as_json:
-        make_console().print("wrote " + ", ".join(str(p) for p in paths.values()), markup=False)
+        say(formats.TUNE_WROTE, list(paths.values()))
 
 
 commands = [tune]

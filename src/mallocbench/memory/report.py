@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from mallocbench.memory.breakdown import Breakdown, Footprint
@@ -131,21 +132,42 @@ class AllocatorSummary:
         }
 
 
+class KeepsSource(enum.StrEnum):
+    """Where the figures of what the allocator keeps come from."""
+
+    PROC = "proc"  # the kernel's view only: smaps_rollup's LazyFree and AnonHugePages
+    JEMALLOC = "jemalloc"  # jemalloc's own last print in the error log, and /proc
+
+
+class SeeMore(enum.StrEnum):
+    """Why jemalloc's own figures are missing, and so how to get them."""
+
+    LOG_UNREADABLE = "log-unreadable"  # its error log is there but not ours to read
+    NO_PRINTS = "no-prints"  # it printed no statistics for this process
+
+
 @dataclass
 class AllocatorKeeps:
     """What the allocator holds beyond what the program uses, as far as anyone can tell.
 
     The kernel's view (LazyFree, AnonHugePages) is there for every process; the allocator's
     own (jemalloc's dirty, muzzy and retained pages) only where it printed them for the
-    running process. `source` names which one the figures come from.
+    running process. `source` says which one the figures come from; `log` and `pid` are
+    where jemalloc prints and for which process, for the words report/memory.py gives them.
     """
 
-    source: str
+    source: KeepsSource
     lazy_free: int | None
     anon_huge_pages: int | None
     jemalloc: JemallocStats | None = None
-    # How to get the allocator's own figures when they are missing; None when present.
-    how_to_see_more: str | None = None
+    # Why the allocator's own figures are missing (how to get them); None when present.
+    how_to_see_more: SeeMore | None = None
+    log: Path | None = None
+    pid: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        # What the document held before `log` and `pid` were kept for the words.
+        return {k: v for k, v in asdict(self).items() if k not in ("log", "pid")}
 
 
 @dataclass
@@ -280,7 +302,7 @@ class MemoryReport:
         if self.thp_setup is not None:
             out["thp_setup"] = asdict(self.thp_setup)
         if self.allocator_keeps is not None:
-            out["allocator_keeps"] = asdict(self.allocator_keeps)
+            out["allocator_keeps"] = self.allocator_keeps.to_dict()  # worded by report/
         if self.memory_limit is not None:
             out["memory_limit"] = asdict(self.memory_limit)
         if self.footprint is not None:

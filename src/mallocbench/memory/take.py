@@ -21,7 +21,13 @@ from mallocbench.memory import server as server_mod
 from mallocbench.memory.advice import advise
 from mallocbench.memory.client import ConnectOptions
 from mallocbench.memory.process import ProcessMemory
-from mallocbench.memory.report import AllocatorKeeps, AllocatorSummary, MemoryReport
+from mallocbench.memory.report import (
+    AllocatorKeeps,
+    AllocatorSummary,
+    KeepsSource,
+    MemoryReport,
+    SeeMore,
+)
 from mallocbench.memory.server import ServerMemory
 from mallocbench.probes.system import thp_mode
 
@@ -54,40 +60,17 @@ def error_log(srv: ServerMemory) -> Path | None:
 def allocator_keeps(srv: ServerMemory, proc: ProcessMemory, allocator: str) -> AllocatorKeeps:
     """The kernel's view of what the allocator keeps, and jemalloc's own where it printed it."""
     lazy_free, huge = proc.rollup.get("LazyFree"), proc.rollup.get("AnonHugePages")
-    proc_only = "/proc only (live server): LazyFree and AnonHugePages of smaps_rollup"
     if allocator != "jemalloc":
-        return AllocatorKeeps(proc_only, lazy_free, huge)
+        return AllocatorKeeps(KeepsSource.PROC, lazy_free, huge)
     log = error_log(srv)
     stats = jemalloc_mod.stats_from_log(log, proc.pid) if log is not None else None
     if log is not None and not os.access(log, os.R_OK):
-        return AllocatorKeeps(
-            proc_only,
-            lazy_free,
-            huge,
-            how_to_see_more=f"the error log {log}, where jemalloc prints its statistics, is "
-            "not readable: run as the server's user or root",
-        )
-    if stats is None:
-        where = f"its error log {log}" if log is not None else "an error log file (log_error)"
-        return AllocatorKeeps(
-            proc_only,
-            lazy_free,
-            huge,
-            how_to_see_more=(
-                f"jemalloc printed no statistics for process {proc.pid} into {where}: start "
-                f"the server with MALLOC_CONF={jemalloc_mod.STATS_INTERVAL_CONF} to have it "
-                "print them as it runs (jemalloc 5.3+), or with "
-                f"{jemalloc_mod.STATS_AT_EXIT_CONF} for one print at exit"
-            ),
-        )
-    return AllocatorKeeps(
-        f"jemalloc's own statistics as of the last of the {stats.prints} prints it made "
-        f"for process {proc.pid} into {log} (jemalloc puts no time on them); LazyFree and "
-        "AnonHugePages from /proc now",
-        lazy_free,
-        huge,
-        jemalloc=stats,
-    )
+        see_more = SeeMore.LOG_UNREADABLE
+    elif stats is None:
+        see_more = SeeMore.NO_PRINTS
+    else:
+        return AllocatorKeeps(KeepsSource.JEMALLOC, lazy_free, huge, stats, None, log, proc.pid)
+    return AllocatorKeeps(KeepsSource.PROC, lazy_free, huge, None, see_more, log, proc.pid)
 
 
 def connect_and_collect(opts: ConnectOptions) -> tuple[pymysql.Connection, ServerMemory]:

@@ -6,6 +6,7 @@ ratios with intervals and its saving in the server's terms.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mallocbench import units as fmt
@@ -22,10 +23,13 @@ from mallocbench.report.recommend import (
     recommendation_lines,
 )
 from mallocbench.report.replay import saving_text
+from mallocbench.report.tune import remeasuring_text
 from mallocbench.tune.confirm import KIND_WORDS, step_kind
 from mallocbench.units import percent
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from mallocbench.analysis.advise import Decision
     from mallocbench.analysis.replay import Saving
     from mallocbench.deploy.deployment import Deployment
@@ -359,3 +363,62 @@ def advice_markdown(
     if section:
         lines[-1:-1] = [*section, ""]
     return f"# mallocbench advise: {run.plan.trace.name}\n\n" + "\n".join(lines)
+
+
+# --- what `advise` says while it works -----------------------------------------------------
+
+# What the search's display says of a trial a signal cut short.
+CUT_SHORT = "advise stops without a decision"
+REMEASURING = "re-measuring each allocator's front"
+FINALISTS = "replaying the finalists"
+
+
+@dataclass(frozen=True)
+class Overrun:
+    """The allocators' repeats take longer than the budget leaves them, however short the
+    search: said before it starts."""
+
+    allocators: int
+    replay_s: float | None
+    least_s: float
+    share_s: float
+    budget_s: float
+
+
+def print_overrun(o: Overrun, console: Console) -> None:
+    console.print(
+        f"note: {o.allocators} allocators' repeats at this trace's {o.replay_s:g} s replays "
+        f"take about {o.least_s / 60:.0f} min however short the search, over the "
+        f"{o.share_s / 60:.1f} min the {o.budget_s / 60:g} min budget leaves them: expect "
+        "an overrun, or give a larger --budget or --speed, or fewer --allocators",
+        markup=False, highlight=False, soft_wrap=True,
+    )  # fmt: skip
+
+
+def stopped_text(_: object) -> str:
+    return (
+        "mallocbench: advise stopped during the search: nothing decided (advise has no "
+        "--resume: run it again with another --out, a smaller --budget if time is short)\n"
+    )
+
+
+def print_remeasuring(what: str, console: Console) -> None:
+    """A log's line per replay of the front (a terminal has the spinner)."""
+    console.print(remeasuring_text(what), markup=False, highlight=False)
+
+
+@dataclass(frozen=True)
+class Advised:
+    """An advise's outcome as standard output shows it: the run and its deployment."""
+
+    run: AdviceRun
+    deployment: Deployment | None
+    confirmation: Confirmation | None = None
+
+
+def advised_text(a: Advised) -> str:
+    return "\n".join(advice_lines(a.run, a.deployment)) + "\n"
+
+
+def advised_json(a: Advised) -> str:
+    return advice_json(a.run, a.deployment, a.confirmation) + "\n"

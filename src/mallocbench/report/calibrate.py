@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -380,3 +382,40 @@ __all__ = [
     "plan_lines",
     "print_calibration",
 ]
+
+
+# --- what `calibrate` says around its tables -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Calibrating:
+    """A calibration about to start: its target (described), starts, slices of `slice_s`,
+    and with `copies` (pairs), the copies per start and the turns of `turn_s`."""
+
+    target: str
+    starts: int
+    slices: int
+    slice_s: float | str
+    copies: int | None = None
+    turns: int = 0
+    turn_s: float | str = 0
+
+
+def print_calibrating(c: Calibrating, console: Console) -> None:
+    console.print(
+        f"calibrating {c.target}: {c.starts} starts x {c.slices} slices of {c.slice_s} s"
+        + (
+            f", of {c.copies} copies each (copy a compared with the "
+            f"others as runs, then as {c.turns} turns of {c.turn_s} s)"
+            if c.copies is not None
+            else ""
+        )
+    )
+
+
+def print_kept(stored: object, console: Console) -> None:
+    console.print(f'kept for design = "auto" runs of this shape: {stored}')
+
+
+def print_wrote(path: Path, console: Console) -> None:
+    console.print(f"wrote {path}")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from mallocbench import units as fmt
+from mallocbench.analysis.comparability import Difference
 from mallocbench.analysis.comparison import PEAK_RSS, Change, Comparison, MemoryChange
 from mallocbench.analysis.summary import RSS, RatioCell
 from mallocbench.console import make_console
@@ -22,10 +25,12 @@ from mallocbench.report.words import (
     cell_mark,
     cell_text,
     change_reason,
+    change_text,
     color_rule,
     difference_fields,
     difference_text,
     finding_text,
+    findings_summary,
     interval_fields,
     one_sided_text,
     problem_text,
@@ -280,3 +285,44 @@ def comparison_markdown(cmp: Comparison) -> str:
         if reserved:
             out += [f"> **Note:** {reserved}", ""]
     return "\n".join(out)
+
+
+# --- what `compare` says on standard error ---------------------------------------------------
+
+
+def differ_text(difference: Difference) -> str:
+    """Said before the tables: whoever reads the verdicts should know this first."""
+    return f"compare: warning: the runs differ: {difference_text(difference)}\n"
+
+
+def same_run_text(run_id: str) -> str:
+    return (
+        f"compare: warning: A and B are the same run ({run_id}): it is compared "
+        "with itself, so every ratio is 1 by construction\n"
+    )
+
+
+def print_wrote(path: Path, console: Console) -> None:
+    console.print(f"wrote {path}")
+
+
+@dataclass(frozen=True)
+class Gate:
+    """--fail-on's outcome: the comparison, the kinds of change asked about, the findings."""
+
+    comparison: Comparison
+    kinds: tuple[str, ...]
+    found: list[Change]
+
+
+def gate_text(g: Gate) -> str:
+    """The findings, one line each, and a summary."""
+    lines = [f"compare: {change_text(change)}" for change in g.found]
+    if not any(t.has_intervals for t in g.comparison.tables):
+        # A gate that cannot fail should not pass quietly.
+        lines.append(
+            "compare: warning: no ratio has an interval (one repeat in a run), so no "
+            "change can be a finding: run with repeats >= 3"
+        )
+    lines.append(findings_summary(g.comparison, g.kinds, len(g.found)))
+    return "".join(f"{line}\n" for line in lines)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from mallocbench.analysis.held import Against, Held, WindowRatio
 from mallocbench.units import interval
+
+if TYPE_CHECKING:
+    from mallocbench.deploy.inforce import InForce
 
 VERDICT = {
     Held.HELD: "held",
@@ -83,3 +88,68 @@ def to_dict(a: Against, predicted_by: str, notes: list[str]) -> dict[str, Any]:
         "line": rss_line(a, predicted_by),
         "notes": notes,
     }
+
+
+# --- what `check` prints ---------------------------------------------------------------------
+
+
+def watching_text(pid: int, watch_s: float, t: float | None = None) -> str:
+    """The spinner's words while --against watches the server."""
+    if t is None:
+        return f"watching process {pid} for {watch_s:g} s"
+    return f"watching process {pid}: {t:.0f} of {watch_s:g} s"
+
+
+@dataclass(frozen=True)
+class CheckedProcess:
+    """What `check --pid` found in force, and the PID it was asked about when that was a
+    PostgreSQL backend and its postmaster was read instead."""
+
+    found: InForce
+    asked: int | None = None
+
+
+@dataclass(frozen=True)
+class BackendAsked:
+    """A PostgreSQL backend's PID given to `check`: its postmaster is read."""
+
+    asked: int
+    postmaster: int
+
+
+def backend_asked_text(b: BackendAsked) -> str:
+    return (
+        f"process {b.asked} is a PostgreSQL backend: its postmaster {b.postmaster} is "
+        "checked (a backend writes its title over its environment)\n"
+    )
+
+
+def in_force_text(checked: CheckedProcess) -> str:
+    return "".join(f"{line}\n" for line in checked.found.lines())
+
+
+def in_force_json(checked: CheckedProcess) -> str:
+    doc = checked.found.to_dict()
+    if checked.asked is not None:
+        doc["asked_pid"] = checked.asked
+    return json.dumps(doc, indent=2) + "\n"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """--against's outcome: the server's window against the recorded one, what the
+    prediction came from, the notes, and the setting in force (for the JSON document)."""
+
+    against: Against
+    predicted_by: str
+    notes: list[str]
+    in_force: InForce
+
+
+def checked_text(c: Checked) -> str:
+    return "".join(f"{line}\n" for line in lines(c.against, c.predicted_by, c.notes))
+
+
+def checked_json(c: Checked) -> str:
+    doc = {"in_force": c.in_force.to_dict(), **to_dict(c.against, c.predicted_by, c.notes)}
+    return json.dumps(doc, indent=2) + "\n"

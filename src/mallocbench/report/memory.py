@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +14,16 @@ from rich.table import Table
 from mallocbench.console import make_console
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory.breakdown import Breakdown, Footprint, Row
+from mallocbench.memory.jemalloc import STATS_AT_EXIT_CONF, STATS_INTERVAL_CONF
 from mallocbench.memory.massif import ProfileTop
 from mallocbench.memory.process import ThpSetup
 from mallocbench.memory.report import (
     AllocatorKeeps,
     AllocatorSummary,
+    KeepsSource,
     MemoryReport,
     ProcessSummary,
+    SeeMore,
     ServerAccount,
 )
 from mallocbench.memory.server import Gap, GapCause
@@ -182,6 +187,10 @@ def memory_json(report: MemoryReport) -> dict[str, Any]:
             {"key": g.key, "what": gap_what(g), "why": gap_why(g), "text": gap_text(g)}
             for g in report.server.gaps
         ]
+    keeps = report.allocator_keeps
+    if keeps is not None:
+        out["allocator_keeps"]["source"] = keeps_source_text(keeps)  # in place
+        out["allocator_keeps"]["how_to_see_more"] = see_more_text(keeps)
     bd = report.breakdown
     if bd is not None:
         out["breakdown"]["rows"] = [_row_dict(bd, r) for r in bd.rows]  # in place
@@ -271,9 +280,38 @@ def _print_keeps(k: AllocatorKeeps, console: Console) -> None:
         t.add_row("  resident", mb(je.resident))
         t.add_row("  retained: unused address space, not in RSS", mb(je.retained))
     console.print(t)
-    console.print(f"[dim]source: {escape(k.source)}[/]")
-    if k.how_to_see_more:
-        console.print(f"[dim]note: {escape(k.how_to_see_more)}[/]")
+    console.print(f"[dim]source: {escape(keeps_source_text(k))}[/]")
+    see_more = see_more_text(k)
+    if see_more:
+        console.print(f"[dim]note: {escape(see_more)}[/]")
+
+
+def keeps_source_text(k: AllocatorKeeps) -> str:
+    """Where the figures of what the allocator keeps come from."""
+    if k.source == KeepsSource.JEMALLOC and k.jemalloc is not None:
+        return (
+            f"jemalloc's own statistics as of the last of the {k.jemalloc.prints} prints it "
+            f"made for process {k.pid} into {k.log} (jemalloc puts no time on them); "
+            "LazyFree and AnonHugePages from /proc now"
+        )
+    return "/proc only (live server): LazyFree and AnonHugePages of smaps_rollup"
+
+
+def see_more_text(k: AllocatorKeeps) -> str | None:
+    """How to get jemalloc's own figures when they are missing."""
+    if k.how_to_see_more == SeeMore.LOG_UNREADABLE:
+        return (
+            f"the error log {k.log}, where jemalloc prints its statistics, is not readable: "
+            "run as the server's user or root"
+        )
+    if k.how_to_see_more == SeeMore.NO_PRINTS:
+        where = f"its error log {k.log}" if k.log is not None else "an error log file (log_error)"
+        return (
+            f"jemalloc printed no statistics for process {k.pid} into {where}: start the "
+            f"server with MALLOC_CONF={STATS_INTERVAL_CONF} to have it print them as it runs "
+            f"(jemalloc 5.3+), or with {STATS_AT_EXIT_CONF} for one print at exit"
+        )
+    return None
 
 
 def _allocator_lines(
@@ -475,3 +513,61 @@ def write_watch_chart(rows: list[dict[str, object]], path: Path) -> None:
         figure.write_html(path, include_plotlyjs=write_plotly_beside(path), full_html=True)
     except OSError as exc:
         raise MallocbenchError(f"cannot write the chart {path}: {exc.strerror}") from exc
+
+
+# --- what `memory` and `profile` say around the account -------------------------------------
+
+
+def found_text(described: str) -> str:
+    """Which server `memory` found, and how (an option file, a socket ...)."""
+    return f"mallocbench: {described}\n"
+
+
+def progress_text(message: str) -> str:
+    """A step of `profile` under way, in the profiler's words."""
+    return f"mallocbench: {message}\n"
+
+
+def _sample_mib(value: object) -> str:
+    return f"{value / (1 << 20):,.0f}M" if isinstance(value, int | float) else "-"
+
+
+def sample_text(row: dict[str, object]) -> str:
+    """One --watch sample, a line of its own."""
+    return (
+        f"{row['time']}  rss {_sample_mib(row['rss'])}  heap {_sample_mib(row['heap_rss'])}  "
+        f"bp {_sample_mib(row['buffer_pool'])}  unaccounted {_sample_mib(row['unaccounted'])}  "
+        f"ratio {row['ratio'] or '-'}  threads {row['threads']}\n"
+    )
+
+
+def sample_json(row: dict[str, object]) -> str:
+    return json.dumps(row, default=str) + "\n"
+
+
+@dataclass(frozen=True)
+class Watching:
+    """--watch about to sample: the server's pid, the interval, who to signal, the CSV."""
+
+    pid: int
+    every_s: float
+    own_pid: int
+    csv: Path
+
+
+def watching_text(w: Watching) -> str:
+    return (
+        f"sampling pid {w.pid} every {w.every_s:g}s; Ctrl-C or kill {w.own_pid} stops "
+        f"(writing {w.csv})\n"
+    )
+
+
+@dataclass(frozen=True)
+class Watched:
+    samples: int
+    csv: Path
+    chart: Path
+
+
+def watched_text(w: Watched) -> str:
+    return f"{w.samples} samples: {w.csv}, chart {w.chart}\n"

@@ -8,10 +8,15 @@ import io
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, fields
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from mallocbench.patterns.experiment import PlannedRun
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.patterns import PatternsAnalysis, SummaryRow
@@ -179,3 +184,39 @@ def patterns_csv(a: PatternsAnalysis) -> str:
     for row in a.rows:
         writer.writerow({k: ("" if v is None else v) for k, v in json_safe(asdict(row)).items()})
     return out.getvalue()
+
+
+# --- what `patterns` says around its tables --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PatternPlan:
+    """--dry-run: the runs still to do, and (with --resume) the run and how many it has."""
+
+    runs: list[PlannedRun]
+    resumed: tuple[str, int] | None = None
+
+
+def print_plan(plan: PatternPlan, console: Console) -> None:
+    for planned in plan.runs:
+        console.print(
+            f"{planned.case.name:<32} threads={planned.threads:<3} "
+            f"setup={planned.setup.name:<24} repeat={planned.repeat + 1}"
+        )
+    note = "" if plan.resumed is None else f" ({plan.resumed[1]} done in {plan.resumed[0]})"
+    console.print(f"{len(plan.runs)} runs{note}")
+
+
+@dataclass(frozen=True)
+class PatternFiles:
+    """The files a pattern run's tables were written to, and its store and id."""
+
+    markdown: Path
+    csv: Path
+    json: Path
+    store: str
+    run_id: str
+
+
+def print_files(f: PatternFiles, console: Console) -> None:
+    console.print(f"Wrote {f.markdown}, {f.csv}, {f.json}; store {f.store} (run {f.run_id})")

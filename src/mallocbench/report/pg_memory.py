@@ -3,6 +3,7 @@ backend): its parts, shared memory named once, and every process on a line."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.console import Console
@@ -132,3 +133,7 @@ def to_dict(report: RunningMemory) -> dict[str, Any]:
 
 
 __all__ = ["render", "to_dict"]
+
+
+def to_json(r: RunningMemory) -> str:
+    return json.dumps(to_dict(r), indent=2) + "\n"

@@ -32,7 +32,7 @@ from mallocbench.analysis.ratchet import (
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.console import make_console
 from mallocbench.model.results import json_safe
-from mallocbench.report.soak import duration_text
+from mallocbench.report.soak import duration_text, print_soak
 from mallocbench.units import slug
 
 MiB = float(1 << 20)
@@ -271,3 +271,9 @@ __all__ = [
     "ratchet_table",
     "with_event_marks",
 ]
+
+
+def print_soak_summary(analysis: RunAnalysis, console: Console) -> None:
+    """A soak's tables on standard output: its growth, then its ratchets."""
+    print_soak(analysis, console)
+    print_ratchet(analysis, console)

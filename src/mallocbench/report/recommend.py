@@ -11,7 +11,7 @@ import math
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 
 from mallocbench import units as fmt
@@ -30,6 +30,8 @@ from mallocbench.report.words import candidate_reasons, thin_clauses
 from mallocbench.units import percent
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from mallocbench.deploy.deployment import Deployment
 
 NAMES = {
@@ -594,3 +596,23 @@ def advice_json(a: Advice) -> str:
     if a.deployment is not None:
         data["deployment"] = a.deployment.to_dict()
     return json.dumps(data, indent=1)
+
+
+@dataclass(frozen=True)
+class DropIn:
+    """--dropin-dir's outcome: the drop-in written for `service`, or none (the kinds of
+    the engines' choices, none a change)."""
+
+    path: Path | None
+    service: str
+    kinds: list[str]
+
+
+def print_dropin(d: DropIn, console: Console) -> None:
+    if d.path is None:
+        kinds = ", ".join(d.kinds) or "keep"
+        console.print(f"no change recommended ({kinds}): no drop-in written")
+        return
+    console.print(
+        f"wrote {d.path}; apply with: systemctl daemon-reload && systemctl restart {d.service}"
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -409,3 +410,8 @@ def listing(rec: ReplayRecord) -> str:
         f"{', '.join(setups) or 'no setups'}  "
         f"{rec.repeats or 0} repeats, {done}/{planned} replays ok"
     )
+
+
+def reading_text(trace: Path) -> str:
+    """What `replay`'s display says while the trace is read."""
+    return f"reading the trace {trace}"

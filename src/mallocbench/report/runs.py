@@ -7,6 +7,7 @@ report.formats; every sentence is here.
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -357,3 +358,69 @@ def steps_text() -> str:
                 kind = "write" if step.writes else "read"
                 lines.append(f"  {step.name:<22} range={ranges:<14} {kind:<5}  {step.sql}")
     return "\n".join(lines) + "\n"
+
+
+# What the first Ctrl-C (or SIGTERM) does to the work under way, by the command's code.
+DROPPED = "dropped"  # the cell or segment under way is dropped
+TRIAL = "trial"  # tune: the trial under way is kept if it ends
+NO_DECISION = "no-decision"  # advise: nothing is decided
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """A first signal's answer: which signal, what is under way and becomes of it, and
+    whether the line is plain (a live search display beside it) or coloured."""
+
+    signum: int
+    under_way: str = DROPPED
+    dropped: str = "cell"
+    plain: bool = False
+
+
+def stopping_text(s: Stopping) -> str:
+    if s.under_way == TRIAL:
+        under_way = (
+            "the trial under way is kept if it ends, measured again by --resume if the signal "
+            "cut it short; finished trials are kept"
+        )
+    elif s.under_way == NO_DECISION:
+        under_way = "advise stops without a decision"
+    else:
+        under_way = f"the {s.dropped} under way is dropped, finished {s.dropped}s are kept"
+    name = signal.Signals(s.signum).name
+    return f"{name}: stopping; {under_way} (Ctrl-C again to abort at once)"
+
+
+def print_stopping(s: Stopping, console: Console) -> None:
+    if s.plain:
+        console.print(stopping_text(s), markup=False)
+    else:
+        console.print(f"[yellow]{stopping_text(s)}[/]")
+
+
+def print_plain(text: str, console: Console) -> None:
+    """A line another package worded (a tune's first dataset load), as it is."""
+    console.print(text, markup=False, highlight=False)
+
+
+@dataclass(frozen=True)
+class Wrote:
+    """The files a replay or an advise wrote in `out` (on standard error: --json keeps
+    standard output for the document alone), and notes after them."""
+
+    names: list[str]
+    out: Path
+    notes: list[str] = field(default_factory=list)
+
+
+def print_wrote(w: Wrote, console: Console) -> None:
+    console.print(
+        f"wrote {', '.join(w.names)} in {w.out}", markup=False, highlight=False, soft_wrap=True
+    )
+    for note in w.notes:
+        console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_aside(text: str, console: Console) -> None:
+    """A line another package worded beside the progress (a cluster's dispatch), dimmed."""
+    console.print(f"[dim]{text}[/]")

@@ -11,7 +11,9 @@ this one importing html). All of them return nothing for a run that is not a soa
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -22,7 +24,12 @@ from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.analysis.soak import Lifetime, SetupSoak, Slope
 from mallocbench.console import make_console
 from mallocbench.model.results import STATUS_CRASHED, STATUS_OOM
+from mallocbench.report.runs import memory_caps_line
 from mallocbench.units import slug
+
+if TYPE_CHECKING:
+    from mallocbench.run.experiment import Experiment
+    from mallocbench.soak.runner import SoakSpec
 
 MiB = float(1 << 20)
 # Samples drawn per lifetime at most: a day of per-second RSS would make the page heavy
@@ -440,3 +447,97 @@ __all__ = [
     "soak_notes",
     "soak_table",
 ]
+
+
+# --- what `soak` says around its reports ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SoakPlan:
+    """A soak's --dry-run: the experiment, its spec and how many setup/engine pairs."""
+
+    experiment: Experiment
+    spec: SoakSpec
+    pairs: int
+    overhead_s: float  # what a server start and the cache warming add to each pair
+
+
+def plan_text(plan: SoakPlan) -> str:
+    experiment, spec = plan.experiment, plan.spec
+    total = plan.pairs * (spec.duration_s + plan.overhead_s)
+    lines = [
+        f"{experiment.name}: soak of {plan.pairs} setup/engine pair(s), "
+        f"{duration_text(spec.duration_s)} each in {spec.segments} segments of "
+        f"{duration_text(spec.segment_s)}; at most about "
+        f"{duration_text(total)} in all (a killed server ends its soak early)",
+        f"  step     {experiment.steps[0].label} with {experiment.threads[0]} threads",
+        f"  engines  {', '.join(e.name for e in experiment.engines)}",
+        "  setups   " + ", ".join(s.name for s in experiment.setups) + " (in this order)",
+    ]
+    for event in experiment.events:
+        when = (
+            f"every {duration_text(event.every_s)}"
+            if event.every_s is not None
+            else f"at {duration_text(event.at_s or 0.0)}"
+        )
+        times = len(event.due_times(spec.duration_s))
+        lines.append(f"  event    {event.label}, {when} ({times} per setup), beside the load")
+    caps = memory_caps_line(experiment)
+    if caps is not None:
+        lines.append(caps)
+    lines.append(
+        "  design   sequential: a soak needs continuous load per setup, so setups run back "
+        "to back, never interleaved; no warmup (the timeline starts at the server start); "
+        "a killed or crashed server ends its setup's soak"
+    )
+    return "".join(f"{line}\n" for line in lines)
+
+
+def banner(plan: SoakPlan, out_dir: Path) -> str:
+    return (
+        f"[bold]{plan.experiment.name}[/]: soak of {plan.pairs} setup(s) back to back, "
+        f"{duration_text(plan.spec.duration_s)} each; results in {out_dir}"
+    )
+
+
+@dataclass(frozen=True)
+class SoakEnd:
+    """How a soak ended: the files written (None: no segment was measured), its notes,
+    and whether a signal stopped it, with the segments kept and where."""
+
+    written: list[Path] | None
+    notes: list[str]
+    interrupted: bool
+    segments: int
+    store: str
+
+
+def print_end(end: SoakEnd, console: Console) -> None:
+    if end.written is None:
+        # Empty reports would read like a finished soak.
+        console.print("no segment was measured: no report written")
+    elif end.written:
+        console.print("wrote " + ", ".join(str(p) for p in end.written))
+    for note in end.notes:
+        console.print(f"[yellow]note[/]: {note}")
+    if end.interrupted:
+        console.print(
+            f"[yellow]interrupted[/]: {end.segments} segments kept in {end.store}; "
+            "continue with --resume"
+        )
+
+
+@dataclass(frozen=True)
+class SoakAbort:
+    """What stopped a soak (its first line is said), and the segments kept so far."""
+
+    aborted: str
+    segments: int
+    store: str
+
+
+def abort_text(a: SoakAbort) -> str:
+    return (
+        f"mallocbench: error: {a.aborted.splitlines()[0]}\n"
+        f"  ({a.segments} segments measured so far are kept in {a.store})\n"
+    )

@@ -59,6 +59,30 @@ def print_allocators(entries: list[dict[str, Any]], console: Console | None = No
     console.print("Any other malloc library: give its path (e.g. /opt/lib/libfoo.so) as allocator.")
 
 
+def print_knobs(entries: list[dict[str, Any]], console: Console) -> None:
+    """One table per allocator; a knob the installed version does not read is marked."""
+    for entry in entries:
+        version = entry["version"] or ("not installed" if not entry["available"] else "-")
+        table = Table(title=f"{entry['name']} {version}", title_justify="left")
+        for column in ("knob", "type", "range", "default", "unit", "passed as", "installed"):
+            table.add_column(column, overflow="fold")
+        for knob in entry["knobs"]:
+            table.add_row(
+                knob["name"],
+                knob["type"],
+                knob["range"],
+                knob["default"],
+                knob["unit"] or "-",
+                knob["passed_as"],
+                "[green]yes[/]" if knob["available"] else "[red]no[/]",
+            )
+        console.print(table)
+    console.print(
+        "A knob marked 'no' is not in the installed library and is refused; names the "
+        "library reads beyond this list are accepted as raw knobs."
+    )
+
+
 def colored(text: str, css: str) -> str:
     """Text in the color the HTML report gives the same class."""
     color = COLORS.get(css)

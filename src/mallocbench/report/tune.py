@@ -486,3 +486,24 @@ def write_tune_reports(doc: TuneDocument, out: Path) -> dict[str, Path]:
     source = write_plotly_beside(paths["html"])
     write_text_atomic(paths["html"], render_html(doc, source))
     return paths
+
+
+# --- what `tune` says while it works --------------------------------------------------------
+
+REMEASURING_FRONT = "re-measuring the front"
+
+
+def remeasuring_text(what: str) -> str:
+    return f"re-measuring {what}"
+
+
+def kept_text(db: Path) -> str:
+    """A search a signal ended: where its trials are, and how to go on."""
+    return (
+        f"mallocbench: every finished trial is kept in {db}: "
+        "the same command with --resume continues\n"
+    )
+
+
+def print_wrote(paths: list[Path], console: Console) -> None:
+    console.print("wrote " + ", ".join(str(p) for p in paths), markup=False)
