@@ -627,7 +627,9 @@ struct worker {
     pthread_t tid;
     _Atomic uint32_t idle;  /* 1: asleep on `nudge` for the reader's next op */
     _Atomic uint32_t nudge; /* futex word, bumped by the reader to wake it */
-    char pad1[16];
+    /* the recorded time of the op it is on, not yet made; UINT64_MAX: none handed to it */
+    _Atomic uint64_t ts_next;
+    char pad1[8];
 };
 
 /* Far above any real server's threads (thousands): a trace with more is damaged or
@@ -1121,6 +1123,7 @@ static void step(uint32_t ti, const struct mb_rec *r)
 }
 
 static void check_span(uint64_t span_ns);
+static _Atomic uint64_t released_ts; /* stepped_ts, for the sampler */
 
 /* Every queued call before the watermark, in the global order. */
 static void release(void)
@@ -1147,6 +1150,7 @@ static void release(void)
             b.peak_live_ts = ts;
         if (ts > stepped_ts) {
             stepped_ts = ts;
+            atomic_store_explicit(&released_ts, ts, memory_order_relaxed);
             check_span(ts); /* a trace not read whole before the start: here, at the gap */
         }
         b.duration_ns = stepped_ts;
@@ -1618,6 +1622,8 @@ static const struct op *next_op(struct worker *wk, uint64_t i)
             atomic_load_explicit(&wk->written, memory_order_acquire) == i)
             return NULL;
         /* the reader is behind: not an edge wait, so not counted in waits */
+        if (spins == 0)
+            atomic_store_explicit(&wk->ts_next, UINT64_MAX, memory_order_relaxed);
         if (spins < 16) {
             sched_yield();
             continue;
@@ -1642,6 +1648,7 @@ static void *worker_main(void *arg)
         sched_yield();
     uint64_t i = 0;
     for (const struct op *o; (o = next_op(wk, i)) != NULL; i++) {
+        atomic_store_explicit(&wk->ts_next, o->ts, memory_order_relaxed);
         if (opt.timing) {
             uint64_t when = start_ns + (uint64_t)((double)o->ts / opt.speed);
             if (when > now_ns() + 20000)
@@ -1659,6 +1666,7 @@ static void *worker_main(void *arg)
             end_call(o->seq);
         atomic_store_explicit(&wk->done, i + 1, memory_order_release);
     }
+    atomic_store_explicit(&wk->ts_next, UINT64_MAX, memory_order_relaxed);
     atomic_store_explicit(&wk->at, i + 1, memory_order_relaxed);
     return NULL;
 }
@@ -1673,6 +1681,7 @@ static struct worker *start_worker(uint32_t index, uint32_t token)
     w->ring = zmap(sizeof *w->ring * RING_OPS);
     w->token = token;
     w->index = index;
+    atomic_store_explicit(&w->ts_next, UINT64_MAX, memory_order_relaxed);
     atomic_store_explicit(&nworkers, index + 1, memory_order_release);
     return w;
 }
@@ -1702,19 +1711,36 @@ static uint64_t rss_now(int fd)
     return resident * (uint64_t)page_size;
 }
 
+#define SAMPLE_BYTES 40u
+
 struct sampler {
     int fd;
-    struct arr samples; /* {u64 t_ns, u64 rss, i64 live, u64 own} */
+    struct arr samples; /* {u64 t_ns, u64 rss, i64 live, u64 own, u64 trace_ns} */
     uint64_t peak_rss;
     int64_t peak_live;
+    uint64_t trace_ns; /* the last sample's place on the trace's clock */
 };
 
 static void take_sample(struct sampler *s)
 {
     int64_t live = atomic_load_explicit(&snapshot_live_now, memory_order_relaxed);
     uint32_t n = atomic_load(&nworkers);
-    for (uint32_t i = 0; i < n; i++)
+    /* Where the replay is on the trace's clock: its wall time times --speed while it keeps
+     * up; a replay that falls behind is at the earliest call not yet made (or, with none
+     * handed over, the latest the reader has handed over), never past it. At --timing
+     * none, there alone. */
+    uint64_t elapsed = now_ns() - start_ns;
+    uint64_t trace_ns = atomic_load_explicit(&released_ts, memory_order_relaxed);
+    if (opt.timing && (double)elapsed * opt.speed < (double)trace_ns)
+        trace_ns = (uint64_t)((double)elapsed * opt.speed);
+    for (uint32_t i = 0; i < n; i++) {
         live += atomic_load_explicit(&workers[i].live, memory_order_relaxed);
+        uint64_t ts = atomic_load_explicit(&workers[i].ts_next, memory_order_relaxed);
+        trace_ns = ts < trace_ns ? ts : trace_ns;
+    }
+    if (trace_ns < s->trace_ns) /* a thread behind the others took its next call */
+        trace_ns = s->trace_ns;
+    s->trace_ns = trace_ns;
     /* own memory unchanged across the RSS read: a window queue doubling in between (tens
      * of MB mapped, then the old one unmapped) would otherwise be taken for heap */
     uint64_t own, rss;
@@ -1724,11 +1750,12 @@ static void take_sample(struct sampler *s)
         if (atomic_load(&own_now) == own || tries == 8)
             break;
     }
-    uint64_t *x = arr_grow(&s->samples, 32);
-    x[0] = now_ns() - start_ns;
+    uint64_t *x = arr_grow(&s->samples, SAMPLE_BYTES);
+    x[0] = elapsed;
     x[1] = rss;
     memcpy(&x[2], &live, 8);
     x[3] = own;
+    x[4] = trace_ns;
     if (rss > s->peak_rss)
         s->peak_rss = rss;
     if (live > s->peak_live)
@@ -1898,7 +1925,7 @@ static void print_replay_json(struct sampler *s, uint64_t base, uint64_t hwm, in
     user = user > 0 ? user : 0;
     sys = sys > 0 ? sys : 0;
     const uint64_t *x = (const uint64_t *)s->samples.data;
-    size_t ns = s->samples.len / 32;
+    size_t ns = s->samples.len / SAMPLE_BYTES;
     uint64_t own_max = atomic_load(&own_peak);
     /* the exact peak is the kernel's; the bookkeeping then was at most its peak */
     uint64_t peak_heap = heap_of(hwm, base, own_max);
@@ -1908,10 +1935,11 @@ static void print_replay_json(struct sampler *s, uint64_t base, uint64_t hwm, in
      * 6 s on): a transient of the replay, not of the recorded server. */
     uint64_t steady_from = wall / 2, steady_peak = 0;
     for (size_t i = 0; i < ns; i++) {
-        uint64_t heap = heap_of(x[4 * i + 1], base, x[4 * i + 3]);
+        const uint64_t *at = x + 5 * i;
+        uint64_t heap = heap_of(at[1], base, at[3]);
         if (heap > peak_heap)
             peak_heap = heap;
-        if (x[4 * i] >= steady_from && heap > steady_peak)
+        if (at[0] >= steady_from && heap > steady_peak)
             steady_peak = heap;
     }
     printf(",\n  \"timing\": \"%s\",\n  \"speed\": %g,\n  \"order\": \"%s\",\n"
@@ -1945,10 +1973,12 @@ static void print_replay_json(struct sampler *s, uint64_t base, uint64_t hwm, in
     for (size_t i = 0; i < ns; i++) {
         if (i % stride != 0 && i + 1 != ns)
             continue;
+        const uint64_t *at = x + 5 * i;
         int64_t live;
-        memcpy(&live, &x[4 * i + 2], 8);
-        printf("%s[%.4f, %llu, %lld]", i ? ", " : "", (double)x[4 * i] / 1e9,
-               (unsigned long long)heap_of(x[4 * i + 1], base, x[4 * i + 3]), (long long)live);
+        memcpy(&live, &at[2], 8);
+        printf("%s[%.4f, %llu, %lld, %.4f]", i ? ", " : "", (double)at[0] / 1e9,
+               (unsigned long long)heap_of(at[1], base, at[3]), (long long)live,
+               (double)at[4] / 1e9);
     }
     printf("]");
 }
@@ -1963,7 +1993,7 @@ static void replay(void)
     workers = zmap(sizeof *workers * MAX_THREADS);
     report_crashes();
     struct sampler s = {.fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC)};
-    arr_grow(&s.samples, 32 * 100000); /* resident up front: no growth in a 1000 s replay */
+    arr_grow(&s.samples, SAMPLE_BYTES * 100000); /* resident up front: no growth in a 1000 s replay */
     s.samples.len = 0;
     warm_up();
     uint64_t base = rss_now(s.fd) - atomic_load(&own_now);
