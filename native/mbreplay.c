@@ -615,21 +615,24 @@ struct op {
  * yet replayed can always run, and the rings drain. */
 #define RING_OPS 1024u
 
+/* Three cache lines, by who writes them: the reader's (written at every op handed over),
+ * the replay thread's (at every op made) and the rarely written. Sharing a line, each
+ * op's write by one thread took the line from the other: the replay thread's add to
+ * `live` stalled on it most of its time outside the allocator. */
 struct worker {
-    struct op *ring;
+    _Alignas(64) struct op *ring;
     _Atomic uint64_t written; /* ops handed over (reader) */
     uint64_t written_own;     /* the reader's copy */
-    char pad0[48];
-    _Atomic uint64_t done; /* ops replayed (replay thread) */
-    _Atomic uint64_t at;   /* the op this thread is on, from 1; past its last: all made */
+    uint64_t done_seen;       /* the reader's last look at `done`: room it knows of */
+    _Alignas(64) _Atomic uint64_t done; /* ops replayed (replay thread) */
+    _Atomic uint64_t at; /* the op this thread is on, from 1; past its last: all made */
     _Atomic int64_t live;
-    uint32_t token, index;
+    /* the recorded time of the op it is on, not yet made; UINT64_MAX: none handed to it */
+    _Atomic uint64_t ts_next;
+    _Alignas(64) uint32_t token, index;
     pthread_t tid;
     _Atomic uint32_t idle;  /* 1: asleep on `nudge` for the reader's next op */
     _Atomic uint32_t nudge; /* futex word, bumped by the reader to wake it */
-    /* the recorded time of the op it is on, not yet made; UINT64_MAX: none handed to it */
-    _Atomic uint64_t ts_next;
-    char pad1[8];
 };
 
 /* Far above any real server's threads (thousands): a trace with more is damaged or
@@ -962,8 +965,12 @@ static void ring_put(uint32_t ti, const struct op *o)
 {
     struct worker *w = &workers[ti];
     uint64_t n = w->written_own;
+    /* `done` only grows: room seen once is still there, and the replay thread's line is
+     * read again only when the ring looks full */
     for (unsigned spins = 0;
-         n - atomic_load_explicit(&w->done, memory_order_acquire) >= RING_OPS; spins++) {
+         n - w->done_seen >= RING_OPS &&
+         n - (w->done_seen = atomic_load_explicit(&w->done, memory_order_acquire)) >= RING_OPS;
+         spins++) {
         atomic_store(&primed, 1); /* the look-ahead is full: time to start */
         wait_a_little(spins | 64u);
     }
@@ -1361,6 +1368,14 @@ static void *fresh(const struct op *o)
     return p;
 }
 
+/* Only its own thread writes a worker's `live` (the sampler reads it): a plain add, not a
+ * locked one, which would wait for the line at every call. */
+static inline void live_add(struct worker *wk, int64_t delta)
+{
+    int64_t was = atomic_load_explicit(&wk->live, memory_order_relaxed);
+    atomic_store_explicit(&wk->live, was + delta, memory_order_relaxed);
+}
+
 static void run_op(struct worker *wk, const struct op *o)
 {
     void *p;
@@ -1369,13 +1384,13 @@ static void run_op(struct worker *wk, const struct op *o)
     case MB_CALLOC:
     case MB_MEMALIGN:
         atomic_store_explicit(&slot_at(o->id)->p, fresh(o), memory_order_release);
-        atomic_fetch_add_explicit(&wk->live, (int64_t)o->size, memory_order_relaxed);
+        live_add(wk, (int64_t)o->size);
         break;
     case MB_FREE:
         p = block_for(o, o->id);
         if (p != FAILED)
             free(p);
-        atomic_fetch_sub_explicit(&wk->live, (int64_t)o->size, memory_order_relaxed);
+        live_add(wk, -(int64_t)o->size);
         slot_retire(o->id);
         break;
     case MB_REALLOC: {
@@ -1392,8 +1407,7 @@ static void run_op(struct worker *wk, const struct op *o)
             memset((char *)q + o->old_size, 0x5a, (size_t)(o->size - o->old_size));
         }
         atomic_store_explicit(&slot_at(o->id)->p, q, memory_order_release);
-        atomic_fetch_add_explicit(&wk->live, (int64_t)o->size - (int64_t)o->old_size,
-                                  memory_order_relaxed);
+        live_add(wk, (int64_t)o->size - (int64_t)o->old_size);
         if (o->old != NONE)
             slot_retire(o->old);
         break;
@@ -1449,6 +1463,15 @@ static void pass_turn(uint32_t seq, uint32_t next, uint32_t self)
  * of batch k to end sets; its fetch_add reads every earlier one's, so every call of batch
  * k happened before anything of batch k+1 does. */
 static atomic_uint made_calls, batch_open;
+static uint32_t cpus; /* this process may run on */
+
+/* A batch waits for a whole batch of other threads' calls. With more replay threads
+ * than CPUs, the threads it waits for are likely not running, and a spin only takes
+ * their CPU: asleep at once. */
+static unsigned batch_spins(void)
+{
+    return atomic_load_explicit(&nworkers, memory_order_relaxed) + 1 < cpus ? 256 : 0;
+}
 
 static void wait_batch(uint32_t first)
 {
@@ -1456,7 +1479,7 @@ static void wait_batch(uint32_t first)
         unsigned open = atomic_load_explicit(&batch_open, memory_order_acquire);
         if ((int32_t)(open - first) >= 0)
             return;
-        if (spins < 256) {
+        if (spins < batch_spins()) {
             cpu_relax();
             continue;
         }
@@ -1464,9 +1487,26 @@ static void wait_batch(uint32_t first)
     }
 }
 
-static void end_call(uint32_t first)
+/* A thread's calls of one batch are counted together, when it leaves the batch or is
+ * about to wait (one shared add for a run of calls, not one each: the counter's cache
+ * line then moves between CPUs once a run). The batch still opens on exactly its last
+ * call: no call of the next batch is counted before this one is whole, so the adds of
+ * this batch's calls, however grouped, reach first + BATCH_OPS with the last of them. A
+ * thread never waits holding calls uncounted (batch_flush before every wait): the
+ * others may be waiting for them. */
+struct batch_run {
+    uint32_t first; /* the batch of the calls held */
+    uint32_t calls; /* made and not yet counted */
+};
+
+static void batch_flush(struct batch_run *run)
 {
-    unsigned made = atomic_fetch_add_explicit(&made_calls, 1, memory_order_acq_rel) + 1;
+    if (run->calls == 0)
+        return;
+    unsigned made =
+        atomic_fetch_add_explicit(&made_calls, run->calls, memory_order_acq_rel) + run->calls;
+    uint32_t first = run->first;
+    run->calls = 0;
     if (made == first + BATCH_OPS) {
         atomic_store_explicit(&batch_open, made, memory_order_release);
         syscall(SYS_futex, &batch_open, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
@@ -1647,25 +1687,42 @@ static void *worker_main(void *arg)
     while (!atomic_load(&go))
         sched_yield();
     uint64_t i = 0;
-    for (const struct op *o; (o = next_op(wk, i)) != NULL; i++) {
+    /* the clock as last read: an op due before it is due now, without reading it again
+     * (a replay behind its schedule then reads the clock only to sleep) */
+    uint64_t now = 0;
+    struct batch_run run = {0, 0};
+    for (const struct op *o;; i++) {
+        if (run.calls && atomic_load_explicit(&wk->written, memory_order_acquire) == i)
+            batch_flush(&run); /* next_op is about to wait for the reader */
+        if ((o = next_op(wk, i)) == NULL)
+            break;
         atomic_store_explicit(&wk->ts_next, o->ts, memory_order_relaxed);
         if (opt.timing) {
             uint64_t when = start_ns + (uint64_t)((double)o->ts / opt.speed);
-            if (when > now_ns() + 20000)
+            if (when > now + 20000 && when > (now = now_ns()) + 20000) {
+                batch_flush(&run);
                 sleep_until(when);
+                now = when;
+            }
         }
         if (strict_order)
             wait_turn(o->seq, self);
-        else if (batched)
+        else if (batched) {
+            if (run.calls && run.first != o->seq)
+                batch_flush(&run);
             wait_batch(o->seq);
+        }
         atomic_store_explicit(&wk->at, i + 1, memory_order_relaxed);
         run_op(wk, o);
         if (strict_order)
             pass_turn(o->seq, o->next_owner, self);
-        else if (batched)
-            end_call(o->seq);
+        else if (batched) {
+            run.first = o->seq;
+            run.calls++;
+        }
         atomic_store_explicit(&wk->done, i + 1, memory_order_release);
     }
+    batch_flush(&run);
     atomic_store_explicit(&wk->ts_next, UINT64_MAX, memory_order_relaxed);
     atomic_store_explicit(&wk->at, i + 1, memory_order_relaxed);
     return NULL;
@@ -2110,6 +2167,8 @@ int main(int argc, char **argv)
     if (path == NULL)
         usage();
     page_size = sysconf(_SC_PAGESIZE);
+    cpu_set_t allowed;
+    cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? (uint32_t)CPU_COUNT(&allowed) : 1;
     process_start_ns = now_ns();
     open_trace(path);
     threads = zmap(sizeof *threads * MAX_THREADS);
