@@ -615,19 +615,24 @@ struct op {
  * yet replayed can always run, and the rings drain. */
 #define RING_OPS 1024u
 
+/* Three cache lines, by who writes them: the reader's (written at every op handed over),
+ * the replay thread's (at every op made) and the rarely written. Sharing a line, each
+ * op's write by one thread took the line from the other: the replay thread's add to
+ * `live` stalled on it most of its time outside the allocator. */
 struct worker {
-    struct op *ring;
+    _Alignas(64) struct op *ring;
     _Atomic uint64_t written; /* ops handed over (reader) */
     uint64_t written_own;     /* the reader's copy */
-    char pad0[48];
-    _Atomic uint64_t done; /* ops replayed (replay thread) */
-    _Atomic uint64_t at;   /* the op this thread is on, from 1; past its last: all made */
+    uint64_t done_seen;       /* the reader's last look at `done`: room it knows of */
+    _Alignas(64) _Atomic uint64_t done; /* ops replayed (replay thread) */
+    _Atomic uint64_t at; /* the op this thread is on, from 1; past its last: all made */
     _Atomic int64_t live;
-    uint32_t token, index;
+    /* the recorded time of the op it is on, not yet made; UINT64_MAX: none handed to it */
+    _Atomic uint64_t ts_next;
+    _Alignas(64) uint32_t token, index;
     pthread_t tid;
     _Atomic uint32_t idle;  /* 1: asleep on `nudge` for the reader's next op */
     _Atomic uint32_t nudge; /* futex word, bumped by the reader to wake it */
-    char pad1[16];
 };
 
 /* Far above any real server's threads (thousands): a trace with more is damaged or
@@ -960,8 +965,12 @@ static void ring_put(uint32_t ti, const struct op *o)
 {
     struct worker *w = &workers[ti];
     uint64_t n = w->written_own;
+    /* `done` only grows: room seen once is still there, and the replay thread's line is
+     * read again only when the ring looks full */
     for (unsigned spins = 0;
-         n - atomic_load_explicit(&w->done, memory_order_acquire) >= RING_OPS; spins++) {
+         n - w->done_seen >= RING_OPS &&
+         n - (w->done_seen = atomic_load_explicit(&w->done, memory_order_acquire)) >= RING_OPS;
+         spins++) {
         atomic_store(&primed, 1); /* the look-ahead is full: time to start */
         wait_a_little(spins | 64u);
     }
@@ -1121,6 +1130,7 @@ static void step(uint32_t ti, const struct mb_rec *r)
 }
 
 static void check_span(uint64_t span_ns);
+static _Atomic uint64_t released_ts; /* stepped_ts, for the sampler */
 
 /* Every queued call before the watermark, in the global order. */
 static void release(void)
@@ -1147,6 +1157,7 @@ static void release(void)
             b.peak_live_ts = ts;
         if (ts > stepped_ts) {
             stepped_ts = ts;
+            atomic_store_explicit(&released_ts, ts, memory_order_relaxed);
             check_span(ts); /* a trace not read whole before the start: here, at the gap */
         }
         b.duration_ns = stepped_ts;
@@ -1357,6 +1368,14 @@ static void *fresh(const struct op *o)
     return p;
 }
 
+/* Only its own thread writes a worker's `live` (the sampler reads it): a plain add, not a
+ * locked one, which would wait for the line at every call. */
+static inline void live_add(struct worker *wk, int64_t delta)
+{
+    int64_t was = atomic_load_explicit(&wk->live, memory_order_relaxed);
+    atomic_store_explicit(&wk->live, was + delta, memory_order_relaxed);
+}
+
 static void run_op(struct worker *wk, const struct op *o)
 {
     void *p;
@@ -1365,13 +1384,13 @@ static void run_op(struct worker *wk, const struct op *o)
     case MB_CALLOC:
     case MB_MEMALIGN:
         atomic_store_explicit(&slot_at(o->id)->p, fresh(o), memory_order_release);
-        atomic_fetch_add_explicit(&wk->live, (int64_t)o->size, memory_order_relaxed);
+        live_add(wk, (int64_t)o->size);
         break;
     case MB_FREE:
         p = block_for(o, o->id);
         if (p != FAILED)
             free(p);
-        atomic_fetch_sub_explicit(&wk->live, (int64_t)o->size, memory_order_relaxed);
+        live_add(wk, -(int64_t)o->size);
         slot_retire(o->id);
         break;
     case MB_REALLOC: {
@@ -1388,8 +1407,7 @@ static void run_op(struct worker *wk, const struct op *o)
             memset((char *)q + o->old_size, 0x5a, (size_t)(o->size - o->old_size));
         }
         atomic_store_explicit(&slot_at(o->id)->p, q, memory_order_release);
-        atomic_fetch_add_explicit(&wk->live, (int64_t)o->size - (int64_t)o->old_size,
-                                  memory_order_relaxed);
+        live_add(wk, (int64_t)o->size - (int64_t)o->old_size);
         if (o->old != NONE)
             slot_retire(o->old);
         break;
@@ -1445,6 +1463,15 @@ static void pass_turn(uint32_t seq, uint32_t next, uint32_t self)
  * of batch k to end sets; its fetch_add reads every earlier one's, so every call of batch
  * k happened before anything of batch k+1 does. */
 static atomic_uint made_calls, batch_open;
+static uint32_t cpus; /* this process may run on */
+
+/* A batch waits for a whole batch of other threads' calls. With more replay threads
+ * than CPUs, the threads it waits for are likely not running, and a spin only takes
+ * their CPU: asleep at once. */
+static unsigned batch_spins(void)
+{
+    return atomic_load_explicit(&nworkers, memory_order_relaxed) + 1 < cpus ? 256 : 0;
+}
 
 static void wait_batch(uint32_t first)
 {
@@ -1452,7 +1479,7 @@ static void wait_batch(uint32_t first)
         unsigned open = atomic_load_explicit(&batch_open, memory_order_acquire);
         if ((int32_t)(open - first) >= 0)
             return;
-        if (spins < 256) {
+        if (spins < batch_spins()) {
             cpu_relax();
             continue;
         }
@@ -1460,9 +1487,26 @@ static void wait_batch(uint32_t first)
     }
 }
 
-static void end_call(uint32_t first)
+/* A thread's calls of one batch are counted together, when it leaves the batch or is
+ * about to wait (one shared add for a run of calls, not one each: the counter's cache
+ * line then moves between CPUs once a run). The batch still opens on exactly its last
+ * call: no call of the next batch is counted before this one is whole, so the adds of
+ * this batch's calls, however grouped, reach first + BATCH_OPS with the last of them. A
+ * thread never waits holding calls uncounted (batch_flush before every wait): the
+ * others may be waiting for them. */
+struct batch_run {
+    uint32_t first; /* the batch of the calls held */
+    uint32_t calls; /* made and not yet counted */
+};
+
+static void batch_flush(struct batch_run *run)
 {
-    unsigned made = atomic_fetch_add_explicit(&made_calls, 1, memory_order_acq_rel) + 1;
+    if (run->calls == 0)
+        return;
+    unsigned made =
+        atomic_fetch_add_explicit(&made_calls, run->calls, memory_order_acq_rel) + run->calls;
+    uint32_t first = run->first;
+    run->calls = 0;
     if (made == first + BATCH_OPS) {
         atomic_store_explicit(&batch_open, made, memory_order_release);
         syscall(SYS_futex, &batch_open, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL, NULL, 0);
@@ -1618,6 +1662,8 @@ static const struct op *next_op(struct worker *wk, uint64_t i)
             atomic_load_explicit(&wk->written, memory_order_acquire) == i)
             return NULL;
         /* the reader is behind: not an edge wait, so not counted in waits */
+        if (spins == 0)
+            atomic_store_explicit(&wk->ts_next, UINT64_MAX, memory_order_relaxed);
         if (spins < 16) {
             sched_yield();
             continue;
@@ -1641,24 +1687,43 @@ static void *worker_main(void *arg)
     while (!atomic_load(&go))
         sched_yield();
     uint64_t i = 0;
-    for (const struct op *o; (o = next_op(wk, i)) != NULL; i++) {
+    /* the clock as last read: an op due before it is due now, without reading it again
+     * (a replay behind its schedule then reads the clock only to sleep) */
+    uint64_t now = 0;
+    struct batch_run run = {0, 0};
+    for (const struct op *o;; i++) {
+        if (run.calls && atomic_load_explicit(&wk->written, memory_order_acquire) == i)
+            batch_flush(&run); /* next_op is about to wait for the reader */
+        if ((o = next_op(wk, i)) == NULL)
+            break;
+        atomic_store_explicit(&wk->ts_next, o->ts, memory_order_relaxed);
         if (opt.timing) {
             uint64_t when = start_ns + (uint64_t)((double)o->ts / opt.speed);
-            if (when > now_ns() + 20000)
+            if (when > now + 20000 && when > (now = now_ns()) + 20000) {
+                batch_flush(&run);
                 sleep_until(when);
+                now = when;
+            }
         }
         if (strict_order)
             wait_turn(o->seq, self);
-        else if (batched)
+        else if (batched) {
+            if (run.calls && run.first != o->seq)
+                batch_flush(&run);
             wait_batch(o->seq);
+        }
         atomic_store_explicit(&wk->at, i + 1, memory_order_relaxed);
         run_op(wk, o);
         if (strict_order)
             pass_turn(o->seq, o->next_owner, self);
-        else if (batched)
-            end_call(o->seq);
+        else if (batched) {
+            run.first = o->seq;
+            run.calls++;
+        }
         atomic_store_explicit(&wk->done, i + 1, memory_order_release);
     }
+    batch_flush(&run);
+    atomic_store_explicit(&wk->ts_next, UINT64_MAX, memory_order_relaxed);
     atomic_store_explicit(&wk->at, i + 1, memory_order_relaxed);
     return NULL;
 }
@@ -1673,6 +1738,7 @@ static struct worker *start_worker(uint32_t index, uint32_t token)
     w->ring = zmap(sizeof *w->ring * RING_OPS);
     w->token = token;
     w->index = index;
+    atomic_store_explicit(&w->ts_next, UINT64_MAX, memory_order_relaxed);
     atomic_store_explicit(&nworkers, index + 1, memory_order_release);
     return w;
 }
@@ -1702,19 +1768,36 @@ static uint64_t rss_now(int fd)
     return resident * (uint64_t)page_size;
 }
 
+#define SAMPLE_BYTES 40u
+
 struct sampler {
     int fd;
-    struct arr samples; /* {u64 t_ns, u64 rss, i64 live, u64 own} */
+    struct arr samples; /* {u64 t_ns, u64 rss, i64 live, u64 own, u64 trace_ns} */
     uint64_t peak_rss;
     int64_t peak_live;
+    uint64_t trace_ns; /* the last sample's place on the trace's clock */
 };
 
 static void take_sample(struct sampler *s)
 {
     int64_t live = atomic_load_explicit(&snapshot_live_now, memory_order_relaxed);
     uint32_t n = atomic_load(&nworkers);
-    for (uint32_t i = 0; i < n; i++)
+    /* Where the replay is on the trace's clock: its wall time times --speed while it keeps
+     * up; a replay that falls behind is at the earliest call not yet made (or, with none
+     * handed over, the latest the reader has handed over), never past it. At --timing
+     * none, there alone. */
+    uint64_t elapsed = now_ns() - start_ns;
+    uint64_t trace_ns = atomic_load_explicit(&released_ts, memory_order_relaxed);
+    if (opt.timing && (double)elapsed * opt.speed < (double)trace_ns)
+        trace_ns = (uint64_t)((double)elapsed * opt.speed);
+    for (uint32_t i = 0; i < n; i++) {
         live += atomic_load_explicit(&workers[i].live, memory_order_relaxed);
+        uint64_t ts = atomic_load_explicit(&workers[i].ts_next, memory_order_relaxed);
+        trace_ns = ts < trace_ns ? ts : trace_ns;
+    }
+    if (trace_ns < s->trace_ns) /* a thread behind the others took its next call */
+        trace_ns = s->trace_ns;
+    s->trace_ns = trace_ns;
     /* own memory unchanged across the RSS read: a window queue doubling in between (tens
      * of MB mapped, then the old one unmapped) would otherwise be taken for heap */
     uint64_t own, rss;
@@ -1724,11 +1807,12 @@ static void take_sample(struct sampler *s)
         if (atomic_load(&own_now) == own || tries == 8)
             break;
     }
-    uint64_t *x = arr_grow(&s->samples, 32);
-    x[0] = now_ns() - start_ns;
+    uint64_t *x = arr_grow(&s->samples, SAMPLE_BYTES);
+    x[0] = elapsed;
     x[1] = rss;
     memcpy(&x[2], &live, 8);
     x[3] = own;
+    x[4] = trace_ns;
     if (rss > s->peak_rss)
         s->peak_rss = rss;
     if (live > s->peak_live)
@@ -1898,7 +1982,7 @@ static void print_replay_json(struct sampler *s, uint64_t base, uint64_t hwm, in
     user = user > 0 ? user : 0;
     sys = sys > 0 ? sys : 0;
     const uint64_t *x = (const uint64_t *)s->samples.data;
-    size_t ns = s->samples.len / 32;
+    size_t ns = s->samples.len / SAMPLE_BYTES;
     uint64_t own_max = atomic_load(&own_peak);
     /* the exact peak is the kernel's; the bookkeeping then was at most its peak */
     uint64_t peak_heap = heap_of(hwm, base, own_max);
@@ -1908,10 +1992,11 @@ static void print_replay_json(struct sampler *s, uint64_t base, uint64_t hwm, in
      * 6 s on): a transient of the replay, not of the recorded server. */
     uint64_t steady_from = wall / 2, steady_peak = 0;
     for (size_t i = 0; i < ns; i++) {
-        uint64_t heap = heap_of(x[4 * i + 1], base, x[4 * i + 3]);
+        const uint64_t *at = x + 5 * i;
+        uint64_t heap = heap_of(at[1], base, at[3]);
         if (heap > peak_heap)
             peak_heap = heap;
-        if (x[4 * i] >= steady_from && heap > steady_peak)
+        if (at[0] >= steady_from && heap > steady_peak)
             steady_peak = heap;
     }
     printf(",\n  \"timing\": \"%s\",\n  \"speed\": %g,\n  \"order\": \"%s\",\n"
@@ -1945,10 +2030,12 @@ static void print_replay_json(struct sampler *s, uint64_t base, uint64_t hwm, in
     for (size_t i = 0; i < ns; i++) {
         if (i % stride != 0 && i + 1 != ns)
             continue;
+        const uint64_t *at = x + 5 * i;
         int64_t live;
-        memcpy(&live, &x[4 * i + 2], 8);
-        printf("%s[%.4f, %llu, %lld]", i ? ", " : "", (double)x[4 * i] / 1e9,
-               (unsigned long long)heap_of(x[4 * i + 1], base, x[4 * i + 3]), (long long)live);
+        memcpy(&live, &at[2], 8);
+        printf("%s[%.4f, %llu, %lld, %.4f]", i ? ", " : "", (double)at[0] / 1e9,
+               (unsigned long long)heap_of(at[1], base, at[3]), (long long)live,
+               (double)at[4] / 1e9);
     }
     printf("]");
 }
@@ -1963,7 +2050,7 @@ static void replay(void)
     workers = zmap(sizeof *workers * MAX_THREADS);
     report_crashes();
     struct sampler s = {.fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC)};
-    arr_grow(&s.samples, 32 * 100000); /* resident up front: no growth in a 1000 s replay */
+    arr_grow(&s.samples, SAMPLE_BYTES * 100000); /* resident up front: no growth in a 1000 s replay */
     s.samples.len = 0;
     warm_up();
     uint64_t base = rss_now(s.fd) - atomic_load(&own_now);
@@ -2080,6 +2167,8 @@ int main(int argc, char **argv)
     if (path == NULL)
         usage();
     page_size = sysconf(_SC_PAGESIZE);
+    cpu_set_t allowed;
+    cpus = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? (uint32_t)CPU_COUNT(&allowed) : 1;
     process_start_ns = now_ns();
     open_trace(path);
     threads = zmap(sizeof *threads * MAX_THREADS);

@@ -1,7 +1,10 @@
 """Growth over a replay: each setup's heap RSS and the program's live bytes over the
 trace's time, each with its slope and 95% interval (the soak's fit_slope), and what they
 say together: the allocator retains (RSS minus live grows), the program holds more (live
-grows, the allocator's share does not), RSS stays flat, or nothing the intervals support.
+grows, the allocator's share does not), RSS grows with neither share shown to, RSS stays
+flat, or nothing the intervals support. Each reading of growth needs RSS's own interval to
+show it: the live bytes are the program's, the same under every allocator, so their
+growth says nothing of an allocator whose RSS is not told from flat.
 
 A trend counts as growth only when its interval excludes zero and it adds at least
 min_effect of the setup's mean RSS over the trace's span; it is flat when its whole
@@ -31,8 +34,9 @@ class Trend(enum.Enum):
 
 
 class Reading(enum.Enum):
-    RETAINS = "retains"  # RSS minus live grows: fragmentation or caching
-    HOLDS_MORE = "holds more"  # live grows, the allocator's share does not
+    RETAINS = "retains"  # RSS grows and RSS minus live grows: fragmentation or caching
+    HOLDS_MORE = "holds more"  # RSS grows and live grows, the allocator's share does not
+    GROWS = "grows"  # RSS grows; neither live nor RSS minus live is shown to
     FLAT = "flat"  # RSS flat within min_effect over the span
     SHRINKS = "shrinks"
     UNCLEAR = "unclear"  # RSS's slope not distinguishable from flat
@@ -84,10 +88,10 @@ def trend(slope: Slope | None, span_s: float, level: float, min_effect: float) -
 
 
 def reading(rss: Trend, live: Trend, retained: Trend) -> Reading:
-    if retained is Trend.GROWING:
-        return Reading.RETAINS
-    if live is Trend.GROWING:
-        return Reading.HOLDS_MORE
+    if rss is Trend.GROWING:
+        if retained is Trend.GROWING:
+            return Reading.RETAINS
+        return Reading.HOLDS_MORE if live is Trend.GROWING else Reading.GROWS
     if rss is Trend.FLAT:
         return Reading.FLAT
     return Reading.SHRINKS if rss is Trend.SHRINKING else Reading.UNCLEAR
@@ -100,27 +104,51 @@ def _line(series: list[tuple[float, float]], level: float, min_effect: float) ->
 
 
 # A replayer's sampler starved by a loaded host catches up with samples taken back to
-# back: one instant, several samples, which would weigh that instant several times.
+# back: one instant, several samples, which would weigh that instant several times. On
+# the trace's clock a stretch with no call is one instant too, however long it lasted.
 MIN_SAMPLE_GAP_S = 0.001
 
 
-def _spaced(samples: Sequence[Sequence[float]]) -> list[Sequence[float]]:
-    """The samples with those taken within MIN_SAMPLE_GAP_S of the last one kept left out."""
-    kept: list[Sequence[float]] = []
-    for sample in samples:
-        if not kept or float(sample[0]) - float(kept[-1][0]) >= MIN_SAMPLE_GAP_S:
-            kept.append(sample)
+def trace_clock(
+    samples: Sequence[Sequence[float]], speed: float, duration_s: float | None
+) -> list[float]:
+    """Each sample's time on the trace's clock. The replayer gives it as a sample's fourth
+    value (the recorded time of the latest call made). A sample stored before that has
+    the replay's seconds: times `speed` while the replay kept up; one that fell behind
+    (its samples run past the trace's span at that speed) ran its calls later than
+    recorded, and its seconds are stretched onto the span, the nearest a curve without
+    the trace's times comes to its clock."""
+    if samples and all(len(s) >= 4 for s in samples):
+        return [float(s[3]) for s in samples]
+    scale = speed
+    last = float(samples[-1][0]) if samples else 0.0
+    if duration_s and last * speed > duration_s:
+        scale = duration_s / last
+    return [float(s[0]) * scale for s in samples]
+
+
+def _spaced(points: Sequence[tuple[float, float, float]]) -> list[tuple[float, float, float]]:
+    """The points with those within MIN_SAMPLE_GAP_S of the last one kept left out."""
+    kept: list[tuple[float, float, float]] = []
+    for point in points:
+        if not kept or point[0] - kept[-1][0] >= MIN_SAMPLE_GAP_S:
+            kept.append(point)
     return kept
 
 
 def setup_growth(
-    setup: str, samples: Sequence[Sequence[float]], speed: float, min_effect: float
+    setup: str,
+    samples: Sequence[Sequence[float]],
+    speed: float,
+    min_effect: float,
+    duration_s: float | None = None,
 ) -> SetupGrowth | None:
-    """From one replay's samples [replay s, heap RSS, live] at the recorded timing: the
-    replay's clock times `speed` is the trace's."""
+    """From one replay's samples [replay s, heap RSS, live(, trace s)] at the recorded
+    timing, on the trace's clock (trace_clock)."""
     if len(samples) < 3 or any(len(s) < 3 for s in samples):  # a replay stored before live
         return None
-    points = [(float(s[0]) * speed, float(s[1]), float(s[2])) for s in _spaced(samples)]
+    clock = trace_clock(samples, speed, duration_s)
+    points = _spaced([(t, float(s[1]), float(s[2])) for t, s in zip(clock, samples, strict=True)])
     if len(points) < 3:
         return None
     mean_rss = sum(p[1] for p in points) / len(points)
@@ -137,13 +165,24 @@ def analyze_growth(
     timing: str,
     speed: float,
     min_effect: float,
+    duration_s: float | None = None,
 ) -> Growth | None:
     """Every setup's growth from its replay's samples; None when the replay's clock is
-    not the trace's (--timing none runs flat out, so its seconds are not the program's)."""
+    not the trace's (--timing none runs flat out, so its seconds are not the program's).
+    The span is the trace's recorded one (`duration_s`, its last call's time) where the
+    trace says it, whatever the replays' wall time."""
     if timing != "recorded":
         return None
-    found = [g for name, samples in curves if (g := setup_growth(name, samples, speed, min_effect))]
+    found = [
+        g
+        for name, samples in curves
+        if (g := setup_growth(name, samples, speed, min_effect, duration_s))
+    ]
     if not found:
         return None
-    span = max((s[-1][0] - s[0][0]) * speed for _, s in curves if s)
+    if duration_s and duration_s > 0:
+        span = duration_s
+    else:
+        clocks = [trace_clock(s, speed, None) for _, s in curves if s]
+        span = max(c[-1] - c[0] for c in clocks)
     return Growth(tuple(found), span, min_effect)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from mallocbench.analysis import stats
-from mallocbench.analysis.growth import Growth, analyze_growth
+from mallocbench.analysis.growth import Growth, analyze_growth, trace_clock
 from mallocbench.model.metadata import ReplayRecord, ReplayRun
 from mallocbench.model.results import json_safe
 from mallocbench.model.traceinfo import server_rss
@@ -61,7 +61,9 @@ class SetupSummary:
     ideal_peak_live: float
     metrics: dict[str, Estimate]
     ratios: dict[str, Ratio]  # to the base; empty for the base itself
-    rss_curve: list[list[float]]  # [seconds, heap RSS, live] of the first good repeat
+    # [replay s, heap RSS, live, trace s] of the first good repeat (no trace s: stored
+    # before the replayer gave it)
+    rss_curve: list[list[float]]
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -185,6 +187,12 @@ class ReplayAnalysis:
     # RSS and live bytes over the trace's time, each setup's first good repeat; None at
     # --timing none, whose clock is not the program's.
     growth: Growth | None = None
+    # Each setup's rss_curve samples on the trace's clock (growth.trace_clock), at
+    # --timing recorded only.
+    clocks: tuple[tuple[str, tuple[float, ...]], ...] = ()
+
+    def clock(self, setup: str) -> tuple[float, ...] | None:
+        return next((c for name, c in self.clocks if name == setup), None)
 
     def row(self, setup: str) -> SetupSummary | None:
         return next((r for r in self.rows if r.setup == setup), None)
@@ -197,11 +205,13 @@ def analyze_replay(record: ReplayRecord, min_effect: float) -> ReplayAnalysis:
     ]
     runs = record.replay_runs
     rows = summarize(runs, setups, min_effect)
-    growth = analyze_growth(
-        [(row.setup, row.rss_curve) for row in rows if row.rss_curve],
-        record.timing or "recorded",
-        record.speed or 1.0,
-        min_effect,
+    timing, speed, span = record.timing or "recorded", record.speed or 1.0, _trace_span(record)
+    curves = [(row.setup, row.rss_curve) for row in rows if row.rss_curve]
+    growth = analyze_growth(curves, timing, speed, min_effect, span)
+    clocks = (
+        tuple((name, tuple(trace_clock(c, speed, span))) for name, c in curves)
+        if timing == "recorded"
+        else ()
     )
     return ReplayAnalysis(
         record,
@@ -211,10 +221,17 @@ def analyze_replay(record: ReplayRecord, min_effect: float) -> ReplayAnalysis:
         _behind(record, runs),
         savings(rows, record),
         growth,
+        clocks,
     )
 
 
 BEHIND = 1.1
+
+
+def _trace_span(record: ReplayRecord) -> float | None:
+    """The trace's recorded span in seconds (its last call's time), as the replayer read it."""
+    span = float((record.trace or {}).get("duration_s") or 0)
+    return span if span > 0 else None
 
 
 def _behind(record: ReplayRecord, runs: Sequence[ReplayRun]) -> tuple[tuple[str, float], ...]:

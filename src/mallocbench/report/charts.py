@@ -91,23 +91,25 @@ def replay_charts(replay: ReplayAnalysis | None) -> list[Chart]:
         return []
     colors = setup_colors([r.setup for r in replay.rows])
     mib = 1024 * 1024
-    # With the recorded timing the replay's clock times its speed is the trace's, and the
-    # lines are drawn over the trace's time, beside the ideal (the trace's own live
-    # bytes); flat out the clocks differ: the replay's seconds, and no ideal.
+    # With the recorded timing the lines are drawn over the trace's time (the analysis's
+    # clock: a replay that fell behind is not drawn past the trace's end), beside the
+    # ideal (the trace's own live bytes); flat out the clocks differ: the replay's
+    # seconds, and no ideal.
     rec = replay.record
     on_trace = rec.timing == "recorded"
-    scale = (rec.speed or 1.0) if on_trace else 1.0
     data: list[dict[str, Any]] = []
     for row in replay.rows:
         if not row.rss_curve:
             continue
+        clock = replay.clock(row.setup) if on_trace else None
+        times = clock if clock is not None else [p[0] for p in row.rss_curve]
         growth = replay.growth.setup(row.setup) if replay.growth else None
         data.append(
             {
                 "type": "scatter",
                 "mode": "lines",
                 "name": row.setup + (f" {rate_text(growth.rss.slope)}" if growth else ""),
-                "x": [round(p[0] * scale, 4) for p in row.rss_curve],
+                "x": [round(t, 4) for t in times],
                 "y": [round(p[1] / mib, 2) for p in row.rss_curve],
                 "line": {"color": colors[row.setup]},
             }

@@ -55,6 +55,11 @@ def headline(g: SetupGrowth) -> str:
             f"{kept}): the program holds more (a leak or a growing cache), no allocator "
             "fixes it."
         )
+    if g.reading is Reading.GROWS:
+        return (
+            f"Under {g.setup}, RSS grows {rss}; whether the program or the allocator holds "
+            f"the growth the intervals do not tell: live bytes {live}, RSS minus live {kept}."
+        )
     if g.reading is Reading.FLAT:
         return f"Under {g.setup}, RSS is flat: {rss}, live bytes {live}."
     if g.reading is Reading.SHRINKS:
@@ -69,6 +74,8 @@ def _what(g: SetupGrowth) -> str:
         return f"the allocator retains (RSS minus live {rate_text(g.retained.slope)})"
     if g.reading is Reading.HOLDS_MORE:
         return "they grow with the live bytes"
+    if g.reading is Reading.GROWS:
+        return "they grow, with neither the live bytes' share nor the allocator's told from flat"
     if g.reading is Reading.FLAT:
         return "flat"
     if g.reading is Reading.SHRINKS:
