@@ -476,16 +476,17 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     assert chosen is not None and chosen.design == "interleaved" and chosen.alternate == "turns"
     assert chosen.slice_s == 1.0 and chosen.design_why and "auto: turns" in chosen.design_why
     # The wall time of 3 repeats of two 5 s runs slices (3 x 42 s at the stored costs)
-    # holds 9 turns per start: turns get the time runs would take, not runs' seconds.
-    assert chosen.repeats == 3 and chosen.duration_s == 9.0
+    # holds 6 turns per start after the block's 4 settle rounds (8.8 s of 1.1 s turns):
+    # turns get the time runs would take, not runs' seconds.
+    assert chosen.repeats == 3 and chosen.duration_s == 6.0
     assert chosen.design_budget_s == pytest.approx(126.0)
     result = run_cli("run", str(path), "--dry-run", "--out", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr[-2000:]
     assert (
-        "design auto: turns, 3 repeats of 9 turns, the narrowest expected interval in the "
+        "design auto: turns, 3 repeats of 6 turns, the narrowest expected interval in the "
         "same 2.1 min of wall time (the experiment's own as runs)" in result.stdout
     )
-    assert "9 turn(s) of 1 s" in result.stdout
+    assert "6 turn(s) of 1 s" in result.stdout
 
     # A cluster's hosts are not this machine: refused in one line, nothing started.
     result = run_cli(
