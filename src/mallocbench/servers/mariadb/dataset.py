@@ -50,15 +50,9 @@ CACHE_WARM_STATEMENT_S = 300
 
 
 @runtime_checkable
-class LoadableShape(Protocol):
+class LoadableShape(Shape, Protocol):
     """The dataset's shape with its loader (run.dataset.Dataset is one)."""
 
-    @property
-    def tables(self) -> int: ...
-    @property
-    def rows(self) -> int: ...
-    @property
-    def cache_bytes(self) -> int: ...
     def schema_hash(self, golden_format: int) -> str: ...
     def load(self, connection_file: str, engine_sql: str, threads: int) -> None: ...
 
