@@ -103,16 +103,26 @@ def main() -> None:
     p.add_argument("--step", default="read-write")
     p.add_argument("--tables", type=int, default=4)
     p.add_argument("--rows", type=int, default=20000)
+    p.add_argument("--keep", type=Path, help="keep the trace and the replay's output here")
+    p.add_argument("--trace", type=Path, help="replay this trace (recorded by --keep) again")
     args = p.parse_args()
     if args.quick:
         args.minutes, args.segment_seconds = 3, 60
     with tempfile.TemporaryDirectory(prefix="bench-long-record-") as scratch:
+        # Half an hour of recording is too dear to lose with a failed replay: --keep
+        # holds it, and --trace replays it again without recording.
         tmp = Path(scratch)
-        trace = tmp / "long.mbt"
-        rec = record(args, tmp, trace)
+        place = args.keep or tmp
+        place.mkdir(parents=True, exist_ok=True)
+        if args.trace:
+            trace = args.trace
+            rec = {"recorded_s": float(tracemod.check(trace).data["duration_s"])}
+        else:
+            trace = place / "long.mbt"
+            rec = record(args, tmp, trace)
         print(json.dumps({"record": rec}), file=sys.stderr, flush=True)
-        rep = replay(args, trace, tmp / "replay", rec["recorded_s"])
-    print(json.dumps({"args": vars(args), "record": rec, "replay": rep}, indent=1))
+        rep = replay(args, trace, place / "replay", rec["recorded_s"])
+    print(json.dumps({"args": vars(args), "record": rec, "replay": rep}, indent=1, default=str))
 
 
 if __name__ == "__main__":
