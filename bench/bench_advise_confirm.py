@@ -216,6 +216,7 @@ def main() -> int:
     parser.add_argument("--budget", default="3m")
     parser.add_argument("--confirm-time", default="8m")
     parser.add_argument("--allocators", default="glibc,jemalloc")
+    parser.add_argument("--keep", type=Path, help="keep each workload's trace and outputs here")
     args = parser.parse_args()
     for name in args.workloads.split(","):
         if name == "innodb":
@@ -228,7 +229,8 @@ def main() -> int:
         else:
             raise SystemExit(f"--workloads: {name!r} is neither innodb nor myrocks")
         with tempfile.TemporaryDirectory(prefix="mb-advise-confirm-") as tmpname:
-            tmp = Path(tmpname)
+            tmp = args.keep / name if args.keep else Path(tmpname)
+            tmp.mkdir(parents=True, exist_ok=True)
             trace, said = (record_myrocks if name == "myrocks" else record)(args, tmp)
             out.update(said)
             out.update(decide_and_confirm(args, tmp, trace))
