@@ -380,3 +380,49 @@ def test_with_nothing_beside_the_default_it_is_kept_not_exploratory() -> None:
     assert r.engines == [] and r.exploratory is False
     d = decision(r, analyze_replay(alone, 0.02))
     assert d is not None and d.kind == criteria.KEEP and d.setup == "glibc" and not d.deploy
+
+
+def test_a_kept_default_confirms_every_allocator_the_replays_left_open(tmp_path: Path) -> None:
+    """A tuned glibc that is a trade-off and jemalloc that is another: the default is
+    kept, and the one confirmation measures both against it on servers (the MyRocks
+    bench's case, where only the tuned glibc was confirmed and jemalloc left unmeasured)."""
+    from typing import Any, cast
+
+    from mallocbench import allocators
+    from mallocbench.analysis.advise import decision
+    from mallocbench.analysis.replay import analyze_replay
+    from mallocbench.report.advise import confirmation_notes, confirmation_section
+    from mallocbench.tune.advise_confirm import for_advice
+
+    values = {"glibc": (100.0, 1.0), "glibc-tuned-1": (77.0, 1.3), "glibc-tuned-2": (78.0, 1.3),
+              "jemalloc": (71.0, 1.25)}  # fmt: skip
+    replayed = _record(values)
+    rule = criteria.DecisionRule(criteria.REPLAY_PRIORITIES)
+    r = rec.replay_recommendation(replayed, "r", rule, 0.02)
+    d = decision(r, analyze_replay(replayed, 0.02))
+    assert d is not None and not d.deploy and d.subject == "jemalloc"
+    glibc, jemalloc = allocators.get("glibc"), allocators.get("jemalloc")
+    finalists = [
+        advisemod.Finalist("glibc", glibc, {}),
+        advisemod.Finalist("glibc-tuned-1", glibc, {"arena_max": "2"}),
+        advisemod.Finalist("glibc-tuned-2", glibc, {"arena_max": "3"}),
+        advisemod.Finalist("jemalloc", jemalloc, {}),
+    ]
+    info = tracemod.TraceInfo(tmp_path / "prod.mbt", {"duration_s": 20})
+    plan = advisemod.AdvicePlan(tmp_path / "prod.mbt", info, [glibc, jemalloc], 180, 3, 0.02,
+                                rule, "recorded", 2.0, tmp_path)  # fmt: skip
+    analysis = analyze_replay(replayed, 0.02)
+    run = advisemod.AdviceRun(plan, {}, [], finalists, cast(Any, None), analysis, r, d, 1.0,
+                              None, None)  # fmt: skip
+    c = for_advice(run)
+    assert c is not None and c.setting == "jemalloc" and c.also == ("glibc-tuned-1",)
+    toml = (tmp_path / "confirm.toml").read_text()
+    names = [
+        ln.split('"')[1]
+        for ln in toml.splitlines()
+        if ln.startswith("name = ") and "confirm" not in ln
+    ]
+    assert names == ["glibc", "jemalloc", "glibc-tuned-1"], toml
+    assert "jemalloc (and glibc-tuned-1, also left open" in "\n".join(confirmation_section(c))
+    assert "before deploying either" in confirmation_notes(c)[0]
+    assert c.to_dict()["also"] == ["glibc-tuned-1"]

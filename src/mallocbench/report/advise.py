@@ -195,13 +195,21 @@ def _workload_text(c: Confirmation) -> str:
     )
 
 
+def _settings(c: Confirmation) -> str:
+    """The setting confirmed, with any other the replays left open beside it."""
+    if not c.also:
+        return c.setting
+    return f"{c.setting} (and {', '.join(c.also)}, also left open by the replays)"
+
+
 def confirmation_notes(c: Confirmation | None) -> list[str]:
     """The confirmation in two lines, for the terminal: the command, and what it runs."""
     if c is None:
         return []
+    which = "either" if c.also else "it"
     first = (
-        f"confirm {c.setting} on real private servers before deploying it: mallocbench run "
-        f"{c.path} --out {c.out}"
+        f"confirm {_settings(c)} on real private servers before deploying {which}: "
+        f"mallocbench run {c.path} --out {c.out}"
     )
     second = _workload_text(c)
     if c.derived is not None:
@@ -220,7 +228,7 @@ def confirmation_section(c: Confirmation | None) -> list[str]:
     lines = [
         "## Confirmation on servers",
         "",
-        f"`{c.path}` measures {c.setting} against {c.base} on real private servers: "
+        f"`{c.path}` measures {_settings(c)} against {c.base} on real private servers: "
         f"`mallocbench run {c.path} --out {c.out}`. It "
         f"{_workload_text(c).removeprefix(f'{c.path} ')}.",
     ]
