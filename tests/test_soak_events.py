@@ -332,9 +332,16 @@ def test_an_event_under_way_is_cut_when_the_session_ends(tmp_path: Path) -> None
 def test_the_schema_names_the_actions_and_keys_the_parser_takes() -> None:
     from mallocbench.run.dialect import SOAK_EVENT
     from mallocbench.run.soak_events import ACTION_KEYS, ACTIONS, EVENT_KEYS
+    from mallocbench.servers import families
 
-    assert SOAK_EVENT["action"]["enum"] == list(ACTIONS) == list(ACTION_KEYS)
+    assert SOAK_EVENT["action"]["enum"] == list(ACTIONS)
     assert set(SOAK_EVENT) == set(EVENT_KEYS)
+    # Every family's actions and keys are ones the parser knows; together, all of them.
+    runs = [families.get(name).soak_actions or ACTION_KEYS for name in families.FAMILIES]
+    for kinds in runs:
+        assert set(kinds) <= set(ACTIONS)
+        assert {key for keys in kinds.values() for key in keys} <= set(EVENT_KEYS)
+    assert set().union(*runs) == set(ACTIONS)
 
 
 def test_rss_before_an_event_never_reaches_into_the_one_before() -> None:
@@ -377,3 +384,72 @@ def test_a_missing_tool_is_refused_before_the_soak(
     with pytest.raises(MallocbenchError, match="mariadb-backup is missing: install it") as info:
         soak_experiment(loading_mod.load(path), SoakSpec(60.0, 20.0))
     assert "\n" not in str(info.value)
+
+
+# --- PostgreSQL: the events' own backends ----------------------------------------------------
+
+PG_SOAK = """name = "pgev"
+steps = ["point-query"]
+threads = [2]
+[server]
+family = "postgresql"
+[dataset]
+tables = 1
+rows = 2000
+cache = "32M"
+[[setup]]
+name = "je"
+allocator = "jemalloc"
+[[soak.event]]
+action = "big-sort"
+at = "3s"
+sessions = 1
+work_mem = "64M"
+settle = "4s"
+"""
+
+
+@pytest.mark.server
+def test_a_postgresql_big_sort_shows_the_step_in_its_own_backend(tmp_path: Path) -> None:
+    """The sort's memory lives in the backend that ran it: read there before, during,
+    right after and after the settle, stored with the event and shown in the report.
+    jemalloc keeps what a 64 MiB sort freed for its decay (10 s), longer than the
+    moment between the sort's end and the reading right after it."""
+    from mallocbench.analysis.run_analysis import analyze
+    from mallocbench.report.ratchet import markdown_lines
+    from mallocbench.run.options import RunOptions
+    from mallocbench.soak.runner import soak_metadata, soak_pipeline
+
+    path = tmp_path / "pgev.toml"
+    path.write_text(PG_SOAK)
+    spec = SoakSpec(20.0, 10.0)
+    experiment = soak_experiment(loading_mod.load(path), spec)
+    options = RunOptions(out_dir=tmp_path / "out", extra_metadata=soak_metadata(experiment, spec))
+    outcome = soak_pipeline(experiment, options).execute()
+    assert outcome.aborted is None, outcome.aborted
+    (session,) = outcome.result.sessions
+    (event,) = session.events
+    assert event["status"] == "ok", event
+    assert event["label"] == "big-sort 1x64M"
+    # The whole sort in memory, at about work_mem: what the event asked for.
+    assert "work_mem 65536 kB" in event["detail"] and "quicksort in" in event["detail"]
+    (backend,) = event["backends"]
+    before, peak, after = (backend[k]["uss"] for k in ("before", "peak", "after"))
+    assert peak - before > 40 * MiB, backend
+    assert after - before > 16 * MiB, backend  # kept by the allocator, in that backend
+    assert backend["settle_s"] >= 4.0 and backend["settled"]["uss"] > 0
+    # Stored with the session and read back alike.
+    saved = json.loads(json.dumps(outcome.result.to_dict()))
+    assert RunResult.from_dict(saved).sessions[0].events == session.events
+    analysis = analyze(outcome.result)
+    (steps,) = analysis.backends
+    assert steps.setup == "je" and steps.step.n == 1
+    assert steps.step.median == pytest.approx(after - before)
+    # soak.md: the ratchet's section, then the backends'.
+    text = "\n".join(markdown_lines(analysis))
+    section = text.split("## Soak events: the private memory of the backend each ran in")[1]
+    row = next(line for line in section.splitlines() if line.startswith("| postgresql | je |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:4] == ["big-sort 1x64M", "1 backend of 1 event"]
+    assert float(cells[5].replace(",", "")) > 16  # the step in MiB, as stored
+    assert "one reading, not a finding" in text
