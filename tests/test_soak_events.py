@@ -434,10 +434,11 @@ def test_a_postgresql_big_sort_shows_the_step_in_its_own_backend(tmp_path: Path)
     # The whole sort in memory, at about work_mem: what the event asked for.
     assert "work_mem 65536 kB" in event["detail"] and "quicksort in" in event["detail"]
     (backend,) = event["backends"]
-    before, peak, after = (backend[k]["uss"] for k in ("before", "peak", "after"))
+    before, peak, after = (backend[k]["anon"] for k in ("before", "peak", "after"))
     assert peak - before > 40 * MiB, backend
     assert after - before > 16 * MiB, backend  # kept by the allocator, in that backend
-    assert backend["settle_s"] >= 4.0 and backend["settled"]["uss"] > 0
+    assert backend["settle_s"] >= 4.0 and backend["settled"]["anon"] > 0
+    assert all(backend[k]["uss"] > 0 and backend[k]["pss"] > 0 for k in ("before", "after"))
     # Stored with the session and read back alike.
     saved = json.loads(json.dumps(outcome.result.to_dict()))
     assert RunResult.from_dict(saved).sessions[0].events == session.events

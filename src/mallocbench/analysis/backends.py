@@ -1,10 +1,13 @@
 """The private memory of the backend each soak event ran in, per setup and event label.
 
 A family whose servers run a process per connection (PostgreSQL:
-servers/postgresql/events.py) reads each backend that ran an event's work, in bytes of
-USS (its private memory: what its exit would free), before the work, at its highest
-while the work ran, right after it and after a settle interval with the connection
-still open. Per backend:
+servers/postgresql/events.py) reads each backend that ran an event's work before the
+work, at its highest while the work ran, right after it and after a settle interval
+with the connection still open. The measure is its private anonymous memory (Pss_Anon:
+the heap its allocator holds), not its USS: pages of the shared segment that only one
+process maps count as private in USS, so a backend's USS rose by 50 MiB while it sat
+idle after a hash join, when the other backend that had mapped those pages exited.
+Per backend:
 
 - rise: highest minus before (what the work asked for at once);
 - step: right after minus before (what the allocator kept when the work freed it);
@@ -26,7 +29,7 @@ from typing import Any
 
 from mallocbench.model.results import RunResult
 
-MEASURE = "uss"
+MEASURE = "anon"
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,8 @@ def backend_notes(analysis: RunAnalysis) -> list[str]:
         return []
     notes = [
         "Per backend that ran an event's work on a connection of its own: its private "
-        "memory (USS, from /proc/PID/smaps_rollup) before the work, at its highest while "
+        "anonymous memory (Pss_Anon in /proc/PID/smaps_rollup: its heap) before the work, "
+        "at its highest while "
         "the work ran (sampled every 0.1 s), right after it, and after the settle with the "
         "connection still open. The rise is the highest minus before, the step right "
         "after minus before, what stayed the reading after the settle minus before. The "

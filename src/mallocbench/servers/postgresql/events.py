@@ -8,8 +8,9 @@ work has freed it stays in that backend for as long as the connection lives: gli
 keep it in the heap where another allocator hands it back after a decay. The server's
 total RSS, which the ratchet reads, mixes this with the load's own backends. So an
 event that runs on connections of its own reads each one's backend from
-/proc/PID/smaps_rollup: before the work, at its highest while the work runs (sampled),
-right after it, and once more after a settle interval with the connection still open.
+/proc/PID/smaps_rollup (USS, PSS and private anonymous memory; the highest by the
+latter): before the work, at its highest while the work runs (sampled), right after
+it, and once more after a settle interval with the connection still open.
 
 soak/events.py times the events and keeps the records; the words are the report's.
 """
@@ -99,8 +100,11 @@ def hash_join(work_mem: int) -> Work:
             "SET enable_nestloop = off",
         ),
         (
-            "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) SELECT count(*) FROM"
-            f" (SELECT g, repeat('x', 100) AS pad FROM generate_series(1, {rows}) g) b"
+            # The pad is summed and the subquery kept whole (OFFSET 0): otherwise the
+            # pad is made above the join, and the hash holds integers only.
+            "EXPLAIN (ANALYZE, TIMING OFF, FORMAT JSON) SELECT sum(length(b.pad)) FROM"
+            f" (SELECT g, repeat('x', 100) AS pad FROM generate_series(1, {rows}) g"
+            " OFFSET 0) b"
             f" JOIN generate_series(1, {2 * rows}) a ON a = b.g",
         ),
     )
