@@ -454,3 +454,45 @@ def test_a_postgresql_big_sort_shows_the_step_in_its_own_backend(tmp_path: Path)
     assert cells[2:4] == ["big-sort 1x64M", "1 backend of 1 event"]
     assert float(cells[5].replace(",", "")) > 16  # the step in MiB, as stored
     assert "one reading, not a finding" in text
+
+
+def test_backend_readings_are_given_as_one_reading_or_by_median_and_range() -> None:
+    from mallocbench.analysis.backends import backend_steps
+    from mallocbench.model.results import SessionInfo
+    from mallocbench.report.backends import backend_notes, backend_table
+
+    def backend(before: float, peak: float, after: float, settled: float) -> dict[str, object]:
+        values = {"before": before, "peak": peak, "after": after, "settled": settled}
+        read = {k: {"anon": int(v * MiB), "uss": 1, "pss": 1} for k, v in values.items()}
+        return {"pid": 1, **read, "settle_s": 12.0}
+
+    sort = {"action": "big-sort", "label": "big-sort 2x64M", "status": "ok"}
+    result = RunResult("r", "x", "glibc", sessions=[
+        SessionInfo("s1", "glibc", "postgresql", 0, events=[
+            {**sort, "backends": [backend(1, 78, 2, 2), backend(1, 79, 3, 2)]},
+            {**sort, "backends": [backend(1, 80, 4, 1)]},
+            {"action": "dump", "label": "dump", "status": "ok"},  # no backend read
+        ]),
+        SessionInfo("s2", "je", "postgresql", 0, events=[
+            {**sort, "backends": [backend(1, 86, 28, 28)]},
+            {**sort, "status": "cut", "backends": [{"pid": 2, "before": {"anon": 1}}]},
+        ]),
+    ])  # fmt: skip
+    glibc, je = backend_steps(result)
+    assert (glibc.setup, glibc.events, glibc.step.n) == ("glibc", 2, 3)
+    assert glibc.step.median == pytest.approx(2 * MiB)
+    assert (glibc.step.low, glibc.step.high) == (pytest.approx(MiB), pytest.approx(3 * MiB))
+    assert glibc.stayed.low == 0 and glibc.rise.median == pytest.approx(78 * MiB)
+    assert (je.events, je.step.n) == (1, 1)  # the cut event's partial reading is left out
+
+    class Analysis:  # the one field the report's section reads
+        backends = (glibc, je)
+
+    header, rows = backend_table(Analysis())  # type: ignore[arg-type]
+    cells = [dict(zip(header, row, strict=True)) for row in rows]
+    assert cells[0]["backends read"] == "3 backends of 2 events"
+    assert cells[0]["step right after (MiB)"] == "+2.0 (median; +1.0 to +3.0)"
+    assert cells[1]["step right after (MiB)"] == "+27.0"
+    assert cells[1]["stayed after the settle (MiB)"] == "+27.0 after 12 s"
+    notes = " ".join(backend_notes(Analysis()))  # type: ignore[arg-type]
+    assert "one reading, not a finding" in notes and "median and range" in notes
