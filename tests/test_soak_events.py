@@ -416,6 +416,7 @@ def test_a_postgresql_big_sort_shows_the_step_in_its_own_backend(tmp_path: Path)
     jemalloc keeps what a 64 MiB sort freed for its decay (10 s), longer than the
     moment between the sort's end and the reading right after it."""
     from mallocbench.analysis.run_analysis import analyze
+    from mallocbench.report.html import render_html
     from mallocbench.report.ratchet import markdown_lines
     from mallocbench.run.options import RunOptions
     from mallocbench.soak.runner import soak_metadata, soak_pipeline
@@ -454,6 +455,8 @@ def test_a_postgresql_big_sort_shows_the_step_in_its_own_backend(tmp_path: Path)
     assert cells[2:4] == ["big-sort 1x64M", "1 backend of 1 event"]
     assert float(cells[5].replace(",", "")) > 16  # the step in MiB, as stored
     assert "one reading, not a finding" in text
+    page = render_html(analysis)
+    assert '<section id="backends"' in page and "big-sort 1x64M" in page.split('id="backends"')[1]
 
 
 def test_backend_readings_are_given_as_one_reading_or_by_median_and_range() -> None:
