@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mallocbench"
 FAMILY = SRC / "servers" / "postgresql"
 # The results store speaks to a PostgreSQL database of the user's, not a server under test.
 STORE = SRC / "store" / "postgresql.py"
-BINARIES = ("initdb", "pg_ctl", "pg_ctlcluster", "postgres", "pgbench", "psql")
+BINARIES = ("initdb", "pg_ctl", "pg_ctlcluster", "pg_dump", "postgres", "pgbench", "psql")
 
 
 def crossings(path: Path) -> list[str]:

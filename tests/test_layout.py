@@ -931,6 +931,7 @@ TEXT_EXEMPT = {
     "analysis/ratchet.py:EventMeasure.label text field": "an input's name",
     "analysis/ratchet.py:LabelSteps.label text field": "an input's name",
     "analysis/ratchet.py:StepDifference.label text field": "an input's name",
+    "analysis/backends.py:BackendSteps.label text field": "an input's name",
     # The experiment file as the user wrote it, stored with the run.
     "patterns/experiment.py:PatternExperiment.text text field": "the user's file",
     # Read as text by report/html.py or report/templates/_macros.html.j2: to be worded in

@@ -135,11 +135,16 @@ def test_a_misspelt_family_is_refused_with_the_nearest_name(tmp_path: Path) -> N
     assert "did you mean 'postgresql'" in lines[0] or "postgresql" in lines[0]
 
 
-def test_a_soak_event_on_postgresql_is_refused_in_one_line(tmp_path: Path) -> None:
+def test_a_soak_event_postgresql_does_not_run_is_refused_in_one_line(tmp_path: Path) -> None:
     exp = _experiment(tmp_path)
-    exp.write_text(exp.read_text() + '\n[[soak.event]]\naction = "big-sort"\nevery = "5s"\n')
+    exp.write_text(exp.read_text() + '\n[[soak.event]]\naction = "backup"\nevery = "5s"\n')
     ran = run_cli("soak", str(exp), "--duration", "10s", "--out", str(tmp_path / "out"))
     assert ran.returncode != 0
     lines = ran.stderr.strip().splitlines()
     assert len(lines) == 1, ran.stderr
-    assert 'action = "big-sort" runs on MariaDB only yet' in lines[0]
+    assert (
+        "action = 'backup' is not an event a postgresql server runs: use one of big-sort"
+        in (lines[0])
+    )
+    assert lines[0].startswith(f"mallocbench: error: {exp}:"), lines[0]  # at its line
+    assert not (tmp_path / "out").exists()  # refused before anything ran

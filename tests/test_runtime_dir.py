@@ -283,3 +283,52 @@ def test_a_runtime_root_the_user_named_keeps_what_is_not_a_harness_s() -> None:
         assert (root / "theirs" / "data").read_text() == "keep me"
     finally:
         shutil.rmtree(parent, ignore_errors=True)
+
+
+# A server that stops on its fast-shutdown signal only, as a postmaster does: SIGTERM
+# (a smart shutdown, waiting for every client) would hold it for the sweep's 60 s.
+_POSTMASTER_LIKE = """
+import signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+@needs_root
+def test_the_sweep_stops_a_leftover_server_its_familys_way() -> None:
+    from mallocbench.servers.outcome import SERVER_RECORD, write_record
+
+    parent = Path(tempfile.mkdtemp(prefix="mallocbench-root-"))
+    server = None
+    try:
+        parent.chmod(0o755)
+        root = parent / "run"
+        dead = RuntimeDir.create("dead", 0, 0, root=root)
+        state = dead.state_dir(parent / "session")
+        state.mkdir()
+        server = subprocess.Popen(
+            [sys.executable, "-c", _POSTMASTER_LIKE], cwd=state, stdout=subprocess.PIPE, text=True
+        )
+        assert server.stdout is not None and server.stdout.readline() == "ready\n"
+        session = parent / "session"
+        session.mkdir()
+        write_record(
+            session / SERVER_RECORD, server.pid, family="postgresql", binary="server",
+            rundir=session, statedir=state, socket=state / "s",
+        )  # fmt: skip
+        assert (state / SERVER_RECORD).exists()  # the copy the sweep reads
+        assert dead._lock_fd is not None
+        os.close(dead._lock_fd)  # its harness died: nobody holds the lock
+        began = time.monotonic()
+        with RuntimeDir.create("next", 0, 0, root=root):
+            assert not dead.path.exists()
+        # Stopped by SIGINT (its exit status 0), not held by SIGTERM and then killed.
+        assert server.wait(5) == 0
+        assert time.monotonic() - began < 30
+    finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait()
+        shutil.rmtree(parent, ignore_errors=True)

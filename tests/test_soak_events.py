@@ -332,9 +332,16 @@ def test_an_event_under_way_is_cut_when_the_session_ends(tmp_path: Path) -> None
 def test_the_schema_names_the_actions_and_keys_the_parser_takes() -> None:
     from mallocbench.run.dialect import SOAK_EVENT
     from mallocbench.run.soak_events import ACTION_KEYS, ACTIONS, EVENT_KEYS
+    from mallocbench.servers import families
 
-    assert SOAK_EVENT["action"]["enum"] == list(ACTIONS) == list(ACTION_KEYS)
+    assert SOAK_EVENT["action"]["enum"] == list(ACTIONS)
     assert set(SOAK_EVENT) == set(EVENT_KEYS)
+    # Every family's actions and keys are ones the parser knows; together, all of them.
+    runs = [families.get(name).soak_actions or ACTION_KEYS for name in families.FAMILIES]
+    for kinds in runs:
+        assert set(kinds) <= set(ACTIONS)
+        assert {key for keys in kinds.values() for key in keys} <= set(EVENT_KEYS)
+    assert set().union(*runs) == set(ACTIONS)
 
 
 def test_rss_before_an_event_never_reaches_into_the_one_before() -> None:
@@ -377,3 +384,118 @@ def test_a_missing_tool_is_refused_before_the_soak(
     with pytest.raises(MallocbenchError, match="mariadb-backup is missing: install it") as info:
         soak_experiment(loading_mod.load(path), SoakSpec(60.0, 20.0))
     assert "\n" not in str(info.value)
+
+
+# --- PostgreSQL: the events' own backends ----------------------------------------------------
+
+PG_SOAK = """name = "pgev"
+steps = ["point-query"]
+threads = [2]
+[server]
+family = "postgresql"
+[dataset]
+tables = 1
+rows = 2000
+cache = "32M"
+[[setup]]
+name = "je"
+allocator = "jemalloc"
+[[soak.event]]
+action = "big-sort"
+at = "3s"
+sessions = 1
+work_mem = "64M"
+settle = "4s"
+"""
+
+
+@pytest.mark.server
+def test_a_postgresql_big_sort_shows_the_step_in_its_own_backend(tmp_path: Path) -> None:
+    """The sort's memory lives in the backend that ran it: read there before, during,
+    right after and after the settle, stored with the event and shown in the report.
+    jemalloc keeps what a 64 MiB sort freed for its decay (10 s), longer than the
+    moment between the sort's end and the reading right after it."""
+    from mallocbench.analysis.run_analysis import analyze
+    from mallocbench.report.html import render_html
+    from mallocbench.report.ratchet import markdown_lines
+    from mallocbench.run.options import RunOptions
+    from mallocbench.soak.runner import soak_metadata, soak_pipeline
+
+    path = tmp_path / "pgev.toml"
+    path.write_text(PG_SOAK)
+    spec = SoakSpec(20.0, 10.0)
+    experiment = soak_experiment(loading_mod.load(path), spec)
+    options = RunOptions(out_dir=tmp_path / "out", extra_metadata=soak_metadata(experiment, spec))
+    outcome = soak_pipeline(experiment, options).execute()
+    assert outcome.aborted is None, outcome.aborted
+    (session,) = outcome.result.sessions
+    (event,) = session.events
+    assert event["status"] == "ok", event
+    assert event["label"] == "big-sort 1x64M"
+    # The whole sort in memory, at about work_mem: what the event asked for.
+    assert "work_mem 65536 kB" in event["detail"] and "quicksort in" in event["detail"]
+    (backend,) = event["backends"]
+    before, peak, after = (backend[k]["anon"] for k in ("before", "peak", "after"))
+    assert peak - before > 40 * MiB, backend
+    assert after - before > 16 * MiB, backend  # kept by the allocator, in that backend
+    assert backend["settle_s"] >= 4.0 and backend["settled"]["anon"] > 0
+    assert all(backend[k]["uss"] > 0 and backend[k]["pss"] > 0 for k in ("before", "after"))
+    # Stored with the session and read back alike.
+    saved = json.loads(json.dumps(outcome.result.to_dict()))
+    assert RunResult.from_dict(saved).sessions[0].events == session.events
+    analysis = analyze(outcome.result)
+    (steps,) = analysis.backends
+    assert steps.setup == "je" and steps.step.n == 1
+    assert steps.step.median == pytest.approx(after - before)
+    # soak.md: the ratchet's section, then the backends'.
+    text = "\n".join(markdown_lines(analysis))
+    section = text.split("## Soak events: the private memory of the backend each ran in")[1]
+    row = next(line for line in section.splitlines() if line.startswith("| postgresql | je |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[2:4] == ["big-sort 1x64M", "1 backend of 1 event"]
+    assert float(cells[5].replace(",", "")) > 16  # the step in MiB, as stored
+    assert "one reading, not a finding" in text
+    page = render_html(analysis)
+    assert '<section id="backends"' in page and "big-sort 1x64M" in page.split('id="backends"')[1]
+
+
+def test_backend_readings_are_given_as_one_reading_or_by_median_and_range() -> None:
+    from mallocbench.analysis.backends import backend_steps
+    from mallocbench.model.results import SessionInfo
+    from mallocbench.report.backends import backend_notes, backend_table
+
+    def backend(before: float, peak: float, after: float, settled: float) -> dict[str, object]:
+        values = {"before": before, "peak": peak, "after": after, "settled": settled}
+        read = {k: {"anon": int(v * MiB), "uss": 1, "pss": 1} for k, v in values.items()}
+        return {"pid": 1, **read, "settle_s": 12.0}
+
+    sort = {"action": "big-sort", "label": "big-sort 2x64M", "status": "ok"}
+    result = RunResult("r", "x", "glibc", sessions=[
+        SessionInfo("s1", "glibc", "postgresql", 0, events=[
+            {**sort, "backends": [backend(1, 78, 2, 2), backend(1, 79, 3, 2)]},
+            {**sort, "backends": [backend(1, 80, 4, 1)]},
+            {"action": "dump", "label": "dump", "status": "ok"},  # no backend read
+        ]),
+        SessionInfo("s2", "je", "postgresql", 0, events=[
+            {**sort, "backends": [backend(1, 86, 28, 28)]},
+            {**sort, "status": "cut", "backends": [{"pid": 2, "before": {"anon": 1}}]},
+        ]),
+    ])  # fmt: skip
+    glibc, je = backend_steps(result)
+    assert (glibc.setup, glibc.events, glibc.step.n) == ("glibc", 2, 3)
+    assert glibc.step.median == pytest.approx(2 * MiB)
+    assert (glibc.step.low, glibc.step.high) == (pytest.approx(MiB), pytest.approx(3 * MiB))
+    assert glibc.stayed.low == 0 and glibc.rise.median == pytest.approx(78 * MiB)
+    assert (je.events, je.step.n) == (1, 1)  # the cut event's partial reading is left out
+
+    class Analysis:  # the one field the report's section reads
+        backends = (glibc, je)
+
+    header, rows = backend_table(Analysis())  # type: ignore[arg-type]
+    cells = [dict(zip(header, row, strict=True)) for row in rows]
+    assert cells[0]["backends read"] == "3 backends of 2 events"
+    assert cells[0]["step right after (MiB)"] == "+2.0 (median; +1.0 to +3.0)"
+    assert cells[1]["step right after (MiB)"] == "+27.0"
+    assert cells[1]["stayed after the settle (MiB)"] == "+27.0 after 12 s"
+    notes = " ".join(backend_notes(Analysis()))  # type: ignore[arg-type]
+    assert "one reading, not a finding" in notes and "median and range" in notes

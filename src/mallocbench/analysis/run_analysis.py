@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from mallocbench.analysis import stats
 from mallocbench.analysis.adjust import CpuAdjustment, adjust_for_other_cpu
+from mallocbench.analysis.backends import BackendSteps, backend_steps
 from mallocbench.analysis.client import client_bound
 from mallocbench.analysis.criteria import Recommendation, stored_rule
 from mallocbench.analysis.ratchet import SetupRatchet, ratchet_setups
@@ -74,6 +75,9 @@ class RunAnalysis:
     replay: ReplayAnalysis | None = None  # a replay run's results (mallocbench replay)
     # A soak's events: the RSS step each left behind (analysis.ratchet); () without events.
     ratchets: tuple[SetupRatchet, ...] = ()
+    # A soak's events' own backends (a process per connection): the private memory each
+    # kept (analysis.backends); () when no event read one.
+    backends: tuple[BackendSteps, ...] = ()
     # Relative QPS adjusted for the other processes' CPU per paired slice, beside the raw
     # (analysis.adjust); () for soaks and runs without paired slices.
     cpu_adjusted: tuple[CpuAdjustment, ...] = ()
@@ -178,5 +182,6 @@ def analyze(
         reserved_vsz_bytes=reserved_vsz_bytes(memory),
         replay=analyze_replay(run.metadata.replay, effect) if run.metadata.replay else None,
         ratchets=ratchets,
+        backends=backend_steps(run) if soaks else (),
         cpu_adjusted=() if is_soak(run) else adjust_for_other_cpu(run, summaries),
     )

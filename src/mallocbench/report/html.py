@@ -34,6 +34,8 @@ from mallocbench.analysis.summary import MemoryRow, RatioTable
 from mallocbench.analysis.verdict import VerdictRow
 from mallocbench.files import write_text_atomic
 from mallocbench.model.results import Cell, RunResult
+from mallocbench.report.backends import TITLE as BACKENDS_TITLE
+from mallocbench.report.backends import backend_notes, backend_table
 from mallocbench.report.charts import PALETTE, REPLAY_RSS_CHART, Chart, relative_chart, run_charts
 from mallocbench.report.facts import headline_facts, run_facts, setup_differences, setup_table
 from mallocbench.report.ratchet import ratchet_notes, ratchet_table
@@ -335,6 +337,9 @@ class ReportContext:
     # A soak's events: the ratchet table (header, rows) and its sentences; empty without.
     ratchet: tuple[list[str], list[list[str]]] | None = None
     ratchet_notes: list[str] = field(default_factory=list)
+    # The events' own backends (report.backends): (header, rows) and sentences; empty without.
+    backends: tuple[list[str], list[list[str]]] | None = None
+    backend_notes: list[str] = field(default_factory=list)
     # Per engine: the decision line, then the claims behind it (report.recommend's words).
     recommendation: list[tuple[str, list[str]]] = field(default_factory=list)
     replay: ReplayView | None = None  # a replay run's section (mallocbench replay)
@@ -382,6 +387,8 @@ def build_context(analysis: RunAnalysis) -> ReportContext:
         replay=html_view(analysis.replay),
         ratchet=ratchet_table(analysis),
         ratchet_notes=ratchet_notes(analysis),
+        backends=backend_table(analysis),
+        backend_notes=backend_notes(analysis),
     )
 
 
@@ -425,6 +432,7 @@ def render_html(analysis: RunAnalysis, plotly_src: str | None = None) -> str:
         setup_columns=setup_table(result.setups),
         verdict_groups=_verdict_groups(ctx.verdict),
         other_charts=other_charts,
+        backends_title=BACKENDS_TITLE,
         replay_chart=next((c for c in ctx.charts if c.id == REPLAY_RSS_CHART), None),
         # A replay's run has no cells: the sections about servers would all say "none".
         replay_only=ctx.replay is not None and not result.cells,

@@ -14,8 +14,6 @@ import math
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from mallocbench.analysis.ratchet import (
     BEFORE_S,
@@ -32,7 +30,9 @@ from mallocbench.analysis.ratchet import (
 from mallocbench.analysis.run_analysis import RunAnalysis
 from mallocbench.console import make_console
 from mallocbench.model.results import json_safe
+from mallocbench.report import backends
 from mallocbench.report.soak import duration_text, print_soak
+from mallocbench.report.tables import markdown_section, print_per_engine
 from mallocbench.units import slug
 
 MiB = float(1 << 20)
@@ -148,36 +148,23 @@ def ratchet_notes(analysis: RunAnalysis) -> list[str]:
 
 
 def markdown_lines(analysis: RunAnalysis) -> list[str]:
-    header, rows = ratchet_table(analysis)
-    if not rows:
-        return []
-    out = ["## Soak events: the RSS step each left behind", ""]
-    out.append("| " + " | ".join(header) + " |")
-    out.append("|" + "|".join("---" for _ in header) + "|")
-    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
-    out.append("")
-    for note in ratchet_notes(analysis):
-        out += [note, ""]
-    return out
+    """The ratchet's Markdown section, then the events' own backends' (report.backends)."""
+    section = markdown_section(
+        "Soak events: the RSS step each left behind", *ratchet_table(analysis),
+        ratchet_notes(analysis),
+    )  # fmt: skip
+    return section + backends.markdown_lines(analysis)
 
 
 def print_ratchet(analysis: RunAnalysis, console: Console | None = None) -> None:
-    header, rows = ratchet_table(analysis)
-    if not rows:
-        return
-    console = console or make_console()
-    for engine in dict.fromkeys(row[0] for row in rows):
-        table = Table(title=f"Soak events: the RSS step each left behind, {engine}")
-        for name in TERMINAL_COLUMNS:
-            left = name in ("setup", "event")
-            table.add_column(name, justify="left" if left else "right", overflow="fold")
-        for row in rows:
-            if row[0] == engine:
-                cells = dict(zip(header, row, strict=True))
-                table.add_row(*[escape(cells[name]) for name in TERMINAL_COLUMNS])
-        console.print(table)
-    for note in ratchet_notes(analysis):
-        console.print(f"[dim]{escape(note)}[/]")
+    table = ratchet_table(analysis)
+    if table[1]:
+        console = console or make_console()
+        print_per_engine(
+            console, "Soak events: the RSS step each left behind", table, TERMINAL_COLUMNS,
+            ("setup", "event"), ratchet_notes(analysis),
+        )  # fmt: skip
+    backends.print_backends(analysis, console)
 
 
 def ratchet_json(analysis: RunAnalysis) -> str:

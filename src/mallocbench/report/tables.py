@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from mallocbench import units as fmt
 from mallocbench.analysis.run_analysis import RunAnalysis
@@ -27,6 +31,45 @@ from mallocbench.report.words import (
 from mallocbench.workloads.catalogue import label_order
 
 MemoryRows = list[MemoryRow] | tuple[MemoryRow, ...]
+
+
+def markdown_section(
+    title: str, header: list[str], rows: list[list[str]], notes: Sequence[str]
+) -> list[str]:
+    """A Markdown section of one table and its sentences; nothing without rows."""
+    if not rows:
+        return []
+    out = [f"## {title}", ""]
+    out.append("| " + " | ".join(header) + " |")
+    out.append("|" + "|".join("---" for _ in header) + "|")
+    out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    out.append("")
+    for note in notes:
+        out += [note, ""]
+    return out
+
+
+def print_per_engine(
+    console: Console,
+    title: str,
+    table: tuple[list[str], list[list[str]]],
+    columns: Sequence[str],
+    left: Sequence[str],
+    notes: Sequence[str],
+) -> None:
+    """One terminal table per engine (each row's first cell), of `columns`; then the notes."""
+    header, rows = table
+    for engine in dict.fromkeys(row[0] for row in rows):
+        shown = Table(title=f"{title}, {engine}")
+        for name in columns:
+            shown.add_column(name, justify="left" if name in left else "right", overflow="fold")
+        for row in rows:
+            if row[0] == engine:
+                cells = dict(zip(header, row, strict=True))
+                shown.add_row(*[escape(cells[name]) for name in columns])
+        console.print(shown)
+    for note in notes:
+        console.print(f"[dim]{escape(note)}[/]")
 
 
 def has_caps(rows: MemoryRows) -> bool:

@@ -113,15 +113,33 @@ SOAK_EVENT: dict[str, Schema] = {
     "action": _of(
         "string",
         "what the event does beside the soak's load",
-        enum=["dump", "backup", "alter", "optimize", "big-sort", "connect-storm", "sql"],
+        enum=[
+            "dump",
+            "backup",
+            "alter",
+            "optimize",
+            "big-sort",
+            "connect-storm",
+            "sql",
+            "hash-join",
+            "vacuum",
+            "create-index",
+        ],  # fmt: skip
     ),
     "every": DURATION | {"description": "run it this often, the first this long after the start"},
     "at": DURATION | {"description": "run it once, this long after the server's start"},
-    "table": _of("string", "alter, optimize, big-sort: the dataset's table (sbtest1)"),
-    "sessions": _of("integer", "big-sort: sessions sorting at once", minimum=1),
+    "table": _of(
+        "string", "alter, optimize, big-sort, vacuum, create-index: the dataset's table (sbtest1)"
+    ),
+    "sessions": _of("integer", "big-sort, hash-join: sessions at once", minimum=1),
     "sort_buffer": SIZE | {"description": "big-sort: sort_buffer_size asked for (32M)"},
     "connections": _of("integer", "connect-storm: connections at once", minimum=1),
     "sql": _of("string", "sql: the one statement to run"),
+    "work_mem": SIZE | {"description": "PostgreSQL big-sort, hash-join: work_mem asked for (64M)"},
+    "maintenance_work_mem": SIZE
+    | {"description": "PostgreSQL vacuum, create-index: maintenance_work_mem (the server's)"},
+    "settle": DURATION
+    | {"description": "PostgreSQL: how long the backend stays open after the work (10s)"},
 }
 RUN_SOAK: dict[str, Schema] = {
     "event": {

@@ -188,7 +188,7 @@ def from_dict(
     budget = None
     if "budget" in data:
         budget = problems.check(("budget",), _budget, data["budget"], design)
-    events = parse_events(problems, data)
+    events = parse_events(problems, data, family.soak_actions, family.name)
     name = problems.check(("name",), _name, data.get("name", default_name))
     decision = _decision(problems, data)
     problems.raise_if_any(source, text, overridden)

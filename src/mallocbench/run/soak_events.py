@@ -6,13 +6,18 @@ back. A soak's `[[soak.event]]` entries ask for such work on the soak's private 
 while its load goes on, each at `at` seconds after the server's start or `every` so often
 (the first `every` after the start, so the series holds RSS before it). soak.events runs
 them.
+
+Which actions a server runs is its family's (ServerFamily.soak_actions): MariaDB's are
+ACTION_KEYS below, run by soak.events itself; PostgreSQL's (big sorts and hash joins
+above work_mem, VACUUM, CREATE INDEX, pg_dump) by its own package. An action the
+experiment's family does not run is refused by name when the file is read.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +28,16 @@ from mallocbench.units import parse_duration, parse_size
 DUMP, BACKUP, ALTER, OPTIMIZE, BIG_SORT, CONNECT_STORM, SQL = (
     "dump", "backup", "alter", "optimize", "big-sort", "connect-storm", "sql",
 )  # fmt: skip
-ACTIONS = (DUMP, BACKUP, ALTER, OPTIMIZE, BIG_SORT, CONNECT_STORM, SQL)
-EVENT_KEYS = ("action", "every", "at", "table", "sessions", "sort_buffer", "connections", "sql")
-# The keys each action takes beyond action/every/at: any other is refused, not ignored.
+HASH_JOIN, VACUUM, CREATE_INDEX = "hash-join", "vacuum", "create-index"
+# Every action some family runs (each family says which of them it does).
+ACTIONS = (DUMP, BACKUP, ALTER, OPTIMIZE, BIG_SORT, CONNECT_STORM, SQL, HASH_JOIN, VACUUM,
+           CREATE_INDEX)  # fmt: skip
+EVENT_KEYS = (
+    "action", "every", "at", "table", "sessions", "sort_buffer", "connections", "sql",
+    "work_mem", "maintenance_work_mem", "settle",
+)  # fmt: skip
+# MariaDB's actions (the default family's, which soak.events runs itself) and the keys
+# each takes beyond action/every/at: any other is refused, not ignored.
 ACTION_KEYS: dict[str, tuple[str, ...]] = {
     DUMP: (),
     BACKUP: (),
@@ -61,17 +73,30 @@ class SoakEvent:
     sort_buffer: int | None = None  # None: see DEFAULT_SORT_BUFFER
     connections: int = DEFAULT_CONNECTIONS
     sql: str = ""
+    work_mem: int | None = None  # None: the family's default
+    maintenance_work_mem: int | None = None  # None: the server's own
+    settle_s: float | None = None  # None: the family's default
+
+    @property
+    def params(self) -> dict[str, object]:
+        """What a family's own forms of the event take (servers.family.SoakEvents.run)."""
+        return {
+            "table": self.table, "sessions": self.sessions, "sort_buffer": self.sort_buffer,
+            "connections": self.connections, "sql": self.sql, "work_mem": self.work_mem,
+            "maintenance_work_mem": self.maintenance_work_mem, "settle_s": self.settle_s,
+        }  # fmt: skip
 
     @property
     def label(self) -> str:
         """The event's name in reports: the action, with what makes two of them differ."""
-        if self.action in (ALTER, OPTIMIZE):
+        if self.action in (ALTER, OPTIMIZE, VACUUM, CREATE_INDEX):
             return f"{self.action} {self.table}"
         if self.action == CONNECT_STORM:
             return f"{self.action} {self.connections}"
-        if self.action == BIG_SORT:
-            if self.sort_buffer:
-                return f"{self.action} {self.sessions}x{self.sort_buffer >> 20}M"
+        if self.action in (BIG_SORT, HASH_JOIN):
+            memory = self.sort_buffer or self.work_mem
+            if memory:
+                return f"{self.action} {self.sessions}x{memory >> 20}M"
             return f"{self.action} {self.sessions} sessions"
         if self.action == SQL:
             text = " ".join(self.sql.split())
@@ -134,16 +159,29 @@ def _timing(
     return every, None
 
 
-def _one_event(problems: Problems, path: tuple[str | int, ...], raw: object) -> SoakEvent | None:
+def _unknown_action(action: object, kinds: Mapping[str, tuple[str, ...]], family: str) -> str:
+    runs = ", ".join(kinds)
+    if action in ACTIONS:
+        return f"action = {action!r} is not an event a {family} server runs: use one of {runs}"
+    return f"action = {action!r} is not an event: use one of {runs}"
+
+
+def _one_event(
+    problems: Problems,
+    path: tuple[str | int, ...],
+    raw: object,
+    kinds: Mapping[str, tuple[str, ...]],
+    family: str,
+) -> SoakEvent | None:
     if not isinstance(raw, dict):
         problems.add(path, "write each event as a [[soak.event]] table")
         return None
     action = raw.get("action")
-    if action not in ACTIONS:
+    if not isinstance(action, str) or action not in kinds:
         where = path + ("action",) if "action" in raw else path
-        problems.add(where, f"action = {action!r} is not an event: use one of {', '.join(ACTIONS)}")
+        problems.add(where, _unknown_action(action, kinds, family))
         return None
-    allowed = ("action", "every", "at", *ACTION_KEYS[action])
+    allowed = ("action", "every", "at", *kinds[action])
     problems.unknown_keys(path, raw, allowed, f"a {action} [[soak.event]]")
     every, at = _timing(problems, path, raw)
     values: dict[str, Any] = {}
@@ -152,11 +190,15 @@ def _one_event(problems: Problems, path: tuple[str | int, ...], raw: object) -> 
         "sessions": lambda v: _count(v, "sessions", MAX_SESSIONS),
         "connections": lambda v: _count(v, "connections", MAX_CONNECTIONS),
         "sort_buffer": lambda v: parse_size(v, "sort_buffer"),
+        "work_mem": lambda v: parse_size(v, "work_mem"),
+        "maintenance_work_mem": lambda v: parse_size(v, "maintenance_work_mem"),
+        "settle": lambda v: parse_duration(v, "settle"),
         "sql": _check_sql,
     }
-    for key in ACTION_KEYS[action]:
+    for key in kinds[action]:
         if key in raw:
-            values[key] = problems.check(path + (key,), checks[key], raw[key])
+            field_name = "settle_s" if key == "settle" else key
+            values[field_name] = problems.check(path + (key,), checks[key], raw[key])
     if action == SQL and "sql" not in raw:
         problems.add(path, 'a sql [[soak.event]] needs its statement: sql = "..."')
     if problems.failed(*path):
@@ -164,8 +206,17 @@ def _one_event(problems: Problems, path: tuple[str | int, ...], raw: object) -> 
     return SoakEvent(action, every, at, **values)
 
 
-def parse_events(problems: Problems, data: dict[str, Any]) -> tuple[SoakEvent, ...]:
-    """The `[[soak.event]]` entries of an experiment, each problem recorded at its place."""
+def parse_events(
+    problems: Problems,
+    data: dict[str, Any],
+    kinds: Mapping[str, tuple[str, ...]] | None = None,
+    family: str = "mariadb",
+) -> tuple[SoakEvent, ...]:
+    """The `[[soak.event]]` entries of an experiment, each problem recorded at its place.
+
+    `kinds`: the actions the experiment's family runs and the keys each takes (its
+    ServerFamily.soak_actions); None: MariaDB's, ACTION_KEYS."""
+    kinds = ACTION_KEYS if kinds is None else kinds
     soak = data.get("soak")
     if soak is None:
         return ()
@@ -177,8 +228,11 @@ def parse_events(problems: Problems, data: dict[str, Any]) -> tuple[SoakEvent, .
     if not isinstance(raw, list):
         problems.add(("soak", "event"), "write events as [[soak.event]] tables")
         return ()
-    events = [_one_event(problems, ("soak", "event", i), item) for i, item in enumerate(raw)]
+    events = [
+        _one_event(problems, ("soak", "event", i), item, kinds, family)
+        for i, item in enumerate(raw)
+    ]
     return tuple(e for e in events if e is not None)
 
 
-__all__ = ["ACTIONS", "SoakEvent", "parse_events"]
+__all__ = ["ACTIONS", "ACTION_KEYS", "EVENT_KEYS", "SoakEvent", "parse_events"]

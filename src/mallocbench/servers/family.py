@@ -36,6 +36,11 @@ ServerFamily (the experiment's `[server] family` picks one: run/loading)
                          sits above servers/ and is shared with `mallocbench memory`)
   deployment(setup)      commands/recommend's deploy snippets
   stop_leftovers(dir)    servers/orphans.stop_orphans
+  soak_actions           run/soak_events.parse_events: the [[soak.event]] actions its
+                         servers run and the keys each takes; None: MariaDB's, which
+                         soak/events.py runs itself
+  soak_events(server)    soak/events.EventRunner: the family's own forms of those
+                         actions (SoakEvents); None: soak/events.py's
 
 Server (one private server lifetime; servers.mariadb.PrivateServer is one)
   pid, alive(), exit_info(), stop(), discard_state(keep)   run/session.stop_session,
@@ -147,6 +152,20 @@ class Server(Protocol):
     def environment(self) -> dict[str, str]: ...
 
 
+class SoakEvents(Protocol):
+    """A family's own forms of soak events on one running server. soak/events.py keeps
+    the timing and the records; each call runs one event to its end."""
+
+    def run(self, action: str, params: Mapping[str, object]) -> dict[str, object]:
+        """Run one event (params: run.soak_events.SoakEvent.params); the fields its record
+        gains (a "detail" line, readings). Raises when the event fails: its outcome."""
+        ...
+
+    def interrupt(self) -> None:
+        """From another thread: end what an event has running (the server is going)."""
+        ...
+
+
 class ServerFamily(Protocol):
     """A server family: everything the pipeline asks of one (see the module's table)."""
 
@@ -186,6 +205,9 @@ class ServerFamily(Protocol):
     def account(self, server: Server, allocator: str) -> dict[str, float] | None: ...
     def deployment(self, setup: SetupInfo) -> Deployment: ...
     def stop_leftovers(self, servers_dir: Path) -> list[int]: ...
+    @property
+    def soak_actions(self) -> Mapping[str, tuple[str, ...]] | None: ...
+    def soak_events(self, server: Server) -> SoakEvents | None: ...
 
 
-__all__ = ["Build", "Launch", "Server", "ServerFamily", "Shape"]
+__all__ = ["Build", "Launch", "Server", "ServerFamily", "Shape", "SoakEvents"]

@@ -4,6 +4,7 @@ a server whose harness died."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -91,3 +92,8 @@ def write_record(
         "socket": str(socket),
     }
     path.write_text(json.dumps(record) + "\n")
+    if statedir != rundir and statedir.is_dir():
+        # A copy in the runtime directory, where a root-run harness's sweep finds the
+        # servers a dead one left (servers.runtime): how to stop each is its family's.
+        with contextlib.suppress(OSError):
+            (statedir / path.name).write_text(json.dumps(record) + "\n")

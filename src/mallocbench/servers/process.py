@@ -22,6 +22,48 @@ _live: dict[int, subprocess.Popen[bytes]] = {}
 _lock = threading.Lock()
 
 
+class ToolRun:
+    """An external tool run beside a server (a soak event's dump or backup), one at a
+    time, which another thread may stop: the session is ending, the server is going."""
+
+    def __init__(self, stopped: threading.Event, timeout_s: float) -> None:
+        self.stopped = stopped
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def run(self, command: list[str], env: Mapping[str, str] | None = None) -> None:
+        """Run it to its end; raises with its last line of errors when it fails."""
+        with self._lock:
+            if self.stopped.is_set():
+                raise MallocbenchError("the session ended first")
+            self._process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, env=None if env is None else dict(env),
+            )  # fmt: skip
+        process = self._process
+        try:
+            _, err = process.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise MallocbenchError(f"still running after {self.timeout_s:g} s: stopped") from None
+        finally:
+            with self._lock:
+                self._process = None
+        if process.returncode != 0:
+            tail = err.decode(errors="replace").strip().splitlines()
+            raise MallocbenchError(
+                f"{os.path.basename(command[0])} exited with status {process.returncode}"
+                + (f": {tail[-1]}" if tail else "")
+            )
+
+    def terminate(self) -> None:
+        with self._lock:
+            if self._process is not None and self._process.poll() is None:
+                self._process.terminate()
+
+
 def track(proc: subprocess.Popen[bytes]) -> None:
     with _lock:
         _live[proc.pid] = proc

@@ -41,6 +41,8 @@ from pathlib import Path
 
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers import process
+from mallocbench.servers.orphans import find_orphan, stop_signals
+from mallocbench.servers.outcome import SERVER_RECORD
 
 RUNTIME_ROOT = Path("/var/lib/mallocbench/run")
 # Moves the runtime directories elsewhere (a bigger disk; a test's small one), read at
@@ -170,8 +172,9 @@ def sweep_locked(root: Path, uid: int) -> list[Path]:
             continue
         if not _abandoned(entry):
             continue
+        signals = _family_signals(entry)
         for pid in _processes_inside(entry, uid):
-            _stop(pid, entry, uid)
+            _stop(pid, entry, uid, signals.get(pid, _DEFAULT_SIGNALS))
         shutil.rmtree(entry, ignore_errors=True)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(f"{entry}{_LOCK_SUFFIX}")
@@ -199,8 +202,30 @@ def _processes_inside(directory: Path, uid: int) -> list[int]:
     ]
 
 
-def _stop(pid: int, directory: Path, uid: int) -> None:
-    """SIGTERM, then SIGKILL, through a pidfd: a reused PID is never signalled."""
+_DEFAULT_SIGNALS = ((signal.SIGTERM, 60.0), (signal.SIGKILL, 10.0))
+
+
+def _family_signals(directory: Path) -> dict[int, tuple[tuple[signal.Signals, float], ...]]:
+    """The servers' own ways to stop, by PID, from the records their servers left in
+    their state directories (outcome.write_record): a postmaster reads SIGTERM as a
+    smart shutdown that waits for every client, so it gets its family's fast one. A
+    record names a PID only while that process runs under the recorded start time."""
+    found = {}
+    for record in directory.glob(f"*/{SERVER_RECORD}"):
+        orphan = find_orphan(record)
+        if orphan is not None:
+            found[orphan.pid] = stop_signals(orphan.family, 60.0)
+    return found
+
+
+def _stop(
+    pid: int,
+    directory: Path,
+    uid: int,
+    signals: tuple[tuple[signal.Signals, float], ...] = _DEFAULT_SIGNALS,
+) -> None:
+    """The server's way to stop (SIGTERM, then SIGKILL, unless its family says
+    otherwise), through a pidfd: a reused PID is never signalled."""
     try:
         fd = os.pidfd_open(pid)
     except OSError:
@@ -208,7 +233,7 @@ def _stop(pid: int, directory: Path, uid: int) -> None:
     try:
         if not _inside(pid, directory, uid):
             return
-        for sig, wait in ((signal.SIGTERM, 60.0), (signal.SIGKILL, 10.0)):
+        for sig, wait in signals:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(fd, sig)
             # A pidfd turns readable when its process exits.

@@ -7,13 +7,16 @@ Each event's start, end and outcome are recorded in the session (SessionInfo.eve
 the same epoch seconds as the samples), where the analysis (analysis.ratchet) reads RSS
 before, during and after it. A failed event (the server refused the statement, the dump
 tool exited non-zero) is an outcome, recorded with its message; the soak goes on.
+
+The forms here are MariaDB's. A family with forms of its own (ServerFamily.soak_events:
+PostgreSQL's, which also read the private memory of the backend each event ran in) runs
+each event through them, and this module keeps the timing and the records.
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +37,8 @@ from mallocbench.run.soak_events import (
     OPTIMIZE,
     SoakEvent,
 )
+from mallocbench.servers.family import SoakEvents
+from mallocbench.servers.process import ToolRun
 
 SORT_OFFSET = 1 << 40  # past any dataset's last row: see _one_sort
 EVENT_TIMEOUT_S = 3600.0  # an external tool still running after an hour is stopped: failed
@@ -79,15 +84,16 @@ class EventRunner:
     """Runs a session's events in a thread of its own until `stop`; `records` is the story."""
 
     def __init__(self, events: tuple[SoakEvent, ...], server: EventServer, started_at: float,
-                 horizon_s: float) -> None:  # fmt: skip
+                 horizon_s: float, forms: SoakEvents | None = None) -> None:  # fmt: skip
         self.server = server
+        self.forms = forms  # the family's own forms of the events; None: the ones here
         self.started_at = started_at
         due = [(t, i, e) for i, e in enumerate(events) for t in e.due_times(horizon_s)]
         self.due = sorted(due, key=lambda d: (d[0], d[1]))
         self.records: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._process: subprocess.Popen[bytes] | None = None
+        self._tool = ToolRun(self._stop, EVENT_TIMEOUT_S)
         self._connections: list[pymysql.Connection] = []
         self._thread = threading.Thread(target=self._loop, name="soak-events", daemon=True)
 
@@ -105,9 +111,11 @@ class EventRunner:
 
     def _interrupt(self) -> None:
         """End what an event has running: its tool, its queries (the server is going)."""
+        if self.forms is not None:
+            self.forms.interrupt()
+            return
+        self._tool.terminate()
         with self._lock:
-            if self._process is not None and self._process.poll() is None:
-                self._process.terminate()
             ids = []
             for conn in self._connections:
                 with contextlib.suppress(Exception):
@@ -135,13 +143,19 @@ class EventRunner:
                 "due_s": due_s, "start": time.time(),
             }  # fmt: skip
             try:
-                detail = self._run(event)
-                record.update(status=STATUS_OK, **({"detail": detail} if detail else {}))
+                record.update(self._outcome(event), status=STATUS_OK)
             except Exception as exc:  # noqa: BLE001 - any failure of an event is its outcome
                 status = STATUS_CUT if self._stop.is_set() else STATUS_FAILED
                 record.update(status=status, error=_one_line(exc))
             record["end"] = time.time()
             self.records.append(record)
+
+    def _outcome(self, event: SoakEvent) -> dict[str, Any]:
+        """What the event's record gains: its detail line, and the family's readings."""
+        if self.forms is not None:
+            return dict(self.forms.run(event.action, event.params))
+        detail = self._run(event)
+        return {"detail": detail} if detail else {}
 
     def _run(self, event: SoakEvent) -> str | None:
         action = event.action
@@ -164,29 +178,7 @@ class EventRunner:
     # --- actions --------------------------------------------------------------------------
 
     def _tool_run(self, command: list[str]) -> None:
-        with self._lock:
-            if self._stop.is_set():
-                raise MallocbenchError("the session ended first")
-            self._process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-            )  # fmt: skip
-        process = self._process
-        try:
-            _, err = process.communicate(timeout=EVENT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
-            raise MallocbenchError(f"still running after {EVENT_TIMEOUT_S:g} s: stopped") from None
-        finally:
-            with self._lock:
-                self._process = None
-        if process.returncode != 0:
-            tail = err.decode(errors="replace").strip().splitlines()
-            raise MallocbenchError(
-                f"{Path(command[0]).name} exited with status {process.returncode}"
-                + (f": {tail[-1]}" if tail else "")
-            )
+        self._tool.run(command)
 
     def _dump(self) -> str:
         target = self.server.files_dir / "dump.sql"

@@ -169,14 +169,10 @@ def soak_experiment(experiment: Experiment, spec: SoakSpec) -> Experiment:
             f"[[soak.event]] {late[0]} is due after the soak's {spec.duration_s:g} s end: "
             "give an earlier `at` or a shorter `every`, or a longer --duration"
         )
-    if experiment.events and experiment.family != families.DEFAULT:
-        # The events' SQL and tools (mariadb-dump, mariadb-backup) are MariaDB's.
-        raise MallocbenchError(
-            f'[[soak.event]] action = "{experiment.events[0].action}" runs on MariaDB only '
-            f"yet: a {experiment.family} soak runs its load alone; remove the [[soak.event]] "
-            "tables"
-        )
-    check_tools(experiment.events)
+    if families.get(experiment.family).soak_actions is None:
+        # soak/events.py's own forms: their tools are looked for here. A family of its
+        # own forms runs its server's tools, which come with the server.
+        check_tools(experiment.events)
     threads = [step.definition.threads] if step.definition.threads else experiment.threads
     if len(threads) != 1:
         raise MallocbenchError(
@@ -296,7 +292,11 @@ class SoakSessions(RunSessions):
         if experiment.events and server is not None:
             horizon = experiment.repeats * experiment.duration_s
             runner = EventRunner(
-                experiment.events, server, live.info.started_at or time.time(), horizon
+                experiment.events,
+                server,
+                live.info.started_at or time.time(),
+                horizon,
+                families.get(experiment.family).soak_events(server),
             )
             self._events[live.info.id] = runner
             runner.start()

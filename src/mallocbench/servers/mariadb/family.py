@@ -13,7 +13,7 @@ from mallocbench.probes import process
 from mallocbench.probes.server import ServerMemoryProbe
 from mallocbench.servers import engines as storage
 from mallocbench.servers.engines import Engine
-from mallocbench.servers.family import Build, Launch, Server, ServerFamily, Shape
+from mallocbench.servers.family import Build, Launch, Server, ServerFamily, Shape, SoakEvents
 from mallocbench.servers.known_options import known_options, plugins_asked
 from mallocbench.servers.mariadb import dataset
 from mallocbench.servers.mariadb.access import ServerUser, server_user
@@ -43,6 +43,8 @@ class MariaDBFamily:
 
     name = NAME
     default_engines = ("innodb",)
+    # Its soak events are soak/events.py's own forms (run.soak_events.ACTION_KEYS).
+    soak_actions: Mapping[str, tuple[str, ...]] | None = None
 
     def engine(self, name: str) -> Engine:
         return storage.get(name)
@@ -142,6 +144,9 @@ class MariaDBFamily:
 
     def deployment(self, setup: SetupInfo) -> forms.Deployment:
         return forms.deployment_for(setup, service="mariadb")
+
+    def soak_events(self, running: Server) -> SoakEvents | None:
+        return None  # soak/events.py's own forms
 
     def stop_leftovers(self, servers_dir: Path) -> list[int]:
         return [orphan.pid for orphan in stop_orphans(servers_dir)]

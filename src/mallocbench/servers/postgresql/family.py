@@ -16,10 +16,18 @@ from mallocbench.probes import process
 from mallocbench.probes.server import ProbedServer, ServerMemoryProbe
 from mallocbench.servers.access import ServerUser
 from mallocbench.servers.engines import Engine
-from mallocbench.servers.family import Build, Launch, Server, ServerFamily, Shape
+from mallocbench.servers.family import Build, Launch, Server, ServerFamily, Shape, SoakEvents
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.servers.postgresql import build as pg_build
-from mallocbench.servers.postgresql import dataset, memory, pgbench, server, tree, workload
+from mallocbench.servers.postgresql import (
+    dataset,
+    events,
+    memory,
+    pgbench,
+    server,
+    tree,
+    workload,
+)
 from mallocbench.servers.postgresql import settings as pg_settings
 from mallocbench.servers.runtime import RuntimeDir
 
@@ -58,6 +66,7 @@ class PostgresFamily:
 
     name = NAME
     default_engines = (ENGINE,)
+    soak_actions: Mapping[str, tuple[str, ...]] | None = events.ACTIONS
 
     def engine(self, name: str) -> Engine:
         if name.lower() != ENGINE:
@@ -172,6 +181,9 @@ class PostgresFamily:
 
     def stop_leftovers(self, servers_dir: Path) -> list[int]:
         return [orphan.pid for orphan in stop_orphans(servers_dir)]
+
+    def soak_events(self, running: Server) -> SoakEvents | None:
+        return events.PgEvents(_server(running))
 
 
 def postgresql_forms(d: forms.Deployment) -> forms.Deployment:

@@ -94,6 +94,19 @@ def _rollup(pid: int) -> dict[str, int]:
     return fields
 
 
+def private_memory(pid: int) -> dict[str, int]:
+    """One backend's own memory now, in bytes: uss (what its exit would free), pss and
+    anon (its private anonymous memory: the heap its allocator holds); {} once it exited."""
+    r = _rollup(pid)
+    if not r:
+        return {}
+    return {
+        "uss": r.get("Private_Clean", 0) + r.get("Private_Dirty", 0),
+        "pss": r.get("Pss", 0),
+        "anon": r.get("Pss_Anon", 0),
+    }
+
+
 def server_pids(postmaster: int) -> list[int]:
     """The postmaster and every process it forked (backends and auxiliary processes)."""
     pids = [postmaster]
@@ -226,4 +239,12 @@ def metrics(account: ServerMemory) -> dict[str, float]:
     }
 
 
-__all__ = ["ProcessMemory", "ServerMemory", "account", "account_of", "metrics", "server_pids"]
+__all__ = [
+    "ProcessMemory",
+    "ServerMemory",
+    "account",
+    "account_of",
+    "metrics",
+    "private_memory",
+    "server_pids",
+]
