@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mallocbench import exitcodes
 from mallocbench.commands.options import (
     StopOnSignals,
     cluster_access,
@@ -19,7 +20,7 @@ from mallocbench.commands.options import (
     timing_options,
 )
 from mallocbench.commands.output import say
-from mallocbench.errors import EnvironmentLost, MallocbenchError
+from mallocbench.errors import EnvironmentLost, MallocbenchError, NothingMeasured
 from mallocbench.store.base import StoreDiskFault
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     return parsed
 
 
-@click.command("replay")
+@click.command("replay", epilog=exitcodes.POLICY_HELP)
 @click.argument("trace", type=click.Path(path_type=Path), required=False)
 @click.option(
     "--allocators",
@@ -352,6 +353,7 @@ def _conclude(result: RunResult, as_json: bool, out_dir: Path | None, console: C
     """The replay's tables (or JSON), and its reports under --out."""
     from mallocbench.analysis.run_analysis import analyze
     from mallocbench.report import formats
+    from mallocbench.report.replay import nothing_replayed_text
     from mallocbench.report.runs import Wrote
 
     analysis = analyze(result)
@@ -362,6 +364,11 @@ def _conclude(result: RunResult, as_json: bool, out_dir: Path | None, console: C
     if out_dir is not None:
         # on standard error: --json keeps standard output for the document alone
         say(formats.WROTE, Wrote([p.name for p in written], out_dir), console=console)
+    # Some replays failed is a run with failed cells (named above, exit 0); all of them
+    # is no result at all, which a script must not read as one.
+    nothing = nothing_replayed_text(_record(result), str(out_dir) if out_dir else None)
+    if nothing is not None:
+        raise NothingMeasured(nothing)
 
 
 def _print_measured(result: RunResult, as_json: bool) -> int:
