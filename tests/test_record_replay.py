@@ -160,6 +160,38 @@ def test_the_recorded_order_makes_an_interleaving_sensitive_peak_steady(pattern_
     assert sum(abs(p / middle - 1) < 0.02 for p in peaks) >= 4, peaks
 
 
+def test_replay_set_keeps_a_values_commas_and_splits_between_knobs(pattern_trace: Any) -> None:
+    """A comma starts another knob only before KNOB=: MALLOC_CONF's options stay one
+    value, as jemalloc reads it; each --set is one setup; a bad one is one line."""
+    if not allocators.get("jemalloc", False).available:
+        pytest.skip("jemalloc is not installed: `make setup` installs it")
+    trace, _ = pattern_trace
+    conf = "narenas:1,dirty_decay_ms:0"
+    out = mallocbench(
+        "replay", str(trace), "--allocators", "glibc", "--set", f"jemalloc:MALLOC_CONF={conf}",
+        "--set", "glibc:MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0", "--repeats", "1",
+        "--timing", "none", "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    knobs = {s["name"]: s["knobs"] for s in doc["setups"]}
+    assert knobs == {
+        "glibc": {},
+        f"jemalloc[MALLOC_CONF={conf}]": {"MALLOC_CONF": conf},
+        "glibc[MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0]": {
+            "MALLOC_ARENA_MAX": "1", "MALLOC_TOP_PAD_": "0"
+        },
+    }  # fmt: skip
+    assert all(r["failed"] == 0 for r in doc["replay_summary"]["setups"])
+    for bad, why in [
+        ("glibc:=2", "--set 'glibc:=2': knobs look like NAME:KNOB=VALUE[,KNOB=VALUE]"),
+        ("glibc:MALLOC_ARENA_MAX=1,MALLOC_ARENA_MAX=2", "knob MALLOC_ARENA_MAX is given twice"),
+    ]:
+        refused = mallocbench("replay", str(trace), "--set", bad)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert refused.stderr.startswith("mallocbench: error: ") and why in refused.stderr
+
+
 def test_replay_command_compares_allocators_with_intervals(
     pattern_trace: Any, tmp_path: Path
 ) -> None:

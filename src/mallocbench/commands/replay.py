@@ -38,7 +38,8 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     from mallocbench.patterns.experiment import parse_allocator_flag
 
     specs = [s.strip() for s in allocator_list.split(",") if s.strip()] if allocator_list else []
-    parsed = [parse_allocator_flag(spec) for spec in [*specs, *extra]]
+    parsed = [parse_allocator_flag(spec, "--allocators") for spec in specs]
+    parsed += [parse_allocator_flag(spec, "--set") for spec in extra]
     names = [name for name, _, _ in parsed]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate:
@@ -63,7 +64,9 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     "extra",
     multiple=True,
     metavar="NAME:KNOB=VALUE[,KNOB=VALUE]",
-    help="A further setup with knobs, e.g. glibc:MALLOC_ARENA_MAX=2 (repeatable).",
+    help="A further setup with knobs, e.g. glibc:MALLOC_ARENA_MAX=2 (repeatable: one setup "
+    "each). A comma starts another knob only before KNOB=, so a value keeps its commas: "
+    "jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:0 is one knob.",
 )
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
 @timing_options
