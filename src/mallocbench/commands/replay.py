@@ -21,6 +21,7 @@ from mallocbench.commands.options import (
 )
 from mallocbench.commands.output import say
 from mallocbench.errors import EnvironmentLost, MallocbenchError, NothingMeasured
+from mallocbench.store import locks
 from mallocbench.store.base import StoreDiskFault
 
 if TYPE_CHECKING:
@@ -150,6 +151,11 @@ def replay(
     else:
         _no_changes(click.get_current_context(), resume_id)
     with contextlib.ExitStack() as held:
+        if out_dir is not None:
+            # The output directory's lock, as `run` takes, for a new replay as for a
+            # resume, before the trace is read: two would write one directory's reports
+            # over each other. A new run's own lock comes with its id (replay_run).
+            held.enter_context(locks.lock_directory(out_dir))
         elsewhere = _elsewhere(held, address, security, out_dir, console)
         store = None
         if resume_id is not None:
@@ -295,7 +301,7 @@ def _record(result: RunResult) -> ReplayRecord:
 @contextlib.contextmanager
 def _store(out_dir: Path, resume_id: str | None) -> Iterator[ResultsStore]:
     """--out's store; with --resume, one that exists, the run's lock held while it runs."""
-    from mallocbench.store import locks, open_store
+    from mallocbench.store import open_store
     from mallocbench.store.base import STORE_NAME
 
     path = out_dir / STORE_NAME
