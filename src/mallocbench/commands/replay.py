@@ -151,11 +151,7 @@ def replay(
     else:
         _no_changes(click.get_current_context(), resume_id)
     with contextlib.ExitStack() as held:
-        if out_dir is not None:
-            # The output directory's lock, as `run` takes, for a new replay as for a
-            # resume, before the trace is read: two would write one directory's reports
-            # over each other. A new run's own lock comes with its id (replay_run).
-            held.enter_context(locks.lock_directory(out_dir))
+        _lock_out(held, out_dir)
         elsewhere = _elsewhere(held, address, security, out_dir, console)
         store = None
         if resume_id is not None:
@@ -193,6 +189,14 @@ def replay(
             _print_measured(result, as_json)
             raise
     _conclude(result, as_json, out_dir, console)
+
+
+def _lock_out(held: contextlib.ExitStack, out_dir: Path | None) -> None:
+    """--out's lock, as `run` takes, for a new replay as for a resume, before the trace
+    is read: two would write one directory's reports over each other. A new run's own
+    lock comes with its id (replay.run.replay_run)."""
+    if out_dir is not None:
+        held.enter_context(locks.lock_directory(out_dir))
 
 
 def _elsewhere(
