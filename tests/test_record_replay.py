@@ -27,7 +27,6 @@ from mallocbench.native import replayer_path, shim_path
 from mallocbench.patterns.experiment import make_setup
 from mallocbench.replay import control, preload, runner
 from mallocbench.replay import trace as tracemod
-from mallocbench.store import locks
 
 HERE = Path(__file__).resolve().parent
 HEADER = 1024
@@ -194,21 +193,12 @@ def test_replay_set_keeps_a_values_commas_and_splits_between_knobs(pattern_trace
 
 
 def test_replay_locks_its_out_as_run_does(pattern_trace: Any, tmp_path: Path) -> None:
-    """A new replay into an --out another run holds is refused in run's one line, before
-    a store is made; a resume is refused the same way."""
+    """A new replay, under way, holds its run (`runs` says running, not died) and its
+    --out: a second replay into it, new or resumed, is refused in run's one line."""
     trace, _ = pattern_trace
     out = tmp_path / "out"
-    args = ["replay", str(trace), "--repeats", "1", "--timing", "none", "--out", str(out)]
-    with locks.lock_directory(out):
-        refused = mallocbench(*args)
-        resumed = mallocbench("replay", "--resume", "replay-x", "--out", str(out))
-    for proc in (refused, resumed):
-        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-        assert f"the output directory {out} is in use by another mallocbench run" in proc.stderr
-    assert not (out / "results.sqlite").exists()
-    # Under way, the new replay holds its run: `runs` says running, not died.
     span = tracemod.check(trace).data["duration_s"]
-    slow = [*args[:-4], "--timing", "recorded", "--speed", f"{span / 6:g}", "--out", str(out)]
+    slow = ["replay", str(trace), "--repeats", "1", "--speed", f"{span / 6:g}", "--out", str(out)]
     replaying = subprocess.Popen(
         [sys.executable, "-m", "mallocbench.cli", *slow],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -220,9 +210,16 @@ def test_replay_locks_its_out_as_run_does(pattern_trace: Any, tmp_path: Path) ->
             time.sleep(0.2)
             listed = mallocbench("runs", str(out)).stdout
         assert f"running (PID {replaying.pid})" in listed, listed
+        run_id = listed.split()[0]
+        again = mallocbench("replay", str(trace), "--timing", "none", "--out", str(out))
+        resumed = mallocbench("replay", "--resume", run_id, "--out", str(out))
     finally:
         assert replaying.wait(timeout=120) == 0
-    assert mallocbench("runs", str(out)).stdout.rstrip().endswith("finished")
+    for proc in (again, resumed):
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"the output directory {out} is in use by another mallocbench run" in proc.stderr
+    listed = mallocbench("runs", str(out)).stdout
+    assert len(listed.splitlines()) == 1 and listed.rstrip().endswith("finished"), listed
 
 
 def test_replay_command_compares_allocators_with_intervals(

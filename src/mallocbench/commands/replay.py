@@ -22,7 +22,7 @@ from mallocbench.commands.options import (
 from mallocbench.commands.output import say
 from mallocbench.errors import EnvironmentLost, MallocbenchError, NothingMeasured
 from mallocbench.store import locks
-from mallocbench.store.base import StoreDiskFault
+from mallocbench.store.base import STORE_NAME, StoreDiskFault
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -151,7 +151,7 @@ def replay(
     else:
         _no_changes(click.get_current_context(), resume_id)
     with contextlib.ExitStack() as held:
-        _lock_out(held, out_dir)
+        _lock_out(held, out_dir, resume_id)
         elsewhere = _elsewhere(held, address, security, out_dir, console)
         store = None
         if resume_id is not None:
@@ -191,12 +191,18 @@ def replay(
     _conclude(result, as_json, out_dir, console)
 
 
-def _lock_out(held: contextlib.ExitStack, out_dir: Path | None) -> None:
+def _lock_out(held: contextlib.ExitStack, out_dir: Path | None, resume_id: str | None) -> None:
     """--out's lock, as `run` takes, for a new replay as for a resume, before the trace
     is read: two would write one directory's reports over each other. A new run's own
-    lock comes with its id (replay.run.replay_run)."""
-    if out_dir is not None:
-        held.enter_context(locks.lock_directory(out_dir))
+    lock comes with its id (replay.run.replay_run). A resume's --out must hold a store
+    first: a mistyped one is not created for its lock."""
+    if out_dir is None:
+        return
+    if resume_id is not None and not (out_dir / STORE_NAME).is_file():
+        raise MallocbenchError(
+            f"no results store in {out_dir}: give the --out the replay run {resume_id} was kept in"
+        )
+    held.enter_context(locks.lock_directory(out_dir))
 
 
 def _elsewhere(
@@ -306,13 +312,8 @@ def _record(result: RunResult) -> ReplayRecord:
 def _store(out_dir: Path, resume_id: str | None) -> Iterator[ResultsStore]:
     """--out's store; with --resume, one that exists, the run's lock held while it runs."""
     from mallocbench.store import open_store
-    from mallocbench.store.base import STORE_NAME
 
     path = out_dir / STORE_NAME
-    if resume_id is not None and not path.is_file():
-        raise MallocbenchError(
-            f"no results store in {out_dir}: give the --out the replay run {resume_id} was kept in"
-        )
     with contextlib.ExitStack() as held:
         if resume_id is not None:
             held.enter_context(locks.lock_run(path, resume_id))
