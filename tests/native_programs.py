@@ -27,6 +27,18 @@ def build(name: str, directory: Path) -> Path:
     return exe
 
 
+def build_library(name: str, directory: Path) -> Path:
+    """Compile tests/native/NAME.c into `directory` as a shared object (an allocator to
+    preload), with the same flags; its path."""
+    library = directory / f"lib{name}.so"
+    subprocess.run(
+        ["cc", "-O1", "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC", "-o",
+         str(library), str(SOURCES / f"{name}.c")],
+        check=True,
+    )  # fmt: skip
+    return library
+
+
 def busy_under_shim(ctl: Path) -> subprocess.Popen[bytes]:
     """A process that allocates without end, with the recording shim loaded (control
     file `ctl`), once the shim is mapped in it; the caller kills it."""

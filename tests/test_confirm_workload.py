@@ -185,6 +185,31 @@ def test_rare_statements_and_ddl_get_no_step_and_are_named() -> None:
     assert "inserts (1.0%)" in said and "5 DDL statements" in said
 
 
+def test_point_reads_of_many_keys_each_are_listed_as_approximated(tmp_path: Path) -> None:
+    """A MyRocks server running random-points (an IN list of 100 ids per SELECT): its
+    reads become point-query, one key each, and the confirmation lists that mapping
+    where advise shows every approximation (advise.md, advise.json, the TOML)."""
+    load = _load({"Com_select": 1000, "Handler_read_key": 100_000, "Com_update": 200})
+    for table in load.tables:
+        table["engine"] = "ROCKSDB"
+    derived = confirm.derive(load, setups=2, budget_s=600, source="prod.mbt.workload.json")
+    assert derived.engines == ["myrocks"] and dict(derived.steps)["point-query"] > 0.5
+    said = [a for a in derived.approximations if a.startswith("point reads run as point-query")]
+    assert len(said) == 1, derived.approximations
+    assert "looked up about 100 keys each" in said[0] and "random-points" in said[0]
+    path = tmp_path / "confirm.toml"
+    c = Confirmation(path, tmp_path / "confirm", "je-tuned-3", "glibc", 600, derived)
+    assert f"- {said[0]}" in "\n".join(confirmation_section(c))
+    assert said[0] in json.loads(json.dumps(c.to_dict()))["workload"]["approximations"]
+    assert f"#   - {said[0]}" in "\n".join(derived.lines())
+    # One key per read is the mapping still, and listed as one.
+    single = confirm.derive(_load({"Com_select": 1000, "Handler_read_key": 1000}), setups=2)
+    assert any(
+        a.startswith("point reads run as point-query") and "keys each" not in a
+        for a in single.approximations
+    ), single.approximations
+
+
 def test_a_time_too_short_for_any_plan_says_so() -> None:
     derived = confirm.derive(_load({"Com_select": 100, "Com_update": 50}), setups=4, budget_s=60)
     assert derived.planned_s is not None and derived.planned_s > 60

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from mallocbench.analysis.designs import TURNS_DESIGN
+from mallocbench.calibrate import auto as autodesign
 from mallocbench.errors import MallocbenchError
 from mallocbench.run.loading import from_dict, load
 from mallocbench.run.planning import plan, plan_extra_round
@@ -144,6 +146,14 @@ def test_min_effect_thp_and_cpu_counts_parse() -> None:
         ({"durations": {"step": 4, "slice": 5}}, "longer than durations.step"),
         ({"durations": {"settle": 2}}, "durations.settle = 2 applies to turns only"),
         (
+            {"design": "sequential", "durations": {"settle": 2}},
+            "durations.settle = 2 applies to turns only, and design = 'sequential' takes none",
+        ),
+        (
+            {"design": "auto", "durations": {"settle": 0}},
+            r"durations.settle = 0 is invalid: give a whole number 1-100",
+        ),
+        (
             {"alternate": "turns", "durations": {"settle": 0}},
             r"durations.settle = 0 is invalid: give a whole number 1-100",
         ),
@@ -162,6 +172,11 @@ def test_turns_settle_four_rounds_unless_asked_otherwise() -> None:
     assert from_dict(experiment()).settle_rounds == 4
     one = from_dict(experiment(alternate="turns", durations={"settle": 1}))
     assert one.settle_rounds == 1
+    # design = "auto" may choose turns: its settle is taken, and turns chosen keep it.
+    auto = from_dict(experiment(design="auto", durations={"settle": 2}))
+    assert auto.settle_rounds == 2
+    chosen = autodesign.apply(auto, TURNS_DESIGN, {"turn_s": 1.0}, "test")
+    assert chosen.alternate == "turns" and chosen.settle_rounds == 2
 
 
 def test_extra_round_keeps_interleaving_and_only_the_asked_cells() -> None:

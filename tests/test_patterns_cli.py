@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from mallocbench.cli import main
 from mallocbench.errors import MallocbenchError
 from mallocbench.patterns import experiment as pexp
-from mallocbench.store import open_store
+from mallocbench.store import locks, open_store
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "patterns.toml"
 
@@ -249,3 +249,24 @@ def test_a_run_being_written_is_not_resumed_by_a_second_writer(tmp_path: Path) -
     assert f"run {run_id} in {out / 'results.sqlite'} is in use by another mallocbench run" in err
     assert db.execute("SELECT count(*) FROM pattern_results").fetchone() == (1,)
     db.close()
+
+
+def test_patterns_lock_their_out_as_run_does_and_runs_lists_them(tmp_path: Path) -> None:
+    """Two `patterns` into one --out would write its reports over each other: the second
+    gets run's one line. `runs` lists a pattern run beside the store's other runs."""
+    out = tmp_path / "out"
+    args = ["-p", "oltp", "-a", "glibc", "-t", "1", "--ops", "50", "-r", "1", "--out", str(out)]
+    with locks.lock_directory(out):  # as a run still writing into it would
+        code, _, err = run_cli(*args)
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"mallocbench: error: the output directory {out} is in use by another" in err
+    assert not (out / "results.sqlite").exists()
+    assert run_cli(*args)[0] == 0
+    store = open_store(out / "results.sqlite")
+    run_id = store.latest_pattern_run()
+    store.close()
+    listed = CliRunner().invoke(main, ["runs", str(out)])
+    assert listed.exit_code == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{run_id}  "), lines
+    assert "1 pattern results" in lines[0] and lines[0].endswith("  finished")

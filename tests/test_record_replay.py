@@ -160,6 +160,68 @@ def test_the_recorded_order_makes_an_interleaving_sensitive_peak_steady(pattern_
     assert sum(abs(p / middle - 1) < 0.02 for p in peaks) >= 4, peaks
 
 
+def test_replay_set_keeps_a_values_commas_and_splits_between_knobs(pattern_trace: Any) -> None:
+    """A comma starts another knob only before KNOB=: MALLOC_CONF's options stay one
+    value, as jemalloc reads it; each --set is one setup; a bad one is one line."""
+    if not allocators.get("jemalloc", False).available:
+        pytest.skip("jemalloc is not installed: `make setup` installs it")
+    trace, _ = pattern_trace
+    conf = "narenas:1,dirty_decay_ms:0"
+    out = mallocbench(
+        "replay", str(trace), "--allocators", "glibc", "--set", f"jemalloc:MALLOC_CONF={conf}",
+        "--set", "glibc:MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0", "--repeats", "1",
+        "--timing", "none", "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    knobs = {s["name"]: s["knobs"] for s in doc["setups"]}
+    assert knobs == {
+        "glibc": {},
+        f"jemalloc[MALLOC_CONF={conf}]": {"MALLOC_CONF": conf},
+        "glibc[MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0]": {
+            "MALLOC_ARENA_MAX": "1", "MALLOC_TOP_PAD_": "0"
+        },
+    }  # fmt: skip
+    assert all(r["failed"] == 0 for r in doc["replay_summary"]["setups"])
+    for bad, why in [
+        ("glibc:=2", "--set 'glibc:=2': knobs look like NAME:KNOB=VALUE[,KNOB=VALUE]"),
+        ("glibc:MALLOC_ARENA_MAX=1,MALLOC_ARENA_MAX=2", "knob MALLOC_ARENA_MAX is given twice"),
+    ]:
+        refused = mallocbench("replay", str(trace), "--set", bad)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert refused.stderr.startswith("mallocbench: error: ") and why in refused.stderr
+
+
+def test_replay_locks_its_out_as_run_does(pattern_trace: Any, tmp_path: Path) -> None:
+    """A new replay, under way, holds its run (`runs` says running, not died) and its
+    --out: a second replay into it, new or resumed, is refused in run's one line."""
+    trace, _ = pattern_trace
+    out = tmp_path / "out"
+    span = tracemod.check(trace).data["duration_s"]
+    slow = ["replay", str(trace), "--repeats", "1", "--speed", f"{span / 6:g}", "--out", str(out)]
+    replaying = subprocess.Popen(
+        [sys.executable, "-m", "mallocbench.cli", *slow],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        listed = ""
+        while "replay-" not in listed and time.monotonic() < deadline:
+            time.sleep(0.2)
+            listed = mallocbench("runs", str(out)).stdout
+        assert f"running (PID {replaying.pid})" in listed, listed
+        run_id = listed.split()[0]
+        again = mallocbench("replay", str(trace), "--timing", "none", "--out", str(out))
+        resumed = mallocbench("replay", "--resume", run_id, "--out", str(out))
+    finally:
+        assert replaying.wait(timeout=120) == 0
+    for proc in (again, resumed):
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"the output directory {out} is in use by another mallocbench run" in proc.stderr
+    listed = mallocbench("runs", str(out)).stdout
+    assert len(listed.splitlines()) == 1 and listed.rstrip().endswith("finished"), listed
+
+
 def test_replay_command_compares_allocators_with_intervals(
     pattern_trace: Any, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ Every count an experiment file or `--set` can set has a bound that the message n
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -271,6 +272,37 @@ def test_a_plugin_the_server_could_not_start_fails_the_setup(
         header.metadata.notes and "did not load file_key_management.so" in header.metadata.notes[0]
     )
     assert not (out / "report.md").exists()  # nothing measured, nothing reported as measured
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("design", ["interleaved", "sequential"])
+def test_a_setup_the_server_did_not_take_fails_its_cells_and_the_run_goes_on(
+    tmp_path: Path, integrity_figures: Any, design: str
+) -> None:
+    """Setup b's server runs without the plugin it was given: b's cells are failed ones
+    with the server's reason, as a crashed server's are, and the base is measured."""
+    path = small_experiment(
+        tmp_path,
+        setup_extra='[[setup]]\nname = "b"\nallocator = "glibc"\n'
+        'config = { plugin_load_add = "file_key_management" }',
+    )
+    path.write_text(path.read_text().replace('name = "e"', f'name = "e"\ndesign = "{design}"', 1))
+    out = tmp_path / "o"
+    result = run_cli("run", str(path), "--out", str(out), "-q")
+    integrity_figures.add("faults injected")
+    integrity_figures.check_output(result.stdout + result.stderr)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "mallocbench: error" not in result.stderr
+    doc = json.loads((out / "results.json").read_text())
+    cells = {c["setup"]: c for c in doc["cells"]}
+    assert cells["a"]["status"] == "ok" and cells["a"]["qps"] > 0
+    assert cells["b"]["status"] == "failed"
+    assert "setup b on innodb failed" in cells["b"]["error"]
+    assert "did not load file_key_management.so" in cells["b"]["error"]
+    assert any("did not load file_key_management.so" in n for n in doc["metadata"]["notes"])
+    # Named where the user reads the run: its end, and its report.
+    assert "did not load file_key_management.so" in result.stdout + result.stderr
+    assert "did not load file_key_management.so" in (out / "report.md").read_text()
 
 
 @pytest.mark.server

@@ -2,8 +2,8 @@
 
 Every MallocbenchError becomes one line on stderr and exit status 2 (`exitcodes`, the one
 policy of every command), or 3 when the environment, not the input, went away
-(EnvironmentLost); nothing else is caught here, so a real bug still shows its
-traceback.
+(EnvironmentLost) or nothing could be measured (NothingMeasured); nothing else is
+caught here, so a real bug still shows its traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, NoReturn
 import click
 
 from mallocbench import __version__, exitcodes
-from mallocbench.errors import EnvironmentLost, MallocbenchError
+from mallocbench.errors import EnvironmentLost, MallocbenchError, NothingMeasured
 
 
 class LazyCommand(NamedTuple):
@@ -168,7 +168,7 @@ class Group(click.Group):
             return super().invoke(ctx)
         except MallocbenchError as exc:
             click.echo(f"mallocbench: error: {exc}", err=True)
-            lost = isinstance(exc, EnvironmentLost)
+            lost = isinstance(exc, (EnvironmentLost, NothingMeasured))
             sys.exit(exitcodes.ABORTED if lost else exitcodes.USAGE)
         except click.ClickException as exc:
             _click_error(exc)

@@ -16,6 +16,12 @@ class EnvironmentLost(MallocbenchError):
     stored before is kept, and the message says how to go on."""
 
 
+class NothingMeasured(MallocbenchError):
+    """Every measurement a command made failed (each replay's replayer crashed): not
+    the user's input but no result either, so an abort (exitcodes.ABORTED). The
+    failures are kept and shown before the line that names them."""
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """ " (did you mean 'jemalloc'?)" for a near miss such as 'jemaloc', else ""."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.75)

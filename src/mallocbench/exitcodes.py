@@ -15,6 +15,7 @@ OK = 0
 FINDING = 1  # a gate (compare --fail-on) found what it was asked to fail on
 USAGE = 2  # bad input or usage: MallocbenchError, click's usage errors
 ABORTED = 3  # a run stopped: a server failed or crashed, a step could not run, store/disk lost
+# (and a replay whose every replay failed: no result at all)
 INTERRUPTED_BASE = 128  # + the signal number: 130 for Ctrl-C, 143 for SIGTERM
 
 
@@ -29,9 +30,9 @@ POLICY = (
     (USAGE, "bad input or usage; one line on stderr says what and how to fix it"),
     (
         ABORTED,
-        "run aborted: a server failed or crashed, a step could not run, or the\n"
-        "results store or its disk was lost (full, failing); what was measured\n"
-        "is kept, --resume continues",
+        "run aborted: a server failed or crashed, a step could not run, every\n"
+        "replay failed, or the results store or its disk was lost (full,\n"
+        "failing); what was measured is kept, --resume continues",
     ),  # fmt: skip
     (interrupted(), "interrupted: 128 + the signal (143: SIGTERM); results kept"),
 )

@@ -18,7 +18,7 @@ from mallocbench.patterns import runner
 from mallocbench.patterns.driver import PATTERNS
 from mallocbench.report import formats
 from mallocbench.report.patterns import PatternFiles, PatternPlan
-from mallocbench.store import load_pattern_run, store_label
+from mallocbench.store import load_pattern_run, locks, store_label
 from mallocbench.store.base import STORE_NAME
 
 
@@ -174,8 +174,11 @@ def patterns(
     if dry_run:
         _print_plan(experiment, store, resume, console)
         return
-    run = runner.execute(experiment, store, resume=resume)
-    _show(run, out, store, console)
+    # The output directory's lock, as `run` takes: two runs would write one directory's
+    # reports over each other.
+    with locks.lock_directory(out):
+        run = runner.execute(experiment, store, resume=resume)
+        _show(run, out, store, console)
     if run.status != "finished":
         raise MallocbenchError(f"the run ended {run.status}")
 

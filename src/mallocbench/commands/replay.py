@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mallocbench import exitcodes
 from mallocbench.commands.options import (
     StopOnSignals,
     cluster_access,
@@ -19,8 +20,9 @@ from mallocbench.commands.options import (
     timing_options,
 )
 from mallocbench.commands.output import say
-from mallocbench.errors import EnvironmentLost, MallocbenchError
-from mallocbench.store.base import StoreDiskFault
+from mallocbench.errors import EnvironmentLost, MallocbenchError, NothingMeasured
+from mallocbench.store import locks
+from mallocbench.store.base import STORE_NAME, StoreDiskFault
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -37,7 +39,8 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     from mallocbench.patterns.experiment import parse_allocator_flag
 
     specs = [s.strip() for s in allocator_list.split(",") if s.strip()] if allocator_list else []
-    parsed = [parse_allocator_flag(spec) for spec in [*specs, *extra]]
+    parsed = [parse_allocator_flag(spec, "--allocators") for spec in specs]
+    parsed += [parse_allocator_flag(spec, "--set") for spec in extra]
     names = [name for name, _, _ in parsed]
     duplicate = next((n for n in names if names.count(n) > 1), None)
     if duplicate:
@@ -47,7 +50,7 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     return parsed
 
 
-@click.command("replay")
+@click.command("replay", epilog=exitcodes.POLICY_HELP)
 @click.argument("trace", type=click.Path(path_type=Path), required=False)
 @click.option(
     "--allocators",
@@ -62,7 +65,9 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     "extra",
     multiple=True,
     metavar="NAME:KNOB=VALUE[,KNOB=VALUE]",
-    help="A further setup with knobs, e.g. glibc:MALLOC_ARENA_MAX=2 (repeatable).",
+    help="A further setup with knobs, e.g. glibc:MALLOC_ARENA_MAX=2 (repeatable: one setup "
+    "each). A comma starts another knob only before KNOB=, so a value keeps its commas: "
+    "jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:0 is one knob.",
 )
 @click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
 @timing_options
@@ -146,6 +151,7 @@ def replay(
     else:
         _no_changes(click.get_current_context(), resume_id)
     with contextlib.ExitStack() as held:
+        _lock_out(held, out_dir, resume_id)
         elsewhere = _elsewhere(held, address, security, out_dir, console)
         store = None
         if resume_id is not None:
@@ -183,6 +189,20 @@ def replay(
             _print_measured(result, as_json)
             raise
     _conclude(result, as_json, out_dir, console)
+
+
+def _lock_out(held: contextlib.ExitStack, out_dir: Path | None, resume_id: str | None) -> None:
+    """--out's lock, as `run` takes, for a new replay as for a resume, before the trace
+    is read: two would write one directory's reports over each other. A new run's own
+    lock comes with its id (replay.run.replay_run). A resume's --out must hold a store
+    first: a mistyped one is not created for its lock."""
+    if out_dir is None:
+        return
+    if resume_id is not None and not (out_dir / STORE_NAME).is_file():
+        raise MallocbenchError(
+            f"no results store in {out_dir}: give the --out the replay run {resume_id} was kept in"
+        )
+    held.enter_context(locks.lock_directory(out_dir))
 
 
 def _elsewhere(
@@ -291,14 +311,9 @@ def _record(result: RunResult) -> ReplayRecord:
 @contextlib.contextmanager
 def _store(out_dir: Path, resume_id: str | None) -> Iterator[ResultsStore]:
     """--out's store; with --resume, one that exists, the run's lock held while it runs."""
-    from mallocbench.store import locks, open_store
-    from mallocbench.store.base import STORE_NAME
+    from mallocbench.store import open_store
 
     path = out_dir / STORE_NAME
-    if resume_id is not None and not path.is_file():
-        raise MallocbenchError(
-            f"no results store in {out_dir}: give the --out the replay run {resume_id} was kept in"
-        )
     with contextlib.ExitStack() as held:
         if resume_id is not None:
             held.enter_context(locks.lock_run(path, resume_id))
@@ -352,6 +367,7 @@ def _conclude(result: RunResult, as_json: bool, out_dir: Path | None, console: C
     """The replay's tables (or JSON), and its reports under --out."""
     from mallocbench.analysis.run_analysis import analyze
     from mallocbench.report import formats
+    from mallocbench.report.replay import nothing_replayed_text
     from mallocbench.report.runs import Wrote
 
     analysis = analyze(result)
@@ -362,6 +378,11 @@ def _conclude(result: RunResult, as_json: bool, out_dir: Path | None, console: C
     if out_dir is not None:
         # on standard error: --json keeps standard output for the document alone
         say(formats.WROTE, Wrote([p.name for p in written], out_dir), console=console)
+    # Some replays failed is a run with failed cells (named above, exit 0); all of them
+    # is no result at all, which a script must not read as one.
+    nothing = nothing_replayed_text(_record(result), str(out_dir) if out_dir else None)
+    if nothing is not None:
+        raise NothingMeasured(nothing)
 
 
 def _print_measured(result: RunResult, as_json: bool) -> int:

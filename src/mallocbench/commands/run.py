@@ -7,7 +7,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 from rich.console import Console
@@ -37,7 +37,7 @@ from mallocbench.run.options import RunOptions, RunOutcome, cell_estimate
 from mallocbench.run.runner import Pipeline
 from mallocbench.run.source import dry_run_checks
 from mallocbench.store import is_url, open_store, store_label, store_target
-from mallocbench.store.base import STORE_NAME
+from mallocbench.store.base import STORE_NAME, ResultsStore
 from mallocbench.store.loading import load_result
 from mallocbench.store.sqlite import STATUS_FINISHED
 from mallocbench.units import parse_duration
@@ -423,19 +423,27 @@ def runs_cmd(store: str) -> None:
     """List the runs in a store: an output directory, a .sqlite file or a postgresql:// URL."""
     db = open_store(store_target(store, must_exist=True), readonly=True)
     try:
-        rows = [
-            runs_report.Listed(
-                run["run_id"],
-                run["cells"],
-                run["experiment"],
-                db.live_status(run["run_id"], run["status"]),
-                None if run["cells"] else db.load_run_header(run["run_id"]).metadata.replay,
-            )
-            for run in db.list_runs()
-        ]
+        # A store `patterns` wrote into holds its runs too: one list, oldest first.
+        rows = [_listed(db, run) for run in db.list_runs()]
+        rows += [_listed(db, run, patterns=True) for run in db.list_pattern_runs()]
     finally:
         db.close()
-    say(formats.RUN_LIST, rows)
+    rows.sort(key=lambda row: row[0])
+    say(formats.RUN_LIST, [listed for _, listed in rows])
+
+
+def _listed(
+    db: ResultsStore, run: dict[str, Any], patterns: bool = False
+) -> tuple[float, runs_report.Listed]:
+    """A stored run as `runs` lists it, after when it started."""
+    replay = None
+    if not patterns and not run["cells"]:
+        replay = db.load_run_header(run["run_id"]).metadata.replay
+    status = db.live_status(run["run_id"], run["status"])
+    listed = runs_report.Listed(
+        run["run_id"], run["cells"], run["experiment"], status, replay, patterns
+    )
+    return float(run["started_at"] or 0), listed
 
 
 @click.command("steps")

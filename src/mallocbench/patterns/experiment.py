@@ -500,18 +500,30 @@ def load(path: str | os.PathLike[str]) -> PatternExperiment:
     return from_dict(data, p.stem, text, source=str(p))
 
 
-def parse_allocator_flag(value: str) -> tuple[str, str, dict[str, str]]:
-    """`jemalloc`, `glibc:MALLOC_MMAP_MAX_=0,MALLOC_ARENA_MAX=2` or a .so path ->
-    (setup name, allocator spec, knobs)."""
+# A comma starts another knob only before a knob's name and its "=": the comma in
+# MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0 is part of the one value.
+_NEXT_KNOB = re.compile(r",(?=\s*[A-Za-z_][A-Za-z0-9_]*\s*=)")
+
+
+def parse_allocator_flag(value: str, flag: str = "--allocator") -> tuple[str, str, dict[str, str]]:
+    """`jemalloc`, `glibc:MALLOC_MMAP_MAX_=0,MALLOC_ARENA_MAX=2`,
+    `jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:0` or a .so path -> (setup name,
+    allocator spec, knobs). `flag` is the option it came from, for the one line."""
     spec, knobs = value, {}
     head, sep, tail = value.partition(":")
     if sep and "=" in tail:
         spec = head
-        for item in tail.split(","):
+        for item in _NEXT_KNOB.split(tail):
             key, eq, val = item.partition("=")
-            if not eq or not key:
+            if not eq or not key.strip():
                 raise MallocbenchError(
-                    f"--allocator {value!r}: knobs look like NAME:KEY=VALUE[,KEY=VALUE]"
+                    f"{flag} {value!r}: knobs look like NAME:KNOB=VALUE[,KNOB=VALUE] (a "
+                    "comma inside a value is kept: jemalloc:MALLOC_CONF=narenas:2,"
+                    "dirty_decay_ms:0)"
+                )
+            if key.strip() in knobs:
+                raise MallocbenchError(
+                    f"{flag} {value!r}: knob {key.strip()} is given twice: give it once"
                 )
             knobs[key.strip()] = val.strip()
     name = (

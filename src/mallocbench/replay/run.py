@@ -4,6 +4,7 @@ as it ends), so `report`, `runs` and every report format read it back."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -128,11 +129,29 @@ def replay_run(
     are kept and not run again."""
     record = result.metadata.replay
     assert record is not None, "new_result makes a replay's run"
-    if store is not None and not resumed:
-        result.run_id = _unique_id(store, result.run_id)
-        store.create_run(result)
-        for setup in result.setups:
-            store.save_setup(result.run_id, setup)
+    with contextlib.ExitStack() as held:
+        if store is not None and not resumed:
+            result.run_id = _unique_id(store, result.run_id)
+            # Held while it replays, as a run's: `runs` reads a run nobody holds as died.
+            held.enter_context(store.lock_run(result.run_id))
+            store.create_run(result)
+            for setup in result.setups:
+                store.save_setup(result.run_id, setup)
+        _replay_into(result, record, setups, trace, store, progress, finished, until, elsewhere)
+
+
+def _replay_into(
+    result: RunResult,
+    record: ReplayRecord,
+    setups: Sequence[PatternSetup],
+    trace: Path,
+    store: ResultsStore | None,
+    progress: Callable[[str], None] | None,
+    finished: Callable[[ReplayRun], None] | None,
+    until: float | None,
+    elsewhere: Replays | None,
+) -> None:
+    """replay_run's replays, each committed as it ends, and the run's status at the end."""
 
     def commit(run: ReplayRun) -> None:
         if (run.setup, run.repeat) in committed(record):

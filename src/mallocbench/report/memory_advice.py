@@ -79,27 +79,24 @@ def _heap_fix(report: MemoryReport) -> str:
     return f"lower the allocator's retention (jemalloc: MALLOC_CONF={decay})"
 
 
-def _footprint_over_limit(report: MemoryReport, _: Advice) -> Worded:
+def _footprint_against_limit(report: MemoryReport, advice: Advice) -> Worded:
+    """The worst case over the limit, or the peak so far near it: one footprint, one
+    limit, read the same way for both."""
     fp, limit = report.footprint, report.memory_limit
     assert fp is not None and limit is not None  # memory/advice.py decided on them
-    return (
-        "worst-case footprint exceeds the memory limit",
-        "lower max_connections or the per-connection buffers (sort_buffer_size, "
-        "join_buffer_size, tmp_table_size), or cap connections with a pool",
-        f"global buffers {_mb(fp.global_total)} + {fp.max_connections} connections x "
-        f"{_mb(fp.per_connection_total)} = {_mb(fp.worst_case)} > {_mb(limit.bytes)} "
-        f"({limit.source})",
-    )
-
-
-def _peak_near_limit(report: MemoryReport, _: Advice) -> Worded:
-    fp, limit = report.footprint, report.memory_limit
-    assert fp is not None and limit is not None
+    against = f"{_mb(limit.bytes)} ({limit.source})"
+    if advice.kind == AdviceKind.FOOTPRINT_OVER_LIMIT:
+        return (
+            "worst-case footprint exceeds the memory limit",
+            "lower max_connections or the per-connection buffers (sort_buffer_size, "
+            "join_buffer_size, tmp_table_size), or cap connections with a pool",
+            f"global buffers {_mb(fp.global_total)} + {fp.max_connections} connections x "
+            f"{_mb(fp.per_connection_total)} = {_mb(fp.worst_case)} > {against}",
+        )
     return (
         "peak footprint so far is above 85% of the memory limit",
         "the connections seen so far could use nearly all memory at once",
-        f"{_mb(fp.peak_so_far)} with Max_used_connections={fp.max_used_connections} "
-        f"vs {_mb(limit.bytes)} ({limit.source})",
+        f"{_mb(fp.peak_so_far)} with Max_used_connections={fp.max_used_connections} vs {against}",
     )
 
 
@@ -274,8 +271,8 @@ def _performance_schema(report: MemoryReport, _: Advice) -> Worded:
 
 
 _WORDS: dict[AdviceKind, Callable[[MemoryReport, Advice], Worded]] = {
-    AdviceKind.FOOTPRINT_OVER_LIMIT: _footprint_over_limit,
-    AdviceKind.PEAK_NEAR_LIMIT: _peak_near_limit,
+    AdviceKind.FOOTPRINT_OVER_LIMIT: _footprint_against_limit,
+    AdviceKind.PEAK_NEAR_LIMIT: _footprint_against_limit,
     AdviceKind.OOM_RISK: _oom_risk,
     AdviceKind.MYROCKS_ON_GLIBC: _myrocks_on_glibc,
     AdviceKind.GLIBC_ARENAS: _glibc_arenas,

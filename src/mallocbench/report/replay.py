@@ -208,6 +208,25 @@ def _failed_line(row: SetupSummary) -> str:
     return f"{row.setup}: {row.failed} of {row.runs} replays failed{crashed}"
 
 
+def nothing_replayed_text(record: ReplayRecord, out_dir: str | None) -> str | None:
+    """The one line of a replay run whose every replay failed (None when one did not):
+    the first failure of each setup, and where the rest is kept."""
+    runs = record.replay_runs
+    if not runs or any(r.status == "ok" for r in runs):
+        return None
+    first: dict[str, str] = {}
+    for run in runs:
+        first.setdefault(run.setup, run.error or run.status)
+    why = "; ".join(f"{setup}: {error}" for setup, error in first.items())
+    crashed = any(r.status == "crashed" for r in runs)
+    kept = f" (kept in {out_dir})" if out_dir else ""
+    return (
+        f"every replay failed ({len(runs)} of {len(runs)}), nothing was measured: {why}"
+        + ("; the notes above say which call each replay thread was on" if crashed else "")
+        + kept
+    )
+
+
 def error_lines(replay: ReplayAnalysis) -> list[str]:
     lines = []
     for row in replay.rows:

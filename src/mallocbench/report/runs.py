@@ -311,6 +311,7 @@ class Listed:
     experiment: str
     status: str
     replay: ReplayRecord | None = None
+    patterns: bool = False  # a `patterns` run: `cells` counts its results
 
 
 def runs_text(rows: list[Listed]) -> str:
@@ -318,7 +319,9 @@ def runs_text(rows: list[Listed]) -> str:
     out = []
     for r in rows:
         what = f"{r.cells:>4} cells  {r.experiment}"
-        if not r.cells and r.replay is not None:
+        if r.patterns:
+            what = f"{r.cells:>4} pattern results  {r.experiment} (mallocbench patterns)"
+        elif not r.cells and r.replay is not None:
             what = listing(r.replay)
         out.append(f"{r.run_id}  {what}  {r.status}\n")
     return "".join(out)

@@ -48,6 +48,7 @@ from mallocbench.run.experiment import (
     MIN_RUN_SLICE_S,
     MIN_TURN_S,
     RUNS,
+    SEQUENTIAL,
     TURNS,
     Decision,
     Experiment,
@@ -183,8 +184,8 @@ def from_dict(
     min_effect = problems.check(("min_effect",), parse_min_effect, data.get("min_effect", 0))
     dataset = _dataset(problems, data, engine_list)
     alternate = problems.check(("alternate",), _alternate, data.get("alternate", RUNS))
-    timing = _durations(problems, data, alternate or RUNS)
     design = problems.check(("design",), _design, data.get("design", INTERLEAVED))
+    timing = _durations(problems, data, alternate or RUNS, design)
     budget = None
     if "budget" in data:
         budget = problems.check(("budget",), _budget, data["budget"], design)
@@ -421,7 +422,9 @@ def _alternate(value: object) -> str:
     return alternate
 
 
-def _durations(problems: Problems, data: dict[str, Any], alternate: str) -> _Timing:
+def _durations(
+    problems: Problems, data: dict[str, Any], alternate: str, design: str | None
+) -> _Timing:
     timing = _Timing(slice=DEFAULT_TURN_S if alternate == TURNS else DEFAULT_SLICE_S)
     hint = "write a [durations] table"
     raw = problems.check(("durations",), expect, data.get("durations", {}), dict, "durations", hint)
@@ -443,17 +446,26 @@ def _durations(problems: Problems, data: dict[str, Any], alternate: str) -> _Tim
         slice_s = problems.check(at + ("slice",), _slice, raw.get("slice"), step, alternate)
         timing.slice = slice_s if slice_s is not None else timing.slice
     if "settle" in raw:
-        settle = problems.check(at + ("settle",), _settle, raw["settle"], alternate)
+        settle = problems.check(at + ("settle",), _settle, raw["settle"], alternate, design)
         timing.settle = settle if settle is not None else timing.settle
     return timing
 
 
-def _settle(value: object, alternate: str) -> int:
-    """Rounds of settle turns: only turns have them (a run's slice is a client of its own)."""
-    if alternate != TURNS:
+def _settle(value: object, alternate: str, design: str | None) -> int:
+    """Rounds of settle turns: only turns have them (a run's slice is a client of its
+    own), so settle is refused only where turns can never run: design = "auto" may
+    choose them whatever `alternate` says, and a bad design is told on its own."""
+    if design == SEQUENTIAL:
+        raise MallocbenchError(
+            f"durations.settle = {value!r} applies to turns only, and design = "
+            f"{SEQUENTIAL!r} takes none: set design = {AUTO!r}, or {INTERLEAVED!r} with "
+            f"alternate = {TURNS!r}, or remove settle"
+        )
+    if design == INTERLEAVED and alternate != TURNS:
         raise MallocbenchError(
             f"durations.settle = {value!r} applies to turns only: set alternate = "
-            f"{TURNS!r}, or remove settle (each {RUNS!r} slice starts a client of its own)"
+            f"{TURNS!r} (or design = {AUTO!r}, which may choose turns), or remove settle "
+            f"(each {RUNS!r} slice starts a client of its own)"
         )
     return _bounded_int(value, "durations.settle", 1, MAX_SETTLE_ROUNDS)
 

@@ -17,6 +17,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from mallocbench.analysis.steady import Held, Stability, WarmupDetector, check_stability
 from mallocbench.memory.account import account
@@ -257,7 +258,8 @@ class TurnTaken:
     reported: dict[str, float]
 
 
-def new_cell(planned: PlannedCell, live: LiveSession, experiment: Experiment) -> Cell:
+def planned_cell(planned: PlannedCell, experiment: Experiment, **fields: Any) -> Cell:
+    """The cell `planned` names, begun now; `fields` are the rest it has so far."""
     return Cell(
         setup=planned.setup,
         engine=planned.engine,
@@ -265,10 +267,15 @@ def new_cell(planned: PlannedCell, live: LiveSession, experiment: Experiment) ->
         threads=planned.threads,
         repeat=planned.repeat,
         group=planned.step.group,
-        session=live.info.id,
-        allocator_path=live.server.allocator_path,
         cache_bytes=experiment.dataset.cache_bytes,
         started_at=time.time(),
+        **fields,
+    )
+
+
+def new_cell(planned: PlannedCell, live: LiveSession, experiment: Experiment) -> Cell:
+    return planned_cell(
+        planned, experiment, session=live.info.id, allocator_path=live.server.allocator_path
     )
 
 

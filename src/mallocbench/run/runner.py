@@ -20,7 +20,7 @@ from mallocbench.model.metadata import (
     Durations,
     RunMetadata,
 )
-from mallocbench.model.results import STATUS_OK, Cell, RunResult
+from mallocbench.model.results import STATUS_FAILED, STATUS_OK, Cell, RunResult
 from mallocbench.probes.system import host_facts
 from mallocbench.run.executor import Executor, RunContext, Session
 from mallocbench.run.experiment import (
@@ -32,6 +32,7 @@ from mallocbench.run.experiment import (
     PlannedCell,
     PlannedSession,
 )
+from mallocbench.run.measure import planned_cell
 from mallocbench.run.options import Progress, RunOptions, RunOutcome, SilentProgress, cell_estimate
 from mallocbench.run.planning import concurrency_problem, plan_extra_round, slices_per_cell
 from mallocbench.run.schedule import LocalSchedule, Schedule
@@ -467,6 +468,26 @@ class Pipeline:
                 f"{cell.setup}/{cell.engine}/{cell.step}/{cell.threads}t, repeat "
                 f"{cell.repeat + 1}: {cell.error}"
             )
+
+    def setup_not_taken(
+        self,
+        store: ResultsStore,
+        run_id: str,
+        cells: list[PlannedCell],
+        exc: SettingNotTaken,
+        outcome: RunOutcome,
+    ) -> None:
+        """A setup whose server did not take its allocator or a setting: its cells are
+        failed ones with why, as a crashed server's are, and the run goes on with the
+        other setups. The base setup's stops the run: every finding is against it, so
+        nothing the others measured could be read."""
+        if cells and cells[0].setup == self.experiment.base:
+            raise exc
+        for planned in cells:
+            cell = planned_cell(planned, self.experiment, status=STATUS_FAILED, error=str(exc))
+            self.save_cell(store, run_id, cell, outcome)
+        if str(exc) not in outcome.notes:
+            outcome.notes.append(str(exc))
 
     def measure_together(
         self, pairs: list[tuple[Session, PlannedCell]], interleave: bool

@@ -15,6 +15,7 @@ from mallocbench.run.options import Progress, RunOptions, RunOutcome
 from mallocbench.run.planning import blocks
 from mallocbench.run.source import RunSessions
 from mallocbench.servers.family import Build
+from mallocbench.servers.outcome import SettingNotTaken
 from mallocbench.store import ResultsStore
 
 
@@ -50,6 +51,15 @@ class ScheduledRun(Protocol):
     def measure_together(
         self, pairs: list[tuple[Session, PlannedCell]], interleave: bool
     ) -> list[Cell]: ...
+
+    def setup_not_taken(
+        self,
+        store: ResultsStore,
+        run_id: str,
+        cells: list[PlannedCell],
+        exc: SettingNotTaken,
+        outcome: RunOutcome,
+    ) -> None: ...
 
 
 class Schedule(Protocol):
@@ -123,7 +133,11 @@ class LocalSchedule:
         attempt = 0
         with pipeline.executor.host_prepared_for(setup):
             while pending:
-                live = pipeline.begin_session(store, run_id, planned, attempt, builds)
+                try:
+                    live = pipeline.begin_session(store, run_id, planned, attempt, builds)
+                except SettingNotTaken as exc:
+                    pipeline.setup_not_taken(store, run_id, pending, exc, outcome)
+                    return
                 attempt += 1
                 try:
                     while pending:
@@ -176,9 +190,17 @@ class LocalSchedule:
                             pipeline.end_session(store, run_id, lives.pop(session.setup), outcome)
                         attempt = attempts.get(session.setup, 0)
                         attempts[session.setup] = attempt + 1
-                        live = pipeline.begin_session(store, run_id, session, attempt, builds)
+                        try:
+                            live = pipeline.begin_session(store, run_id, session, attempt, builds)
+                        except SettingNotTaken as exc:
+                            # The block goes on without it: its cells are failed ones.
+                            failed, pending[session.setup] = pending[session.setup], []
+                            pipeline.setup_not_taken(store, run_id, failed, exc, outcome)
+                            continue
                         lives[session.setup] = live
                     pairs.append((live, cell))
+                if not pairs:
+                    continue
                 measured = pipeline.measure_together(pairs, interleave=True)
                 for (live, _), finished in zip(pairs, measured, strict=True):
                     pipeline.save_cell(store, run_id, finished, outcome)

@@ -183,8 +183,9 @@ def _start_server(live: LiveSession, engine_name: str) -> None:
             f"the server for setup {setup.name} on {engine_name} did not start: {exc}"
         ) from exc
     except MallocbenchError as exc:
-        # The allocator was not mapped: nothing measured is trustworthy.
-        raise ServerStartError(f"setup {setup.name}: {exc}") from exc
+        # The allocator was not mapped: a setting not taken, like a knob the server
+        # ignored, so the setup fails and the run goes on with the others.
+        raise SettingNotTaken(f"setup {setup.name} on {engine_name} failed: {exc}") from exc
 
 
 def stop_session(live: LiveSession, keep_datadir: bool) -> None:

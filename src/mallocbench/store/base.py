@@ -56,11 +56,23 @@ def schema_refusal(label: str, version: int) -> str:
     )
 
 
-def damaged_store(label: str, detail: object) -> str:
-    """The one line every reader prints for a store whose pages are damaged."""
+RECOVER = "the sqlite3 shell's .recover (or pg_dump for PostgreSQL)"
+
+
+def damaged_store(
+    label: str,
+    detail: object,
+    what: str = "the results store",
+    then: str = "",
+    recover: str = RECOVER,
+) -> str:
+    """The one line for a store whose pages are damaged, whichever store (the results
+    store's every reader, tune's trials): `then` is how its command goes on once the
+    file is restored. A USAGE error: nothing was running that it aborted, and what
+    fixes it is the user's (a copy of the file), not a --resume."""
     return (
-        f"the results store {label} is damaged ({detail}): restore it from a copy; the "
-        "sqlite3 shell's .recover (or pg_dump for PostgreSQL) may save what is readable"
+        f"{what} {label} is damaged ({detail}): restore it from a copy{then}; {recover} "
+        "may save what is readable"
     )
 
 

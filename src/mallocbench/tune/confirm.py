@@ -110,7 +110,27 @@ def mix_of(load: ServerLoad) -> tuple[Mix, list[str]]:
             "updates run as update-nonindex: the counters do not say whether an update "
             "changes an indexed column"
         )
-    return Mix(counts, rows), said
+    mix = Mix(counts, rows)
+    if mix.weight("point") >= MIN_WEIGHT:
+        said.append(_points_said(load, counts))
+    return mix, said
+
+
+def _points_said(load: ServerLoad, counts: dict[str, float]) -> str:
+    """How point reads are mapped: one key each (point-query), though a SELECT may look
+    up many (an IN list, as random-points; a join), which the counters only hint at."""
+    # Key lookups not of point reads: a range read starts with one, an update or a
+    # delete by key finds its row with one.
+    others = counts["range"] + counts["update"] + counts["delete"]
+    per_read = max(0.0, load.count("Handler_read_key") - others) / counts["point"]
+    mapped = "point reads run as point-query, one row by its primary key each"
+    if per_read >= 1.5:
+        return (
+            f"{mapped}, though the recorded SELECTs looked up about {per_read:,.0f} keys each "
+            "(Handler_read_key): an IN list of ids (random-points) or a join reads more "
+            "per statement than the confirmation does"
+        )
+    return f"{mapped}: the counters do not say how many keys a SELECT looked up"
 
 
 def step_label(kind: str, mix: Mix) -> str:

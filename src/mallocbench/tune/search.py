@@ -121,20 +121,26 @@ def _sqlite_error(exc: BaseException) -> sqlite3.Error | None:
     return seen
 
 
-def studies_fault(db: Path, exc: BaseException) -> EnvironmentLost:
-    """One line for tune.db refused by SQLite: damaged, its disk full or failing, or
-    unusable (read-only, held by another program). Exit 3, as for the results store's
-    disk: the trials told before are in the file (unless it is the damage)."""
+def studies_fault(db: Path, exc: BaseException) -> MallocbenchError:
+    """One line for tune.db refused by SQLite: damaged (exit 2 with the results store's
+    line: the same fault), its disk full or failing, or unusable (read-only, held by
+    another program): exit 3, as for the results store's disk, the trials told before
+    are in the file."""
+    from mallocbench.store.base import damaged_store
     from mallocbench.store.sqlite import DAMAGED, FULL, IO_ERROR, NOT_SQLITE, fault_kind
 
     cause = _sqlite_error(exc)
     detail = str(cause or exc).splitlines()[0]
     kind = fault_kind(cause) if cause is not None else None
     if kind in (DAMAGED, NOT_SQLITE):
-        return EnvironmentLost(
-            f"the tune's studies {db} are damaged ({detail}): restore the file from a copy "
-            "and --resume, or move it aside to start the tune again; the sqlite3 shell's "
-            ".recover may save its finished trials"
+        return MallocbenchError(
+            damaged_store(
+                str(db),
+                detail,
+                "the tune's trial store",
+                " and --resume, or move it aside to start the tune again",
+                "the sqlite3 shell's .recover",
+            )
         )
     if kind in (FULL, IO_ERROR):
         what = "no space left for" if kind == FULL else "I/O error on"

@@ -10,13 +10,11 @@ loader's scripts).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import secrets
 import shutil
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -28,11 +26,10 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.files import cache_root, is_disk_fault
 from mallocbench.servers.engines import Engine
 from mallocbench.servers.family import Shape
+from mallocbench.servers.golden import published
 from mallocbench.servers.mariadb.build import ServerBuild
 from mallocbench.servers.mariadb.config import ServerConfig
 from mallocbench.servers.mariadb.private import PrivateServer
-from mallocbench.servers.orphans import stop_orphan
-from mallocbench.servers.outcome import SERVER_RECORD
 
 # Bumped when golden datadirs change shape: 2 = owned by the server's user, no root
 # account without a password; 3 = index statistics taken after the load.
@@ -63,17 +60,6 @@ def dataset_key(build: ServerBuild, engine: Engine, dataset: LoadableShape) -> s
     return f"{build.flavor}-{version}-{engine.name}-{shape}-{dataset.schema_hash(_GOLDEN_FORMAT)}"
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def golden_datadir(
     build: ServerBuild,
     engine: Engine,
@@ -84,31 +70,10 @@ def golden_datadir(
     """The loaded datadir for this shape, building it first when it is not cached."""
     root = root or cache_root()
     key = dataset_key(build, engine, dataset)
-    final = root / "datasets" / key
     try:
-        with _locked(root / "datasets" / f".{key}.lock"):
-            if (final / "READY").is_file():
-                return final / "data"
-            # We hold the lock, so any loader directory left in the cache belongs to a dead
-            # harness: stop its server if one still runs, then reclaim the space.
-            for leftover in (root / "datasets").glob(f".{key}.*"):
-                if not leftover.is_dir():
-                    continue  # the lock file itself
-                stop_orphan(leftover / SERVER_RECORD)
-                shutil.rmtree(leftover, ignore_errors=True)
-            if on_status:
-                on_status(f"loading dataset {key} (once; later runs reuse it)")
-            work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root / "datasets"))
-            try:
-                _load(build, engine, dataset, work)
-                if final.exists():
-                    shutil.rmtree(final)
-                (work / "data").rename(work / "data.loaded")
-                final.mkdir(parents=True)
-                (work / "data.loaded").rename(final / "data")
-                (final / "READY").write_text(key + "\n")
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
+        return published(
+            root / "datasets", key, lambda work: _load(build, engine, dataset, work), on_status
+        )
     except PermissionError as exc:
         raise MallocbenchError(
             f"cannot write the dataset cache {root}: set MALLOCBENCH_CACHE to a writable directory"
@@ -120,7 +85,6 @@ def golden_datadir(
             f"cannot build dataset {key} in the cache {root}: {exc.strerror}: free space "
             "there, or set MALLOCBENCH_CACHE to a directory on a disk with room"
         ) from exc
-    return final / "data"
 
 
 def _load(build: ServerBuild, engine: Engine, dataset: LoadableShape, workdir: Path) -> None:

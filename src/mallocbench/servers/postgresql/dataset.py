@@ -7,12 +7,10 @@ The cache is MariaDB's, under names of its own.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +20,7 @@ import psycopg
 from mallocbench import allocators
 from mallocbench.errors import MallocbenchError
 from mallocbench.servers.family import Shape
-from mallocbench.servers.orphans import stop_orphan
+from mallocbench.servers.golden import published
 from mallocbench.servers.postgresql import pgbench, workload
 from mallocbench.servers.postgresql.build import PgBuild
 from mallocbench.servers.postgresql.server import DATABASE, ROLE, PgConfig, PgServer
@@ -56,36 +54,15 @@ def golden_datadir(
     `root` is the dataset cache (run.dataset.cache_root(): the pipeline's, beside
     MariaDB's golden directories)."""
     key = dataset_key(build, dataset)
-    datasets = root / "datasets"
-    final = datasets / key
     try:
-        datasets.mkdir(parents=True, exist_ok=True)
-        with open(datasets / f".{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if (final / "READY").is_file():
-                return final / "data"
-            # Holding the lock, any loader directory left here is a dead harness's.
-            for leftover in datasets.glob(f".{key}.*"):
-                if leftover.is_dir():
-                    stop_orphan(leftover / "server.json")
-                    shutil.rmtree(leftover, ignore_errors=True)
-            if on_status:
-                on_status(f"loading dataset {key} (once; later runs reuse it)")
-            work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=datasets))
-            try:
-                _load(build, dataset, work)
-                shutil.rmtree(final, ignore_errors=True)
-                final.mkdir(parents=True)
-                (work / "data").rename(final / "data")
-                (final / "READY").write_text(key + "\n")
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
+        return published(
+            root / "datasets", key, lambda work: _load(build, dataset, work), on_status
+        )
     except OSError as exc:
         raise MallocbenchError(
             f"cannot build dataset {key} in the cache {root}: {exc.strerror}: free space "
             "there, or set MALLOCBENCH_CACHE to a writable directory with room"
         ) from exc
-    return final / "data"
 
 
 def _load(build: PgBuild, dataset: Shape, workdir: Path) -> None:
