@@ -112,6 +112,9 @@ def pytest_configure(config: pytest.Config) -> None:
 # the workers wait for `alone` tests as they did before.
 
 _IDLE_NICE = 19
+# What a worker returns to after idle priority: the niceness the suite was started with
+# (`nice -n 10 make test` beside someone's benches), not 0, which root may set.
+_STARTED_NICE = os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def _alone_mark(item: pytest.Item | None) -> pytest.Mark | None:
@@ -233,7 +236,7 @@ class _Turns:
         if self.held is None:
             return
         if self.held == "idle":
-            _set_priority_of_tree(0)
+            _set_priority_of_tree(_STARTED_NICE)
         else:
             fcntl.flock(self.alone_lock, fcntl.LOCK_UN)
         if self.held in ("alone", "strict", "idle"):

@@ -198,6 +198,11 @@ INSTEAD = {
     ),
     ("production-server", "--seconds 60"): ("--seconds 3", "a short window"),
     ("production-server", "--watch 10m"): ("--watch 4s", "a short watch"),
+    ("production-server", "glibc,jemalloc,tcmalloc --repeats 3"): (
+        "glibc,jemalloc,tcmalloc --repeats 3 --timing none",
+        "9 replays at the trace's pace were half the test; the commands are under test "
+        "here, recorded timing in tests/test_replay*.py",
+    ),
     ("production-server", "mallocbench advise prod.mbt --budget 15m"): (
         "mallocbench advise prod.mbt --budget 15s --timing none --allocators glibc,jemalloc",
         "a 3 s trace: the commands are under test here, not the search (tests/test_advise.py "

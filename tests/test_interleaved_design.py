@@ -59,7 +59,14 @@ def run(
         experiment = autodesign.apply(experiment, auto, lengths, f"auto: {auto} (a test)")
         widths = {"runs": 12.5, "turns": 8.25, "sequential": None}
         experiment = dataclasses.replace(
-            experiment, design_widths=widths, design_budget_s=90.0, design_unranked=["runs"]
+            experiment,
+            design_widths=widths,
+            design_budget_s=90.0,
+            design_unranked=["runs"],
+            # One settle round, the least a turns block takes (as `settle = 1` in a
+            # file): what these tests check of a measured turn needs its client to have
+            # had one turn before, and the default's 3 more rounds were 18 s a block.
+            settle_rounds=1,
         )
     outcome = Pipeline(
         experiment, RunOptions(out_dir=tmp_path / "out"), executor=RealExecutor()
