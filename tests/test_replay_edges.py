@@ -39,7 +39,10 @@ def handover_trace(tmp_path_factory: pytest.TempPathFactory, native_build: Path)
     workdir = tmp_path_factory.mktemp("handover")
     exe = native_programs.build("usable_handover", workdir)
     trace = workdir / "handover.mbt"
-    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_ARMED="1", MBRECORD_OUT=str(trace))
+    # Its control file (and the .status the shim writes beside it) in the test's directory,
+    # not the shim's default /tmp/mbrecord-PID.control, which every run left behind.
+    env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_ARMED="1", MBRECORD_OUT=str(trace),
+               MBRECORD_CONTROL=str(workdir / "ctl"))  # fmt: skip
     subprocess.run([str(exe), str(ROUNDS)], env=env, check=True, timeout=60, capture_output=True)
     return trace
 

@@ -284,7 +284,7 @@ def test_the_replayer_gives_each_sample_its_place_on_the_traces_clock(
     exe = native_programs.build("steady", tmp_path)
     trace = tmp_path / "steady.mbt"
     env = dict(os.environ, LD_PRELOAD=str(shim_path()), MBRECORD_ARMED="1",
-               MBRECORD_OUT=str(trace))  # fmt: skip
+               MBRECORD_OUT=str(trace), MBRECORD_CONTROL=str(tmp_path / "ctl"))  # fmt: skip
     run = subprocess.run([str(exe), "2", "2", "20000", "256"], env=env, capture_output=True,
                          text=True, timeout=60, check=False)  # fmt: skip
     assert run.returncode == 0, run.stderr

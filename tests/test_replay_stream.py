@@ -42,6 +42,7 @@ def steady_traces(tmp_path_factory: pytest.TempPathFactory, native_build: Path) 
             LD_PRELOAD=str(shim_path()),
             MBRECORD_ARMED="1",
             MBRECORD_OUT=str(traces[name]),
+            MBRECORD_CONTROL=str(workdir / f"{name}.ctl"),  # not /tmp's default
         )
         command = [str(exe), str(THREADS), str(seconds), str(PACE), str(blocks)]
         procs.append(subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
