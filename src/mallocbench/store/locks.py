@@ -74,9 +74,13 @@ def _acquire(path: Path, what: str, hint: str) -> HeldLock:
         raise MallocbenchError(
             f"{what} is in use by another mallocbench run ({_describe(_holder(path))}): {hint}"
         ) from None
-    os.ftruncate(fd, 0)
     record = {"pid": os.getpid(), "started": time.time(), "command": " ".join(sys.argv)}
-    os.write(fd, (json.dumps(record) + "\n").encode())
+    # The flock is the lock; the record only names its holder to a second command. On a
+    # full disk it is left out, and the command goes on to the write that says what the
+    # full disk costs it (the store's), rather than dying here.
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.write(fd, (json.dumps(record) + "\n").encode())
     return HeldLock(path, fd)
 
 
