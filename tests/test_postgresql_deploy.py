@@ -5,6 +5,7 @@ unit, env, Compose, Kubernetes), for its postmaster; no MariaDB form (mysqld_saf
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
 
 from mallocbench.deploy import systemd
@@ -53,6 +54,12 @@ def test_without_postmaster_pid_the_socket_comes_from_the_command_line() -> None
     args = ["-p", "5499", "-c", "unix_socket_directories=/tmp/pg-a, /tmp/pg-b"]
     proc = subprocess.Popen(["sh", "-c", "sleep 30", "postgres", *args])
     try:
+        # Until the child has exec'd, its command line is still this interpreter's.
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while b"unix_socket_directories" not in cmdline.read_bytes():
+            assert time.monotonic() < deadline, "the stand-in never started"
+            time.sleep(0.01)
         place = attach.where(proc.pid)
         given = attach.where(proc.pid, socket="/srv/pg/.s.PGSQL.6000")
         assert attach.postmaster_of(proc.pid) is None  # no PostgreSQL process
