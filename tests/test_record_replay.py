@@ -186,6 +186,7 @@ def test_replay_set_keeps_a_values_commas_and_splits_between_knobs(pattern_trace
     for bad, why in [
         ("glibc:=2", "--set 'glibc:=2': knobs look like NAME:KNOB=VALUE[,KNOB=VALUE]"),
         ("glibc:MALLOC_ARENA_MAX=1,MALLOC_ARENA_MAX=2", "knob MALLOC_ARENA_MAX is given twice"),
+        ("jemalloc:MALLOC_CONF", "--set 'jemalloc:MALLOC_CONF': knobs look like NAME:KNOB=VALUE"),
     ]:
         refused = mallocbench("replay", str(trace), "--set", bad)
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr

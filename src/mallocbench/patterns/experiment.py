@@ -511,7 +511,9 @@ def parse_allocator_flag(value: str, flag: str = "--allocator") -> tuple[str, st
     allocator spec, knobs). `flag` is the option it came from, for the one line."""
     spec, knobs = value, {}
     head, sep, tail = value.partition(":")
-    if sep and "=" in tail:
+    # NAME:KNOB without =VALUE (a .so path may hold a colon; a name holds no slash)
+    missing_value = sep and "=" not in tail and "/" not in head
+    if missing_value or (sep and "=" in tail):
         spec = head
         for item in _NEXT_KNOB.split(tail):
             key, eq, val = item.partition("=")
