@@ -22,6 +22,7 @@ from mallocbench import allocators
 from mallocbench.allocators.base import Allocator
 from mallocbench.analysis import choice
 from mallocbench.deploy.launch import FORMS
+from mallocbench.errors import MallocbenchError
 from mallocbench.report import tune as tune_report
 from mallocbench.run.loading import load
 from mallocbench.tune import driver, evaluate, front, search
@@ -133,6 +134,15 @@ def test_a_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
     new_study(tmp_path)
     with pytest.raises(Exception, match="give the same options to --resume"):
         new_study(tmp_path, constraints="rss<=1G")
+
+
+def test_a_study_searched_by_an_older_replayer_is_not_resumed(tmp_path: Path) -> None:
+    """Before the replayer wrote a byte a page it wrote every byte, and a trial's CPU
+    figures moved with it: such a study (no `replayer` attribute) is refused, one line."""
+    study = new_study(tmp_path)
+    study.set_user_attr("replayer", search.REPLAYER_BEFORE)
+    with pytest.raises(MallocbenchError, match=r"older replayer \(every byte .*another --out"):
+        new_study(tmp_path)
 
 
 def test_a_resume_names_the_trace_however_it_is_spelled(

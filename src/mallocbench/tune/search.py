@@ -54,6 +54,13 @@ def _optuna() -> Any:
     return optuna
 
 
+# How the replayer measures, where a change moves every trial's figures: a study searched
+# by an older replayer is not resumed by this one (its trials and the new ones would not
+# compare). Studies from before this key was kept wrote every byte of each new block.
+REPLAYER = "one write in each page of a new block"
+REPLAYER_BEFORE = "every byte of each new block written"
+
+
 @dataclass(frozen=True)
 class Settings:
     """What makes two invocations the same study: a resume must repeat them."""
@@ -71,6 +78,7 @@ class Settings:
             "objectives": list(self.objectives),
             "constraints": list(self.constraints),
             "space": list(self.space),
+            "replayer": REPLAYER,
         }
 
 
@@ -200,6 +208,12 @@ def _same_setting(key: str, stored: Any, value: Any) -> bool:
 
 def _check_resumed(study: optuna.Study, settings: Settings, out: Path) -> None:
     stored = study.user_attrs
+    was = stored.get("replayer", REPLAYER_BEFORE)
+    if was != REPLAYER:
+        raise MallocbenchError(
+            f"{out / DB_NAME} searched {study.study_name} with an older replayer ({was}), "
+            "whose figures this one's would not compare with: give another --out"
+        )
     for key, value in settings.attrs().items():
         if key in stored and not _same_setting(key, stored[key], value):
             raise MallocbenchError(
