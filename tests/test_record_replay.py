@@ -193,6 +193,39 @@ def test_replay_set_keeps_a_values_commas_and_splits_between_knobs(pattern_trace
         assert refused.stderr.startswith("mallocbench: error: ") and why in refused.stderr
 
 
+def test_allocators_keeps_a_knobs_commas_as_set_does(pattern_trace: Any, tmp_path: Path) -> None:
+    """--allocators takes --set's knob form: after a knob, a comma starts another setup
+    only before an allocator's name; tune, which sets the knobs itself, refuses a knob."""
+    if not allocators.get("jemalloc", False).available:
+        pytest.skip("jemalloc is not installed: `make setup` installs it")
+    trace, _ = pattern_trace
+    conf = "narenas:1,dirty_decay_ms:0"
+    listed = f"glibc,jemalloc:MALLOC_CONF={conf},glibc:MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0"
+    out = mallocbench(
+        "replay", str(trace), "--allocators", listed, "--repeats", "1", "--timing", "none",
+        "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    knobs = {s["name"]: s["knobs"] for s in json.loads(out.stdout)["setups"]}
+    assert knobs == {
+        "glibc": {},
+        f"jemalloc[MALLOC_CONF={conf}]": {"MALLOC_CONF": conf},
+        "glibc[MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0]": {
+            "MALLOC_ARENA_MAX": "1", "MALLOC_TOP_PAD_": "0"
+        },
+    }  # fmt: skip
+    for argv, why in [
+        (["replay", str(trace), "--allocators", "glibc,jemaloc"], "unknown allocator 'jemaloc'"),
+        (
+            ["tune", str(trace), "--allocators", f"glibc,jemalloc:MALLOC_CONF={conf}"],
+            f"--allocators 'jemalloc:MALLOC_CONF={conf}': the search sets each allocator's",
+        ),
+    ]:
+        refused = mallocbench(*argv, "--out", str(tmp_path / "refused"))
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert refused.stderr.startswith("mallocbench: error: ") and why in refused.stderr
+
+
 def test_replay_locks_its_out_as_run_does(pattern_trace: Any, tmp_path: Path) -> None:
     """A new replay, under way, holds its run (`runs` says running, not died) and its
     --out: a second replay into it, new or resumed, is refused in run's one line."""
