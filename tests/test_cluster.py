@@ -588,3 +588,34 @@ def test_a_host_killed_mid_run_loses_no_finished_cell(
         f"\ncluster part {cluster_s:.0f} s (exit {code}), resume {resume_s:.0f} s; "
         f"Dask worker CPU share while measuring: median {100 * share:.2f}%"
     )
+
+
+@pytest.mark.server
+def test_a_setting_a_host_did_not_take_fails_its_setup_and_the_run_goes_on(
+    tmp_path: Path, postgres_store_url: str
+) -> None:
+    """As on one host: setup je's servers run without the plugin they were given, so its
+    cells are failed ones with the server's reason and the base is measured on both."""
+    exp = write_experiment(tmp_path, repeats=2, design="sequential")
+    taken = exp.read_text().replace(
+        'steps = ["point-query", "update-nonindex"]', 'steps = ["point-query"]'
+    )
+    exp.write_text(
+        taken.replace("step = 3", "step = 2")
+        + 'config = { plugin_load_add = "file_key_management" }\n'
+    )
+    out = tmp_path / "out"
+    with cluster(tmp_path, ["host-a", "host-b"]) as running:
+        args = ["run", str(exp), *running.run_args(), "--store", postgres_store_url]
+        result = run_cli(*args, "--out", str(out), "-q")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "mallocbench: error" not in result.stderr
+    doc = json.loads((out / "results.json").read_text())
+    cells = doc["cells"]
+    assert [c["status"] for c in cells if c["setup"] == "glibc"] == ["ok", "ok"]
+    failed = [c for c in cells if c["setup"] == "je"]
+    assert len(failed) == 2 and all(c["status"] == "failed" for c in failed)
+    assert all("did not load file_key_management.so" in c["error"] for c in failed)
+    notes = [n for n in doc["metadata"]["notes"] if "did not load file_key_management.so" in n]
+    assert notes and len(notes) == len(set(notes))
+    assert "did not load file_key_management.so" in (out / "report.md").read_text()
