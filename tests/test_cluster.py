@@ -29,6 +29,8 @@ from mallocbench.cluster.driver import host_differences, share_note
 from mallocbench.cluster.units import (
     LOST_NOTE,
     LOST_NOTE_DONE,
+    Event,
+    News,
     StoredRunSessions,
     Unit,
     experiment_from_run,
@@ -37,6 +39,7 @@ from mallocbench.cluster.units import (
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import HostFacts, HostRecord
 from mallocbench.model.results import RunResult
+from mallocbench.report.cluster import news_text
 from mallocbench.run import loading as loading_mod
 from mallocbench.run.planning import blocks, plan
 from mallocbench.run.source import check_reports_dir
@@ -126,6 +129,27 @@ def test_host_differences_and_the_share_note() -> None:
     note = share_note([0.002, 0.004, 0.003])
     assert note is not None and note.startswith("Dask worker used 0.30% of a CPU")
     assert share_note([]) is None
+
+
+def test_the_drivers_news_is_worded_in_report() -> None:
+    """cluster/ tells what happened to a unit or a replay; report/cluster.py words it, as
+    the driver's progress showed it before."""
+    assert [
+        news_text(n)
+        for n in (
+            News(Event.STARTED, "innodb r1", "host-a"),
+            News(Event.FINISHED, "innodb r1", "host-a", cells=4, seconds=61.4),
+            News(Event.LOST, "innodb r2", why="its host died"),
+            News(Event.FINISHED, "je repeat 2", "host-b", replay=True),
+            News(Event.LOST, "je repeat 3", why="no benchmark host left", replay=True),
+        )
+    ] == [
+        "unit innodb r1 started on host-a",
+        "unit innodb r1 finished on host-a: 4 cell(s) in 61 s",
+        "unit innodb r2 lost: its host died",
+        "replay je repeat 2 finished on host-b",
+        "replay je repeat 3 lost: no benchmark host left",
+    ]
 
 
 def _free_port() -> int:

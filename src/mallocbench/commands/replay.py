@@ -140,6 +140,7 @@ def replay(
     from mallocbench.commands.progress import ReplayProgress
     from mallocbench.console import make_console
     from mallocbench.replay import run as replay_runs
+    from mallocbench.report.cluster import news_text
     from mallocbench.report.replay import reading_text
 
     address, security = cluster_access(cluster_address, tls_dir, insecure)
@@ -168,7 +169,7 @@ def replay(
             total = len(replay_runs.pending(_record(stored), setups))
         progress = held.enter_context(ReplayProgress(console, total))
         if elsewhere is not None:
-            elsewhere.say = progress.status
+            elsewhere.tell = lambda news: progress.status(news_text(news))
         progress.status(reading_text(trace))
         if resume_id is None:
             result = asked.result(setups, progress, min_effect, expect_server_version)
