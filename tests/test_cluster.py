@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli_runner import run_cli
+from cli_runner import GLIBC_AND_JE, run_cli, small_experiment
 from mallocbench.cluster import tls as clustertls
 from mallocbench.cluster.driver import host_differences, share_note
 from mallocbench.cluster.units import (
@@ -46,34 +46,13 @@ from mallocbench.run.source import check_reports_dir
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import open_store
 
-EXPERIMENT = """
-name = "spread"
-base = "glibc"
-engines = ["innodb"]
-steps = ["point-query", "update-nonindex"]
-threads = [1]
-repeats = {repeats}
-design = "{design}"
-[dataset]
-tables = 1
-rows = 2000
-cache = "64M"
-[durations]
-warmup = 0
-step = 3
-[[setup]]
-name = "glibc"
-allocator = "glibc"
-[[setup]]
-name = "je"
-allocator = "jemalloc"
-"""
-
 
 def write_experiment(directory: Path, repeats: int = 4, design: str = "interleaved") -> Path:
-    path = directory / "spread.toml"
-    path.write_text(EXPERIMENT.format(repeats=repeats, design=design))
-    return path
+    return small_experiment(
+        directory, file="spread.toml", name="spread", base="glibc",
+        steps='["point-query", "update-nonindex"]', top=f'repeats = {repeats}\ndesign = "{design}"',
+        cache="64M", step=3, extra=None, setups=GLIBC_AND_JE, setup_extra=None,
+    )  # fmt: skip
 
 
 # --- without servers -----------------------------------------------------------------------
