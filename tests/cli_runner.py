@@ -35,7 +35,7 @@ def experiment_text(
     server: str = "",
     cache: str = "32M",
     warmup: str = "0",
-    step: float | str = 1,
+    step: float | str | None = 1,
     extra: str | None = None,
     setups: Sequence[tuple[str, str]] = (("a", "glibc"),),
     setup_extra: str | None = None,
@@ -43,7 +43,8 @@ def experiment_text(
     """The tiny experiment the run tests share: one table of 2,000 rows, no warmup, short
     steps. `top` adds top-level lines, `server` the [server] table's, `extra` lines after
     [durations] (more of it, or further tables); `setups` are (name, allocator) pairs,
-    `setup_extra` lines of the last one. engines=None leaves the family's default."""
+    `setup_extra` lines of the last one. engines=None leaves the family's default, step=None
+    the steps their own length."""
     lines = ["", f'name = "{name}"']
     lines += [f'base = "{base}"'] if base is not None else []
     lines += [f"engines = {engines}"] if engines is not None else []
@@ -51,7 +52,8 @@ def experiment_text(
     lines += [top] if top else []
     lines += ["[server]", server] if server else []
     lines += ["[dataset]", "tables = 1", "rows = 2000", f'cache = "{cache}"']
-    lines += ["[durations]", f"warmup = {warmup}", f"step = {step}"]
+    lines += ["[durations]", f"warmup = {warmup}"]
+    lines += [f"step = {step}"] if step is not None else []
     lines += [extra] if extra is not None else []
     for setup, allocator in setups:
         lines += ["[[setup]]", f'name = "{setup}"', f'allocator = "{allocator}"']

@@ -15,30 +15,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli_runner import run_cli
+from cli_runner import experiment_text, run_cli
 from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
 from mallocbench.report.calibrate import design_choice_text, note_lines
 
-TINY = """
-name = "tiny"
-base = "glibc"
-engines = ["innodb"]
-steps = ["point-query"]
-threads = [2]
-
-[dataset]
-tables = 1
-rows = 2000  # the shape of the other run tests: one golden datadir loaded for all
-cache = "64M"
-
-[durations]
-warmup = 1
-max_warmup = 3
-
-[[setup]]
-name = "glibc"
-allocator = "glibc"
-"""
+# One table of 2,000 rows: the shape of the other run tests, one golden datadir for all.
+TINY = experiment_text(
+    "tiny", base="glibc", threads=2, cache="64M", warmup="1", step=None,
+    extra="max_warmup = 3", setups=(("glibc", "glibc"),),
+)  # fmt: skip
 
 
 def _tiny(directory: Path) -> Path:
