@@ -16,42 +16,64 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-SMALL_EXPERIMENT = """
-name = "e"
-engines = ["innodb"]
-steps = ["point-query"]
-threads = [1]
-[dataset]
-tables = 1
-rows = 2000
-cache = "32M"
-[durations]
-warmup = 0
-step = 1
-{extra}
-[[setup]]
-name = "{setup}"
-allocator = "{allocator}"
-{setup_extra}
-"""
+# The setups most run tests compare: the base and jemalloc.
+GLIBC_AND_JE = (("glibc", "glibc"), ("je", "jemalloc"))
+
+
+def experiment_text(
+    name: str = "e",
+    *,
+    base: str | None = None,
+    engines: str | None = '["innodb"]',
+    steps: str = '["point-query"]',
+    threads: int = 1,
+    top: str = "",
+    server: str = "",
+    cache: str = "32M",
+    warmup: str = "0",
+    step: float | str | None = 1,
+    extra: str | None = None,
+    setups: Sequence[tuple[str, str]] = (("a", "glibc"),),
+    setup_extra: str | None = None,
+) -> str:
+    """The tiny experiment the run tests share: one table of 2,000 rows, no warmup, short
+    steps. `top` adds top-level lines, `server` the [server] table's, `extra` lines after
+    [durations] (more of it, or further tables); `setups` are (name, allocator) pairs,
+    `setup_extra` lines of the last one. engines=None leaves the family's default, step=None
+    the steps their own length."""
+    lines = ["", f'name = "{name}"']
+    lines += [f'base = "{base}"'] if base is not None else []
+    lines += [f"engines = {engines}"] if engines is not None else []
+    lines += [f"steps = {steps}", f"threads = [{threads}]"]
+    lines += [top] if top else []
+    lines += ["[server]", server] if server else []
+    lines += ["[dataset]", "tables = 1", "rows = 2000", f'cache = "{cache}"']
+    lines += ["[durations]", f"warmup = {warmup}"]
+    lines += [f"step = {step}"] if step is not None else []
+    lines += [extra] if extra is not None else []
+    for setup, allocator in setups:
+        lines += ["[[setup]]", f'name = "{setup}"', f'allocator = "{allocator}"']
+    lines += [setup_extra] if setup_extra is not None else []
+    return "\n".join([*lines, ""])
 
 
 def small_experiment(
     directory: Path,
     allocator: str = "glibc",
-    extra: str = "",
-    setup_extra: str = "",
+    *,
     setup: str = "a",
+    file: str = "e.toml",
+    **shape: Any,
 ) -> Path:
-    """A one-setup, one-step experiment file; `extra` and `setup_extra` add TOML lines."""
-    path = directory / "e.toml"
-    path.write_text(
-        SMALL_EXPERIMENT.format(
-            allocator=allocator, extra=extra, setup_extra=setup_extra, setup=setup
-        )
-    )
+    """experiment_text(**shape) in DIRECTORY/FILE; one setup, SETUP of ALLOCATOR, unless
+    `setups` names them."""
+    path = directory / file
+    defaults = {"setups": ((setup, allocator),), "extra": "", "setup_extra": ""}
+    path.write_text(experiment_text(**{**defaults, **shape}))
     return path
 
 

@@ -12,37 +12,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from cli_runner import experiment_text
 from mallocbench.analysis import designs, noise
 from mallocbench.cli import main
 from mallocbench.errors import MallocbenchError
 from mallocbench.report.calibrate import WIDEST_SHOWN_PCT, design_choice_text
 
-AUTO = """
-name = "auto"
-base = "glibc"
-design = "auto"
-repeats = 2
-engines = ["innodb"]
-steps = ["point-query"]
-threads = [2]
-
-[dataset]
-tables = 1
-rows = 2000
-cache = "64M"
-
-[durations]
-warmup = 1
-max_warmup = 3
-
-[[setup]]
-name = "glibc"
-allocator = "glibc"
-
-[[setup]]
-name = "glibc-b"
-allocator = "glibc"
-"""
+AUTO = experiment_text(
+    "auto", base="glibc", top='design = "auto"\nrepeats = 2', threads=2, cache="64M",
+    warmup="1", step=None, extra="max_warmup = 3",
+    setups=(("glibc", "glibc"), ("glibc-b", "glibc")),
+)  # fmt: skip
 
 
 def _shape(design: str, width: float) -> designs.Shape:

@@ -15,30 +15,15 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli_runner import run_cli
+from cli_runner import experiment_text, run_cli
 from mallocbench.probes.system import CpuSnapshot, cpu_snapshot, interference
 from mallocbench.report.calibrate import design_choice_text, note_lines
 
-TINY = """
-name = "tiny"
-base = "glibc"
-engines = ["innodb"]
-steps = ["point-query"]
-threads = [2]
-
-[dataset]
-tables = 1
-rows = 2000  # the shape of the other run tests: one golden datadir loaded for all
-cache = "64M"
-
-[durations]
-warmup = 1
-max_warmup = 3
-
-[[setup]]
-name = "glibc"
-allocator = "glibc"
-"""
+# One table of 2,000 rows: the shape of the other run tests, one golden datadir for all.
+TINY = experiment_text(
+    "tiny", base="glibc", threads=2, cache="64M", warmup="1", step=None,
+    extra="max_warmup = 3", setups=(("glibc", "glibc"),),
+)  # fmt: skip
 
 
 def _tiny(directory: Path) -> Path:
@@ -502,3 +487,65 @@ def test_auto_design_takes_the_narrowest_from_a_stored_calibration(
     assert chosen.slice_s == 5.0 and chosen.duration_s == 10.0 and chosen.repeats == 3
     # Nothing stored to resume: the stored calibration decides, not a run that is not there.
     assert autodesign.resumed_choice(experiment, tmp_path / "out" / "results.sqlite", None) is None
+
+
+def test_a_calibration_kept_by_the_code_that_keeps_it_is_what_a_later_run_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cache round trip: a summary of what calibrate measured, kept by
+    store_calibration as calibrate keeps it, reads back whole, and a later auto run's dry
+    run chooses from it (not "nothing stored") the design the record gives; stale, unused."""
+    from mallocbench.calibrate import auto as autodesign
+    from mallocbench.calibrate.store import (
+        STORED_MAX_AGE_S,
+        calibration_key,
+        load_calibration,
+        store_calibration,
+    )
+    from mallocbench.calibrate.summary import PairResult, SliceResult, StartResult, summarize
+    from mallocbench.calibrate.target import pick_target
+    from mallocbench.run import loading as loading_mod
+
+    path = tmp_path / "auto.toml"
+    path.write_text(
+        TINY.replace("threads = [2]", 'threads = [2]\ndesign = "auto"\nrepeats = 3')
+        + '[[setup]]\nname = "g2"\nallocator = "glibc"\n'
+    )
+    monkeypatch.setenv("MALLOCBENCH_CACHE", str(tmp_path / "cache"))
+    experiment = loading_mod.load(path)
+    target = pick_target(experiment, None, None, None, None)
+    starts, pairs = [], []
+    for level in (1.0, 1.05, 0.97):
+        slices = [SliceResult(q, [q], 6.0, {}) for q in (1000.0 * level, 1010.0 * level)]
+        starts.append(StartResult(2.0, 5.0, True, slices))
+        pairs.append(
+            PairResult(
+                8.0,
+                run_ratios=[[level, level * 1.01]],
+                turn_ratios=[[level * 0.99, level, level * 1.02]],
+                turns_wall_s=2 * 7 * 1.1,
+                warmups_s=[5.0, 5.0],
+            )
+        )
+    options = {"turns": 3, "turn_s": 1.0, "budget_s": 300.0, "target_ci_pct": 3.0, "slice_s": 5}
+    summary = summarize(experiment, target, starts, options, pairs)
+    key = calibration_key(experiment, target)
+    kept = store_calibration(summary, key)
+    assert kept is not None and kept.parent == tmp_path / "cache" / "calibrations"
+
+    record = load_calibration(key)
+    assert record is not None
+    assert record["components"] == {
+        "sequential": summary.components,
+        "runs": summary.runs_ratio,
+        "turns": summary.turns_ratio,
+    }
+    assert record["costs"] == summary.costs
+    assert (record["slice_s"], record["turn_s"]) == (summary.slice_s, summary.turn_s)
+    assert load_calibration(key, now=record["saved_at"] + STORED_MAX_AGE_S + 1) is None
+
+    said = design_choice_text(autodesign.choose(experiment, record), True)
+    result = run_cli("run", str(path), "--dry-run", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"design {said}" in result.stdout
+    assert "no calibration of this host and shape is stored" not in result.stdout

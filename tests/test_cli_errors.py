@@ -23,7 +23,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str], *needles: st
 def experiment(
     tmp_path: Path, allocator: str = "glibc", extra: str = "", setup_extra: str = ""
 ) -> Path:
-    return small_experiment(tmp_path, allocator, extra, setup_extra)
+    return small_experiment(tmp_path, allocator, extra=extra, setup_extra=setup_extra)
 
 
 def test_unknown_allocator(tmp_path: Path) -> None:

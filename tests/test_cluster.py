@@ -23,12 +23,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli_runner import run_cli
+from cli_runner import GLIBC_AND_JE, run_cli, small_experiment
 from mallocbench.cluster import tls as clustertls
 from mallocbench.cluster.driver import host_differences, share_note
 from mallocbench.cluster.units import (
     LOST_NOTE,
     LOST_NOTE_DONE,
+    Event,
+    News,
     StoredRunSessions,
     Unit,
     experiment_from_run,
@@ -37,40 +39,20 @@ from mallocbench.cluster.units import (
 from mallocbench.errors import MallocbenchError
 from mallocbench.model.metadata import HostFacts, HostRecord
 from mallocbench.model.results import RunResult
+from mallocbench.report.cluster import news_text
 from mallocbench.run import loading as loading_mod
 from mallocbench.run.planning import blocks, plan
 from mallocbench.run.source import check_reports_dir
 from mallocbench.servers.orphans import stop_orphans
 from mallocbench.store import open_store
 
-EXPERIMENT = """
-name = "spread"
-base = "glibc"
-engines = ["innodb"]
-steps = ["point-query", "update-nonindex"]
-threads = [1]
-repeats = {repeats}
-design = "{design}"
-[dataset]
-tables = 1
-rows = 2000
-cache = "64M"
-[durations]
-warmup = 0
-step = 3
-[[setup]]
-name = "glibc"
-allocator = "glibc"
-[[setup]]
-name = "je"
-allocator = "jemalloc"
-"""
-
 
 def write_experiment(directory: Path, repeats: int = 4, design: str = "interleaved") -> Path:
-    path = directory / "spread.toml"
-    path.write_text(EXPERIMENT.format(repeats=repeats, design=design))
-    return path
+    return small_experiment(
+        directory, file="spread.toml", name="spread", base="glibc",
+        steps='["point-query", "update-nonindex"]', top=f'repeats = {repeats}\ndesign = "{design}"',
+        cache="64M", step=3, extra=None, setups=GLIBC_AND_JE, setup_extra=None,
+    )  # fmt: skip
 
 
 # --- without servers -----------------------------------------------------------------------
@@ -126,6 +108,27 @@ def test_host_differences_and_the_share_note() -> None:
     note = share_note([0.002, 0.004, 0.003])
     assert note is not None and note.startswith("Dask worker used 0.30% of a CPU")
     assert share_note([]) is None
+
+
+def test_the_drivers_news_is_worded_in_report() -> None:
+    """cluster/ tells what happened to a unit or a replay; report/cluster.py words it, as
+    the driver's progress showed it before."""
+    assert [
+        news_text(n)
+        for n in (
+            News(Event.STARTED, "innodb r1", "host-a"),
+            News(Event.FINISHED, "innodb r1", "host-a", cells=4, seconds=61.4),
+            News(Event.LOST, "innodb r2", why="its host died"),
+            News(Event.FINISHED, "je repeat 2", "host-b", replay=True),
+            News(Event.LOST, "je repeat 3", why="no benchmark host left", replay=True),
+        )
+    ] == [
+        "unit innodb r1 started on host-a",
+        "unit innodb r1 finished on host-a: 4 cell(s) in 61 s",
+        "unit innodb r2 lost: its host died",
+        "replay je repeat 2 finished on host-b",
+        "replay je repeat 3 lost: no benchmark host left",
+    ]
 
 
 def _free_port() -> int:
@@ -588,3 +591,34 @@ def test_a_host_killed_mid_run_loses_no_finished_cell(
         f"\ncluster part {cluster_s:.0f} s (exit {code}), resume {resume_s:.0f} s; "
         f"Dask worker CPU share while measuring: median {100 * share:.2f}%"
     )
+
+
+@pytest.mark.server
+def test_a_setting_a_host_did_not_take_fails_its_setup_and_the_run_goes_on(
+    tmp_path: Path, postgres_store_url: str
+) -> None:
+    """As on one host: setup je's servers run without the plugin they were given, so its
+    cells are failed ones with the server's reason and the base is measured on both."""
+    exp = write_experiment(tmp_path, repeats=2, design="sequential")
+    taken = exp.read_text().replace(
+        'steps = ["point-query", "update-nonindex"]', 'steps = ["point-query"]'
+    )
+    exp.write_text(
+        taken.replace("step = 3", "step = 2")
+        + 'config = { plugin_load_add = "file_key_management" }\n'
+    )
+    out = tmp_path / "out"
+    with cluster(tmp_path, ["host-a", "host-b"]) as running:
+        args = ["run", str(exp), *running.run_args(), "--store", postgres_store_url]
+        result = run_cli(*args, "--out", str(out), "-q")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "mallocbench: error" not in result.stderr
+    doc = json.loads((out / "results.json").read_text())
+    cells = doc["cells"]
+    assert [c["status"] for c in cells if c["setup"] == "glibc"] == ["ok", "ok"]
+    failed = [c for c in cells if c["setup"] == "je"]
+    assert len(failed) == 2 and all(c["status"] == "failed" for c in failed)
+    assert all("did not load file_key_management.so" in c["error"] for c in failed)
+    notes = [n for n in doc["metadata"]["notes"] if "did not load file_key_management.so" in n]
+    assert notes and len(notes) == len(set(notes))
+    assert "did not load file_key_management.so" in (out / "report.md").read_text()

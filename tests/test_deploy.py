@@ -17,7 +17,7 @@ from mallocbench.deploy import systemd
 from mallocbench.errors import MallocbenchError
 from mallocbench.memory.advice import advise
 from mallocbench.memory.breakdown import Breakdown
-from mallocbench.memory.process import ProcessMemory
+from mallocbench.memory.process import ArenaCount, ProcessMemory
 from mallocbench.memory.report import AllocatorSummary, MemoryReport
 from mallocbench.model.results import SetupInfo
 from mallocbench.report.memory_advice import shown_advice
@@ -296,7 +296,7 @@ def memory_report(allocator: str, knobs: dict[str, str]) -> MemoryReport:
         rollup={},
         threads=50,
         arenas=8 * cpus + 1 if allocator == "glibc" else None,
-        arena_source="heaps",
+        arena_source=ArenaCount.MAPS,
         knobs=knobs,
     )
     return MemoryReport(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_runner import GLIBC_AND_JE, small_experiment
 from mallocbench.analysis.summary import relative_tables
 from mallocbench.calibrate import auto as autodesign
 from mallocbench.executors.real import RealExecutor
@@ -15,31 +16,6 @@ from mallocbench.model.results import RunResult
 from mallocbench.run.loading import load
 from mallocbench.run.options import RunOptions
 from mallocbench.run.runner import Pipeline
-
-EXPERIMENT = """
-name = "il"
-base = "glibc"
-design = "{design}"
-alternate = "{alternate}"
-engines = ["innodb"]
-steps = ["point-query"]
-threads = [2]
-repeats = 2
-[dataset]
-tables = 1
-rows = 2000
-cache = "32M"
-[durations]
-warmup = 0
-step = {step}
-slice = 3
-[[setup]]
-name = "glibc"
-allocator = "glibc"
-[[setup]]
-name = "je"
-allocator = "jemalloc"
-"""
 
 
 def run(
@@ -51,8 +27,11 @@ def run(
 ) -> RunResult:
     """`auto`: the experiment asks for design "auto", and the run gets this design as a
     calibration would choose it (calibrate.auto.apply)."""
-    path = tmp_path / "il.toml"
-    path.write_text(EXPERIMENT.format(design=design, alternate=alternate, step=step_s))
+    path = small_experiment(
+        tmp_path, file="il.toml", name="il", base="glibc", threads=2,
+        top=f'repeats = 2\ndesign = "{design}"\nalternate = "{alternate}"', step=step_s,
+        extra="slice = 3", setups=GLIBC_AND_JE, setup_extra=None,
+    )  # fmt: skip
     experiment = load(path)
     if auto is not None:
         lengths = {"slice_s": 3.0, "turn_s": 3.0}

@@ -4,16 +4,23 @@ wording reads both from the same footprint and limit)."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
 from mallocbench.memory.advice import advise
 from mallocbench.memory.breakdown import Footprint
-from mallocbench.memory.process import MemoryLimit
-from mallocbench.memory.report import AdviceKind, MemoryReport
-from mallocbench.report.memory_advice import ShownAdvice, shown_advice
+from mallocbench.memory.process import ArenaCount, MemoryLimit
+from mallocbench.memory.report import AdviceKind, AllocatorSummary, JemallocArenas, MemoryReport
+from mallocbench.report.memory import memory_json
+from mallocbench.report.memory_advice import ShownAdvice, jemalloc_arenas_text, shown_advice
+from mallocbench.servers.cgroup.hierarchy import CgroupLimit
 
 MiB = 1 << 20
-LIMIT = MemoryLimit(8 << 30, "cgroup memory.max of /system.slice/mariadb.service")
+LIMIT = MemoryLimit(
+    8 << 30, CgroupLimit(8 << 30, 2, Path("/system.slice/mariadb.service"), "memory.max")
+)
 
 
 def report(max_connections: int, max_used: int) -> MemoryReport:
@@ -42,7 +49,7 @@ def report(max_connections: int, max_used: int) -> MemoryReport:
                 "lower max_connections or the per-connection buffers (sort_buffer_size, "
                 "join_buffer_size, tmp_table_size), or cap connections with a pool",
                 "global buffers 4,324 MiB + 2000 connections x 2 MiB = 8,824 MiB > 8,192 MiB "
-                "(cgroup memory.max of /system.slice/mariadb.service)",
+                "(cgroup v2 memory.max of /system.slice/mariadb.service)",
             ),
         ),
         (
@@ -52,7 +59,7 @@ def report(max_connections: int, max_used: int) -> MemoryReport:
                 "peak footprint so far is above 85% of the memory limit",
                 "the connections seen so far could use nearly all memory at once",
                 "7,924 MiB with Max_used_connections=1600 vs 8,192 MiB "
-                "(cgroup memory.max of /system.slice/mariadb.service)",
+                "(cgroup v2 memory.max of /system.slice/mariadb.service)",
             ),
         ),
     ],
@@ -65,3 +72,55 @@ def test_the_footprint_against_the_limit_is_worded_as_decided(
     decided = [a for a in advise(r) if a.kind in footprint]
     assert [a.kind for a in decided] == [kind]
     assert shown_advice(r, decided) == [shown]
+
+
+@pytest.mark.parametrize(
+    ("summary", "limit", "said"),
+    [
+        (
+            AllocatorSummary("glibc", None, None, 3, 2, ArenaCount.MAPS, {}),
+            MemoryLimit(16 << 30),
+            {
+                "name": "glibc", "path": None, "glibc_arenas": 3, "glibc_heaps": 2,
+                "arena_source": "64 MiB heap mappings in /proc/PID/maps (no ptrace access "
+                "to verify)",
+                "knobs": {}, "thp": None,
+            },
+        ),
+        (
+            AllocatorSummary("glibc", None, None, 2, 1, ArenaCount.HEAP_INFO, {}),
+            LIMIT,
+            {
+                "name": "glibc", "path": None, "glibc_arenas": 2, "glibc_heaps": 1,
+                "arena_source": "heap_info headers read from /proc/PID/mem", "knobs": {},
+                "thp": None,
+            },
+        ),
+        (
+            AllocatorSummary("jemalloc", "/j.so", JemallocArenas(cpus=2), None, None, None, {}),
+            LIMIT,
+            {
+                "name": "jemalloc", "path": "/j.so",
+                "arenas": "up to 8 (jemalloc default: 4 per CPU, created on demand)",
+                "glibc_arenas": None, "glibc_heaps": None, "arena_source": None, "knobs": {},
+                "thp": None,
+            },
+        ),
+    ],
+)  # fmt: skip
+def test_memory_words_its_allocator_and_limit_where_it_did(
+    summary: AllocatorSummary, limit: MemoryLimit, said: dict[str, object]
+) -> None:
+    """memory/ finds how arenas were counted, what bounds jemalloc's and which group caps
+    the server; report/ words them, in the JSON's keys and order as before."""
+    taken = dataclasses.replace(report(100, 10), allocator=summary, memory_limit=limit)
+    out = memory_json(taken)
+    assert list(out["allocator"].items()) == list(said.items())
+    assert out["memory_limit"] == {
+        "bytes": limit.bytes,
+        "source": "physical memory (MemTotal)"
+        if limit.group is None
+        else "cgroup v2 memory.max of /system.slice/mariadb.service",
+    }
+    assert jemalloc_arenas_text(JemallocArenas(narenas="4")) == "4 (MALLOC_CONF narenas)"
+    assert jemalloc_arenas_text(JemallocArenas()) == "?"

@@ -29,7 +29,7 @@ from mallocbench.memory.report import (
     SeeMore,
 )
 from mallocbench.report.memory import keeps_source_text, see_more_text
-from mallocbench.report.memory_advice import ShownAdvice, shown_advice
+from mallocbench.report.memory_advice import ShownAdvice, limit_source_text, shown_advice
 from mallocbench.servers import engines, mariadb
 
 MiB = 2**20
@@ -294,7 +294,7 @@ def test_v1_limit_of_a_real_process() -> None:
             child.kill()
             child.wait()
     assert limit.bytes == 300 * MiB
-    assert limit.source == f"cgroup v1 memory.limit_in_bytes of {group.path}"
+    assert limit_source_text(limit) == f"cgroup v1 memory.limit_in_bytes of {group.path}"
 
 
 @needs_jemalloc
@@ -316,7 +316,7 @@ def test_memory_compares_with_the_cap_of_a_capped_server(tmp_path: Path) -> None
     limit = report.memory_limit
     assert limit is not None and limit.bytes == 512 * MiB
     name = "memory.max" if memory_version() == 2 else "memory.limit_in_bytes"
-    assert limit.source == f"cgroup v{memory_version()} {name} of {group.path}"
+    assert limit_source_text(limit) == f"cgroup v{memory_version()} {name} of {group.path}"
 
 
 # --- cgroups left by a killed harness ---------------------------------------------------------

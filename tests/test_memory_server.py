@@ -28,7 +28,7 @@ from mallocbench import allocators
 from mallocbench.cli import main
 from mallocbench.memory import take as take_mod
 from mallocbench.memory.client import ConnectOptions
-from mallocbench.report.memory_advice import shown_advice
+from mallocbench.report.memory_advice import jemalloc_arenas_text, shown_advice
 from mallocbench.servers import access, engines, mariadb
 
 pytestmark = pytest.mark.server
@@ -299,7 +299,8 @@ def test_jemalloc_server(tmp_path: Path) -> None:
         finally:
             sorts.close()
     assert report.allocator and report.allocator.name == "jemalloc"
-    assert report.allocator.jemalloc_arenas and "4 per CPU" in report.allocator.jemalloc_arenas
+    arenas = report.allocator.jemalloc_arenas
+    assert arenas is not None and "4 per CPU" in jemalloc_arenas_text(arenas)
     assert report.process is not None and report.process.arenas is None
     assert report.process.glibc_heaps() == 0
     assert report.process.knobs and "libjemalloc" in report.process.knobs["LD_PRELOAD"]

@@ -85,7 +85,7 @@ def test_glibc_arenas_counted_from_heap_headers(program: Path) -> None:
         mem = process.sample(proc.pid, mapped.name)
         # Two CPUs allow 16 arenas: each of the 4 threads gets its own, plus main.
         assert mem.arenas == 5, mem.arena_source
-        assert "heap_info" in mem.arena_source
+        assert mem.arena_source is process.ArenaCount.HEAP_INFO
         assert mem.glibc_heaps() == 4
         assert mem.threads == 5
         assert mem.by_kind()["stack"]["count"] >= 4
@@ -104,7 +104,7 @@ def test_glibc_arena_fallback_without_ptrace(
         monkeypatch.setattr(process, "_read_words", lambda *a: None)
         mem = process.sample(proc.pid, "glibc")
         assert mem.arenas == 4
-        assert "no ptrace" in mem.arena_source
+        assert mem.arena_source is process.ArenaCount.MAPS
     finally:
         proc.kill()
         proc.wait()

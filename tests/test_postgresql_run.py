@@ -10,40 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from cli_runner import run_cli
+from cli_runner import GLIBC_AND_JE, run_cli, small_experiment
 from mallocbench.commands.recommend import _deployment as recommend_deployment
 from mallocbench.store.loading import load_result
 
-TINY = """
-name = "pgtiny"
-base = "glibc"
-steps = ["point-query"]
-threads = [2]
-repeats = 2
-{top}
-[server]
-family = "postgresql"
-{server}
-[dataset]
-tables = 1
-rows = 2000
-cache = "32M"
-[durations]
-warmup = 0
-step = 2
-[[setup]]
-name = "glibc"
-allocator = "glibc"
-[[setup]]
-name = "je"
-allocator = "jemalloc"
-"""
-
 
 def _experiment(tmp_path: Path, top: str = "", server: str = "") -> Path:
-    path = tmp_path / "pgtiny.toml"
-    path.write_text(TINY.format(top=top, server=server))
-    return path
+    return small_experiment(
+        tmp_path, file="pgtiny.toml", name="pgtiny", base="glibc", engines=None, threads=2,
+        top=f"repeats = 2\n{top}", server=f'family = "postgresql"\n{server}', step=2,
+        extra=None, setups=GLIBC_AND_JE, setup_extra=None,
+    )  # fmt: skip
 
 
 @pytest.mark.server

@@ -160,13 +160,25 @@ def test_the_recorded_order_makes_an_interleaving_sensitive_peak_steady(pattern_
     assert sum(abs(p / middle - 1) < 0.02 for p in peaks) >= 4, peaks
 
 
+# The setups both knob forms below give: MALLOC_CONF's comma kept, glibc's two knobs split.
+_CONF = "narenas:1,dirty_decay_ms:0"
+_KNOBBED = {
+    "glibc": {},
+    f"jemalloc[MALLOC_CONF={_CONF}]": {"MALLOC_CONF": _CONF},
+    "glibc[MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0]": {
+        "MALLOC_ARENA_MAX": "1",
+        "MALLOC_TOP_PAD_": "0",
+    },
+}
+
+
 def test_replay_set_keeps_a_values_commas_and_splits_between_knobs(pattern_trace: Any) -> None:
     """A comma starts another knob only before KNOB=: MALLOC_CONF's options stay one
     value, as jemalloc reads it; each --set is one setup; a bad one is one line."""
     if not allocators.get("jemalloc", False).available:
         pytest.skip("jemalloc is not installed: `make setup` installs it")
     trace, _ = pattern_trace
-    conf = "narenas:1,dirty_decay_ms:0"
+    conf = _CONF
     out = mallocbench(
         "replay", str(trace), "--allocators", "glibc", "--set", f"jemalloc:MALLOC_CONF={conf}",
         "--set", "glibc:MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0", "--repeats", "1",
@@ -175,13 +187,7 @@ def test_replay_set_keeps_a_values_commas_and_splits_between_knobs(pattern_trace
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     knobs = {s["name"]: s["knobs"] for s in doc["setups"]}
-    assert knobs == {
-        "glibc": {},
-        f"jemalloc[MALLOC_CONF={conf}]": {"MALLOC_CONF": conf},
-        "glibc[MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0]": {
-            "MALLOC_ARENA_MAX": "1", "MALLOC_TOP_PAD_": "0"
-        },
-    }  # fmt: skip
+    assert knobs == _KNOBBED
     assert all(r["failed"] == 0 for r in doc["replay_summary"]["setups"])
     for bad, why in [
         ("glibc:=2", "--set 'glibc:=2': knobs look like NAME:KNOB=VALUE[,KNOB=VALUE]"),
@@ -189,6 +195,33 @@ def test_replay_set_keeps_a_values_commas_and_splits_between_knobs(pattern_trace
         ("jemalloc:MALLOC_CONF", "--set 'jemalloc:MALLOC_CONF': knobs look like NAME:KNOB=VALUE"),
     ]:
         refused = mallocbench("replay", str(trace), "--set", bad)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert refused.stderr.startswith("mallocbench: error: ") and why in refused.stderr
+
+
+def test_allocators_keeps_a_knobs_commas_as_set_does(pattern_trace: Any, tmp_path: Path) -> None:
+    """--allocators takes --set's knob form: after a knob, a comma starts another setup
+    only before an allocator's name; tune, which sets the knobs itself, refuses a knob."""
+    if not allocators.get("jemalloc", False).available:
+        pytest.skip("jemalloc is not installed: `make setup` installs it")
+    trace, _ = pattern_trace
+    conf = _CONF
+    listed = f"glibc,jemalloc:MALLOC_CONF={conf},glibc:MALLOC_ARENA_MAX=1,MALLOC_TOP_PAD_=0"
+    out = mallocbench(
+        "replay", str(trace), "--allocators", listed, "--repeats", "1", "--timing", "none",
+        "--json",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    knobs = {s["name"]: s["knobs"] for s in json.loads(out.stdout)["setups"]}
+    assert knobs == _KNOBBED
+    for argv, why in [
+        (["replay", str(trace), "--allocators", "glibc,jemaloc"], "unknown allocator 'jemaloc'"),
+        (
+            ["tune", str(trace), "--allocators", f"glibc,jemalloc:MALLOC_CONF={conf}"],
+            f"--allocators 'jemalloc:MALLOC_CONF={conf}': the search sets each allocator's",
+        ),
+    ]:
+        refused = mallocbench(*argv, "--out", str(tmp_path / "refused"))
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
         assert refused.stderr.startswith("mallocbench: error: ") and why in refused.stderr
 

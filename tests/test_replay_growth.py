@@ -91,8 +91,9 @@ def test_a_leak_reads_as_the_program_holding_more(growth: Path, tmp_path: Path) 
     glibc = doc["setups"][0]["growth"]
     assert glibc["live_trend"] == "growing" and glibc["retained_trend"] != "growing", glibc
     assert glibc["growth_reading"] == "holds more"
-    # 64 KiB every 10 ms at most: 22,500 MiB/h at the program's own pace, less under load
-    assert 0 < glibc["live_mib_per_h"] <= 23000, glibc
+    # 64 KiB per 10 ms of the clock: 22,500 MiB/h; under load the recording may end
+    # before a starved program made up what was due, never by half the span
+    assert 11250 < glibc["live_mib_per_h"] <= 23000, glibc
     assert (
         "the program holds more (a leak or a growing cache), no allocator fixes it"
         in (doc["growth"][0])

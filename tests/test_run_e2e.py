@@ -13,34 +13,14 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cli_runner import run_cli
-
-TINY = """
-name = "tiny"
-base = "glibc"
-engines = ["innodb"]
-steps = {steps}
-threads = [2]
-[dataset]
-tables = 1
-rows = 2000
-cache = "64M"
-[durations]
-warmup = 0
-step = {seconds}
-[[setup]]
-name = "glibc"
-allocator = "glibc"
-[[setup]]
-name = "je"
-allocator = "jemalloc"
-"""
+from cli_runner import GLIBC_AND_JE, run_cli, small_experiment
 
 
 def write_experiment(tmp_path: Path, steps: str = '["point-query"]', seconds: int = 2) -> Path:
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY.format(steps=steps, seconds=seconds))
-    return path
+    return small_experiment(
+        tmp_path, file="tiny.toml", name="tiny", base="glibc", steps=steps, threads=2,
+        cache="64M", step=seconds, extra=None, setups=GLIBC_AND_JE, setup_extra=None,
+    )  # fmt: skip
 
 
 @pytest.mark.server

@@ -41,28 +41,6 @@ from mallocbench.store import Store
 from mallocbench.store.base import damaged_store
 from mallocbench.store.locks import run_holder
 
-EXPERIMENT = """
-name = "integrity"
-base = "glibc"
-engines = ["innodb"]
-steps = {steps}
-threads = [2]
-repeats = {repeats}
-[dataset]
-tables = 1
-rows = 2000
-cache = "32M"
-[durations]
-warmup = {warmup}
-step = {seconds}
-[[setup]]
-name = "glibc"
-allocator = "glibc"
-[[setup]]
-name = "glibc-b"
-allocator = "glibc"
-"""
-
 
 def write_experiment(
     tmp_path: Path,
@@ -71,10 +49,11 @@ def write_experiment(
     steps: str = '["point-query"]',
     warmup: str = "0",
 ) -> Path:
-    path = tmp_path / "integrity.toml"
-    text = EXPERIMENT.format(repeats=repeats, seconds=seconds, steps=steps, warmup=warmup)
-    path.write_text(text)
-    return path
+    return small_experiment(
+        tmp_path, file="integrity.toml", name="integrity", base="glibc", steps=steps,
+        threads=2, top=f"repeats = {repeats}", warmup=warmup, step=seconds, extra=None,
+        setups=(("glibc", "glibc"), ("glibc-b", "glibc")), setup_extra=None,
+    )  # fmt: skip
 
 
 def start_run(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

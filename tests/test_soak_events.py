@@ -375,6 +375,30 @@ def test_time_to_the_cap_counts_the_steps_at_events() -> None:
     assert ratchet.projection.low <= ratchet.projection.seconds <= ratchet.projection.high
 
 
+def test_the_ratchet_export_carries_each_events_backend_readings() -> None:
+    """ratchet-json holds what results.json stores of the backends a PostgreSQL event ran
+    in, with that event; an event that read none exports as before, without the key."""
+    from mallocbench.analysis.ratchet import setup_ratchet
+    from mallocbench.analysis.soak import Lifetime, SetupSoak
+    from mallocbench.model.results import SessionInfo
+    from mallocbench.report.ratchet import ratchet_json
+
+    series, records = ratcheting(step_mib=8, drift_mib_h=0, events=2)
+    read = {"pid": 7, "before": {"anon": 1 * MiB}, "after": {"anon": 9 * MiB}, "settle_s": 4.0}
+    records[0]["backends"] = [read]
+    soak = SetupSoak("je", "postgresql", None, None, [Lifetime("s", 1000.0, series, "ok", 1)])
+    session = SessionInfo("s", "je", "postgresql", 0, started_at=1000.0, events=records)
+    ratchet = setup_ratchet(soak, {"s": session})
+
+    class Analysis:  # the one field the export reads
+        ratchets = (ratchet,)
+
+    (exported,) = json.loads(ratchet_json(Analysis()))  # type: ignore[arg-type]
+    first, second = exported["events"]
+    assert first["backends"] == [read] and first["step_bytes"] is not None
+    assert "backends" not in second and set(first) - set(second) == {"backends"}
+
+
 def test_a_missing_tool_is_refused_before_the_soak(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from cli_runner import small_experiment
 from mallocbench.analysis.steady import (
     WINDOW_S,
     Held,
@@ -282,28 +283,12 @@ def test_warmup_and_stability_flow_through_the_store(tmp_path: Path) -> None:
 
 # --- a real server ---------------------------------------------------------------------------
 
-REAL = """
-name = "steady"
-engines = ["innodb"]
-steps = ["point-query"]
-threads = [8]
-[dataset]
-tables = 1
-rows = 2000
-cache = "32M"
-[durations]
-warmup = {warmup}
-max_warmup = {max_warmup}
-step = {step}
-[[setup]]
-name = "glibc"
-allocator = "glibc"
-"""
-
 
 def run_real(tmp_path: Path, warmup: float, max_warmup: float, step: int) -> RunOutcome:
-    path = tmp_path / "steady.toml"
-    path.write_text(REAL.format(warmup=warmup, max_warmup=max_warmup, step=step))
+    path = small_experiment(
+        tmp_path, file="steady.toml", name="steady", threads=8, warmup=str(warmup), step=step,
+        extra=f"max_warmup = {max_warmup}", setups=(("glibc", "glibc"),), setup_extra=None,
+    )  # fmt: skip
     return Pipeline(
         load(path), RunOptions(out_dir=tmp_path / "out"), executor=RealExecutor()
     ).execute()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cli_runner import run_cli
+from cli_runner import experiment_text, run_cli, small_experiment
 from mallocbench import allocators
 from mallocbench.model.metadata import DatasetRecord, Durations, RunMetadata
 from mallocbench.model.results import Cell, RunResult, SetupInfo
@@ -26,27 +26,6 @@ from mallocbench.tune.space import build_space
 
 GLIBC = allocators.get("glibc")
 
-TINY = """
-name = "tiny-tune"
-base = "plain"
-engines = {engines}
-steps = ["point-query"]
-threads = [2]
-[dataset]
-tables = 1
-rows = 2000
-cache = "32M"
-[durations]
-warmup = 0
-step = 1
-[server]
-config = {{ max_connections = "50" }}
-[[setup]]
-name = "plain"
-allocator = "glibc"
-{knobs}
-"""
-
 
 def load_run(store_path: Path, experiment_name: str) -> RunResult:
     store = open_store(store_path, readonly=True)
@@ -58,9 +37,16 @@ def load_run(store_path: Path, experiment_name: str) -> RunResult:
 
 
 def experiment(tmp_path: Path, engines: str = '["innodb"]', knobs: str = "") -> Path:
-    path = tmp_path / "tiny.toml"
-    path.write_text(TINY.format(engines=engines, knobs=knobs))
-    return path
+    return small_experiment(tmp_path, file="tiny.toml", **_shape(engines, knobs))
+
+
+def _shape(engines: str = '["innodb"]', knobs: str = "") -> dict[str, Any]:
+    """The tuned experiment: one setup, plain glibc, on a server that takes 50 clients."""
+    return {
+        "name": "tiny-tune", "base": "plain", "engines": engines, "threads": 2,
+        "extra": '[server]\nconfig = { max_connections = "50" }', "setups": (("plain", "glibc"),),
+        "setup_extra": knobs,
+    }  # fmt: skip
 
 
 BAD_INPUT = [
@@ -159,7 +145,7 @@ def test_a_changed_workload_is_another_study(tmp_path: Path) -> None:
     before = ServerEvaluator(load(path), tmp_path / "out").describe()
     for old, new in (("step = 1", "step = 2"), ("rows = 2000", "rows = 3000"),
                      ("threads = [2]", "threads = [4]")):  # fmt: skip
-        path.write_text(TINY.format(engines='["innodb"]', knobs="").replace(old, new))
+        path.write_text(experiment_text(**_shape()).replace(old, new))
         assert ServerEvaluator(load(path), tmp_path / "out").describe() != before, new
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from dataclasses import dataclass
 
 from mallocbench.allocators.base import Allocator
@@ -27,6 +28,30 @@ def names() -> list[str]:
 
 def is_custom_spec(spec: str) -> bool:
     return "/" in spec or spec.endswith(".so") or ".so." in spec
+
+
+# A knob's value may hold commas (MALLOC_CONF=narenas:2,dirty_decay_ms:0), as in --set.
+_KNOB = re.compile(r"\s*[A-Za-z_][A-Za-z0-9_]*\s*=")
+
+
+def split_list(text: str) -> list[str]:
+    """--allocators' setups: `glibc,jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:0` is
+    glibc and one jemalloc setup with one knob.
+
+    After a setup with knobs, a comma starts another setup only before an allocator's
+    name, alias or library path; before KNOB= or anything else it stays in that setup,
+    so its knobs split as --set splits them.
+    """
+    known = {n for a in builtin_allocators() for n in (a.name, *a.aliases)}
+    setups: list[str] = []
+    for piece in text.split(","):
+        head = piece.partition(":")[0].strip()
+        starts = head in known or is_custom_spec(head)
+        if setups and not starts and "=" in setups[-1].partition(":")[2]:
+            setups[-1] += "," + piece
+        elif piece.strip():
+            setups.append(piece.strip())
+    return setups
 
 
 def get(spec: str, require_available: bool = True) -> Allocator:

@@ -97,6 +97,9 @@ class EventMeasure:
     after_bytes: float | None
     settle_s: float | None  # when `after` was taken from (the settled window's start)
     settled_by: str  # SETTLED, or the limit it met: TIMEOUT, NEXT_EVENT, END
+    # The readings of the backends that ran its work, as the session stored them (a
+    # PostgreSQL soak's: analysis.backends); () where none was read.
+    backends: tuple[dict[str, Any], ...] = ()
 
     @property
     def step_bytes(self) -> float | None:
@@ -160,7 +163,16 @@ class SetupRatchet:
         return {
             "setup": self.setup,
             "engine": self.engine,
-            "events": [{**e.__dict__, "step_bytes": e.step_bytes} for e in self.events],
+            # An event's backends' readings only where some were read: one without them
+            # (MariaDB's) exports as before.
+            "events": [
+                {
+                    **{k: v for k, v in e.__dict__.items() if k != "backends"},
+                    "step_bytes": e.step_bytes,
+                    **({"backends": list(e.backends)} if e.backends else {}),
+                }
+                for e in self.events
+            ],
             "steps": {s.label: interval(s.interval) for s in self.steps},
             "between_bytes_per_s": interval(self.between),
             "peak_during_bytes": self.peak_during_bytes,
@@ -314,6 +326,7 @@ def measure_events(
                 after_bytes=after,
                 settle_s=settle_s,
                 settled_by=how,
+                backends=tuple(event.get("backends") or ()),
             )
         )
     return out

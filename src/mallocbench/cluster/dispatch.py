@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mallocbench.cluster.driver import ClusterSchedule, DriverExecutor
-from mallocbench.cluster.units import StoredRunSessions, experiment_from_run, units_of
+from mallocbench.cluster.units import StoredRunSessions, Tell, experiment_from_run, units_of
 from mallocbench.errors import MallocbenchError
 from mallocbench.executors.real import RealExecutor
 from mallocbench.run.experiment import Experiment
@@ -74,7 +74,7 @@ def pipeline_for(
     stop_requested: Callable[[], bool],
     run_id: str | None,
     address: str | None,
-    say: Callable[[str], None] | None = None,
+    tell: Tell | None = None,
     security: Any = None,
 ) -> Pipeline:
     """The local pipeline, or the cluster's when an address is given."""
@@ -95,7 +95,7 @@ def pipeline_for(
         executor=DriverExecutor(),
         # The driver records the hosts from what the units return.
         sessions=StoredRunSessions(run_id, joins_hosts=False),
-        schedule=ClusterSchedule(address, security, say),
+        schedule=ClusterSchedule(address, security, tell),
     )
 
 

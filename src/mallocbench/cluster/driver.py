@@ -9,7 +9,7 @@ import json
 import shlex
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,10 +21,14 @@ from mallocbench.cluster.units import (
     NO_HOST_GRACE_S,
     POLL_S,
     RESOURCE,
+    Event,
+    News,
+    Tell,
     Unit,
     UnitsLost,
     stop_event_name,
     store_target,
+    tell_nothing,
     units_of,
 )
 from mallocbench.cluster.worker import run_unit_task
@@ -105,8 +109,8 @@ class HostWatch:
     """What a driver follows of the hosts while units run: which host took each unit
     (said once: the scheduler knows, the task cannot say) and how long no host was left."""
 
-    def __init__(self, say: Callable[[str], None]) -> None:
-        self.say = say
+    def __init__(self, tell: Tell) -> None:
+        self.tell = tell
         self.announced: dict[str, str] = {}  # unit task key -> the host that took it first
         self.hostless_since: float | None = None
 
@@ -119,7 +123,7 @@ class HostWatch:
             for key in keys:
                 if key in waiting:
                     self.announced[key] = hosts.get(address, address)
-                    self.say(f"unit {waiting[key]} started on {self.announced[key]}")
+                    self.tell(News(Event.STARTED, waiting[key], self.announced[key]))
 
     def hostless(self, waiting: list[str], hosts: bool, running: bool) -> list[str]:
         """The waiting units to record as lost: all of them once no benchmark host was
@@ -155,13 +159,11 @@ class DriverExecutor(RealExecutor):
 class ClusterSchedule:
     """Runs each block as a unit on a benchmark host of a Dask cluster."""
 
-    def __init__(
-        self, address: str, security: Any = None, say: Callable[[str], None] | None = None
-    ) -> None:
+    def __init__(self, address: str, security: Any = None, tell: Tell | None = None) -> None:
         self.address = address
         self.security = security
-        self.asked_say = say
-        self.say: Callable[[str], None] = say or (lambda _text: None)
+        # Nothing told without a caller to word it: a quiet run's progress is silent too.
+        self.tell: Tell = tell or tell_nothing
         self.client: Any = None
 
     @contextlib.contextmanager
@@ -183,7 +185,6 @@ class ClusterSchedule:
         builds: dict[str | None, Build],
         outcome: RunOutcome,
     ) -> None:
-        self.say = self.asked_say or pipeline.progress.status
         stored = store.load_run(run_id, with_samples=False).metadata
         state = _Dispatch(hosts=dict(stored.hosts or {}), shares=[], lost=[])
         units = units_of(sessions, done)
@@ -228,7 +229,7 @@ class ClusterSchedule:
         running: dict[Any, tuple[Unit, float]] = {}
         seen = store.finished_cell_keys(run_id)
         stop_sent = False
-        watch = HostWatch(self.say)
+        watch = HostWatch(self.tell)
         store_at = store_target(pipeline.options)
         while queue or running:
             if pipeline.stop_requested() and not stop_sent:
@@ -280,7 +281,7 @@ class ClusterSchedule:
         if future.status != "finished":
             why = lost_reason(future)
             state.lost.append(f"{unit.label}: {why}")
-            self.say(f"unit {unit.label} lost: {why}")
+            self.tell(News(Event.LOST, unit.label, why=why))
             return
         result = future.result()
         host = result["host"]
@@ -302,9 +303,7 @@ class ClusterSchedule:
             state.interrupted = True
         elif result.get("aborted"):
             state.aborted = state.aborted or f"on host {host}: {result['aborted']}"
-        self.say(
-            f"unit {unit.label} finished on {host}: {result['measured']} cell(s) in {seconds:.0f} s"
-        )
+        self.tell(News(Event.FINISHED, unit.label, host, cells=result["measured"], seconds=seconds))
 
     def _report_cells(
         self,

@@ -35,11 +35,15 @@ from mallocbench.cluster.driver import (
 )
 from mallocbench.cluster.units import (
     POLL_S,
+    Event,
+    News,
     ReplayUnit,
+    Tell,
     UnitsLost,
     replay_label,
     replays_topic,
     stop_event_name,
+    tell_nothing,
 )
 from mallocbench.cluster.worker import stop_left_servers
 from mallocbench.errors import EnvironmentLost, MallocbenchError
@@ -190,13 +194,13 @@ class ClusterReplays:
         security: Any,
         stop_requested: Callable[[], bool],
         resume_hint: Callable[[str], str],
-        say: Callable[[str], None] | None = None,
+        tell: Tell | None = None,
     ) -> None:
         self.address = address
         self.security = security
         self.stop_requested = stop_requested
         self.resume_hint = resume_hint  # run id -> the command that replays the rest
-        self.say = say or (lambda _text: None)
+        self.tell: Tell = tell or tell_nothing
         self.client: Any = None
 
     @contextlib.contextmanager
@@ -279,7 +283,7 @@ class ClusterReplays:
         lost: list[str] = []
         aborted: str | None = None
         stopped = False
-        watch = HostWatch(self.say)
+        watch = HostWatch(self.tell)
         while waiting or running:
             if self.stop_requested() and not stopped:
                 stop.set()
@@ -327,7 +331,7 @@ class ClusterReplays:
             return
         _host_of(result, done)
         commit(ReplayRun.from_dict(done["replay"]))
-        self.say(f"replay {replay_label(*key)} finished on {done['host']}")
+        self.tell(News(Event.FINISHED, replay_label(*key), str(done["host"]), replay=True))
 
     def _lost(
         self, result: RunResult, unit: ReplayUnit, why: str, commit: Callable[[ReplayRun], None]
@@ -347,7 +351,7 @@ class ClusterReplays:
             if (str(s["name"]), unit.repeat) not in done
         ]
         for label in missing:
-            self.say(f"replay {label} lost: {why}")
+            self.tell(News(Event.LOST, label, why=why, replay=True))
         return [f"{label}: {why}" for label in missing]
 
     def _submit(self, run_id: str, unit: ReplayUnit) -> Any:

@@ -5,8 +5,10 @@ from it, its session source) and the record of a host.
 
 from __future__ import annotations
 
+import enum
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +70,33 @@ LOST_NOTE = "lost unit {}; its finished cells are kept, --resume measures the re
 
 
 LOST_NOTE_DONE = "lost unit {}; its finished cells were kept, and a --resume measured the rest"
+
+
+class Event(enum.Enum):
+    STARTED = "started"
+    FINISHED = "finished"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class News:
+    """What the driver tells of a unit, or of one replay, as it goes; the caller words it
+    (report/cluster.py news_text)."""
+
+    event: Event
+    label: str  # the unit's, or the replay's (replay_label)
+    host: str = ""
+    why: str = ""  # LOST: the reason the scheduler gave
+    replay: bool = False  # of one replay, not of a whole unit
+    cells: int | None = None  # FINISHED, a run's unit: the cells it measured
+    seconds: float = 0.0  # FINISHED, a run's unit: how long it took
+
+
+Tell = Callable[[News], None]
+
+
+def tell_nothing(_news: News) -> None:
+    return None
 
 
 class UnitsLost(ServerStartError):

@@ -36,9 +36,10 @@ if TYPE_CHECKING:
 
 
 def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str, dict[str, str]]]:
+    from mallocbench import allocators
     from mallocbench.patterns.experiment import parse_allocator_flag
 
-    specs = [s.strip() for s in allocator_list.split(",") if s.strip()] if allocator_list else []
+    specs = allocators.split_list(allocator_list) if allocator_list else []
     parsed = [parse_allocator_flag(spec, "--allocators") for spec in specs]
     parsed += [parse_allocator_flag(spec, "--set") for spec in extra]
     names = [name for name, _, _ in parsed]
@@ -58,7 +59,10 @@ def _setups(allocator_list: str, extra: tuple[str, ...]) -> list[tuple[str, str,
     default="glibc",
     show_default=True,
     metavar="A,B,...",
-    help="Allocators to replay under, comma-separated; the first is the base.",
+    help="Allocators to replay under, comma-separated; the first is the base. One may "
+    "carry knobs as --set does: glibc,jemalloc:MALLOC_CONF=narenas:2,dirty_decay_ms:0 is "
+    "two setups (after a knob, a comma starts another setup only before an allocator's "
+    "name or path).",
 )
 @click.option(
     "--set",
@@ -136,6 +140,7 @@ def replay(
     from mallocbench.commands.progress import ReplayProgress
     from mallocbench.console import make_console
     from mallocbench.replay import run as replay_runs
+    from mallocbench.report.cluster import news_text
     from mallocbench.report.replay import reading_text
 
     address, security = cluster_access(cluster_address, tls_dir, insecure)
@@ -164,7 +169,7 @@ def replay(
             total = len(replay_runs.pending(_record(stored), setups))
         progress = held.enter_context(ReplayProgress(console, total))
         if elsewhere is not None:
-            elsewhere.say = progress.status
+            elsewhere.tell = lambda news: progress.status(news_text(news))
         progress.status(reading_text(trace))
         if resume_id is None:
             result = asked.result(setups, progress, min_effect, expect_server_version)

@@ -30,6 +30,7 @@ from mallocbench.errors import MallocbenchError
 from mallocbench.model.results import RunResult
 from mallocbench.report import formats
 from mallocbench.report import runs as runs_report
+from mallocbench.report.cluster import news_text
 from mallocbench.report.formats import write_reports, write_run_reports
 from mallocbench.run import experiment as experiment_mod
 from mallocbench.run import planning as planning_mod
@@ -195,7 +196,7 @@ def run_cmd(
     )
     stop = StopOnSignals(console)
     with stop:
-        tell = None if quiet else lambda text: say(formats.ASIDE, text, console=console)
+        tell = None if quiet else lambda news: say(formats.ASIDE, news_text(news), console=console)
         pipeline = cluster_mod.pipeline_for(
             experiment, options, None, stop.requested, pinned_run, cluster_address, tell, security
         )

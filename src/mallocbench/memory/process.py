@@ -8,6 +8,7 @@ each resident page belongs to exactly one mapping, and each mapping to one kind.
 from __future__ import annotations
 
 import contextlib
+import enum
 import os
 import re
 from dataclasses import dataclass, field
@@ -87,7 +88,7 @@ class ProcessMemory:
     threads: int
     mappings: list[Mapping] = field(repr=False, default_factory=list)
     arenas: int | None = None  # glibc arenas including the main one; None if not glibc
-    arena_source: str = ""
+    arena_source: ArenaCount | None = None  # how `arenas` was counted; None if not glibc
     knobs: dict[str, str] | None = None  # None: environ not readable
     # The buffer pool shared a mapping with a neighbour and, without ptrace access to
     # count its own pages, its Rss is that mapping's pro-rated by size.
@@ -355,7 +356,14 @@ def _read_words(pid: int, address: int, count: int) -> list[int] | None:
     return [int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data), 8)]
 
 
-def _classify_glibc_heaps(pid: int, mappings: list[Mapping]) -> tuple[int | None, str]:
+class ArenaCount(enum.Enum):
+    """How a glibc arena count was found (report/memory.py words it)."""
+
+    HEAP_INFO = "heap_info"  # each heap's heap_info header, read from /proc/PID/mem
+    MAPS = "maps"  # 64 MiB heap mappings in /proc/PID/maps, unverified without ptrace
+
+
+def _classify_glibc_heaps(pid: int, mappings: list[Mapping]) -> tuple[int | None, ArenaCount]:
     """Mark glibc arena heaps; return (arenas incl. main, how that number was found).
 
     The precise way reads each candidate heap's heap_info header from /proc/PID/mem:
@@ -392,7 +400,7 @@ def _classify_glibc_heaps(pid: int, mappings: list[Mapping]) -> tuple[int | None
                     verified.pop(address)
         for address in verified:
             _mark_heap(mappings, address)
-        return 1 + sum(verified.values()), "heap_info headers read from /proc/PID/mem"
+        return 1 + sum(verified.values()), ArenaCount.HEAP_INFO
     heaps = 0
     for i, m in enumerate(mappings):
         if m.kind != "anon" or not m.is_anon or m.start % GLIBC_HEAP_SIZE:
@@ -412,7 +420,7 @@ def _classify_glibc_heaps(pid: int, mappings: list[Mapping]) -> tuple[int | None
             heaps += 1
             for k in range(i, j):
                 mappings[k].kind = "glibc_heap"
-    return 1 + heaps, "64 MiB heap mappings in /proc/PID/maps (no ptrace access to verify)"
+    return 1 + heaps, ArenaCount.MAPS
 
 
 def _mark_heap(mappings: list[Mapping], address: int) -> None:
@@ -462,13 +470,13 @@ def classify(
     exe: str | None,
     allocator: str,
     buffer_pool_size: int | None,
-) -> tuple[int | None, str, bool]:
+) -> tuple[int | None, ArenaCount | None, bool]:
     """Give every mapping a kind; return (glibc arenas, how counted, whether the buffer
     pool's Rss is pro-rated)."""
     _classify_files(mappings, exe)
     _, prorated = _classify_buffer_pool(pid, mappings, buffer_pool_size)
     arenas: int | None = None
-    source = ""
+    source = None
     if allocator == "glibc":
         arenas, source = _classify_glibc_heaps(pid, mappings)
     _classify_stacks(pid, mappings)
@@ -556,18 +564,14 @@ class MemoryLimit:
     """The most memory the process can have, and what sets that bound."""
 
     bytes: int
-    source: str
+    group: cgroup.CgroupLimit | None = None  # the group whose limit it is; None: MemTotal
 
 
 def memory_limit(pid: int) -> MemoryLimit:
     """The smaller of physical memory and the limit of the process's memory cgroup (v1 or
-    v2, its ancestors included), with its source."""
+    v2, its ancestors included), with the group that sets it."""
     total = psutil.virtual_memory().total
     limit = cgroup.memory_limit_of(pid)
     if limit is not None and limit.bytes < total:
-        return MemoryLimit(limit.bytes, limit_source(limit))
-    return MemoryLimit(total, "physical memory (MemTotal)")
-
-
-def limit_source(limit: cgroup.CgroupLimit) -> str:
-    return f"cgroup v{limit.version} {limit.file} of {limit.directory}"
+        return MemoryLimit(limit.bytes, limit)
+    return MemoryLimit(total)

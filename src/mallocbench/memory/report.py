@@ -13,7 +13,7 @@ from typing import Any
 
 from mallocbench.memory.breakdown import Breakdown, Footprint
 from mallocbench.memory.jemalloc import JemallocStats
-from mallocbench.memory.process import MemoryLimit, ProcessMemory, ThpSetup
+from mallocbench.memory.process import ArenaCount, MemoryLimit, ProcessMemory, ThpSetup
 from mallocbench.memory.server import ServerMemory, Session
 
 # Sessions in the JSON account, largest first: enough to find the heavy ones.
@@ -92,21 +92,33 @@ class ProcessSummary:
         )
 
 
+@dataclass(frozen=True)
+class JemallocArenas:
+    """What bounds jemalloc's arenas (report/memory.py words it)."""
+
+    narenas: str | None = None  # MALLOC_CONF's narenas as given; None: jemalloc's default
+    cpus: int = 0  # CPUs the process may run on (the default is 4 per CPU); 0: unknown
+
+
 @dataclass
 class AllocatorSummary:
     """The allocator mapped into the process, its arenas and the knobs in force."""
 
     name: str
     path: str | None  # None: the allocator built into libc, not found mapped
-    jemalloc_arenas: str | None = None  # what bounds jemalloc's arenas; None for others
+    jemalloc_arenas: JemallocArenas | None = None  # None for other allocators
     glibc_arenas: int | None = None  # the main one included; None when not glibc
     glibc_heaps: int | None = None
-    arena_source: str | None = None
+    arena_source: ArenaCount | None = None
     knobs: dict[str, str] | None = None  # None: the process's environment is unreadable
 
     @classmethod
     def of(
-        cls, name: str, path: str | None, proc: ProcessMemory, jemalloc_arenas: str | None
+        cls,
+        name: str,
+        path: str | None,
+        proc: ProcessMemory,
+        jemalloc_arenas: JemallocArenas | None,
     ) -> AllocatorSummary:
         return cls(
             name=name,
@@ -114,20 +126,21 @@ class AllocatorSummary:
             jemalloc_arenas=jemalloc_arenas,
             glibc_arenas=proc.arenas,
             glibc_heaps=proc.glibc_heaps() if proc.arenas is not None else None,
-            arena_source=proc.arena_source or None,
+            arena_source=proc.arena_source,
             knobs=proc.knobs,
         )
 
     def to_dict(self) -> dict[str, Any]:
-        # The JSON calls jemalloc's bound "arenas" and has it only for jemalloc.
+        # The JSON calls jemalloc's bound "arenas" and has it only for jemalloc; it and
+        # arena_source are worded in place by report/memory.py.
         out: dict[str, Any] = {"name": self.name, "path": self.path}
         if self.jemalloc_arenas is not None:
-            out["arenas"] = self.jemalloc_arenas
+            out["arenas"] = asdict(self.jemalloc_arenas)
         return {
             **out,
             "glibc_arenas": self.glibc_arenas,
             "glibc_heaps": self.glibc_heaps,
-            "arena_source": self.arena_source,
+            "arena_source": self.arena_source.value if self.arena_source else None,
             "knobs": self.knobs,
         }
 
@@ -304,7 +317,8 @@ class MemoryReport:
         if self.allocator_keeps is not None:
             out["allocator_keeps"] = self.allocator_keeps.to_dict()  # worded by report/
         if self.memory_limit is not None:
-            out["memory_limit"] = asdict(self.memory_limit)
+            # Its source is worded in place by report/memory.py.
+            out["memory_limit"] = {"bytes": self.memory_limit.bytes, "source": None}
         if self.footprint is not None:
             out["configured_footprint"] = self.footprint.to_dict()
         if self.breakdown is not None:

@@ -24,6 +24,7 @@ from mallocbench.memory.process import ProcessMemory
 from mallocbench.memory.report import (
     AllocatorKeeps,
     AllocatorSummary,
+    JemallocArenas,
     KeepsSource,
     MemoryReport,
     SeeMore,
@@ -32,17 +33,17 @@ from mallocbench.memory.server import ServerMemory
 from mallocbench.probes.system import thp_mode
 
 
-def jemalloc_arenas(knobs: dict[str, str] | None, pid: int) -> str:
-    """jemalloc keeps no arena list a reader can see; say what bounds it and why."""
+def jemalloc_arenas(knobs: dict[str, str] | None, pid: int) -> JemallocArenas:
+    """jemalloc keeps no arena list a reader can see: what bounds it."""
     conf = ",".join(v for k, v in (knobs or {}).items() if k in ("MALLOC_CONF", "JE_MALLOC_CONF"))
     for part in conf.split(","):
         if part.startswith("narenas:"):
-            return f"{part.split(':', 1)[1]} (MALLOC_CONF narenas)"
+            return JemallocArenas(narenas=part.split(":", 1)[1])
     try:
         cpus = len(os.sched_getaffinity(pid))
     except OSError:
         cpus = 0
-    return f"up to {4 * cpus} (jemalloc default: 4 per CPU, created on demand)" if cpus else "?"
+    return JemallocArenas(cpus=cpus)
 
 
 def error_log(srv: ServerMemory) -> Path | None:

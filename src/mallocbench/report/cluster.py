@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mallocbench.cluster.units import News
 
 
 def scheduler_text(address: str) -> str:
@@ -47,3 +51,17 @@ def certificates_text(c: Certificates) -> str:
     lines += [f"kept {p}: it exists (remove it to make a new certificate)" for p in c.kept]
     lines.append(f"the CA's key {c.ca_key} stays here; copy no host its key")
     return "".join(f"{line}\n" for line in lines)
+
+
+def news_text(n: News) -> str:
+    """A unit's or a replay's news, as the driver's progress shows it."""
+    from mallocbench.cluster.units import Event  # told only once a cluster has it loaded
+
+    what = "replay" if n.replay else "unit"
+    if n.event is Event.LOST:
+        return f"{what} {n.label} lost: {n.why}"
+    if n.event is Event.STARTED:
+        return f"{what} {n.label} started on {n.host}"
+    if n.cells is None:
+        return f"{what} {n.label} finished on {n.host}"
+    return f"{what} {n.label} finished on {n.host}: {n.cells} cell(s) in {n.seconds:.0f} s"

@@ -27,7 +27,13 @@ from mallocbench.memory.report import (
     ServerAccount,
 )
 from mallocbench.memory.server import Gap, GapCause
-from mallocbench.report.memory_advice import advice_dicts, worded
+from mallocbench.report.memory_advice import (
+    advice_dicts,
+    arena_count_text,
+    jemalloc_arenas_text,
+    limit_source_text,
+    worded,
+)
 
 MiB = 1024 * 1024
 
@@ -191,6 +197,14 @@ def memory_json(report: MemoryReport) -> dict[str, Any]:
     if keeps is not None:
         out["allocator_keeps"]["source"] = keeps_source_text(keeps)  # in place
         out["allocator_keeps"]["how_to_see_more"] = see_more_text(keeps)
+    summary = report.allocator
+    if summary is not None:
+        if summary.jemalloc_arenas is not None:
+            out["allocator"]["arenas"] = jemalloc_arenas_text(summary.jemalloc_arenas)
+        if summary.arena_source is not None:
+            out["allocator"]["arena_source"] = arena_count_text(summary.arena_source)
+    if report.memory_limit is not None:
+        out["memory_limit"]["source"] = limit_source_text(report.memory_limit)
     bd = report.breakdown
     if bd is not None:
         out["breakdown"]["rows"] = [_row_dict(bd, r) for r in bd.rows]  # in place
@@ -321,10 +335,10 @@ def _allocator_lines(
     if a.glibc_arenas is not None:
         lines.append(
             f"glibc arenas: {a.glibc_arenas} (the main one + {a.glibc_arenas - 1} in "
-            f"{a.glibc_heaps} heaps of 64 MiB; {a.arena_source})"
+            f"{a.glibc_heaps} heaps of 64 MiB; {arena_count_text(a.arena_source)})"
         )
     if a.jemalloc_arenas:
-        lines.append(f"jemalloc arenas: {a.jemalloc_arenas}")
+        lines.append(f"jemalloc arenas: {jemalloc_arenas_text(a.jemalloc_arenas)}")
     knobs = a.knobs
     if knobs is None:
         lines.append("knobs: environment not readable (run as the server's user or root)")
@@ -355,7 +369,8 @@ def _footprint_table(report: MemoryReport, fp: Footprint) -> Table:
     )
     t.add_row(f"now: global + {fp.connections_now} connections", mb(fp.now))
     if report.memory_limit is not None:
-        t.add_row(f"memory limit ({report.memory_limit.source})", mb(report.memory_limit.bytes))
+        limit = report.memory_limit
+        t.add_row(f"memory limit ({limit_source_text(limit)})", mb(limit.bytes))
     return t
 
 

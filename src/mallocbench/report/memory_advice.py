@@ -13,11 +13,37 @@ from typing import Any
 from mallocbench import allocators
 from mallocbench.deploy import deployment
 from mallocbench.deploy import forms as deploy
-from mallocbench.memory.report import Advice, AdviceKind, MemoryReport
+from mallocbench.memory.process import ArenaCount, MemoryLimit
+from mallocbench.memory.report import Advice, AdviceKind, JemallocArenas, MemoryReport
 
 MiB = 1024 * 1024
 
 Worded = tuple[str, str, str]  # title, what to change, evidence
+
+
+ARENA_COUNT_TEXT = {
+    ArenaCount.HEAP_INFO: "heap_info headers read from /proc/PID/mem",
+    ArenaCount.MAPS: "64 MiB heap mappings in /proc/PID/maps (no ptrace access to verify)",
+}
+
+
+def arena_count_text(source: ArenaCount | None) -> str:
+    return ARENA_COUNT_TEXT[source] if source is not None else ""
+
+
+def limit_source_text(limit: MemoryLimit) -> str:
+    group = limit.group
+    if group is None:
+        return "physical memory (MemTotal)"
+    return f"cgroup v{group.version} {group.file} of {group.directory}"
+
+
+def jemalloc_arenas_text(arenas: JemallocArenas) -> str:
+    if arenas.narenas is not None:
+        return f"{arenas.narenas} (MALLOC_CONF narenas)"
+    if not arenas.cpus:
+        return "?"
+    return f"up to {4 * arenas.cpus} (jemalloc default: 4 per CPU, created on demand)"
 
 
 def _mb(n: float) -> str:
@@ -84,7 +110,7 @@ def _footprint_against_limit(report: MemoryReport, advice: Advice) -> Worded:
     limit, read the same way for both."""
     fp, limit = report.footprint, report.memory_limit
     assert fp is not None and limit is not None  # memory/advice.py decided on them
-    against = f"{_mb(limit.bytes)} ({limit.source})"
+    against = f"{_mb(limit.bytes)} ({limit_source_text(limit)})"
     if advice.kind == AdviceKind.FOOTPRINT_OVER_LIMIT:
         return (
             "worst-case footprint exceeds the memory limit",
@@ -133,7 +159,7 @@ def _glibc_arenas(report: MemoryReport, advice: Advice) -> Worded:
         "each arena keeps its own free memory; MALLOC_ARENA_MAX=4 (or 2x CPUs) bounds that "
         "at some cost in throughput, jemalloc or tcmalloc avoid it; "
         + _hint(report, {"MALLOC_ARENA_MAX": "4"}, "the arena cap"),
-        f"arenas {proc.arenas} ({proc.arena_source}), MALLOC_ARENA_MAX "
+        f"arenas {proc.arenas} ({arena_count_text(proc.arena_source)}), MALLOC_ARENA_MAX "
         f"{knob or 'not set (default 8 per CPU)'}"
         + (f", unaccounted heap {_mb(bd.unaccounted)}" if bd else ""),
     )

@@ -82,11 +82,17 @@ class Plan:
 
 
 def check_allocators(names: str) -> list[Allocator]:
-    specs = [n.strip() for n in names.split(",") if n.strip()]
+    specs = allocators.split_list(names)
     if not specs:
         raise MallocbenchError("--allocators is empty: give e.g. glibc,jemalloc")
     out: list[Allocator] = []
     for spec in specs:
+        head, _, knobs = spec.partition(":")
+        if "=" in knobs and not allocators.is_custom_spec(head):
+            raise MallocbenchError(
+                f"--allocators {spec!r}: the search sets each allocator's knobs itself: "
+                f"give the allocator alone ({head.strip()})"
+            )
         allocator = allocators.get(spec)
         if not allocator.available:
             raise MallocbenchError(
