@@ -647,7 +647,9 @@ def test_writing_commands_refuse_a_foreign_sqlite_file(
     exp = experiment_file(tmp_path)
     result = run_cli("run", str(exp), "--out", str(tmp_path / "out"), "--store", str(foreign))
     assert_refused(result, integrity_figures, "not a mallocbench results store")
-    result = run_cli("patterns", "-p", "oltp", "-s", "0.1", "--store", str(foreign))
+    # its own --out: the default, patterns-out in the working directory, is the checkout's
+    result = run_cli("patterns", "-p", "oltp", "-s", "0.1", "--out", str(tmp_path / "pat"),
+                     "--store", str(foreign))  # fmt: skip
     assert_refused(result, integrity_figures, "not a mallocbench results store")
     assert foreign.read_bytes() == before
     assert _describe(foreign) == (journal_mode, ["notes"])
