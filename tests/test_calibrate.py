@@ -88,9 +88,17 @@ def test_calibrate_measures_noise_and_leaves_nothing_running(tmp_path: Path) -> 
     out = tmp_path / "out"
     report = tmp_path / "out.json"
     started = time.monotonic()
+    # The experiment's turns settle for one round, not the default 4: the turns phase
+    # measures the same 3 rounds, 6 s sooner a start; settle is priced as given.
+    experiment = tmp_path / "turns.toml"
+    experiment.write_text(
+        TINY.replace("threads = [2]", 'threads = [2]\nalternate = "turns"').replace(
+            "max_warmup = 3", "max_warmup = 3\nsettle = 1"
+        )
+    )
     result = run_cli(
         "calibrate",
-        str(_tiny(tmp_path)),
+        str(experiment),
         "--starts", "2", "--slices", "2", "--slice", "3", "--turns", "3",
         "--out", str(out), "--json", str(report),
         timeout=400,

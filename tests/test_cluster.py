@@ -158,15 +158,19 @@ def _wait_for(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: floa
     raise AssertionError(f"{text!r} not in {log}: {log.read_text(errors='replace')[-2000:]}")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to every process group first, then wait on each: a Dask worker takes
+    seconds to close, and the workers' closes overlap."""
+    for proc in procs:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 @dataclass
@@ -212,18 +216,21 @@ def cluster(directory: Path, names: list[str], allowed_failures: int = 3) -> Ite
     running = Cluster(address, scheduler, {}, {}, tls)
     try:
         _wait_for(scheduler_log, "scheduler listening", scheduler)
+        # The workers start side by side (each is seconds of imports), then each is
+        # awaited.
         for name in names:
             work_dir = directory / f"work-{name}"
-            log = directory / f"worker-{name}.log"
             args = ["cluster", "worker", address, "--host", "127.0.0.1", "--name", name]
             args += ["--work-dir", str(work_dir), "--tls", str(tls / name)]
-            running.workers[name] = _start(args, log)
+            running.workers[name] = _start(args, directory / f"worker-{name}.log")
             running.work_dirs[name] = work_dir
-            _wait_for(log, f"worker {name} at", running.workers[name])
+        for name in names:
+            _wait_for(directory / f"worker-{name}.log", f"worker {name} at", running.workers[name])
         yield running
     finally:
-        for proc in [*running.workers.values(), scheduler]:
-            _stop(proc)
+        # The scheduler last: a worker closing tells it so.
+        _stop(list(running.workers.values()))
+        _stop([scheduler])
         # Whatever a killed worker's unit left running is stopped, as its next unit would.
         for work_dir in running.work_dirs.values():
             for servers in work_dir.glob("runs/*/servers"):

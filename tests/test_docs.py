@@ -212,6 +212,17 @@ INSTEAD = {
         "mallocbench run advise-out/confirm.toml --out confirm --dry-run",
         "the confirmation is minutes of servers; its plan checks the file advise wrote",
     ),
+    ("first-comparison", "mallocbench run first.toml --out first-out"): (
+        "mallocbench run first.toml --out first-out --set durations.step=3",
+        "one 3 s slice a cell, not the page's two: the run and the reports of it are under "
+        "test here; slices alternating within a cell in tests/test_interleaved_design.py",
+    ),
+    ("ci-gate", "mallocbench run gate.toml"): (
+        "mallocbench run gate.toml --set durations.step=3",
+        "one 3 s slice a cell, not the page's two: the gate (two runs of the file, 3 "
+        "blocks each, then compare --fail-on) is under test here, not the noise of 6 s "
+        "cells; measured seconds were most of the suite's longest test",
+    ),
 }
 # (tutorial, the start of a line) -> the file it needs, and what the page says an earlier
 # command prints when it does not write that file (then the line has nothing to do).
