@@ -232,7 +232,9 @@ def test_replay_locks_its_out_as_run_does(pattern_trace: Any, tmp_path: Path) ->
     trace, _ = pattern_trace
     out = tmp_path / "out"
     span = tracemod.check(trace).data["duration_s"]
-    slow = ["replay", str(trace), "--repeats", "1", "--speed", f"{span / 6:g}", "--out", str(out)]
+    # 20 s at its recorded pace: three commands (each an interpreter's start) must run
+    # while it does, on a host that may be busy
+    slow = ["replay", str(trace), "--repeats", "1", "--speed", f"{span / 20:g}", "--out", str(out)]
     replaying = subprocess.Popen(
         [sys.executable, "-m", "mallocbench.cli", *slow],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
