@@ -232,9 +232,10 @@ def test_replay_locks_its_out_as_run_does(pattern_trace: Any, tmp_path: Path) ->
     trace, _ = pattern_trace
     out = tmp_path / "out"
     span = tracemod.check(trace).data["duration_s"]
-    # 20 s at its recorded pace: three commands (each an interpreter's start) must run
-    # while it does, on a host that may be busy
-    slow = ["replay", str(trace), "--repeats", "1", "--speed", f"{span / 20:g}", "--out", str(out)]
+    # As slow as --speed goes (just above 0.001: 23 s of this trace), stopped once three
+    # commands (each an interpreter's start, on a host that may be busy) have run
+    slowest = f"{max(span / 60, 0.00101):g}"
+    slow = ["replay", str(trace), "--repeats", "1", "--speed", slowest, "--out", str(out)]
     replaying = subprocess.Popen(
         [sys.executable, "-m", "mallocbench.cli", *slow],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -249,13 +250,16 @@ def test_replay_locks_its_out_as_run_does(pattern_trace: Any, tmp_path: Path) ->
         run_id = listed.split()[0]
         again = mallocbench("replay", str(trace), "--timing", "none", "--out", str(out))
         resumed = mallocbench("replay", "--resume", run_id, "--out", str(out))
+        assert replaying.poll() is None, "the replay ended before the checks: make it slower"
     finally:
-        assert replaying.wait(timeout=120) == 0
+        replaying.send_signal(signal.SIGINT)
+        assert replaying.wait(timeout=120) == 128 + signal.SIGINT
     for proc in (again, resumed):
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert f"the output directory {out} is in use by another mallocbench run" in proc.stderr
+    # stopped, the lock given back: the run is listed as interrupted, not running or died
     listed = mallocbench("runs", str(out)).stdout
-    assert len(listed.splitlines()) == 1 and listed.rstrip().endswith("finished"), listed
+    assert len(listed.splitlines()) == 1 and listed.rstrip().endswith("interrupted"), listed
 
 
 def test_replay_command_compares_allocators_with_intervals(
