@@ -138,11 +138,22 @@ def test_a_resume_with_other_settings_is_refused(tmp_path: Path) -> None:
 
 def test_a_study_searched_by_an_older_replayer_is_not_resumed(tmp_path: Path) -> None:
     """Before the replayer wrote a byte a page it wrote every byte, and a trial's CPU
-    figures moved with it: such a study (no `replayer` attribute) is refused, one line."""
-    study = new_study(tmp_path)
-    study.set_user_attr("replayer", search.REPLAYER_BEFORE)
+    figures moved with it: such a study (no `replayer` attribute) is refused, one line.
+    A study measured on servers has no replayer: it resumes whatever the replayer."""
+
+    def study(out: Path, replayed: bool) -> Any:
+        out.mkdir(exist_ok=True)
+        settings = search.settings_for("t.mbt", "synthetic", OBJECTIVES, [], SPACE, replayed)
+        return search.open_study(out, "glibc", OBJECTIVES, [], settings, 3)
+
+    study(tmp_path / "servers", replayed=False)
+    study(tmp_path / "servers", replayed=False)
+    assert "replayer" not in study(tmp_path / "servers", replayed=False).user_attrs
+    assert study(tmp_path / "now", replayed=True).user_attrs["replayer"] == search.REPLAYER
+    study(tmp_path / "now", replayed=True)
+    study(tmp_path / "before", replayed=False)  # as a study from before the key was kept
     with pytest.raises(MallocbenchError, match=r"older replayer \(every byte .*another --out"):
-        new_study(tmp_path)
+        study(tmp_path / "before", replayed=True)
 
 
 def test_a_resume_names_the_trace_however_it_is_spelled(

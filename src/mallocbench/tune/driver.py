@@ -151,8 +151,9 @@ def run_searches(
             break
         space = plan.spaces[allocator.name]
         settings = search.settings_for(
-            plan.trace, plan.evaluator_name, plan.objectives, plan.constraints, space
-        )
+            plan.trace, plan.evaluator_name, plan.objectives, plan.constraints, space,
+            replayed=plan.evaluation.get("method") == "replay",
+        )  # fmt: skip
         study = search.open_study(
             plan.out, allocator.name, plan.objectives, plan.constraints, settings, plan.seed
         )

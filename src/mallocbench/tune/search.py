@@ -70,15 +70,17 @@ class Settings:
     objectives: tuple[str, ...]
     constraints: tuple[str, ...]
     space: tuple[str, ...]
+    replayer: str | None = None  # REPLAYER for a study measured by replays; None on servers
 
     def attrs(self) -> dict[str, Any]:
+        measured = {} if self.replayer is None else {"replayer": self.replayer}
         return {
             "trace": self.trace,
             "evaluator": self.evaluator,
             "objectives": list(self.objectives),
             "constraints": list(self.constraints),
             "space": list(self.space),
-            "replayer": REPLAYER,
+            **measured,
         }
 
 
@@ -88,13 +90,16 @@ def settings_for(
     objectives: Sequence[Metric],
     constraints: Sequence[Constraint],
     space: Sequence[Dimension],
+    replayed: bool = False,
 ) -> Settings:
+    """`replayed`: the settings are measured by replays (the replayer is part of them)."""
     return Settings(
         trace,
         evaluator,
         tuple(m.name for m in objectives),
         tuple(c.text for c in constraints),
         tuple(signature(space)),
+        REPLAYER if replayed else None,
     )
 
 
@@ -209,7 +214,7 @@ def _same_setting(key: str, stored: Any, value: Any) -> bool:
 def _check_resumed(study: optuna.Study, settings: Settings, out: Path) -> None:
     stored = study.user_attrs
     was = stored.get("replayer", REPLAYER_BEFORE)
-    if was != REPLAYER:
+    if settings.replayer is not None and was != settings.replayer:
         raise MallocbenchError(
             f"{out / DB_NAME} searched {study.study_name} with an older replayer ({was}), "
             "whose figures this one's would not compare with: give another --out"
